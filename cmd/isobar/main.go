@@ -1,0 +1,94 @@
+// Command isobar is the single binary of the isobar control plane. This file
+// is a shim: it builds the command tree, parses flags into each role's Config
+// and calls that role's Run. All wiring lives in the role packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the command line and returns the process exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "isobar: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// usageError marks errors caused by a bad command line (exit status 2).
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+// rootOpts holds the flags every subcommand shares.
+type rootOpts struct {
+	logLevel  string
+	logFormat string
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// logger builds the process logger from the shared flags.
+func (o *rootOpts) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)}
+	}
+	hopts := &slog.HandlerOptions{Level: lvl}
+	switch strings.ToLower(o.logFormat) {
+	case "text":
+		return slog.New(slog.NewTextHandler(o.stderr, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(o.stderr, hopts)), nil
+	default:
+		return nil, usageError{fmt.Errorf("--log-format %q: want text or json", o.logFormat)}
+	}
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	opts := &rootOpts{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "isobar",
+		Short: "Route LLM inference traffic across GPU clusters in several datacenters",
+		Long: `isobar is a hierarchical control plane for vLLM fleets spread over several
+sites: a cellagent per GPU replica, a regional controller per datacenter that
+scores cells and programs Envoy over xDS, and a global HA pair that routes
+across regions.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
+	root.AddCommand(
+		newSimCmd(opts),
+		newCellagentCmd(opts),
+		newRegionalCmd(opts),
+	)
+	return root
+}
