@@ -1,8 +1,108 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
-// newRegionalCmd is a placeholder until the regional role is wired.
-func newRegionalCmd(_ *rootOpts) *cobra.Command {
-	return &cobra.Command{Use: "regional", Short: "regional (not wired yet)"}
+	"github.com/spf13/cobra"
+
+	"github.com/isobar-mesh/isobar/regional"
+	"github.com/isobar-mesh/isobar/regional/score"
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+func newRegionalCmd(ro *rootOpts) *cobra.Command {
+	cfg := regional.DefaultConfig("")
+	var weights, lbPolicy, adminTokenFile string
+	cmd := &cobra.Command{
+		Use:   "regional",
+		Short: "Run a regional controller: heartbeat registry, scoring, xDS server",
+		Long: `Run one datacenter's regional controller.
+
+Cellagents stream heartbeats to --listen (gRPC CellRegistry); the controller
+tracks each cell's lifecycle, scores its pressure from 10 signals, projects
+endpoint weights and serves them over ADS on the same address to the
+region's Envoy (and isobar gateways, and proxyless gRPC clients).
+--http-listen serves /metrics, /debug/cells[/ID] and the drain API
+(POST /v1/cells/ID/drain, /undrain).`,
+		Example: `  isobar regional --region us-east --listen 0.0.0.0:18000 --http-listen 127.0.0.1:9090`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := ro.logger()
+			if err != nil {
+				return err
+			}
+			if cfg.Region == "" {
+				return usageError{fmt.Errorf("--region is required")}
+			}
+			if weights != "" {
+				if cfg.Score.Weights, err = parseWeights(cfg.Score.Weights, weights); err != nil {
+					return usageError{err}
+				}
+			}
+			cfg.XDS.LBPolicy = xds.LBPolicy(lbPolicy)
+			if adminTokenFile != "" {
+				b, err := os.ReadFile(adminTokenFile)
+				if err != nil {
+					return fmt.Errorf("--admin-token-file: %w", err)
+				}
+				cfg.AdminToken = strings.TrimSpace(string(b))
+			}
+			return regional.Run(cmd.Context(), cfg, regional.Deps{Logger: log})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Region, "region", "", "region (datacenter) this controller serves (required)")
+	f.StringVar(&cfg.Zone, "zone", "", "locality zone written into xDS (default: the region)")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC address for cellagent heartbeats and xDS (ADS)")
+	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, `address for /metrics, /debug/cells and the drain API ("-" disables)`)
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat interval agents are told to use")
+	f.DurationVar(&cfg.TTLGrace, "ttl-grace", cfg.TTLGrace, "a cell is Failed after heartbeat-interval + ttl-grace without a heartbeat")
+	f.DurationVar(&cfg.CycleInterval, "cycle-interval", cfg.CycleInterval, "how often pressure is rescored and weights projected")
+	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "RTT/jitter probe interval per cell")
+	f.DurationVar(&cfg.ForgetAfter, "forget-after", cfg.ForgetAfter, "how long Failed/Terminated cells stay visible before they are forgotten")
+	f.IntVar(&cfg.MaxMessageBytes, "max-heartbeat-bytes", cfg.MaxMessageBytes, "largest heartbeat message accepted")
+	f.StringVar(&weights, "score-weights", "", "override signal weights, e.g. queue=0.3,rtt=0 (signals: "+signalList()+")")
+	f.StringVar(&lbPolicy, "lb-policy", "least_request", "cluster LB policy in xDS: least_request, ring_hash or round_robin")
+	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding the bearer token required by the drain API")
+	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "server certificate (PEM) for mTLS")
+	f.StringVar(&cfg.TLS.Key, "tls-key", "", "server key (PEM) for mTLS")
+	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that client certificates must chain to")
+	return cmd
+}
+
+func signalList() string {
+	names := make([]string, 0, score.NumSignals)
+	for s := score.Signal(0); s < score.NumSignals; s++ {
+		names = append(names, s.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+// parseWeights applies "name=value,..." overrides to base.
+func parseWeights(base [score.NumSignals]float64, spec string) ([score.NumSignals]float64, error) {
+	out := base
+	for _, kv := range strings.Split(spec, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return base, fmt.Errorf("--score-weights: %q is not name=value", kv)
+		}
+		sig, found := score.Signal(0), false
+		for s := score.Signal(0); s < score.NumSignals; s++ {
+			if s.String() == name {
+				sig, found = s, true
+			}
+		}
+		if !found {
+			return base, fmt.Errorf("--score-weights: unknown signal %q (known: %s)", name, signalList())
+		}
+		w, err := strconv.ParseFloat(val, 64)
+		if err != nil || w < 0 {
+			return base, fmt.Errorf("--score-weights: weight of %s must be a number >= 0, got %q", name, val)
+		}
+		out[sig] = w
+	}
+	return out, nil
 }

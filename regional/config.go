@@ -1,0 +1,219 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/regional/projection"
+	"github.com/isobar-mesh/isobar/regional/score"
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+// Config holds the regional controller's settings. Zero fields take the
+// documented defaults in withDefaults.
+type Config struct {
+	// Region is this controller's region; heartbeats naming another region
+	// are refused. Required.
+	Region string
+	// Zone is the locality zone written into xDS. Default: Region.
+	Zone string
+	// Listen is the gRPC address serving CellRegistry and xDS (ADS).
+	// Default 127.0.0.1:18000.
+	Listen string
+	// HTTPListen serves /metrics, /debug/cells and the drain API.
+	// Default 127.0.0.1:9090. "-" disables it.
+	HTTPListen string
+	// HeartbeatInterval is the interval the controller tells agents to use.
+	// Default 500 ms.
+	HeartbeatInterval time.Duration
+	// TTLGrace: a cell is Failed when no heartbeat came for
+	// HeartbeatInterval + TTLGrace. Default 500 ms (TTL 1 s).
+	TTLGrace time.Duration
+	// CycleInterval: how often pressure is rescored and weights projected
+	// (state changes are handled at once). Default 100 ms.
+	CycleInterval time.Duration
+	// ProbeInterval and ProbeTimeout: active RTT/jitter probes of each cell.
+	// Defaults 1 s and 500 ms.
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	// ForgetAfter: Failed and Terminated cells stay visible in the registry
+	// (debug, status) this long, then are forgotten. Default 5 min.
+	ForgetAfter time.Duration
+	// MaxMessageBytes caps one heartbeat message. Default 64 KiB.
+	MaxMessageBytes int
+	// InboxSize is the registry's inbox capacity. Default 8192.
+	InboxSize int
+	// AdminToken, when set, is required as a bearer token on the drain API.
+	AdminToken string
+	// TLS enables mTLS on the gRPC listener: cellagents must present a
+	// certificate whose identity is their cell id.
+	TLS TLSFiles
+
+	Score      score.Config
+	Projection projection.Config
+	XDS        xds.Config
+}
+
+// TLSFiles names PEM files for mutual TLS. All three or none.
+type TLSFiles struct {
+	Cert, Key, CA string
+}
+
+// Enabled reports whether any TLS file is set.
+func (t TLSFiles) Enabled() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
+
+// Validate checks that all or none are set.
+func (t TLSFiles) Validate() error {
+	if t.Enabled() && (t.Cert == "" || t.Key == "" || t.CA == "") {
+		return fmt.Errorf("%w: --tls-cert, --tls-key and --tls-ca must be given together", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// DefaultConfig returns a Config with every default filled in, for region.
+func DefaultConfig(region string) Config {
+	c := Config{Region: region}
+	c.withDefaults()
+	return c
+}
+
+// TTL is the time without heartbeats after which a cell is Failed.
+func (c Config) TTL() time.Duration { return c.HeartbeatInterval + c.TTLGrace }
+
+func (c *Config) withDefaults() {
+	if c.Zone == "" {
+		c.Zone = c.Region
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:18000"
+	}
+	if c.HTTPListen == "" {
+		c.HTTPListen = "127.0.0.1:9090"
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 500 * time.Millisecond
+	}
+	if c.TTLGrace == 0 {
+		c.TTLGrace = 500 * time.Millisecond
+	}
+	if c.CycleInterval == 0 {
+		c.CycleInterval = 100 * time.Millisecond
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = time.Second
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = 500 * time.Millisecond
+	}
+	if c.ForgetAfter == 0 {
+		c.ForgetAfter = 5 * time.Minute
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 64 << 10
+	}
+	if c.InboxSize == 0 {
+		c.InboxSize = 8192
+	}
+	if c.Score == (score.Config{}) {
+		c.Score = score.DefaultConfig()
+	}
+	if c.Projection == (projection.Config{}) {
+		c.Projection = projection.DefaultConfig()
+	}
+	if c.XDS.Region == "" {
+		c.XDS.Region = c.Region
+	}
+	if c.XDS.Zone == "" {
+		c.XDS.Zone = c.Zone
+	}
+}
+
+// ErrInvalidConfig is wrapped by every configuration error.
+var ErrInvalidConfig = errors.New("regional: invalid config")
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+func (c Config) validate() error {
+	if !namePattern.MatchString(c.Region) {
+		return fmt.Errorf("%w: region %q: want 1-128 characters of [A-Za-z0-9._-]", ErrInvalidConfig, c.Region)
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("%w: listen address %q: %v", ErrInvalidConfig, c.Listen, err)
+	}
+	if c.HTTPListen != "-" {
+		if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
+			return fmt.Errorf("%w: http listen address %q: %v", ErrInvalidConfig, c.HTTPListen, err)
+		}
+	}
+	durations := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"heartbeat interval", c.HeartbeatInterval}, {"TTL grace", c.TTLGrace},
+		{"cycle interval", c.CycleInterval}, {"probe interval", c.ProbeInterval},
+		{"probe timeout", c.ProbeTimeout}, {"forget-after", c.ForgetAfter},
+	}
+	for _, d := range durations {
+		if d.d <= 0 {
+			return fmt.Errorf("%w: %s must be > 0, got %v", ErrInvalidConfig, d.name, d.d)
+		}
+	}
+	if c.MaxMessageBytes < 1024 {
+		return fmt.Errorf("%w: max message size %d: want at least 1024 bytes", ErrInvalidConfig, c.MaxMessageBytes)
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	if err := c.Score.Validate(); err != nil {
+		return err
+	}
+	return c.Projection.Validate()
+}
+
+// Deps are the controller's collaborators. Nil fields get real defaults.
+type Deps struct {
+	Clock      clockwork.Clock
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics; nil with a nil Registerer means a private
+	// registry is created and served.
+	Gatherer prometheus.Gatherer
+	// GRPCListener and HTTPListener, when set, are used instead of
+	// listening on Config.Listen / Config.HTTPListen (tests).
+	GRPCListener net.Listener
+	HTTPListener net.Listener
+	// Dialer is used by the RTT prober. Nil → net.Dialer.
+	Dialer func(network, addr string, timeout time.Duration) (net.Conn, error)
+}
+
+func (d *Deps) withDefaults() {
+	if d.Clock == nil {
+		d.Clock = clockwork.NewRealClock()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Registerer == nil && d.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		d.Registerer, d.Gatherer = reg, reg
+	}
+	if d.Gatherer == nil {
+		if g, ok := d.Registerer.(prometheus.Gatherer); ok {
+			d.Gatherer = g
+		} else {
+			d.Gatherer = prometheus.NewRegistry()
+		}
+	}
+	if d.Dialer == nil {
+		d.Dialer = func(network, addr string, timeout time.Duration) (net.Conn, error) {
+			return net.DialTimeout(network, addr, timeout)
+		}
+	}
+}

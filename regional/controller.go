@@ -1,0 +1,242 @@
+package regional
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+// Controller is one region's controller: the composition root that wires
+// the registry, heartbeat service, xDS server, prober and HTTP endpoints.
+type Controller struct {
+	cfg     Config
+	deps    Deps
+	metrics *metrics
+	reg     *Registry
+	xds     *xds.Server
+	grpc    *grpc.Server
+	http    *http.Server
+	prober  *prober
+	health  *health.Server
+
+	grpcLn, httpLn net.Listener
+
+	startOnce, stopOnce sync.Once
+	cancel              context.CancelFunc
+	wg                  sync.WaitGroup
+	serveErr            chan error
+}
+
+// New builds a controller; nothing runs until Start.
+func New(cfg Config, deps Deps) (*Controller, error) {
+	cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	deps.withDefaults()
+	log := deps.Logger.With("region", cfg.Region)
+	m := newMetrics(deps.Registerer)
+	xs, err := xds.NewServer(cfg.XDS, xds.Deps{Logger: log, Registerer: deps.Registerer, Clock: deps.Clock})
+	if err != nil {
+		return nil, fmt.Errorf("regional: xds: %w", err)
+	}
+	reg, err := newRegistry(cfg, deps.Clock, log, m, xs.Push)
+	if err != nil {
+		return nil, err
+	}
+	if deps.Registerer != nil {
+		deps.Registerer.MustRegister(newCellCollector(reg.View, func() float64 {
+			return float64(deps.Clock.Now().UnixNano()) / 1e9
+		}))
+	}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(4 << 20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
+	if cfg.TLS.Enabled() {
+		tc, err := serverTLS(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	gs := grpc.NewServer(opts...)
+	hbs := newHeartbeatService(cfg, reg, deps.Clock, log, m)
+	hbs.maxBytes = cfg.MaxMessageBytes
+	isobarpb.RegisterCellRegistryServer(gs, hbs)
+	xs.Register(gs)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+
+	c := &Controller{
+		cfg: cfg, deps: deps, metrics: m, reg: reg, xds: xs, grpc: gs, health: hs,
+		serveErr: make(chan error, 2),
+	}
+	c.prober = &prober{
+		interval: cfg.ProbeInterval, timeout: cfg.ProbeTimeout, view: reg.View, submit: reg.submitProbes,
+		dial: deps.Dialer, clock: deps.Clock, log: log, metrics: m,
+	}
+	if cfg.HTTPListen != "-" || deps.HTTPListener != nil {
+		c.http = &http.Server{
+			Handler:           newHTTPHandler(reg, cfg.Score, deps.Gatherer, cfg.AdminToken),
+			ReadHeaderTimeout: 5 * time.Second,
+		}
+	}
+	return c, nil
+}
+
+// Start listens and serves. It returns once the listeners are bound; a
+// second Start returns an error.
+func (c *Controller) Start(ctx context.Context) error {
+	err := errors.New("regional: controller already started")
+	c.startOnce.Do(func() { err = c.start(ctx) })
+	return err
+}
+
+func (c *Controller) start(ctx context.Context) error {
+	var err error
+	if c.grpcLn = c.deps.GRPCListener; c.grpcLn == nil {
+		if c.grpcLn, err = net.Listen("tcp", c.cfg.Listen); err != nil {
+			return fmt.Errorf("regional: listen %s: %w", c.cfg.Listen, err)
+		}
+	}
+	if c.http != nil {
+		if c.httpLn = c.deps.HTTPListener; c.httpLn == nil {
+			if c.httpLn, err = net.Listen("tcp", c.cfg.HTTPListen); err != nil {
+				_ = c.grpcLn.Close()
+				return fmt.Errorf("regional: listen %s: %w", c.cfg.HTTPListen, err)
+			}
+		}
+	}
+	ctx, c.cancel = context.WithCancel(ctx)
+	if err := c.reg.Start(ctx); err != nil {
+		return err
+	}
+	c.wg.Go(func() { c.prober.run(ctx) })
+	c.wg.Go(func() {
+		if err := c.grpc.Serve(c.grpcLn); err != nil {
+			c.serveErr <- fmt.Errorf("regional: grpc: %w", err)
+		}
+	})
+	if c.http != nil {
+		c.wg.Go(func() {
+			if err := c.http.Serve(c.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				c.serveErr <- fmt.Errorf("regional: http: %w", err)
+			}
+		})
+	}
+	c.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	c.deps.Logger.Info("regional controller started", "region", c.cfg.Region, "grpc", c.grpcLn.Addr().String(), "http", c.HTTPAddr())
+	return nil
+}
+
+// Stop shuts down gracefully: health NOT_SERVING, streams closed, loops
+// joined. Idempotent; blocks until everything has exited.
+func (c *Controller) Stop() {
+	c.stopOnce.Do(func() {
+		c.startOnce.Do(func() {}) // a Stop before Start leaves nothing to join
+		if c.cancel == nil {
+			c.xds.Stop()
+			return
+		}
+		c.health.Shutdown()
+		c.cancel()
+		stopped := make(chan struct{})
+		go func() { c.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-c.deps.Clock.After(5 * time.Second):
+			c.grpc.Stop()
+			<-stopped
+		}
+		if c.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = c.http.Shutdown(ctx)
+			cancel()
+		}
+		c.reg.Stop()
+		c.xds.Stop()
+		c.wg.Wait()
+	})
+}
+
+// Err returns a channel that yields a fatal serve error.
+func (c *Controller) Err() <-chan error { return c.serveErr }
+
+// Addr is the gRPC (heartbeat + xDS) address.
+func (c *Controller) Addr() string {
+	if c.grpcLn == nil {
+		return ""
+	}
+	return c.grpcLn.Addr().String()
+}
+
+// HTTPAddr is the metrics/debug address ("" when disabled).
+func (c *Controller) HTTPAddr() string {
+	if c.httpLn == nil {
+		return ""
+	}
+	return c.httpLn.Addr().String()
+}
+
+// Registry exposes the registry (views, drain) to the lab and tests.
+func (c *Controller) Registry() *Registry { return c.reg }
+
+// XDSVersion returns the last xDS version pushed.
+func (c *Controller) XDSVersion() string { return c.reg.pub.Version() }
+
+// Run starts a controller and serves until ctx ends or serving fails.
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	c, err := New(cfg, deps)
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	defer c.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-c.Err():
+		return err
+	}
+}
+
+func serverTLS(f TLSFiles) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return nil, fmt.Errorf("regional: load --tls-cert/--tls-key: %w", err)
+	}
+	pem, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, fmt.Errorf("regional: read --tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("regional: --tls-ca %s holds no PEM certificate", f.CA)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS13,
+	}, nil
+}

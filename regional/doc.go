@@ -1,0 +1,24 @@
+// Package regional is the per-datacenter controller: it owns the cell
+// registry (heartbeats, TTL failure detection, lifecycle), scores every
+// cell's pressure, projects pressure into endpoint weights and pushes them to
+// the region's Envoy (and gateways, and proxyless gRPC clients) over xDS.
+//
+// Concurrency model (single-writer actor):
+//   - One goroutine, the registry loop, owns every cell record, the
+//     projector and the penalty state. Everything else talks to it through
+//     its inbox: heartbeat streams hand over validated heartbeats with
+//     SubmitOrBlock, the prober hands over RTT samples, operators hand over
+//     drain requests. After a successful submit the registry owns the
+//     message; the sender must not touch it again.
+//   - The registry publishes an immutable *View through an atomic pointer
+//     after every cycle; the debug endpoint, the metrics collector, the
+//     prober and the heartbeat streams (for commands) read it without locks.
+//   - xDS pushes run on a separate publisher goroutine fed by a one-slot
+//     mailbox: a burst of changes coalesces into one snapshot build.
+//   - Each heartbeat stream runs on its gRPC handler goroutine and keeps its
+//     own per-stream state (sequence, ownership of its cell id).
+//
+// Time is injected (clockwork.Clock); scoring, projection and lifecycle are
+// pure packages (regional/score, regional/projection, regional/lifecycle)
+// that take now as an argument.
+package regional

@@ -1,0 +1,54 @@
+package regional
+
+import (
+	"math"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+)
+
+// FuzzValidateHeartbeat decodes arbitrary bytes as a heartbeat, as the gRPC
+// server would, and checks that validation never panics and never lets a
+// non-finite or out-of-range signal through.
+func FuzzValidateHeartbeat(f *testing.F) {
+	good := heartbeat("a", "127.0.0.1:8000", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
+	good.Signals.ErrorRate = f64(0.01)
+	good.Signals.TemperatureCelsius = f64(60)
+	seed, _ := proto.Marshal(good)
+	f.Add(seed)
+	bad := proto.Clone(good).(*isobarpb.CellHeartbeat)
+	bad.Signals.KvCacheUsage = f64(math.NaN())
+	seed, _ = proto.Marshal(bad)
+	f.Add(seed)
+	f.Add([]byte{0x0a, 0x01, 0x61})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<16 {
+			return
+		}
+		var hb isobarpb.CellHeartbeat
+		if proto.Unmarshal(data, &hb) != nil {
+			return
+		}
+		if validateHeartbeat(&hb, "r1") != nil {
+			return
+		}
+		s := hb.GetSignals()
+		for _, p := range []*float64{s.QueueDepth, s.Running, s.TtftP95Seconds, s.ErrorRate, s.KvCacheUsage,
+			s.GpuUtil, s.VramUsed, s.SmActive, s.DramActive, s.PowerWatts, s.RequestRate, s.WindowRequests} {
+			if p != nil && (math.IsNaN(*p) || math.IsInf(*p, 0) || *p < 0) {
+				t.Fatalf("accepted bad signal %v", *p)
+			}
+		}
+		for _, p := range []*float64{s.ErrorRate, s.KvCacheUsage, s.GpuUtil, s.VramUsed, s.SmActive, s.DramActive} {
+			if p != nil && *p > 1.0001 {
+				t.Fatalf("accepted fraction %v", *p)
+			}
+		}
+		if hb.GetRegion() != "r1" || hb.GetSequence() == 0 {
+			t.Fatalf("accepted %v", &hb)
+		}
+	})
+}

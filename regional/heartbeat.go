@@ -1,0 +1,276 @@
+package regional
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+)
+
+// heartbeatSink is what the heartbeat service needs from the registry.
+type heartbeatSink interface {
+	SubmitOrBlock(ctx context.Context, hb *isobarpb.CellHeartbeat) error
+	View() *View
+}
+
+var _ heartbeatSink = (*Registry)(nil)
+
+// heartbeatService is the gRPC adapter for CellRegistry: it validates each
+// heartbeat, enforces one stream per cell id and the client certificate's
+// identity, hands accepted heartbeats to the registry and acks.
+type heartbeatService struct {
+	isobarpb.UnsafeCellRegistryServer
+
+	region   string
+	interval time.Duration
+	ttl      time.Duration
+	mtls     bool
+	maxBytes int
+	sink     heartbeatSink
+	clock    clockwork.Clock
+	log      *slog.Logger
+	metrics  *metrics
+
+	nextStream atomic.Uint64
+	mu         sync.Mutex
+	owners     map[string]*streamOwner
+}
+
+type streamOwner struct {
+	stream   uint64
+	lastSeen time.Time
+}
+
+var _ isobarpb.CellRegistryServer = (*heartbeatService)(nil)
+
+func newHeartbeatService(cfg Config, sink heartbeatSink, clock clockwork.Clock, log *slog.Logger, m *metrics) *heartbeatService {
+	return &heartbeatService{
+		region: cfg.Region, interval: cfg.HeartbeatInterval, ttl: cfg.TTL(), mtls: cfg.TLS.Enabled(),
+		sink: sink, clock: clock, log: log, metrics: m, owners: make(map[string]*streamOwner),
+	}
+}
+
+// streamState is one stream's own bookkeeping; owned by its handler.
+type streamState struct {
+	id          uint64
+	cell        string
+	incarnation string
+	lastSeq     uint64
+	acked       bool
+	drainSent   bool
+}
+
+// Heartbeat serves one cellagent's stream.
+func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServer) error {
+	ctx := stream.Context()
+	st := &streamState{id: s.nextStream.Add(1)}
+	s.metrics.streams.Inc()
+	defer func() {
+		s.metrics.streams.Dec()
+		s.release(st)
+	}()
+	var cert *x509.Certificate
+	if s.mtls {
+		var err error
+		if cert, err = peerCert(ctx); err != nil {
+			s.metrics.rejected.WithLabelValues("identity_mismatch").Inc()
+			return status.Error(codes.Unauthenticated, err.Error())
+		}
+	}
+	for {
+		hb, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if status.Code(err) == codes.ResourceExhausted {
+				s.metrics.rejected.WithLabelValues(rejectReason(ErrOversized)).Inc()
+				s.log.Warn("oversized heartbeat refused", "cell", st.cell, "err", err)
+			}
+			return err
+		}
+		if s.maxBytes > 0 && proto.Size(hb) > s.maxBytes {
+			s.metrics.rejected.WithLabelValues(rejectReason(ErrOversized)).Inc()
+			return status.Errorf(codes.ResourceExhausted, "%v: %d bytes, limit %d", ErrOversized, proto.Size(hb), s.maxBytes)
+		}
+		if err := s.check(st, hb, cert); err != nil {
+			s.metrics.rejected.WithLabelValues(rejectReason(err)).Inc()
+			s.log.Warn("heartbeat refused", "cell", truncate(hb.GetCellId()), "err", err)
+			if code := fatalCode(err); code != codes.OK {
+				return status.Error(code, err.Error())
+			}
+			if err := stream.Send(&isobarpb.HeartbeatAck{Sequence: hb.GetSequence(), Error: err.Error()}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.sink.SubmitOrBlock(ctx, hb); err != nil {
+			if errors.Is(err, ErrStopped) {
+				return status.Error(codes.Unavailable, "regional controller is shutting down")
+			}
+			return status.FromContextError(err).Err()
+		}
+		if err := s.ack(stream, st, hb); err != nil {
+			return err
+		}
+	}
+}
+
+// check validates hb in the context of its stream.
+func (s *heartbeatService) check(st *streamState, hb *isobarpb.CellHeartbeat, cert *x509.Certificate) error {
+	if err := validateHeartbeat(hb, s.region); err != nil {
+		return err
+	}
+	id := hb.GetCellId()
+	if st.cell != "" && st.cell != id {
+		return fmt.Errorf("%w: stream bound to cell %s sent a heartbeat for %s", ErrInvalidHeartbeat, st.cell, id)
+	}
+	if cert != nil && !certMatches(cert, id) {
+		return fmt.Errorf("%w: cell %s presented a certificate for %s", ErrIdentityMismatch, id, certIdentity(cert))
+	}
+	if hb.GetIncarnation() != st.incarnation {
+		st.incarnation, st.lastSeq = hb.GetIncarnation(), 0
+	}
+	if hb.GetSequence() <= st.lastSeq {
+		return fmt.Errorf("%w: cell %s sequence %d after %d", ErrStaleSequence, id, hb.GetSequence(), st.lastSeq)
+	}
+	if err := s.claim(st, id); err != nil {
+		return err
+	}
+	st.lastSeq = hb.GetSequence()
+	return nil
+}
+
+// fatalCode says which refusals end the stream.
+func fatalCode(err error) codes.Code {
+	switch {
+	case errors.Is(err, ErrIdentityMismatch):
+		return codes.PermissionDenied
+	case errors.Is(err, ErrDuplicateCell):
+		return codes.AlreadyExists
+	case errors.Is(err, ErrWrongRegion):
+		return codes.FailedPrecondition
+	default:
+		return codes.OK
+	}
+}
+
+// claim binds cell id to this stream. Another stream holding it keeps it
+// unless it has been silent for a TTL (a half-open connection of an agent
+// that restarted).
+func (s *heartbeatService) claim(st *streamState, id string) error {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.owners[id]
+	switch {
+	case o == nil:
+		s.owners[id] = &streamOwner{stream: st.id, lastSeen: now}
+	case o.stream == st.id:
+		o.lastSeen = now
+	case now.Sub(o.lastSeen) >= s.ttl:
+		s.log.Info("cell id taken over by a new stream; the old one was silent", "cell", id)
+		o.stream, o.lastSeen = st.id, now
+	default:
+		return fmt.Errorf("%w: %s (its stream sent a heartbeat %v ago)", ErrDuplicateCell, id, now.Sub(o.lastSeen).Round(time.Millisecond))
+	}
+	st.cell = id
+	return nil
+}
+
+func (s *heartbeatService) release(st *streamState) {
+	if st.cell == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o := s.owners[st.cell]; o != nil && o.stream == st.id {
+		delete(s.owners, st.cell)
+	}
+}
+
+// ack answers the first heartbeat of a stream and carries drain commands
+// when the operator's wish differs from what the agent was last told.
+func (s *heartbeatService) ack(stream isobarpb.CellRegistry_HeartbeatServer, st *streamState, hb *isobarpb.CellHeartbeat) error {
+	cv, known := s.sink.View().Cell(st.cell)
+	var cmds []isobarpb.Command
+	if known && cv.OperatorDrain != st.drainSent {
+		st.drainSent = cv.OperatorDrain
+		if cv.OperatorDrain {
+			cmds = append(cmds, isobarpb.Command_COMMAND_DRAIN)
+		} else {
+			cmds = append(cmds, isobarpb.Command_COMMAND_UNDRAIN)
+		}
+	}
+	if st.acked && len(cmds) == 0 {
+		return nil
+	}
+	st.acked = true
+	ack := &isobarpb.HeartbeatAck{
+		Sequence: hb.GetSequence(),
+		Interval: durationpb.New(s.interval),
+		Commands: cmds,
+	}
+	if known {
+		ack.State = cv.State.Proto()
+	}
+	return stream.Send(ack)
+}
+
+// peerCert returns the verified client certificate of the stream.
+func peerCert(ctx context.Context) (*x509.Certificate, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, fmt.Errorf("%w: no peer information", ErrIdentityMismatch)
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return nil, fmt.Errorf("%w: no verified client certificate", ErrIdentityMismatch)
+	}
+	return ti.State.VerifiedChains[0][0], nil
+}
+
+// CellURI is the URI SAN that identifies a cell in its certificate.
+func CellURI(id string) string { return "spiffe://isobar/cell/" + id }
+
+// certMatches accepts a certificate that names the cell as URI SAN
+// spiffe://isobar/cell/<id>, as a DNS SAN, or as its common name.
+func certMatches(cert *x509.Certificate, id string) bool {
+	want := CellURI(id)
+	for _, u := range cert.URIs {
+		if u.String() == want {
+			return true
+		}
+	}
+	for _, d := range cert.DNSNames {
+		if d == id {
+			return true
+		}
+	}
+	return cert.Subject.CommonName == id
+}
+
+func certIdentity(cert *x509.Certificate) string {
+	if len(cert.URIs) > 0 {
+		return cert.URIs[0].String()
+	}
+	if cert.Subject.CommonName != "" {
+		return "CN=" + cert.Subject.CommonName
+	}
+	return "an unnamed subject"
+}

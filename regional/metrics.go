@@ -1,0 +1,146 @@
+package regional
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/regional/score"
+)
+
+// metrics are the controller's own instruments. Per-cell values are not
+// kept here: cellCollector reads them from the current View at scrape time,
+// so forgotten cells disappear from /metrics.
+type metrics struct {
+	heartbeats         prometheus.Counter
+	rejected           *prometheus.CounterVec
+	streams            prometheus.Gauge
+	transitions        *prometheus.CounterVec
+	refusedTransitions prometheus.Counter
+	unknownCells       prometheus.Counter
+	projection         prometheus.Histogram
+	pushErrors         prometheus.Counter
+	failover           prometheus.Histogram
+	penaltyTrips       prometheus.Counter
+	probes             *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_heartbeats_total",
+			Help: "Heartbeats accepted into the registry.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_heartbeats_rejected_total",
+			Help: "Heartbeats refused, by reason.",
+		}, []string{"reason"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "isobar_regional_heartbeat_streams",
+			Help: "Open heartbeat streams.",
+		}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_lifecycle_transitions_total",
+			Help: "Cell lifecycle transitions.",
+		}, []string{"from", "to"}),
+		refusedTransitions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_lifecycle_refused_total",
+			Help: "Reported states that the lifecycle refused (e.g. Draining after Terminated).",
+		}),
+		unknownCells: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_unknown_cell_requests_total",
+			Help: "Requests naming a cell the registry does not know.",
+		}),
+		projection: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "isobar_regional_projection_duration_seconds",
+			Help:    "Time to score every cell and project weights, per cycle.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 12),
+		}),
+		pushErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_push_errors_total",
+			Help: "xDS states refused by validation (the previous snapshot stays).",
+		}),
+		failover: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "isobar_regional_failover_seconds",
+			Help:    "From a serving cell's failure detection to the xDS push that removed it.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		penaltyTrips: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_penalty_trips_total",
+			Help: "Error-rate outlier penalties tripped.",
+		}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_probes_total",
+			Help: "RTT probes of cells, by result.",
+		}, []string{"result"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions,
+			m.unknownCells, m.projection, m.pushErrors, m.failover, m.penaltyTrips, m.probes)
+	}
+	return m
+}
+
+// cellCollector exports per-cell gauges from the current view.
+type cellCollector struct {
+	view func() *View
+	now  func() float64 // unix seconds, from the injected clock
+
+	pressure, weight, staleness, fallback, signal, state, penalty, rtt *prometheus.Desc
+	cells                                                              *prometheus.Desc
+}
+
+func newCellCollector(view func() *View, now func() float64) *cellCollector {
+	return &cellCollector{
+		view: view, now: now,
+		pressure:  prometheus.NewDesc("isobar_regional_cell_pressure", "Composite pressure of a cell in [0,1].", []string{"cell"}, nil),
+		weight:    prometheus.NewDesc("isobar_regional_cell_weight", "Endpoint weight published for a cell (0 = not in the load balancer).", []string{"cell"}, nil),
+		staleness: prometheus.NewDesc("isobar_regional_cell_heartbeat_staleness_seconds", "Time since a cell's last heartbeat.", []string{"cell"}, nil),
+		fallback:  prometheus.NewDesc("isobar_regional_cell_fallback", "1 when a telemetry source of the cell is missing and scoring runs on the rest.", []string{"cell", "source"}, nil),
+		signal:    prometheus.NewDesc("isobar_regional_cell_signal_score", "Normalised score of one signal of a cell in [0,1].", []string{"cell", "signal"}, nil),
+		state:     prometheus.NewDesc("isobar_regional_cell_state", "1 for a cell's current lifecycle state.", []string{"cell", "state"}, nil),
+		penalty:   prometheus.NewDesc("isobar_regional_cell_penalty", "Error-rate outlier penalty level of a cell in [0,1].", []string{"cell"}, nil),
+		rtt:       prometheus.NewDesc("isobar_regional_cell_rtt_seconds", "Probed RTT from the controller to a cell.", []string{"cell"}, nil),
+		cells:     prometheus.NewDesc("isobar_regional_cells", "Cells per lifecycle state.", []string{"state"}, nil),
+	}
+}
+
+func (c *cellCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.pressure, c.weight, c.staleness, c.fallback, c.signal, c.state, c.penalty, c.rtt, c.cells} {
+		ch <- d
+	}
+}
+
+func (c *cellCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.view()
+	now := c.now()
+	counts := map[lifecycle.State]int{}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for _, cv := range v.Cells {
+		counts[cv.State]++
+		ch <- prometheus.MustNewConstMetric(c.pressure, prometheus.GaugeValue, cv.Score.Pressure, cv.ID)
+		ch <- prometheus.MustNewConstMetric(c.weight, prometheus.GaugeValue, float64(cv.Weight.Published), cv.ID)
+		ch <- prometheus.MustNewConstMetric(c.staleness, prometheus.GaugeValue, now-float64(cv.LastSeen.UnixNano())/1e9, cv.ID)
+		ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.GaugeValue, b2f(!cv.DCGM.OK), cv.ID, "dcgm")
+		ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.GaugeValue, b2f(!cv.VLLM.OK), cv.ID, "vllm")
+		ch <- prometheus.MustNewConstMetric(c.penalty, prometheus.GaugeValue, cv.Weight.Penalty, cv.ID)
+		if cv.RTTOK {
+			ch <- prometheus.MustNewConstMetric(c.rtt, prometheus.GaugeValue, cv.RTT.Seconds(), cv.ID)
+		}
+		for _, st := range lifecycle.States() {
+			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, b2f(cv.State == st), cv.ID, st.String())
+		}
+		for s := score.Signal(0); s < score.NumSignals; s++ {
+			if cv.Score.Present[s] {
+				ch <- prometheus.MustNewConstMetric(c.signal, prometheus.GaugeValue, cv.Score.Normalized[s], cv.ID, s.String())
+			}
+		}
+	}
+	for _, st := range lifecycle.States() {
+		ch <- prometheus.MustNewConstMetric(c.cells, prometheus.GaugeValue, float64(counts[st]), st.String())
+	}
+}

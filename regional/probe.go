@@ -1,0 +1,123 @@
+package regional
+
+import (
+	"context"
+	"log/slog"
+	"net"
+
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"golang.org/x/sync/errgroup"
+)
+
+// prober measures RTT and jitter from the controller (co-located with the
+// region's Envoy) to every live cell with a TCP connect probe — one round
+// trip — and hands the smoothed estimates to the registry.
+//
+// One goroutine owns the per-cell estimates; each round fans out the dials
+// with a bounded errgroup and waits for all of them.
+type prober struct {
+	interval, timeout time.Duration
+	view              func() *View
+	submit            func(context.Context, []probeResult) error
+	dial              func(network, addr string, timeout time.Duration) (net.Conn, error)
+	clock             clockwork.Clock
+	log               *slog.Logger
+	metrics           *metrics
+
+	est map[string]*rttEstimate
+}
+
+// rttEstimate is an EWMA of RTT and of |ΔRTT| (jitter, as in RFC 3550 but
+// with a faster gain so a jittery path shows within a few probes).
+type rttEstimate struct {
+	rtt, jitter, last time.Duration
+	n                 int
+}
+
+const rttGain = 0.25
+
+func (e *rttEstimate) add(sample time.Duration) {
+	if e.n == 0 {
+		e.rtt, e.last, e.n = sample, sample, 1
+		return
+	}
+	d := sample - e.last
+	if d < 0 {
+		d = -d
+	}
+	e.rtt += time.Duration(rttGain * float64(sample-e.rtt))
+	e.jitter += time.Duration(rttGain * float64(d-e.jitter))
+	e.last = sample
+	e.n++
+}
+
+func (p *prober) run(ctx context.Context) {
+	p.est = make(map[string]*rttEstimate)
+	t := p.clock.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+			p.round(ctx)
+		}
+	}
+}
+
+func (p *prober) round(ctx context.Context) {
+	v := p.view()
+	type target struct{ id, ep string }
+	var targets []target
+	for _, c := range v.Cells {
+		if c.State.Live() && c.Endpoint != "" {
+			targets = append(targets, target{c.ID, c.Endpoint})
+		}
+	}
+	samples := make([]time.Duration, len(targets))
+	oks := make([]bool, len(targets))
+	var g errgroup.Group
+	g.SetLimit(32)
+	for i, tg := range targets {
+		g.Go(func() error {
+			start := p.clock.Now()
+			conn, err := p.dial("tcp", tg.ep, p.timeout)
+			if err != nil {
+				return nil
+			}
+			samples[i], oks[i] = p.clock.Since(start), true
+			_ = conn.Close()
+			return nil
+		})
+	}
+	_ = g.Wait()
+	live := make(map[string]struct{}, len(targets))
+	res := make([]probeResult, 0, len(targets))
+	for i, tg := range targets {
+		live[tg.id] = struct{}{}
+		e := p.est[tg.id]
+		if e == nil {
+			e = &rttEstimate{}
+			p.est[tg.id] = e
+		}
+		if oks[i] {
+			p.metrics.probes.WithLabelValues("ok").Inc()
+			e.add(samples[i])
+		} else {
+			p.metrics.probes.WithLabelValues("error").Inc()
+		}
+		res = append(res, probeResult{id: tg.id, rtt: e.rtt, jitter: e.jitter, ok: e.n > 0})
+	}
+	for id := range p.est {
+		if _, ok := live[id]; !ok {
+			delete(p.est, id)
+		}
+	}
+	if len(res) > 0 {
+		if err := p.submit(ctx, res); err != nil && ctx.Err() == nil {
+			p.log.Debug("probe results not delivered", "err", err)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package regional
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+type viewHolder = atomic.Pointer[View]
+
+// removal is a cell that failed while in the load balancer: the failover
+// histogram measures from since to the push that took it out.
+type removal struct {
+	id    string
+	since time.Time
+}
+
+// publisher pushes xDS states on its own goroutine. offer never blocks: a
+// state offered while a push is running replaces any older pending one, so
+// bursts coalesce into one snapshot build.
+type publisher struct {
+	push    pushFunc
+	clock   clockwork.Clock
+	log     *slog.Logger
+	metrics *metrics
+
+	mu       sync.Mutex
+	pending  *xds.State
+	removals []removal
+	kick     chan struct{}
+
+	version atomic.Pointer[string]
+}
+
+func newPublisher(push pushFunc, clock clockwork.Clock, log *slog.Logger, m *metrics) *publisher {
+	return &publisher{push: push, clock: clock, log: log, metrics: m, kick: make(chan struct{}, 1)}
+}
+
+func (p *publisher) offer(st xds.State, removals []removal) {
+	p.mu.Lock()
+	p.pending = &st
+	p.removals = append(p.removals, removals...)
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Version returns the last version pushed successfully ("" before any).
+func (p *publisher) Version() string {
+	if v := p.version.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
+func (p *publisher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		}
+		p.mu.Lock()
+		st, removals := p.pending, p.removals
+		p.pending, p.removals = nil, nil
+		p.mu.Unlock()
+		if st == nil {
+			continue
+		}
+		v, err := p.push(*st)
+		if err != nil {
+			p.metrics.pushErrors.Inc()
+			p.log.Error("xDS push refused; the data plane keeps the previous snapshot", "err", err)
+			continue
+		}
+		p.version.Store(&v)
+		now := p.clock.Now()
+		for _, r := range removals {
+			p.metrics.failover.Observe(now.Sub(r.since).Seconds())
+		}
+		p.log.Debug("xDS state pushed", "version", v, "models", len(st.Models))
+	}
+}

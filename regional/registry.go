@@ -1,0 +1,490 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/regional/projection"
+	"github.com/isobar-mesh/isobar/regional/score"
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+// Registry errors; test with errors.Is.
+var (
+	// ErrBusy: the inbox is full; Submit did not take the message.
+	ErrBusy = errors.New("regional: registry busy")
+	// ErrStopped: the registry is not running.
+	ErrStopped = errors.New("regional: registry stopped")
+	// ErrUnknownCell: no cell with that id is registered.
+	ErrUnknownCell = errors.New("regional: unknown cell")
+)
+
+// message is one item of the registry inbox. Exactly one field is set.
+type message struct {
+	hb     *isobarpb.CellHeartbeat
+	probes []probeResult
+	drain  *drainRequest
+}
+
+type drainRequest struct {
+	id    string
+	drain bool
+	reply chan error // buffered, 1
+}
+
+// probeResult is one RTT/jitter estimate from the prober.
+type probeResult struct {
+	id          string
+	rtt, jitter time.Duration
+	ok          bool
+}
+
+// cell is the registry's record of one cell. Owned by the registry loop.
+type cell struct {
+	id         string
+	hb         *isobarpb.CellHeartbeat
+	state      lifecycle.State
+	stateSince time.Time
+	reason     string
+	lastSeen   time.Time
+	drain      bool
+	rtt        time.Duration
+	jitter     time.Duration
+	rttOK      bool
+	conflict   bool
+	// leftLBAt is when the cell stopped being eligible for traffic; the
+	// failover histogram measures from here to the push that removed it.
+	leftLBAt time.Time
+}
+
+// pushFunc builds, validates and serves an xDS state; it returns the
+// version served.
+type pushFunc func(xds.State) (string, error)
+
+// Registry is the single-writer owner of the cell registry.
+type Registry struct {
+	cfg     Config
+	clock   clockwork.Clock
+	log     *slog.Logger
+	metrics *metrics
+	proj    *projection.Projector
+	inbox   chan message
+	view    viewHolder
+	pub     *publisher
+
+	// Loop-owned state.
+	cells      map[string]*cell
+	ids        []string
+	idsDirty   bool
+	byEndpoint map[string]string
+	cycles     uint64
+	removals   []removal
+	lastPushed map[string]uint32 // weights in the last offered state
+
+	startOnce sync.Once
+	stopOnce  sync.Once
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics, push pushFunc) (*Registry, error) {
+	proj, err := projection.New(cfg.Projection)
+	if err != nil {
+		return nil, err
+	}
+	r := &Registry{
+		cfg:        cfg,
+		clock:      clock,
+		log:        log,
+		metrics:    m,
+		proj:       proj,
+		inbox:      make(chan message, cfg.InboxSize),
+		cells:      make(map[string]*cell),
+		byEndpoint: make(map[string]string),
+		lastPushed: make(map[string]uint32),
+		done:       make(chan struct{}),
+	}
+	r.pub = newPublisher(push, clock, log, m)
+	r.view.Store(newView(clock.Now(), 0, nil))
+	return r, nil
+}
+
+// Start runs the registry loop and its publisher until Stop or ctx ends.
+// A second Start returns an error.
+func (r *Registry) Start(ctx context.Context) error {
+	started := false
+	r.startOnce.Do(func() {
+		started = true
+		ctx, r.cancel = context.WithCancel(ctx)
+		go func() {
+			defer close(r.done)
+			var wg sync.WaitGroup
+			wg.Go(func() { r.pub.run(ctx) })
+			r.loop(ctx)
+			wg.Wait()
+		}()
+	})
+	if !started {
+		return errors.New("regional: registry already started")
+	}
+	return nil
+}
+
+// Stop ends the loop and waits for it. Idempotent; safe before Start.
+func (r *Registry) Stop() {
+	r.stopOnce.Do(func() {
+		started := true
+		r.startOnce.Do(func() { started = false; close(r.done) })
+		if started && r.cancel != nil {
+			r.cancel()
+		}
+	})
+	<-r.done
+}
+
+// View returns the latest published view. Never nil.
+func (r *Registry) View() *View { return r.view.Load() }
+
+// Submit hands a validated heartbeat to the registry without blocking. On
+// nil the registry owns hb; on ErrBusy the caller keeps it.
+func (r *Registry) Submit(hb *isobarpb.CellHeartbeat) error {
+	select {
+	case <-r.done:
+		return ErrStopped
+	default:
+	}
+	select {
+	case r.inbox <- message{hb: hb}:
+		return nil
+	default:
+		return ErrBusy
+	}
+}
+
+// SubmitOrBlock hands a validated heartbeat to the registry, waiting for
+// room. On nil the registry owns hb.
+func (r *Registry) SubmitOrBlock(ctx context.Context, hb *isobarpb.CellHeartbeat) error {
+	return r.send(ctx, message{hb: hb})
+}
+
+func (r *Registry) send(ctx context.Context, m message) error {
+	select {
+	case r.inbox <- m:
+		return nil
+	case <-r.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SetDrain asks for cell id to be drained (or undrained). It returns
+// ErrUnknownCell for a cell the registry does not know, or a lifecycle
+// refusal.
+func (r *Registry) SetDrain(ctx context.Context, id string, drain bool) error {
+	req := &drainRequest{id: id, drain: drain, reply: make(chan error, 1)}
+	if err := r.send(ctx, message{drain: req}); err != nil {
+		return err
+	}
+	select {
+	case err := <-req.reply:
+		return err
+	case <-r.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Registry) submitProbes(ctx context.Context, res []probeResult) error {
+	return r.send(ctx, message{probes: res})
+}
+
+func (r *Registry) loop(ctx context.Context) {
+	ticker := r.clock.NewTicker(r.cfg.CycleInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-r.inbox:
+			urgent := r.apply(m)
+			// Take what else is queued, bounded, so one cycle covers a burst.
+		drain:
+			for range 4096 {
+				select {
+				case m := <-r.inbox:
+					urgent = r.apply(m) || urgent
+				default:
+					break drain
+				}
+			}
+			if urgent {
+				r.cycle(r.clock.Now())
+			}
+		case <-ticker.Chan():
+			now := r.clock.Now()
+			r.sweep(now)
+			r.cycle(now)
+		}
+	}
+}
+
+// apply folds one message into the registry and reports whether the
+// change must be projected at once.
+func (r *Registry) apply(m message) bool {
+	now := r.clock.Now()
+	switch {
+	case m.hb != nil:
+		return r.applyHeartbeat(now, m.hb)
+	case m.probes != nil:
+		for _, p := range m.probes {
+			if c := r.cells[p.id]; c != nil {
+				c.rtt, c.jitter, c.rttOK = p.rtt, p.jitter, p.ok
+			}
+		}
+		return false
+	case m.drain != nil:
+		err := r.applyDrain(now, m.drain)
+		m.drain.reply <- err
+		return err == nil
+	}
+	return false
+}
+
+func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) bool {
+	r.metrics.heartbeats.Inc()
+	c := r.cells[hb.GetCellId()]
+	if c == nil {
+		c = &cell{id: hb.GetCellId(), stateSince: now}
+		r.cells[c.id] = c
+		r.idsDirty = true
+	}
+	if c.hb == nil || c.hb.GetEndpoint() != hb.GetEndpoint() {
+		r.claimEndpoint(c, hb.GetEndpoint())
+	}
+	c.hb, c.lastSeen = hb, now
+	reported := lifecycle.FromProto(hb.GetState())
+	ev, _ := lifecycle.ReportEvent(reported)
+	next, err := lifecycle.Next(c.state, ev, c.drain)
+	if err != nil {
+		r.metrics.refusedTransitions.Inc()
+		r.log.Debug("lifecycle transition refused", "cell", c.id, "err", err)
+		return false
+	}
+	reason := hb.GetReason()
+	if reason == "" {
+		reason = "agent reported " + reported.String()
+	}
+	return r.transition(now, c, next, reason)
+}
+
+// claimEndpoint records that c advertises ep; a live cell already holding
+// ep keeps it and c is marked conflicting.
+func (r *Registry) claimEndpoint(c *cell, ep string) {
+	if c.hb != nil && r.byEndpoint[c.hb.GetEndpoint()] == c.id {
+		delete(r.byEndpoint, c.hb.GetEndpoint())
+	}
+	holder, taken := r.byEndpoint[ep]
+	if taken && holder != c.id {
+		if h := r.cells[holder]; h != nil && h.state.Live() {
+			if !c.conflict {
+				r.metrics.rejected.WithLabelValues("endpoint_conflict").Inc()
+				r.log.Warn("cell advertises an endpoint another live cell holds; keeping it out of the load balancer",
+					"cell", c.id, "endpoint", ep, "holder", holder)
+			}
+			c.conflict = true
+			return
+		}
+	}
+	r.byEndpoint[ep] = c.id
+	c.conflict = false
+}
+
+func (r *Registry) applyDrain(now time.Time, req *drainRequest) error {
+	c := r.cells[req.id]
+	if c == nil {
+		r.metrics.unknownCells.Inc()
+		return fmt.Errorf("%w: %q", ErrUnknownCell, truncate(req.id))
+	}
+	ev := lifecycle.DrainRequested
+	if !req.drain {
+		ev = lifecycle.UndrainRequested
+	}
+	next, err := lifecycle.Next(c.state, ev, req.drain)
+	if err != nil {
+		return err
+	}
+	c.drain = req.drain
+	r.transition(now, c, next, "operator "+ev.String())
+	return nil
+}
+
+// transition moves c to next and reports whether serving changed.
+func (r *Registry) transition(now time.Time, c *cell, next lifecycle.State, reason string) bool {
+	if next == c.state {
+		return false
+	}
+	prev := c.state
+	r.metrics.transitions.WithLabelValues(prev.String(), next.String()).Inc()
+	r.log.Info("cell state changed", "cell", c.id, "from", prev.String(), "to", next.String(), "reason", reason)
+	if next == lifecycle.Failed && (prev == lifecycle.Ready || prev == lifecycle.Draining) {
+		c.leftLBAt = now
+	}
+	c.state, c.stateSince, c.reason = next, now, reason
+	return true
+}
+
+// sweep fails cells whose heartbeats stopped and forgets long-dead ones.
+func (r *Registry) sweep(now time.Time) {
+	ttl := r.cfg.TTL()
+	for id, c := range r.cells {
+		switch {
+		case c.state.Live() && now.Sub(c.lastSeen) >= ttl:
+			next, _ := lifecycle.Next(c.state, lifecycle.TTLExpired, c.drain)
+			r.transition(now, c, next, fmt.Sprintf("no heartbeat for %v (TTL %v)", now.Sub(c.lastSeen).Round(time.Millisecond), ttl))
+		case !c.state.Live() && now.Sub(c.stateSince) >= r.cfg.ForgetAfter && now.Sub(c.lastSeen) >= r.cfg.ForgetAfter:
+			delete(r.cells, id)
+			if c.hb != nil && r.byEndpoint[c.hb.GetEndpoint()] == id {
+				delete(r.byEndpoint, c.hb.GetEndpoint())
+			}
+			r.idsDirty = true
+		}
+	}
+}
+
+// scoreInput maps a heartbeat's signals to the scorer's input. Application
+// signals count only when the vLLM source is healthy, hardware signals only
+// when DCGM is: a missing source drops out and the scorer renormalises.
+func scoreInput(c *cell) score.Input {
+	var in score.Input
+	s := c.hb.GetSignals()
+	opt := func(p *float64) score.Value {
+		if p == nil {
+			return score.Value{}
+		}
+		return score.Some(*p)
+	}
+	if c.hb.GetVllm().GetOk() {
+		in.QueueDepth, in.Running = opt(s.QueueDepth), opt(s.Running)
+		in.TTFTP95, in.ErrorRate, in.KVCache = opt(s.TtftP95Seconds), opt(s.ErrorRate), opt(s.KvCacheUsage)
+	}
+	if c.hb.GetDcgm().GetOk() {
+		in.GPUUtil, in.VRAM, in.SMActive, in.DRAMActive = opt(s.GpuUtil), opt(s.VramUsed), opt(s.SmActive), opt(s.DramActive)
+		in.TemperatureC = opt(s.TemperatureCelsius)
+		if s.ClockThrottleReasons != nil {
+			in.ThrottleReasons, in.ThrottleOK = *s.ClockThrottleReasons, true
+		}
+	}
+	in.RTT, in.Jitter, in.RTTOK, in.JitterOK = c.rtt, c.jitter, c.rttOK, c.rttOK
+	return in
+}
+
+// cycle scores every cell, projects weights, publishes a view and, when
+// the projection says so, offers a new xDS state to the publisher.
+func (r *Registry) cycle(now time.Time) {
+	start := time.Now() // wall time for the cost metric, not for logic
+	r.cycles++
+	if r.idsDirty {
+		r.ids = r.ids[:0]
+		for id := range r.cells {
+			r.ids = append(r.ids, id)
+		}
+		slices.Sort(r.ids)
+		r.idsDirty = false
+	}
+	views := make([]CellView, 0, len(r.ids))
+	pcells := make([]projection.Cell, 0, len(r.ids))
+	for _, id := range r.ids {
+		c := r.cells[id]
+		res := r.cfg.Score.Score(scoreInput(c))
+		state := c.state
+		if c.conflict {
+			state = lifecycle.Failed // never in the load balancer
+		}
+		pc := projection.Cell{ID: id, State: state, Pressure: res.Pressure}
+		if s := c.hb.GetSignals(); c.hb.GetVllm().GetOk() && s.ErrorRate != nil {
+			pc.ErrorRate, pc.ErrorOK = *s.ErrorRate, true
+			pc.ErrorRequests = s.GetWindowRequests()
+		}
+		pcells = append(pcells, pc)
+		views = append(views, CellView{
+			ID: id, Endpoint: c.hb.GetEndpoint(), Model: c.hb.GetCapability().GetModel(),
+			MaxModelLen: c.hb.GetCapability().GetMaxModelLen(),
+			State:       c.state, StateSince: c.stateSince, Reason: c.reason, LastSeen: c.lastSeen,
+			Incarnation: c.hb.GetIncarnation(), Sequence: c.hb.GetSequence(),
+			Signals: c.hb.GetSignals(), VLLM: sourceView(c.hb.GetVllm()), DCGM: sourceView(c.hb.GetDcgm()),
+			RTT: c.rtt, Jitter: c.jitter, RTTOK: c.rttOK, Score: res,
+			OperatorDrain: c.drain, Fallback: res.Fallback || !c.hb.GetDcgm().GetOk() || !c.hb.GetVllm().GetOk(),
+			EndpointConflict: c.conflict,
+		})
+	}
+	d := r.proj.Project(now, pcells)
+	for i := range views {
+		views[i].Weight = d.Weights[i] // both sorted by id
+		if views[i].Weight.Published == 0 {
+			if c := r.cells[views[i].ID]; !c.leftLBAt.IsZero() {
+				if _, was := r.lastPushed[c.id]; was {
+					r.removals = append(r.removals, removal{id: c.id, since: c.leftLBAt})
+				}
+				c.leftLBAt = time.Time{}
+			}
+		}
+	}
+	for _, id := range d.NewTrips {
+		r.metrics.penaltyTrips.Inc()
+		r.log.Warn("error-rate outlier penalised", "cell", id)
+	}
+	r.view.Store(newView(now, r.cycles, views))
+	r.metrics.projection.Observe(time.Since(start).Seconds())
+	if d.Push {
+		st := r.buildState(views)
+		r.pub.offer(st, r.removals)
+		r.removals = nil
+	}
+}
+
+// buildState turns the cells with a published weight into the xDS state:
+// per model, the local cells as one locality.
+func (r *Registry) buildState(views []CellView) xds.State {
+	clear(r.lastPushed)
+	byModel := map[string]*xds.Model{}
+	var order []string
+	for _, v := range views {
+		if v.Weight.Published == 0 {
+			continue
+		}
+		host, portStr, err := net.SplitHostPort(v.Endpoint)
+		if err != nil {
+			continue // validated on receipt; unreachable
+		}
+		port, _ := strconv.ParseUint(portStr, 10, 32)
+		m := byModel[v.Model]
+		if m == nil {
+			m = &xds.Model{Name: v.Model, Localities: []xds.Locality{{Region: r.cfg.Region, Zone: r.cfg.Zone, Weight: 1}}}
+			byModel[v.Model] = m
+			order = append(order, v.Model)
+		}
+		m.Localities[0].Endpoints = append(m.Localities[0].Endpoints, xds.Endpoint{
+			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
+		})
+		r.lastPushed[v.ID] = v.Weight.Published
+	}
+	slices.Sort(order)
+	st := xds.State{Models: make([]xds.Model, 0, len(order))}
+	for _, name := range order {
+		st.Models = append(st.Models, *byModel[name])
+	}
+	return st
+}

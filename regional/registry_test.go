@@ -1,0 +1,302 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+// recordingPusher keeps every state pushed and signals each push.
+type recordingPusher struct {
+	mu     sync.Mutex
+	states []xds.State
+	pushed chan xds.State
+}
+
+func newRecordingPusher() *recordingPusher {
+	return &recordingPusher{pushed: make(chan xds.State, 256)}
+}
+
+func (p *recordingPusher) push(st xds.State) (string, error) {
+	p.mu.Lock()
+	p.states = append(p.states, st)
+	n := len(p.states)
+	p.mu.Unlock()
+	p.pushed <- st
+	return string(rune('0' + n)), nil
+}
+
+// weights flattens a state to cell → weight.
+func weights(st xds.State) map[string]uint32 {
+	out := map[string]uint32{}
+	for _, m := range st.Models {
+		for _, l := range m.Localities {
+			for _, e := range l.Endpoints {
+				out[e.CellID] = e.Weight
+			}
+		}
+	}
+	return out
+}
+
+type regFixture struct {
+	t     *testing.T
+	clock *clockwork.FakeClock
+	reg   *Registry
+	push  *recordingPusher
+	prom  *prometheus.Registry
+	m     *metrics
+	seq   map[string]uint64
+}
+
+func newRegFixture(t *testing.T) *regFixture {
+	t.Helper()
+	cfg := DefaultConfig("r1")
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	prom := prometheus.NewRegistry()
+	m := newMetrics(prom)
+	push := newRecordingPusher()
+	reg, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), m, push.push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	return &regFixture{t: t, clock: clock, reg: reg, push: push, prom: prom, m: m, seq: map[string]uint64{}}
+}
+
+func f64(v float64) *float64 { return &v }
+
+func heartbeat(id, ep string, state isobarpb.LifecycleState, seq uint64) *isobarpb.CellHeartbeat {
+	return &isobarpb.CellHeartbeat{
+		CellId: id, Region: "r1", Endpoint: ep, State: state, Sequence: seq, Incarnation: "i1",
+		Capability: &isobarpb.Capability{Model: "m", MaxModelLen: 8192},
+		Vllm:       &isobarpb.SourceHealth{Ok: true},
+		Dcgm:       &isobarpb.SourceHealth{Ok: true},
+		Signals: &isobarpb.Signals{
+			QueueDepth: f64(0), Running: f64(0), KvCacheUsage: f64(0),
+			GpuUtil: f64(0), VramUsed: f64(0), SmActive: f64(0), DramActive: f64(0),
+		},
+	}
+}
+
+// send submits a heartbeat and waits until the registry's view reflects it.
+func (f *regFixture) send(hb *isobarpb.CellHeartbeat) {
+	f.t.Helper()
+	if hb.Sequence == 0 {
+		f.seq[hb.CellId]++
+		hb.Sequence = f.seq[hb.CellId]
+	}
+	if err := f.reg.SubmitOrBlock(context.Background(), hb); err != nil {
+		f.t.Fatal(err)
+	}
+	f.waitView(func(v *View) bool {
+		c, ok := v.Cell(hb.CellId)
+		return ok && c.Sequence == hb.Sequence
+	})
+}
+
+// waitView advances the fake clock one cycle at a time until cond holds.
+func (f *regFixture) waitView(cond func(*View) bool) *View {
+	f.t.Helper()
+	for range 200 {
+		if v := f.reg.View(); cond(v) {
+			return v
+		}
+		f.tick()
+	}
+	f.t.Fatalf("view never satisfied the condition; last: %+v", f.reg.View().Cells)
+	return nil
+}
+
+// tick advances the fake clock by one cycle interval and waits for the
+// registry to run that cycle.
+func (f *regFixture) tick() {
+	f.t.Helper()
+	before := f.reg.View().Cycle
+	if err := f.clock.BlockUntilContext(context.Background(), 1); err != nil {
+		f.t.Fatal(err)
+	}
+	f.clock.Advance(f.reg.cfg.CycleInterval)
+	deadline := time.Now().Add(5 * time.Second)
+	for f.reg.View().Cycle == before {
+		if time.Now().After(deadline) {
+			f.t.Fatal("registry did not run a cycle")
+		}
+		time.Sleep(time.Millisecond) // polling a condition, bounded above
+	}
+}
+
+func (f *regFixture) nextPush() map[string]uint32 {
+	f.t.Helper()
+	select {
+	case st := <-f.push.pushed:
+		return weights(st)
+	case <-time.After(5 * time.Second):
+		f.t.Fatal("no xDS push")
+		return nil
+	}
+}
+
+func TestRegistryLifecycleAndTTL(t *testing.T) {
+	f := newRegFixture(t)
+	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+	f.send(heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_LOADING, 0))
+	f.send(heartbeat("b", "127.0.0.1:1002", ready, 0))
+	if w := f.nextPush(); len(w) != 1 || w["b"] != 100 {
+		t.Fatalf("first push = %v, want only b at 100", w)
+	}
+	f.send(heartbeat("a", "127.0.0.1:1001", ready, 0))
+	if w := f.nextPush(); len(w) != 2 {
+		t.Fatalf("after a is ready: %v", w)
+	}
+
+	// a keeps heartbeating, b goes silent: after the TTL b is Failed and
+	// pushed out, a stays.
+	ttl := f.reg.cfg.TTL()
+	silentSince := f.clock.Now()
+	for f.clock.Since(silentSince) < ttl+f.reg.cfg.CycleInterval {
+		f.send(heartbeat("a", "127.0.0.1:1001", ready, 0))
+		f.tick()
+	}
+	v := f.reg.View()
+	b, _ := v.Cell("b")
+	if b.State != lifecycle.Failed {
+		t.Fatalf("b state = %s after %v of silence, want failed", b.State, f.clock.Since(silentSince))
+	}
+	if w := f.nextPush(); len(w) != 1 || w["a"] == 0 {
+		t.Fatalf("after b failed: %v", w)
+	}
+	if got := testutil.ToFloat64(f.m.transitions.WithLabelValues("ready", "failed")); got != 1 {
+		t.Errorf("ready→failed transitions = %v", got)
+	}
+	if testutil.CollectAndCount(f.m.failover) != 1 {
+		t.Errorf("failover histogram not observed")
+	}
+
+	// b comes back.
+	f.send(heartbeat("b", "127.0.0.1:1002", ready, 0))
+	if w := f.nextPush(); len(w) != 2 {
+		t.Fatalf("after b recovered: %v", w)
+	}
+}
+
+func TestRegistryEngineDeathIsUrgent(t *testing.T) {
+	f := newRegFixture(t)
+	f.send(heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 0))
+	f.nextPush()
+	hb := heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_FAILED, 0)
+	hb.Reason = "engine connection closed"
+	f.seq["a"]++
+	hb.Sequence = f.seq["a"]
+	if err := f.reg.SubmitOrBlock(context.Background(), hb); err != nil {
+		t.Fatal(err)
+	}
+	// No clock advance: the state change alone triggers the push.
+	if w := f.nextPush(); len(w) != 0 {
+		t.Fatalf("after engine death: %v", w)
+	}
+	c, _ := f.reg.View().Cell("a")
+	if c.Reason != "engine connection closed" {
+		t.Errorf("reason = %q", c.Reason)
+	}
+}
+
+func TestRegistryDrain(t *testing.T) {
+	f := newRegFixture(t)
+	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+	f.send(heartbeat("a", "127.0.0.1:1001", ready, 0))
+	f.nextPush()
+	if err := f.reg.SetDrain(context.Background(), "nope", true); !errors.Is(err, ErrUnknownCell) {
+		t.Fatalf("drain unknown = %v", err)
+	}
+	if got := testutil.ToFloat64(f.m.unknownCells); got != 1 {
+		t.Errorf("unknown cell counter = %v", got)
+	}
+	if err := f.reg.SetDrain(context.Background(), "a", true); err != nil {
+		t.Fatal(err)
+	}
+	// The agent still says Ready; the operator's drain wins.
+	f.send(heartbeat("a", "127.0.0.1:1001", ready, 0))
+	c, _ := f.reg.View().Cell("a")
+	if c.State != lifecycle.Draining || !c.OperatorDrain {
+		t.Fatalf("after drain: %s drain=%v", c.State, c.OperatorDrain)
+	}
+	// The weight ramps to zero over DrainRamp (the agent keeps heartbeating)
+	// and the endpoint is removed.
+	drainStart := f.clock.Now()
+	var last uint32 = 100
+	for step := 0; ; step++ {
+		if step > 200 {
+			t.Fatal("drain never completed")
+		}
+		f.send(heartbeat("a", "127.0.0.1:1001", ready, 0))
+		f.tick()
+		c, _ = f.reg.View().Cell("a")
+		if c.Weight.Published > last {
+			t.Fatalf("weight rose during the drain: %d after %d", c.Weight.Published, last)
+		}
+		last = c.Weight.Published
+		if last == 0 {
+			break
+		}
+	}
+	if c.State != lifecycle.Draining {
+		t.Errorf("state after the ramp = %s", c.State)
+	}
+	if took := f.clock.Since(drainStart); took < f.reg.cfg.Projection.DrainRamp {
+		t.Errorf("removed after %v, before the ramp of %v", took, f.reg.cfg.Projection.DrainRamp)
+	}
+}
+
+func TestRegistryEndpointConflict(t *testing.T) {
+	f := newRegFixture(t)
+	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+	f.send(heartbeat("a", "127.0.0.1:1001", ready, 0))
+	f.nextPush()
+	f.send(heartbeat("b", "127.0.0.1:1001", ready, 0))
+	c, _ := f.reg.View().Cell("b")
+	if !c.EndpointConflict || c.Weight.Published != 0 {
+		t.Fatalf("b = %+v, want a conflict with no weight", c)
+	}
+	if got := testutil.ToFloat64(f.m.rejected.WithLabelValues("endpoint_conflict")); got != 1 {
+		t.Errorf("endpoint_conflict counter = %v", got)
+	}
+}
+
+func TestRegistryFallbackWhenDCGMDown(t *testing.T) {
+	f := newRegFixture(t)
+	hb := heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 0)
+	f.send(hb)
+	c, _ := f.reg.View().Cell("a")
+	if c.Fallback {
+		t.Fatal("fallback set with every source healthy")
+	}
+	down := proto.Clone(hb).(*isobarpb.CellHeartbeat)
+	down.Sequence = 0
+	down.Dcgm = &isobarpb.SourceHealth{Ok: false, Error: "connection refused"}
+	f.send(down)
+	c, _ = f.reg.View().Cell("a")
+	if !c.Fallback || c.State != lifecycle.Ready || c.Weight.Published == 0 {
+		t.Fatalf("dcgm down: %+v", c)
+	}
+	for s, present := range c.Score.Present {
+		if present && s >= 4 && s <= 7 {
+			t.Errorf("hardware signal %d scored while DCGM is down", s)
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/lifecycle"
+)
+
+// Heartbeat refusal classes. Each is a reason label of
+// isobar_regional_heartbeats_rejected_total; test with errors.Is.
+var (
+	ErrInvalidHeartbeat = errors.New("regional: invalid heartbeat")
+	ErrWrongRegion      = errors.New("regional: heartbeat for another region")
+	ErrStaleSequence    = errors.New("regional: stale or replayed heartbeat sequence")
+	ErrDuplicateCell    = errors.New("regional: cell id already connected on another stream")
+	ErrIdentityMismatch = errors.New("regional: client certificate does not match the cell id")
+	ErrOversized        = errors.New("regional: heartbeat message too large")
+)
+
+// rejectReason maps a refusal to its metric label.
+func rejectReason(err error) string {
+	switch {
+	case errors.Is(err, ErrWrongRegion):
+		return "wrong_region"
+	case errors.Is(err, ErrStaleSequence):
+		return "stale_sequence"
+	case errors.Is(err, ErrDuplicateCell):
+		return "duplicate_cell"
+	case errors.Is(err, ErrIdentityMismatch):
+		return "identity_mismatch"
+	case errors.Is(err, ErrOversized):
+		return "oversized"
+	case errors.Is(err, ErrInvalidHeartbeat):
+		return "invalid"
+	default:
+		return "other"
+	}
+}
+
+// maxModelLenLimit bounds max_model_len: no model has a context of more than
+// 64 Mi tokens; a larger value is corruption.
+const maxModelLenLimit = 64 << 20
+
+// validateHeartbeat checks everything a heartbeat carries that does not
+// depend on other cells. It returns an error wrapping ErrInvalidHeartbeat
+// or ErrWrongRegion that names the offending field.
+func validateHeartbeat(hb *isobarpb.CellHeartbeat, region string) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidHeartbeat, fmt.Sprintf(format, a...))
+	}
+	if !namePattern.MatchString(hb.GetCellId()) {
+		return bad("cell_id %q: want 1-128 characters of [A-Za-z0-9._-]", truncate(hb.GetCellId()))
+	}
+	if hb.GetRegion() != region {
+		return fmt.Errorf("%w: cell %s says region %q, this controller serves %q", ErrWrongRegion, hb.GetCellId(), truncate(hb.GetRegion()), region)
+	}
+	st := lifecycle.FromProto(hb.GetState())
+	if st == lifecycle.Unknown {
+		return bad("cell %s: state %v is not a lifecycle state", hb.GetCellId(), hb.GetState())
+	}
+	if err := validateEndpoint(hb.GetEndpoint()); err != nil {
+		return bad("cell %s: endpoint: %v", hb.GetCellId(), err)
+	}
+	if c := hb.GetCapability(); c != nil {
+		if len(c.GetModel()) > 256 {
+			return bad("cell %s: model name longer than 256 bytes", hb.GetCellId())
+		}
+		if c.GetMaxModelLen() > maxModelLenLimit {
+			return bad("cell %s: max_model_len %d exceeds %d", hb.GetCellId(), c.GetMaxModelLen(), maxModelLenLimit)
+		}
+	}
+	if (st == lifecycle.Ready || st == lifecycle.Loading) && hb.GetCapability().GetModel() == "" {
+		return bad("cell %s: %s without a model name", hb.GetCellId(), st)
+	}
+	if hb.GetSequence() == 0 {
+		return bad("cell %s: sequence must start at 1", hb.GetCellId())
+	}
+	if len(hb.GetIncarnation()) > 128 || len(hb.GetReason()) > 1024 {
+		return bad("cell %s: incarnation or reason too long", hb.GetCellId())
+	}
+	return validateSignals(hb.GetCellId(), hb.GetSignals())
+}
+
+func validateEndpoint(ep string) error {
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", truncate(ep))
+	}
+	if host == "" || len(host) > 253 {
+		return fmt.Errorf("%q has no usable host", truncate(ep))
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q: port must be 1-65535", truncate(ep))
+	}
+	return nil
+}
+
+// validateSignals refuses non-finite or impossible values rather than let
+// them reach the scorer: a cellagent drops bad values itself, so one that
+// arrives here is a bug or an attack.
+func validateSignals(cell string, s *isobarpb.Signals) error {
+	if s == nil {
+		return nil
+	}
+	type field struct {
+		name     string
+		v        *float64
+		fraction bool
+	}
+	fields := []field{
+		{"queue_depth", s.QueueDepth, false},
+		{"running", s.Running, false},
+		{"ttft_p95_seconds", s.TtftP95Seconds, false},
+		{"error_rate", s.ErrorRate, true},
+		{"kv_cache_usage", s.KvCacheUsage, true},
+		{"gpu_util", s.GpuUtil, true},
+		{"vram_used", s.VramUsed, true},
+		{"sm_active", s.SmActive, true},
+		{"dram_active", s.DramActive, true},
+		{"power_watts", s.PowerWatts, false},
+		{"request_rate", s.RequestRate, false},
+		{"window_requests", s.WindowRequests, false},
+	}
+	for _, f := range fields {
+		if f.v == nil {
+			continue
+		}
+		v := *f.v
+		switch {
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			return fmt.Errorf("%w: cell %s: signal %s is %v; want a finite number", ErrInvalidHeartbeat, cell, f.name, v)
+		case v < 0:
+			return fmt.Errorf("%w: cell %s: signal %s is negative (%v)", ErrInvalidHeartbeat, cell, f.name, v)
+		case f.fraction && v > 1.0001:
+			return fmt.Errorf("%w: cell %s: signal %s is %v; want a fraction in [0,1]", ErrInvalidHeartbeat, cell, f.name, v)
+		case v > 1e12:
+			return fmt.Errorf("%w: cell %s: signal %s is implausibly large (%v)", ErrInvalidHeartbeat, cell, f.name, v)
+		}
+	}
+	if t := s.TemperatureCelsius; t != nil && (math.IsNaN(*t) || *t < -50 || *t > 200) {
+		return fmt.Errorf("%w: cell %s: temperature_celsius %v outside [-50, 200]", ErrInvalidHeartbeat, cell, *t)
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

@@ -1,0 +1,93 @@
+package regional
+
+import (
+	"sort"
+	"time"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/regional/projection"
+	"github.com/isobar-mesh/isobar/regional/score"
+)
+
+// View is an immutable picture of the registry after one cycle. Readers
+// get it from Registry.View and must not modify it.
+type View struct {
+	// At is when the cycle ran; Cycle counts cycles.
+	At    time.Time
+	Cycle uint64
+	// Cells sorted by ID.
+	Cells []CellView
+	// PushedVersion is the xDS version of the last successful push (may lag
+	// the view by one publish).
+	index map[string]int
+}
+
+// Cell returns the named cell.
+func (v *View) Cell(id string) (CellView, bool) {
+	if v == nil {
+		return CellView{}, false
+	}
+	i, ok := v.index[id]
+	if !ok {
+		return CellView{}, false
+	}
+	return v.Cells[i], true
+}
+
+// CellView is one cell as the controller sees it.
+type CellView struct {
+	ID          string
+	Endpoint    string
+	Model       string
+	MaxModelLen uint32
+	State       lifecycle.State
+	StateSince  time.Time
+	Reason      string
+	LastSeen    time.Time
+	Incarnation string
+	Sequence    uint64
+	// Signals as last reported (shared with the registry; read only).
+	Signals *isobarpb.Signals
+	VLLM    SourceView
+	DCGM    SourceView
+	RTT     time.Duration
+	Jitter  time.Duration
+	RTTOK   bool
+	Score   score.Result
+	Weight  projection.Weight
+	// OperatorDrain: an operator asked for this cell to be drained.
+	OperatorDrain bool
+	// Fallback: a telemetry source is missing and scoring runs on the rest.
+	Fallback bool
+	// EndpointConflict: another live cell advertises the same endpoint;
+	// this one is kept out of the load balancer.
+	EndpointConflict bool
+}
+
+// SourceView is one telemetry source's health as last reported.
+type SourceView struct {
+	OK          bool
+	Error       string
+	LastSuccess time.Time
+}
+
+func newView(at time.Time, cycle uint64, cells []CellView) *View {
+	sort.Slice(cells, func(i, j int) bool { return cells[i].ID < cells[j].ID })
+	idx := make(map[string]int, len(cells))
+	for i, c := range cells {
+		idx[c.ID] = i
+	}
+	return &View{At: at, Cycle: cycle, Cells: cells, index: idx}
+}
+
+func sourceView(h *isobarpb.SourceHealth) SourceView {
+	if h == nil {
+		return SourceView{Error: "not reported"}
+	}
+	sv := SourceView{OK: h.GetOk(), Error: h.GetError()}
+	if h.GetLastSuccess() != nil {
+		sv.LastSuccess = h.GetLastSuccess().AsTime()
+	}
+	return sv
+}
