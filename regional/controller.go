@@ -158,6 +158,9 @@ func (c *Controller) Stop() {
 		}
 		c.health.Shutdown()
 		c.cancel()
+		// xDS streams only end when the xDS server stops; stop it first so
+		// GracefulStop does not wait for them.
+		c.xds.Stop()
 		stopped := make(chan struct{})
 		go func() { c.grpc.GracefulStop(); close(stopped) }()
 		select {
@@ -172,7 +175,6 @@ func (c *Controller) Stop() {
 			cancel()
 		}
 		c.reg.Stop()
-		c.xds.Stop()
 		c.wg.Wait()
 	})
 }

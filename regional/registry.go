@@ -91,6 +91,7 @@ type Registry struct {
 	cycles     uint64
 	removals   []removal
 	lastPushed map[string]uint32 // weights in the last offered state
+	index      map[string]int    // id → position in ids, shared by views
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -116,7 +117,7 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		done:       make(chan struct{}),
 	}
 	r.pub = newPublisher(push, clock, log, m)
-	r.view.Store(newView(clock.Now(), 0, nil))
+	r.view.Store(newView(clock.Now(), 0, nil, nil))
 	return r, nil
 }
 
@@ -403,6 +404,10 @@ func (r *Registry) cycle(now time.Time) {
 		}
 		slices.Sort(r.ids)
 		r.idsDirty = false
+		r.index = make(map[string]int, len(r.ids))
+		for i, id := range r.ids {
+			r.index[id] = i
+		}
 	}
 	views := make([]CellView, 0, len(r.ids))
 	pcells := make([]projection.Cell, 0, len(r.ids))
@@ -432,7 +437,7 @@ func (r *Registry) cycle(now time.Time) {
 	}
 	d := r.proj.Project(now, pcells)
 	for i := range views {
-		views[i].Weight = d.Weights[i] // both sorted by id
+		views[i].Weight = d.Weights[i] // same order as pcells
 		if views[i].Weight.Published == 0 {
 			if c := r.cells[views[i].ID]; !c.leftLBAt.IsZero() {
 				if _, was := r.lastPushed[c.id]; was {
@@ -446,7 +451,7 @@ func (r *Registry) cycle(now time.Time) {
 		r.metrics.penaltyTrips.Inc()
 		r.log.Warn("error-rate outlier penalised", "cell", id)
 	}
-	r.view.Store(newView(now, r.cycles, views))
+	r.view.Store(newView(now, r.cycles, views, r.index))
 	r.metrics.projection.Observe(time.Since(start).Seconds())
 	if d.Push {
 		st := r.buildState(views)

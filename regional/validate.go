@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"strconv"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -91,8 +92,8 @@ func validateEndpoint(ep string) error {
 	if err != nil {
 		return fmt.Errorf("%q is not host:port", truncate(ep))
 	}
-	if host == "" || len(host) > 253 {
-		return fmt.Errorf("%q has no usable host", truncate(ep))
+	if _, err := netip.ParseAddr(host); err != nil {
+		return fmt.Errorf("%q: host must be an IP address (Envoy's EDS refuses names; resolve it in the agent with --advertise)", truncate(ep))
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 1 || p > 65535 {

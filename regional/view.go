@@ -1,7 +1,6 @@
 package regional
 
 import (
-	"sort"
 	"time"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -18,9 +17,7 @@ type View struct {
 	Cycle uint64
 	// Cells sorted by ID.
 	Cells []CellView
-	// PushedVersion is the xDS version of the last successful push (may lag
-	// the view by one publish).
-	index map[string]int
+	index map[string]int // shared between views; read only
 }
 
 // Cell returns the named cell.
@@ -72,13 +69,16 @@ type SourceView struct {
 	LastSuccess time.Time
 }
 
-func newView(at time.Time, cycle uint64, cells []CellView) *View {
-	sort.Slice(cells, func(i, j int) bool { return cells[i].ID < cells[j].ID })
-	idx := make(map[string]int, len(cells))
-	for i, c := range cells {
-		idx[c.ID] = i
+// newView wraps cells, which must be sorted by ID. index maps ID → position
+// and may be shared between views with the same cells; nil builds one.
+func newView(at time.Time, cycle uint64, cells []CellView, index map[string]int) *View {
+	if index == nil {
+		index = make(map[string]int, len(cells))
+		for i, c := range cells {
+			index[c.ID] = i
+		}
 	}
-	return &View{At: at, Cycle: cycle, Cells: cells, index: idx}
+	return &View{At: at, Cycle: cycle, Cells: cells, index: index}
 }
 
 func sourceView(h *isobarpb.SourceHealth) SourceView {

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"time"
 
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
@@ -143,7 +142,7 @@ type Weight struct {
 
 // Decision is the result of one projection.
 type Decision struct {
-	// Weights of every cell passed in, sorted by ID.
+	// Weights of every cell passed in, in input order.
 	Weights []Weight
 	// Push says the published weights changed and must be sent.
 	Push bool
@@ -162,9 +161,12 @@ type Projector struct {
 	cells    map[string]*cellState
 	lastPush time.Time
 	pushed   bool
+	gen      uint64
+	targets  []uint32
 }
 
 type cellState struct {
+	gen        uint64 // projection that last saw the cell
 	published  uint32
 	drainStart time.Time
 	drainFrom  uint32
@@ -185,17 +187,17 @@ func New(cfg Config) (*Projector, error) {
 func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	var d Decision
 	d.Weights = make([]Weight, 0, len(cells))
-	seen := make(map[string]struct{}, len(cells))
+	p.gen++
 	urgentReason, driftReason := "", ""
-	targets := make([]uint32, 0, len(cells))
+	targets := p.targets[:0]
 
 	for _, c := range cells {
-		seen[c.ID] = struct{}{}
 		st := p.cells[c.ID]
 		if st == nil {
 			st = &cellState{}
 			p.cells[c.ID] = st
 		}
+		st.gen = p.gen
 		if st.pen.update(now, p.cfg.Penalty, c) {
 			d.NewTrips = append(d.NewTrips, c.ID)
 			if st.published > 0 && urgentReason == "" {
@@ -213,8 +215,9 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 			driftReason = fmt.Sprintf("%s weight %d→%d", c.ID, st.published, target)
 		}
 	}
+	p.targets = targets
 	for id, st := range p.cells {
-		if _, ok := seen[id]; !ok {
+		if st.gen != p.gen {
 			if st.published > 0 && urgentReason == "" {
 				urgentReason = id + " removed"
 			}
@@ -241,7 +244,6 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 			Penalty: st.pen.level, Probation: st.pen.probation(), Trips: st.pen.trips,
 		})
 	}
-	sort.Slice(d.Weights, func(i, j int) bool { return d.Weights[i].ID < d.Weights[j].ID })
 	return d
 }
 

@@ -1,0 +1,83 @@
+# isobar — build, test and code-generation targets. `make help` lists them.
+GO        ?= go
+BIN       := $(CURDIR)/bin
+TOOLS     := $(CURDIR)/.bin
+export PATH := $(TOOLS):$(PATH)
+
+BUF_VERSION              := v1.75.0
+PROTOC_GEN_GO_VERSION    := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+STATICCHECK_VERSION      := v0.8.2
+
+# Fuzz targets run by `make fuzz` (package:target), FUZZTIME each.
+FUZZTIME ?= 20s
+FUZZ_TARGETS := \
+	./regional:FuzzValidateHeartbeat \
+	./cellagent:FuzzParseVLLM \
+	./cellagent:FuzzParseDCGM
+
+.PHONY: help build test test-short run demo proto verify-genproto fix-genproto lint fmt verify tidy verify-tidy bench fuzz tools clean
+
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+build: ## build bin/isobar
+	$(GO) build -o $(BIN)/isobar ./cmd/isobar
+
+test: ## run every test with the race detector (what CI runs)
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-short: ## run the tests without the race detector
+	$(GO) test -count=1 ./...
+
+run: build ## run the embedded default: a simulated fleet with traffic and a live view
+	$(BIN)/isobar lab
+
+bench: ## control-plane benchmarks (cycle cost, heartbeat ingest, xDS build)
+	$(GO) test -run '^$$' -bench . -benchmem ./regional/... ./sim/... ./cellagent/...
+
+fuzz: ## run each fuzz target for FUZZTIME
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc ## install pinned code generators into .bin
+
+$(TOOLS)/buf:
+	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(TOOLS)/protoc-gen-go:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+$(TOOLS)/protoc-gen-go-grpc:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(TOOLS)/staticcheck:
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+proto: tools ## regenerate proto/isobarpb from proto/isobar/v1
+	buf lint
+	buf generate
+
+fix-genproto: proto ## alias of proto
+
+verify-genproto: proto ## fail if the committed generated code is stale
+	git diff --exit-code -- proto/isobarpb
+
+fmt: ## gofmt every Go file
+	gofmt -w $$(git ls-files '*.go')
+
+lint: $(TOOLS)/staticcheck ## gofmt check, go vet, staticcheck, dependency rules
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(TOOLS)/staticcheck ./...
+
+tidy: ## go mod tidy
+	$(GO) mod tidy
+
+verify-tidy: ## fail if go.mod/go.sum are not tidy
+	$(GO) mod tidy -diff
+
+verify: verify-tidy verify-genproto lint ## every verify-* check
+
+clean: ## remove build outputs
+	rm -rf $(BIN)

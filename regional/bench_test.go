@@ -1,0 +1,147 @@
+package regional
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+// BenchmarkCycle measures one control cycle at N cells: score every cell,
+// project weights, build and validate the xDS snapshot and set it in the
+// cache. Every iteration changes every cell's load so weights move and a
+// full push happens (the worst case; a quiet cycle pushes nothing).
+func BenchmarkCycle(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("cells=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig("r1")
+			clock := clockwork.NewFakeClock()
+			xs, err := xds.NewServer(xds.Config{Region: "r1", Zone: "r1"}, xds.Deps{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer xs.Stop()
+			r, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), newMetrics(nil), xs.Push)
+			if err != nil {
+				b.Fatal(err)
+			}
+			hbs := make([]*isobarpb.CellHeartbeat, n)
+			for i := range hbs {
+				hbs[i] = heartbeat(fmt.Sprintf("cell-%05d", i), "10.0."+strconv.Itoa(i/250)+"."+strconv.Itoa(i%250)+":8000",
+					isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
+				r.applyHeartbeat(clock.Now(), hbs[i])
+			}
+			loads := [2]float64{1, 12}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				for j, hb := range hbs {
+					hb.Signals.QueueDepth = &loads[(i+j)%2]
+				}
+				clock.Advance(cfg.Projection.MinInterval)
+				now := clock.Now()
+				for _, c := range r.cells {
+					c.lastSeen = now
+				}
+				r.cycle(now)
+				r.pub.mu.Lock()
+				st := r.pub.pending
+				r.pub.pending = nil
+				r.pub.mu.Unlock()
+				if st == nil {
+					b.Fatal("cycle did not offer a push")
+				}
+				if _, err := xs.Push(*st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHeartbeatIngest measures heartbeats accepted per second through
+// the real gRPC service into the registry, from 200 concurrent cell streams
+// on loopback (the sending side runs in the same process and shares the
+// CPUs, so this understates what the server alone can take).
+func BenchmarkHeartbeatIngest(b *testing.B) {
+	const streams = 200
+	cfg := DefaultConfig("r1")
+	cfg.HTTPListen = "-"
+	cfg.HeartbeatInterval = time.Hour // nothing expires during the run
+	cfg.ProbeInterval = time.Hour
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := New(cfg, Deps{Registerer: prometheus.NewRegistry(), GRPCListener: lis})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer c.Stop()
+	conn, err := grpc.NewClient(c.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	cl := isobarpb.NewCellRegistryClient(conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ss := make([]isobarpb.CellRegistry_HeartbeatClient, streams)
+	seqs := make([]uint64, streams)
+	for i := range ss {
+		if ss[i], err = cl.Heartbeat(ctx); err != nil {
+			b.Fatal(err)
+		}
+		hb := heartbeat(fmt.Sprintf("cell-%04d", i), fmt.Sprintf("10.1.%d.%d:8000", i/250, i%250), isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
+		seqs[i] = 1
+		if err := ss[i].Send(hb); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ss[i].Recv(); err != nil { // first ack
+			b.Fatal(err)
+		}
+	}
+	base := testutil.ToFloat64(c.metrics.heartbeats)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	per := b.N/streams + 1
+	for i := range ss {
+		wg.Go(func() {
+			hb := heartbeat(fmt.Sprintf("cell-%04d", i), fmt.Sprintf("10.1.%d.%d:8000", i/250, i%250), isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
+			for range per {
+				seqs[i]++
+				hb.Sequence = seqs[i]
+				if err := ss[i].Send(hb); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := float64(per * streams)
+	for testutil.ToFloat64(c.metrics.heartbeats)-base < total {
+		if time.Since(start) > 2*time.Minute {
+			b.Fatalf("only %v of %v heartbeats ingested", testutil.ToFloat64(c.metrics.heartbeats)-base, total)
+		}
+		time.Sleep(time.Millisecond) // waiting for the registry to drain its inbox, bounded above
+	}
+	el := time.Since(start)
+	b.ReportMetric(total/el.Seconds(), "heartbeats/s")
+}

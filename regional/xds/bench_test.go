@@ -1,0 +1,116 @@
+package xds
+
+import (
+	"fmt"
+	"testing"
+)
+
+var benchSizes = []int{10, 100, 1000}
+
+// BenchmarkBuild measures building and fully validating the resources.
+//
+//   - cold: a new Builder every time, so every Listener, Route, Cluster and
+//     assignment is built and validated (ValidateAll and every packed Any).
+//   - weights: the controller's steady state, every endpoint weight changes
+//     each cycle, so the assignment is rebuilt and validated and the rest
+//     comes from the memo.
+func BenchmarkBuild(b *testing.B) {
+	for _, n := range benchSizes {
+		m := fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)
+		st := State{Models: []Model{m}}
+		b.Run(fmt.Sprintf("cold/endpoints=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bl, err := NewBuilder(testConfig())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := bl.Build(st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("weights/endpoints=%d", n), func(b *testing.B) {
+			bl := mustBuilder(b, testConfig())
+			eps := m.Localities[0].Endpoints
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				for j := range eps {
+					eps[j].Weight = uint32(1 + (i+j)%100)
+				}
+				if _, err := bl.Build(st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPush measures a whole Push: build, validation, per-type change
+// detection, reference check, Consistent and SetSnapshot for both node
+// kinds.
+//
+//   - all-weights: every endpoint weight changes each push.
+//   - one-weight: one endpoint's weight changes (hysteresis at work).
+//   - unchanged: the same State again.
+func BenchmarkPush(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("one-weight/endpoints=%d", n), func(b *testing.B) {
+			s, err := NewServer(testConfig(), Deps{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Stop()
+			m := fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)
+			st := State{Models: []Model{m}}
+			eps := m.Localities[0].Endpoints
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				e := &eps[i%n]
+				e.Weight = e.Weight%100 + 1 // always a different weight
+				if _, err := s.Push(st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("unchanged/endpoints=%d", n), func(b *testing.B) {
+			s, err := NewServer(testConfig(), Deps{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Stop()
+			st := State{Models: []Model{fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Push(st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("all-weights/endpoints=%d", n), func(b *testing.B) {
+			s, err := NewServer(testConfig(), Deps{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Stop()
+			m := fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)
+			st := State{Models: []Model{m}}
+			eps := m.Localities[0].Endpoints
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				for j := range eps {
+					eps[j].Weight = uint32(1 + (i+j)%100)
+				}
+				if _, err := s.Push(st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,295 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+)
+
+// maxDetailLen bounds the NACK error detail kept and logged per stream.
+const maxDetailLen = 1024
+
+// StreamStatus is what one open xDS stream has been sent and has
+// acknowledged.
+type StreamStatus struct {
+	// ID is the stream id given by the xDS server.
+	ID int64
+	// NodeID, UserAgent and Kind describe the client, from its first request.
+	NodeID    string
+	UserAgent string
+	Kind      NodeKind
+	// Types holds, per type URL, the versions sent, acknowledged and
+	// rejected on this stream.
+	Types map[string]TypeStatus
+}
+
+// TypeStatus is the state of one resource type on one stream.
+type TypeStatus struct {
+	// Sent is the version of the last response sent.
+	Sent string
+	// Acked is the version of the last response the client acknowledged.
+	Acked string
+	// Nacked is the version of the last response the client rejected, and
+	// NackDetail the reason it gave (truncated).
+	Nacked     string
+	NackDetail string
+}
+
+type streamState struct {
+	id        int64
+	nodeID    string
+	userAgent string
+	kind      NodeKind
+	hasNode   bool
+	types     [numTypes]typeState
+}
+
+type typeState struct {
+	sentNonce   string
+	sentVersion string
+	acked       string
+	nacked      string
+	nackDetail  string
+	loggedNack  string // the version whose NACK was last logged
+}
+
+// callbacks feeds the xDS server's stream events into the Server. The xDS
+// server calls it synchronously from every stream's goroutine.
+type callbacks struct{ s *Server }
+
+var _ serverv3.Callbacks = callbacks{}
+
+// OnStreamOpen implements serverv3.Callbacks. After Stop it refuses the
+// stream.
+func (c callbacks) OnStreamOpen(_ context.Context, id int64, _ string) error {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return ErrStopped
+	}
+	s.streams[id] = &streamState{id: id}
+	s.m.streams.Inc()
+	return nil
+}
+
+// OnStreamClosed implements serverv3.Callbacks.
+func (c callbacks) OnStreamClosed(id int64, _ *core.Node) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.streams[id]; ok {
+		delete(s.streams, id)
+		s.m.streams.Dec()
+	}
+}
+
+// OnStreamRequest implements serverv3.Callbacks: it counts the request and,
+// when it answers the last response of its type on the stream, records an
+// ACK or a NACK.
+//
+// On a NACK it also sets the request's version_info to the rejected version
+// before the cache sees it. The client reports its last good version there,
+// which differs from the snapshot's, so the cache would resend the rejected
+// resources at once, and the client would reject them again, thousands of
+// times a second, until the next Push. Marked as holding the rejected
+// version, the client is sent nothing until that type changes.
+func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	s := c.s
+	typeURL := req.GetTypeUrl()
+	label := typeLabel(typeURL)
+	s.m.requests.WithLabelValues(label).Inc()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streams[id]
+	if st == nil {
+		return nil
+	}
+	if !st.hasNode && req.GetNode() != nil {
+		st.hasNode = true
+		st.nodeID = truncate(req.GetNode().GetId(), maxNameLen)
+		st.userAgent = truncate(req.GetNode().GetUserAgentName(), maxNameLen)
+		st.kind = ClassifyNode(req.GetNode())
+	}
+	t := typeIndex(typeURL)
+	if t < 0 {
+		return nil
+	}
+	ts := &st.types[t]
+	nonce := req.GetResponseNonce()
+	if nonce == "" || nonce != ts.sentNonce {
+		return nil // first request, or a stale nonce the server ignores
+	}
+	if req.GetErrorDetail() == nil {
+		s.m.acks.WithLabelValues(label).Inc()
+		ts.acked = ts.sentVersion
+		if !s.stopped { // Stop closed ackCh for good
+			close(s.ackCh)
+			s.ackCh = make(chan struct{})
+		}
+		return nil
+	}
+	s.m.nacks.WithLabelValues(label).Inc()
+	ts.nacked = ts.sentVersion
+	ts.nackDetail = truncate(req.GetErrorDetail().GetMessage(), maxDetailLen)
+	if ts.loggedNack != ts.sentVersion {
+		ts.loggedNack = ts.sentVersion
+		s.log.Warn("xds client rejected resources",
+			"node_id", st.nodeID, "node_kind", string(st.kind), "user_agent", st.userAgent,
+			"type", label, "version", ts.sentVersion, "last_good_version", req.GetVersionInfo(),
+			"error_detail", ts.nackDetail)
+	}
+	req.VersionInfo = ts.sentVersion
+	return nil
+}
+
+// OnStreamResponse implements serverv3.Callbacks: it records the version and
+// nonce sent.
+func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	s := c.s
+	typeURL := resp.GetTypeUrl()
+	s.m.responses.WithLabelValues(typeLabel(typeURL)).Inc()
+	t := typeIndex(typeURL)
+	if t < 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.streams[id]; st != nil {
+		st.types[t].sentNonce = resp.GetNonce()
+		st.types[t].sentVersion = resp.GetVersionInfo()
+	}
+}
+
+// OnDeltaStreamOpen implements serverv3.Callbacks. Delta streams are served
+// and counted, but their ACKs are not tracked: configure clients for
+// state-of-the-world ADS.
+func (c callbacks) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return ErrStopped
+	}
+	s.deltaStreams[id] = struct{}{}
+	s.m.streams.Inc()
+	return nil
+}
+
+// OnDeltaStreamClosed implements serverv3.Callbacks. It is called for
+// refused streams too.
+func (c callbacks) OnDeltaStreamClosed(id int64, _ *core.Node) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.deltaStreams[id]; ok {
+		delete(s.deltaStreams, id)
+		s.m.streams.Dec()
+	}
+}
+
+// OnStreamDeltaRequest implements serverv3.Callbacks.
+func (c callbacks) OnStreamDeltaRequest(_ int64, req *discovery.DeltaDiscoveryRequest) error {
+	c.s.m.requests.WithLabelValues(typeLabel(req.GetTypeUrl())).Inc()
+	return nil
+}
+
+// OnStreamDeltaResponse implements serverv3.Callbacks.
+func (c callbacks) OnStreamDeltaResponse(_ int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	c.s.m.responses.WithLabelValues(typeLabel(resp.GetTypeUrl())).Inc()
+}
+
+// OnFetchRequest implements serverv3.Callbacks.
+func (c callbacks) OnFetchRequest(_ context.Context, req *discovery.DiscoveryRequest) error {
+	c.s.m.requests.WithLabelValues(typeLabel(req.GetTypeUrl())).Inc()
+	return nil
+}
+
+// OnFetchResponse implements serverv3.Callbacks.
+func (c callbacks) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// WaitForAck blocks until some open stream has acknowledged typeURL at the
+// snapshot version (a value Push returned) or newer. A type that version
+// did not change counts as acknowledged by a client holding the type's
+// current content. It returns ctx.Err() when ctx ends, ErrStopped after
+// Stop, and an error wrapping ErrBadVersion for a version not pushed yet.
+func (s *Server) WaitForAck(ctx context.Context, typeURL, version string) error {
+	v, err := strconv.ParseUint(version, 10, 64)
+	if err != nil || v == 0 {
+		return fmt.Errorf("%w: %q is not a version returned by Push", ErrBadVersion, version)
+	}
+	t := typeIndex(typeURL)
+	if t < 0 {
+		return fmt.Errorf("%w: type %q is not served", ErrBadVersion, typeURL)
+	}
+	for {
+		s.mu.Lock()
+		if v > s.seq {
+			s.mu.Unlock()
+			return fmt.Errorf("%w: %d is newer than the last pushed version %d", ErrBadVersion, v, s.seq)
+		}
+		ok := s.ackedLocked(t, v)
+		stopped, ch := s.stopped, s.ackCh
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		if stopped {
+			return ErrStopped
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// ackedLocked reports whether some stream holds type t at version v or
+// newer. Versions of a type are the pushes that changed it, so an ACK of a
+// >= v holds v's content or newer, and so does an ACK of the type's current
+// version.
+func (s *Server) ackedLocked(t int, v uint64) bool {
+	for _, st := range s.streams {
+		a, err := strconv.ParseUint(st.types[t].acked, 10, 64)
+		if err != nil || a == 0 {
+			continue
+		}
+		if a >= v || a == s.versions[kindIndex(st.kind)][t] {
+			return true
+		}
+	}
+	return false
+}
+
+// Streams returns the state of every open state-of-the-world stream, by id.
+func (s *Server) Streams() []StreamStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]StreamStatus, 0, len(s.streams))
+	for _, st := range s.streams {
+		ss := StreamStatus{ID: st.id, NodeID: st.nodeID, UserAgent: st.userAgent, Kind: st.kind, Types: make(map[string]TypeStatus)}
+		for t := range numTypes {
+			ts := &st.types[t]
+			if ts.sentNonce == "" {
+				continue
+			}
+			ss.Types[servedType(t)] = TypeStatus{Sent: ts.sentVersion, Acked: ts.acked, Nacked: ts.nacked, NackDetail: ts.nackDetail}
+		}
+		out = append(out, ss)
+	}
+	slices.SortFunc(out, func(a, b StreamStatus) int { return int(a.ID - b.ID) })
+	return out
+}

@@ -1,0 +1,269 @@
+package xds
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// LBPolicy names the load-balancing policy written into every generated Cluster.
+type LBPolicy string
+
+// Supported load-balancing policies.
+const (
+	// LeastRequest is Envoy's weighted least-request (power of two choices over
+	// endpoint weights and in-flight requests). grpc-go ignores endpoint and
+	// locality weights under it.
+	LeastRequest LBPolicy = "least_request"
+	// RingHash is a consistent-hash ring with XX_HASH. It is the policy under
+	// which grpc-go honours per-endpoint weights.
+	RingHash LBPolicy = "ring_hash"
+	// RoundRobin is weighted round robin in Envoy; grpc-go honours only
+	// locality weights under it.
+	RoundRobin LBPolicy = "round_robin"
+)
+
+// Bounds and defaults that are not configuration.
+const (
+	minRingSize = 1024
+	maxRingSize = 8 * 1024 * 1024 // Envoy's and grpc-go's upper bound
+	maxNameLen  = 256
+)
+
+// Config holds the values of an xDS server. The zero value of a field means
+// its documented default; call sites normally set only Region.
+type Config struct {
+	// Region of this regional controller. Required. A Locality whose Region
+	// is empty is placed here.
+	Region string
+	// Zone of this regional controller. Default "". A Locality whose Region
+	// and Zone are both empty gets this zone.
+	Zone string
+
+	// LBPolicy is the cluster load-balancing policy: least_request (default),
+	// ring_hash or round_robin.
+	LBPolicy LBPolicy
+	// RingSize is the minimum ring size under ring_hash. Default 4096; at
+	// least 1024 so endpoint weights survive the ring's quantisation.
+	RingSize uint64
+
+	// ListenAddress is the address of the Envoy HTTP listener. Default
+	// "0.0.0.0". Must be an IP address.
+	ListenAddress string
+	// ListenPort is the port of the Envoy HTTP listener. Default 10000.
+	ListenPort uint32
+
+	// RouteTimeout bounds a whole request, streaming included. Default 600 s:
+	// LLM requests are long. For proxyless gRPC clients it is written as the
+	// route's max_stream_duration.
+	RouteTimeout time.Duration
+	// ConnectTimeout bounds an upstream TCP connect. Default 1 s.
+	ConnectTimeout time.Duration
+
+	// NumRetries is the number of retries on connect-failure, refused-stream,
+	// reset and HTTP 503 (gRPC clients: UNAVAILABLE). Default 2.
+	NumRetries uint32
+	// RetryBudgetPercent caps concurrent retries as a percentage of active
+	// requests, per cluster. Default 20.
+	RetryBudgetPercent float64
+	// RetryBudgetMinConcurrency is the number of concurrent retries always
+	// allowed whatever the budget. Default 3.
+	RetryBudgetMinConcurrency uint32
+	// MaxRequests is the circuit breaker on concurrent requests, pending
+	// requests and connections per cluster. Default 65536 (Envoy's own
+	// default of 1024 is too low for long LLM requests across many cells).
+	MaxRequests uint32
+
+	// OutlierConsecutive5xx ejects an endpoint after this many consecutive
+	// 5xx. Default 5.
+	OutlierConsecutive5xx uint32
+	// OutlierInterval is the ejection analysis sweep interval. Default 5 s.
+	OutlierInterval time.Duration
+	// OutlierBaseEjectionTime is the base ejection duration. Default 10 s.
+	OutlierBaseEjectionTime time.Duration
+	// OutlierMaxEjectionPercent caps the share of a cluster's endpoints that
+	// may be ejected at once. Default 50.
+	OutlierMaxEjectionPercent uint32
+
+	// ModelHeader is the request header that selects a model. Default
+	// "x-isobar-model". With a single model there is also a catch-all route.
+	ModelHeader string
+	// HopHeader is reserved for traffic forwarded from another region, which
+	// must never be forwarded again. Default "x-isobar-hop". Not yet used by
+	// the generated routes.
+	HopHeader string
+}
+
+// Deps holds the collaborators of an xDS server. Every field is optional.
+type Deps struct {
+	// Logger receives structured logs. Nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the metrics. Nil leaves them unregistered.
+	Registerer prometheus.Registerer
+	// Clock times snapshot builds. Nil means the real clock.
+	Clock clockwork.Clock
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Clock == nil {
+		d.Clock = clockwork.NewRealClock()
+	}
+	return d
+}
+
+func (c Config) withDefaults() Config {
+	if c.LBPolicy == "" {
+		c.LBPolicy = LeastRequest
+	}
+	if c.RingSize == 0 {
+		c.RingSize = 4096
+	}
+	if c.ListenAddress == "" {
+		c.ListenAddress = "0.0.0.0"
+	}
+	if c.ListenPort == 0 {
+		c.ListenPort = 10000
+	}
+	if c.RouteTimeout == 0 {
+		c.RouteTimeout = 600 * time.Second
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = time.Second
+	}
+	if c.NumRetries == 0 {
+		c.NumRetries = 2
+	}
+	if c.RetryBudgetPercent == 0 {
+		c.RetryBudgetPercent = 20
+	}
+	if c.RetryBudgetMinConcurrency == 0 {
+		c.RetryBudgetMinConcurrency = 3
+	}
+	if c.MaxRequests == 0 {
+		c.MaxRequests = 65536
+	}
+	if c.OutlierConsecutive5xx == 0 {
+		c.OutlierConsecutive5xx = 5
+	}
+	if c.OutlierInterval == 0 {
+		c.OutlierInterval = 5 * time.Second
+	}
+	if c.OutlierBaseEjectionTime == 0 {
+		c.OutlierBaseEjectionTime = 10 * time.Second
+	}
+	if c.OutlierMaxEjectionPercent == 0 {
+		c.OutlierMaxEjectionPercent = 50
+	}
+	if c.ModelHeader == "" {
+		c.ModelHeader = "x-isobar-model"
+	}
+	if c.HopHeader == "" {
+		c.HopHeader = "x-isobar-hop"
+	}
+	return c
+}
+
+// validate checks a Config that has had its defaults applied.
+func (c Config) validate() error {
+	if c.Region == "" {
+		return fmt.Errorf("%w: Region is empty; set it to this controller's region", ErrInvalidConfig)
+	}
+	if err := checkName("Region", c.Region); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.Zone != "" {
+		if err := checkName("Zone", c.Zone); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	switch c.LBPolicy {
+	case LeastRequest, RingHash, RoundRobin:
+	default:
+		return fmt.Errorf("%w: LBPolicy %q is unknown; use %q, %q or %q",
+			ErrInvalidConfig, c.LBPolicy, LeastRequest, RingHash, RoundRobin)
+	}
+	if c.RingSize < minRingSize || c.RingSize > maxRingSize {
+		return fmt.Errorf("%w: RingSize %d is out of range; use %d to %d (4096 is a good value)",
+			ErrInvalidConfig, c.RingSize, minRingSize, maxRingSize)
+	}
+	if _, err := netip.ParseAddr(c.ListenAddress); err != nil {
+		return fmt.Errorf("%w: ListenAddress %q is not an IP address; use e.g. 0.0.0.0 or ::", ErrInvalidConfig, c.ListenAddress)
+	}
+	if c.ListenPort > 65535 {
+		return fmt.Errorf("%w: ListenPort %d is above 65535", ErrInvalidConfig, c.ListenPort)
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"RouteTimeout", c.RouteTimeout},
+		{"ConnectTimeout", c.ConnectTimeout},
+		{"OutlierInterval", c.OutlierInterval},
+		{"OutlierBaseEjectionTime", c.OutlierBaseEjectionTime},
+	} {
+		if d.v < time.Millisecond {
+			return fmt.Errorf("%w: %s %v is below 1ms; leave it zero for the default or set a positive duration",
+				ErrInvalidConfig, d.field, d.v)
+		}
+	}
+	if c.NumRetries > 10 {
+		return fmt.Errorf("%w: NumRetries %d is above 10; retries multiply load on a struggling fleet", ErrInvalidConfig, c.NumRetries)
+	}
+	if c.RetryBudgetPercent < 0 || c.RetryBudgetPercent > 100 {
+		return fmt.Errorf("%w: RetryBudgetPercent %v is out of range; use (0, 100]", ErrInvalidConfig, c.RetryBudgetPercent)
+	}
+	if c.OutlierMaxEjectionPercent > 100 {
+		return fmt.Errorf("%w: OutlierMaxEjectionPercent %d is above 100", ErrInvalidConfig, c.OutlierMaxEjectionPercent)
+	}
+	if err := checkHeaderName("ModelHeader", c.ModelHeader); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := checkHeaderName("HopHeader", c.HopHeader); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if strings.EqualFold(c.ModelHeader, c.HopHeader) {
+		return fmt.Errorf("%w: ModelHeader and HopHeader are both %q; they must differ", ErrInvalidConfig, c.ModelHeader)
+	}
+	return nil
+}
+
+// checkHeaderName accepts lower-case HTTP/2 header names that are not
+// pseudo-headers: Envoy and gRPC compare header names in lower case.
+func checkHeaderName(field, h string) error {
+	if len(h) > maxNameLen {
+		return fmt.Errorf("%s is longer than %d bytes", field, maxNameLen)
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' {
+			continue
+		}
+		return fmt.Errorf("%s %q is not a valid header name; use lower-case letters, digits, '-', '_' or '.'", field, h)
+	}
+	return nil
+}
+
+// checkName accepts names that are safe as xDS resource names, header values
+// and metric label values: 1 to 256 visible ASCII characters.
+func checkName(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s is empty", field)
+	}
+	if len(s) > maxNameLen {
+		return fmt.Errorf("%s is longer than %d bytes", field, maxNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("%s %q contains byte 0x%02x; use visible ASCII without spaces", field, s, c)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package xds
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	acks          *prometheus.CounterVec
+	nacks         *prometheus.CounterVec
+	requests      *prometheus.CounterVec
+	responses     *prometheus.CounterVec
+	streams       prometheus.Gauge
+	buildDuration prometheus.Histogram
+	pushes        prometheus.Counter
+	pushErrors    prometheus.Counter
+}
+
+// newMetrics builds the metrics and registers them on reg unless it is nil.
+// It fails if a metric is already registered there (two servers on one
+// registry).
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_xds_acks_total",
+			Help: "xDS responses acknowledged by clients, by resource type.",
+		}, []string{"type"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_xds_nacks_total",
+			Help: "xDS responses rejected by clients, by resource type.",
+		}, []string{"type"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_xds_requests_total",
+			Help: "xDS discovery requests received, by resource type (other: a type this server does not serve).",
+		}, []string{"type"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_xds_responses_total",
+			Help: "xDS discovery responses sent, by resource type.",
+		}, []string{"type"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "isobar_regional_xds_connected_streams",
+			Help: "Open xDS streams.",
+		}),
+		buildDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "isobar_regional_xds_build_duration_seconds",
+			Help:    "Time to build and validate the snapshots of one Push.",
+			Buckets: []float64{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1},
+		}),
+		pushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_xds_pushes_total",
+			Help: "Push calls whose state was accepted (including those that changed nothing).",
+		}),
+		pushErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_xds_push_errors_total",
+			Help: "Push calls refused; the previous snapshot stayed in place.",
+		}),
+	}
+	for _, t := range []string{"listener", "route", "cluster", "endpoint"} {
+		m.acks.WithLabelValues(t)
+		m.nacks.WithLabelValues(t)
+		m.responses.WithLabelValues(t)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.acks, m.nacks, m.requests, m.responses, m.streams, m.buildDuration, m.pushes, m.pushErrors} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("xds: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,345 @@
+package xds
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Endpoint is one serving address of a model: a local cell, or later a remote
+// region's ingress gateway.
+type Endpoint struct {
+	// CellID names the cell. It is carried in the endpoint metadata
+	// filter_metadata["isobar"]["cell"] and must be unique within a model.
+	CellID string
+	// Host is an IP address. Envoy does not resolve names in EDS (it refuses
+	// the whole ClusterLoadAssignment with "malformed IP address"), so a
+	// hostname is refused here; resolve it first.
+	Host string
+	// Port is the TCP port, 1 to 65535.
+	Port uint32
+	// Weight is the load-balancing weight, at least 1. To drain an endpoint,
+	// remove it.
+	Weight uint32
+	// MaxModelLen is the longest context the engine accepts, carried in
+	// filter_metadata["isobar"]["max_model_len"]; 0 means unknown and is
+	// left out.
+	MaxModelLen uint32
+}
+
+// Locality is a group of endpoints sharing a locality weight and priority.
+type Locality struct {
+	// Region and Zone identify the locality. An empty Region means this
+	// controller's Config.Region (and, if Zone is empty too, Config.Zone).
+	Region, Zone string
+	// Weight is the locality weight, at least 1: a locality without weight
+	// gets no traffic in grpc-go.
+	Weight uint32
+	// Priority is the failover priority, 0 being the highest. The priorities
+	// used by a model must have no gaps.
+	Priority uint32
+	// Endpoints are the serving addresses.
+	Endpoints []Endpoint
+}
+
+// Model is one served model.
+type Model struct {
+	// Name is the served model name, e.g. "meta-llama/Llama-3.1-70B-Instruct-AWQ".
+	Name string
+	// Localities holds the local cells as one locality and, later, remote
+	// regions' ingress gateways as others.
+	Localities []Locality
+}
+
+// State is the desired state pushed to the data plane.
+type State struct {
+	Models []Model
+}
+
+// maxProblems bounds the problems listed in one ErrInvalidState error.
+const maxProblems = 10
+
+// problems collects validation failures so that one error names several.
+type problems struct {
+	list []string
+	more int
+}
+
+func (p *problems) addf(format string, args ...any) {
+	if len(p.list) >= maxProblems {
+		p.more++
+		return
+	}
+	p.list = append(p.list, fmt.Sprintf(format, args...))
+}
+
+func (p *problems) err() error {
+	if len(p.list) == 0 {
+		return nil
+	}
+	msg := strings.Join(p.list, "; ")
+	if p.more > 0 {
+		msg += fmt.Sprintf("; and %d more", p.more)
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidState, msg)
+}
+
+// canonModel is a validated deep copy of a Model in canonical order:
+// localities by (priority, region, zone), endpoints by (address, port), hosts
+// in netip's normal form. Two States that differ only in order have equal
+// canonical forms, so the output and the change detection do not depend on
+// the caller's map iteration order.
+type canonModel struct {
+	name       string
+	localities []Locality
+	// raw is a deep copy of the input localities, in input order: an input
+	// equal to it was already validated and canonicalised.
+	raw []Locality
+	// reused marks a model taken whole from the Builder's memo.
+	reused bool
+}
+
+func (m *canonModel) equal(o *canonModel) bool {
+	return m.name == o.name && localitiesEqual(m.localities, o.localities)
+}
+
+// scratch holds maps reused across builds, so that duplicate detection on a
+// large model does not grow fresh maps every time.
+type scratch struct {
+	addrs map[addrKey]string
+	cells map[string]struct{}
+}
+
+// canonicalize validates st and returns its models sorted by name. A model
+// whose localities equal (in input order) those of the memoised model of the
+// same name is taken from memo without being checked again.
+func canonicalize(cfg *Config, st State, memo map[string]*modelEntry, sc *scratch) ([]canonModel, error) {
+	var p problems
+	out := make([]canonModel, 0, len(st.Models))
+	seen := make(map[string]struct{}, len(st.Models))
+	for i := range st.Models {
+		m := &st.Models[i]
+		if err := checkName("name", m.Name); err != nil {
+			p.addf("model #%d: %v", i, err)
+			continue
+		}
+		if _, dup := seen[m.Name]; dup {
+			p.addf("model %q: listed twice; merge its localities into one Model", m.Name)
+			continue
+		}
+		seen[m.Name] = struct{}{}
+		if e := memo[m.Name]; e != nil && e.cla != nil && localitiesEqual(e.canon.raw, m.Localities) {
+			cm := e.canon
+			cm.reused = true
+			out = append(out, cm)
+			continue
+		}
+		cm, ok := canonicalizeModel(cfg, m, &p, sc)
+		if ok {
+			out = append(out, cm)
+		}
+	}
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b canonModel) int { return strings.Compare(a.name, b.name) })
+	return out, nil
+}
+
+func localitiesEqual(a, b []Locality) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := &a[i], &b[i]
+		if x.Region != y.Region || x.Zone != y.Zone || x.Weight != y.Weight || x.Priority != y.Priority ||
+			!slices.Equal(x.Endpoints, y.Endpoints) {
+			return false
+		}
+	}
+	return true
+}
+
+func copyLocalities(in []Locality) []Locality {
+	out := make([]Locality, len(in))
+	for i, l := range in {
+		l.Endpoints = slices.Clone(l.Endpoints)
+		out[i] = l
+	}
+	return out
+}
+
+// addrKey identifies an endpoint address for duplicate detection: grpc-go
+// refuses a ClusterLoadAssignment with one address twice, across localities.
+type addrKey struct {
+	addr netip.Addr
+	port uint32
+}
+
+func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonModel, bool) {
+	before := len(p.list) + p.more
+	cm := canonModel{name: m.Name, localities: make([]Locality, len(m.Localities))}
+	if sc.addrs == nil {
+		sc.addrs = make(map[addrKey]string)
+		sc.cells = make(map[string]struct{})
+	}
+	addrs, cells := sc.addrs, sc.cells
+	clear(addrs)
+	clear(cells)
+	type locKey struct {
+		region, zone string
+		priority     uint32
+	}
+	locs := make(map[locKey]struct{}, len(m.Localities))
+	prioWeight := make(map[uint32]uint64, 2)
+	var total uint64
+	for li := range m.Localities {
+		in := &m.Localities[li]
+		l := Locality{Region: in.Region, Zone: in.Zone, Weight: in.Weight, Priority: in.Priority}
+		if l.Region == "" {
+			l.Region = cfg.Region
+			if l.Zone == "" {
+				l.Zone = cfg.Zone
+			}
+		}
+		where := locality{m.Name, l.Region, l.Zone, l.Priority}
+		if err := checkName("region", l.Region); err != nil {
+			p.addf("%s: %v", where, err)
+		}
+		if l.Zone != "" {
+			if err := checkName("zone", l.Zone); err != nil {
+				p.addf("%s: %v", where, err)
+			}
+		}
+		if l.Weight == 0 {
+			p.addf("%s: locality weight 0; a locality without weight gets no traffic, set at least 1 or remove it", where)
+		}
+		k := locKey{l.Region, l.Zone, l.Priority}
+		if _, dup := locs[k]; dup {
+			p.addf("%s: listed twice at the same priority; merge the two", where)
+		}
+		locs[k] = struct{}{}
+		prioWeight[l.Priority] += uint64(l.Weight)
+
+		l.Endpoints = make([]Endpoint, len(in.Endpoints))
+		parsed := make([]netip.Addr, len(in.Endpoints))
+		for ei, e := range in.Endpoints {
+			addr, err := netip.ParseAddr(e.Host)
+			switch {
+			case err != nil:
+				p.addf("%s: cell %q: host %q is not an IP address; Envoy does not resolve names in EDS, resolve it first", where, e.CellID, e.Host)
+			case addr.Zone() != "":
+				p.addf("%s: cell %q: host %q has an IPv6 zone; use an address without %%zone", where, e.CellID, e.Host)
+			case addr.Is4():
+				// Accepted IPv4 text is already canonical (no leading
+				// zeros), so e.Host stays as it is.
+			default:
+				addr = addr.Unmap()
+				if s := addr.String(); s != e.Host {
+					e.Host = s
+				}
+			}
+			if e.Port == 0 || e.Port > 65535 {
+				p.addf("%s: cell %q: port %d is out of range 1-65535", where, e.CellID, e.Port)
+			}
+			if e.Weight == 0 {
+				p.addf("%s: cell %q: weight 0; weights start at 1, remove the endpoint to drain it", where, e.CellID)
+			}
+			if err := checkName("cell id", e.CellID); err != nil {
+				p.addf("%s: endpoint %s: %v", where, e.Host, err)
+			} else if _, dup := cells[e.CellID]; dup {
+				p.addf("%s: cell %q: listed twice in the model", where, e.CellID)
+			}
+			cells[e.CellID] = struct{}{}
+			if addr.IsValid() && len(m.Localities) > 1 {
+				ak := addrKey{addr, e.Port}
+				if other, dup := addrs[ak]; dup {
+					p.addf("%s: cell %q: address %s is also cell %q's; each address may appear once per model",
+						where, e.CellID, netip.AddrPortFrom(addr, uint16(e.Port)), other)
+				}
+				addrs[ak] = e.CellID
+			}
+			total += uint64(e.Weight)
+			parsed[ei] = addr
+			l.Endpoints[ei] = e
+		}
+		sortEndpoints(l.Endpoints, parsed)
+		if len(m.Localities) == 1 {
+			// One locality: duplicates are neighbours once sorted.
+			for j := 1; j < len(parsed); j++ {
+				a, b := &l.Endpoints[j-1], &l.Endpoints[j]
+				if parsed[j].IsValid() && parsed[j] == parsed[j-1] && a.Port == b.Port {
+					p.addf("%s: cell %q: address %s is also cell %q's; each address may appear once per model",
+						where, b.CellID, netip.AddrPortFrom(parsed[j], uint16(b.Port)), a.CellID)
+				}
+			}
+		}
+		cm.localities[li] = l
+	}
+	if total > math.MaxUint32 {
+		p.addf("model %q: endpoint weights sum to %d, above 2^32-1; scale them down", m.Name, total)
+	}
+	for prio, w := range prioWeight {
+		if w > math.MaxUint32 {
+			p.addf("model %q: locality weights at priority %d sum to %d, above 2^32-1; scale them down", m.Name, prio, w)
+		}
+	}
+	for prio := range uint32(len(prioWeight)) {
+		if _, ok := prioWeight[prio]; !ok {
+			p.addf("model %q: priorities have a gap, %d is missing; number them from 0 without gaps", m.Name, prio)
+			break
+		}
+	}
+	if len(p.list)+p.more != before {
+		return canonModel{}, false
+	}
+	slices.SortFunc(cm.localities, func(a, b Locality) int {
+		return cmp.Or(cmp.Compare(a.Priority, b.Priority), strings.Compare(a.Region, b.Region), strings.Compare(a.Zone, b.Zone))
+	})
+	cm.raw = copyLocalities(m.Localities)
+	return cm, true
+}
+
+// locality names a locality in error messages; it is formatted only when a
+// problem is reported.
+type locality struct {
+	model, region, zone string
+	priority            uint32
+}
+
+func (l locality) String() string {
+	return fmt.Sprintf("model %q locality %s/%s priority %d", l.model, l.region, l.zone, l.priority)
+}
+
+// sortEndpoints orders eps and the parallel parsed addresses by address then
+// port, skipping the sort when the input is already in order.
+func sortEndpoints(eps []Endpoint, parsed []netip.Addr) {
+	less := func(i, j int) int {
+		return cmp.Or(parsed[i].Compare(parsed[j]), cmp.Compare(eps[i].Port, eps[j].Port))
+	}
+	sorted := true
+	for i := 1; i < len(eps); i++ {
+		if less(i-1, i) > 0 {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		return
+	}
+	idx := make([]int, len(eps))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, less)
+	outE := make([]Endpoint, len(eps))
+	outP := make([]netip.Addr, len(eps))
+	for to, from := range idx {
+		outE[to], outP[to] = eps[from], parsed[from]
+	}
+	copy(eps, outE)
+	copy(parsed, outP)
+}
