@@ -313,7 +313,8 @@ func (x *Signals) GetWindowRequests() float64 {
 type SourceHealth struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ok    bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
-	// Why the last attempt failed, when ok is false.
+	// Why the last attempt failed, when ok is false; when ok is true it may
+	// list values the agent dropped as invalid (NaN, negative, out of range).
 	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	// Time of the last successful read; unset if never.
 	LastSuccess   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_success,json=lastSuccess,proto3" json:"last_success,omitempty"`
