@@ -291,3 +291,32 @@ func decode(resp *sotw.Response) (map[string][]Endpoint, error) {
 	}
 	return out, nil
 }
+
+// Pick chooses an endpoint with probability proportional to its weight,
+// given u uniform in [0,1). ok is false when there is no endpoint.
+func Pick(a Assignment, u float64) (Endpoint, bool) {
+	var all []Endpoint
+	var sum float64
+	names := make([]string, 0, len(a.Clusters))
+	for n := range a.Clusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		for _, e := range a.Clusters[n] {
+			all = append(all, e)
+			sum += float64(e.Weight)
+		}
+	}
+	if sum == 0 {
+		return Endpoint{}, false
+	}
+	x := u * sum
+	for _, e := range all {
+		x -= float64(e.Weight)
+		if x < 0 {
+			return e, true
+		}
+	}
+	return all[len(all)-1], true
+}

@@ -70,7 +70,7 @@ the cell id (URI SAN spiffe://isobar/cell/<cell-id>, or the subject CN).
 --once scrapes a single time and prints one report (JSON by default). Its exit
 status is 0 whenever the report was printed, even if a source failed (the
 report says so); 2 for a bad command line.`,
-		Example: `  isobar cellagent --cell-id us-east-1a-gpu0 --region us-east-1 --controller 127.0.0.1:7400 \
+		Example: `  isobar cellagent --cell-id us-east-1a-gpu0 --region us-east-1 --controller 127.0.0.1:18000 \
     --vllm-url http://127.0.0.1:8000/metrics --dcgm-url http://127.0.0.1:9400/metrics --dcgm-gpu 0
   isobar cellagent --once --vllm-url http://127.0.0.1:8000/metrics --dcgm-url http://127.0.0.1:9400/metrics`,
 		Args: func(_ *cobra.Command, args []string) error {

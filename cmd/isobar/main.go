@@ -89,6 +89,7 @@ across regions.`,
 		newSimCmd(opts),
 		newCellagentCmd(opts),
 		newRegionalCmd(opts),
+		newLabCmd(opts),
 	)
 	return root
 }

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"path"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/isobar-mesh/isobar"
+
+// TestLayers enforces the dependency rules of HOUSE_STYLE.md: pure packages
+// do no I/O, leaves import nothing of ours, roles do not reach into each
+// other, and only cmd and lab wire concrete roles together.
+func TestLayers(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json", module+"/...").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	type pkg struct {
+		ImportPath string
+		Imports    []string
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	pure := map[string]bool{"regional/score": true, "regional/lifecycle": true, "regional/projection": true}
+	ioImports := []string{"net", "net/http", "os", "log/slog", "google.golang.org/grpc", "github.com/prometheus/client_golang/prometheus"}
+	// forbidden[a] lists packages a must not import (prefix match).
+	forbidden := map[string][]string{
+		"proto/isobarpb": {module + "/"},
+		"sim":            {module + "/regional", module + "/cellagent", module + "/gateway", module + "/lab"},
+		"cellagent":      {module + "/regional", module + "/sim", module + "/gateway", module + "/lab"},
+		"regional":       {module + "/sim", module + "/cellagent", module + "/gateway", module + "/lab"},
+		"gateway":        {module + "/regional", module + "/sim", module + "/cellagent", module + "/lab"},
+	}
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		switch path.Base(rel) {
+		case "util", "utils", "common", "helpers", "types", "misc":
+			t.Errorf("package %s: meaningless package name", rel)
+		}
+		for _, imp := range p.Imports {
+			if pure[rel] {
+				for _, bad := range ioImports {
+					if imp == bad {
+						t.Errorf("pure package %s imports %s", rel, imp)
+					}
+				}
+			}
+			for prefix, rules := range forbidden {
+				if rel != prefix && !strings.HasPrefix(rel, prefix+"/") {
+					continue
+				}
+				for _, bad := range rules {
+					if strings.HasPrefix(imp, bad) && !strings.HasPrefix(imp, module+"/"+rel) {
+						t.Errorf("%s imports %s", rel, imp)
+					}
+				}
+			}
+		}
+	}
+}

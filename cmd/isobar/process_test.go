@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/isobar-mesh/isobar/gateway"
+)
+
+// The test binary doubles as the isobar CLI: with ISOBAR_TEST_AS_CLI=1 it
+// runs the command line it was given, so process tests need no separate
+// build.
+func TestMain(m *testing.M) {
+	if os.Getenv("ISOBAR_TEST_AS_CLI") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// proc is a child isobar process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startCLI(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(exe, args...)
+	p.cmd.Env = append(os.Environ(), "ISOBAR_TEST_AS_CLI=1")
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- %s output ---\n%s", name, p.out.String())
+		}
+	})
+	return p
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+func waitDial(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never accepted connections: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for a child process to listen, bounded above
+	}
+}
+
+// TestProcessesSIGKILL runs the real binaries — regional controller, two
+// simulated engines with their exporter, two cellagents — and SIGKILLs one
+// engine process: its endpoint must leave the xDS client's assignment
+// within 1 s. Then SIGTERM of an agent takes its cell out cleanly
+// (Terminated, not Failed).
+func TestProcessesSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ctrl, ctrlHTTP := freeAddr(t), freeAddr(t)
+	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--http-listen", ctrlHTTP)
+	waitDial(t, ctrl)
+
+	var engines, agents []*proc
+	for i := range 2 {
+		api, dcgm := freeAddr(t), freeAddr(t)
+		engines = append(engines, startCLI(t, fmt.Sprintf("engine-%d", i), "sim", "engine",
+			"--listen", api, "--dcgm-listen", dcgm, "--gpu-index", "0", "--time-scale", "0.2"))
+		waitDial(t, api)
+		waitDial(t, dcgm)
+		agents = append(agents, startCLI(t, fmt.Sprintf("agent-%d", i), "cellagent",
+			"--cell-id", fmt.Sprintf("cell-%d", i), "--region", "r1", "--controller", ctrl,
+			"--vllm-url", "http://"+api+"/metrics", "--dcgm-url", "http://"+dcgm+"/metrics"))
+	}
+
+	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl, NodeID: "process-test"},
+		gateway.WatchDeps{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	wait := func(what string, cond func(map[string]uint32) bool) gateway.Assignment {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		a, err := w.WaitFor(ctx, func(a gateway.Assignment) bool { return cond(a.Weights()) })
+		if err != nil {
+			t.Fatalf("%s: %v (last %v)", what, err, a.Weights())
+		}
+		return a
+	}
+	wait("both cells assigned", func(ws map[string]uint32) bool { return len(ws) == 2 })
+
+	killed := time.Now()
+	if err := engines[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a := wait("killed engine removed", func(ws map[string]uint32) bool {
+		_, ok := ws["cell-0"]
+		return !ok
+	})
+	took := a.At.Sub(killed)
+	t.Logf("SIGKILL of the engine process → endpoint removed at the xDS client after %v", took)
+	if took > time.Second {
+		t.Errorf("removal took %v, want ≤ 1 s", took)
+	}
+
+	if err := agents[1].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-agents[1].done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent did not exit on SIGTERM")
+	}
+	wait("terminated cell removed", func(ws map[string]uint32) bool { return len(ws) == 0 })
+	if code := agents[1].cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("agent exit status %d after SIGTERM, want 0", code)
+	}
+	if out := agents[1].out.String(); !strings.Contains(out, "TERMINATED") {
+		t.Errorf("agent did not report TERMINATED on shutdown:\n%s", out)
+	}
+}

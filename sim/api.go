@@ -1,0 +1,401 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// fillerWords are the deterministic output: token k of choice i is
+// " "+fillerWords[(k-1+i)%len].
+var fillerWords = [...]string{
+	"the", "engine", "streams", "simulated", "tokens", "at", "a", "steady",
+	"pace", "while", "isobar", "routes", "traffic", "across", "many", "cells",
+}
+
+func fillerToken(choice, k int) string {
+	return " " + fillerWords[(k-1+choice)%len(fillerWords)]
+}
+
+// errorBody is vLLM's error response shape.
+type errorBody struct {
+	Object  string  `json:"object"`
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+func errorType(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "BadRequestError"
+	case http.StatusUnauthorized:
+		return "AuthenticationError"
+	case http.StatusForbidden:
+		return "PermissionDeniedError"
+	case http.StatusNotFound:
+		return "NotFoundError"
+	case http.StatusRequestEntityTooLarge:
+		return "RequestEntityTooLargeError"
+	case http.StatusTooManyRequests:
+		return "RateLimitError"
+	case http.StatusServiceUnavailable:
+		return "ServiceUnavailableError"
+	}
+	if status >= 500 {
+		return "InternalServerError"
+	}
+	return "Error"
+}
+
+// writeError writes a vLLM-style JSON error.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorBody{Object: "error", Message: msg, Type: errorType(status), Code: status})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func (in *instance) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	if in.e.loading(in.e.clock.Now()) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+type modelPermission struct {
+	ID                 string  `json:"id"`
+	Object             string  `json:"object"`
+	Created            int64   `json:"created"`
+	AllowCreateEngine  bool    `json:"allow_create_engine"`
+	AllowSampling      bool    `json:"allow_sampling"`
+	AllowLogprobs      bool    `json:"allow_logprobs"`
+	AllowSearchIndices bool    `json:"allow_search_indices"`
+	AllowView          bool    `json:"allow_view"`
+	AllowFineTuning    bool    `json:"allow_fine_tuning"`
+	Organization       string  `json:"organization"`
+	Group              *string `json:"group"`
+	IsBlocking         bool    `json:"is_blocking"`
+}
+
+type modelCard struct {
+	ID          string            `json:"id"`
+	Object      string            `json:"object"`
+	Created     int64             `json:"created"`
+	OwnedBy     string            `json:"owned_by"`
+	Root        string            `json:"root"`
+	Parent      *string           `json:"parent"`
+	MaxModelLen int               `json:"max_model_len"`
+	Permission  []modelPermission `json:"permission"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+func (in *instance) handleModels(w http.ResponseWriter, _ *http.Request) {
+	e := in.e
+	now := e.clock.Now()
+	if e.loading(now) {
+		writeError(w, http.StatusServiceUnavailable, "The model is still loading.")
+		return
+	}
+	_, advertised := e.maxModelLen()
+	created := now.Unix()
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
+		ID: e.cfg.Model, Object: "model", Created: created, OwnedBy: "vllm", Root: e.cfg.Model,
+		MaxModelLen: advertised,
+		Permission: []modelPermission{{
+			ID: "modelperm-" + e.newID(), Object: "model_permission", Created: created,
+			AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*",
+		}},
+	}}})
+}
+
+// usage is the OpenAI usage object.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+type completionChoice struct {
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+	StopReason   any     `json:"stop_reason"`
+}
+
+type chatMessage struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content"`
+}
+
+type chatChoice struct {
+	Index        int          `json:"index"`
+	Message      *chatMessage `json:"message,omitempty"`
+	Delta        *chatMessage `json:"delta,omitempty"`
+	Logprobs     any          `json:"logprobs"`
+	FinishReason *string      `json:"finish_reason"`
+	StopReason   any          `json:"stop_reason,omitempty"`
+}
+
+type genResponse struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices any    `json:"choices"`
+	Usage   any    `json:"usage,omitempty"`
+}
+
+// handleGenerate serves /v1/completions (chat=false) and
+// /v1/chat/completions (chat=true).
+func (in *instance) handleGenerate(chat bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		e := in.e
+		arrival := e.clock.Now()
+		if e.loading(arrival) {
+			writeError(w, http.StatusServiceUnavailable, "The model is still loading.")
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxBodyBytes))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				e.m.badRequests.WithLabelValues(reasonTooLarge).Inc()
+				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body exceeds %d bytes.", e.cfg.MaxBodyBytes))
+				return
+			}
+			return // the client went away while sending
+		}
+		req, err := parseGenRequest(body, chat)
+		if err != nil {
+			e.m.badRequests.WithLabelValues(reasonMalformed).Inc()
+			writeError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "))
+			return
+		}
+		if req.model != "" && req.model != e.cfg.Model {
+			e.m.badRequests.WithLabelValues(reasonUnknownModel).Inc()
+			writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", req.model))
+			return
+		}
+		maxLen, _ := e.maxModelLen()
+		for _, p := range req.promptTokens {
+			if msg := contextError(p, req.maxTokens, maxLen); msg != "" {
+				e.m.badRequests.WithLabelValues(reasonContextLen).Inc()
+				writeError(w, http.StatusBadRequest, msg)
+				return
+			}
+		}
+		if status, fail := e.injectError(); fail {
+			e.m.injectedErrors.Inc()
+			writeError(w, status, "Simulated engine failure (injected fault).")
+			return
+		}
+		if d := e.frontendDelay(); d > 0 {
+			t := e.clock.NewTimer(d)
+			select {
+			case <-t.Chan():
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+		notify := make(chan struct{}, 1)
+		seqs := in.sched.submit(req.promptTokens, req.maxTokens, arrival, notify)
+		resp := genResponse{ID: "cmpl-" + e.newID(), Object: "text_completion", Created: arrival.Unix(), Model: e.cfg.Model}
+		if chat {
+			resp.ID, resp.Object = "chatcmpl-"+e.newID(), "chat.completion"
+		}
+		if req.stream {
+			in.stream(w, r, req, resp, seqs, notify)
+			return
+		}
+		in.respond(w, r, req, resp, seqs)
+	}
+}
+
+// contextError returns vLLM's message for a request that does not fit the
+// context length, or "".
+func contextError(prompt, maxTokens, maxLen int) string {
+	if prompt+maxTokens > maxLen {
+		return fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", maxLen, prompt+maxTokens, prompt, maxTokens)
+	}
+	return ""
+}
+
+func isDone(q *seqState) bool {
+	select {
+	case <-q.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// respond waits for every sequence and writes one JSON response.
+func (in *instance) respond(w http.ResponseWriter, r *http.Request, req genRequest, resp genResponse, seqs []*seqState) {
+	for _, q := range seqs {
+		select {
+		case <-q.done:
+		case <-r.Context().Done():
+			in.sched.abort(seqs)
+			return
+		}
+		if q.err != nil {
+			writeError(w, http.StatusInternalServerError, "Generation failed: "+q.err.Error())
+			return
+		}
+	}
+	length := finishLength
+	var u usage
+	var text strings.Builder
+	if req.chat {
+		choices := make([]chatChoice, len(seqs))
+		for i, q := range seqs {
+			text.Reset()
+			n := int(q.tokens.Load())
+			for k := 1; k <= n; k++ {
+				text.WriteString(fillerToken(i, k))
+			}
+			choices[i] = chatChoice{Index: i, Message: &chatMessage{Role: "assistant", Content: text.String()}, FinishReason: &length}
+			u.PromptTokens += q.prompt
+			u.CompletionTokens += n
+		}
+		resp.Choices = choices
+	} else {
+		choices := make([]completionChoice, len(seqs))
+		for i, q := range seqs {
+			text.Reset()
+			n := int(q.tokens.Load())
+			for k := 1; k <= n; k++ {
+				text.WriteString(fillerToken(i, k))
+			}
+			choices[i] = completionChoice{Index: i, Text: text.String(), FinishReason: &length}
+			u.PromptTokens += q.prompt
+			u.CompletionTokens += n
+		}
+		resp.Choices = choices
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	resp.Usage = u
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// stream writes one SSE event per token as the scheduler publishes it,
+// flushing each, then [DONE].
+func (in *instance) stream(w http.ResponseWriter, r *http.Request, req genRequest, resp genResponse, seqs []*seqState, notify chan struct{}) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	if req.chat {
+		resp.Object = "chat.completion.chunk"
+	}
+	if req.includeUsage {
+		resp.Usage = json.RawMessage("null")
+	}
+	send := func(v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	fail := func() { in.sched.abort(seqs) }
+	if req.chat {
+		for i := range seqs {
+			resp.Choices = []chatChoice{{Index: i, Delta: &chatMessage{Role: "assistant", Content: ""}}}
+			if !send(resp) {
+				fail()
+				return
+			}
+		}
+	} else if err := rc.Flush(); err != nil {
+		fail()
+		return
+	}
+	length := finishLength
+	sent := make([]int, len(seqs))
+	remaining := len(seqs)
+	for remaining > 0 {
+		for i, q := range seqs {
+			if sent[i] < 0 {
+				continue
+			}
+			done := isDone(q)
+			if done && q.err != nil {
+				b, _ := json.Marshal(errorBody{Object: "error", Message: "Generation failed: " + q.err.Error(), Type: errorType(500), Code: 500})
+				_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
+				_ = rc.Flush()
+				fail()
+				return
+			}
+			n := int(q.tokens.Load())
+			for sent[i] < n {
+				sent[i]++
+				var fr *string
+				if sent[i] == q.maxTokens {
+					fr = &length
+				}
+				if req.chat {
+					resp.Choices = []chatChoice{{Index: i, Delta: &chatMessage{Content: fillerToken(i, sent[i])}, FinishReason: fr}}
+				} else {
+					resp.Choices = []completionChoice{{Index: i, Text: fillerToken(i, sent[i]), FinishReason: fr}}
+				}
+				if !send(resp) {
+					fail()
+					return
+				}
+			}
+			if done {
+				sent[i] = -1
+				remaining--
+			}
+		}
+		if remaining == 0 {
+			break
+		}
+		select {
+		case <-notify:
+		case <-r.Context().Done():
+			fail()
+			return
+		}
+	}
+	if req.includeUsage {
+		var u usage
+		for _, q := range seqs {
+			u.PromptTokens += q.prompt
+			u.CompletionTokens += int(q.tokens.Load())
+		}
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		resp.Choices = []struct{}{}
+		resp.Usage = u
+		if !send(resp) {
+			return
+		}
+	}
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	_ = rc.Flush()
+}

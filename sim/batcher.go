@@ -1,0 +1,320 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SeqID names a sequence inside one Batcher.
+type SeqID uint64
+
+// Errors returned by Batcher.Add; check with errors.Is.
+var (
+	// ErrDuplicateSeq: the id is already queued or running.
+	ErrDuplicateSeq = errors.New("sim: duplicate sequence id")
+	// ErrExceedsKVCache: prompt+max_tokens can never fit the KV cache, so the
+	// sequence would wait forever.
+	ErrExceedsKVCache = errors.New("sim: sequence exceeds the KV cache")
+	// ErrBadSequence: a token count is not positive.
+	ErrBadSequence = errors.New("sim: prompt and max tokens must be positive")
+)
+
+// Batcher is the pure continuous-batching model of one engine: a FCFS
+// waiting queue, a running batch capped by MaxNumSeqs and by the KV cache,
+// chunked prefill under a per-step token budget, and one token per decoding
+// sequence per step. It holds no clock and starts no goroutine: the owner
+// calls Step, waits Step.Duration (real or virtual) and then applies the
+// returned events. It is not safe for concurrent use; one goroutine owns it.
+//
+// Scheduling follows vLLM's v1 scheduler. Each step first schedules the
+// running sequences in admission order (a decoding sequence takes one token
+// of the budget, a sequence still prefilling takes the next chunk of its
+// prompt), then admits waiting sequences from the head of the queue while a
+// batch slot, KV blocks and budget remain. The head of the queue blocks the
+// ones behind it. A sequence whose prefill completes in a step samples its
+// first token at the end of that step.
+type Batcher struct {
+	p       Profile
+	blocks  int // KV blocks in total
+	free    int // KV blocks not held by a running sequence
+	waiting []*bseq
+	running []*bseq
+	byID    map[SeqID]*bseq
+
+	preemptions int64
+	out         Step
+	sched       []sched
+}
+
+type bseq struct {
+	id        SeqID
+	prompt    int
+	maxTokens int
+	generated int  // output tokens sampled so far
+	target    int  // tokens to prefill: the prompt, or prompt+generated after a preemption
+	computed  int  // prefill progress towards target
+	decoding  bool // prefill complete
+	blocks    int  // KV blocks held
+	counted   bool // prompt tokens already reported
+}
+
+type sched struct {
+	q     *bseq
+	chunk int // 0 for a decode
+}
+
+// Step is what one engine step does. The slices are owned by the Batcher and
+// valid until the next call to Step.
+type Step struct {
+	// Duration is the model time the step takes; zero when idle.
+	Duration time.Duration
+	// Idle is true when there was nothing to schedule.
+	Idle bool
+	// Scheduled is the number of sequences in the step (the batch).
+	Scheduled int
+	// Decodes is the number of sequences that decoded one token.
+	Decodes int
+	// PrefillTokens is the number of prompt tokens computed.
+	PrefillTokens int
+	// ContextTokens is the context (prompt plus generated) of the decoding
+	// sequences, which attention reads.
+	ContextTokens int
+	// PromptTokensDone counts the prompt tokens of sequences whose first
+	// prefill completed this step (vLLM's prompt-token counter).
+	PromptTokensDone int
+	// Tokens lists the sequences that produced a token, in schedule order.
+	Tokens []TokenEvent
+	// Preempted lists sequences preempted to make room in the KV cache.
+	Preempted []SeqID
+	// Admitted lists sequences that entered the running batch this step.
+	Admitted []SeqID
+}
+
+// TokenEvent reports one sampled token.
+type TokenEvent struct {
+	ID SeqID
+	// N is the number of output tokens of the sequence including this one;
+	// N == 1 is the first token.
+	N int
+	// Done is true when the sequence reached its max tokens and left the
+	// batch.
+	Done bool
+}
+
+// BatcherStats is a snapshot of the scheduler state.
+type BatcherStats struct {
+	Running, Waiting int
+	// KVUsage is the fraction of KV blocks in use, 0–1.
+	KVUsage float64
+	// Preemptions counts preemptions since the Batcher was created.
+	Preemptions int64
+}
+
+// NewBatcher returns an empty batcher for the profile, which must be valid.
+func NewBatcher(p Profile) (*Batcher, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	n := p.KVCacheTokens / p.BlockSize
+	return &Batcher{p: p, blocks: n, free: n, byID: make(map[SeqID]*bseq)}, nil
+}
+
+func (b *Batcher) blocksFor(tokens int) int {
+	return (tokens + b.p.BlockSize - 1) / b.p.BlockSize
+}
+
+// Add queues a sequence at the tail of the waiting queue.
+func (b *Batcher) Add(id SeqID, promptTokens, maxTokens int) error {
+	if promptTokens < 1 || maxTokens < 1 {
+		return fmt.Errorf("%w: prompt %d, max tokens %d", ErrBadSequence, promptTokens, maxTokens)
+	}
+	if _, ok := b.byID[id]; ok {
+		return fmt.Errorf("%w: %d", ErrDuplicateSeq, id)
+	}
+	if need := b.blocksFor(promptTokens + maxTokens); need > b.blocks {
+		return fmt.Errorf("%w: %d tokens, cache holds %d", ErrExceedsKVCache, promptTokens+maxTokens, b.blocks*b.p.BlockSize)
+	}
+	q := &bseq{id: id, prompt: promptTokens, maxTokens: maxTokens, target: promptTokens}
+	b.byID[id] = q
+	b.waiting = append(b.waiting, q)
+	return nil
+}
+
+// Abort removes a sequence wherever it is and frees its KV blocks. It
+// reports whether the sequence was known.
+func (b *Batcher) Abort(id SeqID) bool {
+	q, ok := b.byID[id]
+	if !ok {
+		return false
+	}
+	delete(b.byID, id)
+	b.free += q.blocks
+	q.blocks = 0
+	b.running = remove(b.running, q)
+	b.waiting = remove(b.waiting, q)
+	return true
+}
+
+func remove(s []*bseq, q *bseq) []*bseq {
+	for i, x := range s {
+		if x == q {
+			copy(s[i:], s[i+1:])
+			s[len(s)-1] = nil
+			return s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+// Idle reports whether no sequence is waiting or running.
+func (b *Batcher) Idle() bool { return len(b.running) == 0 && len(b.waiting) == 0 }
+
+// Stats returns the current scheduler state.
+func (b *Batcher) Stats() BatcherStats {
+	return BatcherStats{
+		Running:     len(b.running),
+		Waiting:     len(b.waiting),
+		KVUsage:     float64(b.blocks-b.free) / float64(b.blocks),
+		Preemptions: b.preemptions,
+	}
+}
+
+// preemptLast frees the most recently admitted running sequence and puts it
+// at the head of the waiting queue for recomputation.
+func (b *Batcher) preemptLast() *bseq {
+	v := b.running[len(b.running)-1]
+	b.running[len(b.running)-1] = nil
+	b.running = b.running[:len(b.running)-1]
+	b.free += v.blocks
+	v.blocks = 0
+	v.decoding = false
+	v.computed = 0
+	v.target = v.prompt + v.generated
+	b.waiting = append(b.waiting, nil)
+	copy(b.waiting[1:], b.waiting)
+	b.waiting[0] = v
+	b.preemptions++
+	b.out.Preempted = append(b.out.Preempted, v.id)
+	return v
+}
+
+// Step schedules one engine step, applies its effects and returns them. The
+// owner must let Step.Duration pass before it publishes the events, and
+// calls Step again only after that.
+func (b *Batcher) Step() Step {
+	b.out = Step{Tokens: b.out.Tokens[:0], Preempted: b.out.Preempted[:0], Admitted: b.out.Admitted[:0]}
+	b.sched = b.sched[:0]
+	budget := b.p.MaxBatchedTokens
+
+	// Running sequences first, in admission order.
+	for i := 0; i < len(b.running) && budget > 0; i++ {
+		q := b.running[i]
+		if !q.decoding {
+			chunk := min(q.target-q.computed, budget)
+			budget -= chunk
+			b.sched = append(b.sched, sched{q: q, chunk: chunk})
+			continue
+		}
+		if b.p.Preemption {
+			// The token sampled last step has its KV written this step.
+			need := b.blocksFor(q.prompt + q.generated)
+			for q.blocks < need {
+				if b.free > 0 {
+					b.free--
+					q.blocks++
+					continue
+				}
+				if b.preemptLast() == q {
+					break
+				}
+			}
+			if q.blocks < need {
+				break // q itself was preempted; it was the last running
+			}
+		}
+		budget--
+		b.sched = append(b.sched, sched{q: q})
+	}
+
+	// Then admit from the head of the waiting queue.
+	for len(b.waiting) > 0 && len(b.running) < b.p.MaxNumSeqs && budget > 0 {
+		q := b.waiting[0]
+		var need int
+		if b.p.Preemption {
+			need = b.blocksFor(q.target)
+		} else {
+			need = b.blocksFor(q.prompt + q.maxTokens)
+		}
+		if need > b.free {
+			break
+		}
+		b.free -= need
+		q.blocks = need
+		b.waiting[0] = nil
+		b.waiting = b.waiting[1:]
+		b.running = append(b.running, q)
+		b.out.Admitted = append(b.out.Admitted, q.id)
+		chunk := min(q.target-q.computed, budget)
+		budget -= chunk
+		b.sched = append(b.sched, sched{q: q, chunk: chunk})
+	}
+
+	if len(b.sched) == 0 {
+		b.out.Idle = true
+		return b.out
+	}
+
+	// Apply the step: every scheduled sequence advances.
+	b.out.Scheduled = len(b.sched)
+	finished := false
+	for _, s := range b.sched {
+		q := s.q
+		if s.chunk == 0 {
+			b.out.Decodes++
+			b.out.ContextTokens += q.prompt + q.generated
+		} else {
+			b.out.PrefillTokens += s.chunk
+			q.computed += s.chunk
+			if q.computed < q.target {
+				continue
+			}
+			q.decoding = true
+			if !q.counted {
+				q.counted = true
+				b.out.PromptTokensDone += q.prompt
+			}
+		}
+		q.generated++
+		done := q.generated >= q.maxTokens
+		b.out.Tokens = append(b.out.Tokens, TokenEvent{ID: q.id, N: q.generated, Done: done})
+		if done {
+			finished = true
+			delete(b.byID, q.id)
+			b.free += q.blocks
+			q.blocks = 0
+			q.id = 0
+			q.maxTokens = -1 // marks it for removal below
+		}
+	}
+	if finished {
+		kept := b.running[:0]
+		for _, q := range b.running {
+			if q.maxTokens >= 0 {
+				kept = append(kept, q)
+			}
+		}
+		for i := len(kept); i < len(b.running); i++ {
+			b.running[i] = nil
+		}
+		b.running = kept
+	}
+
+	p := b.p
+	d := p.StepBase +
+		time.Duration(b.out.Decodes)*p.DecodePerSeq +
+		time.Duration(float64(p.AttnPerKToken)*float64(b.out.ContextTokens)/1000) +
+		time.Duration(float64(b.out.PrefillTokens)/p.PrefillTokensPerSec*float64(time.Second))
+	b.out.Duration = d
+	return b.out
+}
