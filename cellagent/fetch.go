@@ -87,7 +87,7 @@ const acceptText = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 type enginePhase int
 
 const (
-	phaseUnknown enginePhase = iota
+	_ enginePhase = iota // unknown: no probe yet
 	// phaseUp: /health answered 200.
 	phaseUp
 	// phaseLoading: reachable, /health answered another status.

@@ -101,11 +101,10 @@ const (
 )
 
 type activity struct {
-	start, end          time.Time
-	sm, tensor, dram    float64
-	pcieTx, pcieRx      float64 // bytes/s while active
-	busy                float64 // 1 for a kernel running the whole interval
-	loadingPowerSurplus float64
+	start, end       time.Time
+	sm, tensor, dram float64
+	pcieTx, pcieRx   float64 // bytes/s while active
+	busy             float64 // 1 for a kernel running the whole interval
 }
 
 type hwFault struct {

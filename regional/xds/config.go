@@ -195,7 +195,7 @@ func (c Config) validate() error {
 			ErrInvalidConfig, c.RingSize, minRingSize, maxRingSize)
 	}
 	if _, err := netip.ParseAddr(c.ListenAddress); err != nil {
-		return fmt.Errorf("%w: ListenAddress %q is not an IP address; use e.g. 0.0.0.0 or ::", ErrInvalidConfig, c.ListenAddress)
+		return fmt.Errorf("%w: ListenAddress %q is not an IP address (use e.g. 0.0.0.0 or ::)", ErrInvalidConfig, c.ListenAddress)
 	}
 	if c.ListenPort > 65535 {
 		return fmt.Errorf("%w: ListenPort %d is above 65535", ErrInvalidConfig, c.ListenPort)
