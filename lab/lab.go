@@ -27,7 +27,8 @@ type Config struct {
 	Region string
 	// Cells per region. Default 3.
 	Cells int
-	// RPS is the mean request rate of the Poisson traffic. Default 4.
+	// RPS is the mean request rate of the Poisson traffic. Default 3 (one
+	// request per second per cell, the published evaluation's load).
 	RPS float64
 	// PromptTokens and PromptJitter: prompt length ~ uniform in
 	// PromptTokens ± PromptJitter. Defaults 512 and 200 (baseline_mixed).
@@ -63,7 +64,7 @@ func (c *Config) withDefaults() {
 		c.Cells = 3
 	}
 	if c.RPS == 0 {
-		c.RPS = 4
+		c.RPS = 3
 	}
 	if c.PromptTokens == 0 {
 		c.PromptTokens, c.PromptJitter = 512, 200

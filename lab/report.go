@@ -116,14 +116,22 @@ func (l *Lab) render(out io.Writer) {
 		if c.Fallback {
 			fb = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%d\t%s\t%.0f ms\t%.0f ms\t%.0f ms\t%s\t%s\n",
-			id, c.State, c.Score.Pressure, c.Weight.Published, r.n, pct(r.ok, r.n), p.P50, p.P95, p.P99, fb, c.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			id, c.State, c.Score.Pressure, c.Weight.Published, r.n, pct(r.ok, r.n), ms(p.P50, len(r.ttft)), ms(p.P95, len(r.ttft)), ms(p.P99, len(r.ttft)), fb, c.Reason)
 	}
 	_ = tw.Flush()
 	p := percentiles(all.ttft)
-	fmt.Fprintf(&b, "\nlast 10 s: %d requests, success %s, TTFT P50 %.0f ms  P95 %.0f ms  P99 %.0f ms\n", all.n, pct(all.ok, all.n), p.P50, p.P95, p.P99)
+	fmt.Fprintf(&b, "\nlast 10 s: %d requests, success %s, TTFT P50 %s  P95 %s  P99 %s\n", all.n, pct(all.ok, all.n),
+		ms(p.P50, len(all.ttft)), ms(p.P95, len(all.ttft)), ms(p.P99, len(all.ttft)))
 	fmt.Fprintf(&b, "since start: %d requests, success %s, shed %d\n", total.requests, pct(total.succeeded, total.requests), shed)
 	_, _ = io.WriteString(out, b.String())
+}
+
+func ms(v float64, n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f ms", v)
 }
 
 func pct(ok, n int) string {

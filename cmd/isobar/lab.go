@@ -38,7 +38,7 @@ figures as JSON.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Region, "region", "local", "region name")
 	f.IntVar(&cfg.Cells, "cells", 3, "cells (simulated GPUs) in the region")
-	f.Float64Var(&cfg.RPS, "rps", 4, "mean request rate of the Poisson traffic")
+	f.Float64Var(&cfg.RPS, "rps", 3, "mean request rate of the Poisson traffic")
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 128, "output tokens per request")
 	f.DurationVar(&cfg.Duration, "duration", 0, "run this long, then stop (0: until Ctrl-C)")
 	f.StringVar(&cfg.Report, "report", "", "write the figures as JSON to this file when the run ends")

@@ -1,0 +1,59 @@
+package regional
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+)
+
+// Every metric the controller exposes — its own, the xDS server's and the
+// per-cell collector's — passes promlint and follows isobar_regional_*.
+func TestMetricsLint(t *testing.T) {
+	c, prom := startController(t, nil)
+	cl := dialController(t, c.Addr(), nil)
+	s := openStream(t, cl)
+	if err := s.Send(heartbeat("lint", "127.0.0.1:4001", 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, ok := c.Registry().View().Cell("lint"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cell never reached the view")
+		}
+		time.Sleep(time.Millisecond) // polling the view, bounded above
+	}
+	mfs, err := prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+		if !strings.HasPrefix(mf.GetName(), "isobar_regional_") {
+			t.Errorf("metric %s outside isobar_regional_", mf.GetName())
+		}
+	}
+	for _, want := range []string{
+		"isobar_regional_projection_duration_seconds", "isobar_regional_xds_build_duration_seconds",
+		"isobar_regional_heartbeats_total", "isobar_regional_cell_pressure", "isobar_regional_cell_weight",
+		"isobar_regional_cell_heartbeat_staleness_seconds", "isobar_regional_cells",
+	} {
+		if !names[want] {
+			t.Errorf("metric %s missing", want)
+		}
+	}
+}
