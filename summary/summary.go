@@ -1,0 +1,382 @@
+package summary
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+)
+
+// Cell is what aggregation needs to know about one cell.
+type Cell struct {
+	Model string
+	State isobarpb.LifecycleState
+	// Pressure in [0,1].
+	Pressure float64
+	// Fallback: a telemetry source is missing.
+	Fallback bool
+	// CapacityRPS is the cell's estimated capacity at SLO (requests/s).
+	CapacityRPS float64
+	// LoadRPS is the cell's completed requests/s.
+	LoadRPS float64
+	// TTFTP95 (seconds), ErrorRate and its request count over the agent's
+	// window, KV-cache use; nil when unknown.
+	TTFTP95        *float64
+	ErrorRate      *float64
+	WindowRequests *float64
+	KVUsage        *float64
+	MaxModelLen    uint32
+}
+
+// Input is everything one summary is built from.
+type Input struct {
+	Region      string
+	Incarnation string
+	Sequence    uint64
+	Now         time.Time
+	Cells       []Cell
+	// Demand is the ingress demand per model (requests/s) measured at the
+	// region's data plane.
+	Demand map[string]float64
+	// RTT to other regions.
+	RTT map[string]time.Duration
+	// IngressAddress is where other regions forward traffic to this one.
+	IngressAddress string
+	// DefaultEngineLatencyMs is used when no cell has a TTFT at low load.
+	DefaultEngineLatencyMs float64
+	// ContextClasses are the max_tokens bounds of the context-length
+	// classes, ascending; at most MaxContextClasses. Default
+	// DefaultContextClasses.
+	ContextClasses []uint32
+}
+
+// Limits on a summary's shape: they bound its size by models and regions.
+const (
+	MaxModels         = 64
+	MaxContextClasses = 8
+	MaxRegions        = 4096
+	maxNameLen        = 128
+	maxModelNameLen   = 256
+	maxCount          = 1 << 24
+	maxRate           = 1e9
+	maxRTTms          = 60_000
+)
+
+// DefaultContextClasses are the context-length classes used when Input
+// names none: 4k, 8k, 32k and 128k tokens.
+func DefaultContextClasses() []uint32 { return []uint32{4096, 8192, 32768, 131072} }
+
+// lowLoadPressure: cells at or below this pressure inform the low-load
+// engine latency.
+const lowLoadPressure = 0.5
+
+// Aggregate builds the summary of one region. Cells are grouped by model;
+// models and RTT entries are sorted so equal inputs give equal bytes.
+func Aggregate(in Input) *isobarpb.RegionSummary {
+	classes := in.ContextClasses
+	if len(classes) == 0 {
+		classes = DefaultContextClasses()
+	}
+	if len(classes) > MaxContextClasses {
+		classes = classes[:MaxContextClasses]
+	}
+	byModel := map[string][]Cell{}
+	for _, c := range in.Cells {
+		byModel[c.Model] = append(byModel[c.Model], c)
+	}
+	for m := range in.Demand {
+		if _, ok := byModel[m]; !ok {
+			byModel[m] = nil
+		}
+	}
+	names := make([]string, 0, len(byModel))
+	for m := range byModel {
+		if m != "" {
+			names = append(names, m)
+		}
+	}
+	slices.Sort(names)
+	if len(names) > MaxModels {
+		names = names[:MaxModels]
+	}
+	s := &isobarpb.RegionSummary{
+		Region: in.Region, Incarnation: in.Incarnation, Sequence: in.Sequence,
+		At: timestamppb.New(in.Now), IngressAddress: in.IngressAddress,
+	}
+	for _, m := range names {
+		s.Models = append(s.Models, aggregateModel(m, byModel[m], in.Demand[m], in.DefaultEngineLatencyMs, classes))
+	}
+	peers := make([]string, 0, len(in.RTT))
+	for r := range in.RTT {
+		if r != in.Region && r != "" {
+			peers = append(peers, r)
+		}
+	}
+	slices.Sort(peers)
+	if len(peers) > MaxRegions {
+		peers = peers[:MaxRegions]
+	}
+	for _, r := range peers {
+		s.Rtt = append(s.Rtt, &isobarpb.PeerRTT{Region: r, RttMs: float64(in.RTT[r]) / float64(time.Millisecond)})
+	}
+	return s
+}
+
+func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, classes []uint32) *isobarpb.ModelSummary {
+	ms := &isobarpb.ModelSummary{Model: name, DemandRps: finite(demand)}
+	var pressures, lowLoadTTFT []float64
+	var errWeighted, errRequests, kvFree float64
+	var kvN int
+	cls := make([]*isobarpb.ContextClass, len(classes))
+	for i, c := range classes {
+		cls[i] = &isobarpb.ContextClass{MaxTokens: c}
+	}
+	for _, c := range cells {
+		switch c.State {
+		case isobarpb.LifecycleState_LIFECYCLE_STATE_LOADING:
+			ms.CellsLoading++
+		case isobarpb.LifecycleState_LIFECYCLE_STATE_READY:
+			ms.CellsReady++
+		case isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING:
+			ms.CellsDraining++
+		case isobarpb.LifecycleState_LIFECYCLE_STATE_FAILED:
+			ms.CellsFailed++
+		case isobarpb.LifecycleState_LIFECYCLE_STATE_TERMINATED:
+			ms.CellsTerminated++
+		}
+		if c.State == isobarpb.LifecycleState_LIFECYCLE_STATE_READY || c.State == isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING {
+			ms.LoadRps += finite(c.LoadRPS)
+		}
+		if c.State != isobarpb.LifecycleState_LIFECYCLE_STATE_READY {
+			continue
+		}
+		if c.Fallback {
+			ms.FallbackCells++
+		}
+		capRPS := finite(c.CapacityRPS)
+		ms.CapacityRps += capRPS
+		p := clamp01(c.Pressure)
+		pressures = append(pressures, p)
+		if c.TTFTP95 != nil && isFinite(*c.TTFTP95) {
+			ms.TtftP95Seconds = math.Max(ms.TtftP95Seconds, *c.TTFTP95)
+			if p <= lowLoadPressure {
+				lowLoadTTFT = append(lowLoadTTFT, *c.TTFTP95)
+			}
+		}
+		if c.ErrorRate != nil && c.WindowRequests != nil && isFinite(*c.ErrorRate) && isFinite(*c.WindowRequests) {
+			errWeighted += clamp01(*c.ErrorRate) * *c.WindowRequests
+			errRequests += *c.WindowRequests
+		}
+		if c.KVUsage != nil && isFinite(*c.KVUsage) {
+			kvFree += 1 - clamp01(*c.KVUsage)
+			kvN++
+		}
+		for _, cl := range cls {
+			if c.MaxModelLen == 0 || c.MaxModelLen >= cl.MaxTokens {
+				cl.Cells++
+				cl.CapacityRps += capRPS
+			}
+		}
+	}
+	ms.ContextClasses = cls
+	if len(pressures) > 0 {
+		slices.Sort(pressures)
+		ms.PressureMin = pressures[0]
+		var sum float64
+		for _, p := range pressures {
+			sum += p
+		}
+		ms.PressureMean = sum / float64(len(pressures))
+		ms.PressureP90 = pressures[min(len(pressures)-1, int(math.Ceil(0.9*float64(len(pressures))))-1)]
+	}
+	if errRequests > 0 {
+		ms.ErrorRate = errWeighted / errRequests
+	}
+	if kvN > 0 {
+		ms.KvHeadroom = kvFree / float64(kvN)
+	}
+	ms.EngineLatencyMs = finite(defaultLatency)
+	if len(lowLoadTTFT) > 0 {
+		slices.Sort(lowLoadTTFT)
+		ms.EngineLatencyMs = 1000 * lowLoadTTFT[len(lowLoadTTFT)/2]
+	}
+	return ms
+}
+
+// ErrInvalid is wrapped by every Validate error; test with errors.Is.
+var ErrInvalid = errors.New("summary: invalid")
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidName reports whether s is a valid region name.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+// Validate checks a received summary: known shape, finite non-negative
+// values, fractions in [0,1], bounded lists. The error names the field.
+func Validate(s *isobarpb.RegionSummary) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+	}
+	if s == nil {
+		return bad("nil summary")
+	}
+	if !ValidName(s.GetRegion()) {
+		return bad("region %q: want 1-128 characters of [A-Za-z0-9._-]", trunc(s.GetRegion()))
+	}
+	if len(s.GetIncarnation()) > maxNameLen {
+		return bad("region %s: incarnation longer than %d bytes", s.GetRegion(), maxNameLen)
+	}
+	if s.GetSequence() == 0 {
+		return bad("region %s: sequence must start at 1", s.GetRegion())
+	}
+	if s.GetAt() == nil || s.GetAt().CheckValid() != nil {
+		return bad("region %s: missing or invalid time", s.GetRegion())
+	}
+	if a := s.GetIngressAddress(); a != "" {
+		if err := validAddress(a); err != nil {
+			return bad("region %s: ingress_address: %v", s.GetRegion(), err)
+		}
+	}
+	if len(s.GetModels()) > MaxModels {
+		return bad("region %s: %d models, at most %d", s.GetRegion(), len(s.GetModels()), MaxModels)
+	}
+	seen := map[string]bool{}
+	for _, m := range s.GetModels() {
+		if err := validateModel(m); err != nil {
+			return bad("region %s: %v", s.GetRegion(), err)
+		}
+		if seen[m.GetModel()] {
+			return bad("region %s: model %q listed twice", s.GetRegion(), trunc(m.GetModel()))
+		}
+		seen[m.GetModel()] = true
+	}
+	if len(s.GetRtt()) > MaxRegions {
+		return bad("region %s: %d RTT entries, at most %d", s.GetRegion(), len(s.GetRtt()), MaxRegions)
+	}
+	peers := map[string]bool{}
+	for _, r := range s.GetRtt() {
+		switch {
+		case !ValidName(r.GetRegion()):
+			return bad("region %s: rtt region %q invalid", s.GetRegion(), trunc(r.GetRegion()))
+		case r.GetRegion() == s.GetRegion():
+			return bad("region %s: rtt to itself", s.GetRegion())
+		case peers[r.GetRegion()]:
+			return bad("region %s: rtt to %s listed twice", s.GetRegion(), r.GetRegion())
+		case !isFinite(r.GetRttMs()) || r.GetRttMs() < 0 || r.GetRttMs() > maxRTTms:
+			return bad("region %s: rtt to %s is %v ms; want a finite value in [0, %d]", s.GetRegion(), r.GetRegion(), r.GetRttMs(), maxRTTms)
+		}
+		peers[r.GetRegion()] = true
+	}
+	return nil
+}
+
+func validateModel(m *isobarpb.ModelSummary) error {
+	name := m.GetModel()
+	if name == "" || len(name) > maxModelNameLen {
+		return fmt.Errorf("model name %q: want 1-%d bytes", trunc(name), maxModelNameLen)
+	}
+	counts := []uint32{m.GetCellsLoading(), m.GetCellsReady(), m.GetCellsDraining(), m.GetCellsFailed(), m.GetCellsTerminated(), m.GetFallbackCells()}
+	for _, c := range counts {
+		if c > maxCount {
+			return fmt.Errorf("model %s: cell count %d implausible", name, c)
+		}
+	}
+	if m.GetFallbackCells() > m.GetCellsReady() {
+		return fmt.Errorf("model %s: fallback_cells %d > cells_ready %d", name, m.GetFallbackCells(), m.GetCellsReady())
+	}
+	rates := []struct {
+		field string
+		v     float64
+		max   float64
+	}{
+		{"capacity_rps", m.GetCapacityRps(), maxRate}, {"load_rps", m.GetLoadRps(), maxRate},
+		{"demand_rps", m.GetDemandRps(), maxRate}, {"ttft_p95_seconds", m.GetTtftP95Seconds(), 86400},
+		{"engine_latency_ms", m.GetEngineLatencyMs(), 86_400_000},
+		{"pressure_min", m.GetPressureMin(), 1}, {"pressure_mean", m.GetPressureMean(), 1},
+		{"pressure_p90", m.GetPressureP90(), 1}, {"error_rate", m.GetErrorRate(), 1}, {"kv_headroom", m.GetKvHeadroom(), 1},
+	}
+	for _, r := range rates {
+		if !isFinite(r.v) || r.v < 0 || r.v > r.max {
+			return fmt.Errorf("model %s: %s is %v; want a finite value in [0, %g]", name, r.field, r.v, r.max)
+		}
+	}
+	if m.GetPressureMin() > m.GetPressureMean()+1e-9 || m.GetPressureMean() > 1 {
+		return fmt.Errorf("model %s: pressure_min %v > pressure_mean %v", name, m.GetPressureMin(), m.GetPressureMean())
+	}
+	if len(m.GetContextClasses()) > MaxContextClasses {
+		return fmt.Errorf("model %s: %d context classes, at most %d", name, len(m.GetContextClasses()), MaxContextClasses)
+	}
+	var prev uint32
+	for _, c := range m.GetContextClasses() {
+		if c.GetMaxTokens() <= prev {
+			return fmt.Errorf("model %s: context classes must have ascending max_tokens > 0", name)
+		}
+		prev = c.GetMaxTokens()
+		if !isFinite(c.GetCapacityRps()) || c.GetCapacityRps() < 0 || c.GetCapacityRps() > maxRate || c.GetCells() > maxCount {
+			return fmt.Errorf("model %s: context class %d: bad capacity", name, c.GetMaxTokens())
+		}
+	}
+	return nil
+}
+
+func validAddress(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", trunc(a))
+	}
+	if _, err := netip.ParseAddr(host); err != nil && !ValidName(host) {
+		return fmt.Errorf("%q: bad host", trunc(a))
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q: port must be 1-65535", trunc(a))
+	}
+	return nil
+}
+
+// Newer reports whether a is more recent than b from the same region: a
+// different incarnation counts as newer when its time is later.
+func Newer(a, b *isobarpb.RegionSummary) bool {
+	if b == nil {
+		return true
+	}
+	if a.GetIncarnation() == b.GetIncarnation() {
+		return a.GetSequence() > b.GetSequence()
+	}
+	return cmp.Compare(a.GetAt().AsTime().UnixNano(), b.GetAt().AsTime().UnixNano()) > 0
+}
+
+func isFinite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+func finite(v float64) float64 {
+	if !isFinite(v) || v < 0 {
+		return 0
+	}
+	return v
+}
+
+func clamp01(v float64) float64 {
+	switch {
+	case !isFinite(v) || v < 0:
+		return 0
+	case v > 1:
+		return 1
+	}
+	return v
+}
+
+func trunc(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
