@@ -14,7 +14,16 @@ FUZZTIME ?= 20s
 FUZZ_TARGETS := \
 	./regional:FuzzValidateHeartbeat \
 	./cellagent:FuzzParseVLLM \
-	./cellagent:FuzzParseDCGM
+	./cellagent:FuzzParseDCGM \
+	./cellagent:FuzzParseModels \
+	./sim:FuzzParseGenRequest \
+	./sim:FuzzParseFaultRequest \
+	./summary:FuzzValidate \
+	./regional/gossip:FuzzReceive \
+	./regional/gossip:FuzzDecodeMeta \
+	./global/optimize:FuzzSolve \
+	./cmd/isobar:FuzzGlobalPlanInput \
+	./election:FuzzCheckEndpoint
 
 .PHONY: help build test test-short run demo proto verify-genproto fix-genproto lint fmt verify tidy verify-tidy bench fuzz tools clean
 
@@ -34,7 +43,7 @@ run: build ## run the embedded default: a simulated fleet with traffic and a liv
 	$(BIN)/isobar lab
 
 bench: ## control-plane benchmarks (cycle cost, heartbeat ingest, xDS build)
-	$(GO) test -run '^$$' -bench . -benchmem ./regional/... ./sim/... ./cellagent/...
+	$(GO) test -run '^$$' -bench . -benchmem ./regional/... ./global/... ./summary/... ./cellagent/...
 
 fuzz: ## run each fuzz target for FUZZTIME
 	@set -e; for t in $(FUZZ_TARGETS); do \

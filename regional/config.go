@@ -10,6 +10,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
@@ -59,6 +61,9 @@ type Config struct {
 	Score      score.Config
 	Projection projection.Config
 	XDS        xds.Config
+	// Global configures cross-region routing (active when Deps.Etcd or
+	// Deps.Gossip is set).
+	Global GlobalConfig
 }
 
 // TLSFiles names PEM files for mutual TLS. All three or none.
@@ -133,6 +138,7 @@ func (c *Config) withDefaults() {
 	if c.XDS.Zone == "" {
 		c.XDS.Zone = c.Zone
 	}
+	c.Global.withDefaults()
 }
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -171,6 +177,14 @@ func (c Config) validate() error {
 	if err := c.TLS.Validate(); err != nil {
 		return err
 	}
+	if c.Global.SummaryInterval <= 0 || c.Global.NominalCellRPS <= 0 || c.Global.Headroom <= 0 || c.Global.Headroom > 1 {
+		return fmt.Errorf("%w: global: summary interval, nominal cell RPS must be > 0 and headroom in (0,1]", ErrInvalidConfig)
+	}
+	if a := c.Global.IngressAddress; a != "" {
+		if err := ingressAddress(a); err != nil {
+			return fmt.Errorf("%w: ingress address: %v", ErrInvalidConfig, err)
+		}
+	}
 	if err := c.Score.Validate(); err != nil {
 		return err
 	}
@@ -191,6 +205,18 @@ type Deps struct {
 	HTTPListener net.Listener
 	// Dialer is used by the RTT prober. Nil → net.Dialer.
 	Dialer func(network, addr string, timeout time.Duration) (net.Conn, error)
+	// Etcd, when set, is used to find the global leader; the region then
+	// streams summaries to it and applies its plans.
+	Etcd *clientv3.Client
+	// GlobalDialOptions dial the global leader (transport credentials are
+	// required when Etcd is set).
+	GlobalDialOptions []grpc.DialOption
+	// Gossip, when set, carries this region's summary to its peers and
+	// theirs to it, with inter-region RTT, for the fallback plan.
+	Gossip gossiper
+	// Demand reports the ingress demand per model (requests/s) from the
+	// region's data plane. Nil: the cells' served load stands in.
+	Demand func() map[string]float64
 }
 
 func (d *Deps) withDefaults() {

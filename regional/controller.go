@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -34,6 +35,7 @@ type Controller struct {
 	http    *http.Server
 	prober  *prober
 	health  *health.Server
+	syncer  *syncer
 
 	grpcLn, httpLn net.Listener
 
@@ -93,9 +95,15 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		interval: cfg.ProbeInterval, timeout: cfg.ProbeTimeout, view: reg.View, submit: reg.submitProbes,
 		dial: deps.Dialer, clock: deps.Clock, log: log, metrics: m,
 	}
+	if deps.Etcd != nil || deps.Gossip != nil {
+		if deps.Etcd != nil && len(deps.GlobalDialOptions) == 0 {
+			return nil, fmt.Errorf("%w: GlobalDialOptions must carry transport credentials", ErrInvalidConfig)
+		}
+		c.syncer = newSyncer(cfg.Global, cfg.Region, reg, deps.Etcd, deps.Gossip, deps.Demand, deps.GlobalDialOptions, deps.Clock, log, m)
+	}
 	if cfg.HTTPListen != "-" || deps.HTTPListener != nil {
 		c.http = &http.Server{
-			Handler:           newHTTPHandler(reg, cfg.Score, deps.Gatherer, cfg.AdminToken),
+			Handler:           newHTTPHandler(reg, c.Routes, cfg.Score, deps.Gatherer, cfg.AdminToken),
 			ReadHeaderTimeout: 5 * time.Second,
 		}
 	}
@@ -130,6 +138,12 @@ func (c *Controller) start(ctx context.Context) error {
 		return err
 	}
 	c.wg.Go(func() { c.prober.run(ctx) })
+	if c.syncer != nil {
+		c.wg.Go(func() { c.syncer.summaries(ctx) })
+		if c.deps.Etcd != nil {
+			c.wg.Go(func() { c.syncer.run(ctx) })
+		}
+	}
 	c.wg.Go(func() {
 		if err := c.grpc.Serve(c.grpcLn); err != nil {
 			c.serveErr <- fmt.Errorf("regional: grpc: %w", err)
@@ -201,6 +215,15 @@ func (c *Controller) HTTPAddr() string {
 // Registry exposes the registry (views, drain) to the lab and tests.
 func (c *Controller) Registry() *Registry { return c.reg }
 
+// Routes returns the cross-region route table in force (nil without
+// global routing).
+func (c *Controller) Routes() *RouteTable {
+	if c.syncer == nil {
+		return nil
+	}
+	return c.syncer.Routes()
+}
+
 // XDSVersion returns the last xDS version pushed.
 func (c *Controller) XDSVersion() string { return c.reg.pub.Version() }
 
@@ -241,4 +264,30 @@ func serverTLS(f TLSFiles) (*tls.Config, error) {
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS13,
 	}, nil
+}
+
+// ClientDialOptions returns gRPC dial options for this region's outbound
+// connections (to the global leader): mTLS with the region's certificate
+// when f is set, plaintext otherwise.
+func ClientDialOptions(f TLSFiles) ([]grpc.DialOption, error) {
+	if !f.Enabled() {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return nil, fmt.Errorf("regional: load --tls-cert/--tls-key: %w", err)
+	}
+	pem, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, fmt.Errorf("regional: read --tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("regional: --tls-ca %s holds no PEM certificate", f.CA)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS13}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, nil
 }

@@ -117,10 +117,18 @@ func sourceDebug(s SourceView) SourceDebug {
 	return d
 }
 
-// newHTTPHandler serves /metrics, /healthz, /debug/cells[/ID] and
+// newHTTPHandler serves /metrics, /healthz, /debug/cells[/ID], /debug/routes and
 // POST /v1/cells/ID/{drain,undrain}.
-func newHTTPHandler(reg *Registry, sc score.Config, gatherer prometheus.Gatherer, adminToken string) http.Handler {
+func newHTTPHandler(reg *Registry, routes func() *RouteTable, sc score.Config, gatherer prometheus.Gatherer, adminToken string) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/routes", func(w http.ResponseWriter, _ *http.Request) {
+		t := routes()
+		if t == nil {
+			writeJSON(w, http.StatusOK, map[string]string{"source": RoutesLocal, "note": "no cross-region routing configured"})
+			return
+		}
+		writeJSON(w, http.StatusOK, t)
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /debug/cells", func(w http.ResponseWriter, _ *http.Request) {

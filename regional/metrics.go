@@ -22,6 +22,9 @@ type metrics struct {
 	failover           prometheus.Histogram
 	penaltyTrips       prometheus.Counter
 	probes             *prometheus.CounterVec
+	plans              *prometheus.CounterVec
+	planEpoch          prometheus.Gauge
+	routeSource        *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -72,10 +75,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "isobar_regional_probes_total",
 			Help: "RTT probes of cells, by result.",
 		}, []string{"result"}),
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_plans_total",
+			Help: "Routing plans received from the global leader, by result (applied, stale, expired, invalid).",
+		}, []string{"result"}),
+		planEpoch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "isobar_regional_plan_epoch",
+			Help: "Fencing epoch of the routing plan applied.",
+		}),
+		routeSource: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "isobar_regional_route_source",
+			Help: "1 for the source of the cross-region routing in force: plan, fallback or local.",
+		}, []string{"source"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions,
-			m.unknownCells, m.projection, m.pushErrors, m.failover, m.penaltyTrips, m.probes)
+			m.unknownCells, m.projection, m.pushErrors, m.failover, m.penaltyTrips, m.probes,
+			m.plans, m.planEpoch, m.routeSource)
 	}
 	return m
 }

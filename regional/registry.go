@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -35,6 +36,7 @@ type message struct {
 	hb     *isobarpb.CellHeartbeat
 	probes []probeResult
 	drain  *drainRequest
+	routes *RouteTable
 }
 
 type drainRequest struct {
@@ -92,6 +94,8 @@ type Registry struct {
 	removals   []removal
 	lastPushed map[string]uint32 // weights in the last offered state
 	index      map[string]int    // id → position in ids, shared by views
+	routes     *RouteTable       // cross-region routing in force
+	routesNew  bool              // routes changed since the last push
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -260,8 +264,18 @@ func (r *Registry) apply(m message) bool {
 		err := r.applyDrain(now, m.drain)
 		m.drain.reply <- err
 		return err == nil
+	case m.routes != nil:
+		r.routes, r.routesNew = m.routes, true
+		return true
 	}
 	return false
+}
+
+// SetRoutes installs the cross-region routing for this region's ingress;
+// the next push carries it as locality weights. The registry owns t after
+// a nil return.
+func (r *Registry) SetRoutes(ctx context.Context, t *RouteTable) error {
+	return r.send(ctx, message{routes: t})
 }
 
 func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) bool {
@@ -453,19 +467,33 @@ func (r *Registry) cycle(now time.Time) {
 	}
 	r.view.Store(newView(now, r.cycles, views, r.index))
 	r.metrics.projection.Observe(time.Since(start).Seconds())
-	if d.Push {
+	if d.Push || r.routesNew {
+		r.routesNew = false
 		st := r.buildState(views)
 		r.pub.offer(st, r.removals)
 		r.removals = nil
 	}
 }
 
+// localityScale turns route fractions into integer locality weights.
+const localityScale = 1000
+
 // buildState turns the cells with a published weight into the xDS state:
-// per model, the local cells as one locality.
+// per model, the local cells as one locality and, when the route table
+// sends a share of the model's demand to other regions, each such region's
+// ingress as another locality weighted by its share.
 func (r *Registry) buildState(views []CellView) xds.State {
 	clear(r.lastPushed)
 	byModel := map[string]*xds.Model{}
-	var order []string
+	local := map[string]*xds.Locality{}
+	model := func(name string) *xds.Model {
+		m := byModel[name]
+		if m == nil {
+			m = &xds.Model{Name: name}
+			byModel[name] = m
+		}
+		return m
+	}
 	for _, v := range views {
 		if v.Weight.Published == 0 {
 			continue
@@ -475,21 +503,70 @@ func (r *Registry) buildState(views []CellView) xds.State {
 			continue // validated on receipt; unreachable
 		}
 		port, _ := strconv.ParseUint(portStr, 10, 32)
-		m := byModel[v.Model]
-		if m == nil {
-			m = &xds.Model{Name: v.Model, Localities: []xds.Locality{{Region: r.cfg.Region, Zone: r.cfg.Zone, Weight: 1}}}
-			byModel[v.Model] = m
-			order = append(order, v.Model)
+		l := local[v.Model]
+		if l == nil {
+			l = &xds.Locality{Region: r.cfg.Region, Zone: r.cfg.Zone, Weight: localityScale}
+			local[v.Model] = l
+			model(v.Model)
 		}
-		m.Localities[0].Endpoints = append(m.Localities[0].Endpoints, xds.Endpoint{
+		l.Endpoints = append(l.Endpoints, xds.Endpoint{
 			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
 		})
 		r.lastPushed[v.ID] = v.Weight.Published
 	}
-	slices.Sort(order)
-	st := xds.State{Models: make([]xds.Model, 0, len(order))}
-	for _, name := range order {
-		st.Models = append(st.Models, *byModel[name])
+	var remote map[string][]xds.Locality
+	if t := r.routes; t != nil {
+		remote = map[string][]xds.Locality{}
+		for name, mr := range t.Models {
+			if l := local[name]; l != nil {
+				l.Weight = localityWeight(mr.Routes[r.cfg.Region])
+			}
+			dests := make([]string, 0, len(mr.Routes))
+			for d := range mr.Routes {
+				dests = append(dests, d)
+			}
+			slices.Sort(dests)
+			for _, d := range dests {
+				w := localityWeight(mr.Routes[d])
+				addr := t.Ingress[d]
+				if d == r.cfg.Region || w == 0 || addr == "" {
+					continue
+				}
+				host, portStr, err := net.SplitHostPort(addr)
+				if err != nil {
+					continue // validated with the plan
+				}
+				port, _ := strconv.ParseUint(portStr, 10, 32)
+				remote[name] = append(remote[name], xds.Locality{
+					Region: d, Zone: d, Weight: w,
+					Endpoints: []xds.Endpoint{{CellID: "region/" + d, Host: host, Port: uint32(port), Weight: 1}},
+				})
+				model(name)
+			}
+		}
+	}
+	names := make([]string, 0, len(byModel))
+	for n := range byModel {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	st := xds.State{Models: make([]xds.Model, 0, len(names))}
+	for _, n := range names {
+		m := byModel[n]
+		if l := local[n]; l != nil && l.Weight > 0 {
+			m.Localities = append(m.Localities, *l)
+		}
+		m.Localities = append(m.Localities, remote[n]...)
+		if len(m.Localities) == 0 {
+			continue
+		}
+		st.Models = append(st.Models, *m)
 	}
 	return st
+}
+
+// localityWeight scales a fraction to an integer locality weight; 0 means
+// no traffic (the locality is left out: xDS needs weights >= 1).
+func localityWeight(f float64) uint32 {
+	return uint32(math.Round(f * localityScale))
 }

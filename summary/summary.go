@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/netip"
 	"regexp"
 	"slices"
-	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -329,15 +327,14 @@ func validateModel(m *isobarpb.ModelSummary) error {
 	return nil
 }
 
+// validAddress requires IP:port: the address goes into EDS, which refuses
+// host names.
 func validAddress(a string) error {
-	host, port, err := net.SplitHostPort(a)
+	ap, err := netip.ParseAddrPort(a)
 	if err != nil {
-		return fmt.Errorf("%q is not host:port", trunc(a))
+		return fmt.Errorf("%q is not IP:port", trunc(a))
 	}
-	if _, err := netip.ParseAddr(host); err != nil && !ValidName(host) {
-		return fmt.Errorf("%q: bad host", trunc(a))
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+	if ap.Port() == 0 {
 		return fmt.Errorf("%q: port must be 1-65535", trunc(a))
 	}
 	return nil

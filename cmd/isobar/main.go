@@ -90,6 +90,7 @@ across regions.`,
 		newCellagentCmd(opts),
 		newRegionalCmd(opts),
 		newLabCmd(opts),
+		newGlobalCmd(opts),
 	)
 	return root
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -9,13 +10,18 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/isobar-mesh/isobar/regional"
+	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/summary"
 )
 
 func newRegionalCmd(ro *rootOpts) *cobra.Command {
 	cfg := regional.DefaultConfig("")
 	var weights, lbPolicy, adminTokenFile string
+	var ef etcdFlags
+	var gossipListen, gossipKeyFile string
+	var gossipJoin []string
 	cmd := &cobra.Command{
 		Use:   "regional",
 		Short: "Run a regional controller: heartbeat registry, scoring, xDS server",
@@ -50,7 +56,43 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 				}
 				cfg.AdminToken = strings.TrimSpace(string(b))
 			}
-			return regional.Run(cmd.Context(), cfg, regional.Deps{Logger: log})
+			deps := regional.Deps{Logger: log}
+			if len(ef.endpoints) > 0 {
+				cli, err := ef.client(ro)
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				deps.Etcd = cli
+				if deps.GlobalDialOptions, err = regional.ClientDialOptions(cfg.TLS); err != nil {
+					return err
+				}
+			}
+			if gossipListen != "" {
+				host, port, err := net.SplitHostPort(gossipListen)
+				if err != nil {
+					return usageError{fmt.Errorf("--gossip-listen %q: %v", gossipListen, err)}
+				}
+				p, _ := strconv.Atoi(port)
+				gcfg := gossip.Config{Role: gossip.RoleRegional, Region: cfg.Region, IngressAddress: cfg.Global.IngressAddress,
+					BindAddr: host, BindPort: p, Join: gossipJoin}
+				if gossipKeyFile != "" {
+					if gcfg.SecretKey, err = os.ReadFile(gossipKeyFile); err != nil {
+						return fmt.Errorf("--gossip-key-file: %w", err)
+					}
+					gcfg.SecretKey = []byte(strings.TrimSpace(string(gcfg.SecretKey)))
+				}
+				node, err := gossip.New(gcfg, gossip.Deps{Logger: log, Validate: summary.Validate})
+				if err != nil {
+					return err
+				}
+				if err := node.Start(cmd.Context()); err != nil {
+					return err
+				}
+				defer node.Stop()
+				deps.Gossip = node
+			}
+			return regional.Run(cmd.Context(), cfg, deps)
 		},
 	}
 	f := cmd.Flags()
@@ -70,6 +112,13 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "server certificate (PEM) for mTLS")
 	f.StringVar(&cfg.TLS.Key, "tls-key", "", "server key (PEM) for mTLS")
 	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that client certificates must chain to")
+	f.StringVar(&cfg.Global.IngressAddress, "ingress-address", "", "IP:port where other regions send traffic for this one (advertised)")
+	f.DurationVar(&cfg.Global.SummaryInterval, "summary-interval", cfg.Global.SummaryInterval, "interval between summaries to the global leader and gossip")
+	f.Float64Var(&cfg.Global.NominalCellRPS, "cell-capacity-rps", cfg.Global.NominalCellRPS, "one healthy cell's capacity at SLO (requests/s), for the summary")
+	f.StringVar(&gossipListen, "gossip-listen", "", "memberlist address (host:port) for gossip among regions; empty: no gossip")
+	f.StringSliceVar(&gossipJoin, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
+	f.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the 16/24/32-byte gossip encryption key")
+	ef.add(cmd)
 	return cmd
 }
 

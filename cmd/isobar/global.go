@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/isobar-mesh/isobar/election"
+	"github.com/isobar-mesh/isobar/global"
+)
+
+// etcdFlags are the flags every etcd-using command shares.
+type etcdFlags struct {
+	endpoints []string
+	tls       election.TLSFiles
+}
+
+func (e *etcdFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringSliceVar(&e.endpoints, "etcd-endpoints", nil, "etcd endpoints (host:port or https://host:port), comma-separated")
+	f.StringVar(&e.tls.CertFile, "etcd-cert", "", "client certificate (PEM) for etcd")
+	f.StringVar(&e.tls.KeyFile, "etcd-key", "", "client key (PEM) for etcd")
+	f.StringVar(&e.tls.CAFile, "etcd-ca", "", "CA bundle (PEM) for etcd's server certificate")
+}
+
+func (e *etcdFlags) client(ro *rootOpts) (*clientv3.Client, error) {
+	log, _ := ro.logger()
+	return election.NewClient(election.ClientConfig{Endpoints: e.endpoints, TLS: e.tls, Logger: log})
+}
+
+func newGlobalCmd(ro *rootOpts) *cobra.Command {
+	var cfg global.Config
+	var ef etcdFlags
+	var regions string
+	cmd := &cobra.Command{
+		Use:   "global",
+		Short: "Run a global controller: one member of the HA pair that routes between regions",
+		Long: `Run one member of the global HA pair. Both members campaign on an etcd
+election; the leader accepts GlobalControl.Sync streams from regional
+controllers, solves the cross-region routing problem every --cycle-interval
+(see 'isobar global plan --help' for the model), writes each plan to etcd in a
+transaction guarded by its election key's revision, and sends every region
+its part. A standby refuses Sync with FailedPrecondition naming the leader.
+Regions whose summaries are older than --region-ttl are treated as down.`,
+		Example: `  isobar global --name g1 --listen 0.0.0.0:19000 --advertise 10.0.0.5:19000 --etcd-endpoints 10.0.0.9:2379
+  isobar global plan --input whatif.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := ro.logger()
+			if err != nil {
+				return err
+			}
+			if len(ef.endpoints) == 0 {
+				return usageError{fmt.Errorf("--etcd-endpoints is required")}
+			}
+			if regions != "" {
+				cfg.Regions = strings.Split(regions, ",")
+			}
+			cli, err := ef.client(ro)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			return global.Run(cmd.Context(), cfg, global.Deps{Etcd: cli, Logger: log})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Name, "name", "", "member name (default hostname-pid)")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:19000", "gRPC address for GlobalControl.Sync")
+	f.StringVar(&cfg.Advertise, "advertise", "", "address regions dial, published in the election (default: the bound --listen address)")
+	f.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9091", `address for /metrics and /debug/plan ("-" disables)`)
+	f.StringVar(&cfg.ElectionPrefix, "election-prefix", "/isobar/global/election/", "etcd election prefix")
+	f.StringVar(&cfg.PlanKey, "plan-key", "/isobar/global/plan", "etcd key plans are written to (fenced)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "election lease TTL: a crashed leader is replaced within about this (default 2s)")
+	f.DurationVar(&cfg.CycleInterval, "cycle-interval", 0, "time between plans (default 1s)")
+	f.DurationVar(&cfg.RegionTTL, "region-ttl", 0, "a region whose summary is older is down (default 3s)")
+	f.DurationVar(&cfg.PlanTTL, "plan-ttl", 0, "plans are valid this long; regions fall back after (default 30s)")
+	f.StringVar(&regions, "regions", "", "comma-separated allowlist of region names (default: any)")
+	f.Float64Var(&cfg.Plan.Headroom, "headroom", 0, "plan each region to at most capacity × headroom (default 0.9)")
+	f.Float64Var(&cfg.Plan.DampStep, "damp-step", 0, "share of the way to the new optimum taken per cycle (default 0.5)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "server certificate (PEM) for mTLS")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "server key (PEM) for mTLS")
+	f.StringVar(&cfg.TLSCA, "tls-ca", "", "CA bundle (PEM) region certificates must chain to")
+	ef.add(cmd)
+	cmd.AddCommand(newGlobalPlanCmd(ro))
+	return cmd
+}

@@ -1,0 +1,20 @@
+// Package global is the global controller: one member of the HA pair that
+// routes traffic between regions (DESIGN.md §5).
+//
+// Both members campaign on an etcd election (package election). The leader
+// accepts GlobalControl.Sync streams from regional controllers, keeps the
+// latest summary of each region with its age, and every cycle solves the
+// cross-region problem (package global/optimize) per model, damps the change
+// against the previous plan, writes the plan to etcd in a transaction
+// guarded by its election key's revision (the fencing epoch) and sends each
+// region its part. A standby answers Sync with FailedPrecondition naming
+// the leader. A region whose summaries are older than RegionTTL is treated
+// as down: it is left out of the problem and receives nothing.
+//
+// Concurrency: each Sync stream runs on its gRPC handler goroutine and
+// writes summaries into the summary store (mutex); the leader loop runs on
+// the election's term goroutine, reads a copy of the store, plans, and
+// publishes through the plan hub, which hands each stream its region's
+// latest plan through a one-slot mailbox (a slow region never blocks the
+// loop, it just skips to the newest plan).
+package global

@@ -1,0 +1,378 @@
+package global_test
+
+// Multi-region end to end: embedded etcd, the global HA pair, three real
+// regional controllers with simulated engines and real cellagents, an ADS
+// client per region and traffic routed by the locality and endpoint weights
+// it receives. Each region's "ingress" is a small reverse proxy to its own
+// engines, standing in for the gateway's local-only listener.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/isobar-mesh/isobar/cellagent"
+	"github.com/isobar-mesh/isobar/election"
+	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/regional"
+	"github.com/isobar-mesh/isobar/regional/gossip"
+	"github.com/isobar-mesh/isobar/sim"
+	"github.com/isobar-mesh/isobar/summary"
+)
+
+var insecureDial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+
+type testRegion struct {
+	name    string
+	gossip  *gossip.Node
+	ctrl    *regional.Controller
+	engines []*sim.Engine
+	ingress *http.Server
+	watch   *gateway.Watcher
+}
+
+// startRegion runs a region with two cells and the given ingress demand;
+// its gossip node joins seeds.
+func startRegion(t *testing.T, e *election.Embedded, name string, demand float64, seeds ...string) *testRegion {
+	t.Helper()
+	r := &testRegion{name: name}
+	ingLn := listen(t)
+	node, err := gossip.New(gossip.Config{Role: gossip.RoleRegional, Region: name, IngressAddress: ingLn.Addr().String(),
+		Profile: gossip.ProfileLocal, Join: seeds}, gossip.Deps{Validate: summary.Validate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	r.gossip = node
+	cfg := regional.DefaultConfig(name)
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	cfg.TTLGrace = 100 * time.Millisecond
+	cfg.CycleInterval = 20 * time.Millisecond
+	cfg.Global.SummaryInterval = 100 * time.Millisecond
+	cfg.Global.IngressAddress = ingLn.Addr().String()
+	ctrl, err := regional.New(cfg, regional.Deps{
+		GRPCListener: listen(t), HTTPListener: listen(t), Etcd: etcdClient(t, e), GlobalDialOptions: insecureDial, Gossip: node,
+		Demand: func() map[string]float64 { return map[string]float64{sim.DefaultModel: demand} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctrl.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ctrl.Stop)
+	r.ctrl = ctrl
+	dcgm := sim.NewDCGMExporter(sim.DCGMConfig{Hostname: name}, sim.Deps{})
+	var targets []*url.URL
+	for i := range 2 {
+		eng, err := sim.NewEngine(sim.EngineConfig{Name: fmt.Sprintf("%s-%d", name, i), TimeScale: 0.1, GPUIndex: i}, sim.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Start(listen(t)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stopWith(eng.Stop) })
+		dcgm.AddGPU(eng.GPU())
+		r.engines = append(r.engines, eng)
+		u, _ := url.Parse("http://" + eng.Addr())
+		targets = append(targets, u)
+	}
+	if err := dcgm.Start(listen(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopWith(dcgm.Stop) })
+	for i, eng := range r.engines {
+		ag, err := cellagent.NewAgent(cellagent.Config{
+			CellID: fmt.Sprintf("%s-cell-%d", name, i), Region: name, ControllerAddr: ctrl.Addr(),
+			VLLMURL: "http://" + eng.Addr() + "/metrics", DCGMURL: "http://" + dcgm.Addr() + "/metrics", DCGMGPU: fmt.Sprint(i),
+			Interval: 100 * time.Millisecond, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		}, cellagent.Deps{DialOptions: insecureDial})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ag.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ag.Stop)
+	}
+	var next atomic.Uint64
+	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(targets[next.Add(1)%uint64(len(targets))])
+	}}
+	r.ingress = &http.Server{Handler: proxy, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = r.ingress.Serve(ingLn) }()
+	t.Cleanup(func() { _ = r.ingress.Close() })
+	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl.Addr(), NodeID: "e2e-" + name, MinBackoff: 20 * time.Millisecond},
+		gateway.WatchDeps{DialOptions: insecureDial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	r.watch = w
+	return r
+}
+
+func stopWith(stop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = stop(ctx)
+}
+
+// localities returns locality → weight in the region's assignment.
+func localities(a gateway.Assignment) map[string]uint32 {
+	out := map[string]uint32{}
+	for _, eps := range a.Clusters {
+		for _, e := range eps {
+			out[e.Region] = e.LocalityWeight
+		}
+	}
+	return out
+}
+
+func (r *testRegion) waitLocalities(t *testing.T, what string, within time.Duration, cond func(map[string]uint32) bool) map[string]uint32 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	a, err := r.watch.WaitFor(ctx, func(a gateway.Assignment) bool { return cond(localities(a)) })
+	if err != nil {
+		t.Fatalf("%s: %s not reached within %v; localities %v; routes %+v", r.name, what, within, localities(a), r.ctrl.Routes())
+	}
+	return localities(a)
+}
+
+// driver sends requests as Envoy would: a locality by locality weight, an
+// endpoint in it by endpoint weight.
+type driver struct {
+	ok, failed atomic.Int64
+	byRegion   sync.Map // region → *atomic.Int64
+	client     *http.Client
+	errs       sync.Map
+}
+
+func pickLocal(a gateway.Assignment, rng *rand.Rand) (gateway.Endpoint, bool) {
+	byLoc := map[string][]gateway.Endpoint{}
+	lw := map[string]float64{}
+	for _, eps := range a.Clusters {
+		for _, e := range eps {
+			byLoc[e.Region] = append(byLoc[e.Region], e)
+			lw[e.Region] = float64(e.LocalityWeight)
+		}
+	}
+	names := make([]string, 0, len(byLoc))
+	var sum float64
+	for n := range byLoc {
+		names = append(names, n)
+		sum += lw[n]
+	}
+	if sum == 0 {
+		return gateway.Endpoint{}, false
+	}
+	sort.Strings(names)
+	x := rng.Float64() * sum
+	for _, n := range names {
+		if x -= lw[n]; x < 0 {
+			return gateway.Pick(gateway.Assignment{Seq: 1, Clusters: map[string][]gateway.Endpoint{n: byLoc[n]}}, rng.Float64())
+		}
+	}
+	return gateway.Endpoint{}, false
+}
+
+// run sends up to n requests at about rps from region r until ctx ends.
+func (d *driver) run(ctx context.Context, r *testRegion, rps float64, n int) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rps))
+	defer tick.Stop()
+	for i := 0; i < n; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		a, ok := r.watch.Latest()
+		if !ok {
+			continue
+		}
+		ep, ok := pickLocal(a, rng)
+		if !ok {
+			continue
+		}
+		wg.Go(func() { d.one(ep) })
+	}
+}
+
+func (d *driver) one(ep gateway.Endpoint) {
+	body, _ := json.Marshal(map[string]any{"model": sim.DefaultModel, "prompt": strings.Repeat("abcd", 64), "max_tokens": 4})
+	resp, err := d.client.Post("http://"+ep.Address+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			d.ok.Add(1)
+			c, _ := d.byRegion.LoadOrStore(ep.Region, new(atomic.Int64))
+			c.(*atomic.Int64).Add(1)
+			return
+		}
+		err = fmt.Errorf("status %d", resp.StatusCode)
+	}
+	d.failed.Add(1)
+	d.errs.Store(err.Error(), ep.Address)
+}
+
+func (d *driver) served() map[string]int64 {
+	out := map[string]int64{}
+	d.byRegion.Range(func(k, v any) bool { out[k.(string)] = v.(*atomic.Int64).Load(); return true })
+	return out
+}
+
+// TestMultiRegion: plans become locality weights; traffic crosses regions
+// as planned; a leader crash and an etcd outage cost zero requests (regions
+// keep routing on the last plan); a region that goes silent leaves every
+// other region's assignment within the region TTL.
+func TestMultiRegion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a whole multi-region fleet")
+	}
+	e := startEtcd(t)
+	planCfg := func(c *global.Config) {
+		c.CycleInterval = 200 * time.Millisecond
+		c.RegionTTL = 1500 * time.Millisecond
+		c.PlanTTL = 6 * time.Second
+	}
+	g1 := startGlobal(t, "g1", e, planCfg)
+	leader := waitLeader(t, 5*time.Second, g1)
+	g2 := startGlobal(t, "g2", e, planCfg)
+	// Two cells of 1.3 RPS each per region; b's ingress demand is beyond
+	// its capacity × headroom, a and c have room.
+	a := startRegion(t, e, "a", 0.5)
+	b := startRegion(t, e, "b", 4, a.gossip.Addr())
+	c := startRegion(t, e, "c", 0.5, a.gossip.Addr())
+
+	locs := b.waitLocalities(t, "b spills to other regions", 20*time.Second, func(l map[string]uint32) bool {
+		return l["b"] > 0 && (l["a"] > 0 || l["c"] > 0)
+	})
+	t.Logf("b's localities from plan epoch %d: %v", b.ctrl.Routes().Epoch, locs)
+	if src := b.ctrl.Routes().Source; src != regional.RoutesPlan {
+		t.Fatalf("b routes from %q, want plan", src)
+	}
+	if l := a.waitLocalities(t, "a local", 5*time.Second, func(map[string]uint32) bool { return true }); l["b"] != 0 {
+		t.Errorf("a sends to overloaded b: %v", l)
+	}
+
+	// Traffic from b through the leader crash.
+	d := &driver{client: &http.Client{Timeout: 30 * time.Second}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	driving := make(chan struct{})
+	go func() { defer close(driving); d.run(ctx, b, 20, 200) }()
+	epoch := b.ctrl.Routes().Epoch
+	killed := time.Now()
+	_ = leader.cli.Close()
+	leader.srv.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.ctrl.Routes().Epoch == epoch {
+		if time.Now().After(deadline) {
+			t.Fatal("no plan from the new leader")
+		}
+		if src := b.ctrl.Routes().Source; src != regional.RoutesPlan {
+			t.Fatalf("b left the plan during the gap: %s", src)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the route table, bounded above
+	}
+	t.Logf("leader crash → b applied epoch %d after %v (was %d); leader now %s", b.ctrl.Routes().Epoch, time.Since(killed), epoch, g2.srv.ID())
+	<-driving
+	t.Logf("requests from b through the failover: %d ok, %d failed, served by %v", d.ok.Load(), d.failed.Load(), d.served())
+	if d.failed.Load() != 0 {
+		d.errs.Range(func(k, v any) bool { t.Logf("error %v (%v)", k, v); return true })
+		t.Errorf("%d requests failed during the leader failover, want 0", d.failed.Load())
+	}
+	if srv := d.served(); srv["b"] == 0 || srv["a"]+srv["c"] == 0 {
+		t.Errorf("traffic did not cross regions as planned: %v", srv)
+	}
+
+	// Region c goes silent (its controller stops): within the region TTL
+	// nobody routes to it.
+	c.ctrl.Stop()
+	silent := time.Now()
+	b.waitLocalities(t, "c removed from b", 5*time.Second, func(l map[string]uint32) bool { _, ok := l["c"]; return !ok })
+	took := time.Since(silent)
+	t.Logf("region c down → gone from b's assignment after %v (region TTL 1.5s)", took)
+	if took > 1500*time.Millisecond+time.Second {
+		t.Errorf("took %v, want within the region TTL plus a cycle and a summary", took)
+	}
+
+	// etcd outage: plans stop, regions keep the last one, requests keep
+	// succeeding.
+	before := b.ctrl.Routes()
+	cfg := e.Config()
+	e.Stop()
+	d2 := &driver{client: &http.Client{Timeout: 30 * time.Second}}
+	d2.run(ctx, b, 20, 40)
+	if got := b.ctrl.Routes(); got.Source != regional.RoutesPlan || got.Epoch != before.Epoch {
+		t.Errorf("b's routes changed during the etcd outage: %+v", got)
+	}
+	if d2.failed.Load() != 0 {
+		t.Errorf("%d requests failed during the etcd outage", d2.failed.Load())
+	}
+	t.Logf("etcd outage: %d requests ok, %d failed; b still on epoch %d", d2.ok.Load(), d2.failed.Load(), before.Epoch)
+	e2, err := election.StartEmbedded(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e2.Stop)
+	deadline = time.Now().Add(30 * time.Second)
+	for b.ctrl.Routes().Epoch <= before.Epoch {
+		if time.Now().After(deadline) {
+			t.Fatal("plans did not resume after etcd came back")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the route table, bounded above
+	}
+	t.Logf("etcd back → b on epoch %d", b.ctrl.Routes().Epoch)
+
+	// The global pair gone for good: once the plan expires, b falls back
+	// to local-first routing with spill-over computed from the gossiped
+	// summaries (a is still up and has room), and requests keep working.
+	g1.srv.Stop()
+	g2.srv.Stop()
+	gone := time.Now()
+	deadline = time.Now().Add(15 * time.Second)
+	for b.ctrl.Routes().Source != regional.RoutesFallback {
+		if time.Now().After(deadline) {
+			t.Fatalf("b never fell back: %+v", b.ctrl.Routes())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the route table, bounded above
+	}
+	fb := b.ctrl.Routes()
+	t.Logf("global gone → b on the fallback after %v (plan TTL 6s): %+v", time.Since(gone), fb.Models)
+	b.waitLocalities(t, "fallback spills to a", 5*time.Second, func(l map[string]uint32) bool { return l["b"] > 0 && l["a"] > 0 })
+	d3 := &driver{client: &http.Client{Timeout: 30 * time.Second}}
+	d3.run(ctx, b, 20, 40)
+	t.Logf("on the fallback: %d ok, %d failed, served by %v", d3.ok.Load(), d3.failed.Load(), d3.served())
+	if d3.failed.Load() != 0 || d3.served()["a"] == 0 {
+		t.Errorf("fallback routing: %d failed, served %v", d3.failed.Load(), d3.served())
+	}
+}

@@ -1,0 +1,52 @@
+package global
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	summaries    prometheus.Counter
+	rejected     *prometheus.CounterVec
+	streams      prometheus.Gauge
+	leader       prometheus.Gauge
+	epoch        prometheus.Gauge
+	regions      *prometheus.GaugeVec
+	solve        prometheus.Histogram
+	planWrites   *prometheus.CounterVec
+	planSequence prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		summaries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_global_summaries_total", Help: "Region summaries accepted.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_global_summaries_rejected_total", Help: "Region summaries refused, by reason.",
+		}, []string{"reason"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "isobar_global_sync_streams", Help: "Open Sync streams from regions.",
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "isobar_global_leader", Help: "1 while this member leads.",
+		}),
+		epoch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "isobar_global_plan_epoch", Help: "Fencing epoch of the plans this member publishes (0 when standby).",
+		}),
+		regions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "isobar_global_regions", Help: "Regions by summary freshness (live or stale) at the last cycle.",
+		}, []string{"state"}),
+		solve: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "isobar_global_plan_duration_seconds", Help: "Time to plan every model in one cycle.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 3, 12),
+		}),
+		planWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_global_plan_writes_total", Help: "Fenced plan writes to etcd, by result (ok, fenced, error).",
+		}, []string{"result"}),
+		planSequence: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "isobar_global_plan_sequence", Help: "Sequence of the last plan published in this epoch.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.summaries, m.rejected, m.streams, m.leader, m.epoch, m.regions, m.solve, m.planWrites, m.planSequence)
+	}
+	return m
+}

@@ -1,0 +1,184 @@
+package global
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+)
+
+// minRoute: fractions below this are dropped from a plan (and the rest
+// renormalised) so plans stay sparse.
+const minRoute = 1e-4
+
+// planner turns region summaries into routing plans. It keeps the previous
+// optimum per model for damping. Not safe for concurrent use: owned by the
+// leader loop.
+type planner struct {
+	cfg  PlanConfig
+	prev map[string]prevPlan
+}
+
+type prevPlan struct {
+	regions []string
+	plan    optimize.Plan
+}
+
+// planStats describes one planning cycle.
+type planStats struct {
+	live, stale int
+	models      int
+	costMs      map[string]float64
+	localOnlyMs map[string]float64
+}
+
+func newPlanner(cfg PlanConfig) *planner { return &planner{cfg: cfg, prev: map[string]prevPlan{}} }
+
+// plan solves every model over the live regions and returns the full plan
+// (without leader, epoch and sequence, which the caller sets).
+func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, planTTL time.Duration) (*isobarpb.RoutingPlan, planStats) {
+	st := planStats{costMs: map[string]float64{}, localOnlyMs: map[string]float64{}}
+	var live []string
+	for r, rc := range sums {
+		if now.Sub(rc.at) <= regionTTL {
+			live = append(live, r)
+		} else {
+			st.stale++
+		}
+	}
+	slices.Sort(live)
+	st.live = len(live)
+	out := &isobarpb.RoutingPlan{IssuedAt: timestamppb.New(now), ValidUntil: timestamppb.New(now.Add(planTTL))}
+	for _, r := range live {
+		if a := sums[r].s.GetIngressAddress(); a != "" {
+			out.Ingress = append(out.Ingress, &isobarpb.RegionIngress{Region: r, Address: a})
+		}
+	}
+	models := map[string]bool{}
+	for _, r := range live {
+		for _, m := range sums[r].s.GetModels() {
+			models[m.GetModel()] = true
+		}
+	}
+	names := make([]string, 0, len(models))
+	for m := range models {
+		names = append(names, m)
+	}
+	slices.Sort(names)
+	st.models = len(names)
+	rtt := rttMatrix(live, sums)
+	for _, model := range names {
+		prob := optimize.Problem{
+			Regions: make([]optimize.Region, len(live)), RTTms: rtt, Headroom: pl.cfg.Headroom,
+			Beta: pl.cfg.Beta, K: pl.cfg.K, ShedPenaltyMs: pl.cfg.ShedPenaltyMs,
+		}
+		for i, r := range live {
+			reg := optimize.Region{Name: r}
+			for _, m := range sums[r].s.GetModels() {
+				if m.GetModel() == model {
+					reg.DemandRPS, reg.CapacityRPS, reg.EngineLatencyMs = m.GetDemandRps(), m.GetCapacityRps(), m.GetEngineLatencyMs()
+				}
+			}
+			if reg.EngineLatencyMs <= 0 {
+				reg.EngineLatencyMs = 300
+			}
+			prob.Regions[i] = reg
+		}
+		target, err := optimize.Solve(prob)
+		if err != nil {
+			continue // validated input cannot fail; a model without a solution gets no plan
+		}
+		chosen := target
+		if prev, ok := pl.prev[model]; ok && slices.Equal(prev.regions, live) {
+			chosen = optimize.Damp(prob, prev.plan, target, pl.cfg.DampStep)
+		}
+		pl.prev[model] = prevPlan{regions: live, plan: chosen}
+		st.costMs[model] = optimize.Cost(prob, chosen)
+		st.localOnlyMs[model] = optimize.Cost(prob, optimize.LocalOnly(prob))
+		for i, r := range live {
+			if prob.Regions[i].DemandRPS <= 0 && prob.Regions[i].CapacityRPS <= 0 {
+				continue
+			}
+			out.Plans = append(out.Plans, modelPlan(model, r, live, chosen.Fractions[i], chosen.Shed[i]))
+		}
+	}
+	for m := range pl.prev {
+		if !models[m] {
+			delete(pl.prev, m)
+		}
+	}
+	return out, st
+}
+
+// modelPlan drops negligible routes and renormalises so routes + shed sum
+// to exactly 1.
+func modelPlan(model, ingress string, regions []string, fr []float64, shed float64) *isobarpb.ModelPlan {
+	mp := &isobarpb.ModelPlan{Model: model, IngressRegion: ingress}
+	if shed < minRoute {
+		shed = 0
+	}
+	var sum float64
+	for j, f := range fr {
+		if f >= minRoute {
+			mp.Routes = append(mp.Routes, &isobarpb.Route{Destination: regions[j], Fraction: f})
+			sum += f
+		}
+	}
+	if sum+shed <= 0 {
+		mp.Routes = []*isobarpb.Route{{Destination: ingress, Fraction: 1}}
+		return mp
+	}
+	scale := 1 / (sum + shed)
+	for _, r := range mp.Routes {
+		r.Fraction *= scale
+	}
+	mp.Shed = shed * scale
+	return mp
+}
+
+// rttMatrix builds the symmetric RTT matrix from what each region measured:
+// the mean of both directions when both are known, one when only one is,
+// +Inf (unreachable) when neither.
+func rttMatrix(regions []string, sums map[string]received) [][]float64 {
+	idx := make(map[string]int, len(regions))
+	for i, r := range regions {
+		idx[r] = i
+	}
+	n := len(regions)
+	sum := make([][]float64, n)
+	cnt := make([][]int, n)
+	for i := range sum {
+		sum[i], cnt[i] = make([]float64, n), make([]int, n)
+	}
+	for i, r := range regions {
+		for _, p := range sums[r].s.GetRtt() {
+			j, ok := idx[p.GetRegion()]
+			if !ok || j == i {
+				continue
+			}
+			sum[i][j] += p.GetRttMs()
+			cnt[i][j]++
+			sum[j][i] += p.GetRttMs()
+			cnt[j][i]++
+		}
+	}
+	out := make([][]float64, n)
+	for i := range out {
+		out[i] = make([]float64, n)
+		for j := range out[i] {
+			switch {
+			case i == j:
+				out[i][j] = 0
+			case cnt[i][j] > 0:
+				out[i][j] = sum[i][j] / float64(cnt[i][j])
+			default:
+				out[i][j] = math.Inf(1)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,122 @@
+package global
+
+import (
+	"sync"
+	"time"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/summary"
+)
+
+// received is a region's latest summary and when it arrived.
+type received struct {
+	s  *isobarpb.RegionSummary
+	at time.Time
+}
+
+// store keeps the latest summary per region. Safe for concurrent use.
+type store struct {
+	mu   sync.Mutex
+	sums map[string]received
+}
+
+func newStore() *store { return &store{sums: map[string]received{}} }
+
+// put records s if it is newer than what is held; it reports whether it
+// was kept.
+func (st *store) put(s *isobarpb.RegionSummary, at time.Time) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	old, ok := st.sums[s.GetRegion()]
+	if ok && !summary.Newer(s, old.s) {
+		return false
+	}
+	st.sums[s.GetRegion()] = received{s: s, at: at}
+	return true
+}
+
+// snapshot copies the map (the summaries themselves are immutable).
+func (st *store) snapshot() map[string]received {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make(map[string]received, len(st.sums))
+	for k, v := range st.sums {
+		out[k] = v
+	}
+	return out
+}
+
+// hub hands each region its latest plan. Subscribers get a one-slot
+// channel: a newer plan replaces an unread older one.
+type hub struct {
+	mu     sync.Mutex
+	latest *isobarpb.RoutingPlan
+	subs   map[chan *isobarpb.RoutingPlan]string // channel → region
+}
+
+func newHub() *hub { return &hub{subs: map[chan *isobarpb.RoutingPlan]string{}} }
+
+func (h *hub) subscribe(region string) (<-chan *isobarpb.RoutingPlan, func()) {
+	ch := make(chan *isobarpb.RoutingPlan, 1)
+	h.mu.Lock()
+	h.subs[ch] = region
+	if h.latest != nil {
+		ch <- forRegion(h.latest, region)
+	}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.subs, ch)
+		h.mu.Unlock()
+	}
+}
+
+// publish sends each subscriber its region's part of p.
+func (h *hub) publish(p *isobarpb.RoutingPlan) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.latest = p
+	for ch, region := range h.subs {
+		part := forRegion(p, region)
+		select {
+		case ch <- part:
+		default:
+			select { // drop the stale unread plan, keep the newest
+			case <-ch:
+			default:
+			}
+			ch <- part
+		}
+	}
+}
+
+// clear forgets the latest plan (leadership lost).
+func (h *hub) clear() {
+	h.mu.Lock()
+	h.latest = nil
+	h.mu.Unlock()
+}
+
+// forRegion keeps the model plans whose ingress is region, and the ingress
+// addresses they route to.
+func forRegion(p *isobarpb.RoutingPlan, region string) *isobarpb.RoutingPlan {
+	out := &isobarpb.RoutingPlan{
+		LeaderId: p.LeaderId, Epoch: p.Epoch, Sequence: p.Sequence, IssuedAt: p.IssuedAt, ValidUntil: p.ValidUntil,
+	}
+	dests := map[string]bool{}
+	for _, mp := range p.Plans {
+		if mp.IngressRegion != region {
+			continue
+		}
+		out.Plans = append(out.Plans, mp)
+		for _, r := range mp.Routes {
+			dests[r.Destination] = true
+		}
+	}
+	for _, in := range p.Ingress {
+		if dests[in.Region] {
+			out.Ingress = append(out.Ingress, in)
+		}
+	}
+	return out
+}

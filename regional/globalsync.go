@@ -1,0 +1,420 @@
+package regional
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/isobar-mesh/isobar/election"
+	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/gossip"
+	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/summary"
+)
+
+// GlobalConfig configures this region's part in cross-region routing.
+type GlobalConfig struct {
+	// ElectionPrefix where the global leader is found in etcd. Default
+	// "/isobar/global/election/".
+	ElectionPrefix string
+	// SummaryInterval between summaries (to the leader and to gossip).
+	// Default 1 s.
+	SummaryInterval time.Duration
+	// NominalCellRPS is one healthy cell's capacity at SLO (requests/s),
+	// scaled down by its outlier penalty. Default 1.3 (the 70B-AWQ
+	// profile's knee).
+	NominalCellRPS float64
+	// IngressAddress (IP:port) is where other regions send traffic for
+	// this one; advertised in the summary.
+	IngressAddress string
+	// DefaultEngineLatencyMs is the low-load latency used until cells
+	// report a TTFT. Default 300.
+	DefaultEngineLatencyMs float64
+	// FallbackSummaryTTL: gossiped summaries older than this are ignored by
+	// the fallback. Default 10 s.
+	FallbackSummaryTTL time.Duration
+	// BackoffMin/Max bound the jittered reconnect backoff. Defaults 100 ms
+	// and 5 s.
+	BackoffMin, BackoffMax time.Duration
+	// Fallback optimiser parameters (the global's defaults).
+	Headroom, Beta, K, ShedPenaltyMs float64
+}
+
+func (g *GlobalConfig) withDefaults() {
+	if g.ElectionPrefix == "" {
+		g.ElectionPrefix = "/isobar/global/election/"
+	}
+	if g.SummaryInterval == 0 {
+		g.SummaryInterval = time.Second
+	}
+	if g.NominalCellRPS == 0 {
+		g.NominalCellRPS = 1.3
+	}
+	if g.DefaultEngineLatencyMs == 0 {
+		g.DefaultEngineLatencyMs = 300
+	}
+	if g.FallbackSummaryTTL == 0 {
+		g.FallbackSummaryTTL = 10 * time.Second
+	}
+	if g.BackoffMin == 0 {
+		g.BackoffMin = 100 * time.Millisecond
+	}
+	if g.BackoffMax == 0 {
+		g.BackoffMax = 5 * time.Second
+	}
+	if g.Headroom == 0 {
+		g.Headroom = 0.9
+	}
+	if g.Beta == 0 {
+		g.Beta = 0.1
+	}
+	if g.K == 0 {
+		g.K = 4
+	}
+	if g.ShedPenaltyMs == 0 {
+		g.ShedPenaltyMs = 10_000
+	}
+}
+
+// gossiper is what the region needs from its gossip node.
+type gossiper interface {
+	SetLocalSummary(*isobarpb.RegionSummary) error
+	Summaries() map[string]gossip.PeerSummary
+	RTT() map[string]time.Duration
+}
+
+// syncer connects the region to the global leader: it finds the leader in
+// etcd, streams summaries, validates and installs plans, and falls back to
+// a gossip-based local-first plan when the plan expires.
+//
+// Goroutines: run (leader lookup and sessions) and summaries (summary
+// building, gossip, fallback), both owned by the controller's ctx. The
+// route table in force is an atomic pointer read by the debug endpoint.
+type syncer struct {
+	cfg     GlobalConfig
+	region  string
+	reg     *Registry
+	etcd    *clientv3.Client
+	gossip  gossiper
+	demand  func() map[string]float64
+	dial    []grpc.DialOption
+	clock   clockwork.Clock
+	log     *slog.Logger
+	metrics *metrics
+
+	incarnation string
+	seq         atomic.Uint64
+	latest      atomic.Pointer[isobarpb.RegionSummary]
+	table       atomic.Pointer[RouteTable]
+	mu          sync.Mutex // serialises table changes
+}
+
+func newSyncer(cfg GlobalConfig, region string, reg *Registry, etcd *clientv3.Client, g gossiper,
+	demand func() map[string]float64, dial []grpc.DialOption, clock clockwork.Clock, log *slog.Logger, m *metrics) *syncer {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &syncer{
+		cfg: cfg, region: region, reg: reg, etcd: etcd, gossip: g, demand: demand, dial: dial,
+		clock: clock, log: log.With("component", "globalsync"), metrics: m, incarnation: hex.EncodeToString(b[:]),
+	}
+}
+
+// Routes returns the route table in force (nil before any).
+func (s *syncer) Routes() *RouteTable { return s.table.Load() }
+
+// summaries builds a summary every interval, gossips it, and switches to
+// the fallback when the plan has expired.
+func (s *syncer) summaries(ctx context.Context) {
+	t := s.clock.NewTicker(s.cfg.SummaryInterval)
+	defer t.Stop()
+	for {
+		now := s.clock.Now()
+		sm := s.buildSummary(now)
+		s.latest.Store(sm)
+		if s.gossip != nil {
+			if err := s.gossip.SetLocalSummary(sm); err != nil {
+				s.log.Warn("summary not gossiped", "err", err)
+			}
+		}
+		if cur := s.table.Load(); cur == nil || cur.Source != RoutesPlan || !now.Before(cur.ValidUntil) {
+			s.install(ctx, s.fallback(now, sm))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+	}
+}
+
+// buildSummary aggregates the registry's current view.
+func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
+	v := s.reg.View()
+	cells := make([]summary.Cell, 0, len(v.Cells))
+	served := map[string]float64{}
+	for _, c := range v.Cells {
+		sc := summary.Cell{
+			Model: c.Model, State: c.State.Proto(), Pressure: c.Score.Pressure, Fallback: c.Fallback,
+			MaxModelLen: c.MaxModelLen,
+		}
+		if c.State == lifecycle.Ready {
+			sc.CapacityRPS = s.cfg.NominalCellRPS * (1 - c.Weight.Penalty)
+		}
+		if sig := c.Signals; sig != nil && c.VLLM.OK {
+			sc.LoadRPS = sig.GetRequestRate()
+			sc.TTFTP95, sc.ErrorRate, sc.WindowRequests, sc.KVUsage = sig.TtftP95Seconds, sig.ErrorRate, sig.WindowRequests, sig.KvCacheUsage
+		}
+		served[c.Model] += sc.LoadRPS
+		cells = append(cells, sc)
+	}
+	demand := served
+	if s.demand != nil {
+		demand = s.demand()
+	}
+	var rtt map[string]time.Duration
+	if s.gossip != nil {
+		rtt = s.gossip.RTT()
+	}
+	return summary.Aggregate(summary.Input{
+		Region: s.region, Incarnation: s.incarnation, Sequence: s.seq.Add(1), Now: now, Cells: cells,
+		Demand: demand, RTT: rtt, IngressAddress: s.cfg.IngressAddress, DefaultEngineLatencyMs: s.cfg.DefaultEngineLatencyMs,
+	})
+}
+
+// install makes t the table in force and hands it to the registry.
+func (s *syncer) install(ctx context.Context, t *RouteTable) {
+	s.mu.Lock()
+	prev := s.table.Swap(t)
+	s.mu.Unlock()
+	if prev == nil || prev.Source != t.Source {
+		s.log.Info("cross-region routing source changed", "source", t.Source, "epoch", t.Epoch)
+	}
+	s.metrics.routeSource.Reset()
+	s.metrics.routeSource.WithLabelValues(t.Source).Set(1)
+	if err := s.reg.SetRoutes(ctx, t); err != nil && ctx.Err() == nil {
+		s.log.Warn("route table not installed", "err", err)
+	}
+}
+
+// fallback computes local-first routing with spill-over from the gossiped
+// summaries, with the global optimiser's code, keeping only this region's
+// row. Without fresh peers everything stays local.
+func (s *syncer) fallback(now time.Time, self *isobarpb.RegionSummary) *RouteTable {
+	t := &RouteTable{Source: RoutesLocal, Models: map[string]ModelRoutes{}, Ingress: map[string]string{}}
+	var peers map[string]gossip.PeerSummary
+	var rtt map[string]time.Duration
+	if s.gossip != nil {
+		peers, rtt = s.gossip.Summaries(), s.gossip.RTT()
+	}
+	names := []string{s.region}
+	sums := map[string]*isobarpb.RegionSummary{s.region: self}
+	for r, p := range peers {
+		if r == s.region || !p.Alive || now.Sub(p.ReceivedAt) > s.cfg.FallbackSummaryTTL || p.Summary == nil {
+			continue
+		}
+		if _, ok := rtt[r]; !ok {
+			continue // unreachable from here
+		}
+		names = append(names, r)
+		sums[r] = p.Summary
+		if a := p.Summary.GetIngressAddress(); a != "" && ingressAddress(a) == nil {
+			t.Ingress[r] = a
+		}
+	}
+	slices.Sort(names)
+	if len(names) > 1 {
+		t.Source = RoutesFallback
+	}
+	selfIdx := slices.Index(names, s.region)
+	n := len(names)
+	mat := make([][]float64, n)
+	for i := range mat {
+		mat[i] = make([]float64, n)
+		for j := range mat[i] {
+			if i != j {
+				mat[i][j] = math.Inf(1)
+			}
+		}
+	}
+	idx := map[string]int{}
+	for i, r := range names {
+		idx[r] = i
+	}
+	for r, d := range rtt {
+		if j, ok := idx[r]; ok && j != selfIdx {
+			ms := float64(d) / float64(time.Millisecond)
+			mat[selfIdx][j], mat[j][selfIdx] = ms, ms
+		}
+	}
+	for i, r := range names {
+		if i == selfIdx {
+			continue
+		}
+		for _, p := range sums[r].GetRtt() {
+			if j, ok := idx[p.GetRegion()]; ok && j != selfIdx && j != i && math.IsInf(mat[i][j], 1) {
+				mat[i][j], mat[j][i] = p.GetRttMs(), p.GetRttMs()
+			}
+		}
+	}
+	for _, m := range self.GetModels() {
+		prob := optimize.Problem{
+			Regions: make([]optimize.Region, n), RTTms: mat, Headroom: s.cfg.Headroom,
+			Beta: s.cfg.Beta, K: s.cfg.K, ShedPenaltyMs: s.cfg.ShedPenaltyMs,
+		}
+		for i, r := range names {
+			reg := optimize.Region{Name: r, EngineLatencyMs: s.cfg.DefaultEngineLatencyMs}
+			for _, pm := range sums[r].GetModels() {
+				if pm.GetModel() == m.GetModel() {
+					reg.DemandRPS, reg.CapacityRPS = pm.GetDemandRps(), pm.GetCapacityRps()
+					if pm.GetEngineLatencyMs() > 0 {
+						reg.EngineLatencyMs = pm.GetEngineLatencyMs()
+					}
+				}
+			}
+			prob.Regions[i] = reg
+		}
+		mr := ModelRoutes{Routes: map[string]float64{s.region: 1}}
+		if n > 1 {
+			if pl, err := optimize.Solve(prob); err == nil {
+				mr = ModelRoutes{Routes: map[string]float64{}, Shed: pl.Shed[selfIdx]}
+				for j, f := range pl.Fractions[selfIdx] {
+					if f >= 1e-4 {
+						mr.Routes[names[j]] = f
+					}
+				}
+			}
+		}
+		t.Models[m.GetModel()] = mr
+	}
+	return t
+}
+
+// run keeps a Sync session with the current leader.
+func (s *syncer) run(ctx context.Context) {
+	backoff := s.cfg.BackoffMin
+	for ctx.Err() == nil {
+		got, err := s.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if got {
+			backoff = s.cfg.BackoffMin
+		}
+		wait := time.Duration(mrand.Int64N(int64(backoff)) + 1)
+		s.log.Debug("global session ended; retrying", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.clock.After(wait):
+		}
+		backoff = min(2*backoff, s.cfg.BackoffMax)
+	}
+}
+
+// errNoLeader: no leader is registered in etcd.
+var errNoLeader = errors.New("regional: no global leader")
+
+// session finds the leader, streams summaries and applies plans until the
+// stream ends. got reports whether any plan arrived.
+func (s *syncer) session(ctx context.Context) (got bool, err error) {
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	id, _, err := election.Leader(lctx, s.etcd, s.cfg.ElectionPrefix)
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	addr, ok := leaderAddress(id)
+	if !ok {
+		return false, errNoLeader
+	}
+	conn, err := grpc.NewClient(addr, s.dial...)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	stream, err := isobarpb.NewGlobalControlClient(conn).Sync(sctx)
+	if err != nil {
+		return false, err
+	}
+	sendErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	wg.Go(func() {
+		t := s.clock.NewTicker(s.cfg.SummaryInterval)
+		defer t.Stop()
+		for {
+			if sm := s.latest.Load(); sm != nil {
+				if err := stream.Send(sm); err != nil {
+					sendErr <- err
+					return
+				}
+			}
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.Chan():
+			}
+		}
+	})
+	for {
+		p, err := stream.Recv()
+		if err != nil {
+			if status.Code(err) == codes.FailedPrecondition {
+				s.log.Info("global member is not the leader; looking again", "err", status.Convert(err).Message())
+			}
+			select {
+			case e := <-sendErr:
+				return got, e
+			default:
+			}
+			return got, err
+		}
+		s.applyPlan(ctx, p)
+		got = true
+	}
+}
+
+// applyPlan validates a plan and installs it, or counts the refusal.
+func (s *syncer) applyPlan(ctx context.Context, p *isobarpb.RoutingPlan) {
+	s.mu.Lock()
+	t, err := planTable(p, s.region, s.table.Load(), s.clock.Now())
+	s.mu.Unlock()
+	s.metrics.plans.WithLabelValues(planResult(err)).Inc()
+	if err != nil {
+		s.log.Warn("routing plan refused", "epoch", p.GetEpoch(), "sequence", p.GetSequence(), "err", err)
+		return
+	}
+	s.metrics.planEpoch.Set(float64(t.Epoch))
+	s.install(ctx, t)
+}
+
+// leaderAddress extracts the gRPC address from the leader's election
+// value, "name@host:port".
+func leaderAddress(id string) (string, bool) {
+	i := strings.LastIndexByte(id, '@')
+	if i < 0 || i == len(id)-1 {
+		return "", false
+	}
+	return id[i+1:], true
+}
+
+var _ gossiper = (*gossip.Node)(nil)

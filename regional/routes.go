@@ -1,0 +1,168 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/summary"
+)
+
+// Route sources, in the order a region prefers them.
+const (
+	// RoutesPlan: the global leader's plan, valid and unexpired.
+	RoutesPlan = "plan"
+	// RoutesFallback: the plan expired (global unreachable); local-first
+	// with spill-over computed from the gossiped summaries.
+	RoutesFallback = "fallback"
+	// RoutesLocal: no cross-region information at all; everything local.
+	RoutesLocal = "local"
+)
+
+// RouteTable is the cross-region routing in force for this region's
+// ingress: per model, the share served by each destination region (this
+// region included) and the share shed. Immutable once published.
+type RouteTable struct {
+	Source     string
+	Epoch      uint64
+	Sequence   uint64
+	LeaderID   string
+	IssuedAt   time.Time
+	ValidUntil time.Time
+	Models     map[string]ModelRoutes
+	// Ingress addresses of destination regions.
+	Ingress map[string]string
+}
+
+// ModelRoutes is one model's split.
+type ModelRoutes struct {
+	Routes map[string]float64
+	Shed   float64
+}
+
+// Plan refusal classes; each is a result label of
+// isobar_regional_plans_total. Test with errors.Is.
+var (
+	ErrInvalidPlan = errors.New("regional: invalid plan")
+	ErrStalePlan   = errors.New("regional: stale plan")
+	ErrExpiredPlan = errors.New("regional: expired plan")
+)
+
+func planResult(err error) string {
+	switch {
+	case err == nil:
+		return "applied"
+	case errors.Is(err, ErrStalePlan):
+		return "stale"
+	case errors.Is(err, ErrExpiredPlan):
+		return "expired"
+	default:
+		return "invalid"
+	}
+}
+
+// sumTolerance: routes plus shed must sum to 1 within this.
+const sumTolerance = 1e-6
+
+// planTable validates a plan received for region against the table in
+// force and returns the table it yields. Plans with a lower epoch than the
+// one applied, or the same epoch and a sequence not above it, are stale;
+// fractions must be finite, in [0,1] and sum (with shed) to 1; every remote
+// destination needs an ingress address.
+func planTable(p *isobarpb.RoutingPlan, region string, cur *RouteTable, now time.Time) (*RouteTable, error) {
+	bad := func(format string, a ...any) (*RouteTable, error) {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidPlan, fmt.Sprintf(format, a...))
+	}
+	if p.GetEpoch() == 0 {
+		return bad("epoch 0")
+	}
+	if cur != nil && cur.Source == RoutesPlan {
+		if p.GetEpoch() < cur.Epoch || (p.GetEpoch() == cur.Epoch && p.GetSequence() <= cur.Sequence) {
+			return nil, fmt.Errorf("%w: epoch %d sequence %d after epoch %d sequence %d", ErrStalePlan,
+				p.GetEpoch(), p.GetSequence(), cur.Epoch, cur.Sequence)
+		}
+	}
+	if p.GetValidUntil() == nil || p.GetValidUntil().CheckValid() != nil {
+		return bad("no valid_until")
+	}
+	until := p.GetValidUntil().AsTime()
+	if !until.After(now) {
+		return nil, fmt.Errorf("%w: valid until %v, now %v", ErrExpiredPlan, until, now)
+	}
+	t := &RouteTable{
+		Source: RoutesPlan, Epoch: p.GetEpoch(), Sequence: p.GetSequence(), LeaderID: p.GetLeaderId(),
+		ValidUntil: until, Models: map[string]ModelRoutes{}, Ingress: map[string]string{},
+	}
+	if p.GetIssuedAt() != nil {
+		t.IssuedAt = p.GetIssuedAt().AsTime()
+	}
+	for _, in := range p.GetIngress() {
+		if !summary.ValidName(in.GetRegion()) {
+			return bad("ingress region %q", in.GetRegion())
+		}
+		if err := ingressAddress(in.GetAddress()); err != nil {
+			return bad("ingress of %s: %v", in.GetRegion(), err)
+		}
+		t.Ingress[in.GetRegion()] = in.GetAddress()
+	}
+	for _, mp := range p.GetPlans() {
+		if mp.GetIngressRegion() != region {
+			return bad("model plan for ingress %q sent to %s", mp.GetIngressRegion(), region)
+		}
+		m := mp.GetModel()
+		if m == "" || len(m) > 256 {
+			return bad("model name %q", m)
+		}
+		if _, dup := t.Models[m]; dup {
+			return bad("model %s planned twice", m)
+		}
+		mr := ModelRoutes{Routes: map[string]float64{}, Shed: mp.GetShed()}
+		sum := mp.GetShed()
+		if !fraction(mp.GetShed()) {
+			return bad("model %s: shed %v not in [0,1]", m, mp.GetShed())
+		}
+		for _, r := range mp.GetRoutes() {
+			d, f := r.GetDestination(), r.GetFraction()
+			switch {
+			case !summary.ValidName(d):
+				return bad("model %s: destination %q", m, d)
+			case !fraction(f):
+				return bad("model %s: fraction to %s is %v; want [0,1]", m, d, f)
+			case d != region && t.Ingress[d] == "":
+				return bad("model %s: destination %s has no ingress address", m, d)
+			}
+			if _, dup := mr.Routes[d]; dup {
+				return bad("model %s: destination %s listed twice", m, d)
+			}
+			mr.Routes[d] = f
+			sum += f
+		}
+		if math.Abs(sum-1) > sumTolerance {
+			return bad("model %s: routes and shed sum to %v, not 1", m, sum)
+		}
+		t.Models[m] = mr
+	}
+	return t, nil
+}
+
+func fraction(f float64) bool { return !math.IsNaN(f) && f >= 0 && f <= 1 }
+
+// ingressAddress requires IP:port: the address goes into EDS.
+func ingressAddress(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", a)
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return fmt.Errorf("%q: host must be an IP address", a)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q: bad port", a)
+	}
+	return nil
+}

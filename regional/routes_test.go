@@ -1,0 +1,107 @@
+package regional
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+)
+
+func testPlan(epoch, seq uint64, now time.Time) *isobarpb.RoutingPlan {
+	return &isobarpb.RoutingPlan{
+		LeaderId: "g1@127.0.0.1:1", Epoch: epoch, Sequence: seq,
+		IssuedAt: timestamppb.New(now), ValidUntil: timestamppb.New(now.Add(30 * time.Second)),
+		Plans: []*isobarpb.ModelPlan{{
+			Model: "m", IngressRegion: "b",
+			Routes: []*isobarpb.Route{{Destination: "b", Fraction: 0.8}, {Destination: "c", Fraction: 0.15}},
+			Shed:   0.05,
+		}},
+		Ingress: []*isobarpb.RegionIngress{{Region: "c", Address: "127.0.0.1:7000"}},
+	}
+}
+
+func TestPlanTable(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	good, err := planTable(testPlan(5, 3, now), "b", nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mr := good.Models["m"]; mr.Routes["c"] != 0.15 || mr.Shed != 0.05 || good.Ingress["c"] != "127.0.0.1:7000" {
+		t.Fatalf("table = %+v", good)
+	}
+	cases := []struct {
+		name string
+		mut  func(*isobarpb.RoutingPlan)
+		cur  *RouteTable
+		want error
+	}{
+		{"lower epoch", func(p *isobarpb.RoutingPlan) { p.Epoch = 4; p.Sequence = 9 }, good, ErrStalePlan},
+		{"same epoch, old sequence", func(p *isobarpb.RoutingPlan) { p.Sequence = 3 }, good, ErrStalePlan},
+		{"expired", func(p *isobarpb.RoutingPlan) { p.ValidUntil = timestamppb.New(now.Add(-time.Second)) }, nil, ErrExpiredPlan},
+		{"epoch 0", func(p *isobarpb.RoutingPlan) { p.Epoch = 0 }, nil, ErrInvalidPlan},
+		{"fractions sum to 0.9", func(p *isobarpb.RoutingPlan) { p.Plans[0].Routes[0].Fraction = 0.7 }, nil, ErrInvalidPlan},
+		{"negative fraction", func(p *isobarpb.RoutingPlan) {
+			p.Plans[0].Routes[0].Fraction, p.Plans[0].Routes[1].Fraction = 1.1, -0.15
+		}, nil, ErrInvalidPlan},
+		{"NaN fraction", func(p *isobarpb.RoutingPlan) { p.Plans[0].Routes[1].Fraction = math.NaN() }, nil, ErrInvalidPlan},
+		{"unknown destination", func(p *isobarpb.RoutingPlan) { p.Plans[0].Routes[1].Destination = "zz" }, nil, ErrInvalidPlan},
+		{"another region's plan", func(p *isobarpb.RoutingPlan) { p.Plans[0].IngressRegion = "a" }, nil, ErrInvalidPlan},
+		{"ingress not an IP", func(p *isobarpb.RoutingPlan) { p.Ingress[0].Address = "gw.c:7000" }, nil, ErrInvalidPlan},
+		{"duplicate destination", func(p *isobarpb.RoutingPlan) {
+			p.Plans[0].Routes = append(p.Plans[0].Routes, &isobarpb.Route{Destination: "c", Fraction: 0})
+		}, nil, ErrInvalidPlan},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPlan(5, 4, now)
+			tc.mut(p)
+			_, err := planTable(p, "b", tc.cur, now)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("planTable = %v, want %v", err, tc.want)
+			}
+			if planResult(err) == "applied" {
+				t.Fatal("refusal reported as applied")
+			}
+		})
+	}
+	// A newer epoch wins even with a lower sequence.
+	if _, err := planTable(testPlan(6, 1, now), "b", good, now); err != nil {
+		t.Fatalf("new epoch refused: %v", err)
+	}
+}
+
+// Routes become locality weights: the local cells one locality, each
+// remote region's ingress another, weighted by its share.
+func TestBuildStateLocalities(t *testing.T) {
+	f := newRegFixture(t)
+	f.send(heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 0))
+	f.nextPush()
+	table := &RouteTable{Source: RoutesPlan, Epoch: 1, Sequence: 1,
+		Models:  map[string]ModelRoutes{"m": {Routes: map[string]float64{"r1": 0.75, "r2": 0.25}}},
+		Ingress: map[string]string{"r2": "127.0.0.2:9000"}}
+	if err := f.reg.SetRoutes(t.Context(), table); err != nil {
+		t.Fatal(err)
+	}
+	var st = <-f.push.pushed
+	if len(st.Models) != 1 || len(st.Models[0].Localities) != 2 {
+		t.Fatalf("state = %+v", st)
+	}
+	loc := st.Models[0].Localities
+	if loc[0].Region != "r1" || loc[0].Weight != 750 || loc[1].Region != "r2" || loc[1].Weight != 250 ||
+		loc[1].Endpoints[0].Host != "127.0.0.2" || loc[1].Endpoints[0].Port != 9000 {
+		t.Fatalf("localities = %+v", loc)
+	}
+	// Everything local again: the remote locality goes.
+	table2 := &RouteTable{Source: RoutesFallback, Models: map[string]ModelRoutes{"m": {Routes: map[string]float64{"r1": 1}}}}
+	if err := f.reg.SetRoutes(t.Context(), table2); err != nil {
+		t.Fatal(err)
+	}
+	st = <-f.push.pushed
+	if len(st.Models[0].Localities) != 1 || st.Models[0].Localities[0].Weight != 1000 {
+		t.Fatalf("after local routes: %+v", st.Models[0].Localities)
+	}
+}
