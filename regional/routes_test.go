@@ -2,10 +2,12 @@ package regional
 
 import (
 	"errors"
+	"log/slog"
 	"math"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -103,5 +105,33 @@ func TestBuildStateLocalities(t *testing.T) {
 	st = <-f.push.pushed
 	if len(st.Models[0].Localities) != 1 || st.Models[0].Localities[0].Weight != 1000 {
 		t.Fatalf("after local routes: %+v", st.Models[0].Localities)
+	}
+}
+
+// The syncer counts every plan by result and installs only valid, newer
+// ones.
+func TestSyncerCountsPlans(t *testing.T) {
+	f := newRegFixture(t)
+	s := newSyncer(DefaultConfig("b").Global, "b", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	now := f.clock.Now()
+	count := func(result string) float64 { return testutil.ToFloat64(f.m.plans.WithLabelValues(result)) }
+
+	s.applyPlan(t.Context(), testPlan(5, 3, now))
+	if got := s.Routes(); got == nil || got.Epoch != 5 || got.Source != RoutesPlan {
+		t.Fatalf("valid plan not installed: %+v", got)
+	}
+	bad := testPlan(5, 4, now)
+	bad.Plans[0].Routes[0].Fraction = 0.5
+	s.applyPlan(t.Context(), bad)
+	s.applyPlan(t.Context(), testPlan(4, 9, now))
+	expired := testPlan(6, 1, now)
+	expired.ValidUntil = timestamppb.New(now.Add(-time.Second))
+	s.applyPlan(t.Context(), expired)
+	if count("applied") != 1 || count("invalid") != 1 || count("stale") != 1 || count("expired") != 1 {
+		t.Errorf("counters: applied %v invalid %v stale %v expired %v",
+			count("applied"), count("invalid"), count("stale"), count("expired"))
+	}
+	if got := s.Routes(); got.Epoch != 5 || got.Sequence != 3 {
+		t.Errorf("a refused plan replaced the table: %+v", got)
 	}
 }

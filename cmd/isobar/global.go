@@ -1,7 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -9,7 +14,36 @@ import (
 
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/regional/gossip"
+	"github.com/isobar-mesh/isobar/summary"
 )
+
+// startGossip starts a memberlist member listening on listen.
+func startGossip(ctx context.Context, cfg gossip.Config, listen string, join []string, keyFile string, log *slog.Logger) (*gossip.Node, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--gossip-listen %q: %v", listen, err)}
+	}
+	if cfg.BindPort, err = strconv.Atoi(port); err != nil {
+		return nil, usageError{fmt.Errorf("--gossip-listen %q: bad port", listen)}
+	}
+	cfg.BindAddr, cfg.Join = host, join
+	if keyFile != "" {
+		b, err := os.ReadFile(keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		cfg.SecretKey = []byte(strings.TrimSpace(string(b)))
+	}
+	node, err := gossip.New(cfg, gossip.Deps{Logger: log, Validate: summary.Validate})
+	if err != nil {
+		return nil, err
+	}
+	if err := node.Start(ctx); err != nil {
+		return nil, err
+	}
+	return node, nil
+}
 
 // etcdFlags are the flags every etcd-using command shares.
 type etcdFlags struct {
@@ -33,7 +67,8 @@ func (e *etcdFlags) client(ro *rootOpts) (*clientv3.Client, error) {
 func newGlobalCmd(ro *rootOpts) *cobra.Command {
 	var cfg global.Config
 	var ef etcdFlags
-	var regions string
+	var regions, gossipListen, gossipKeyFile string
+	var gossipJoin []string
 	cmd := &cobra.Command{
 		Use:   "global",
 		Short: "Run a global controller: one member of the HA pair that routes between regions",
@@ -63,6 +98,13 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
 				return err
 			}
 			defer cli.Close()
+			if gossipListen != "" {
+				node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleGlobal}, gossipListen, gossipJoin, gossipKeyFile, log)
+				if err != nil {
+					return err
+				}
+				defer node.Stop()
+			}
 			return global.Run(cmd.Context(), cfg, global.Deps{Etcd: cli, Logger: log})
 		},
 	}
@@ -83,6 +125,9 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "server certificate (PEM) for mTLS")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "server key (PEM) for mTLS")
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "CA bundle (PEM) region certificates must chain to")
+	f.StringVar(&gossipListen, "gossip-listen", "", "memberlist address (host:port) to join the regions' gossip as a global member; empty: none")
+	f.StringSliceVar(&gossipJoin, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
+	f.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the 16/24/32-byte gossip encryption key")
 	ef.add(cmd)
 	cmd.AddCommand(newGlobalPlanCmd(ro))
 	return cmd

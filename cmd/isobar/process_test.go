@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/gateway"
 )
 
@@ -185,5 +186,58 @@ func TestProcessesSIGKILL(t *testing.T) {
 	}
 	if out := agents[1].out.String(); !strings.Contains(out, "TERMINATED") {
 		t.Errorf("agent did not report TERMINATED on shutdown:\n%s", out)
+	}
+}
+
+// TestGlobalPairSIGKILL runs two `isobar global` processes against an
+// embedded etcd and SIGKILLs the leader: the other process leads within
+// 3 s (lease TTL 1 s), with a higher fencing epoch.
+func TestGlobalPairSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	e, err := election.StartEmbedded(context.Background(), election.EmbeddedConfig{Dir: t.TempDir(), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	cli, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ep := strings.Join(e.Endpoints(), ",")
+	procs := map[string]*proc{}
+	for _, name := range []string{"g1", "g2"} {
+		procs[name] = startCLI(t, name, "global", "--name", name, "--listen", freeAddr(t), "--http-listen", "-",
+			"--etcd-endpoints", ep, "--lease-ttl", "1s", "--cycle-interval", "200ms")
+	}
+	leader := func(within time.Duration, not int64) (string, int64) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			id, epoch, err := election.Leader(ctx, cli, "/isobar/global/election/")
+			cancel()
+			if err == nil && epoch > not {
+				return id, epoch
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no new leader within %v (last %q %d %v)", within, id, epoch, err)
+			}
+			time.Sleep(20 * time.Millisecond) // polling etcd, bounded above
+		}
+	}
+	id, epoch := leader(10*time.Second, 0)
+	name := id[:strings.IndexByte(id, '@')]
+	killed := time.Now()
+	if err := procs[name].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	id2, epoch2 := leader(5*time.Second, epoch)
+	took := time.Since(killed)
+	t.Logf("SIGKILL of leader %s → %s leads (epoch %d → %d) after %v", name, id2, epoch, epoch2, took)
+	if strings.HasPrefix(id2, name+"@") || took > 3*time.Second {
+		t.Errorf("new leader %s after %v, want the other member within 3 s", id2, took)
 	}
 }

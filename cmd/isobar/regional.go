@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
-	"github.com/isobar-mesh/isobar/summary"
 )
 
 func newRegionalCmd(ro *rootOpts) *cobra.Command {
@@ -69,24 +67,9 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 				}
 			}
 			if gossipListen != "" {
-				host, port, err := net.SplitHostPort(gossipListen)
+				node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleRegional, Region: cfg.Region,
+					IngressAddress: cfg.Global.IngressAddress}, gossipListen, gossipJoin, gossipKeyFile, log)
 				if err != nil {
-					return usageError{fmt.Errorf("--gossip-listen %q: %v", gossipListen, err)}
-				}
-				p, _ := strconv.Atoi(port)
-				gcfg := gossip.Config{Role: gossip.RoleRegional, Region: cfg.Region, IngressAddress: cfg.Global.IngressAddress,
-					BindAddr: host, BindPort: p, Join: gossipJoin}
-				if gossipKeyFile != "" {
-					if gcfg.SecretKey, err = os.ReadFile(gossipKeyFile); err != nil {
-						return fmt.Errorf("--gossip-key-file: %w", err)
-					}
-					gcfg.SecretKey = []byte(strings.TrimSpace(string(gcfg.SecretKey)))
-				}
-				node, err := gossip.New(gcfg, gossip.Deps{Logger: log, Validate: summary.Validate})
-				if err != nil {
-					return err
-				}
-				if err := node.Start(cmd.Context()); err != nil {
 					return err
 				}
 				defer node.Stop()
