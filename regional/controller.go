@@ -246,17 +246,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 }
 
 func serverTLS(f TLSFiles) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	cert, pool, err := loadTLS(f)
 	if err != nil {
-		return nil, fmt.Errorf("regional: load --tls-cert/--tls-key: %w", err)
-	}
-	pem, err := os.ReadFile(f.CA)
-	if err != nil {
-		return nil, fmt.Errorf("regional: read --tls-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("regional: --tls-ca %s holds no PEM certificate", f.CA)
+		return nil, err
 	}
 	return &tls.Config{
 		Certificates: []tls.Certificate{cert},
@@ -264,6 +256,23 @@ func serverTLS(f TLSFiles) (*tls.Config, error) {
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS13,
 	}, nil
+}
+
+// loadTLS reads the key pair and the CA bundle named by f.
+func loadTLS(f TLSFiles) (tls.Certificate, *x509.CertPool, error) {
+	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("regional: load --tls-cert/--tls-key: %w", err)
+	}
+	pem, err := os.ReadFile(f.CA)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("regional: read --tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return tls.Certificate{}, nil, fmt.Errorf("regional: --tls-ca %s holds no PEM certificate", f.CA)
+	}
+	return cert, pool, nil
 }
 
 // ClientDialOptions returns gRPC dial options for this region's outbound
@@ -276,17 +285,9 @@ func ClientDialOptions(f TLSFiles) ([]grpc.DialOption, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	cert, pool, err := loadTLS(f)
 	if err != nil {
-		return nil, fmt.Errorf("regional: load --tls-cert/--tls-key: %w", err)
-	}
-	pem, err := os.ReadFile(f.CA)
-	if err != nil {
-		return nil, fmt.Errorf("regional: read --tls-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("regional: --tls-ca %s holds no PEM certificate", f.CA)
+		return nil, err
 	}
 	tc := &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS13}
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, nil
