@@ -156,6 +156,11 @@ func TestRegionDownLeavesThePlan(t *testing.T) {
 	if got := metric(t, g, "isobar_global_regions", "stale"); got != 1 {
 		t.Errorf("stale regions = %v", got)
 	}
+	for _, rs := range g.srv.Regions() {
+		if (rs.Region == "c") == rs.Live {
+			t.Errorf("region status %+v", rs)
+		}
+	}
 }
 
 // etcd down: the leader cannot renew its lease or fence its writes; it

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,6 +110,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		mux.HandleFunc("GET /debug/plan", g.servePlan)
+		mux.HandleFunc("GET /debug/regions", g.serveRegions)
 		g.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 	return g, nil
@@ -324,6 +326,35 @@ func (g *Server) servePlan(w http.ResponseWriter, _ *http.Request) {
 	}
 	b, _ := protojson.MarshalOptions{Multiline: true}.Marshal(p)
 	_, _ = w.Write(b)
+}
+
+// RegionStatus is one region as the leader sees it (GET /debug/regions).
+type RegionStatus struct {
+	Region     string  `json:"region"`
+	AgeSeconds float64 `json:"age_seconds"`
+	Live       bool    `json:"live"`
+	Sequence   uint64  `json:"sequence"`
+	Models     int     `json:"models"`
+	Ingress    string  `json:"ingress_address"`
+}
+
+// Regions lists the summaries held, sorted by region, with their age.
+func (g *Server) Regions() []RegionStatus {
+	now := g.deps.Clock.Now()
+	sums := g.store.snapshot()
+	out := make([]RegionStatus, 0, len(sums))
+	for r, rc := range sums {
+		age := now.Sub(rc.at)
+		out = append(out, RegionStatus{Region: r, AgeSeconds: age.Seconds(), Live: age <= g.cfg.RegionTTL,
+			Sequence: rc.s.GetSequence(), Models: len(rc.s.GetModels()), Ingress: rc.s.GetIngressAddress()})
+	}
+	slices.SortFunc(out, func(a, b RegionStatus) int { return strings.Compare(a.Region, b.Region) })
+	return out
+}
+
+func (g *Server) serveRegions(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"leader": g.IsLeader(), "regions": g.Regions()})
 }
 
 // Run starts a member and serves until ctx ends or serving fails.
