@@ -13,6 +13,7 @@ STATICCHECK_VERSION      := v0.8.2
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
 	./regional:FuzzValidateHeartbeat \
+	./regional:FuzzValidateReport \
 	./cellagent:FuzzParseVLLM \
 	./cellagent:FuzzParseDCGM \
 	./cellagent:FuzzParseModels \

@@ -52,6 +52,9 @@ type Config struct {
 	MaxMessageBytes int
 	// InboxSize is the registry's inbox capacity. Default 8192.
 	InboxSize int
+	// DataPlaneWindow: data-plane reports (demand, caller-side errors per
+	// cell) are averaged over this window. Default 10 s.
+	DataPlaneWindow time.Duration
 	// AdminToken, when set, is required as a bearer token on the drain API.
 	AdminToken string
 	// TLS enables mTLS on the gRPC listener: cellagents must present a
@@ -125,6 +128,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.InboxSize == 0 {
 		c.InboxSize = 8192
+	}
+	if c.DataPlaneWindow == 0 {
+		c.DataPlaneWindow = 10 * time.Second
 	}
 	if c.Score == (score.Config{}) {
 		c.Score = score.DefaultConfig()
@@ -214,8 +220,9 @@ type Deps struct {
 	// Gossip, when set, carries this region's summary to its peers and
 	// theirs to it, with inter-region RTT, for the fallback plan.
 	Gossip gossiper
-	// Demand reports the ingress demand per model (requests/s) from the
-	// region's data plane. Nil: the cells' served load stands in.
+	// Demand reports the ingress demand per model (requests/s). Nil: what
+	// the region's data planes report over DataPlane.Report, or, when none
+	// does, the cells' served load.
 	Demand func() map[string]float64
 }
 

@@ -83,6 +83,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	hbs := newHeartbeatService(cfg, reg, deps.Clock, log, m)
 	hbs.maxBytes = cfg.MaxMessageBytes
 	isobarpb.RegisterCellRegistryServer(gs, hbs)
+	isobarpb.RegisterDataPlaneServer(gs, &dataPlaneService{region: cfg.Region, reg: reg, clock: deps.Clock, log: log, metrics: m})
 	xs.Register(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)

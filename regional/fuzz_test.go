@@ -52,3 +52,27 @@ func FuzzValidateHeartbeat(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidateReport decodes arbitrary bytes as a data-plane report:
+// validation never panics, and an accepted report's counts are consistent.
+func FuzzValidateReport(f *testing.F) {
+	seed, _ := proto.Marshal(&isobarpb.DataPlaneReport{Node: "gw", Region: "r1", IntervalSeconds: 1,
+		Endpoints: []*isobarpb.EndpointStats{{CellId: "a", Requests: 10, Errors: 1, Rejected: 2}},
+		Demand:    []*isobarpb.ModelDemand{{Model: "m", Requests: 5, Shed: 1}}})
+	f.Add(seed)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r isobarpb.DataPlaneReport
+		if len(data) > 1<<16 || proto.Unmarshal(data, &r) != nil || validateReport(&r, "r1") != nil {
+			return
+		}
+		for _, e := range r.GetEndpoints() {
+			if e.GetErrors()+e.GetRejected() > e.GetRequests() {
+				t.Fatalf("accepted %v", e)
+			}
+		}
+		if !(r.GetIntervalSeconds() > 0) {
+			t.Fatalf("accepted interval %v", r.GetIntervalSeconds())
+		}
+	})
+}

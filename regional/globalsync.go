@@ -184,8 +184,11 @@ func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
 		cells = append(cells, sc)
 	}
 	demand := served
-	if s.demand != nil {
+	switch {
+	case s.demand != nil:
 		demand = s.demand()
+	case v.Demand != nil:
+		demand = v.Demand
 	}
 	var rtt map[string]time.Duration
 	if s.gossip != nil {

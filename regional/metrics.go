@@ -25,6 +25,7 @@ type metrics struct {
 	plans              *prometheus.CounterVec
 	planEpoch          prometheus.Gauge
 	routeSource        *prometheus.GaugeVec
+	reports            *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -87,11 +88,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "isobar_regional_route_source",
 			Help: "1 for the source of the cross-region routing in force: plan, fallback or local.",
 		}, []string{"source"}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_dataplane_reports_total",
+			Help: "Data-plane reports received, by result (accepted, invalid).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions,
 			m.unknownCells, m.projection, m.pushErrors, m.failover, m.penaltyTrips, m.probes,
-			m.plans, m.planEpoch, m.routeSource)
+			m.plans, m.planEpoch, m.routeSource, m.reports)
 	}
 	return m
 }

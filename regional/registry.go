@@ -37,6 +37,7 @@ type message struct {
 	probes []probeResult
 	drain  *drainRequest
 	routes *RouteTable
+	report *isobarpb.DataPlaneReport
 }
 
 type drainRequest struct {
@@ -96,6 +97,8 @@ type Registry struct {
 	index      map[string]int    // id → position in ids, shared by views
 	routes     *RouteTable       // cross-region routing in force
 	routesNew  bool              // routes changed since the last push
+	dpCells    map[string]*dpWindow // data-plane errors per cell
+	dpDemand   map[string]*dpWindow // ingress demand per data plane and model
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -118,6 +121,8 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		cells:      make(map[string]*cell),
 		byEndpoint: make(map[string]string),
 		lastPushed: make(map[string]uint32),
+		dpCells:    make(map[string]*dpWindow),
+		dpDemand:   make(map[string]*dpWindow),
 		done:       make(chan struct{}),
 	}
 	r.pub = newPublisher(push, clock, log, m)
@@ -267,6 +272,9 @@ func (r *Registry) apply(m message) bool {
 	case m.routes != nil:
 		r.routes, r.routesNew = m.routes, true
 		return true
+	case m.report != nil:
+		r.applyReport(now, m.report)
+		return false
 	}
 	return false
 }
@@ -371,6 +379,7 @@ func (r *Registry) sweep(now time.Time) {
 			r.transition(now, c, next, fmt.Sprintf("no heartbeat for %v (TTL %v)", now.Sub(c.lastSeen).Round(time.Millisecond), ttl))
 		case !c.state.Live() && now.Sub(c.stateSince) >= r.cfg.ForgetAfter && now.Sub(c.lastSeen) >= r.cfg.ForgetAfter:
 			delete(r.cells, id)
+			delete(r.dpCells, id)
 			if c.hb != nil && r.byEndpoint[c.hb.GetEndpoint()] == id {
 				delete(r.byEndpoint, c.hb.GetEndpoint())
 			}
@@ -382,7 +391,7 @@ func (r *Registry) sweep(now time.Time) {
 // scoreInput maps a heartbeat's signals to the scorer's input. Application
 // signals count only when the vLLM source is healthy, hardware signals only
 // when DCGM is: a missing source drops out and the scorer renormalises.
-func scoreInput(c *cell) score.Input {
+func scoreInput(c *cell, dpRate float64, dpOK bool) score.Input {
 	var in score.Input
 	s := c.hb.GetSignals()
 	opt := func(p *float64) score.Value {
@@ -403,6 +412,9 @@ func scoreInput(c *cell) score.Input {
 		}
 	}
 	in.RTT, in.Jitter, in.RTTOK, in.JitterOK = c.rtt, c.jitter, c.rttOK, c.rttOK
+	if dpOK && (!in.ErrorRate.OK || dpRate > in.ErrorRate.V) {
+		in.ErrorRate = score.Some(dpRate)
+	}
 	return in
 }
 
@@ -427,7 +439,8 @@ func (r *Registry) cycle(now time.Time) {
 	pcells := make([]projection.Cell, 0, len(r.ids))
 	for _, id := range r.ids {
 		c := r.cells[id]
-		res := r.cfg.Score.Score(scoreInput(c))
+		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, id)
+		res := r.cfg.Score.Score(scoreInput(c, dpRate, dpOK))
 		state := c.state
 		if c.conflict {
 			state = lifecycle.Failed // never in the load balancer
@@ -436,6 +449,11 @@ func (r *Registry) cycle(now time.Time) {
 		if s := c.hb.GetSignals(); c.hb.GetVllm().GetOk() && s.ErrorRate != nil {
 			pc.ErrorRate, pc.ErrorOK = *s.ErrorRate, true
 			pc.ErrorRequests = s.GetWindowRequests()
+		}
+		// The data plane also sees failures the engine never counts
+		// (connect failures, resets, timeouts): the worse of the two wins.
+		if dpOK && (!pc.ErrorOK || dpRate > pc.ErrorRate) {
+			pc.ErrorRate, pc.ErrorRequests, pc.ErrorOK = dpRate, dpReq, true
 		}
 		pcells = append(pcells, pc)
 		views = append(views, CellView{
@@ -465,7 +483,9 @@ func (r *Registry) cycle(now time.Time) {
 		r.metrics.penaltyTrips.Inc()
 		r.log.Warn("error-rate outlier penalised", "cell", id)
 	}
-	r.view.Store(newView(now, r.cycles, views, r.index))
+	v := newView(now, r.cycles, views, r.index)
+	v.Demand = r.demand(now)
+	r.view.Store(v)
 	r.metrics.projection.Observe(time.Since(start).Seconds())
 	if d.Push || r.routesNew {
 		r.routesNew = false

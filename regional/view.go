@@ -17,7 +17,10 @@ type View struct {
 	Cycle uint64
 	// Cells sorted by ID.
 	Cells []CellView
-	index map[string]int // shared between views; read only
+	// Demand is the ingress demand per model (requests/s) reported by the
+	// region's data planes over the window; nil when none reports.
+	Demand map[string]float64
+	index  map[string]int // shared between views; read only
 }
 
 // Cell returns the named cell.

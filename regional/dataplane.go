@@ -1,0 +1,200 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+)
+
+// ErrInvalidReport is wrapped by every refused data-plane report.
+var ErrInvalidReport = errors.New("regional: invalid data-plane report")
+
+// Report limits.
+const (
+	maxReportEndpoints = 4096
+	maxReportModels    = 64
+	maxReportCount     = 1 << 40
+	maxReportInterval  = time.Minute
+)
+
+// validateReport checks a data-plane report for this region.
+func validateReport(r *isobarpb.DataPlaneReport, region string) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidReport, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case r.GetNode() == "" || len(r.GetNode()) > 128:
+		return bad("node %q: want 1-128 bytes", truncate(r.GetNode()))
+	case r.GetRegion() != region:
+		return bad("region %q: this controller serves %q", truncate(r.GetRegion()), region)
+	case !(r.GetIntervalSeconds() > 0) || r.GetIntervalSeconds() > maxReportInterval.Seconds():
+		return bad("interval_seconds %v: want (0, %v]", r.GetIntervalSeconds(), maxReportInterval.Seconds())
+	case len(r.GetEndpoints()) > maxReportEndpoints:
+		return bad("%d endpoints, at most %d", len(r.GetEndpoints()), maxReportEndpoints)
+	case len(r.GetDemand()) > maxReportModels:
+		return bad("%d models, at most %d", len(r.GetDemand()), maxReportModels)
+	}
+	for _, e := range r.GetEndpoints() {
+		if e.GetRequests() > maxReportCount || e.GetErrors()+e.GetRejected() > e.GetRequests() || len(e.GetCellId()) > 256 {
+			return bad("endpoint %q: errors %d + rejected %d exceed requests %d", truncate(e.GetCellId()), e.GetErrors(), e.GetRejected(), e.GetRequests())
+		}
+	}
+	for _, d := range r.GetDemand() {
+		if d.GetModel() == "" || len(d.GetModel()) > 256 || d.GetRequests() > maxReportCount || d.GetShed() > d.GetRequests() {
+			return bad("demand for %q: shed %d of %d", truncate(d.GetModel()), d.GetShed(), d.GetRequests())
+		}
+	}
+	return nil
+}
+
+// dataPlaneService is the gRPC adapter for DataPlane.Report: it validates
+// each report and hands it to the registry.
+type dataPlaneService struct {
+	isobarpb.UnsafeDataPlaneServer
+	region  string
+	reg     *Registry
+	clock   clockwork.Clock
+	log     *slog.Logger
+	metrics *metrics
+}
+
+var _ isobarpb.DataPlaneServer = (*dataPlaneService)(nil)
+
+func (s *dataPlaneService) Report(stream isobarpb.DataPlane_ReportServer) error {
+	for {
+		r, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := validateReport(r, s.region); err != nil {
+			s.metrics.reports.WithLabelValues("invalid").Inc()
+			s.log.Warn("data-plane report refused", "node", truncate(r.GetNode()), "err", err)
+			if err := stream.Send(&isobarpb.DataPlaneAck{Error: err.Error()}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.reg.send(stream.Context(), message{report: r}); err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+		s.metrics.reports.WithLabelValues("accepted").Inc()
+	}
+}
+
+// dpSample is one report's contribution to a window.
+type dpSample struct {
+	at               time.Time
+	span             time.Duration
+	requests, errors float64
+}
+
+// dpWindow keeps the samples of the last window for one cell or model.
+type dpWindow struct{ samples []dpSample }
+
+func (w *dpWindow) add(s dpSample, window time.Duration) {
+	w.samples = append(w.samples, s)
+	cut := 0
+	for cut < len(w.samples) && s.at.Sub(w.samples[cut].at) > window {
+		cut++
+	}
+	w.samples = w.samples[cut:]
+}
+
+// totals sums the samples newer than window before now.
+func (w *dpWindow) totals(now time.Time, window time.Duration) (requests, errors float64, span time.Duration) {
+	for _, s := range w.samples {
+		if now.Sub(s.at) <= window {
+			requests += s.requests
+			errors += s.errors
+			span += s.span
+		}
+	}
+	return requests, errors, span
+}
+
+// applyReport folds a validated data-plane report into the registry's
+// windows: errors per cell (unknown cells are counted and ignored; remote
+// regions' ingress endpoints are not cells) and demand per model.
+func (r *Registry) applyReport(now time.Time, rep *isobarpb.DataPlaneReport) {
+	span := time.Duration(rep.GetIntervalSeconds() * float64(time.Second))
+	window := r.cfg.DataPlaneWindow
+	for _, e := range rep.GetEndpoints() {
+		id := e.GetCellId()
+		if _, ok := r.cells[id]; !ok {
+			if len(id) < 7 || id[:7] != "region/" {
+				r.metrics.unknownCells.Inc()
+			}
+			continue
+		}
+		w := r.dpCells[id]
+		if w == nil {
+			w = &dpWindow{}
+			r.dpCells[id] = w
+		}
+		w.add(dpSample{at: now, span: span, requests: float64(e.GetRequests()), errors: float64(e.GetErrors())}, window)
+	}
+	for _, d := range rep.GetDemand() {
+		key := rep.GetNode() + "\x00" + d.GetModel()
+		w := r.dpDemand[key]
+		if w == nil {
+			w = &dpWindow{}
+			r.dpDemand[key] = w
+		}
+		w.add(dpSample{at: now, span: span, requests: float64(d.GetRequests()), errors: float64(d.GetShed())}, window)
+	}
+}
+
+// dataPlaneErrors returns the cell's error rate as the data plane saw it
+// over the window, and the number of requests behind it.
+func (r *Registry) dataPlaneErrors(now time.Time, id string) (rate, requests float64, ok bool) {
+	w := r.dpCells[id]
+	if w == nil {
+		return 0, 0, false
+	}
+	req, errs, _ := w.totals(now, r.cfg.DataPlaneWindow)
+	if req == 0 {
+		return 0, 0, false
+	}
+	return math.Min(1, errs/req), req, true
+}
+
+// demand returns the ingress demand per model (requests/s) over the window,
+// summed over every reporting data plane; nil when none reported.
+func (r *Registry) demand(now time.Time) map[string]float64 {
+	if len(r.dpDemand) == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for key, w := range r.dpDemand {
+		req, _, span := w.totals(now, r.cfg.DataPlaneWindow)
+		if span <= 0 {
+			if len(w.samples) == 0 || now.Sub(w.samples[len(w.samples)-1].at) > r.cfg.DataPlaneWindow {
+				delete(r.dpDemand, key)
+			}
+			continue
+		}
+		out[modelOf(key)] += req / span.Seconds()
+	}
+	return out
+}
+
+func modelOf(key string) string {
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return key[i+1:]
+		}
+	}
+	return key
+}
