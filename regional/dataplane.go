@@ -44,7 +44,7 @@ func validateReport(r *isobarpb.DataPlaneReport, region string) error {
 		return bad("%d models, at most %d", len(r.GetDemand()), maxReportModels)
 	}
 	for _, e := range r.GetEndpoints() {
-		if e.GetRequests() > maxReportCount || e.GetErrors()+e.GetRejected() > e.GetRequests() || len(e.GetCellId()) > 256 {
+		if e.GetRequests() > maxReportCount || e.GetErrors() > e.GetRequests() || e.GetRejected() > e.GetRequests()-e.GetErrors() || len(e.GetCellId()) > 256 {
 			return bad("endpoint %q: errors %d + rejected %d exceed requests %d", truncate(e.GetCellId()), e.GetErrors(), e.GetRejected(), e.GetRequests())
 		}
 	}

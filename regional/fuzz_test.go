@@ -61,13 +61,16 @@ func FuzzValidateReport(f *testing.F) {
 		Demand:    []*isobarpb.ModelDemand{{Model: "m", Requests: 5, Shed: 1}}})
 	f.Add(seed)
 	f.Add([]byte{})
+	overflow, _ := proto.Marshal(&isobarpb.DataPlaneReport{Node: "gw", Region: "r1", IntervalSeconds: 1,
+		Endpoints: []*isobarpb.EndpointStats{{CellId: "a", Requests: 1, Errors: math.MaxUint64, Rejected: 2}}})
+	f.Add(overflow)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r isobarpb.DataPlaneReport
 		if len(data) > 1<<16 || proto.Unmarshal(data, &r) != nil || validateReport(&r, "r1") != nil {
 			return
 		}
 		for _, e := range r.GetEndpoints() {
-			if e.GetErrors()+e.GetRejected() > e.GetRequests() {
+			if e.GetErrors() > e.GetRequests() || e.GetRejected() > e.GetRequests()-e.GetErrors() {
 				t.Fatalf("accepted %v", e)
 			}
 		}
