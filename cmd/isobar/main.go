@@ -91,6 +91,7 @@ across regions.`,
 		newRegionalCmd(opts),
 		newLabCmd(opts),
 		newGlobalCmd(opts),
+		newCertsCmd(opts),
 	)
 	return root
 }

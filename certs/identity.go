@@ -1,0 +1,170 @@
+package certs
+
+import (
+	"crypto/x509"
+	"fmt"
+	"net"
+	"strings"
+)
+
+// TrustDomain is the SPIFFE trust domain of every isobar identity.
+const TrustDomain = "isobar"
+
+// Kind is the role an identity names.
+type Kind string
+
+// Identity kinds. Each process presents a certificate whose URI SAN is
+// spiffe://isobar/<kind>/<name>.
+const (
+	// KindCell is a cellagent; the name is its cell id. Regional
+	// controllers refuse heartbeats whose cell id differs.
+	KindCell Kind = "cell"
+	// KindRegion is a regional controller; the name is its region. The
+	// global leader refuses summaries for any other region.
+	KindRegion Kind = "region"
+	// KindGlobal is a member of the global HA pair; the name is its member
+	// name (isobar global --name).
+	KindGlobal Kind = "global"
+	// KindGateway is a region's data plane (Envoy or isobar gateway); the
+	// name is the region whose controller it reads xDS from.
+	KindGateway Kind = "gateway"
+)
+
+// Kinds lists every identity kind.
+func Kinds() []Kind { return []Kind{KindCell, KindRegion, KindGlobal, KindGateway} }
+
+// maxNameLen bounds an identity or certificate name (the cellagent's
+// cell-id limit).
+const maxNameLen = 128
+
+// Identity is an isobar workload identity.
+type Identity struct {
+	Kind Kind
+	Name string
+}
+
+// CellURI is the URI SAN of cell id's certificate: spiffe://isobar/cell/<id>.
+func CellURI(id string) string { return Identity{KindCell, id}.URI() }
+
+// RegionURI is the URI SAN of a regional controller's certificate.
+func RegionURI(region string) string { return Identity{KindRegion, region}.URI() }
+
+// GlobalURI is the URI SAN of a global member's certificate.
+func GlobalURI(name string) string { return Identity{KindGlobal, name}.URI() }
+
+// GatewayURI is the URI SAN of a region's data plane (Envoy or gateway).
+func GatewayURI(region string) string { return Identity{KindGateway, region}.URI() }
+
+// URI returns spiffe://isobar/<kind>/<name>. It does not validate.
+func (id Identity) URI() string {
+	return "spiffe://" + TrustDomain + "/" + string(id.Kind) + "/" + id.Name
+}
+
+// String returns the URI.
+func (id Identity) String() string { return id.URI() }
+
+// Validate checks the kind is known and the name is 1-128 bytes of
+// [A-Za-z0-9._-].
+func (id Identity) Validate() error {
+	switch id.Kind {
+	case KindCell, KindRegion, KindGlobal, KindGateway:
+	default:
+		return fmt.Errorf("%w: identity kind %q: want one of cell, region, global, gateway", ErrInvalid, id.Kind)
+	}
+	if err := checkName(id.Name); err != nil {
+		return fmt.Errorf("identity %s name: %w", id.Kind, err)
+	}
+	return nil
+}
+
+// ParseIdentity parses spiffe://isobar/<kind>/<name>, or the short form
+// <kind>/<name> used on command lines. Anything else wraps ErrNotIdentity;
+// a known shape with a bad kind or name also wraps ErrInvalid.
+func ParseIdentity(s string) (Identity, error) {
+	rest, ok := strings.CutPrefix(s, "spiffe://"+TrustDomain+"/")
+	if !ok {
+		if strings.Contains(s, "://") {
+			return Identity{}, fmt.Errorf("%w: %q is not under spiffe://%s/", ErrNotIdentity, truncate(s), TrustDomain)
+		}
+		rest = s
+	}
+	kind, name, ok := strings.Cut(rest, "/")
+	if !ok {
+		return Identity{}, fmt.Errorf("%w: %q: want <kind>/<name>", ErrNotIdentity, truncate(s))
+	}
+	id := Identity{Kind: Kind(kind), Name: name}
+	if err := id.Validate(); err != nil {
+		return Identity{}, fmt.Errorf("%w: %w", ErrNotIdentity, err)
+	}
+	return id, nil
+}
+
+// PeerIdentity returns the isobar identity in a certificate's URI SANs.
+// A certificate with none, or with two different ones, wraps ErrNotIdentity.
+func PeerIdentity(cert *x509.Certificate) (Identity, error) {
+	if cert == nil {
+		return Identity{}, fmt.Errorf("%w: no certificate", ErrNotIdentity)
+	}
+	var found []Identity
+	for _, u := range cert.URIs {
+		if u == nil || u.Scheme != "spiffe" || u.Host != TrustDomain {
+			continue
+		}
+		id, err := ParseIdentity(u.String())
+		if err != nil {
+			return Identity{}, err
+		}
+		if len(found) == 0 || found[0] != id {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return Identity{}, fmt.Errorf("%w: certificate %q has no spiffe://%s/ URI SAN", ErrNotIdentity, cert.Subject.CommonName, TrustDomain)
+	case 1:
+		return found[0], nil
+	default:
+		return Identity{}, fmt.Errorf("%w: certificate %q names %d identities", ErrNotIdentity, cert.Subject.CommonName, len(found))
+	}
+}
+
+// Leaf returns the certificate request for this identity: common name =
+// the identity's name, URI SAN = its URI, the given DNS and IP SANs, and
+// the extended key usages its process needs (cell and gateway: client;
+// region and global: server and client). Add DNS/IP SANs for every address
+// peers dial a server by.
+func (id Identity) Leaf(dns []string, ips []net.IP) Leaf {
+	l := Leaf{Name: id.Name, URIs: []string{id.URI()}, DNS: dns, IPs: ips, Client: true}
+	switch id.Kind {
+	case KindRegion, KindGlobal:
+		l.Server = true
+	}
+	return l
+}
+
+// checkName accepts 1-128 bytes of [A-Za-z0-9._-] that are not "." or "..".
+func checkName(s string) error {
+	if s == "" || len(s) > maxNameLen {
+		return fmt.Errorf("%w: name %q: want 1-%d characters", ErrInvalid, truncate(s), maxNameLen)
+	}
+	if s == "." || s == ".." {
+		return fmt.Errorf("%w: name %q is not allowed", ErrInvalid, s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' {
+			continue
+		}
+		return fmt.Errorf("%w: name %q: only letters, digits, '.', '_' and '-' are allowed", ErrInvalid, truncate(s))
+	}
+	return nil
+}
+
+// truncate bounds outside input quoted in error messages.
+func truncate(s string) string {
+	const max = 160
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

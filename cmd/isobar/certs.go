@@ -1,0 +1,246 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/isobar-mesh/isobar/certs"
+)
+
+// newCertsCmd is `isobar certs`: the development CA and certificates.
+func newCertsCmd(ro *rootOpts) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "certs",
+		Short: "Development CA and certificates for mTLS between isobar components",
+		Long: `certs creates a development certificate authority and issues the
+certificates isobar's components present to each other over mTLS. Every
+gRPC server and client takes --tls-cert, --tls-key and --tls-ca; the CA's
+ca.pem is the --tls-ca bundle everywhere.
+
+Identities are URI SANs spiffe://isobar/<kind>/<name>:
+  cell     spiffe://isobar/cell/<cell-id>      cellagent (client)
+  region   spiffe://isobar/region/<region>     regional controller (server and client)
+  global   spiffe://isobar/global/<name>       global member (server and client)
+  gateway  spiffe://isobar/gateway/<region>    Envoy or isobar gateway (client)
+
+Files are never overwritten without --force. See deploy/README.md for
+rotating certificates and the CA.`,
+		Example: `  isobar certs init --dir pki
+  isobar certs issue --dir pki --name us-east --identity region/us-east --dns isobar-regional --ip 127.0.0.1
+  isobar certs issue --dir pki --name gpu0 --identity cell/us-east-gpu0
+  isobar certs show pki/us-east.pem`,
+		Args: certsNoArgs("certs"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageError{errors.New("certs needs a subcommand: init, issue or show")}
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.AddCommand(newCertsInitCmd(ro), newCertsIssueCmd(ro), newCertsShowCmd(ro))
+	return cmd
+}
+
+func certsNoArgs(name string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("%s takes no arguments, got %q", name, args)}
+		}
+		return nil
+	}
+}
+
+func newCertsInitCmd(ro *rootOpts) *cobra.Command {
+	var (
+		dir, cn string
+		ttl     time.Duration
+		force   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create a development CA (ca.pem, ca-key.pem) in a directory",
+		Long: `init creates an ECDSA P-256 CA in --dir: ca.pem (0644, the trust bundle
+for every --tls-ca) and ca-key.pem (0600). It refuses when either file
+exists, unless --force; a new CA invalidates every certificate the old one
+issued.`,
+		Example: `  isobar certs init --dir pki
+  isobar certs init --dir pki --ttl 2160h --force`,
+		Args: certsNoArgs("certs init"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return usageError{errors.New("--dir is required")}
+			}
+			if cmd.Flags().Changed("ttl") && ttl < time.Hour {
+				return usageError{fmt.Errorf("--ttl %v: want at least 1h", ttl)}
+			}
+			ca, err := certs.NewCA(certs.CAConfig{CommonName: cn, TTL: ttl})
+			if err != nil {
+				return certsError(err)
+			}
+			if err := ca.WriteDir(dir, force); err != nil {
+				return certsError(err)
+			}
+			c := ca.Certificate()
+			fmt.Fprintf(ro.stdout, "created CA %q valid until %s\n  %s\n  %s\n", c.Subject.CommonName,
+				c.NotAfter.UTC().Format(time.RFC3339), filepath.Join(dir, certs.CACertFile), filepath.Join(dir, certs.CAKeyFile))
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&dir, "dir", "", "directory for ca.pem and ca-key.pem, created 0700 if missing (required)")
+	fl.StringVar(&cn, "common-name", certs.DefaultCACommonName, "subject common name of the CA")
+	fl.DurationVar(&ttl, "ttl", certs.DefaultCATTL, "validity of the CA")
+	fl.BoolVar(&force, "force", false, "replace an existing CA")
+	return cmd
+}
+
+type certsIssueFlags struct {
+	dir, out, name, identity string
+	uris, dns, ips           []string
+	server, client, force    bool
+	ttl                      time.Duration
+}
+
+func newCertsIssueCmd(ro *rootOpts) *cobra.Command {
+	f := &certsIssueFlags{}
+	cmd := &cobra.Command{
+		Use:   "issue",
+		Short: "Issue a certificate and key signed by the CA in --dir",
+		Long: `issue signs a leaf certificate with the CA in --dir and writes
+<name>.pem (0644) and <name>-key.pem (0600) into --out (default: --dir).
+
+--identity KIND/NAME adds the URI SAN spiffe://isobar/KIND/NAME and, unless
+--server or --client is given, the uses that process needs (cell and gateway:
+client; region and global: server and client). A server certificate needs a
+--dns or --ip SAN for every address clients dial it by.
+
+It refuses to replace existing files unless --force; a replacement is
+atomic (rename), so a process never reads half a file.`,
+		Example: `  isobar certs issue --dir pki --name us-east --identity region/us-east --dns isobar-regional --ip 127.0.0.1
+  isobar certs issue --dir pki --name gpu0 --identity cell/us-east-gpu0
+  isobar certs issue --dir pki --name envoy --uri spiffe://isobar/gateway/us-east --client --ttl 720h`,
+		Args: certsNoArgs("certs issue"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd, ro)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dir, "dir", "", "CA directory made by isobar certs init (required)")
+	fl.StringVar(&f.out, "out", "", "directory for the certificate and key (default: --dir)")
+	fl.StringVar(&f.name, "name", "", "subject common name and file name: [A-Za-z0-9._-], at most 64 bytes (required)")
+	fl.StringVar(&f.identity, "identity", "", "isobar identity KIND/NAME, KIND one of cell, region, global, gateway")
+	fl.StringArrayVar(&f.uris, "uri", nil, "URI SAN (repeatable), e.g. spiffe://isobar/cell/<cell-id>")
+	fl.StringArrayVar(&f.dns, "dns", nil, "DNS SAN (repeatable)")
+	fl.StringArrayVar(&f.ips, "ip", nil, "IP SAN (repeatable)")
+	fl.BoolVar(&f.server, "server", false, "allow server use (TLS server authentication)")
+	fl.BoolVar(&f.client, "client", false, "allow client use (TLS client authentication)")
+	fl.DurationVar(&f.ttl, "ttl", certs.DefaultLeafTTL, "validity, at most until the CA expires")
+	fl.BoolVar(&f.force, "force", false, "replace existing files")
+	return cmd
+}
+
+func (f *certsIssueFlags) run(cmd *cobra.Command, ro *rootOpts) error {
+	switch {
+	case f.dir == "":
+		return usageError{errors.New("--dir is required")}
+	case f.name == "":
+		return usageError{errors.New("--name is required")}
+	}
+	leaf := certs.Leaf{Name: f.name, URIs: f.uris, DNS: f.dns, Server: f.server, Client: f.client}
+	if cmd.Flags().Changed("ttl") {
+		if f.ttl < time.Minute {
+			return usageError{fmt.Errorf("--ttl %v: want at least 1m", f.ttl)}
+		}
+		leaf.TTL = f.ttl
+	}
+	if f.identity != "" {
+		id, err := certs.ParseIdentity(f.identity)
+		if err != nil {
+			return usageError{fmt.Errorf("--identity %q: want KIND/NAME with KIND one of cell, region, global, gateway: %w", f.identity, err)}
+		}
+		def := id.Leaf(nil, nil)
+		leaf.URIs = append([]string{id.URI()}, leaf.URIs...)
+		if !f.server && !f.client {
+			leaf.Server, leaf.Client = def.Server, def.Client
+		}
+	}
+	if !leaf.Server && !leaf.Client {
+		return usageError{errors.New("give --server, --client or both (or --identity for the defaults)")}
+	}
+	for _, s := range f.ips {
+		ip := net.ParseIP(s)
+		if ip == nil {
+			return usageError{fmt.Errorf("--ip %q is not an IP address", s)}
+		}
+		leaf.IPs = append(leaf.IPs, ip)
+	}
+	ca, err := certs.LoadCA(f.dir)
+	if err != nil {
+		return certsError(err)
+	}
+	is, err := ca.Issue(leaf)
+	if err != nil {
+		return certsError(err)
+	}
+	out := f.out
+	if out == "" {
+		out = f.dir
+	}
+	certPath, keyPath, err := certs.WriteLeaf(out, f.name, is, f.force)
+	if err != nil {
+		return certsError(err)
+	}
+	fmt.Fprintf(ro.stdout, "issued %s\n  %s\n  %s\n", f.name, certPath, keyPath)
+	return certs.Describe(ro.stdout, is.Cert, time.Now(), "  ")
+}
+
+func newCertsShowCmd(ro *rootOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show FILE...",
+		Short: "Print the subject, SANs, uses and validity of certificates",
+		Long: `show prints every certificate in each FILE (PEM, or DER): subject,
+issuer, serial, validity and whether it holds now, uses, URI/DNS/IP SANs,
+the isobar identity and the SHA-256 fingerprint. It exits 1 when a file
+holds no certificate.`,
+		Example: `  isobar certs show pki/ca.pem pki/us-east.pem`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError{errors.New("show needs at least one FILE")}
+			}
+			return nil
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			now := time.Now()
+			for _, file := range args {
+				data, err := os.ReadFile(file)
+				if err != nil {
+					return err
+				}
+				cs, err := certs.ParseCertificates(data)
+				if err != nil {
+					return fmt.Errorf("%s: %w", file, err)
+				}
+				for i, c := range cs {
+					fmt.Fprintf(ro.stdout, "%s: certificate %d of %d\n", file, i+1, len(cs))
+					if err := certs.Describe(ro.stdout, c, now, "  "); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// certsError marks library errors caused by bad flag values as usage
+// errors (exit 2); the rest (existing files, unreadable CA) exit 1.
+func certsError(err error) error {
+	if errors.Is(err, certs.ErrInvalid) && !errors.Is(err, certs.ErrExists) {
+		return usageError{err}
+	}
+	return err
+}
