@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/url"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -212,24 +211,7 @@ func (d Deps) withDefaults() Deps {
 }
 
 func loadTLS(files TLSFiles) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(files.Cert, files.Key)
-	if err != nil {
-		return nil, fmt.Errorf("cellagent: loading TLS certificate and key: %w", err)
-	}
-	caPEM, err := os.ReadFile(files.CA)
-	if err != nil {
-		return nil, fmt.Errorf("cellagent: reading TLS CA bundle: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("cellagent: TLS CA bundle %s holds no PEM certificate", files.CA)
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		RootCAs:      pool,
-		ServerName:   files.ServerName,
-		MinVersion:   tls.VersionTLS12,
-	}, nil
+	return certs.ClientConfig(files.Cert, files.Key, files.CA, files.ServerName)
 }
 
 // Start launches the agent's goroutines and returns at once. Cancelling ctx

@@ -556,7 +556,7 @@ func TestNewAgentConfigErrors(t *testing.T) {
 	}
 	c := good
 	c.TLS = TLSFiles{Cert: "testdata/missing.pem", Key: "testdata/missing.pem", CA: "testdata/missing.pem"}
-	if _, err := NewAgent(c, Deps{}); err == nil || !strings.Contains(err.Error(), "TLS") {
+	if _, err := NewAgent(c, Deps{}); err == nil || !strings.Contains(err.Error(), "--tls-ca") {
 		t.Errorf("missing TLS files: %v", err)
 	}
 }

@@ -3,14 +3,12 @@ package global
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +23,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
@@ -376,17 +375,5 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 }
 
 func serverTLS(cert, key, ca string) (*tls.Config, error) {
-	kp, err := tls.LoadX509KeyPair(cert, key)
-	if err != nil {
-		return nil, fmt.Errorf("global: load --tls-cert/--tls-key: %w", err)
-	}
-	pem, err := os.ReadFile(ca)
-	if err != nil {
-		return nil, fmt.Errorf("global: read --tls-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("global: --tls-ca %s holds no PEM certificate", ca)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{kp}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}, nil
+	return certs.ServerConfig(cert, key, ca)
 }

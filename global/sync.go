@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/summary"
 )
@@ -165,7 +166,7 @@ func (s *syncService) accept(region string, sm *isobarpb.RegionSummary, cert *x5
 }
 
 // RegionURI is the URI SAN that identifies a region's controller.
-func RegionURI(region string) string { return "spiffe://isobar/region/" + region }
+func RegionURI(region string) string { return certs.RegionURI(region) }
 
 func certNames(cert *x509.Certificate, region string) bool {
 	for _, u := range cert.URIs {

@@ -3,12 +3,10 @@ package regional
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
@@ -247,33 +246,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 }
 
 func serverTLS(f TLSFiles) (*tls.Config, error) {
-	cert, pool, err := loadTLS(f)
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		ClientCAs:    pool,
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		MinVersion:   tls.VersionTLS13,
-	}, nil
-}
-
-// loadTLS reads the key pair and the CA bundle named by f.
-func loadTLS(f TLSFiles) (tls.Certificate, *x509.CertPool, error) {
-	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
-	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("regional: load --tls-cert/--tls-key: %w", err)
-	}
-	pem, err := os.ReadFile(f.CA)
-	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("regional: read --tls-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return tls.Certificate{}, nil, fmt.Errorf("regional: --tls-ca %s holds no PEM certificate", f.CA)
-	}
-	return cert, pool, nil
+	return certs.ServerConfig(f.Cert, f.Key, f.CA)
 }
 
 // ClientDialOptions returns gRPC dial options for this region's outbound
@@ -286,10 +259,9 @@ func ClientDialOptions(f TLSFiles) ([]grpc.DialOption, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	cert, pool, err := loadTLS(f)
+	tc, err := certs.ClientConfig(f.Cert, f.Key, f.CA, "")
 	if err != nil {
 		return nil, err
 	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS13}
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, nil
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -246,7 +247,7 @@ func peerCert(ctx context.Context) (*x509.Certificate, error) {
 }
 
 // CellURI is the URI SAN that identifies a cell in its certificate.
-func CellURI(id string) string { return "spiffe://isobar/cell/" + id }
+func CellURI(id string) string { return certs.CellURI(id) }
 
 // certMatches accepts a certificate that names the cell as URI SAN
 // spiffe://isobar/cell/<id>, as a DNS SAN, or as its common name.
