@@ -92,6 +92,7 @@ across regions.`,
 		newLabCmd(opts),
 		newGlobalCmd(opts),
 		newCertsCmd(opts),
+		newStatusCmd(opts),
 	)
 	return root
 }

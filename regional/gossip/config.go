@@ -122,6 +122,10 @@ type Deps struct {
 	// summary, after the basic checks (region non-empty and at most 128
 	// bytes, sequence > 0, time set). Nil: only the basic checks.
 	Validate func(*isobarpb.RegionSummary) error
+	// WrapTransport, when set, wraps memberlist's UDP/TCP transport (the
+	// lab routes gossip through emulated WAN paths this way). Nil: the
+	// transport is used as is.
+	WrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 }
 
 // FieldError reports a Config field with a bad value.

@@ -70,6 +70,8 @@ type Node struct {
 	fan   *fanout
 	// udpMax is the largest envelope broadcast by UDP gossip.
 	udpMax int
+	// wrap wraps memberlist's transport (Deps.WrapTransport), or nil.
+	wrap func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 
 	localMu sync.Mutex                  // serialises SetLocalSummary
 	local   atomic.Pointer[heldSummary] // what this node publishes
@@ -116,6 +118,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		priv:  priv,
 		meta:  meta,
 		fan:   newFanout(),
+		wrap:  deps.WrapTransport,
 	}
 	n.udpMax = n.mc.UDPBufferSize - udpHeadroom
 	n.queue = &memberlist.TransmitLimitedQueue{
@@ -148,6 +151,21 @@ func (n *Node) Start(ctx context.Context) error {
 		return ErrStarted
 	case lifeStopped:
 		return ErrStopped
+	}
+	if n.wrap != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{n.mc.BindAddr}, BindPort: n.mc.BindPort, Logger: n.mc.Logger,
+		})
+		if err != nil {
+			return fmt.Errorf("gossip: start transport on %s:%d: %w", n.cfg.BindAddr, n.cfg.BindPort, err)
+		}
+		if n.mc.BindPort == 0 {
+			n.mc.BindPort = nt.GetAutoBindPort()
+			if n.mc.AdvertisePort == 0 {
+				n.mc.AdvertisePort = n.mc.BindPort
+			}
+		}
+		n.mc.Transport = n.wrap(nt)
 	}
 	ml, err := memberlist.Create(n.mc)
 	if err != nil {
