@@ -17,7 +17,10 @@ type server struct {
 	l0     float64
 	beta   float64
 	k      float64
-	ik     int // k when it is a small integer, else -1
+	lb     float64 // L0·β
+	lbC    float64 // L0·β/C (0 when C is 0)
+	lbC2   float64 // L0·β/C²
+	ik     int32   // k when it is a small integer, else -1
 	usable bool
 }
 
@@ -31,9 +34,15 @@ func newServer(r Region, p Problem) server {
 		ik:     -1,
 	}
 	if p.K == math.Trunc(p.K) && p.K <= 16 {
-		s.ik = int(p.K)
+		s.ik = int32(p.K)
 	}
 	s.usable = !r.Down && s.capEff > 0
+	s.lb = s.l0 * s.beta
+	if s.capEff > 0 {
+		inv := 1 / s.capEff
+		s.lbC = s.lb * inv
+		s.lbC2 = s.lbC * inv
+	}
 	return s
 }
 
@@ -115,26 +124,82 @@ func (s *server) loadAtMarginal(m float64) float64 {
 }
 
 // gh returns G'(y) and G″(y) together (cheaper than marginal plus
-// curvature); both +Inf at or above capacity.
+// curvature); both +Inf at or above capacity. It is the settling hot path:
+// one division.
 func (s *server) gh(y float64) (g, h float64) {
 	u := s.util(y)
 	if u >= 1 {
 		return math.Inf(1), math.Inf(1)
 	}
-	om := 1 - u
-	inv := 1 / om
-	pk := s.powk(u)
-	a := (s.k + 1) - s.k*u
-	lb := s.l0 * s.beta
-	g = s.l0 + lb*pk*a*inv*inv
-	var first float64
-	if u > 0 {
-		first = s.k * (s.k + 1) * pk / u * inv
-	} else if s.k == 1 {
-		first = 2
+	inv := 1 / (1 - u)
+	var pk1 float64
+	if s.ik == 4 { // the default, inline
+		pk1 = u * u * u
+	} else {
+		pk1 = s.powk1(u)
 	}
-	h = lb * (first + 2*pk*a*inv*inv*inv) / s.capEff
+	pk := pk1 * u
+	w := pk * ((s.k + 1) - s.k*u) * inv * inv
+	g = s.l0 + s.lb*w
+	// G″ = L0·β·(k(k+1)·u^(k−1)/(1−u) + 2·u^k·((k+1)−k·u)/(1−u)³)/C.
+	h = (s.k*(s.k+1)*pk1*inv + 2*w*inv) * s.lbC
 	return g, h
+}
+
+// ght returns G'(y), G″(y) and G‴(y) (+Inf at or above capacity).
+func (s *server) ght(y float64) (g, h, t float64) {
+	u := s.util(y)
+	if u >= 1 {
+		return math.Inf(1), math.Inf(1), math.Inf(1)
+	}
+	inv := 1 / (1 - u)
+	var pk2, pk1 float64 // u^(k−2) (0 when k = 1: its factor k−1 is), u^(k−1)
+	switch {
+	case s.ik == 4: // the default, inline
+		pk2 = u * u
+		pk1 = pk2 * u
+	case s.ik == 1:
+		pk1 = 1
+	case s.ik > 1:
+		pk2 = 1
+		for e := s.ik; e > 2; e-- {
+			pk2 *= u
+		}
+		pk1 = pk2 * u
+	default:
+		pk2 = math.Pow(u, s.k-2)
+		pk1 = math.Pow(u, s.k-1)
+	}
+	pk := pk1 * u
+	k := s.k
+	kk1 := k * (k + 1)
+	w := pk * ((k + 1) - k*u) * inv * inv
+	g = s.l0 + s.lb*w
+	h = (kk1*pk1*inv + 2*w*inv) * s.lbC
+	// f‴(u) = (k−1)k(k+1)·u^(k−2)/(1−u) + 3k(k+1)·u^(k−1)/(1−u)²
+	//       + 6(k+1)·u^k/(1−u)³ + 6·u^(k+1)/(1−u)⁴.
+	f3 := ((k-1)*kk1*pk2 + (3*kk1*pk1+(6*(k+1)*pk+6*pk*u*inv)*inv)*inv) * inv
+	t = f3 * s.lbC2
+	return g, h, t
+}
+
+// powk1 returns u^(k−1) (1 at u = 0 when k = 1).
+func (s *server) powk1(u float64) float64 {
+	switch s.ik {
+	case 1:
+		return 1
+	case 2:
+		return u
+	case 4:
+		return u * u * u
+	case -1:
+		return math.Pow(u, s.k-1)
+	}
+	r := 1.0
+	for e := s.ik; e > 1; e-- {
+		r *= u
+	}
+	return r
 }
 
 // loadAt returns the load y in [0, C) with G'(y) = v (0 when v ≤ L0, the

@@ -115,3 +115,34 @@ func TestEngineLatency(t *testing.T) {
 		t.Errorf("EngineLatency of a down region = %v, want +Inf", got)
 	}
 }
+
+// TestThirdDerivative checks ght against gh and G‴ against central
+// differences of G″.
+func TestThirdDerivative(t *testing.T) {
+	for _, k := range []float64{1, 2, 3, 4, 4.5, 7} {
+		s := testServer(k)
+		for _, u := range []float64{0.05, 0.3, 0.7, 0.9, 0.97} {
+			y := u * s.capEff
+			hstep := 1e-5 * s.capEff * (1 - u)
+			g, h, g3 := s.ght(y)
+			wg, wh := s.gh(y)
+			if math.Abs(g-wg) > 1e-13*wg || math.Abs(h-wh) > 1e-12*wh {
+				t.Errorf("k=%v u=%v: ght (%v, %v), gh (%v, %v)", k, u, g, h, wg, wh)
+			}
+			_, hp := s.gh(y + hstep)
+			_, hm := s.gh(y - hstep)
+			if num := (hp - hm) / (2 * hstep); math.Abs(g3-num) > 1e-5*math.Abs(num) {
+				t.Errorf("k=%v u=%v: G‴ = %v, numeric %v", k, u, g3, num)
+			}
+		}
+		// At no load, f‴(0) = 6 for k = 1 (the u^(k−1) term) and k = 2
+		// (the u^(k−2) term), and 0 for larger k.
+		want := 0.0
+		if k <= 2 {
+			want = s.l0 * s.beta * 6 / (s.capEff * s.capEff)
+		}
+		if _, _, g3 := s.ght(0); math.Abs(g3-want) > 1e-15 {
+			t.Errorf("k=%v: G‴(0) = %v, want %v", k, g3, want)
+		}
+	}
+}

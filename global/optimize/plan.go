@@ -40,6 +40,7 @@ type model struct {
 	rtt    [][]float64
 	P      float64
 	total  float64 // Σ demand of up regions
+	pr     *pricer // prices the duality gap when set (see Solve)
 }
 
 func compile(p Problem) model {
@@ -86,9 +87,19 @@ func (m *model) check(fr [][]float64, shed []float64, withGap bool) evaluation {
 	}
 	var shedTotal float64
 	var rttCost float64
+	// With the gap: the destinations each row uses, row i's from
+	// used[rowAt[i]] to used[rowAt[i+1]], for the gap's second pass.
+	var used []int32
+	var rowAt []int
+	if withGap {
+		rowAt = make([]int, m.n+1)
+	}
 	for i := range m.n {
 		if len(fr[i]) != m.n {
 			return ev
+		}
+		if withGap {
+			rowAt[i] = len(used)
 		}
 		if m.isDown(i) {
 			continue
@@ -109,12 +120,18 @@ func (m *model) check(fr [][]float64, shed []float64, withGap bool) evaluation {
 				x := f * m.demand[i]
 				ev.load[j] += x
 				rttCost += x * m.rtt[i][j]
+				if withGap {
+					used = append(used, int32(j))
+				}
 			}
 		}
 		if math.Abs(sum-1) > rowTolerance {
 			return ev
 		}
 		shedTotal += math.Max(shed[i], 0) * m.demand[i]
+	}
+	if withGap {
+		rowAt[m.n] = len(used)
 	}
 	obj := rttCost + m.P*shedTotal
 	for j := range m.n {
@@ -131,20 +148,26 @@ func (m *model) check(fr [][]float64, shed []float64, withGap bool) evaluation {
 	for j := range m.n {
 		mu[j] = m.marginalOf(j, ev.load[j])
 	}
+	if m.pr != nil {
+		m.pr.load(mu)
+	}
 	var gap float64
 	for i := range m.n {
 		d := m.demand[i]
 		if d == 0 {
 			continue
 		}
-		best, _ := m.cheapest(i, mu)
-		used := math.Max(shed[i], 0) * m.P
-		for j, f := range fr[i] {
-			if f > 0 {
-				used += f * (m.rtt[i][j] + mu[j])
-			}
+		var best float64
+		if m.pr != nil {
+			best, _ = m.pr.cheapest(i, m.P)
+		} else {
+			best, _ = m.cheapest(i, mu)
 		}
-		gap += d * (used - best)
+		cost := math.Max(shed[i], 0) * m.P
+		for _, j := range used[rowAt[i]:rowAt[i+1]] {
+			cost += fr[i][j] * (m.rtt[i][j] + mu[j])
+		}
+		gap += d * (cost - best)
 	}
 	ev.obj, ev.gap, ev.valid = obj, math.Max(gap, 0), true
 	return ev

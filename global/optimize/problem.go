@@ -192,6 +192,43 @@ func (p Problem) Validate() error {
 			return invalid("RTTms[%d] (region %q) has %d entries: want %d", i, q.Regions[i].Name, len(row), n)
 		}
 	}
+	if !rttValid(q.RTTms) {
+		return rttError(q)
+	}
+	return nil
+}
+
+// rttValid reports whether the square matrix rtt is a valid RTT matrix: a
+// zero diagonal, every entry in [0, MaxValue] or +Inf, symmetric. It reads
+// each entry once, in tiles so that the transposed reads stay in cache;
+// rttError says what is wrong.
+func rttValid(rtt [][]float64) bool {
+	const tile = 64
+	n := len(rtt)
+	inf := math.Inf(1)
+	ok := true
+	for bi := 0; bi < n; bi += tile {
+		for bj := bi; bj < n; bj += tile {
+			for i := bi; i < min(bi+tile, n); i++ {
+				row := rtt[i]
+				if bj == bi && row[i] != 0 {
+					ok = false
+				}
+				for j := max(bj, i+1); j < min(bj+tile, n); j++ {
+					// NaN fails v == w.
+					if v, w := row[j], rtt[j][i]; v != w || !(v >= 0) || (v > MaxValue && v != inf) {
+						ok = false
+					}
+				}
+			}
+		}
+	}
+	return ok
+}
+
+// rttError returns the error for the first bad RTT entry in row order,
+// or, when every entry is in range, the first asymmetric pair.
+func rttError(q Problem) error {
 	for i, row := range q.RTTms {
 		for j, v := range row {
 			if i == j && v != 0 {
@@ -203,8 +240,9 @@ func (p Problem) Validate() error {
 			}
 		}
 	}
-	// Symmetry, in tiles so that the transposed reads stay in cache.
+	// Symmetry, in the tiles rttValid reads.
 	const tile = 64
+	n := len(q.RTTms)
 	for bi := 0; bi < n; bi += tile {
 		for bj := bi; bj < n; bj += tile {
 			for i := bi; i < min(bi+tile, n); i++ {
@@ -217,5 +255,5 @@ func (p Problem) Validate() error {
 			}
 		}
 	}
-	return nil
+	return invalid("RTTms is not a valid RTT matrix")
 }

@@ -3,6 +3,7 @@ package optimize
 import (
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -96,5 +97,48 @@ func TestValidateRegionLimit(t *testing.T) {
 	p := Problem{Regions: make([]Region, n)}
 	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "at most") {
 		t.Fatalf("Validate with %d regions = %v, want a limit error", n, err)
+	}
+}
+
+// TestValidateRTTScan plants one bad RTT entry at random places of
+// matrices that span several of Validate's tiles: each must be found and
+// named, and a matrix without one must pass.
+func TestValidateRTTScan(t *testing.T) {
+	rng := newRand(7, 7)
+	bad := []struct {
+		v    float64
+		want string
+	}{
+		{math.NaN(), "= NaN"}, {-1, "= -1"}, {2 * MaxValue, "want 0 ≤ rtt"}, {math.Inf(-1), "= -Inf"},
+	}
+	for round := range 200 {
+		n := 1 + rng.IntN(150)
+		p := randomProblem(rng, n)
+		if err := p.Validate(); err != nil {
+			t.Fatalf("n=%d: valid problem refused: %v", n, err)
+		}
+		i, j := rng.IntN(n), rng.IntN(n)
+		var want string
+		switch k := round % 6; {
+		case i == j || k == 4: // the diagonal
+			p.RTTms[i][i] = 1
+			want = "to itself) = 1"
+		case k == 5: // asymmetric
+			p.RTTms[i][j] += 0.5
+			lo, hi := min(i, j), max(i, j)
+			want = "RTTms[" + strconv.Itoa(lo) + "][" + strconv.Itoa(hi) + "]"
+		default: // out of range, on both sides or one
+			b := bad[k]
+			p.RTTms[i][j] = b.v
+			if rng.IntN(2) == 0 {
+				p.RTTms[j][i] = b.v
+				i, j = min(i, j), max(i, j)
+			}
+			want = b.want
+		}
+		err := p.Validate()
+		if err == nil || !errors.Is(err, ErrInvalidProblem) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("n=%d, entry (%d, %d): Validate = %v, want an error containing %q", n, i, j, err, want)
+		}
 	}
 }

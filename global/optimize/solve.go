@@ -16,10 +16,30 @@ func Solve(p Problem) (Plan, error) {
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
 	}
-	q := p.withDefaults()
+	return solveModel(p.withDefaults(), true), nil
+}
+
+// solveModel is Solve on a valid problem with its defaults applied; with
+// clustered false it prices every source by a full scan (the tests compare
+// the two: the plans must be identical).
+func solveModel(q Problem, clustered bool) Plan {
 	m := compile(q)
-	s := newSolver(&m)
-	s.start()
+	s := newBareSolver(&m)
+	if clustered && m.n >= pricerFrom {
+		// The pricer reads only m, which start does not change: build it
+		// meanwhile, on a goroutine joined before the first pricing.
+		var pr *pricer
+		built := make(chan struct{})
+		go func() {
+			defer close(built)
+			pr = newPricer(&m)
+		}()
+		s.start()
+		<-built
+		s.pr, m.pr = pr, pr
+	} else {
+		s.start()
+	}
 	rounds, stalled := 0, 0
 	last := math.Inf(1)
 	resettled := false
@@ -56,14 +76,14 @@ func Solve(p Problem) (Plan, error) {
 	pl := s.plan()
 	pl.Iterations = rounds
 	m.finish(&pl)
-	if !(pl.CostMs <= m.localCost()) {
+	if !(pl.CostMs <= s.local) {
 		// Only rounding can get here (every step is a descent step); the
 		// local-only plan is then at least as good.
 		local := m.localOnly()
 		local.Iterations = rounds
-		return local, nil
+		return local
 	}
-	return pl, nil
+	return pl
 }
 
 // The solver is a primal network simplex for this convex problem, on a
@@ -87,9 +107,39 @@ func Solve(p Problem) (Plan, error) {
 // ≥ 0. Edges that empty leave the basis.
 
 type edge struct {
-	o int     // option: destination index, or n for the source's shed node
-	x float64 // flow, requests/s
+	o   int     // option: destination index, or n for the source's shed node
+	x   float64 // flow, requests/s
+	rtt float64 // RTT of the edge (0 to the shed node)
 }
+
+// node is a node's place in the rooted forest over all 3n nodes (settle
+// rebuilds it per tree; pivots keep it current) and its settle state.
+type node struct {
+	pot   float64 // tree potential: rtt + pot[option] = pot[source]
+	net   float64 // subtree net supply, then target flow of the parent edge
+	par   int     // parent (-1 at a root)
+	depth int
+	seen  int  // visit stamp
+	psrc  int  // source of the edge to the parent
+	pk    int  // index of that edge in edges[psrc]
+	dirty bool // the node's tree changed since it was last settled
+}
+
+// target is an option node's target in a settle. For a destination, it is
+// also where Newton's method starts the next time: with ok set, (y, p +
+// pot, h) is a point where G' and G″ were evaluated.
+type target struct {
+	y   float64 // load (an option node's)
+	h   float64 // destination: G″ at y
+	p   float64 // destination: price G' − pot at y
+	i   float64 // destination: 1/G″ at y (0 when not in use)
+	q   float64 // destination: G‴/(2G″³) at y, the load's curvature in price
+	pot float64 // destination: the potential p was priced at
+	ok  bool
+}
+
+// srcEdge is edge k of source i, as listed at its destination.
+type srcEdge struct{ i, k int32 }
 
 // candidate is an edge worth entering: source i's option o, saving the
 // relative marginal cost r.
@@ -101,67 +151,66 @@ type candidate struct {
 type solver struct {
 	m     *model
 	n     int
-	edges [][]edge  // per source: its basis edges
-	dsrc  [][]int   // per destination: sources with an edge into it
-	y     []float64 // per destination: load
-	mu    []float64 // per destination: marginal latency at y (pricing)
+	edges [][]edge    // per source: its basis edges
+	dsrc  [][]srcEdge // per destination: the edges into it
+	y     []float64   // per destination: load
+	mu    []float64   // per destination: marginal latency at y (pricing)
 	cands []candidate
 
-	// Rooted forest over all 3n nodes: parent (-1 at a root) and depth.
-	// settle rebuilds it per tree; pivots keep it current.
-	par   []int
-	depth []int
+	// Per node: its place in the rooted forest and its settle state, and
+	// the settle's targets; one record per node keeps a tree walk's
+	// accesses to a node in one cache line.
+	nd []node
+	tg []target
 
 	// Union-find over the trees, valid within a pivot round.
 	uf     []int
 	ufSize []int
 
-	// settle state per node.
-	dirty []bool    // the node's tree changed since it was last settled
-	seen  []int     // visit stamp
-	psrc  []int     // source of the edge to the parent
-	pk    []int     // index of that edge in edges[psrc]
-	pot   []float64 // tree potential: rtt + pot[option] = pot[source]
-	net   []float64 // subtree net supply, then target flow of the parent edge
-	tgt   []float64 // option: target load
-	tgh   []float64 // destination: G'' at tgt
-	tgp   []float64 // destination: price (G' − pot) at tgt
-	stamp int
+	stamp int // visit stamp of the last tree walk
+
+	// pr prices large problems (nil below pricerFrom regions).
+	pr *pricer
+	// local is the local-only plan's CostMs (set by start).
+	local float64
 
 	// scratch
 	order   []int
-	work    []int
 	pending []int
 	path    []int
 	down    []int
 	dests   []int
 	drops   []candidate
+	steps   []edgeStep
+	arena   []int   // settleFrom: the trees to settle, nodes in order
+	pieces  []piece // settleFrom: the trees in arena still to settle
 }
 
 func newSolver(m *model) *solver {
+	s := newBareSolver(m)
+	if m.n >= pricerFrom {
+		s.pr = newPricer(m)
+		m.pr = s.pr
+	}
+	return s
+}
+
+// newBareSolver is newSolver without the pricer.
+func newBareSolver(m *model) *solver {
 	n := m.n
 	s := &solver{
 		m: m, n: n,
 		edges:  make([][]edge, n),
-		dsrc:   make([][]int, n),
+		dsrc:   make([][]srcEdge, n),
 		y:      make([]float64, n),
 		mu:     make([]float64, n),
-		par:    make([]int, 3*n),
-		depth:  make([]int, 3*n),
+		nd:     make([]node, 3*n),
+		tg:     make([]target, 3*n),
 		uf:     make([]int, 3*n),
 		ufSize: make([]int, 3*n),
-		dirty:  make([]bool, 3*n),
-		seen:   make([]int, 3*n),
-		psrc:   make([]int, 3*n),
-		pk:     make([]int, 3*n),
-		pot:    make([]float64, 3*n),
-		net:    make([]float64, 3*n),
-		tgt:    make([]float64, 3*n),
-		tgh:    make([]float64, 3*n),
-		tgp:    make([]float64, 3*n),
 	}
-	for v := range s.par {
-		s.par[v] = -1
+	for v := range s.nd {
+		s.nd[v].par = -1
 	}
 	return s
 }
@@ -193,14 +242,6 @@ func (s *solver) rttTo(i, o int) float64 {
 	return s.m.rtt[i][o]
 }
 
-// marginalTo returns the marginal cost of option o at its current load.
-func (s *solver) marginalTo(o int) float64 {
-	if o == s.n {
-		return s.m.P
-	}
-	return s.m.marginalOf(o, s.y[o])
-}
-
 func (s *solver) findEdge(i, o int) int {
 	for k, e := range s.edges[i] {
 		if e.o == o {
@@ -211,31 +252,49 @@ func (s *solver) findEdge(i, o int) int {
 }
 
 func (s *solver) addEdge(i, o int, x float64) {
-	s.edges[i] = append(s.edges[i], edge{o: o, x: x})
 	if o < s.n {
-		s.dsrc[o] = append(s.dsrc[o], i)
+		s.dsrc[o] = append(s.dsrc[o], srcEdge{int32(i), int32(len(s.edges[i]))})
 		s.y[o] += x
 	}
+	s.edges[i] = append(s.edges[i], edge{o: o, x: x, rtt: s.rttTo(i, o)})
 }
 
 // removeEdge drops the edge (its flow must be 0) and marks both ends dirty.
 func (s *solver) removeEdge(i, o int) {
 	k := s.findEdge(i, o)
 	last := len(s.edges[i]) - 1
-	s.edges[i][k] = s.edges[i][last]
+	moved := s.edges[i][last]
+	s.edges[i][k] = moved
 	s.edges[i] = s.edges[i][:last]
 	if o < s.n {
 		d := s.dsrc[o]
-		for k, src := range d {
-			if src == i {
-				d[k] = d[len(d)-1]
+		for at, r := range d {
+			if int(r.i) == i {
+				d[at] = d[len(d)-1]
 				s.dsrc[o] = d[:len(d)-1]
 				break
 			}
 		}
 	}
-	s.dirty[i] = true
-	s.dirty[s.optNode(i, o)] = true
+	if k != last {
+		// The last edge moved to k: so must its entry at its destination,
+		// and the record of the node it is the parent edge of.
+		if moved.o < s.n {
+			for at, r := range s.dsrc[moved.o] {
+				if int(r.i) == i {
+					s.dsrc[moved.o][at].k = int32(k)
+					break
+				}
+			}
+		}
+		for _, v := range [2]int{i, s.optNode(i, moved.o)} {
+			if x := &s.nd[v]; x.psrc == i && x.pk == last {
+				x.pk = k
+			}
+		}
+	}
+	s.nd[i].dirty = true
+	s.nd[s.optNode(i, o)].dirty = true
 }
 
 // start builds a basic starting plan close to the optimum and settles it:
@@ -247,32 +306,46 @@ func (s *solver) removeEdge(i, o int) {
 func (s *solver) start() {
 	n, m := s.n, s.m
 	room := make([]float64, n)
-	pooled := func(lam float64) float64 {
-		var sum float64
+	// pooled sets every region's room to its load at marginal latency λ
+	// and returns their total and its derivative in λ.
+	pooled := func(lam float64) (sum, deriv float64) {
 		for j := range n {
 			if m.srv[j].usable {
-				room[j], _ = m.srv[j].loadAt(lam, room[j])
+				var h float64
+				room[j], h = m.srv[j].loadAt(lam, room[j])
 				sum += room[j]
+				if room[j] > 0 && h > 0 {
+					deriv += 1 / h
+				}
 			}
 		}
-		return sum
+		return sum, deriv
 	}
 	lam := m.P
-	if pooled(m.P) > m.total {
+	if sum, deriv := pooled(m.P); sum > m.total {
+		// The largest λ whose pooled load stays within the demand, by a
+		// bracketed Newton search (the pooled load is increasing in λ).
 		lo, hi := 0.0, m.P
 		for range 100 {
-			mid := lo + (hi-lo)/2
-			if pooled(mid) < m.total {
-				lo = mid
-			} else {
-				hi = mid
+			next := lam + (m.total-sum)/deriv
+			if !(next > lo && next < hi) {
+				next = lo + (hi-lo)/2
 			}
-			if hi-lo <= 1e-9*hi {
+			lam = next
+			sum, deriv = pooled(lam)
+			if sum <= m.total {
+				lo = lam
+			} else {
+				hi = lam
+			}
+			if hi-lo <= 1e-9*hi || math.Abs(sum-m.total) <= 1e-12*m.total {
 				break
 			}
 		}
-		lam = lo
-		pooled(lo)
+		if sum > m.total {
+			lam = lo
+			pooled(lo)
+		}
 	}
 	excess := make([]float64, n)
 	for i := range n {
@@ -320,7 +393,8 @@ func (s *solver) start() {
 	s.settleAll()
 	// Start from the local-only plan instead when that is cheaper, so
 	// that the solver, which only descends, never ends above it.
-	if s.objective() > m.localCost()*m.total {
+	s.local = m.localCost()
+	if s.objective() > s.local*m.total {
 		for i := range n {
 			for len(s.edges[i]) > 0 {
 				e := s.edges[i][len(s.edges[i])-1]
@@ -352,7 +426,7 @@ func (s *solver) start() {
 // settleAll settles every tree.
 func (s *solver) settleAll() {
 	for i := range s.n {
-		s.dirty[i] = s.m.demand[i] > 0
+		s.nd[i].dirty = s.m.demand[i] > 0
 	}
 	for i := range s.n {
 		s.settleFrom(i)
@@ -388,7 +462,39 @@ func (s *solver) price() (obj, gap float64) {
 		obj += m.srv[j].total(s.y[j])
 	}
 	s.cands = s.cands[:0]
-	for i := range n {
+	if s.pr != nil {
+		s.pr.load(s.mu)
+	}
+	if n < parallelPricing {
+		o, g := s.priceRows(0, n, &s.cands)
+		return obj + o, math.Max(gap+g, 0)
+	}
+	// Rows are independent: price the two halves at once, then merge in
+	// row order, so the result does not depend on the scheduling.
+	half := n / 2
+	var o2, g2 float64
+	var c2 []candidate
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		o2, g2 = s.priceRows(half, n, &c2)
+	}()
+	o1, g1 := s.priceRows(0, half, &s.cands)
+	<-done
+	s.cands = append(s.cands, c2...)
+	return obj + o1 + o2, math.Max(gap+g1+g2, 0)
+}
+
+// parallelPricing: from this many regions on, pricing runs on two
+// goroutines (joined before price returns).
+const parallelPricing = 256
+
+// priceRows prices sources [lo, hi): their objective share, their part of
+// the duality gap, and the improving options, appended to cands. It reads
+// the solver's state and writes only cands.
+func (s *solver) priceRows(lo, hi int, cands *[]candidate) (obj, gap float64) {
+	n, m := s.n, s.m
+	for i := lo; i < hi; i++ {
 		d := m.demand[i]
 		if d == 0 {
 			continue
@@ -397,28 +503,34 @@ func (s *solver) price() (obj, gap float64) {
 		for _, e := range s.edges[i] {
 			c := m.P
 			if e.o < n {
-				c = m.rtt[i][e.o] + s.mu[e.o]
-				obj += e.x * m.rtt[i][e.o]
+				c = e.rtt + s.mu[e.o]
+				obj += e.x * e.rtt
 			} else {
 				obj += e.x * m.P
 			}
 			used += e.x * c
 			if e.x > 0 {
-				worst = math.Max(worst, c)
+				worst = max(worst, c)
 			}
 		}
-		best, at := m.cheapest(i, s.mu)
+		var best float64
+		var at int
+		if s.pr != nil {
+			best, at = s.pr.cheapest(i, m.P)
+		} else {
+			best, at = m.cheapest(i, s.mu)
+		}
 		gap += used - d*best
 		if best < worst*(1-enterTolerance) {
 			if at < 0 {
 				at = n
 			}
 			if s.findEdge(i, at) < 0 {
-				s.cands = append(s.cands, candidate{i, at, (worst - best) / worst})
+				*cands = append(*cands, candidate{i, at, (worst - best) / worst})
 			}
 		}
 	}
-	return obj, math.Max(gap, 0)
+	return obj, gap
 }
 
 // The solver gives up after stallRounds rounds in a row that lower the
@@ -436,11 +548,21 @@ const enterTolerance = 1e-12
 // checked again against the basis as it is by then), and settles every
 // tree they touched.
 func (s *solver) pivotRound() {
+	s.enterAll()
+	s.settlePending()
+}
+
+// enterAll enters the candidates, biggest relative saving first.
+func (s *solver) enterAll() {
 	slices.SortFunc(s.cands, func(a, b candidate) int { return cmp.Compare(b.r, a.r) })
 	s.unionInit()
 	for _, c := range s.cands {
 		s.enter(c.i, c.o)
 	}
+}
+
+// settlePending settles every tree the entered edges touched.
+func (s *solver) settlePending() {
 	for _, v := range s.pending {
 		s.settleFrom(v)
 	}
@@ -448,7 +570,9 @@ func (s *solver) pivotRound() {
 }
 
 // enter brings option o of source i into the basis if it is still cheaper,
-// at the current loads, than an option i uses.
+// at the current loads, than an option i uses. Loads do not change while
+// edges enter (an edge joining two trees enters empty, a cycle push keeps
+// every load), so the marginal latencies of the pricing still hold.
 func (s *solver) enter(i, o int) {
 	if s.findEdge(i, o) >= 0 {
 		return
@@ -456,10 +580,10 @@ func (s *solver) enter(i, o int) {
 	var worst float64
 	for _, e := range s.edges[i] {
 		if e.x > 0 {
-			worst = math.Max(worst, s.rttTo(i, e.o)+s.marginalTo(e.o))
+			worst = max(worst, e.rtt+s.muOf(e.o))
 		}
 	}
-	if !(s.rttTo(i, o)+s.marginalTo(o) < worst*(1-enterTolerance)) {
+	if !(s.rttTo(i, o)+s.muOf(o) < worst*(1-enterTolerance)) {
 		return
 	}
 	on := s.optNode(i, o)
@@ -467,37 +591,42 @@ func (s *solver) enter(i, o int) {
 		// Joins two trees: hang the smaller under the other through the
 		// new edge, which gets its flow when the tree is settled.
 		if s.ufSize[ri] < s.ufSize[ro] {
-			s.reroot(i, on)
+			s.reroot(i, on, s.rttTo(i, o))
 			s.uf[ri] = ro
 			s.ufSize[ro] += s.ufSize[ri]
 		} else {
-			s.reroot(on, i)
+			s.reroot(on, i, s.rttTo(i, o))
 			s.uf[ro] = ri
 			s.ufSize[ri] += s.ufSize[ro]
 		}
 		s.addEdge(i, o, 0)
-		s.dirty[i] = true
+		s.nd[i].dirty = true
 		s.pending = append(s.pending, i)
 		return
 	}
 	// The edge closes a cycle: i → on, then the tree path back from on to
-	// i. Pushing θ around it changes no load, only RTT, by θ·delta. Along
-	// the path the edges at even positions lose θ (on gains θ from i, so
-	// the source feeding on along the tree sends θ less, and so on).
+	// i. Pushing θ around it changes no load, only RTT, by θ·delta, where
+	// delta is the edge's reduced RTT against the tree potentials: no
+	// path walk for the edges that would not pay.
+	if !(s.rttTo(i, o)+s.nd[on].pot-s.nd[i].pot < 0) {
+		return
+	}
+	// Along the path the edges at even positions lose θ (on gains θ from
+	// i, so the source feeding on along the tree sends θ less, and so on).
 	path := s.treePath(on, i)
 	delta := s.rttTo(i, o)
 	theta := math.Inf(1)
 	block := -1
 	for k := 0; k+1 < len(path); k++ {
 		src, opt := s.edgeEnds(path[k], path[k+1])
-		r := s.rttTo(src, opt)
+		e := &s.edges[src][s.findEdge(src, opt)]
 		if k%2 == 0 {
-			delta -= r
-			if x := s.edges[src][s.findEdge(src, opt)].x; x < theta {
-				theta, block = x, k
+			delta -= e.rtt
+			if e.x < theta {
+				theta, block = e.x, k
 			}
 		} else {
-			delta += r
+			delta += e.rtt
 		}
 	}
 	if !(delta < 0) || block < 0 {
@@ -521,32 +650,40 @@ func (s *solver) enter(i, o int) {
 	bs, bo := s.edgeEnds(ba, bb)
 	s.edges[bs][s.findEdge(bs, bo)].x = 0
 	s.removeEdge(bs, bo)
-	if s.par[ba] == bb { // ba is below: its side holds on
-		s.reroot(on, i)
+	if s.nd[ba].par == bb { // ba is below: its side holds on
+		s.reroot(on, i, s.rttTo(i, o))
 	} else {
-		s.reroot(i, on)
+		s.reroot(i, on, s.rttTo(i, o))
 	}
 	s.addEdge(i, o, theta)
-	s.dirty[i] = true
+	s.nd[i].dirty = true
 	s.pending = append(s.pending, i)
+}
+
+// muOf returns the marginal cost of option o at the pricing's loads.
+func (s *solver) muOf(o int) float64 {
+	if o == s.n {
+		return s.m.P
+	}
+	return s.mu[o]
 }
 
 // treePath returns the tree path from a to b (a first), walking parent
 // pointers up from both to their common ancestor.
 func (s *solver) treePath(a, b int) []int {
 	up, down := s.path[:0], s.down[:0]
-	for s.depth[a] > s.depth[b] {
+	for s.nd[a].depth > s.nd[b].depth {
 		up = append(up, a)
-		a = s.par[a]
+		a = s.nd[a].par
 	}
-	for s.depth[b] > s.depth[a] {
+	for s.nd[b].depth > s.nd[a].depth {
 		down = append(down, b)
-		b = s.par[b]
+		b = s.nd[b].par
 	}
 	for a != b {
 		up = append(up, a)
 		down = append(down, b)
-		a, b = s.par[a], s.par[b]
+		a, b = s.nd[a].par, s.nd[b].par
 	}
 	up = append(up, a)
 	for k := len(down) - 1; k >= 0; k-- {
@@ -557,40 +694,49 @@ func (s *solver) treePath(a, b int) []int {
 }
 
 // reroot makes e the root of its tree and hangs that tree under p, a node
-// of another tree (the caller adds the edge e–p), fixing the parents and
-// depths of e's whole tree.
-func (s *solver) reroot(e, p int) {
-	n := s.n
+// of another tree, through an edge of RTT r (the caller adds the edge),
+// fixing the parents, depths and potentials of e's whole tree: they shift
+// by a constant so that the new edge satisfies rtt + pot[option] =
+// pot[source].
+func (s *solver) reroot(e, p int, r float64) {
+	n, nd := s.n, s.nd
 	s.stamp++
-	s.par[e] = p
-	s.depth[e] = s.depth[p] + 1
-	s.seen[e] = s.stamp
-	s.seen[p] = s.stamp // never walk into p's tree
+	stamp := s.stamp
+	nd[e].par = p
+	nd[e].depth = nd[p].depth + 1
+	shift := nd[p].pot - r - nd[e].pot // e is the option node
+	if e < n {
+		shift = nd[p].pot + r - nd[e].pot
+	}
+	nd[e].seen = stamp
+	nd[p].seen = stamp // never walk into p's tree
 	q := append(s.order[:0], e)
 	for k := 0; k < len(q); k++ {
 		v := q[k]
-		d := s.depth[v] + 1
+		x := &nd[v]
+		x.pot += shift
+		d := x.depth + 1
 		switch {
 		case v < n:
 			for _, ed := range s.edges[v] {
-				if w := s.optNode(v, ed.o); s.seen[w] != s.stamp {
-					s.seen[w] = s.stamp
-					s.par[w], s.depth[w] = v, d
+				w := s.optNode(v, ed.o)
+				if y := &nd[w]; y.seen != stamp {
+					y.seen, y.par, y.depth = stamp, v, d
 					q = append(q, w)
 				}
 			}
 		case v < 2*n:
-			for _, w := range s.dsrc[v-n] {
-				if s.seen[w] != s.stamp {
-					s.seen[w] = s.stamp
-					s.par[w], s.depth[w] = v, d
+			for _, r := range s.dsrc[v-n] {
+				w := int(r.i)
+				if y := &nd[w]; y.seen != stamp {
+					y.seen, y.par, y.depth = stamp, v, d
 					q = append(q, w)
 				}
 			}
 		default:
-			if w := v - 2*n; s.findEdge(w, n) >= 0 && s.seen[w] != s.stamp {
-				s.seen[w] = s.stamp
-				s.par[w], s.depth[w] = v, d
+			w := v - 2*n
+			if y := &nd[w]; y.seen != stamp && s.findEdge(w, n) >= 0 {
+				y.seen, y.par, y.depth = stamp, v, d
 				q = append(q, w)
 			}
 		}
