@@ -2,6 +2,8 @@ package xds
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -9,6 +11,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
@@ -43,8 +46,11 @@ type Set struct {
 // Resources is the output of one build.
 type Resources struct {
 	// Envoy is served to Envoy and to isobar's gateway: one HTTP listener
-	// using RDS, one RouteConfiguration matching the model header, and per
-	// model a Cluster and a ClusterLoadAssignment.
+	// using RDS (fault filter, then router), one RouteConfiguration, and per
+	// model a main Cluster (ClusterName), a local-only Cluster
+	// (LocalClusterName) and one Cluster per context class that has an
+	// endpoint (ClassClusterName, LocalClassClusterName), each with its
+	// ClusterLoadAssignment. See modelRoutes for the route order.
 	Envoy Set
 	// GRPC is served to proxyless gRPC clients: per model an api_listener
 	// named after the model with the route inlined, and the same Clusters
@@ -65,7 +71,9 @@ type Builder struct {
 
 	envoyListener *listener.Listener
 	routerAny     *anypb.Any
+	faultAny      *anypb.Any // the listener-level fault filter: no fault
 	retryPredAny  *anypb.Any
+	shedAny       map[uint32]*anypb.Any // per-route 429 aborts by parts per million
 
 	routeKey string
 	route    *route.RouteConfiguration
@@ -79,6 +87,15 @@ type modelEntry struct {
 	grpcListener *listener.Listener
 	canon        canonModel
 	cla          *endpoint.ClusterLoadAssignment
+
+	// The Envoy-only clusters, rebuilt with cla. classes and localClasses
+	// are bit masks over Config.ContextClasses of the classes present;
+	// clusters and assignments list the main cluster then the others in
+	// set order; subClusters memoises the Cluster of every name used.
+	classes, localClasses uint32
+	clusters              []*cluster.Cluster
+	assignments           []*endpoint.ClusterLoadAssignment
+	subClusters           map[string]*cluster.Cluster
 
 	// parts memoises each endpoint's validated pieces by identity; gen
 	// marks the entries used by the latest assignment; pos holds them in
@@ -113,9 +130,12 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Builder{cfg: cfg, models: make(map[string]*modelEntry)}
+	b := &Builder{cfg: cfg, models: make(map[string]*modelEntry), shedAny: make(map[uint32]*anypb.Any)}
 	var err error
 	if b.routerAny, err = packValidated(&router.Router{}); err != nil {
+		return nil, err
+	}
+	if b.faultAny, err = packValidated(&fault.HTTPFault{}); err != nil {
 		return nil, err
 	}
 	if b.retryPredAny, err = packValidated(&previoushosts.PreviousHostsPredicate{}); err != nil {
@@ -128,7 +148,11 @@ func NewBuilder(cfg Config) (*Builder, error) {
 }
 
 // Config returns the Config in use, defaults applied.
-func (b *Builder) Config() Config { return b.cfg }
+func (b *Builder) Config() Config {
+	c := b.cfg
+	c.ContextClasses = slices.Clone(c.ContextClasses)
+	return c
+}
 
 // Build validates st and returns the resources for it. On error (wrapping
 // ErrInvalidState or ErrInvalidResource) nothing is returned.
@@ -140,34 +164,39 @@ func (b *Builder) Build(st State) (*Resources, error) {
 	res := &Resources{
 		Envoy: Set{
 			Listeners: []*listener.Listener{b.envoyListener},
+			Clusters:  make([]*cluster.Cluster, 0, len(models)*(2+len(b.cfg.ContextClasses))),
+			Endpoints: make([]*endpoint.ClusterLoadAssignment, 0, len(models)*(2+len(b.cfg.ContextClasses))),
+		},
+		GRPC: Set{
+			Listeners: make([]*listener.Listener, 0, len(models)),
 			Clusters:  make([]*cluster.Cluster, 0, len(models)),
 			Endpoints: make([]*endpoint.ClusterLoadAssignment, 0, len(models)),
 		},
-		GRPC: Set{Listeners: make([]*listener.Listener, 0, len(models))},
 	}
 	var key strings.Builder
+	plans := make([]routePlan, len(models))
 	for i := range models {
 		m := &models[i]
 		e, err := b.entry(m)
 		if err != nil {
 			return nil, err
 		}
-		res.Envoy.Clusters = append(res.Envoy.Clusters, e.cluster)
-		res.Envoy.Endpoints = append(res.Envoy.Endpoints, e.cla)
+		res.Envoy.Clusters = append(res.Envoy.Clusters, e.clusters...)
+		res.Envoy.Endpoints = append(res.Envoy.Endpoints, e.assignments...)
 		res.GRPC.Listeners = append(res.GRPC.Listeners, e.grpcListener)
-		key.WriteString(m.name)
-		key.WriteByte(0)
+		res.GRPC.Clusters = append(res.GRPC.Clusters, e.cluster)
+		res.GRPC.Endpoints = append(res.GRPC.Endpoints, e.cla)
+		plans[i] = routePlan{model: m.name, shedPPM: m.shedPPM, classes: e.classes, localClasses: e.localClasses}
+		fmt.Fprintf(&key, "%s\x00%d\x00%d\x00%d\x00", m.name, m.shedPPM, e.classes, e.localClasses)
 	}
 	if b.route == nil || b.routeKey != key.String() {
-		rc, err := b.buildRouteConfig(models)
+		rc, err := b.buildRouteConfig(plans)
 		if err != nil {
 			return nil, err
 		}
 		b.route, b.routeKey = rc, key.String()
 	}
 	res.Envoy.Routes = []*route.RouteConfiguration{b.route}
-	res.GRPC.Clusters = res.Envoy.Clusters
-	res.GRPC.Endpoints = res.Envoy.Endpoints
 
 	if len(b.models) > len(models) {
 		keep := make(map[string]struct{}, len(models))
@@ -207,6 +236,10 @@ func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 			return nil, err
 		}
 		e.cla = cla
+		if err := b.buildSubClusters(m, e); err != nil {
+			e.cla = nil // rebuild everything next time
+			return nil, err
+		}
 	}
 	e.canon = *m
 	e.canon.reused = false
@@ -235,7 +268,12 @@ func (b *Builder) buildEnvoyListener() (*listener.Listener, error) {
 			ConfigSource:    adsSource(),
 			RouteConfigName: RouteName,
 		}},
-		HttpFilters: []*hcm.HttpFilter{b.routerFilter()},
+		// The fault filter does nothing on its own: routes of a model
+		// with a shed share override it with a 429 abort.
+		HttpFilters: []*hcm.HttpFilter{
+			{Name: wellknown.Fault, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: b.faultAny}},
+			b.routerFilter(),
+		},
 	}
 	hcmAny, err := packValidated(manager)
 	if err != nil {
@@ -273,36 +311,154 @@ func (b *Builder) envoyRetryPolicy() *route.RetryPolicy {
 	}
 }
 
-func (b *Builder) envoyRoute(name string, model string, headers []*route.HeaderMatcher) *route.Route {
-	return &route.Route{
+func (b *Builder) envoyRoute(name, cluster string, headers []*route.HeaderMatcher, shed *anypb.Any) *route.Route {
+	r := &route.Route{
 		Name: name,
 		Match: &route.RouteMatch{
 			PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"},
 			Headers:       headers,
 		},
 		Action: &route.Route_Route{Route: &route.RouteAction{
-			ClusterSpecifier: &route.RouteAction_Cluster{Cluster: ClusterName(model)},
+			ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cluster},
 			Timeout:          durationpb.New(b.cfg.RouteTimeout),
 			RetryPolicy:      b.envoyRetryPolicy(),
 		}},
 	}
+	if shed != nil {
+		r.TypedPerFilterConfig = map[string]*anypb.Any{wellknown.Fault: shed}
+	}
+	return r
 }
 
-func (b *Builder) buildRouteConfig(models []canonModel) (*route.RouteConfiguration, error) {
-	routes := make([]*route.Route, 0, len(models)+1)
-	for i := range models {
-		name := models[i].name
-		routes = append(routes, b.envoyRoute(name, name, []*route.HeaderMatcher{{
-			Name: b.cfg.ModelHeader,
-			HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
-				MatchPattern: &matcher.StringMatcher_Exact{Exact: name},
-			}},
-		}}))
+// routePlan is what the routes of one model depend on.
+type routePlan struct {
+	model                 string
+	shedPPM               uint32
+	classes, localClasses uint32 // bit i: Config.ContextClasses[i] is present
+}
+
+// shedFault returns the per-route fault config that aborts ppm parts per
+// million of requests with 429, or nil for 0.
+func (b *Builder) shedFault(ppm uint32) (*anypb.Any, error) {
+	if ppm == 0 {
+		return nil, nil
 	}
-	if len(models) == 1 {
+	if a := b.shedAny[ppm]; a != nil {
+		return a, nil
+	}
+	a, err := packValidated(&fault.HTTPFault{Abort: &fault.FaultAbort{
+		ErrorType:  &fault.FaultAbort_HttpStatus{HttpStatus: 429},
+		Percentage: &typev3.FractionalPercent{Numerator: ppm, Denominator: typev3.FractionalPercent_MILLION},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if len(b.shedAny) > 4096 {
+		clear(b.shedAny) // bound the memo; values recur, so it refills fast
+	}
+	b.shedAny[ppm] = a
+	return a, nil
+}
+
+func exactHeader(name, value string) *route.HeaderMatcher {
+	return &route.HeaderMatcher{
+		Name: name,
+		HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+			MatchPattern: &matcher.StringMatcher_Exact{Exact: value},
+		}},
+	}
+}
+
+func presentHeader(name string) *route.HeaderMatcher {
+	return &route.HeaderMatcher{Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_PresentMatch{PresentMatch: true}}
+}
+
+// absentHeader matches requests without the header. present_match false
+// changed meaning across Envoy versions; an inverted present match did not.
+func absentHeader(name string) *route.HeaderMatcher {
+	m := presentHeader(name)
+	m.InvertMatch = true
+	return m
+}
+
+// rangeHeader matches an integer header value in [start, end).
+func rangeHeader(name string, start, end int64) *route.HeaderMatcher {
+	return &route.HeaderMatcher{Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_RangeMatch{
+		RangeMatch: &typev3.Int64Range{Start: start, End: end},
+	}}
+}
+
+// classRoutes appends, for every class present in mask, a route on
+// PromptTokensHeader and one on content-length (when the token header is
+// absent) to the class's cluster. A class takes the token needs above the
+// previous present class up to its own size, so a request goes to the
+// smallest present class that fits.
+func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*route.HeaderMatcher, mask uint32,
+	clusterName func(uint32) string, shed *anypb.Any) []*route.Route {
+	var prev int64
+	for i, n := range b.cfg.ContextClasses {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		size := int64(n)
+		cl := clusterName(n)
+		tokenLo := int64(0)
+		byteLo := int64(0)
+		if prev > 0 {
+			tokenLo = prev + 1
+			byteLo = prev*BytesPerToken + 1
+		}
+		name := prefix + "/ctx-" + strconv.FormatInt(size, 10)
+		routes = append(routes,
+			b.envoyRoute(name, cl, append(slices.Clip(base), rangeHeader(PromptTokensHeader, tokenLo, size+1)), shed),
+			b.envoyRoute(name+"/bytes", cl, append(slices.Clip(base), absentHeader(PromptTokensHeader),
+				rangeHeader("content-length", byteLo, size*BytesPerToken+1)), shed))
+		prev = size
+	}
+	return routes
+}
+
+// modelRoutes appends the routes of one model, in match order:
+//
+//  1. forwarded traffic (hop header present), by context class, to the
+//     local class clusters, then to the local cluster; never shed;
+//  2. client traffic by context class (token header, else content-length)
+//     to the class clusters, with the shed fault;
+//  3. the rest to the model's main cluster, with the shed fault.
+//
+// model is nil for the catch-all copy of a lone model.
+func (b *Builder) modelRoutes(routes []*route.Route, p routePlan, prefix string, model *route.HeaderMatcher) ([]*route.Route, error) {
+	shed, err := b.shedFault(p.shedPPM)
+	if err != nil {
+		return nil, err
+	}
+	var base []*route.HeaderMatcher
+	if model != nil {
+		base = []*route.HeaderMatcher{model}
+	}
+	hop := append(slices.Clip(base), presentHeader(b.cfg.HopHeader))
+	routes = b.classRoutes(routes, prefix+"/hop", hop, p.localClasses,
+		func(n uint32) string { return LocalClassClusterName(p.model, n) }, nil)
+	routes = append(routes, b.envoyRoute(prefix+"/hop", LocalClusterName(p.model), hop, nil))
+	routes = b.classRoutes(routes, prefix, base, p.classes,
+		func(n uint32) string { return ClassClusterName(p.model, n) }, shed)
+	return append(routes, b.envoyRoute(prefix, ClusterName(p.model), base, shed)), nil
+}
+
+func (b *Builder) buildRouteConfig(plans []routePlan) (*route.RouteConfiguration, error) {
+	var routes []*route.Route
+	var err error
+	for _, p := range plans {
+		if routes, err = b.modelRoutes(routes, p, p.model, exactHeader(b.cfg.ModelHeader, p.model)); err != nil {
+			return nil, err
+		}
+	}
+	if len(plans) == 1 {
 		// With one model a request without the header still has one place
 		// to go.
-		routes = append(routes, b.envoyRoute("catch_all", models[0].name, nil))
+		if routes, err = b.modelRoutes(routes, plans[0], "catch_all", nil); err != nil {
+			return nil, err
+		}
 	}
 	rc := &route.RouteConfiguration{
 		Name: RouteName,
@@ -356,10 +512,13 @@ func (b *Builder) buildGRPCListener(model string) (*listener.Listener, error) {
 }
 
 func (b *Builder) buildCluster(model string) (*cluster.Cluster, error) {
-	name := ClusterName(model)
+	return b.buildNamedCluster(ClusterName(model), statName(model))
+}
+
+func (b *Builder) buildNamedCluster(name, altStatName string) (*cluster.Cluster, error) {
 	c := &cluster.Cluster{
 		Name:                 name,
-		AltStatName:          statName(model),
+		AltStatName:          altStatName,
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{
 			EdsConfig:   adsSource(),

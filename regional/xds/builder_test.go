@@ -3,6 +3,8 @@ package xds
 import (
 	"errors"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -62,20 +65,62 @@ func checkSet(t *testing.T, kind NodeKind, s *Set) {
 	}
 }
 
+// unpackHCM unpacks an HttpConnectionManager and checks its filters: the
+// router last, preceded in the Envoy listener by a fault filter that does
+// nothing on its own.
 func unpackHCM(t *testing.T, a *anypb.Any) *hcm.HttpConnectionManager {
 	t.Helper()
 	var m hcm.HttpConnectionManager
 	if err := a.UnmarshalTo(&m); err != nil {
 		t.Fatalf("unpack HttpConnectionManager: %v", err)
 	}
-	if n := len(m.GetHttpFilters()); n != 1 || m.GetHttpFilters()[0].GetName() != wellknown.Router {
-		t.Fatalf("http filters = %v, want only %s", m.GetHttpFilters(), wellknown.Router)
+	fs := m.GetHttpFilters()
+	if n := len(fs); n == 0 || n > 2 || fs[n-1].GetName() != wellknown.Router {
+		t.Fatalf("http filters = %v, want [%s] %s", fs, wellknown.Fault, wellknown.Router)
 	}
 	var r router.Router
-	if err := m.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&r); err != nil {
+	if err := fs[len(fs)-1].GetTypedConfig().UnmarshalTo(&r); err != nil {
 		t.Fatalf("router typed config: %v", err)
 	}
+	if len(fs) == 2 {
+		var f fault.HTTPFault
+		if fs[0].GetName() != wellknown.Fault {
+			t.Fatalf("first filter %q, want %s", fs[0].GetName(), wellknown.Fault)
+		}
+		if err := fs[0].GetTypedConfig().UnmarshalTo(&f); err != nil || f.GetAbort() != nil || f.GetDelay() != nil {
+			t.Fatalf("listener-level fault config %v (err %v), want no fault", &f, err)
+		}
+	}
 	return &m
+}
+
+// clusterByName and claByName find resources of a Set by name (nil if
+// absent).
+func clusterByName(s *Set, name string) *cluster.Cluster {
+	for _, c := range s.Clusters {
+		if c.GetName() == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func claByName(s *Set, name string) *endpoint.ClusterLoadAssignment {
+	for _, c := range s.Endpoints {
+		if c.GetClusterName() == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func routeByName(rc *route.RouteConfiguration, name string) *route.Route {
+	for _, r := range rc.GetVirtualHosts()[0].GetRoutes() {
+		if r.GetName() == name {
+			return r
+		}
+	}
+	return nil
 }
 
 func TestBuildShapes(t *testing.T) {
@@ -119,9 +164,11 @@ func TestBuildShapes(t *testing.T) {
 			checkSet(t, KindEnvoy, &res.Envoy)
 			checkSet(t, KindGRPC, &res.GRPC)
 			n := len(tc.models)
-			if len(res.Envoy.Listeners) != 1 || len(res.Envoy.Routes) != 1 || len(res.Envoy.Clusters) != n || len(res.Envoy.Endpoints) != n {
+			// Per model: main, local, two classes (every endpoint has
+			// max_model_len 8192) and the same two local classes.
+			if len(res.Envoy.Listeners) != 1 || len(res.Envoy.Routes) != 1 || len(res.Envoy.Clusters) != 6*n || len(res.Envoy.Endpoints) != 6*n {
 				t.Fatalf("envoy set sizes L%d R%d C%d E%d, want 1 1 %d %d", len(res.Envoy.Listeners), len(res.Envoy.Routes),
-					len(res.Envoy.Clusters), len(res.Envoy.Endpoints), n, n)
+					len(res.Envoy.Clusters), len(res.Envoy.Endpoints), 6*n, 6*n)
 			}
 			if len(res.GRPC.Listeners) != n || len(res.GRPC.Routes) != 0 || len(res.GRPC.Clusters) != n || len(res.GRPC.Endpoints) != n {
 				t.Fatalf("grpc set sizes L%d R%d C%d E%d, want %d 0 %d %d", len(res.GRPC.Listeners), len(res.GRPC.Routes),
@@ -138,17 +185,23 @@ func TestBuildShapes(t *testing.T) {
 				t.Errorf("listener RDS = %v, want %s over ADS", m.GetRds(), RouteName)
 			}
 
-			// Routes: one header match per model, a catch-all only with one model.
-			routes := res.Envoy.Routes[0].GetVirtualHosts()[0].GetRoutes()
-			wantRoutes := n
+			// Routes: per model 4 class routes and a fallback for forwarded
+			// traffic, 4 class routes and a main route for clients; the
+			// same again as a catch-all only with one model.
+			rc := res.Envoy.Routes[0]
+			routes := rc.GetVirtualHosts()[0].GetRoutes()
+			wantRoutes := 10 * n
 			if n == 1 {
-				wantRoutes++
+				wantRoutes *= 2
 			}
 			if len(routes) != wantRoutes {
 				t.Fatalf("%d routes, want %d", len(routes), wantRoutes)
 			}
 			for i, name := range tc.models {
-				r := routes[i]
+				r := routeByName(rc, name)
+				if r == nil {
+					t.Fatalf("no route named %q", name)
+				}
 				h := r.GetMatch().GetHeaders()
 				if len(h) != 1 || h[0].GetName() != "x-isobar-model" || h[0].GetStringMatch().GetExact() != name {
 					t.Errorf("route %d headers = %v, want x-isobar-model == %q", i, h, name)
@@ -162,12 +215,16 @@ func TestBuildShapes(t *testing.T) {
 					t.Errorf("route %d retry policy = %v", i, rp)
 				}
 			}
-			if n == 1 && (len(routes[1].GetMatch().GetHeaders()) != 0 || routes[1].GetRoute().GetCluster() != ClusterName(tc.models[0])) {
-				t.Errorf("catch-all route = %v", routes[1])
+			if ca := routeByName(rc, "catch_all"); n == 1 && (ca != routes[len(routes)-1] || len(ca.GetMatch().GetHeaders()) != 0 ||
+				ca.GetRoute().GetCluster() != ClusterName(tc.models[0])) {
+				t.Errorf("catch-all route = %v", ca)
 			}
 
 			for i, name := range tc.models {
-				c := res.Envoy.Clusters[i]
+				c := clusterByName(&res.Envoy, ClusterName(name))
+				if c != res.GRPC.Clusters[i] {
+					t.Errorf("cluster %d: the gRPC set does not share the Envoy set's main cluster", i)
+				}
 				if c.GetName() != ClusterName(name) || c.GetType() != cluster.Cluster_EDS || c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil {
 					t.Errorf("cluster %d = %s type %v", i, c.GetName(), c.GetType())
 				}
@@ -214,8 +271,8 @@ func TestBuildShapes(t *testing.T) {
 					t.Errorf("grpc listener %d route = %v", i, gr)
 				}
 
-				cla := res.Envoy.Endpoints[i]
-				if cla.GetClusterName() != ClusterName(name) {
+				cla := res.GRPC.Endpoints[i]
+				if cla.GetClusterName() != ClusterName(name) || claByName(&res.Envoy, ClusterName(name)) != cla {
 					t.Errorf("assignment %d named %q", i, cla.GetClusterName())
 				}
 				if want, ok := tc.localities[name]; ok {
@@ -383,14 +440,22 @@ func TestBuildIsCanonicalAndDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(r1.Envoy.Endpoints) != len(r2.Envoy.Endpoints) || len(r1.Envoy.Clusters) != len(r2.Envoy.Clusters) {
+		t.Fatalf("set sizes differ between input orders")
+	}
 	for i := range r1.Envoy.Endpoints {
 		if !proto.Equal(r1.Envoy.Endpoints[i], r2.Envoy.Endpoints[i]) {
 			t.Errorf("assignment %d differs between input orders", i)
 		}
 	}
 	for i := range r1.Envoy.Clusters {
-		if !proto.Equal(r1.Envoy.Clusters[i], r2.Envoy.Clusters[i]) || !proto.Equal(r1.GRPC.Listeners[i], r2.GRPC.Listeners[i]) {
-			t.Errorf("cluster or grpc listener %d differs between input orders", i)
+		if !proto.Equal(r1.Envoy.Clusters[i], r2.Envoy.Clusters[i]) {
+			t.Errorf("cluster %d differs between input orders", i)
+		}
+	}
+	for i := range r1.GRPC.Listeners {
+		if !proto.Equal(r1.GRPC.Listeners[i], r2.GRPC.Listeners[i]) {
+			t.Errorf("grpc listener %d differs between input orders", i)
 		}
 	}
 	if !proto.Equal(r1.Envoy.Routes[0], r2.Envoy.Routes[0]) || !proto.Equal(r1.Envoy.Listeners[0], r2.Envoy.Listeners[0]) {
@@ -416,11 +481,21 @@ func TestBuildReusesUnchangedResources(t *testing.T) {
 			t.Errorf("type %d rebuilt for an identical state", t2)
 		}
 	}
-	// A weight change in b rebuilds only b's assignment.
+	// A weight change in b rebuilds only b's assignments.
 	st.Models[1].Localities[0].Endpoints[2].Weight += 10
 	r3, _ := b.Build(st)
-	if r3.Envoy.Endpoints[0] != r1.Envoy.Endpoints[0] || r3.Envoy.Endpoints[1] == r1.Envoy.Endpoints[1] {
-		t.Error("weight change in b: want a's assignment reused and b's rebuilt")
+	for _, name := range []string{ClusterName("a"), LocalClusterName("a"), ClassClusterName("a", 4096), LocalClassClusterName("a", 32768)} {
+		if x := claByName(&r3.Envoy, name); x == nil || x != claByName(&r1.Envoy, name) {
+			t.Errorf("weight change in b: assignment %s rebuilt or missing", name)
+		}
+	}
+	for _, name := range []string{ClusterName("b"), LocalClusterName("b"), ClassClusterName("b", 4096), LocalClassClusterName("b", 32768)} {
+		if x := claByName(&r3.Envoy, name); x == nil || x == claByName(&r1.Envoy, name) {
+			t.Errorf("weight change in b: assignment %s reused or missing", name)
+		}
+	}
+	if r3.GRPC.Endpoints[0] != r1.GRPC.Endpoints[0] || r3.GRPC.Endpoints[1] == r1.GRPC.Endpoints[1] {
+		t.Error("weight change in b: want a's gRPC assignment reused and b's rebuilt")
 	}
 	for _, typ := range []int{0, 1, 2} {
 		if !sameResources(&r1.Envoy, &r3.Envoy, typ) || !sameResources(&r1.GRPC, &r3.GRPC, typ) {
@@ -430,7 +505,7 @@ func TestBuildReusesUnchangedResources(t *testing.T) {
 	// Mutating the input after Build does not leak into the cache.
 	st.Models[1].Localities[0].Endpoints[2].Weight = 1
 	r4, _ := b.Build(st)
-	if r4.Envoy.Endpoints[1] == r3.Envoy.Endpoints[1] {
+	if claByName(&r4.Envoy, ClusterName("b")) == claByName(&r3.Envoy, ClusterName("b")) {
 		t.Error("a caller-side mutation was not seen as a change")
 	}
 	// A new model changes routes, clusters and gRPC listeners, not the Envoy listener.
@@ -478,8 +553,9 @@ func TestConfigValidation(t *testing.T) {
 	want := Config{Region: "r", LBPolicy: LeastRequest, RingSize: 4096, ListenAddress: "0.0.0.0", ListenPort: 10000,
 		RouteTimeout: 600 * time.Second, ConnectTimeout: time.Second, NumRetries: 2, RetryBudgetPercent: 20,
 		RetryBudgetMinConcurrency: 3, MaxRequests: 65536, OutlierConsecutive5xx: 5, OutlierInterval: 5 * time.Second,
-		OutlierBaseEjectionTime: 10 * time.Second, OutlierMaxEjectionPercent: 50, ModelHeader: "x-isobar-model", HopHeader: "x-isobar-hop"}
-	if got != want {
+		OutlierBaseEjectionTime: 10 * time.Second, OutlierMaxEjectionPercent: 50, ModelHeader: "x-isobar-model", HopHeader: "x-isobar-hop",
+		ContextClasses: []uint32{4096, 8192, 32768, 131072}}
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults = %+v\nwant %+v", got, want)
 	}
 }
@@ -546,8 +622,8 @@ func TestCheckReferences(t *testing.T) {
 	}{
 		{"route to a missing cluster", func() *Set {
 			s := good()
-			s.Clusters = s.Clusters[:1]
-			s.Endpoints = s.Endpoints[:1]
+			s.Clusters = slices.DeleteFunc(s.Clusters, func(c *cluster.Cluster) bool { return c.GetName() == "isobar/b" })
+			s.Endpoints = slices.DeleteFunc(s.Endpoints, func(c *endpoint.ClusterLoadAssignment) bool { return c.GetClusterName() == "isobar/b" })
 			return s
 		}, `points at cluster "isobar/b"`},
 		{"api_listener to a missing cluster", func() *Set {
@@ -558,9 +634,15 @@ func TestCheckReferences(t *testing.T) {
 		}, `api_listener "a" routes to cluster "isobar/a"`},
 		{"cluster without assignment", func() *Set {
 			s := good()
-			s.Endpoints = s.Endpoints[:1]
+			s.Endpoints = slices.DeleteFunc(s.Endpoints, func(c *endpoint.ClusterLoadAssignment) bool { return c.GetClusterName() == "isobar/b" })
 			return s
 		}, `cluster "isobar/b" has no ClusterLoadAssignment`},
+		{"route to a missing class cluster", func() *Set {
+			s := good()
+			s.Clusters = slices.DeleteFunc(s.Clusters, func(c *cluster.Cluster) bool { return c.GetName() == "isobar/a/local/ctx-8192" })
+			s.Endpoints = slices.DeleteFunc(s.Endpoints, func(c *endpoint.ClusterLoadAssignment) bool { return c.GetClusterName() == "isobar/a/local/ctx-8192" })
+			return s
+		}, `points at cluster "isobar/a/local/ctx-8192"`},
 		{"assignment without cluster", func() *Set {
 			s := good()
 			s.Endpoints = append(s.Endpoints, &endpoint.ClusterLoadAssignment{ClusterName: "stray"})

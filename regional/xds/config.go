@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,11 +94,29 @@ type Config struct {
 	// ModelHeader is the request header that selects a model. Default
 	// "x-isobar-model". With a single model there is also a catch-all route.
 	ModelHeader string
-	// HopHeader is reserved for traffic forwarded from another region, which
-	// must never be forwarded again. Default "x-isobar-hop". Not yet used by
-	// the generated routes.
+	// HopHeader marks traffic forwarded from another region's data plane.
+	// Default "x-isobar-hop". Envoy routes requests carrying it (any value)
+	// to the model's local-only clusters: never forwarded again, never shed.
 	HopHeader string
+
+	// ContextClasses are the context-length classes in tokens, strictly
+	// increasing. Default 4096, 8192, 32768, 131072; an empty non-nil slice
+	// disables classes (one cluster per model for client traffic). Per model
+	// and class the Envoy set holds a cluster of the endpoints whose
+	// max_model_len is at least the class (unknown counts as large enough),
+	// and routes send a request to the smallest class its prompt fits; see
+	// PromptTokensHeader. At most 16 classes, each at most 2^30.
+	ContextClasses []uint32
 }
+
+// DefaultContextClasses returns the default Config.ContextClasses.
+func DefaultContextClasses() []uint32 { return []uint32{4096, 8192, 32768, 131072} }
+
+// Bounds on context classes.
+const (
+	maxContextClasses = 16
+	maxContextClass   = 1 << 30
+)
 
 // Deps holds the collaborators of an xDS server. Every field is optional.
 type Deps struct {
@@ -168,6 +187,11 @@ func (c Config) withDefaults() Config {
 	if c.HopHeader == "" {
 		c.HopHeader = "x-isobar-hop"
 	}
+	if c.ContextClasses == nil {
+		c.ContextClasses = DefaultContextClasses()
+	} else {
+		c.ContextClasses = slices.Clone(c.ContextClasses)
+	}
 	return c
 }
 
@@ -231,6 +255,22 @@ func (c Config) validate() error {
 	}
 	if strings.EqualFold(c.ModelHeader, c.HopHeader) {
 		return fmt.Errorf("%w: ModelHeader and HopHeader are both %q; they must differ", ErrInvalidConfig, c.ModelHeader)
+	}
+	for _, h := range []string{c.ModelHeader, c.HopHeader} {
+		if h == PromptTokensHeader || h == "content-length" {
+			return fmt.Errorf("%w: header %q is reserved for context-class routing; choose another ModelHeader/HopHeader", ErrInvalidConfig, h)
+		}
+	}
+	if len(c.ContextClasses) > maxContextClasses {
+		return fmt.Errorf("%w: ContextClasses has %d classes; use at most %d", ErrInvalidConfig, len(c.ContextClasses), maxContextClasses)
+	}
+	for i, n := range c.ContextClasses {
+		if n == 0 || n > maxContextClass {
+			return fmt.Errorf("%w: ContextClasses[%d] = %d is out of range; use 1 to %d tokens", ErrInvalidConfig, i, n, maxContextClass)
+		}
+		if i > 0 && n <= c.ContextClasses[i-1] {
+			return fmt.Errorf("%w: ContextClasses must be strictly increasing; %d follows %d", ErrInvalidConfig, n, c.ContextClasses[i-1])
+		}
 	}
 	return nil
 }

@@ -7,15 +7,39 @@
 //
 //   - The resource shapes (Builder). Envoy-like nodes get one HTTP Listener
 //     (ListenerName) whose HttpConnectionManager loads RouteName over RDS via
-//     ADS, one RouteConfiguration with a virtual host "*" routing on
-//     Config.ModelHeader (plus a catch-all when there is one model), and per
-//     model a Cluster (ClusterName: EDS over ADS, the configured LB policy
-//     with locality weighting, outlier detection, circuit breakers with a
-//     retry budget, connect timeout) and its ClusterLoadAssignment (locality
-//     and endpoint weights, endpoint metadata under MetadataKey). Proxyless
-//     gRPC nodes get, per model, an api_listener named after the model with
-//     the route inlined, and the same Clusters and ClusterLoadAssignments.
-//     grpc-go honours endpoint weights only under ring_hash.
+//     ADS and runs the fault filter then the router; one RouteConfiguration
+//     with a virtual host "*"; and per model a main Cluster (ClusterName:
+//     EDS over ADS, the configured LB policy with locality weighting,
+//     outlier detection, circuit breakers with a retry budget, connect
+//     timeout) with its ClusterLoadAssignment (locality and endpoint
+//     weights, endpoint metadata under MetadataKey), plus Envoy-only
+//     clusters built from the same endpoints: LocalClusterName (the
+//     localities of Config.Region only, always present, possibly empty),
+//     and per context class N of Config.ContextClasses ClassClusterName
+//     (endpoints whose max_model_len is >= N or unknown, local and remote)
+//     and LocalClassClusterName (the same, local only). A class cluster
+//     with no endpoint is left out. Filtered localities keep their weights;
+//     emptied ones are dropped and priorities renumbered without gaps.
+//     Proxyless gRPC nodes get, per model, an api_listener named after the
+//     model with the route inlined, and the main Clusters and
+//     ClusterLoadAssignments only. grpc-go honours endpoint weights only
+//     under ring_hash.
+//   - The routes, per model, in match order (all require Config.ModelHeader
+//     equal to the model; with a single model the same routes are repeated
+//     without that condition as a catch-all):
+//     1. Forwarded traffic (Config.HopHeader present, any value): by class
+//     to the local class clusters, else to the local cluster. Never
+//     forwarded again, never shed: no routing loop.
+//     2. Client traffic by class to the class clusters.
+//     3. The rest to the main cluster.
+//     A request's class is the smallest present class N that its token need
+//     fits: PromptTokensHeader by int64 range (prev, N], or, when that
+//     header is absent, content-length by range (4·prev, 4·N] (BytesPerToken
+//     bytes per token, rounded up). A need above every present class, or no
+//     size at all, goes to the main (local) cluster; a class with no
+//     endpoint is left out, so its requests fall to the next larger class.
+//     Routes of a model with Model.Shed > 0 carry a per-route HTTPFault
+//     aborting that share (per million) of requests with 429.
 //   - Validation before anything is served: the input State (weights >= 1,
 //     IP hosts, no duplicate address or cell within a model, no duplicate
 //     locality or priority gap, names), ValidateAll on every resource and on
@@ -50,9 +74,10 @@
 //   - Resources returned by a Builder are shared between builds and node
 //     kinds: never modify them.
 //   - Push is cheap when little changes: a Cluster and a gRPC Listener are
-//     built and validated once per model, the RouteConfiguration when the set
-//     of models changes, and a ClusterLoadAssignment when that model's
-//     endpoints change.
+//     built and validated once per name, the RouteConfiguration when the set
+//     of models, their shed shares or their present classes change, and a
+//     model's ClusterLoadAssignments when its endpoints change (the
+//     Envoy-only ones share the main one's endpoint messages).
 //   - Delta xDS streams are served but their ACKs are not tracked; configure
 //     clients for state-of-the-world ADS.
 package xds

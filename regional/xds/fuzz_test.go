@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -57,6 +58,7 @@ var (
 	fuzzHosts = []string{"10.0.0.1", "10.0.0.2", "::1", "::ffff:10.0.0.1", "fe80::1%eth0", "host.local", "", "2001:db8::2"}
 	fuzzCells = []string{"c1", "c2", "c3", "", "cell with space"}
 	fuzzZones = []string{"", "us-east", "eu-west", "z\n"}
+	fuzzSheds = []float64{0, 0.25, 1, 1e-7, -1, math.NaN(), 1.5}
 )
 
 // stateFromBytes decodes a small State: up to 3 models, 3 localities each,
@@ -66,6 +68,9 @@ func stateFromBytes(b []byte) State {
 	var st State
 	for range r.next() % 4 {
 		m := Model{Name: r.str(fuzzNames)}
+		if c := r.next(); c >= 0xf0 {
+			m.Shed = fuzzSheds[int(c)%len(fuzzSheds)]
+		}
 		for range r.next() % 4 {
 			l := Locality{Region: r.str(fuzzZones), Zone: r.str(fuzzZones), Weight: r.u32() % 5, Priority: uint32(r.next() % 3)}
 			if r.next()%8 == 0 {
@@ -94,7 +99,8 @@ func FuzzBuild(f *testing.F) {
 	f.Add([]byte{2, 0, 2, 1, 1, 2, 3, 0, 0, 0, 1, 0, 3, 0, 1, 1, 0x40, 0x1f, 0, 0, 2, 0, 0, 0})
 	f.Add([]byte("\x03\x01\x03\x02\x02\x02\x02\x00\x00\x00\x02\x04\x02\x01\x50\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00"))
 	f.Add([]byte{1, 0xff, 5, 'm', '\x7f', 'x', 'y', 'z', 1, 0, 0, 0, 0, 0, 0, 0, 1})
-	cfgs := []Config{testConfig(), {Region: "r", LBPolicy: RingHash}, {Region: "r", LBPolicy: RoundRobin}}
+	cfgs := []Config{testConfig(), {Region: "r", LBPolicy: RingHash}, {Region: "r", LBPolicy: RoundRobin},
+		{Region: "eu-west", ContextClasses: []uint32{1, 8192}}}
 	builders := make([]*Builder, len(cfgs))
 	for i, c := range cfgs {
 		b, err := NewBuilder(c)

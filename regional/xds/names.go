@@ -2,6 +2,7 @@ package xds
 
 import (
 	"math"
+	"strconv"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -19,9 +20,45 @@ const (
 	RouteName = "isobar_models"
 )
 
+// Request headers the Envoy routes match besides Config.ModelHeader and
+// Config.HopHeader.
+const (
+	// PromptTokensHeader carries a client's count of the tokens its request
+	// needs (the prompt, plus max_tokens when the client wants the class to
+	// cover the whole context), as a decimal integer. It selects the
+	// context-length class.
+	PromptTokensHeader = "x-isobar-prompt-tokens"
+	// BytesPerToken is the convention used when PromptTokensHeader is
+	// absent: the request's content-length over 4, rounded up, counts as its
+	// token need. isobar's simulated engine counts a prompt of n bytes as
+	// ceil(n/4) tokens; JSON framing makes the estimate a little high, which
+	// errs towards the larger class.
+	BytesPerToken = 4
+)
+
 // ClusterName is the name of the Cluster (and of its ClusterLoadAssignment)
-// that serves model.
+// that serves model: every endpoint, local and remote.
 func ClusterName(model string) string { return "isobar/" + model }
+
+// LocalClusterName is the Envoy-only cluster of model's local endpoints
+// (the localities whose region is Config.Region). Requests carrying the hop
+// header go there. It is always present, empty when no local endpoint
+// serves the model.
+func LocalClusterName(model string) string { return ClusterName(model) + "/local" }
+
+// ClassClusterName is the Envoy-only cluster of model's endpoints, local and
+// remote, whose max_model_len is at least tokens (or unknown). It is present
+// only when it has an endpoint.
+func ClassClusterName(model string, tokens uint32) string {
+	return ClusterName(model) + "/ctx-" + strconv.FormatUint(uint64(tokens), 10)
+}
+
+// LocalClassClusterName is the Envoy-only cluster of model's local endpoints
+// whose max_model_len is at least tokens (or unknown), for forwarded
+// traffic. It is present only when it has an endpoint.
+func LocalClassClusterName(model string, tokens uint32) string {
+	return LocalClusterName(model) + "/ctx-" + strconv.FormatUint(uint64(tokens), 10)
+}
 
 // GRPCListenerName is the Listener name a proxyless gRPC client subscribes
 // to when it dials "xds:///" + model: the model name itself.

@@ -158,15 +158,25 @@ func TestADSClientReceivesWeightsAndUpdates(t *testing.T) {
 	eds := newADSClient(t, conn, gatewayNode("gw-1"), resource.EndpointType)
 	cds := newADSClient(t, conn, gatewayNode("gw-2"), resource.ClusterType)
 
+	// Envoy-kind nodes get the main cluster and its Envoy-only siblings
+	// (local, context classes): count them with a builder of their own.
+	setSize := func(st State) int {
+		res, err := mustBuilder(t, testConfig()).Build(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Envoy.Clusters)
+	}
+	want1 := setSize(State{Models: []Model{m}})
 	got := assignments(t, eds.fetch())
-	if w := got[ClusterName("m")]; len(got) != 1 || w["c1"] != 1 || w["c2"] != 2 || w["c3"] != 5 || len(w) != 3 {
-		t.Fatalf("first assignment = %v, want c1:1 c2:2 c3:5", got)
+	if w := got[ClusterName("m")]; len(got) != want1 || w["c1"] != 1 || w["c2"] != 2 || w["c3"] != 5 || len(w) != 3 {
+		t.Fatalf("first assignment = %v, want %d assignments, main c1:1 c2:2 c3:5", got, want1)
 	}
 	if err := eds.c.Ack(); err != nil {
 		t.Fatal(err)
 	}
-	if rs := cds.fetch(); len(rs) != 1 {
-		t.Fatalf("first CDS response holds %d clusters, want 1", len(rs))
+	if rs := cds.fetch(); len(rs) != want1 {
+		t.Fatalf("first CDS response holds %d clusters, want %d", len(rs), want1)
 	}
 	if err := cds.c.Ack(); err != nil {
 		t.Fatal(err)
@@ -198,8 +208,8 @@ func TestADSClientReceivesWeightsAndUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs := cds.fetch(); len(rs) != 2 {
-		t.Fatalf("CDS response after adding a model holds %d clusters, want 2", len(rs))
+	if rs, want := cds.fetch(), setSize(State{Models: []Model{m, fleet("n", 1)}}); len(rs) != want || want <= want1 {
+		t.Fatalf("CDS response after adding a model holds %d clusters, want %d", len(rs), want)
 	}
 	if err := cds.c.Ack(); err != nil {
 		t.Fatal(err)

@@ -52,6 +52,11 @@ type Model struct {
 	// Localities holds the local cells as one locality and, later, remote
 	// regions' ingress gateways as others.
 	Localities []Locality
+	// Shed is the share of the model's client traffic (requests without
+	// the hop header) to refuse with HTTP 429, in [0, 1]. Default 0. It is
+	// written as a per-route fault abort, rounded to parts per million.
+	// Forwarded traffic is never shed.
+	Shed float64
 }
 
 // State is the desired state pushed to the data plane.
@@ -93,7 +98,9 @@ func (p *problems) err() error {
 // canonical forms, so the output and the change detection do not depend on
 // the caller's map iteration order.
 type canonModel struct {
-	name       string
+	name string
+	// shedPPM is Model.Shed in parts per million.
+	shedPPM    uint32
 	localities []Locality
 	// raw is a deep copy of the input localities, in input order: an input
 	// equal to it was already validated and canonicalised.
@@ -131,14 +138,22 @@ func canonicalize(cfg *Config, st State, memo map[string]*modelEntry, sc *scratc
 			continue
 		}
 		seen[m.Name] = struct{}{}
+		// !(x >= 0) also catches NaN.
+		if !(m.Shed >= 0) || m.Shed > 1 {
+			p.addf("model %q: shed %v is out of range; use a share in [0, 1]", m.Name, m.Shed)
+			continue
+		}
+		ppm := uint32(math.Round(m.Shed * 1e6))
 		if e := memo[m.Name]; e != nil && e.cla != nil && localitiesEqual(e.canon.raw, m.Localities) {
 			cm := e.canon
 			cm.reused = true
+			cm.shedPPM = ppm
 			out = append(out, cm)
 			continue
 		}
 		cm, ok := canonicalizeModel(cfg, m, &p, sc)
 		if ok {
+			cm.shedPPM = ppm
 			out = append(out, cm)
 		}
 	}

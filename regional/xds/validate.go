@@ -15,10 +15,14 @@ type validator interface{ ValidateAll() error }
 // anyFullName is the full name of google.protobuf.Any.
 const anyFullName protoreflect.FullName = "google.protobuf.Any"
 
-// validateDeep runs ValidateAll on m and on every message packed in an Any
-// anywhere inside it, recursively. ValidateAll alone stops at an Any: it
-// would pass an HttpConnectionManager without a route specifier, or a Router
-// config with a bad field.
+// ValidateDeep runs ValidateAll on m and on every message packed in an Any
+// anywhere inside it, recursively; an Any of a type not linked into the
+// binary fails. ValidateAll alone stops at an Any: it would pass an
+// HttpConnectionManager without a route specifier, or a Router config with a
+// bad field. Errors wrap ErrInvalidResource. Data planes use it to validate
+// what they receive.
+func ValidateDeep(m proto.Message) error { return validateDeep(m) }
+
 func validateDeep(m proto.Message) error {
 	if err := validateOne(m); err != nil {
 		return err

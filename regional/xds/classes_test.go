@@ -1,0 +1,393 @@
+package xds
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+)
+
+// matchRoute picks the first route of rc matching headers the way Envoy
+// does for the matchers the builder writes: exact string, present (with
+// invert) and int64 range [start, end) on a decimal value.
+func matchRoute(t *testing.T, rc *route.RouteConfiguration, headers map[string]string) *route.Route {
+	t.Helper()
+	for _, r := range rc.GetVirtualHosts()[0].GetRoutes() {
+		if r.GetMatch().GetPrefix() != "/" {
+			t.Fatalf("route %q: path match %v, want prefix /", r.GetName(), r.GetMatch())
+		}
+		ok := true
+		for _, h := range r.GetMatch().GetHeaders() {
+			v, present := headers[h.GetName()]
+			var m bool
+			switch spec := h.GetHeaderMatchSpecifier().(type) {
+			case *route.HeaderMatcher_StringMatch:
+				m = present && v == spec.StringMatch.GetExact()
+			case *route.HeaderMatcher_PresentMatch:
+				m = present == spec.PresentMatch
+			case *route.HeaderMatcher_RangeMatch:
+				n, err := strconv.ParseInt(v, 10, 64)
+				m = present && err == nil && n >= spec.RangeMatch.GetStart() && n < spec.RangeMatch.GetEnd()
+			default:
+				t.Fatalf("route %q: unexpected matcher %T", r.GetName(), spec)
+			}
+			if h.GetInvertMatch() {
+				m = !m
+			}
+			if !m {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return r
+		}
+	}
+	return nil
+}
+
+// cellsOf lists the cells of an assignment, sorted.
+func cellsOf(cla *endpoint.ClusterLoadAssignment) []string {
+	var out []string
+	for _, l := range cla.GetEndpoints() {
+		for _, e := range l.GetLbEndpoints() {
+			c, _ := EndpointMetadata(e.GetMetadata())
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// classState: local cells a (4096) and b (32768), a remote region's ingress
+// (max_model_len unknown) at priority 0 beside the local locality.
+func classState() State {
+	return State{Models: []Model{{Name: "m", Localities: []Locality{
+		{Weight: 80, Endpoints: []Endpoint{
+			{CellID: "a", Host: "10.0.0.1", Port: 8000, Weight: 1, MaxModelLen: 4096},
+			{CellID: "b", Host: "10.0.0.2", Port: 8000, Weight: 3, MaxModelLen: 32768},
+		}},
+		{Region: "eu", Zone: "eu", Weight: 20, Endpoints: []Endpoint{{CellID: "region/eu", Host: "10.9.0.1", Port: 443, Weight: 1}}},
+	}}}}
+}
+
+func TestContextClassClusters(t *testing.T) {
+	res, err := mustBuilder(t, testConfig()).Build(classState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &res.Envoy)
+	checkSet(t, KindGRPC, &res.GRPC)
+	want := map[string][]string{
+		ClusterName("m"):                   {"a", "b", "region/eu"},
+		LocalClusterName("m"):              {"a", "b"},
+		ClassClusterName("m", 4096):        {"a", "b", "region/eu"},
+		ClassClusterName("m", 8192):        {"b", "region/eu"},
+		ClassClusterName("m", 32768):       {"b", "region/eu"},
+		ClassClusterName("m", 131072):      {"region/eu"},
+		LocalClassClusterName("m", 4096):   {"a", "b"},
+		LocalClassClusterName("m", 8192):   {"b"},
+		LocalClassClusterName("m", 32768):  {"b"},
+		LocalClassClusterName("m", 131072): nil, // no local endpoint fits: left out
+	}
+	for name, cells := range want {
+		cla := claByName(&res.Envoy, name)
+		c := clusterByName(&res.Envoy, name)
+		if cells == nil {
+			if cla != nil || c != nil {
+				t.Errorf("%s present, want it left out", name)
+			}
+			continue
+		}
+		if cla == nil || c == nil {
+			t.Errorf("%s missing", name)
+			continue
+		}
+		if got := cellsOf(cla); !slices.Equal(got, cells) {
+			t.Errorf("%s holds %v, want %v", name, got, cells)
+		}
+		if c.GetEdsClusterConfig().GetServiceName() != name || strings.ContainsAny(c.GetAltStatName(), "./") {
+			t.Errorf("cluster %s: service %q alt_stat_name %q", name, c.GetEdsClusterConfig().GetServiceName(), c.GetAltStatName())
+		}
+		// Locality weights are kept.
+		for _, l := range cla.GetEndpoints() {
+			w := map[string]uint32{"us-east": 80, "eu": 20}[l.GetLocality().GetRegion()]
+			if l.GetLoadBalancingWeight().GetValue() != w {
+				t.Errorf("%s: locality %s weight %d, want %d", name, l.GetLocality().GetRegion(), l.GetLoadBalancingWeight().GetValue(), w)
+			}
+		}
+	}
+	if n := len(res.Envoy.Clusters); n != len(want)-1 {
+		t.Errorf("%d Envoy clusters, want %d", n, len(want)-1)
+	}
+	// The gRPC set keeps one cluster per model.
+	if len(res.GRPC.Clusters) != 1 || res.GRPC.Clusters[0].GetName() != ClusterName("m") {
+		t.Errorf("gRPC clusters = %v", res.GRPC.Clusters)
+	}
+}
+
+func TestContextClassRoutes(t *testing.T) {
+	res, err := mustBuilder(t, testConfig()).Build(classState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := res.Envoy.Routes[0]
+	maxLen := map[string]uint32{"a": 4096, "b": 32768, "region/eu": 0}
+	tests := []struct {
+		name    string
+		headers map[string]string
+		want    string
+	}{
+		{"small prompt by header", map[string]string{"x-isobar-prompt-tokens": "1"}, ClassClusterName("m", 4096)},
+		{"zero tokens", map[string]string{"x-isobar-prompt-tokens": "0"}, ClassClusterName("m", 4096)},
+		{"class edge", map[string]string{"x-isobar-prompt-tokens": "4096"}, ClassClusterName("m", 4096)},
+		{"just above", map[string]string{"x-isobar-prompt-tokens": "4097"}, ClassClusterName("m", 8192)},
+		{"mid class", map[string]string{"x-isobar-prompt-tokens": "20000"}, ClassClusterName("m", 32768)},
+		{"largest class", map[string]string{"x-isobar-prompt-tokens": "131072"}, ClassClusterName("m", 131072)},
+		{"beyond every class", map[string]string{"x-isobar-prompt-tokens": "131073"}, ClusterName("m")},
+		{"header wins over length", map[string]string{"x-isobar-prompt-tokens": "10", "content-length": "400000"}, ClassClusterName("m", 4096)},
+		{"garbage header", map[string]string{"x-isobar-prompt-tokens": "many", "content-length": "10"}, ClusterName("m")},
+		{"negative header", map[string]string{"x-isobar-prompt-tokens": "-3"}, ClusterName("m")},
+		{"length edge", map[string]string{"content-length": "16384"}, ClassClusterName("m", 4096)},
+		{"length above edge", map[string]string{"content-length": "16385"}, ClassClusterName("m", 8192)},
+		{"long body", map[string]string{"content-length": "500000"}, ClassClusterName("m", 131072)},
+		{"no size at all", map[string]string{}, ClusterName("m")},
+		{"other model", map[string]string{"x-isobar-model": "n", "x-isobar-prompt-tokens": "1"}, ClassClusterName("m", 4096)}, // catch-all: one model
+		{"forwarded small", map[string]string{"x-isobar-hop": "eu", "x-isobar-prompt-tokens": "100"}, LocalClassClusterName("m", 4096)},
+		{"forwarded mid", map[string]string{"x-isobar-hop": "eu", "x-isobar-prompt-tokens": "5000"}, LocalClassClusterName("m", 8192)},
+		{"forwarded by length", map[string]string{"x-isobar-hop": "eu", "content-length": "100000"}, LocalClassClusterName("m", 32768)},
+		{"forwarded too long for any local class", map[string]string{"x-isobar-hop": "eu", "x-isobar-prompt-tokens": "40000"}, LocalClusterName("m")},
+		{"forwarded no size", map[string]string{"x-isobar-hop": ""}, LocalClusterName("m")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, withModel := range []bool{true, false} {
+				h := map[string]string{}
+				for k, v := range tc.headers {
+					h[k] = v
+				}
+				if _, ok := h["x-isobar-model"]; !ok && withModel {
+					h["x-isobar-model"] = "m"
+				}
+				r := matchRoute(t, rc, h)
+				if r == nil {
+					t.Fatalf("headers %v matched no route", h)
+				}
+				if got := r.GetRoute().GetCluster(); got != tc.want {
+					t.Fatalf("headers %v: route %q to %s, want %s", h, r.GetName(), got, tc.want)
+				}
+				if withModel && h["x-isobar-model"] == "m" && strings.HasPrefix(r.GetName(), "catch_all") {
+					t.Errorf("headers %v matched the catch-all %q before the model's routes", h, r.GetName())
+				}
+			}
+		})
+	}
+	// Whatever the size, a class route never sends a request to an endpoint
+	// whose max_model_len is known to be too small.
+	for tokens := int64(0); tokens <= 140000; tokens += 997 {
+		for _, h := range []map[string]string{
+			{"x-isobar-prompt-tokens": strconv.FormatInt(tokens, 10)},
+			{"content-length": strconv.FormatInt(tokens*BytesPerToken, 10)},
+			{"x-isobar-hop": "x", "x-isobar-prompt-tokens": strconv.FormatInt(tokens, 10)},
+		} {
+			r := matchRoute(t, rc, h)
+			name := r.GetRoute().GetCluster()
+			if !strings.Contains(name, "/ctx-") {
+				continue // no class fits: the main or local cluster
+			}
+			for _, c := range cellsOf(claByName(&res.Envoy, name)) {
+				if n := maxLen[c]; n != 0 && int64(n) < tokens {
+					t.Fatalf("%d tokens (%v) routed to %s holding %s (max_model_len %d)", tokens, h, name, c, n)
+				}
+			}
+		}
+	}
+}
+
+func TestLocalOnlyClusterRenumbersPriorities(t *testing.T) {
+	// The remote region is the primary (priority 0) and the local cells the
+	// failover (priority 1): the local-only cluster must start at 0.
+	st := State{Models: []Model{{Name: "m", Localities: []Locality{
+		{Region: "eu", Zone: "eu", Weight: 1, Endpoints: []Endpoint{{CellID: "region/eu", Host: "10.9.0.1", Port: 443, Weight: 1}}},
+		{Weight: 1, Priority: 1, Endpoints: []Endpoint{{CellID: "a", Host: "10.0.0.1", Port: 8000, Weight: 1, MaxModelLen: 8192}}},
+	}}}}
+	res, err := mustBuilder(t, testConfig()).Build(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &res.Envoy)
+	for _, name := range []string{LocalClusterName("m"), LocalClassClusterName("m", 8192)} {
+		cla := claByName(&res.Envoy, name)
+		if len(cla.GetEndpoints()) != 1 || cla.GetEndpoints()[0].GetPriority() != 0 || cla.GetEndpoints()[0].GetLocality().GetRegion() != "us-east" {
+			t.Errorf("%s = %v, want the local locality alone at priority 0", name, cla)
+		}
+	}
+	// With no local endpoint at all the local cluster exists, empty:
+	// forwarded traffic fails rather than loops.
+	st.Models[0].Localities = st.Models[0].Localities[:1]
+	res, err = mustBuilder(t, testConfig()).Build(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &res.Envoy)
+	if cla := claByName(&res.Envoy, LocalClusterName("m")); cla == nil || len(cla.GetEndpoints()) != 0 {
+		t.Errorf("local cluster without local endpoints = %v, want present and empty", cla)
+	}
+	r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-model": "m", "x-isobar-hop": "us-west"})
+	if r.GetRoute().GetCluster() != LocalClusterName("m") {
+		t.Errorf("forwarded request routed to %s", r.GetRoute().GetCluster())
+	}
+}
+
+func TestContextClassesDisabledAndCustom(t *testing.T) {
+	cfg := testConfig()
+	cfg.ContextClasses = []uint32{}
+	res, err := mustBuilder(t, cfg).Build(classState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &res.Envoy)
+	if len(res.Envoy.Clusters) != 2 || len(res.Envoy.Routes[0].GetVirtualHosts()[0].GetRoutes()) != 4 {
+		t.Fatalf("classes off: %d clusters and %d routes, want main+local and 4 routes", len(res.Envoy.Clusters),
+			len(res.Envoy.Routes[0].GetVirtualHosts()[0].GetRoutes()))
+	}
+	cfg.ContextClasses = []uint32{1000, 30000}
+	res, err = mustBuilder(t, cfg).Build(classState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-prompt-tokens": "1001"})
+	if got := r.GetRoute().GetCluster(); got != ClassClusterName("m", 30000) {
+		t.Errorf("1001 tokens with classes 1000,30000 routed to %s", got)
+	}
+	if got := cellsOf(claByName(&res.Envoy, ClassClusterName("m", 30000))); !slices.Equal(got, []string{"b", "region/eu"}) {
+		t.Errorf("class 30000 holds %v", got)
+	}
+}
+
+func shedOf(t *testing.T, r *route.Route) (ppm uint32, ok bool) {
+	t.Helper()
+	a := r.GetTypedPerFilterConfig()[wellknown.Fault]
+	if a == nil {
+		return 0, false
+	}
+	var f fault.HTTPFault
+	if err := a.UnmarshalTo(&f); err != nil {
+		t.Fatalf("route %q fault config: %v", r.GetName(), err)
+	}
+	ab := f.GetAbort()
+	if ab.GetHttpStatus() != 429 || ab.GetPercentage().GetDenominator() != typev3.FractionalPercent_MILLION {
+		t.Fatalf("route %q abort = %v, want 429 per million", r.GetName(), ab)
+	}
+	return ab.GetPercentage().GetNumerator(), true
+}
+
+func TestShedIsAFaultOnClientRoutesOnly(t *testing.T) {
+	b := mustBuilder(t, testConfig())
+	st := classState()
+	st.Models = append(st.Models, fleet("other", 2))
+	st.Models[0].Shed = 0.25
+	r1, err := b.Build(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &r1.Envoy)
+	var shedRoutes, hopRoutes int
+	for _, r := range r1.Envoy.Routes[0].GetVirtualHosts()[0].GetRoutes() {
+		ppm, has := shedOf(t, r)
+		hop := strings.Contains(r.GetName(), "/hop")
+		switch {
+		case strings.HasPrefix(r.GetName(), "other"):
+			if has {
+				t.Errorf("route %q of a model without shed carries a fault", r.GetName())
+			}
+		case hop:
+			hopRoutes++
+			if has {
+				t.Errorf("forwarded-traffic route %q carries a fault", r.GetName())
+			}
+		default:
+			shedRoutes++
+			if !has || ppm != 250000 {
+				t.Errorf("client route %q: fault %d (present %v), want 250000 per million", r.GetName(), ppm, has)
+			}
+		}
+	}
+	if shedRoutes != 9 || hopRoutes != 7 {
+		t.Errorf("%d shed routes and %d hop routes for m, want 9 and 7", shedRoutes, hopRoutes)
+	}
+	// A shed change moves the routes only.
+	st.Models[0].Shed = 0.5
+	r2, err := b.Build(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sameResources(&r1.Envoy, &r2.Envoy, 1) || !sameResources(&r1.Envoy, &r2.Envoy, 2) || !sameResources(&r1.Envoy, &r2.Envoy, 3) ||
+		!sameResources(&r1.GRPC, &r2.GRPC, 0) {
+		t.Error("shed change: want only the RouteConfiguration rebuilt")
+	}
+	if ppm, _ := shedOf(t, routeByName(r2.Envoy.Routes[0], "m")); ppm != 500000 {
+		t.Errorf("shed 0.5 written as %d per million", ppm)
+	}
+	// Back to zero: no fault at all.
+	st.Models[0].Shed = 0
+	r3, _ := b.Build(st)
+	if _, has := shedOf(t, routeByName(r3.Envoy.Routes[0], "m")); has {
+		t.Error("shed 0 still writes a fault")
+	}
+	for _, bad := range []float64{-0.01, 1.01, math.NaN(), math.Inf(1)} {
+		st.Models[0].Shed = bad
+		if _, err := b.Build(st); !errors.Is(err, ErrInvalidState) || !strings.Contains(err.Error(), "shed") {
+			t.Errorf("shed %v: Build = %v, want ErrInvalidState naming shed", bad, err)
+		}
+	}
+	st.Models[0].Shed = 1
+	if _, err := b.Build(st); err != nil {
+		t.Errorf("shed 1: %v", err)
+	}
+}
+
+func TestContextClassConfigValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"decreasing", func(c *Config) { c.ContextClasses = []uint32{8192, 4096} }, "strictly increasing"},
+		{"repeated", func(c *Config) { c.ContextClasses = []uint32{4096, 4096} }, "strictly increasing"},
+		{"zero", func(c *Config) { c.ContextClasses = []uint32{0} }, "ContextClasses[0] = 0"},
+		{"huge", func(c *Config) { c.ContextClasses = []uint32{1 << 31} }, "out of range"},
+		{"too many", func(c *Config) {
+			c.ContextClasses = nil
+			for i := range 17 {
+				c.ContextClasses = append(c.ContextClasses, uint32(i+1))
+			}
+		}, "at most 16"},
+		{"reserved model header", func(c *Config) { c.ModelHeader = PromptTokensHeader }, "reserved"},
+		{"reserved hop header", func(c *Config) { c.HopHeader = "content-length" }, "reserved"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			tc.edit(&cfg)
+			if _, err := NewBuilder(cfg); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewBuilder = %v, want ErrInvalidConfig mentioning %q", err, tc.want)
+			}
+		})
+	}
+	// The builder keeps its own copy of the classes.
+	cfg := testConfig()
+	cfg.ContextClasses = []uint32{100, 200}
+	b := mustBuilder(t, cfg)
+	cfg.ContextClasses[0] = 300
+	if b.Config().ContextClasses[0] != 100 {
+		t.Error("Builder shares the caller's ContextClasses slice")
+	}
+}
