@@ -1,11 +1,115 @@
-// Package gateway is isobar's Go data plane for places without Envoy. It
-// consumes the same ADS resources the regional controller serves to Envoy.
+// Package gateway is isobar's HTTP data plane for places without Envoy (dev,
+// CI, benchmarks, the lab): `isobar gateway`. It consumes the ADS resources
+// the regional controller serves to Envoy and honours them as Envoy would.
 //
-// This file set currently holds the xDS side: Watcher, an EDS subscriber
-// built on go-control-plane's ADS client (pkg/client/sotw/v3) with its own
-// reconnect and jittered backoff. The HTTP proxy arrives with the lab.
+// # What it owns
 //
-// Concurrency: a Watcher runs one goroutine (Start/Stop) that owns the gRPC
-// stream; readers get immutable Assignments through Latest and WaitFor,
-// which are safe from any goroutine.
+//   - xDS consumption. One state-of-the-world ADS stream per type (CDS, EDS,
+//     RDS; wildcard) on go-control-plane's ADS client, each with its own
+//     reconnect and full-jitter exponential backoff (subscription). A
+//     response is decoded and validated in full (ValidateAll including
+//     packed Anys, IP addresses, features the gateway cannot honour such as
+//     weighted clusters, query matchers or delay faults); a refused one is
+//     NACKed, counted and logged, NACKs are paced by the same backoff, and
+//     the previous resources of that type stay in use. Without its
+//     controller the gateway keeps routing on what it last accepted.
+//   - The routing table (Table, read-only, replaced on every accepted
+//     update): clusters (LB policy, locality weighting, choice count and
+//     active-request bias, connect timeout, max_requests, retry budget,
+//     outlier detection; Envoy's defaults for what is unset), their
+//     endpoints by priority and locality, and the RouteConfiguration named
+//     Config.RouteName with its virtual hosts and compiled routes.
+//   - The proxy. POST /v1/completions and /v1/chat/completions; GET
+//     /v1/models (the models the routes name, with the largest known
+//     max_model_len), /health (200 once routes, clusters and endpoints
+//     arrived) and /metrics (Deps.Gatherer). A request body is read once,
+//     capped at Config.MaxBodyBytes (413), and kept for retries. The route
+//     is matched as Envoy matches: virtual host by Host, then the first
+//     route whose path and header matchers (exact, prefix, suffix,
+//     contains, RE2 regex, present, int64 range, invert, ignore case) all
+//     hold. Config.ModelHeader is taken from the body's "model" when the
+//     client did not send it, and content-length is the body's length
+//     (chunked bodies included); the controller's routes turn it into a
+//     token need at 4 bytes per token when x-isobar-prompt-tokens is absent
+//     (see regional/xds). The route's fault abort sheds its share of
+//     requests with a JSON error of its status (429).
+//   - Load balancing (picker). LBXDS: a priority by Envoy's priority load
+//     (overprovisioning 1.4), a locality by weight × min(1, 1.4 × healthy
+//     share) when the cluster is locality-weighted, then within the
+//     locality Envoy's least-request (choice_count random picks, fewest in
+//     flight, when the endpoint weights are equal; otherwise weighted
+//     random over weight/(active+1)^bias) or weighted random for the other
+//     policies (RANDOM: uniform). Below 50 % healthy a level is in panic
+//     and ejected endpoints are candidates again. LBRoundRobin and
+//     LBLeastRequest are the baselines: a rotation, or the fewest in
+//     flight, over all the cluster's endpoints, ignoring weights,
+//     localities and priorities; everything else (retries, ejection, caps,
+//     shedding) is the same in every mode. An endpoint at
+//     Config.MaxInflightPerEndpoint takes no more requests; when every
+//     candidate is full the answer is 429. The in-flight counts and outlier
+//     state belong to the address, shared by all the clusters that list it
+//     (a cell is in its model's main, local and class clusters), where
+//     Envoy would keep one per cluster: least-request then sees a cell's
+//     whole load.
+//   - Retries: on connect failure, reset, the route's retriable statuses
+//     (5xx, gateway-error, retriable-status-codes) and per-try timeout
+//     (refused-stream is an HTTP/2 event; upstreams are spoken to in
+//     HTTP/1.1, where it does not occur), at
+//     most num_retries, each to an endpoint not yet tried when the route
+//     has the previous_hosts predicate, after Envoy's jittered back-off
+//     (25 ms base unless configured), and only while the cluster's
+//     concurrent retries stay below max(budget % of its active requests,
+//     min_retry_concurrency) (or max_retries without a budget). A response
+//     whose first byte reached the client is never retried; when it breaks
+//     later, the client's connection is aborted so it sees a truncated
+//     response. A client that leaves is nobody's failure: its attempt is
+//     neither retried nor held against the endpoint.
+//   - Passive outlier ejection on consecutive_5xx (5xx responses, connect
+//     failures, resets and timeouts count, as in Envoy without
+//     split_external_local_origin_errors): ejected for base_ejection_time ×
+//     the ejection count (decaying by one per interval spent healthy),
+//     capped by max_ejection_time, never more than max_ejection_percent of
+//     the cluster (at least one host), re-admitted when the time is up.
+//     Success-rate and failure-percentage detection are not implemented.
+//   - Streaming: response bodies are relayed chunk by chunk, each flushed as
+//     it arrives; TTFT is the time from arrival to the first body byte.
+//   - Forwarding: a request sent to an endpoint of another region carries
+//     Config.HopHeader set to Config.Region, so the next gateway serves it
+//     locally. Responses carry EndpointHeader (cell id, or the remote
+//     ingress address) and RegionHeader; a forwarded response's own
+//     EndpointHeader is passed on as UpstreamEndpointHeader.
+//   - Reports: a DataPlane.Report stream to the controller, one report per
+//     Config.ReportInterval with per-endpoint deltas (requests; errors =
+//     connect failures, resets, timeouts and 5xx; rejected = 4xx) and the
+//     client-originated demand per model (requests without the hop header
+//     that matched a route) with the share refused with 429. Deltas that
+//     could not be sent roll into the next report; Stop sends a final one.
+//   - Metrics (isobar_gateway_*) on the injected registry, per-endpoint
+//     series dropped when the endpoint leaves the configuration.
+//
+// # Concurrency
+//
+// A Gateway owns, between Start and Stop: three subscription goroutines
+// (each the only reader of its stream), one reporter goroutine, the HTTP
+// server's Serve goroutine and its handler goroutines. Subscriptions apply
+// updates under one mutex that rebuilds the table and publishes it through
+// an atomic pointer; handlers read the table without locks and share only
+// atomics (in-flight, active and retry counts, ejection deadlines) and a
+// short per-host mutex for outlier bookkeeping. Stop is idempotent and
+// blocking: it shuts the HTTP server down gracefully (in-flight requests
+// get Config.DrainTimeout, then their connections are closed), sends the
+// final report (bounded by one report interval), cancels the streams and
+// waits for every goroutine. Watcher, the EDS subscription alone, runs one
+// goroutine between Start and Stop the same way.
+//
+// # Contracts
+//
+//   - Tables are immutable; a Table handed out stays valid and unchanged.
+//   - Timers (route timeouts, retry back-off, ejection times, reports,
+//     reconnects) run on Deps.Clock; connect timeouts are real time.
+//   - What the gateway does not honour is refused at the xDS level rather
+//     than silently ignored, except the listener-level fault filter config
+//     (LDS is not read: per-route and per-virtual-host faults apply) and
+//     unknown retry host predicates and retry_on tokens (ignored, as
+//     Envoy's unknown retry_on tokens are).
 package gateway

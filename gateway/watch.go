@@ -2,38 +2,44 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Endpoint is one endpoint of a cluster as the control plane assigned it.
 type Endpoint struct {
-	Cell           string
-	Address        string // host:port
-	Weight         uint32
-	Region, Zone   string
+	// Cell is the cell id from the endpoint metadata ("region/<name>" for a
+	// remote region's ingress), "" when absent.
+	Cell string
+	// Address is host:port.
+	Address string
+	// Weight is the endpoint's load-balancing weight (1 when unset).
+	Weight uint32
+	// Region, Zone and SubZone name the endpoint's locality.
+	Region, Zone, SubZone string
+	// LocalityWeight is the locality's weight (0 when unset).
 	LocalityWeight uint32
-	Priority       uint32
-	MaxModelLen    uint32
+	// Priority is the locality's priority, 0 the highest.
+	Priority uint32
+	// MaxModelLen is the engine's context length from the metadata, 0 when
+	// unknown.
+	MaxModelLen uint32
 }
 
 // Assignment is the latest set of ClusterLoadAssignments, by cluster name.
 // Immutable once published.
 type Assignment struct {
+	// Clusters holds each assignment's endpoints, sorted by address.
 	Clusters map[string][]Endpoint
 	// Seq counts updates received (1 for the first).
 	Seq uint64
@@ -66,19 +72,21 @@ type WatchConfig struct {
 
 // WatchDeps are the Watcher's collaborators.
 type WatchDeps struct {
-	Clock  clockwork.Clock
+	// Clock times reconnects. Nil means the real clock.
+	Clock clockwork.Clock
+	// Logger receives structured logs. Nil discards them.
 	Logger *slog.Logger
 	// DialOptions for the gRPC connection (credentials). Required: pass
 	// insecure credentials explicitly when TLS is off.
 	DialOptions []grpc.DialOption
 }
 
-// Watcher subscribes to ClusterLoadAssignments over ADS and keeps the latest.
+// Watcher subscribes to every ClusterLoadAssignment over ADS and keeps the
+// latest set. It is the EDS part of the gateway on its own, for tests and
+// tools that pick endpoints themselves.
 type Watcher struct {
-	cfg   WatchConfig
-	clock clockwork.Clock
-	log   *slog.Logger
-	opts  []grpc.DialOption
+	cfg  WatchConfig
+	deps WatchDeps
 
 	mu      sync.Mutex
 	latest  Assignment
@@ -93,10 +101,10 @@ type Watcher struct {
 // NewWatcher validates cfg and returns a Watcher; it connects on Start.
 func NewWatcher(cfg WatchConfig, deps WatchDeps) (*Watcher, error) {
 	if cfg.Server == "" {
-		return nil, errors.New("gateway: watch: the controller address is required")
+		return nil, fmt.Errorf("%w: watch: the controller address is required", ErrInvalidConfig)
 	}
 	if _, _, err := net.SplitHostPort(cfg.Server); err != nil {
-		return nil, fmt.Errorf("gateway: watch: controller address %q: %w", cfg.Server, err)
+		return nil, fmt.Errorf("%w: watch: controller address %q: %v", ErrInvalidConfig, cfg.Server, err)
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = "isobar-gateway"
@@ -114,19 +122,16 @@ func NewWatcher(cfg WatchConfig, deps WatchDeps) (*Watcher, error) {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
 	if len(deps.DialOptions) == 0 {
-		return nil, errors.New("gateway: watch: dial options must carry transport credentials")
+		return nil, fmt.Errorf("%w: watch: dial options must carry transport credentials", ErrInvalidConfig)
 	}
-	return &Watcher{
-		cfg: cfg, clock: deps.Clock, log: deps.Logger, opts: deps.DialOptions,
-		changed: make(chan struct{}), done: make(chan struct{}),
-	}, nil
+	return &Watcher{cfg: cfg, deps: deps, changed: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // Start connects and keeps the subscription alive until Stop or ctx ends.
 func (w *Watcher) Start(ctx context.Context) error {
-	err := errors.New("gateway: watcher already started")
+	err := ErrAlreadyStarted
 	w.startOnce.Do(func() {
-		conn, cerr := grpc.NewClient(w.cfg.Server, w.opts...)
+		conn, cerr := grpc.NewClient(w.cfg.Server, w.deps.DialOptions...)
 		if cerr != nil {
 			err = fmt.Errorf("gateway: watch: %w", cerr)
 			close(w.done)
@@ -134,10 +139,17 @@ func (w *Watcher) Start(ctx context.Context) error {
 		}
 		err = nil
 		ctx, w.cancel = context.WithCancel(ctx)
+		sub := &subscription{
+			typeURL: resource.EndpointType, label: "endpoint",
+			node: &core.Node{Id: w.cfg.NodeID, UserAgentName: userAgent},
+			conn: conn, clock: w.deps.Clock, log: w.deps.Logger,
+			min: w.cfg.MinBackoff, max: w.cfg.MaxBackoff,
+			apply: w.apply,
+		}
 		go func() {
 			defer close(w.done)
 			defer conn.Close()
-			w.loop(ctx, conn)
+			sub.run(ctx)
 		}()
 	})
 	return err
@@ -168,7 +180,8 @@ func (w *Watcher) Nacks() int {
 	return w.nacks
 }
 
-// WaitFor blocks until cond holds for the latest assignment or ctx ends.
+// WaitFor blocks until cond holds for the latest assignment, ctx ends
+// (ctx.Err()) or the watcher stops (ErrStopped).
 func (w *Watcher) WaitFor(ctx context.Context, cond func(Assignment) bool) (Assignment, error) {
 	for {
 		w.mu.Lock()
@@ -182,114 +195,28 @@ func (w *Watcher) WaitFor(ctx context.Context, cond func(Assignment) bool) (Assi
 		case <-ctx.Done():
 			return a, ctx.Err()
 		case <-w.done:
-			return a, errors.New("gateway: watcher stopped")
+			return a, ErrStopped
 		}
 	}
 }
 
-func (w *Watcher) loop(ctx context.Context, conn *grpc.ClientConn) {
-	backoff := w.cfg.MinBackoff
-	for ctx.Err() == nil {
-		got, err := w.session(ctx, conn)
-		if ctx.Err() != nil {
-			return
-		}
-		if got {
-			backoff = w.cfg.MinBackoff
-		}
-		// Full jitter: sleep a random time in [0, backoff).
-		wait := time.Duration(rand.Int64N(int64(backoff)) + 1)
-		w.log.Info("xDS stream ended; reconnecting", "err", err, "in", wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.clock.After(wait):
-		}
-		backoff = min(2*backoff, w.cfg.MaxBackoff)
+func (w *Watcher) apply(rs []*anypb.Any, _ string) error {
+	clusters, err := decodeAssignments(rs)
+	if err != nil {
+		w.mu.Lock()
+		w.nacks++
+		w.mu.Unlock()
+		return err
 	}
-}
-
-// session runs one ADS stream; got reports whether any update arrived.
-func (w *Watcher) session(ctx context.Context, conn *grpc.ClientConn) (got bool, err error) {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	node := &core.Node{Id: w.cfg.NodeID, UserAgentName: "isobar-gateway"}
-	cl := sotw.NewADSClient(sctx, node, resource.EndpointType)
-	if err := cl.InitConnect(conn); err != nil {
-		return false, err
+	for _, eps := range clusters {
+		sort.SliceStable(eps, func(i, j int) bool { return eps[i].Address < eps[j].Address })
 	}
-	for {
-		resp, err := cl.Fetch()
-		if err != nil {
-			return got, err
-		}
-		a, err := decode(resp)
-		if err != nil {
-			w.mu.Lock()
-			w.nacks++
-			w.mu.Unlock()
-			w.log.Warn("refusing an xDS update", "err", err)
-			if err := cl.Nack(err.Error()); err != nil {
-				return got, err
-			}
-			continue
-		}
-		got = true
-		w.publish(a)
-		if err := cl.Ack(); err != nil {
-			return got, err
-		}
-	}
-}
-
-func (w *Watcher) publish(clusters map[string][]Endpoint) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.latest = Assignment{Clusters: clusters, Seq: w.latest.Seq + 1, At: w.clock.Now()}
+	w.latest = Assignment{Clusters: clusters, Seq: w.latest.Seq + 1, At: w.deps.Clock.Now()}
 	close(w.changed)
 	w.changed = make(chan struct{})
-}
-
-// decode validates and flattens ClusterLoadAssignments.
-func decode(resp *sotw.Response) (map[string][]Endpoint, error) {
-	out := make(map[string][]Endpoint, len(resp.Resources))
-	for _, any := range resp.Resources {
-		var cla endpoint.ClusterLoadAssignment
-		if err := any.UnmarshalTo(&cla); err != nil {
-			return nil, fmt.Errorf("decode ClusterLoadAssignment: %w", err)
-		}
-		if err := cla.ValidateAll(); err != nil {
-			return nil, fmt.Errorf("invalid ClusterLoadAssignment %q: %w", cla.GetClusterName(), err)
-		}
-		var eps []Endpoint
-		for _, loc := range cla.GetEndpoints() {
-			for _, lb := range loc.GetLbEndpoints() {
-				sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
-				if sa == nil {
-					return nil, fmt.Errorf("cluster %q: endpoint without a socket address", cla.GetClusterName())
-				}
-				e := Endpoint{
-					Address:        net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)),
-					Weight:         lb.GetLoadBalancingWeight().GetValue(),
-					Region:         loc.GetLocality().GetRegion(),
-					Zone:           loc.GetLocality().GetZone(),
-					LocalityWeight: loc.GetLoadBalancingWeight().GetValue(),
-					Priority:       loc.GetPriority(),
-				}
-				if md := lb.GetMetadata().GetFilterMetadata()["isobar"]; md != nil {
-					e.Cell = md.GetFields()["cell"].GetStringValue()
-					e.MaxModelLen = uint32(md.GetFields()["max_model_len"].GetNumberValue())
-				}
-				if e.Weight == 0 {
-					e.Weight = 1 // Envoy's default
-				}
-				eps = append(eps, e)
-			}
-		}
-		sort.Slice(eps, func(i, j int) bool { return eps[i].Address < eps[j].Address })
-		out[cla.GetClusterName()] = eps
-	}
-	return out, nil
+	return nil
 }
 
 // Pick chooses an endpoint with probability proportional to its weight,

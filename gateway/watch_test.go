@@ -6,14 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // xdsServer serves an xds.Server on addr ("127.0.0.1:0" for a new port).
 func xdsServer(t *testing.T, addr string, st xds.State) (*grpc.Server, *xds.Server, string) {

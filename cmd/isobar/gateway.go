@@ -1,0 +1,97 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/regional"
+)
+
+// newGatewayCmd builds `isobar gateway`.
+func newGatewayCmd(ro *rootOpts) *cobra.Command {
+	var (
+		cfg        gateway.Config
+		lb         string
+		tlsFiles   regional.TLSFiles
+		serverName string
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Go data plane: route OpenAI-compatible requests as the regional controller's xDS says",
+		Long: `gateway is isobar's HTTP data plane for places without Envoy. It subscribes to
+the regional controller's clusters, endpoints and routes over ADS (the same
+resources Envoy gets) and serves POST /v1/completions and
+/v1/chat/completions (SSE streams passed through unbuffered), GET /v1/models,
+/health and /metrics on --listen.
+
+Each request is matched against the routes as Envoy would (model header or
+the body's "model", context-length class from x-isobar-prompt-tokens or the
+body size at 4 bytes per token, hop header), then sent to an endpoint of the
+route's cluster: locality by weight and health, then weighted least-request
+(--lb xds, the default), or the round-robin (--lb rr) and least-in-flight
+(--lb lr) baselines. Retries within the cluster's retry budget, passive
+outlier ejection, 429 load shedding (the route's shed share, or every
+endpoint at --max-inflight-per-endpoint) and the route and connect timeouts
+follow the resources. Requests sent to another region carry the hop header
+so that region serves them locally. Responses name the endpoint in
+x-isobar-endpoint and x-isobar-region.
+
+Every second the gateway reports per-endpoint outcomes and per-model ingress
+demand to the controller (DataPlane.Report). Without its controller it keeps
+routing on the last configuration. On SIGINT/SIGTERM it stops accepting,
+lets in-flight requests finish for up to --drain-timeout, and exits.`,
+		Example: `  isobar gateway --controller 127.0.0.1:18000 --region us-east --listen 127.0.0.1:8080
+  isobar gateway --controller 10.0.0.5:18000 --region eu-west --lb rr --metrics-listen 127.0.0.1:9091 \
+    --tls-cert gw.pem --tls-key gw-key.pem --tls-ca ca.pem`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkDurationFlags(cmd.Flags()); err != nil {
+				return err
+			}
+			log, err := ro.logger()
+			if err != nil {
+				return err
+			}
+			if err := tlsFiles.Validate(); err != nil {
+				return usageError{err}
+			}
+			if serverName != "" && !tlsFiles.Enabled() {
+				return usageError{errors.New("--tls-server-name needs --tls-cert, --tls-key and --tls-ca")}
+			}
+			cfg.LB = gateway.LBMode(lb)
+			dial, err := regional.ClientDialOptions(tlsFiles)
+			if err != nil {
+				return err
+			}
+			if serverName != "" {
+				dial = append(dial, grpc.WithAuthority(serverName))
+			}
+			err = gateway.Run(cmd.Context(), cfg, gateway.Deps{Logger: log, DialOptions: dial})
+			if errors.Is(err, gateway.ErrInvalidConfig) {
+				return usageError{err}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Controller, "controller", "", "regional controller gRPC address host:port (ADS and reports); required")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP address to serve the OpenAI API, /health and /metrics on")
+	f.StringVar(&cfg.Region, "region", "", "region this gateway serves; required")
+	f.StringVar(&cfg.NodeID, "node-id", "", "xDS node id and report identity (default isobar-gateway-<region>)")
+	f.StringVar(&lb, "lb", string(gateway.LBXDS), "load balancing: xds (honour xDS weights), rr (round-robin baseline) or lr (least in-flight baseline)")
+	f.IntVar(&cfg.MaxInflightPerEndpoint, "max-inflight-per-endpoint", 64, "requests in flight per endpoint above which it takes no more; all full: 429")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "extra address serving only /metrics; empty: none")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on shutdown, how long in-flight requests may finish (default 30s)")
+	f.DurationVar(&cfg.ReportInterval, "report-interval", 0, "period of the reports to the controller (default 1s)")
+	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 0, "largest request body accepted, larger: 413 (default 16 MiB)")
+	f.StringVar(&cfg.ModelHeader, "model-header", "", `request header naming the model, as in the controller (default "x-isobar-model")`)
+	f.StringVar(&cfg.HopHeader, "hop-header", "", `header marking requests forwarded from another region, as in the controller (default "x-isobar-hop")`)
+	f.StringVar(&tlsFiles.Cert, "tls-cert", "", "client certificate (PEM) for mTLS to the controller; with --tls-key and --tls-ca")
+	f.StringVar(&tlsFiles.Key, "tls-key", "", "client private key (PEM)")
+	f.StringVar(&tlsFiles.CA, "tls-ca", "", "CA bundle (PEM) that verifies the controller")
+	f.StringVar(&serverName, "tls-server-name", "", "name to verify in the controller's certificate (default: host of --controller)")
+	return cmd
+}

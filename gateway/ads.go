@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// userAgent is the node user_agent_name the gateway and the Watcher send;
+// the regional controller classifies it as an Envoy-kind node.
+const userAgent = "isobar-gateway"
+
+// subscription keeps one state-of-the-world ADS stream for one resource type
+// (wildcard: every resource of the type) alive on go-control-plane's ADS
+// client, reconnecting with full-jitter exponential backoff. Each response
+// goes to apply: nil ACKs it, an error NACKs it (the previous resources stay
+// in use). run is the only goroutine; apply is called from it.
+type subscription struct {
+	typeURL  string
+	label    string // "cluster", "endpoint", "route", for logs and metrics
+	node     *core.Node
+	conn     grpc.ClientConnInterface
+	clock    clockwork.Clock
+	log      *slog.Logger
+	min, max time.Duration
+	// apply validates and stores one response. version is the response's
+	// version_info.
+	apply func(resources []*anypb.Any, version string) error
+	// connected reports the stream going up (true) or down (false); may be
+	// nil.
+	connected func(bool)
+}
+
+// run serves the subscription until ctx ends.
+func (s *subscription) run(ctx context.Context) {
+	backoff := s.min
+	for ctx.Err() == nil {
+		got, err := s.session(ctx)
+		if s.connected != nil {
+			s.connected(false)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if got {
+			backoff = s.min
+		}
+		wait := time.Duration(rand.Int64N(int64(backoff))) + 1 // full jitter in (0, backoff]
+		s.log.Info("xds stream ended; reconnecting", "type", s.label, "error", err, "retry_in", wait)
+		t := s.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+		}
+		backoff = min(2*backoff, s.max)
+	}
+}
+
+// session runs one stream; got reports whether any response was accepted.
+func (s *subscription) session(ctx context.Context) (got bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rec := &recordingConn{ClientConnInterface: s.conn}
+	cl := sotw.NewADSClient(sctx, s.node, s.typeURL)
+	if err := cl.InitConnect(rec); err != nil {
+		return false, err
+	}
+	first := true
+	nackWait := s.min
+	for {
+		resp, err := cl.Fetch()
+		if err != nil {
+			return got, err
+		}
+		if first && s.connected != nil {
+			s.connected(true)
+			first = false
+		}
+		version := rec.lastVersion()
+		if err := s.apply(resp.Resources, version); err != nil {
+			s.log.Warn("xds update refused", "type", s.label, "version", version, "error", err, "nack_in", nackWait)
+			// A server may resend a refused response at once, forever;
+			// waiting before each NACK bounds that loop's rate.
+			t := s.clock.NewTimer(nackWait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return got, ctx.Err()
+			case <-t.Chan():
+			}
+			nackWait = min(2*nackWait, s.max)
+			if err := cl.Nack(truncate(err.Error(), 1024)); err != nil {
+				return got, err
+			}
+			continue
+		}
+		nackWait = s.min
+		got = true
+		if err := cl.Ack(); err != nil {
+			return got, err
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// recordingConn wraps the gRPC connection so that the version_info of the
+// responses the ADS client receives can be read: the client's Response
+// carries only the resources.
+type recordingConn struct {
+	grpc.ClientConnInterface
+	mu      sync.Mutex
+	version string
+}
+
+func (c *recordingConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	st, err := c.ClientConnInterface.NewStream(ctx, desc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &recordingStream{ClientStream: st, c: c}, nil
+}
+
+func (c *recordingConn) lastVersion() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+type recordingStream struct {
+	grpc.ClientStream
+	c *recordingConn
+}
+
+func (s *recordingStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if r, ok := m.(*discovery.DiscoveryResponse); ok && err == nil {
+		s.c.mu.Lock()
+		s.c.version = r.GetVersionInfo()
+		s.c.mu.Unlock()
+	}
+	return err
+}

@@ -1,0 +1,307 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Gateway is an HTTP data plane that routes OpenAI-compatible requests as
+// the regional controller's xDS resources say. See the package doc.
+type Gateway struct {
+	cfg       Config
+	clock     clockwork.Clock
+	log       *slog.Logger
+	m         *metrics
+	rep       *reporter
+	picker    picker
+	transport http.RoundTripper
+	ownTr     *http.Transport // nil when Deps.Transport was given
+	handler   http.Handler
+	dialOpts  []grpc.DialOption
+	dec       decoder
+	bufs      sync.Pool
+
+	tbl atomic.Pointer[table]
+
+	cfgMu   sync.Mutex // guards in, reg, changed
+	in      inputs
+	reg     *hostRegistry
+	changed chan struct{} // closed and replaced when a new table is stored
+
+	lifeMu  sync.Mutex
+	started bool
+	stopped bool
+	addr    string
+	srv     *http.Server
+	srvDone chan struct{}
+	cancel  context.CancelFunc
+	conn    *grpc.ClientConn
+	wg      sync.WaitGroup // subscriptions
+	repDone chan struct{}
+	done    chan struct{} // closed when Stop has finished
+}
+
+// New validates cfg (after applying defaults) and returns a Gateway. It
+// connects and serves on Start.
+func New(cfg Config, deps Deps) (*Gateway, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	deps = deps.withDefaults()
+	if len(deps.DialOptions) == 0 {
+		return nil, fmt.Errorf("%w: Deps.DialOptions must carry transport credentials for the controller", ErrInvalidConfig)
+	}
+	g := &Gateway{
+		cfg: cfg, clock: deps.Clock, log: deps.Logger, dialOpts: deps.DialOptions,
+		picker:  picker{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint)},
+		dec:     decoder{modelHeader: cfg.ModelHeader},
+		reg:     newHostRegistry(),
+		changed: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	g.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
+	var err error
+	if g.m, err = newMetrics(deps.Registerer, newStateCollector(g)); err != nil {
+		return nil, err
+	}
+	g.rep = newReporter(cfg, g.clock, g.log, g.m)
+	if deps.Transport != nil {
+		g.transport = deps.Transport
+	} else {
+		g.ownTr = newTransport(cfg.MaxInflightPerEndpoint, deps.DialContext)
+		g.transport = g.ownTr
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", g.handleGenerate)
+	mux.HandleFunc("POST /v1/chat/completions", g.handleGenerate)
+	mux.HandleFunc("GET /v1/models", g.handleModels)
+	mux.HandleFunc("GET /health", g.handleHealth)
+	if deps.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}))
+	}
+	g.handler = mux
+	return g, nil
+}
+
+// newTransport is the upstream transport: HTTP/1.1 keep-alive pools sized
+// for the in-flight cap, no transparent compression (bodies pass through
+// as they are), and the cluster's connect timeout taken from the request.
+func newTransport(perHost int, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	if dial == nil {
+		dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	}
+	return &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if t, ok := ctx.Value(connectTimeoutKey{}).(time.Duration); ok && t > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, t)
+				defer cancel()
+			}
+			return dial(ctx, network, addr)
+		},
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: perHost,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+}
+
+// Handler returns the gateway's HTTP handler (the routes Start serves).
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Start connects to the controller (xDS subscriptions to clusters,
+// endpoints and routes; the report stream) and serves HTTP on ln. ctx
+// bounds the background work; call Stop to shut down. A second Start
+// fails with ErrAlreadyStarted, a Start after Stop with ErrStopped.
+func (g *Gateway) Start(ctx context.Context, ln net.Listener) error {
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	switch {
+	case g.stopped:
+		return ErrStopped
+	case g.started:
+		return ErrAlreadyStarted
+	}
+	conn, err := grpc.NewClient(g.cfg.Controller, g.dialOpts...)
+	if err != nil {
+		return fmt.Errorf("gateway: controller %s: %w", g.cfg.Controller, err)
+	}
+	g.started, g.conn, g.addr = true, conn, ln.Addr().String()
+	bctx, cancel := context.WithCancel(ctx)
+	g.cancel = cancel
+	node := &core.Node{Id: g.cfg.NodeID, UserAgentName: userAgent}
+	for i, typ := range []string{resource.ClusterType, resource.EndpointType, resource.RouteType} {
+		label := xdsTypeLabels[i]
+		sub := &subscription{
+			typeURL: typ, label: label, node: node, conn: conn, clock: g.clock, log: g.log,
+			min: g.cfg.MinBackoff, max: g.cfg.MaxBackoff,
+			apply: func(rs []*anypb.Any, version string) error { return g.apply(i, rs, version) },
+			connected: func(up bool) {
+				v := 0.0
+				if up {
+					v = 1
+				}
+				g.m.xdsConnected.WithLabelValues(label).Set(v)
+			},
+		}
+		g.wg.Go(func() { sub.run(bctx) })
+	}
+	g.repDone = make(chan struct{})
+	go func() {
+		defer close(g.repDone)
+		g.rep.run(bctx, conn)
+	}()
+	g.srv = &http.Server{Handler: g.handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+	g.srvDone = make(chan struct{})
+	go func() {
+		defer close(g.srvDone)
+		if err := g.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			g.log.Error("gateway http server failed", "error", err)
+		}
+	}()
+	g.log.Info("gateway started", "listen", g.addr, "controller", g.cfg.Controller, "region", g.cfg.Region, "lb", string(g.cfg.LB))
+	return nil
+}
+
+// Addr returns the address Start listens on ("" before Start).
+func (g *Gateway) Addr() string {
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	return g.addr
+}
+
+// Stop shuts the gateway down: it stops accepting connections, lets
+// in-flight requests finish for up to Config.DrainTimeout (then closes
+// them), sends a final report, ends the xDS and report streams and waits
+// for every goroutine. It is idempotent and blocks until done.
+func (g *Gateway) Stop() {
+	g.lifeMu.Lock()
+	if g.stopped {
+		g.lifeMu.Unlock()
+		<-g.done
+		return
+	}
+	g.stopped = true
+	started := g.started
+	g.lifeMu.Unlock()
+	defer close(g.done)
+	if !started {
+		return
+	}
+	ctx, cancel := clockwork.WithTimeout(context.Background(), g.clock, g.cfg.DrainTimeout)
+	if err := g.srv.Shutdown(ctx); err != nil {
+		g.log.Warn("in-flight requests cut at the drain timeout", "error", err)
+		_ = g.srv.Close()
+	}
+	cancel()
+	<-g.srvDone
+	// The final report, bounded by one report interval.
+	close(g.rep.flush)
+	t := g.clock.NewTimer(g.cfg.ReportInterval)
+	select {
+	case <-g.repDone:
+	case <-t.Chan():
+	}
+	t.Stop()
+	g.cancel()
+	<-g.repDone
+	g.wg.Wait()
+	_ = g.conn.Close()
+	if g.ownTr != nil {
+		g.ownTr.CloseIdleConnections()
+	}
+	g.log.Info("gateway stopped")
+}
+
+// Table returns the configuration in use, nil before any was received.
+func (g *Gateway) Table() *Table {
+	if t := g.tbl.Load(); t != nil {
+		return t.view
+	}
+	return nil
+}
+
+// WaitForTable blocks until cond holds for the configuration in use, ctx
+// ends (ctx.Err()) or the gateway stops (ErrStopped).
+func (g *Gateway) WaitForTable(ctx context.Context, cond func(*Table) bool) (*Table, error) {
+	for {
+		g.cfgMu.Lock()
+		ch := g.changed
+		g.cfgMu.Unlock()
+		t := g.Table()
+		if t != nil && cond(t) {
+			return t, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return t, ctx.Err()
+		case <-g.done:
+			return t, ErrStopped
+		}
+	}
+}
+
+// apply is the subscriptions' callback: decode and validate the response of
+// type index i, then rebuild the table. An error NACKs the response.
+func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
+	label := xdsTypeLabels[i]
+	var err error
+	var clusters map[string]*ClusterPolicy
+	var assignments map[string][]Endpoint
+	var routes map[string]*RouteConfig
+	switch label {
+	case "cluster":
+		clusters, err = g.dec.decodeClusters(rs)
+	case "endpoint":
+		assignments, err = decodeAssignments(rs)
+	default:
+		routes, err = g.dec.decodeRoutes(rs)
+	}
+	if err != nil {
+		g.m.xdsNacks.WithLabelValues(label).Inc()
+		return err
+	}
+	g.cfgMu.Lock()
+	defer g.cfgMu.Unlock()
+	switch label {
+	case "cluster":
+		g.in.clusters = clusters
+	case "endpoint":
+		g.in.assignments = assignments
+	default:
+		g.in.routes = routes
+	}
+	g.in.versions[i] = typeVersion{version: version, at: g.clock.Now()}
+	old := g.tbl.Load()
+	t := buildTable(&g.in, g.cfg.RouteName, g.cfg.Region, g.reg)
+	g.tbl.Store(t)
+	if old != nil {
+		for l := range old.labels {
+			if _, ok := t.labels[l]; !ok {
+				g.m.forgetEndpoint(l)
+			}
+		}
+	}
+	close(g.changed)
+	g.changed = make(chan struct{})
+	g.m.xdsUpdates.WithLabelValues(label).Inc()
+	g.log.Debug("xds update applied", "type", label, "version", version, "resources", len(rs))
+	return nil
+}

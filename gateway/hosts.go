@@ -1,0 +1,189 @@
+package gateway
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// failureKind classifies how an upstream attempt failed.
+type failureKind uint8
+
+const (
+	failNone     failureKind = iota
+	failConnect              // the TCP connect failed or timed out
+	failReset                // the connection broke before or during the response
+	failTimeout              // the route or per-try timeout expired
+	fail5xx                  // the endpoint answered 5xx
+	failCanceled             // the client went away: nobody's fault upstream
+)
+
+func (k failureKind) String() string {
+	switch k {
+	case failConnect:
+		return "connect"
+	case failReset:
+		return "reset"
+	case failTimeout:
+		return "timeout"
+	case fail5xx:
+		return "5xx"
+	case failCanceled:
+		return "canceled"
+	}
+	return "none"
+}
+
+// hostState is the runtime state of one upstream address, shared by every
+// cluster that lists it (a cell is in its model's main, local and class
+// clusters): in-flight requests, which least-request and the saturation cap
+// read, and passive outlier state.
+type hostState struct {
+	addr     string
+	inflight atomic.Int64
+	// ejectedUntil is the Unix nanosecond time the current ejection ends;
+	// 0 or past: not ejected.
+	ejectedUntil atomic.Int64
+
+	mu          sync.Mutex
+	consecutive uint32    // consecutive failures
+	ejections   uint32    // ejection multiplier
+	lastChange  time.Time // last ejection end (for the multiplier's decay)
+}
+
+func (h *hostState) ejected(nowNanos int64) bool { return nowNanos < h.ejectedUntil.Load() }
+
+// acquire takes one in-flight slot if fewer than limit are taken.
+func (h *hostState) acquire(limit int64) bool {
+	for {
+		n := h.inflight.Load()
+		if n >= limit {
+			return false
+		}
+		if h.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (h *hostState) release() { h.inflight.Add(-1) }
+
+// recordSuccess resets the consecutive-failure count.
+func (h *hostState) recordSuccess() {
+	h.mu.Lock()
+	h.consecutive = 0
+	h.mu.Unlock()
+}
+
+// recordFailure counts a failure and, when the cluster's outlier policy
+// says so, ejects the host. ejectedInCluster counts the other hosts of the
+// cluster currently ejected and total its size; it is called only when an
+// ejection is due. It returns the ejection's length, or 0.
+func (h *hostState) recordFailure(now time.Time, p *OutlierPolicy, ejectedInCluster func() (ejected, total int)) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.consecutive++
+	if p == nil || p.Consecutive5xx == 0 || h.consecutive < p.Consecutive5xx || h.ejected(now.UnixNano()) {
+		return 0
+	}
+	if p.Enforcing5xx < 100 && rand.Uint32N(100) >= p.Enforcing5xx {
+		return 0
+	}
+	// Envoy ejects at most max_ejection_percent of a cluster, but always
+	// at least one host.
+	ej, total := ejectedInCluster()
+	if ej > 0 && uint64(ej+1)*100 > uint64(p.MaxEjectionPercent)*uint64(total) {
+		return 0
+	}
+	// The multiplier decays by one per interval spent un-ejected.
+	if h.ejections > 0 && !h.lastChange.IsZero() && p.Interval > 0 {
+		decay := uint32(min(now.Sub(h.lastChange)/p.Interval, 1<<20))
+		h.ejections -= min(h.ejections, decay)
+	}
+	h.ejections++
+	d := time.Duration(h.ejections) * p.BaseEjectionTime
+	d = min(d, max(p.MaxEjectionTime, p.BaseEjectionTime))
+	h.consecutive = 0
+	h.ejectedUntil.Store(now.Add(d).UnixNano())
+	h.lastChange = now.Add(d)
+	return d
+}
+
+// clusterState is the runtime state of one cluster, kept across
+// configuration updates by name.
+type clusterState struct {
+	active  atomic.Int64  // upstream attempts in flight, retries included
+	retries atomic.Int64  // retry attempts in flight (admitted, not finished)
+	rr      atomic.Uint64 // rotation counter of LBRoundRobin
+}
+
+// tryRetry admits a retry when the cluster's retry budget (or, without one,
+// its max_retries circuit breaker) allows another concurrent retry: at most
+// max(Percent % of active requests, MinConcurrency).
+func (c *clusterState) tryRetry(p *ClusterPolicy) bool {
+	var limit int64
+	if b := p.RetryBudget; b != nil {
+		limit = max(int64(b.Percent/100*float64(c.active.Load())), int64(b.MinConcurrency))
+	} else {
+		limit = int64(p.MaxRetries)
+	}
+	for {
+		n := c.retries.Load()
+		if n >= limit {
+			return false
+		}
+		if c.retries.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// hostRegistry hands out the shared runtime state by address and cluster
+// name. Configuration rebuilds hold it; requests never touch it.
+type hostRegistry struct {
+	mu       sync.Mutex
+	hosts    map[string]*hostState
+	clusters map[string]*clusterState
+}
+
+func newHostRegistry() *hostRegistry {
+	return &hostRegistry{hosts: make(map[string]*hostState), clusters: make(map[string]*clusterState)}
+}
+
+// sync returns the state of each address and cluster name, creating what is
+// new and forgetting what is no longer listed (requests still holding a
+// forgotten state finish with it).
+func (r *hostRegistry) sync(addrs map[string]struct{}, clusters map[string]struct{}) (map[string]*hostState, map[string]*clusterState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for a := range r.hosts {
+		if _, ok := addrs[a]; !ok {
+			delete(r.hosts, a)
+		}
+	}
+	for a := range addrs {
+		if r.hosts[a] == nil {
+			r.hosts[a] = &hostState{addr: a}
+		}
+	}
+	for c := range r.clusters {
+		if _, ok := clusters[c]; !ok {
+			delete(r.clusters, c)
+		}
+	}
+	for c := range clusters {
+		if r.clusters[c] == nil {
+			r.clusters[c] = &clusterState{}
+		}
+	}
+	hs := make(map[string]*hostState, len(r.hosts))
+	for a, h := range r.hosts {
+		hs[a] = h
+	}
+	cs := make(map[string]*clusterState, len(r.clusters))
+	for c, s := range r.clusters {
+		cs[c] = s
+	}
+	return hs, cs
+}

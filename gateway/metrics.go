@@ -1,0 +1,200 @@
+package gateway
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// xdsTypes are the resource types the gateway subscribes to, as metric
+// labels.
+var xdsTypeLabels = [...]string{"cluster", "endpoint", "route"}
+
+type metrics struct {
+	requests         *prometheus.CounterVec   // model, code
+	upstreamRequests *prometheus.CounterVec   // endpoint, code
+	upstreamErrors   *prometheus.CounterVec   // endpoint, reason
+	ttft             *prometheus.HistogramVec // model
+	duration         *prometheus.HistogramVec // model
+	retries          *prometheus.CounterVec   // model
+	retriesRefused   *prometheus.CounterVec   // model
+	ejections        *prometheus.CounterVec   // endpoint
+	shed             *prometheus.CounterVec   // model, reason
+	inflight         prometheus.Gauge
+	badRequests      *prometheus.CounterVec // reason
+	xdsUpdates       *prometheus.CounterVec // type
+	xdsNacks         *prometheus.CounterVec // type
+	xdsConnected     *prometheus.GaugeVec   // type
+	reports          *prometheus.CounterVec // result
+}
+
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// newMetrics builds the metrics and registers them, with collector (the
+// scrape-time per-endpoint and per-type gauges), on reg unless it is nil.
+func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_requests_total",
+			Help: "Client requests answered, by model (\"unknown\" when no route matched) and status class (2xx..5xx).",
+		}, []string{"model", "code"}),
+		upstreamRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_upstream_requests_total",
+			Help: "Upstream attempts (retries included) by endpoint (cell id or address) and outcome (2xx..5xx, or error).",
+		}, []string{"endpoint", "code"}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_upstream_errors_total",
+			Help: "Upstream failures by endpoint and reason: connect, reset, timeout, 5xx.",
+		}, []string{"endpoint", "reason"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "isobar_gateway_ttft_seconds",
+			Help:    "Time from a request's arrival to the first response body byte relayed, by model.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "isobar_gateway_request_duration_seconds",
+			Help:    "Time from a request's arrival to its last response byte, by model.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_retries_total",
+			Help: "Retries sent, by model.",
+		}, []string{"model"}),
+		retriesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_retries_refused_total",
+			Help: "Retries not sent because the cluster's retry budget was spent, by model.",
+		}, []string{"model"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_ejections_total",
+			Help: "Passive outlier ejections, by endpoint.",
+		}, []string{"endpoint"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_shed_total",
+			Help: "Requests refused with 429, by model and reason: fault (the route's shed share) or saturated (every endpoint at its in-flight cap).",
+		}, []string{"model", "reason"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "isobar_gateway_inflight_requests",
+			Help: "Client requests in progress.",
+		}),
+		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_bad_requests_total",
+			Help: "Client requests refused before routing, by reason: too_large, unreadable, malformed.",
+		}, []string{"reason"}),
+		xdsUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_xds_updates_total",
+			Help: "xDS responses accepted (ACKed), by type.",
+		}, []string{"type"}),
+		xdsNacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_xds_nacks_total",
+			Help: "xDS responses refused (NACKed), by type; the previous resources stay in use.",
+		}, []string{"type"}),
+		xdsConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "isobar_gateway_xds_connected",
+			Help: "1 while the xDS stream of a type is up.",
+		}, []string{"type"}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_reports_total",
+			Help: "DataPlane reports by result: sent, failed (not sent; the counts roll into the next), refused (the controller's ack named an error).",
+		}, []string{"result"}),
+	}
+	for _, t := range xdsTypeLabels {
+		m.xdsUpdates.WithLabelValues(t)
+		m.xdsNacks.WithLabelValues(t)
+		m.xdsConnected.WithLabelValues(t)
+	}
+	for _, r := range []string{"sent", "failed", "refused"} {
+		m.reports.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration,
+			m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks,
+			m.xdsConnected, m.reports, collector} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("gateway: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// forgetEndpoint drops the per-endpoint series of an endpoint no longer
+// configured.
+func (m *metrics) forgetEndpoint(label string) {
+	l := prometheus.Labels{"endpoint": label}
+	m.upstreamRequests.DeletePartialMatch(l)
+	m.upstreamErrors.DeletePartialMatch(l)
+	m.ejections.DeletePartialMatch(l)
+}
+
+func statusClass(status int) string {
+	if status < 100 || status > 599 {
+		return "error"
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
+
+// stateCollector exports, at scrape time, the per-endpoint in-flight counts
+// and ejection flags of the current table and the age and version of each
+// resource type, so removed endpoints disappear with the table.
+type stateCollector struct {
+	g        *Gateway
+	inflight *prometheus.Desc
+	ejected  *prometheus.Desc
+	version  *prometheus.Desc
+	age      *prometheus.Desc
+}
+
+func newStateCollector(g *Gateway) *stateCollector {
+	return &stateCollector{
+		g: g,
+		inflight: prometheus.NewDesc("isobar_gateway_upstream_inflight_requests",
+			"Upstream attempts in flight, by endpoint.", []string{"endpoint"}, nil),
+		ejected: prometheus.NewDesc("isobar_gateway_endpoint_ejected",
+			"1 while an endpoint is ejected by passive outlier detection.", []string{"endpoint"}, nil),
+		version: prometheus.NewDesc("isobar_gateway_xds_config_version",
+			"Version of the resources in use, by type, when the control plane's version is a number.", []string{"type"}, nil),
+		age: prometheus.NewDesc("isobar_gateway_xds_config_age_seconds",
+			"Time since the resources in use of a type were received.", []string{"type"}, nil),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inflight
+	ch <- c.ejected
+	ch <- c.version
+	ch <- c.age
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	t := c.g.tbl.Load()
+	if t == nil {
+		return
+	}
+	now := c.g.clock.Now()
+	seen := make(map[string]bool)
+	for _, cl := range t.clusters {
+		for _, h := range cl.all {
+			if seen[h.label] {
+				continue
+			}
+			seen[h.label] = true
+			ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(h.st.inflight.Load()), h.label)
+			ej := 0.0
+			if h.st.ejected(now.UnixNano()) {
+				ej = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.GaugeValue, ej, h.label)
+		}
+	}
+	for i, typ := range xdsTypeLabels {
+		v := t.view.versions[i]
+		if v.at.IsZero() {
+			continue
+		}
+		if n, err := strconv.ParseFloat(v.version, 64); err == nil {
+			ch <- prometheus.MustNewConstMetric(c.version, prometheus.GaugeValue, n, typ)
+		}
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, now.Sub(v.at).Seconds(), typ)
+	}
+}

@@ -1,0 +1,508 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// Response headers the gateway sets.
+const (
+	// EndpointHeader names the endpoint that served the request: its cell
+	// id, or the remote region's ingress address.
+	EndpointHeader = "x-isobar-endpoint"
+	// RegionHeader names the region of that endpoint.
+	RegionHeader = "x-isobar-region"
+	// UpstreamEndpointHeader carries the EndpointHeader a remote region's
+	// gateway returned, when the request was forwarded there.
+	UpstreamEndpointHeader = "x-isobar-upstream-endpoint"
+	// AttemptHeader is sent upstream: 1 for the first attempt, 2 for the
+	// first retry, ...
+	AttemptHeader = "x-isobar-attempt"
+)
+
+// statusClientClosed is recorded for a request whose client went away
+// before an answer (nginx's 499); nothing is written.
+const statusClientClosed = 499
+
+// hopByHop are the connection-specific headers a proxy does not forward.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func copyHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = append([]string(nil), vs...)
+	}
+	for _, c := range src.Values("Connection") {
+		for _, f := range strings.Split(c, ",") {
+			dst.Del(strings.TrimSpace(f))
+		}
+	}
+	for _, h := range hopByHop {
+		dst.Del(h)
+	}
+}
+
+// errorBody is the OpenAI error shape.
+type errorBody struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    int    `json:"code"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	var b errorBody
+	b.Error.Message, b.Error.Code = msg, status
+	switch {
+	case status == http.StatusTooManyRequests:
+		b.Error.Type = "RateLimitError"
+		w.Header().Set("Retry-After", "1")
+	case status == http.StatusNotFound:
+		b.Error.Type = "NotFoundError"
+	case status >= 500:
+		b.Error.Type = "ServiceUnavailableError"
+	default:
+		b.Error.Type = "BadRequestError"
+	}
+	out, _ := json.Marshal(b)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(out, '\n'))
+}
+
+// outcome is what happened to one client request, for metrics and reports.
+type outcome struct {
+	model  string
+	status int
+	shed   string // "fault" or "saturated" when refused with 429 by the gateway
+}
+
+func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
+	start := g.clock.Now()
+	g.m.inflight.Inc()
+	defer g.m.inflight.Dec()
+	out := outcome{model: "unknown"}
+	hop := len(r.Header.Values(g.cfg.HopHeader)) > 0
+	defer func() {
+		g.m.requests.WithLabelValues(out.model, statusClass(out.status)).Inc()
+		g.m.duration.WithLabelValues(out.model).Observe(g.clock.Since(start).Seconds())
+	}()
+	// shed counts a refusal before the client can see it.
+	shed := func(reason string) {
+		out.shed = reason
+		g.m.shed.WithLabelValues(out.model, reason).Inc()
+		if !hop {
+			g.rep.addShed(out.model)
+		}
+	}
+	fail := func(status int, reason, msg string) {
+		if reason != "" {
+			g.m.badRequests.WithLabelValues(reason).Inc()
+		}
+		out.status = status
+		writeError(w, status, msg)
+	}
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
+			return
+		}
+		fail(http.StatusBadRequest, "unreadable", "could not read the request body")
+		return
+	}
+	model := r.Header.Get(g.cfg.ModelHeader)
+	if model == "" {
+		if model, err = bodyModel(body); err != nil {
+			fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
+			return
+		}
+	}
+	t := g.tbl.Load()
+	if t == nil || t.vhosts == nil {
+		fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
+		return
+	}
+	view := newRequestView(r, g.cfg.ModelHeader, model, len(body))
+	var rt *Route
+	if vh := selectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
+		rt = matchRoute(vh, r.URL.RequestURI(), view)
+	}
+	if rt == nil {
+		fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate(model, maxModelNameLen)))
+		return
+	}
+	out.model = rt.Model
+	if out.model == "" {
+		out.model = t.soleModel
+	}
+	if out.model == "" {
+		out.model = "unknown"
+	}
+	if !hop {
+		g.rep.addDemand(out.model)
+	}
+	if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
+		if rt.AbortStatus == http.StatusTooManyRequests {
+			shed("fault")
+		}
+		fail(rt.AbortStatus, "", "request shed by the routing plan; retry later")
+		return
+	}
+	cl := t.clusters[rt.Cluster]
+	if cl == nil {
+		fail(http.StatusServiceUnavailable, "", fmt.Sprintf("cluster %q not found", rt.Cluster))
+		return
+	}
+	ctx := r.Context()
+	if rt.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = clockwork.WithTimeout(ctx, g.clock, rt.Timeout)
+		defer cancel()
+	}
+	out.status = g.proxy(ctx, w, r, body, rt, cl, out.model, start, func() { shed("saturated") })
+}
+
+// attempt is one upstream try.
+type attempt struct {
+	h      *hostRT
+	resp   *http.Response
+	kind   failureKind // failNone with resp set, else why it failed
+	status int         // the response's status, 0 without one
+	err    error
+	cancel context.CancelFunc
+	closed bool
+}
+
+// proxy sends the request to the cluster, retrying per the route's policy
+// within the cluster's budget, and relays the answer. It returns the status
+// sent; saturated is called before a 429 for saturation is written.
+func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, rt *Route, cl *clusterRT,
+	model string, start time.Time, saturated func()) int {
+	var tried []*hostRT
+	var last *attempt
+	retrySlot := false // this request holds one of the cluster's retry slots
+	release := func() {
+		if retrySlot {
+			cl.st.retries.Add(-1)
+			retrySlot = false
+		}
+	}
+	defer func() {
+		if last != nil {
+			last.close()
+		}
+		release()
+	}()
+	for n := 1; ; n++ {
+		if cl.st.active.Load() >= int64(cl.policy.MaxRequests) {
+			return g.relayFailure(w, last, http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open")
+		}
+		var exclude []*hostRT
+		if rt.Retry.PreviousHosts {
+			exclude = tried
+		}
+		h, res := g.picker.pick(cl, exclude, g.clock.Now().UnixNano())
+		if h == nil {
+			if res == pickSaturated && last == nil {
+				saturated()
+				writeError(w, http.StatusTooManyRequests, "every endpoint is at its in-flight limit; retry later")
+				return http.StatusTooManyRequests
+			}
+			return g.relayFailure(w, last, http.StatusServiceUnavailable, "no healthy upstream")
+		}
+		tried = append(tried, h)
+		a := g.try(ctx, r, body, rt, cl, h, n)
+		if a.kind == failNone && !rt.Retry.retriesStatus(a.resp.StatusCode) {
+			return g.relay(ctx, w, a, cl, model, start)
+		}
+		last = a
+		if a.kind == failCanceled {
+			return statusClientClosed
+		}
+		retriable := a.kind == failNone || (a.kind == failTimeout && ctx.Err() == nil && (rt.Retry.Any5xx || rt.Retry.GatewayError)) ||
+			rt.Retry.retriesLocal(a.kind)
+		if !retriable || n > int(rt.Retry.NumRetries) || ctx.Err() != nil {
+			return g.relayFailure(w, a, 0, "")
+		}
+		release() // the previous retry, if any, is over
+		if !cl.st.tryRetry(cl.policy) {
+			g.m.retriesRefused.WithLabelValues(model).Inc()
+			return g.relayFailure(w, a, 0, "")
+		}
+		retrySlot = true
+		g.m.retries.WithLabelValues(model).Inc()
+		a.close() // its answer is dropped: the retry answers instead
+		if !g.backoff(ctx, &rt.Retry, n) {
+			return g.relayFailure(w, a, 0, "")
+		}
+	}
+}
+
+// backoff waits a random time in [0, min(max, base·2^(n-1))) before retry
+// n, like Envoy's fully jittered back-off. It returns false if ctx ended.
+func (g *Gateway) backoff(ctx context.Context, p *RetryPolicy, n int) bool {
+	ceil := p.BackoffBase << min(n-1, 20)
+	if ceil <= 0 || ceil > p.BackoffMax {
+		ceil = p.BackoffMax
+	}
+	d := time.Duration(rand.Int64N(int64(ceil) + 1))
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := g.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.Chan():
+		return true
+	}
+}
+
+// close ends the attempt: its body, its context, its in-flight slot and
+// its place in the cluster's active count. Idempotent.
+func (a *attempt) close() {
+	if a.closed {
+		return
+	}
+	a.closed = true
+	if a.resp != nil {
+		a.resp.Body.Close()
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.h.st.release()
+	a.resp, a.cancel = nil, nil
+}
+
+// connectTimeoutKey carries a cluster's connect timeout to the dialer.
+type connectTimeoutKey struct{}
+
+// try sends one attempt to h, holding h's in-flight slot (taken by pick)
+// and the cluster's active count until the attempt is closed. It records
+// the endpoint's outcome up to the response headers.
+func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, rt *Route, cl *clusterRT, h *hostRT, n int) *attempt {
+	actx, cancel := context.WithCancel(context.WithValue(ctx, connectTimeoutKey{}, cl.policy.ConnectTimeout))
+	a := &attempt{h: h}
+	cl.st.active.Add(1)
+	a.cancel = func() {
+		cancel()
+		cl.st.active.Add(-1)
+	}
+	out, err := http.NewRequestWithContext(actx, r.Method, "http://"+h.ep.Address+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		a.kind, a.err = failReset, err
+		g.recordEndpoint(cl, h, 0, a.kind)
+		return a
+	}
+	copyHeaders(out.Header, r.Header)
+	out.Host = r.Host
+	out.ContentLength = int64(len(body))
+	out.Header.Set(AttemptHeader, strconv.Itoa(n))
+	if h.remote {
+		out.Header.Set(g.cfg.HopHeader, g.cfg.Region)
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		out.Header.Set("X-Forwarded-For", ip)
+	}
+	// The per-try timeout covers the wait for the response headers only.
+	var (
+		perTry  clockwork.Timer
+		ptMu    sync.Mutex
+		ptDone  bool // headers (or an error) arrived
+		ptFired bool // the timer cancelled the attempt
+	)
+	if d := rt.Retry.PerTryTimeout; d > 0 {
+		perTry = g.clock.AfterFunc(d, func() {
+			ptMu.Lock()
+			defer ptMu.Unlock()
+			if !ptDone {
+				ptFired = true
+				cancel()
+			}
+		})
+	}
+	resp, err := g.transport.RoundTrip(out)
+	if perTry != nil {
+		perTry.Stop()
+		ptMu.Lock()
+		ptDone = true
+		fired := ptFired
+		ptMu.Unlock()
+		if fired {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			resp, err = nil, context.DeadlineExceeded
+		}
+	}
+	if err != nil {
+		a.err = err
+		a.kind = classifyError(ctx, err)
+		if a.kind == failCanceled {
+			return a // the client left: not the endpoint's failure
+		}
+		g.recordEndpoint(cl, h, 0, a.kind)
+		return a
+	}
+	a.resp, a.status = resp, resp.StatusCode
+	kind := failNone
+	if resp.StatusCode >= 500 {
+		kind = fail5xx
+	}
+	g.recordEndpoint(cl, h, resp.StatusCode, kind)
+	return a
+}
+
+// classifyError tells a connect failure from a reset, a timeout or the
+// client's departure. ctx is the request's context.
+func classifyError(ctx context.Context, err error) failureKind {
+	var op *net.OpError
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		return failCanceled
+	case ctx.Err() != nil:
+		return failTimeout // the route's timeout
+	case errors.As(err, &op) && op.Op == "dial":
+		return failConnect // refused, unreachable or past the connect timeout
+	case errors.Is(err, context.DeadlineExceeded):
+		return failTimeout // the per-try timeout
+	}
+	return failReset
+}
+
+// recordEndpoint counts an attempt's outcome (status 0: no response) in the
+// metrics, the report and the outlier detector.
+func (g *Gateway) recordEndpoint(cl *clusterRT, h *hostRT, status int, kind failureKind) {
+	code := statusClass(status)
+	g.m.upstreamRequests.WithLabelValues(h.label, code).Inc()
+	isErr := kind != failNone
+	if isErr {
+		g.m.upstreamErrors.WithLabelValues(h.label, kind.String()).Inc()
+	}
+	g.rep.addEndpoint(h, isErr, status >= 400 && status < 500)
+	if !isErr {
+		h.st.recordSuccess()
+		return
+	}
+	now := g.clock.Now()
+	d := h.st.recordFailure(now, cl.policy.Outlier, func() (int, int) { return cl.ejectedCount(h.st, now.UnixNano()) })
+	if d > 0 {
+		g.m.ejections.WithLabelValues(h.label).Inc()
+		g.log.Warn("endpoint ejected", "endpoint", h.label, "address", h.ep.Address, "cluster", cl.name, "for", d)
+	}
+}
+
+// relayFailure answers with the last failed attempt: its response when it
+// had one (a retriable status), else an error of status (0: from the
+// attempt's failure kind) with msg.
+func (g *Gateway) relayFailure(w http.ResponseWriter, last *attempt, status int, msg string) int {
+	if last != nil && last.resp != nil {
+		hdr := w.Header()
+		copyHeaders(hdr, last.resp.Header)
+		g.setEndpointHeaders(hdr, last.h, last.resp.Header)
+		w.WriteHeader(last.resp.StatusCode)
+		_, _ = io.Copy(w, last.resp.Body)
+		return last.resp.StatusCode
+	}
+	if last != nil {
+		g.setEndpointHeaders(w.Header(), last.h, nil)
+		switch {
+		case last.status != 0:
+			status, msg = last.status, fmt.Sprintf("upstream answered %d", last.status)
+		case last.kind == failTimeout:
+			status, msg = http.StatusGatewayTimeout, "upstream request timeout"
+		default:
+			status, msg = http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers: "+last.kind.String()
+		}
+	}
+	writeError(w, status, msg)
+	return status
+}
+
+func (g *Gateway) setEndpointHeaders(hdr http.Header, h *hostRT, upstream http.Header) {
+	id := h.ep.Cell
+	if h.remote || id == "" {
+		id = h.ep.Address
+	}
+	if upstream != nil {
+		if v := upstream.Get(EndpointHeader); v != "" {
+			hdr.Set(UpstreamEndpointHeader, v)
+		}
+	}
+	hdr.Set(EndpointHeader, id)
+	hdr.Set(RegionHeader, h.ep.Region)
+}
+
+// relay streams the response to the client, flushing every chunk as it
+// arrives. A failure after the first byte cannot be retried: the client's
+// connection is aborted so it sees a truncated response, not a clean end.
+func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, cl *clusterRT, model string, start time.Time) int {
+	defer a.close()
+	resp := a.resp
+	hdr := w.Header()
+	copyHeaders(hdr, resp.Header)
+	g.setEndpointHeaders(hdr, a.h, resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	bufp := g.bufs.Get().(*[]byte)
+	defer g.bufs.Put(bufp)
+	buf := *bufp
+	first := true
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if first {
+				first = false
+				g.m.ttft.WithLabelValues(model).Observe(g.clock.Since(start).Seconds())
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return resp.StatusCode // the client went away
+			}
+			if rc.Flush() != nil {
+				return resp.StatusCode
+			}
+		}
+		if err == io.EOF {
+			return resp.StatusCode
+		}
+		if err != nil {
+			if r := ctx.Err(); r != nil && errors.Is(r, context.Canceled) {
+				return resp.StatusCode // the client went away
+			}
+			kind := failReset
+			if ctx.Err() != nil {
+				kind = failTimeout
+			}
+			g.m.upstreamErrors.WithLabelValues(a.h.label, kind.String()).Inc()
+			g.rep.addEndpoint(a.h, true, false)
+			now := g.clock.Now()
+			a.h.st.recordFailure(now, cl.policy.Outlier, func() (int, int) { return cl.ejectedCount(a.h.st, now.UnixNano()) })
+			g.log.Debug("upstream stream broke after the response started", "endpoint", a.h.label, "error", err)
+			a.close()
+			panic(http.ErrAbortHandler)
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+)
+
+// Bounds of one DataPlaneReport (dataplane.proto). What does not fit waits
+// for the next report.
+const (
+	maxReportEndpoints = 4096
+	maxReportModels    = 64
+)
+
+type epKey struct{ cell, addr string }
+
+type epCounts struct{ requests, errors, rejected uint64 }
+
+type demandCounts struct{ requests, shed uint64 }
+
+// errFlushed ends a report session after the final report.
+var errFlushed = errors.New("gateway: final report sent")
+
+// reporter accumulates per-endpoint and per-model deltas and streams them
+// to the regional controller (DataPlane.Report) every interval. Deltas that
+// could not be sent roll into the next report. run is its only goroutine;
+// the add methods are safe from any goroutine.
+type reporter struct {
+	node, region string
+	interval     time.Duration
+	min, max     time.Duration
+	clock        clockwork.Clock
+	log          *slog.Logger
+	m            *metrics
+
+	mu     sync.Mutex
+	eps    map[epKey]*epCounts
+	demand map[string]*demandCounts
+	lastAt time.Time
+
+	flush chan struct{} // closed to send a final report and return
+}
+
+func newReporter(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics) *reporter {
+	return &reporter{
+		node: cfg.NodeID, region: cfg.Region, interval: cfg.ReportInterval, min: cfg.MinBackoff, max: cfg.MaxBackoff,
+		clock: clock, log: log, m: m,
+		eps: make(map[epKey]*epCounts), demand: make(map[string]*demandCounts), lastAt: clock.Now(),
+		flush: make(chan struct{}),
+	}
+}
+
+// addEndpoint counts one attempt to h: an error (connect failure, reset,
+// timeout, 5xx) or a rejection (4xx).
+func (r *reporter) addEndpoint(h *hostRT, isErr, rejected bool) {
+	k := epKey{h.ep.Cell, h.ep.Address}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.eps[k]
+	if c == nil {
+		c = &epCounts{}
+		r.eps[k] = c
+	}
+	c.requests++
+	if isErr {
+		c.errors++
+	}
+	if rejected {
+		c.rejected++
+	}
+}
+
+// addDemand counts one client-originated request for model.
+func (r *reporter) addDemand(model string) {
+	r.updateDemand(model, func(d *demandCounts) { d.requests++ })
+}
+
+// addShed counts one client-originated request for model refused with 429.
+func (r *reporter) addShed(model string) { r.updateDemand(model, func(d *demandCounts) { d.shed++ }) }
+
+func (r *reporter) updateDemand(model string, fn func(*demandCounts)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.demand[model]
+	if d == nil {
+		d = &demandCounts{}
+		r.demand[model] = d
+	}
+	fn(d)
+}
+
+// take builds a report of the deltas since the last one and clears what it
+// holds; undo puts them back if the report could not be sent.
+func (r *reporter) take() (rep *isobarpb.DataPlaneReport, undo func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	rep = &isobarpb.DataPlaneReport{
+		Node: r.node, Region: r.region, At: timestamppb.New(now),
+		IntervalSeconds: max(now.Sub(r.lastAt).Seconds(), 0),
+	}
+	keys := make([]epKey, 0, len(r.eps))
+	for k := range r.eps {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b epKey) int {
+		if a.cell != b.cell {
+			if a.cell < b.cell {
+				return -1
+			}
+			return 1
+		}
+		if a.addr < b.addr {
+			return -1
+		}
+		if a.addr > b.addr {
+			return 1
+		}
+		return 0
+	})
+	takenEps := make(map[epKey]epCounts, min(len(keys), maxReportEndpoints))
+	for _, k := range keys[:min(len(keys), maxReportEndpoints)] {
+		c := r.eps[k]
+		rep.Endpoints = append(rep.Endpoints, &isobarpb.EndpointStats{
+			CellId: k.cell, Address: k.addr, Requests: c.requests, Errors: c.errors, Rejected: c.rejected,
+		})
+		takenEps[k] = *c
+		delete(r.eps, k)
+	}
+	models := make([]string, 0, len(r.demand))
+	for m := range r.demand {
+		models = append(models, m)
+	}
+	slices.Sort(models)
+	takenDemand := make(map[string]demandCounts, min(len(models), maxReportModels))
+	for _, m := range models[:min(len(models), maxReportModels)] {
+		d := r.demand[m]
+		rep.Demand = append(rep.Demand, &isobarpb.ModelDemand{Model: m, Requests: d.requests, Shed: d.shed})
+		takenDemand[m] = *d
+		delete(r.demand, m)
+	}
+	prevAt := r.lastAt
+	r.lastAt = now
+	return rep, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for k, c := range takenEps {
+			x := r.eps[k]
+			if x == nil {
+				x = &epCounts{}
+				r.eps[k] = x
+			}
+			x.requests += c.requests
+			x.errors += c.errors
+			x.rejected += c.rejected
+		}
+		for m, d := range takenDemand {
+			x := r.demand[m]
+			if x == nil {
+				x = &demandCounts{}
+				r.demand[m] = x
+			}
+			x.requests += d.requests
+			x.shed += d.shed
+		}
+		r.lastAt = prevAt
+	}
+}
+
+// run streams reports until ctx ends or, after flush is closed, the final
+// report has been sent (or could not be).
+func (r *reporter) run(ctx context.Context, conn grpc.ClientConnInterface) {
+	backoff := r.min
+	for ctx.Err() == nil {
+		sent, err := r.session(ctx, conn)
+		if errors.Is(err, errFlushed) || ctx.Err() != nil {
+			return
+		}
+		if sent {
+			backoff = r.min
+		}
+		if status.Code(err) == codes.Unimplemented {
+			backoff = r.max
+		}
+		wait := time.Duration(rand.Int64N(int64(backoff))) + 1
+		r.log.Info("report stream ended; reconnecting", "error", err, "retry_in", wait)
+		t := r.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-r.flush:
+			t.Stop()
+			return
+		case <-t.Chan():
+		}
+		backoff = min(2*backoff, r.max)
+	}
+}
+
+// session runs one report stream; sent reports whether a report went out.
+func (r *reporter) session(ctx context.Context, conn grpc.ClientConnInterface) (sent bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	stream, err := isobarpb.NewDataPlaneClient(conn).Report(sctx)
+	if err != nil {
+		return false, err
+	}
+	recvErr := make(chan error, 1)
+	wg.Go(func() {
+		for {
+			ack, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if msg := ack.GetError(); msg != "" {
+				r.m.reports.WithLabelValues("refused").Inc()
+				r.log.Warn("controller refused a report", "error", truncate(msg, 1024))
+			}
+		}
+	})
+	send := func() error {
+		rep, undo := r.take()
+		if err := stream.Send(rep); err != nil {
+			undo()
+			r.m.reports.WithLabelValues("failed").Inc()
+			return err
+		}
+		sent = true
+		r.m.reports.WithLabelValues("sent").Inc()
+		return nil
+	}
+	tick := r.clock.NewTicker(r.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return sent, ctx.Err()
+		case err := <-recvErr:
+			return sent, err
+		case <-r.flush:
+			if err := send(); err != nil {
+				return sent, err
+			}
+			// Half-close and let the controller read the report: wait
+			// for it to end the stream, at most one interval.
+			_ = stream.CloseSend()
+			t := r.clock.NewTimer(r.interval)
+			select {
+			case <-recvErr:
+			case <-t.Chan():
+			case <-ctx.Done():
+			}
+			t.Stop()
+			return sent, errFlushed
+		case <-tick.Chan():
+			if err := send(); err != nil {
+				return sent, err
+			}
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package gateway
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+func builtSet(t testing.TB) xds.Set {
+	b, err := xds.NewBuilder(xds.Config{Region: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := xds.State{Models: []xds.Model{{Name: "m", Shed: 0.25, Localities: []xds.Locality{
+		{Weight: 3, Endpoints: []xds.Endpoint{{CellID: "a", Host: "10.0.0.1", Port: 8000, Weight: 2, MaxModelLen: 8192}}},
+		{Region: "r2", Zone: "r2", Weight: 1, Priority: 1, Endpoints: []xds.Endpoint{{CellID: "region/r2", Host: "::ffff:10.9.0.1", Port: 443, Weight: 1}}},
+	}}}}
+	res, err := b.Build(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Envoy
+}
+
+func anys[T proto.Message](t testing.TB, ms []T) []*anypb.Any {
+	var out []*anypb.Any
+	for _, m := range ms {
+		a, err := anypb.New(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// The gateway reads back what the regional controller writes.
+func TestDecodeControllerResources(t *testing.T) {
+	s := builtSet(t)
+	dec := decoder{modelHeader: "x-isobar-model"}
+	clusters, err := dec.decodeClusters(anys(t, s.Clusters))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := clusters[xds.ClusterName("m")]
+	want := ClusterPolicy{Name: "isobar/m", ServiceName: "isobar/m", LBPolicy: "LEAST_REQUEST", LocalityWeighted: true, ChoiceCount: 2,
+		ActiveRequestBias: 1, ConnectTimeout: time.Second, MaxRequests: 65536, MaxRetries: 3,
+		RetryBudget: &RetryBudget{Percent: 20, MinConcurrency: 3},
+		Outlier: &OutlierPolicy{Consecutive5xx: 5, Enforcing5xx: 100, Interval: 5 * time.Second, BaseEjectionTime: 10 * time.Second,
+			MaxEjectionTime: 300 * time.Second, MaxEjectionPercent: 50}}
+	if p == nil || p.Name != want.Name || p.LBPolicy != want.LBPolicy || !p.LocalityWeighted || p.ConnectTimeout != want.ConnectTimeout ||
+		*p.RetryBudget != *want.RetryBudget || *p.Outlier != *want.Outlier || p.MaxRequests != want.MaxRequests {
+		t.Errorf("cluster policy %+v (budget %+v outlier %+v)", p, p.RetryBudget, p.Outlier)
+	}
+	if len(clusters) != len(s.Clusters) {
+		t.Errorf("%d clusters decoded of %d", len(clusters), len(s.Clusters))
+	}
+	eps, err := decodeAssignments(anys(t, s.Endpoints))
+	if err != nil {
+		t.Fatal(err)
+	}
+	main := eps[xds.ClusterName("m")]
+	if len(main) != 2 || main[0] != (Endpoint{Cell: "a", Address: "10.0.0.1:8000", Weight: 2, Region: "r1", LocalityWeight: 3, MaxModelLen: 8192}) ||
+		main[1] != (Endpoint{Cell: "region/r2", Address: "10.9.0.1:443", Weight: 1, Region: "r2", Zone: "r2", LocalityWeight: 1, Priority: 1}) {
+		t.Errorf("main assignment %+v", main)
+	}
+	if l := eps[xds.LocalClusterName("m")]; len(l) != 1 || l[0].Cell != "a" {
+		t.Errorf("local assignment %+v", l)
+	}
+	rcs, err := dec.decodeRoutes(anys(t, s.Routes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := rcs[xds.RouteName]
+	var mainRoute, hopRoute *Route
+	for i := range rc.VirtualHosts[0].Routes {
+		r := &rc.VirtualHosts[0].Routes[i]
+		switch r.Name {
+		case "m":
+			mainRoute = r
+		case "m/hop":
+			hopRoute = r
+		}
+	}
+	if mainRoute == nil || mainRoute.Model != "m" || mainRoute.Cluster != "isobar/m" || mainRoute.Timeout != 600*time.Second ||
+		mainRoute.AbortStatus != 429 || mainRoute.AbortPerMillion != 250000 || mainRoute.Retry.NumRetries != 2 ||
+		!mainRoute.Retry.ConnectFailure || !mainRoute.Retry.Reset || !mainRoute.Retry.PreviousHosts ||
+		len(mainRoute.Retry.StatusCodes) != 1 || mainRoute.Retry.StatusCodes[0] != 503 || mainRoute.Retry.BackoffBase != 25*time.Millisecond {
+		t.Errorf("main route %+v", mainRoute)
+	}
+	if hopRoute == nil || hopRoute.AbortPerMillion != 0 || hopRoute.Cluster != xds.LocalClusterName("m") {
+		t.Errorf("hop route %+v", hopRoute)
+	}
+}
+
+func TestDecodeRefusals(t *testing.T) {
+	s := builtSet(t)
+	static := proto.Clone(s.Clusters[0]).(*cluster.Cluster)
+	static.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
+	badOutlier := proto.Clone(s.Clusters[0]).(*cluster.Cluster)
+	badOutlier.OutlierDetection.MaxEjectionTime = durationpb.New(time.Second)
+	dec := decoder{modelHeader: "x-isobar-model"}
+	for _, tc := range []struct {
+		name string
+		run  func() error
+		want string
+	}{
+		{"static cluster", func() error { _, err := dec.decodeClusters(anys(t, []*cluster.Cluster{static})); return err }, "EDS clusters only"},
+		{"outlier times", func() error { _, err := dec.decodeClusters(anys(t, []*cluster.Cluster{badOutlier})); return err }, "inconsistent"},
+		{"duplicate cluster", func() error {
+			_, err := dec.decodeClusters(anys(t, s.Clusters[:1]))
+			_, err2 := dec.decodeClusters(append(anys(t, s.Clusters[:1]), anys(t, s.Clusters[:1])...))
+			return errors.Join(err, err2)
+		}, "listed twice"},
+		{"wrong type", func() error { _, err := decodeAssignments(anys(t, s.Clusters[:1])); return err }, "ClusterLoadAssignment"},
+		{"garbage", func() error {
+			_, err := dec.decodeRoutes([]*anypb.Any{{TypeUrl: resource.RouteType, Value: []byte{0xff, 0xff}}})
+			return err
+		}, "invalid xDS resource"},
+	} {
+		err := tc.run()
+		if !errors.Is(err, ErrInvalidResource) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalidResource mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// FuzzDecode feeds arbitrary bytes as each resource type: decoding never
+// panics, and what it accepts is usable (addresses are IP:port, routes name
+// a cluster).
+func FuzzDecode(f *testing.F) {
+	s := builtSet(f)
+	for _, a := range anys(f, s.Clusters) {
+		f.Add(uint8(0), a.GetValue())
+	}
+	for _, a := range anys(f, s.Endpoints) {
+		f.Add(uint8(1), a.GetValue())
+	}
+	for _, a := range anys(f, s.Routes) {
+		f.Add(uint8(2), a.GetValue())
+	}
+	dec := decoder{modelHeader: "x-isobar-model"}
+	f.Fuzz(func(t *testing.T, typ uint8, data []byte) {
+		switch typ % 3 {
+		case 0:
+			cs, err := dec.decodeClusters([]*anypb.Any{{TypeUrl: resource.ClusterType, Value: data}})
+			for _, c := range cs {
+				if err != nil || c.ServiceName == "" || c.ConnectTimeout <= 0 || c.ChoiceCount < 2 && c.LBPolicy == "LEAST_REQUEST" {
+					t.Fatalf("accepted cluster %+v", c)
+				}
+			}
+		case 1:
+			eps, err := decodeAssignments([]*anypb.Any{{TypeUrl: resource.EndpointType, Value: data}})
+			for _, es := range eps {
+				for _, e := range es {
+					if _, perr := netip.ParseAddrPort(e.Address); err != nil || perr != nil || e.Weight == 0 {
+						t.Fatalf("accepted endpoint %+v", e)
+					}
+				}
+			}
+		default:
+			rcs, err := dec.decodeRoutes([]*anypb.Any{{TypeUrl: resource.RouteType, Value: data}})
+			for _, rc := range rcs {
+				for _, vh := range rc.VirtualHosts {
+					for _, r := range vh.Routes {
+						if err != nil || r.Cluster == "" || r.AbortPerMillion > 1_000_000 {
+							t.Fatalf("accepted route %+v", r)
+						}
+						r.match.matches("/", mapView{"x-isobar-model": "m", "content-length": "5"})
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestConfigValidation(t *testing.T) {
+	ok := Config{Controller: "127.0.0.1:18000", Region: "r1"}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"no controller", func(c *Config) { c.Controller = "" }, "Controller is empty"},
+		{"controller without port", func(c *Config) { c.Controller = "ctl" }, "not host:port"},
+		{"no region", func(c *Config) { c.Region = "" }, "Region is empty"},
+		{"region with space", func(c *Config) { c.Region = "a b" }, "visible ASCII"},
+		{"bad lb", func(c *Config) { c.LB = "maglev" }, `LB "maglev"`},
+		{"negative cap", func(c *Config) { c.MaxInflightPerEndpoint = -1 }, "MaxInflightPerEndpoint"},
+		{"upper-case header", func(c *Config) { c.ModelHeader = "X-Model" }, "lower-case"},
+		{"same headers", func(c *Config) { c.HopHeader = "x-isobar-model" }, "must differ"},
+		{"tiny drain", func(c *Config) { c.DrainTimeout = time.Microsecond }, "DrainTimeout"},
+		{"backoff order", func(c *Config) { c.MinBackoff, c.MaxBackoff = time.Second, time.Millisecond }, "below MinBackoff"},
+	} {
+		c := ok
+		tc.edit(&c)
+		_, err := New(c, Deps{DialOptions: insecureDial})
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v, want ErrInvalidConfig mentioning %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := New(ok, Deps{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("New without dial options = %v", err)
+	}
+	g, err := New(ok, Deps{DialOptions: insecureDial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.cfg.NodeID != "isobar-gateway-r1" || g.cfg.LB != LBXDS || g.cfg.MaxInflightPerEndpoint != 64 || g.cfg.RouteName != xds.RouteName {
+		t.Errorf("defaults %+v", g.cfg)
+	}
+	g.Stop() // never started: returns at once
+	g.Stop()
+}
