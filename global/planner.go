@@ -25,6 +25,7 @@ type planner struct {
 
 type prevPlan struct {
 	regions []string
+	demand  []float64
 	plan    optimize.Plan
 }
 
@@ -93,14 +94,25 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 			continue // validated input cannot fail; a model without a solution gets no plan
 		}
 		chosen := target
-		if prev, ok := pl.prev[model]; ok && slices.Equal(prev.regions, live) {
+		demand := make([]float64, len(live))
+		for i := range live {
+			demand[i] = prob.Regions[i].DemandRPS
+		}
+		if prev, ok := pl.prev[model]; ok && comparable(prev, live, demand) {
 			chosen = optimize.Damp(prob, prev.plan, target, pl.cfg.DampStep)
 		}
-		pl.prev[model] = prevPlan{regions: live, plan: chosen}
+		pl.prev[model] = prevPlan{regions: live, demand: demand, plan: chosen}
 		st.costMs[model] = optimize.Cost(prob, chosen)
 		st.localOnlyMs[model] = optimize.Cost(prob, optimize.LocalOnly(prob))
 		for i, r := range live {
-			if prob.Regions[i].DemandRPS <= 0 && prob.Regions[i].CapacityRPS <= 0 {
+			if prob.Regions[i].DemandRPS <= 0 {
+				// No demand: nothing to split. Demand that appears before
+				// the next cycle is served locally, never shed on a share
+				// computed for no traffic.
+				if prob.Regions[i].CapacityRPS > 0 {
+					out.Plans = append(out.Plans, &isobarpb.ModelPlan{Model: model, IngressRegion: r,
+						Routes: []*isobarpb.Route{{Destination: r, Fraction: 1}}})
+				}
 				continue
 			}
 			out.Plans = append(out.Plans, modelPlan(model, r, live, chosen.Fractions[i], chosen.Shed[i]))
@@ -112,6 +124,21 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 		}
 	}
 	return out, st
+}
+
+// comparable reports whether damping toward the new optimum makes sense:
+// the same regions, and no region whose demand just appeared (a row
+// planned for no demand says nothing about how to split real demand).
+func comparable(prev prevPlan, regions []string, demand []float64) bool {
+	if !slices.Equal(prev.regions, regions) {
+		return false
+	}
+	for i, d := range demand {
+		if d > 0 && prev.demand[i] <= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // modelPlan drops negligible routes and renormalises so routes + shed sum

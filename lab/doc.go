@@ -1,15 +1,18 @@
-// Package lab runs isobar's embedded default: a simulated fleet in one
-// process, with real components talking over loopback — simulated vLLM
-// engines with a fake dcgm-exporter, a cellagent per cell streaming
-// heartbeats over gRPC, a regional controller serving xDS, and a traffic
-// driver that routes by the weights it receives over ADS — plus a live
-// terminal view and a JSON report.
+// Package lab runs isobar's embedded default: a whole simulated fleet in
+// one process, every component real and talking over loopback.
 //
-// Today the lab is one region; the multi-region mesh (global HA pair,
-// gateways, emulated WAN) extends it.
+// By default: an embedded etcd, the global HA pair, 3 regions × 3 cells;
+// per cell a simulated vLLM engine, its GPU on the region's fake
+// dcgm-exporter and a cellagent; per region a regional controller, a
+// gateway (the region's ingress) and a gossip member; emulated WAN paths
+// (lab/wan) with delay and jitter between regions, for forwarded requests,
+// for regional ↔ global traffic and for gossip; mTLS on every gRPC link and
+// on etcd, from a development CA generated for the run; a steady mixed load
+// from clients local to each region; a live terminal view and a JSON report.
+// With one region the lab runs without etcd and the global pair.
 //
-// Concurrency: Run owns every component and stops them all, in reverse
-// order, before it returns. The traffic driver runs one goroutine per
-// in-flight request, bounded by Config.MaxInFlight; its statistics are
-// guarded by a mutex and read by the view once per second.
+// Concurrency: Start builds everything and returns a *Lab; Stop tears it
+// down in reverse order and joins every goroutine. The traffic drivers run
+// one goroutine per in-flight request, bounded per region; their statistics
+// are guarded by a mutex and read by the view and the report.
 package lab

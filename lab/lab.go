@@ -3,133 +3,70 @@ package lab
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/isobar-mesh/isobar/cellagent"
+	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/lab/wan"
 	"github.com/isobar-mesh/isobar/regional"
+	"github.com/isobar-mesh/isobar/regional/gossip"
+	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/sim"
+	"github.com/isobar-mesh/isobar/summary"
 )
-
-// Config sets the lab's shape. Zero fields take the defaults noted.
-type Config struct {
-	// Region name. Default "local".
-	Region string
-	// Cells per region. Default 3.
-	Cells int
-	// RPS is the mean request rate of the Poisson traffic. Default 3 (one
-	// request per second per cell, the published evaluation's load).
-	RPS float64
-	// PromptTokens and PromptJitter: prompt length ~ uniform in
-	// PromptTokens ± PromptJitter. Defaults 512 and 200 (baseline_mixed).
-	PromptTokens, PromptJitter int
-	// MaxTokens per request. Default 128.
-	MaxTokens int
-	// MaxInFlight bounds concurrent requests; arrivals beyond it are
-	// counted as shed. Default 256.
-	MaxInFlight int
-	// Duration: run this long then stop; 0 runs until ctx ends.
-	Duration time.Duration
-	// Report: write the JSON report here when the run ends ("" = none).
-	Report string
-	// View: redraw the live status table every ViewEvery. Default on when
-	// Duration is 0.
-	View      bool
-	ViewEvery time.Duration
-	// Profile and TimeScale of the simulated engines. Defaults: the
-	// 70B-AWQ profile in real time.
-	Profile   string
-	TimeScale float64
-	// HeartbeatInterval of the agents and controller. Default 500 ms.
-	HeartbeatInterval time.Duration
-	// Seed for the traffic. Default 1.
-	Seed uint64
-}
-
-func (c *Config) withDefaults() {
-	if c.Region == "" {
-		c.Region = "local"
-	}
-	if c.Cells == 0 {
-		c.Cells = 3
-	}
-	if c.RPS == 0 {
-		c.RPS = 3
-	}
-	if c.PromptTokens == 0 {
-		c.PromptTokens, c.PromptJitter = 512, 200
-	}
-	if c.MaxTokens == 0 {
-		c.MaxTokens = 128
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 256
-	}
-	if c.ViewEvery == 0 {
-		c.ViewEvery = time.Second
-	}
-	if c.TimeScale == 0 {
-		c.TimeScale = 1
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = 500 * time.Millisecond
-	}
-	if c.Seed == 0 {
-		c.Seed = 1
-	}
-}
-
-// ErrInvalidConfig wraps every configuration error.
-var ErrInvalidConfig = errors.New("lab: invalid config")
-
-func (c Config) validate() error {
-	switch {
-	case c.Cells < 1 || c.Cells > 64:
-		return fmt.Errorf("%w: --cells %d: want 1..64", ErrInvalidConfig, c.Cells)
-	case c.RPS < 0 || c.RPS > 10000:
-		return fmt.Errorf("%w: --rps %v: want 0..10000", ErrInvalidConfig, c.RPS)
-	case c.Duration < 0:
-		return fmt.Errorf("%w: --duration must be >= 0", ErrInvalidConfig)
-	case c.PromptTokens < 1 || c.PromptJitter < 0 || c.PromptJitter >= c.PromptTokens:
-		return fmt.Errorf("%w: prompt tokens %d ± %d: want jitter < tokens", ErrInvalidConfig, c.PromptTokens, c.PromptJitter)
-	case c.MaxTokens < 1:
-		return fmt.Errorf("%w: max tokens must be >= 1", ErrInvalidConfig)
-	case c.TimeScale <= 0:
-		return fmt.Errorf("%w: --time-scale must be > 0", ErrInvalidConfig)
-	}
-	return nil
-}
-
-// Deps are the lab's collaborators.
-type Deps struct {
-	Logger *slog.Logger
-	// Out receives the live view. Default os.Stdout.
-	Out   io.Writer
-	Clock clockwork.Clock
-}
 
 // Lab is a running fleet.
 type Lab struct {
-	cfg     Config
-	log     *slog.Logger
-	ctrl    *regional.Controller
-	engines []*sim.Engine
-	dcgm    *sim.DCGMExporter
-	agents  []*cellagent.Agent
-	watch   *gateway.Watcher
-	traffic *traffic
-	stops   []func()
+	cfg   Config
+	log   *slog.Logger
+	clock clockwork.Clock
+	dir   string
+	own   bool
+	pki   *pki
+
+	etcd    *election.Embedded
+	globals []*global.Server
+	regions []*Region
+	traffic []*traffic
+
+	// routes maps a destination address to the WAN path that carries it,
+	// per source region (gateway forwarding, gossip, regional → global).
+	routeMu sync.RWMutex
+	routes  map[string]map[string]string
+
+	stopMu sync.Mutex
+	stops  []func()
 }
+
+// Region is one simulated datacenter.
+type Region struct {
+	Name string
+	// Metrics is the region's registry (controller, gateway, gossip).
+	Metrics *prometheus.Registry
+	Ctrl    *regional.Controller
+	Gateway *gateway.Gateway
+	Gossip  *gossip.Node
+	Engines []*sim.Engine
+	Agents  []*cellagent.Agent
+	DCGM    *sim.DCGMExporter
+}
+
+// CellID names cell i of region r.
+func CellID(region string, i int) string { return fmt.Sprintf("%s-cell-%d", region, i) }
 
 // Run starts a lab, drives traffic until the duration elapses or ctx ends,
 // writes the report and shuts everything down.
@@ -138,14 +75,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	if deps.Logger == nil {
-		deps.Logger = slog.New(slog.DiscardHandler)
-	}
 	if deps.Out == nil {
 		deps.Out = os.Stdout
-	}
-	if deps.Clock == nil {
-		deps.Clock = clockwork.NewRealClock()
 	}
 	l, err := Start(ctx, cfg, deps)
 	if err != nil {
@@ -159,7 +90,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		defer cancel()
 	}
 	view := cfg.View || cfg.Duration == 0
-	tick := deps.Clock.NewTicker(cfg.ViewEvery)
+	tick := l.clock.NewTicker(cfg.ViewEvery)
 	defer tick.Stop()
 	for done := false; !done; {
 		select {
@@ -171,7 +102,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			}
 		}
 	}
-	l.traffic.stop()
+	l.StopTraffic()
 	rep := l.Report()
 	if view {
 		l.render(deps.Out)
@@ -188,8 +119,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	return nil
 }
 
-// Start builds and starts every component and the traffic driver; the
-// caller must Stop it.
+// Start builds and starts every component and the traffic; the caller must
+// Stop the lab.
 func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 	cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -201,34 +132,360 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 	if deps.Clock == nil {
 		deps.Clock = clockwork.NewRealClock()
 	}
-	l := &Lab{cfg: cfg, log: deps.Logger}
+	l := &Lab{cfg: cfg, log: deps.Logger, clock: deps.Clock, dir: cfg.Dir, routes: map[string]map[string]string{}}
 	defer func() {
 		if err != nil {
 			l.Stop()
 		}
 	}()
-	insecureDial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if l.dir == "" {
+		if l.dir, err = os.MkdirTemp("", "isobar-lab-"); err != nil {
+			return nil, err
+		}
+		l.own = true
+		l.onStop(func() { _ = os.RemoveAll(l.dir) })
+	}
+	if l.pki, err = newPKI(l.dir, cfg.Insecure); err != nil {
+		return nil, err
+	}
+	if cfg.Globals > 0 {
+		if err := l.startGlobals(ctx); err != nil {
+			return nil, err
+		}
+	}
+	// Addresses first, so the WAN paths can target them: each region's
+	// gateway (its ingress) and gossip member.
+	n := len(cfg.Regions)
+	gwLns := make([]net.Listener, n)
+	gossipAddrs := make([]string, n)
+	for i := range cfg.Regions {
+		if gwLns[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		if gossipAddrs[i], err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	if n > 1 {
+		if err := l.startWAN(gwLns, gossipAddrs); err != nil {
+			return nil, err
+		}
+	}
+	for i, name := range cfg.Regions {
+		r, err := l.startRegion(ctx, i, name, gwLns[i], gossipAddrs)
+		if err != nil {
+			return nil, err
+		}
+		l.regions = append(l.regions, r)
+	}
+	if err := l.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	for i, r := range l.regions {
+		t := newTraffic(cfg, r.Name, r.Gateway.Addr(), cfg.Seed+uint64(i), l.clock, l.log)
+		t.start(ctx)
+		l.traffic = append(l.traffic, t)
+		l.onStop(t.stop)
+	}
+	return l, nil
+}
 
-	rcfg := regional.DefaultConfig(cfg.Region)
-	rcfg.HeartbeatInterval = cfg.HeartbeatInterval
-	rcfg.TTLGrace = cfg.HeartbeatInterval
-	rcfg.HTTPListen = "127.0.0.1:0"
-	rcfg.Listen = "127.0.0.1:0"
-	l.ctrl, err = regional.New(rcfg, regional.Deps{Logger: deps.Logger.With("component", "regional")})
+// readyTimeout bounds how long Start waits for the fleet to be ready.
+const readyTimeout = 2 * time.Minute
+
+// waitReady blocks until every region's gateway routes to all of its
+// cells and, with the global pair, every region routes on a plan — so the
+// traffic measures the fleet, not its start-up.
+func (l *Lab) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	model := xds.ClusterName(sim.DefaultModel)
+	for _, r := range l.regions {
+		_, err := r.Gateway.WaitForTable(ctx, func(t *gateway.Table) bool {
+			n := 0
+			for _, e := range t.Clusters[model].Endpoints {
+				if e.Region == r.Name {
+					n++
+				}
+			}
+			return t.Ready() && n == len(r.Engines)
+		})
+		if err != nil {
+			return fmt.Errorf("lab: region %s's gateway not ready: %w", r.Name, err)
+		}
+	}
+	if l.etcd == nil {
+		return nil
+	}
+	t := l.clock.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ready := true
+		for _, r := range l.regions {
+			if rt := r.Ctrl.Routes(); rt == nil || rt.Source != regional.RoutesPlan {
+				ready = false
+			}
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab: regions not routing on a plan: %w", ctx.Err())
+		case <-t.Chan():
+		}
+	}
+}
+
+func (l *Lab) onStop(f func()) {
+	l.stopMu.Lock()
+	l.stops = append(l.stops, f)
+	l.stopMu.Unlock()
+}
+
+// Stop shuts everything down in reverse start order. Idempotent.
+func (l *Lab) Stop() {
+	l.stopMu.Lock()
+	stops := l.stops
+	l.stops = nil
+	l.stopMu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+}
+
+// StopTraffic ends the load (in-flight requests finish, bounded).
+func (l *Lab) StopTraffic() {
+	var wg sync.WaitGroup
+	for _, t := range l.traffic {
+		wg.Go(t.stop)
+	}
+	wg.Wait()
+}
+
+// Regions are the lab's regions in order.
+func (l *Lab) Regions() []*Region { return l.regions }
+
+// Globals are the members of the global pair.
+func (l *Lab) Globals() []*global.Server { return l.globals }
+
+// Etcd is the embedded etcd (nil with one region).
+func (l *Lab) Etcd() *election.Embedded { return l.etcd }
+
+// Controller is the first region's controller (single-region use).
+func (l *Lab) Controller() *regional.Controller { return l.regions[0].Ctrl }
+
+// Engines are the first region's engines (single-region use).
+func (l *Lab) Engines() []*sim.Engine { return l.regions[0].Engines }
+
+func (l *Lab) etcdClient(id identity) (*clientv3.Client, error) {
+	cc := election.ClientConfig{Endpoints: l.etcd.Endpoints(), DialTimeout: 10 * time.Second}
+	if !l.cfg.Insecure {
+		cc.TLS = election.TLSFiles{CertFile: id.cert, KeyFile: id.key, CAFile: l.pki.ca}
+	}
+	cli, err := election.NewClient(cc)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.ctrl.Start(ctx); err != nil {
+	l.onStop(func() { _ = cli.Close() })
+	return cli, nil
+}
+
+func (l *Lab) startGlobals(ctx context.Context) error {
+	id, err := l.pki.issue("etcd", "")
+	if err != nil {
+		return err
+	}
+	ec := election.EmbeddedConfig{Dir: l.dir + "/etcd", UnsafeNoFsync: true}
+	if !l.cfg.Insecure {
+		ec.TLS = election.TLSFiles{CertFile: id.cert, KeyFile: id.key, CAFile: l.pki.ca}
+	}
+	if l.etcd, err = election.StartEmbedded(ctx, ec); err != nil {
+		return err
+	}
+	l.onStop(l.etcd.Stop)
+	for g := range l.cfg.Globals {
+		name := fmt.Sprintf("g%d", g+1)
+		gid, err := l.pki.issue("global-"+name, certs.GlobalURI(name))
+		if err != nil {
+			return err
+		}
+		cli, err := l.etcdClient(gid)
+		if err != nil {
+			return err
+		}
+		gc := global.Config{Name: name, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Regions: l.cfg.Regions}
+		if l.cfg.Fast {
+			gc.LeaseTTL, gc.CycleInterval, gc.RegionTTL = time.Second, 200*time.Millisecond, 1500*time.Millisecond
+		}
+		if !l.cfg.Insecure {
+			gc.TLSCert, gc.TLSKey, gc.TLSCA = gid.cert, gid.key, l.pki.ca
+		}
+		srv, err := global.New(gc, global.Deps{Etcd: cli, Logger: l.log.With("component", "global", "global", name)})
+		if err != nil {
+			return err
+		}
+		if err := srv.Start(ctx); err != nil {
+			return err
+		}
+		l.onStop(srv.Stop)
+		l.globals = append(l.globals, srv)
+	}
+	return nil
+}
+
+// startWAN creates the emulated WAN: per ordered pair of regions a path
+// for forwarded requests (gateway to gateway) and one for gossip (TCP and
+// UDP); per region outside the first, a path to each global member.
+func (l *Lab) startWAN(gwLns []net.Listener, gossipAddrs []string) error {
+	regions := l.cfg.Regions
+	for i, src := range regions {
+		for j := range regions {
+			if i == j {
+				continue
+			}
+			d := l.cfg.Delay(i, j)
+			gw, err := wan.New(wan.Config{Path: "http:" + src + ">" + regions[j], Listen: "127.0.0.1:0",
+				Target: gwLns[j].Addr().String(), Delay: d, Jitter: l.cfg.Jitter, Seed: l.cfg.Seed + uint64(i*16+j)},
+				wan.Deps{Logger: l.log})
+			if err != nil {
+				return err
+			}
+			if err := gw.Start(); err != nil {
+				return err
+			}
+			l.onStop(gw.Stop)
+			l.route(src, gwLns[j].Addr().String(), gw.Addr())
+			gp, err := wan.NewPath(wan.Config{Path: "gossip:" + src + ">" + regions[j], Listen: "127.0.0.1:0",
+				Target: gossipAddrs[j], Delay: d, Jitter: l.cfg.Jitter, Seed: l.cfg.Seed + uint64(i*16+j+256)},
+				wan.Deps{Logger: l.log})
+			if err != nil {
+				return err
+			}
+			if err := gp.Start(); err != nil {
+				return err
+			}
+			l.onStop(gp.Stop)
+			l.route(src, gossipAddrs[j], gp.Addr())
+		}
+		if i == 0 {
+			continue // the global pair runs in the first region
+		}
+		for _, g := range l.globals {
+			p, err := wan.New(wan.Config{Path: "global:" + src + ">" + g.ID(), Listen: "127.0.0.1:0",
+				Target: g.Addr(), Delay: l.cfg.Delay(i, 0), Jitter: l.cfg.Jitter, Seed: l.cfg.Seed + uint64(i*16+512)},
+				wan.Deps{Logger: l.log})
+			if err != nil {
+				return err
+			}
+			if err := p.Start(); err != nil {
+				return err
+			}
+			l.onStop(p.Stop)
+			l.route(src, g.Addr(), p.Addr())
+		}
+	}
+	return nil
+}
+
+func (l *Lab) route(src, dst, via string) {
+	l.routeMu.Lock()
+	defer l.routeMu.Unlock()
+	if l.routes[src] == nil {
+		l.routes[src] = map[string]string{}
+	}
+	l.routes[src][dst] = via
+}
+
+// via returns the address that reaches dst from region src.
+func (l *Lab) via(src, dst string) string {
+	l.routeMu.RLock()
+	defer l.routeMu.RUnlock()
+	if v, ok := l.routes[src][dst]; ok {
+		return v
+	}
+	return dst
+}
+
+func (l *Lab) dialer(src string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, network, l.via(src, addr))
+	}
+}
+
+func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Listener, gossipAddrs []string) (*Region, error) {
+	r := &Region{Name: name, Metrics: prometheus.NewRegistry()}
+	cfg := l.cfg
+	log := l.log.With("region", name)
+	rid, err := l.pki.issue("regional-"+name, certs.RegionURI(name))
+	if err != nil {
 		return nil, err
 	}
-	l.stops = append(l.stops, l.ctrl.Stop)
+	host, port, _ := net.SplitHostPort(gossipAddrs[idx])
+	gcfg := gossip.Config{Role: gossip.RoleRegional, Region: name, IngressAddress: gwLn.Addr().String(),
+		BindAddr: host, Profile: gossip.ProfileLAN}
+	gcfg.BindPort, _ = atoi(port)
+	if cfg.Fast {
+		gcfg.Profile = gossip.ProfileLocal
+	}
+	if idx > 0 {
+		gcfg.Join = []string{gossipAddrs[0]}
+	}
+	node, err := gossip.New(gcfg, gossip.Deps{Logger: log.With("component", "gossip"), Validate: summary.Validate,
+		WrapTransport: func(nt memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+			return &wan.Transport{NodeAwareTransport: nt, Route: func(a string) string { return l.via(name, a) }}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	if err := node.Start(ctx); err != nil {
+		return nil, err
+	}
+	l.onStop(node.Stop)
+	r.Gossip = node
 
-	l.dcgm = sim.NewDCGMExporter(sim.DCGMConfig{Hostname: cfg.Region + "-node"}, sim.Deps{})
+	rc := regional.DefaultConfig(name)
+	rc.Listen, rc.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	rc.HeartbeatInterval, rc.TTLGrace = cfg.HeartbeatInterval, cfg.HeartbeatInterval
+	rc.Global.IngressAddress = gwLn.Addr().String()
+	// The profile's knee is ~1.3 RPS per cell in real time; a faster
+	// clock serves proportionally more.
+	rc.Global.NominalCellRPS = 1.3 / cfg.TimeScale
+	if cfg.Fast {
+		rc.CycleInterval = 20 * time.Millisecond
+		rc.Global.SummaryInterval = 200 * time.Millisecond
+	}
+	if !cfg.Insecure {
+		rc.TLS = regional.TLSFiles{Cert: rid.cert, Key: rid.key, CA: l.pki.ca}
+	}
+	rdeps := regional.Deps{Logger: log.With("component", "regional"), Gossip: node, Registerer: r.Metrics}
+	if l.etcd != nil {
+		if rdeps.Etcd, err = l.etcdClient(rid); err != nil {
+			return nil, err
+		}
+		dial, err := l.pki.dial(rid)
+		if err != nil {
+			return nil, err
+		}
+		d := l.dialer(name)
+		rdeps.GlobalDialOptions = append(dial, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return d(ctx, "tcp", addr)
+		}))
+	}
+	if r.Ctrl, err = regional.New(rc, rdeps); err != nil {
+		return nil, err
+	}
+	if err := r.Ctrl.Start(ctx); err != nil {
+		return nil, err
+	}
+	l.onStop(r.Ctrl.Stop)
+
+	r.DCGM = sim.NewDCGMExporter(sim.DCGMConfig{Hostname: name + "-node"}, sim.Deps{})
 	for i := range cfg.Cells {
-		name := fmt.Sprintf("%s-cell-%d", cfg.Region, i)
 		eng, err := sim.NewEngine(sim.EngineConfig{
-			Name: name, Profile: cfg.Profile, TimeScale: cfg.TimeScale, GPUIndex: i, Seed: int64(i),
-		}, sim.Deps{Logger: deps.Logger.With("component", "sim", "cell", name)})
+			Name: CellID(name, i), Profile: cfg.Profile, TimeScale: cfg.TimeScale, GPUIndex: i, Seed: int64(idx*64 + i),
+		}, sim.Deps{Logger: log.With("component", "sim")})
 		if err != nil {
 			return nil, err
 		}
@@ -239,67 +496,106 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 		if err := eng.Start(ln); err != nil {
 			return nil, err
 		}
-		l.stops = append(l.stops, func() { stopCtx(eng.Stop) })
-		l.engines = append(l.engines, eng)
-		l.dcgm.AddGPU(eng.GPU())
+		l.onStop(func() { stopCtx(eng.Stop) })
+		r.Engines = append(r.Engines, eng)
+		r.DCGM.AddGPU(eng.GPU())
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	if err := l.dcgm.Start(ln); err != nil {
+	if err := r.DCGM.Start(ln); err != nil {
 		return nil, err
 	}
-	l.stops = append(l.stops, func() { stopCtx(l.dcgm.Stop) })
-
-	for i, eng := range l.engines {
-		ag, err := cellagent.NewAgent(cellagent.Config{
-			CellID: eng.Config().Name, Region: cfg.Region, ControllerAddr: l.ctrl.Addr(),
-			VLLMURL: "http://" + eng.Addr() + "/metrics", DCGMURL: "http://" + l.dcgm.Addr() + "/metrics",
+	l.onStop(func() { stopCtx(r.DCGM.Stop) })
+	for i, eng := range r.Engines {
+		cid, err := l.pki.issue(CellID(name, i), certs.CellURI(CellID(name, i)))
+		if err != nil {
+			return nil, err
+		}
+		ac := cellagent.Config{
+			CellID: CellID(name, i), Region: name, ControllerAddr: r.Ctrl.Addr(),
+			VLLMURL: "http://" + eng.Addr() + "/metrics", DCGMURL: "http://" + r.DCGM.Addr() + "/metrics",
 			DCGMGPU: fmt.Sprint(i), Interval: cfg.HeartbeatInterval,
-		}, cellagent.Deps{Logger: deps.Logger.With("component", "cellagent"), DialOptions: insecureDial})
+		}
+		var adeps cellagent.Deps
+		adeps.Logger = log.With("component", "cellagent")
+		if cfg.Insecure {
+			if adeps.DialOptions, err = l.pki.dial(cid); err != nil {
+				return nil, err
+			}
+		} else {
+			ac.TLS = cellagent.TLSFiles{Cert: cid.cert, Key: cid.key, CA: l.pki.ca}
+		}
+		ag, err := cellagent.NewAgent(ac, adeps)
 		if err != nil {
 			return nil, err
 		}
 		if err := ag.Start(ctx); err != nil {
 			return nil, err
 		}
-		l.stops = append(l.stops, ag.Stop)
-		l.agents = append(l.agents, ag)
+		l.onStop(ag.Stop)
+		r.Agents = append(r.Agents, ag)
 	}
 
-	l.watch, err = gateway.NewWatcher(gateway.WatchConfig{Server: l.ctrl.Addr(), NodeID: "lab-traffic"},
-		gateway.WatchDeps{Logger: deps.Logger.With("component", "watch"), DialOptions: insecureDial})
+	gid, err := l.pki.issue("gateway-"+name, certs.GatewayURI(name))
 	if err != nil {
 		return nil, err
 	}
-	if err := l.watch.Start(ctx); err != nil {
+	gdial, err := l.pki.dial(gid)
+	if err != nil {
 		return nil, err
 	}
-	l.stops = append(l.stops, l.watch.Stop)
-
-	l.traffic = newTraffic(cfg, l.watch, deps.Clock, deps.Logger)
-	l.traffic.start(ctx)
-	l.stops = append(l.stops, l.traffic.stop)
-	return l, nil
-}
-
-// Stop shuts everything down in reverse start order. Idempotent.
-func (l *Lab) Stop() {
-	for i := len(l.stops) - 1; i >= 0; i-- {
-		l.stops[i]()
+	gw, err := gateway.New(gateway.Config{Controller: r.Ctrl.Addr(), Region: name, LB: gateway.LBMode(cfg.LB)},
+		gateway.Deps{Logger: log.With("component", "gateway"), DialOptions: gdial, DialContext: l.dialer(name),
+			Registerer: r.Metrics})
+	if err != nil {
+		return nil, err
 	}
-	l.stops = nil
+	if err := gw.Start(ctx, gwLn); err != nil {
+		return nil, err
+	}
+	l.onStop(gw.Stop)
+	r.Gateway = gw
+	return r, nil
 }
 
-// Controller is the lab's regional controller (tests, chaos).
-func (l *Lab) Controller() *regional.Controller { return l.ctrl }
-
-// Engines are the simulated engines, in cell order.
-func (l *Lab) Engines() []*sim.Engine { return l.engines }
+// KillCell SIGKILLs the engine of cell i in region r (listener and
+// connections gone at once).
+func (l *Lab) KillCell(region string, i int) error {
+	for _, r := range l.regions {
+		if r.Name == region {
+			if i < 0 || i >= len(r.Engines) {
+				return fmt.Errorf("lab: region %s has no cell %d", region, i)
+			}
+			r.Engines[i].Kill()
+			return nil
+		}
+	}
+	return fmt.Errorf("lab: no region %q", region)
+}
 
 func stopCtx(stop func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = stop(ctx)
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago (memberlist binds UDP and TCP on one port, chosen before the WAN
+// paths that target it).
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	a := ln.Addr().String()
+	_ = ln.Close()
+	return a, nil
+}
+
+func atoi(s string) (int, error) {
+	var n int
+	_, err := fmt.Sscan(s, &n)
+	return n, err
 }

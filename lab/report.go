@@ -3,7 +3,7 @@ package lab
 import (
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,14 +13,15 @@ import (
 type Report struct {
 	Total   Summary                 `json:"total"`
 	Regions map[string]RegionReport `json:"regions"`
-	// Shed counts arrivals dropped because MaxInFlight requests were open.
-	Shed int `json:"shed"`
-	// Abandoned counts requests still in flight when the run ended and
-	// the drain timeout cut them off (not counted as failures).
+	Globals []GlobalReport          `json:"globals,omitempty"`
+	// Shed counts arrivals dropped at the client because MaxInFlight
+	// requests were open; Abandoned counts requests cut off when the run
+	// ended (neither counted as failures).
+	Shed      int `json:"shed"`
 	Abandoned int `json:"abandoned"`
 }
 
-// Summary is request counts and TTFT percentiles (successful requests).
+// Summary is request counts and TTFT percentiles (of successful requests).
 type Summary struct {
 	Requests    int         `json:"requests"`
 	Succeeded   int         `json:"succeeded"`
@@ -28,103 +29,196 @@ type Summary struct {
 	TTFTms      Percentiles `json:"ttft_ms"`
 }
 
-// RegionReport is one region's figures.
+// RegionReport is one region: its clients' requests (wherever served), the
+// cells that served them, and the region's own state at the end.
 type RegionReport struct {
 	Summary
+	// Cells that served this region's clients (local or remote), by id.
 	Cells map[string]CellReport `json:"cells"`
+	// ServedBy counts this region's requests by serving region.
+	ServedBy map[string]int `json:"served_by"`
+	// State of the region's own cells at the end of the run.
+	CellStates map[string]CellState `json:"cell_states"`
+	// Routes in force at the end: source, epoch and per-model shares.
+	Routes RoutesReport `json:"routes"`
 }
 
-// CellReport is one cell's figures and its state at the end of the run.
+// CellReport is what one cell served for a region's clients.
 type CellReport struct {
-	Requests  int         `json:"requests"`
-	Succeeded int         `json:"succeeded"`
-	TTFTms    Percentiles `json:"ttft_ms"`
-	State     string      `json:"state"`
-	Weight    uint32      `json:"weight"`
-	Pressure  float64     `json:"pressure"`
+	Requests  int `json:"requests"`
+	Succeeded int `json:"succeeded"`
 }
 
-func summary(s *stats) Summary {
-	out := Summary{Requests: s.requests, Succeeded: s.succeeded, TTFTms: percentiles(s.ttft)}
-	if s.requests > 0 {
-		out.SuccessRate = float64(s.succeeded) / float64(s.requests)
+// CellState is a cell as its controller saw it at the end.
+type CellState struct {
+	State    string  `json:"state"`
+	Weight   uint32  `json:"weight"`
+	Pressure float64 `json:"pressure"`
+}
+
+// RoutesReport is a region's cross-region routing.
+type RoutesReport struct {
+	Source string                        `json:"source"`
+	Epoch  uint64                        `json:"epoch"`
+	Models map[string]map[string]float64 `json:"models,omitempty"`
+	Shed   map[string]float64            `json:"shed,omitempty"`
+}
+
+// GlobalReport is one member of the pair.
+type GlobalReport struct {
+	ID     string `json:"id"`
+	Leader bool   `json:"leader"`
+}
+
+func summarise(os []Outcome) Summary {
+	s := Summary{Requests: len(os)}
+	var ttft []time.Duration
+	for _, o := range os {
+		if o.OK {
+			s.Succeeded++
+			ttft = append(ttft, o.TTFT)
+		}
 	}
-	return out
+	if s.Requests > 0 {
+		s.SuccessRate = float64(s.Succeeded) / float64(s.Requests)
+	}
+	s.TTFTms = percentiles(ttft)
+	return s
 }
 
 // Report returns the figures so far.
 func (l *Lab) Report() Report {
-	t := l.traffic
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	rr := RegionReport{Summary: summary(&t.total), Cells: map[string]CellReport{}}
-	for _, c := range l.ctrl.Registry().View().Cells {
-		rr.Cells[c.ID] = CellReport{State: c.State.String(), Weight: c.Weight.Published, Pressure: c.Score.Pressure}
-	}
-	for id, s := range t.cells {
-		cr := rr.Cells[id]
-		cr.Requests, cr.Succeeded, cr.TTFTms = s.requests, s.succeeded, percentiles(s.ttft)
-		rr.Cells[id] = cr
-	}
-	return Report{Total: rr.Summary, Regions: map[string]RegionReport{l.cfg.Region: rr}, Shed: t.shed, Abandoned: t.abandoned}
-}
-
-// render draws the live view: one row per cell with its lifecycle state,
-// pressure, published weight and the last 10 s of traffic it served.
-func (l *Lab) render(out io.Writer) {
-	v := l.ctrl.Registry().View()
-	t := l.traffic
-	t.mu.Lock()
-	type row struct {
-		ok, n int
-		ttft  []time.Duration
-	}
-	recent := map[string]row{}
-	var all row
-	for id, s := range t.cells {
-		var r row
-		for _, o := range s.recent {
-			r.n++
-			if o.ok {
-				r.ok++
-				r.ttft = append(r.ttft, o.ttft)
+	rep := Report{Regions: map[string]RegionReport{}}
+	var all []Outcome
+	for i, r := range l.regions {
+		t := l.traffic[i]
+		os := t.Outcomes()
+		all = append(all, os...)
+		t.mu.Lock()
+		rep.Shed += t.shed
+		rep.Abandoned += t.abandoned
+		t.mu.Unlock()
+		rr := RegionReport{Summary: summarise(os), Cells: map[string]CellReport{}, ServedBy: map[string]int{},
+			CellStates: map[string]CellState{}}
+		for _, o := range os {
+			if o.Cell == "" {
+				continue
+			}
+			c := rr.Cells[o.Cell]
+			c.Requests++
+			if o.OK {
+				c.Succeeded++
+			}
+			rr.Cells[o.Cell] = c
+			if o.Region != "" {
+				rr.ServedBy[o.Region]++
 			}
 		}
-		recent[id] = r
-		all.n, all.ok = all.n+r.n, all.ok+r.ok
-		all.ttft = append(all.ttft, r.ttft...)
+		for _, c := range r.Ctrl.Registry().View().Cells {
+			rr.CellStates[c.ID] = CellState{State: c.State.String(), Weight: c.Weight.Published, Pressure: c.Score.Pressure}
+		}
+		rr.Routes = RoutesReport{Source: "local"}
+		if rt := r.Ctrl.Routes(); rt != nil {
+			rr.Routes = RoutesReport{Source: rt.Source, Epoch: rt.Epoch, Models: map[string]map[string]float64{}, Shed: map[string]float64{}}
+			for m, mr := range rt.Models {
+				rr.Routes.Models[m] = mr.Routes
+				rr.Routes.Shed[m] = mr.Shed
+			}
+		}
+		rep.Regions[r.Name] = rr
 	}
-	total, shed := t.total, t.shed
-	t.mu.Unlock()
+	rep.Total = summarise(all)
+	for _, g := range l.globals {
+		rep.Globals = append(rep.Globals, GlobalReport{ID: g.ID(), Leader: g.IsLeader()})
+	}
+	return rep
+}
 
+// render draws the live view: per region its routing and recent traffic,
+// then one row per cell.
+func (l *Lab) render(out io.Writer) {
 	var b strings.Builder
 	b.WriteString("\x1b[H\x1b[2J")
-	fmt.Fprintf(&b, "isobar lab — region %s, %d cells, %.1f RPS offered   (Ctrl-C to stop)\n", l.cfg.Region, len(l.engines), l.cfg.RPS)
-	fmt.Fprintf(&b, "controller %s   debug http://%s/debug/cells   xDS version %s\n\n", l.ctrl.Addr(), l.ctrl.HTTPAddr(), l.ctrl.XDSVersion())
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CELL\tSTATE\tPRESSURE\tWEIGHT\tREQ/10s\tOK%\tTTFT P50\tP95\tP99\tFALLBACK\tREASON")
-	ids := make([]string, 0, len(v.Cells))
-	for _, c := range v.Cells {
-		ids = append(ids, c.ID)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		c, _ := v.Cell(id)
-		r := recent[id]
-		p := percentiles(r.ttft)
-		fb := ""
-		if c.Fallback {
-			fb = "yes"
+	fmt.Fprintf(&b, "isobar lab — %d regions × %d cells, %.1f RPS per region, LB %s   (Ctrl-C to stop)\n",
+		len(l.regions), l.cfg.Cells, l.cfg.RPS, l.cfg.LB)
+	for _, g := range l.globals {
+		role := "standby"
+		if g.IsLeader() {
+			role = "LEADER"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			id, c.State, c.Score.Pressure, c.Weight.Published, r.n, pct(r.ok, r.n), ms(p.P50, len(r.ttft)), ms(p.P95, len(r.ttft)), ms(p.P99, len(r.ttft)), fb, c.Reason)
+		fmt.Fprintf(&b, "global %-28s %s  http://%s/debug/plan\n", g.ID(), role, g.HTTPAddr())
 	}
-	_ = tw.Flush()
-	p := percentiles(all.ttft)
-	fmt.Fprintf(&b, "\nlast 10 s: %d requests, success %s, TTFT P50 %s  P95 %s  P99 %s\n", all.n, pct(all.ok, all.n),
-		ms(p.P50, len(all.ttft)), ms(p.P95, len(all.ttft)), ms(p.P99, len(all.ttft)))
-	fmt.Fprintf(&b, "since start: %d requests, success %s, shed %d\n", total.requests, pct(total.succeeded, total.requests), shed)
+	now := l.clock.Now()
+	var total []Outcome
+	for i, r := range l.regions {
+		var recent []Outcome
+		for _, o := range l.traffic[i].Outcomes() {
+			if now.Sub(o.End) <= recentWindow {
+				recent = append(recent, o)
+			}
+		}
+		total = append(total, recent...)
+		s := summarise(recent)
+		fmt.Fprintf(&b, "\n■ %s  controller %s  gateway %s\n", r.Name, r.Ctrl.HTTPAddr(), r.Gateway.Addr())
+		fmt.Fprintf(&b, "  routes: %s\n", routesLine(r))
+		fmt.Fprintf(&b, "  last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s\n",
+			s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded))
+		served := map[string]int{}
+		for _, o := range recent {
+			served[o.Cell]++
+		}
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  CELL\tSTATE\tPRESSURE\tWEIGHT\tSERVED/10s\tFALLBACK\tREASON")
+		for _, c := range r.Ctrl.Registry().View().Cells {
+			fb := ""
+			if c.Fallback {
+				fb = "yes"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%d\t%d\t%s\t%s\n", c.ID, c.State, c.Score.Pressure, c.Weight.Published, served[c.ID], fb, c.Reason)
+		}
+		_ = tw.Flush()
+	}
+	s := summarise(total)
+	fmt.Fprintf(&b, "\nall regions, last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s\n",
+		s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded))
 	_, _ = io.WriteString(out, b.String())
+}
+
+func routesLine(r *Region) string {
+	rt := r.Ctrl.Routes()
+	if rt == nil {
+		return "local only (no global)"
+	}
+	var parts []string
+	models := make([]string, 0, len(rt.Models))
+	for m := range rt.Models {
+		models = append(models, m)
+	}
+	slices.Sort(models)
+	for _, m := range models {
+		mr := rt.Models[m]
+		dests := make([]string, 0, len(mr.Routes))
+		for d := range mr.Routes {
+			dests = append(dests, d)
+		}
+		slices.Sort(dests)
+		var fr []string
+		for _, d := range dests {
+			fr = append(fr, fmt.Sprintf("%s %.2f", d, mr.Routes[d]))
+		}
+		if mr.Shed > 0 {
+			fr = append(fr, fmt.Sprintf("shed %.2f", mr.Shed))
+		}
+		parts = append(parts, strings.Join(fr, ", "))
+	}
+	head := rt.Source
+	if rt.Source == "plan" {
+		head = fmt.Sprintf("plan epoch %d", rt.Epoch)
+	}
+	if len(parts) == 0 {
+		return head
+	}
+	return head + " → " + strings.Join(parts, " | ")
 }
 
 func ms(v float64, n int) string {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -20,57 +19,56 @@ import (
 	"github.com/isobar-mesh/isobar/sim"
 )
 
-// maxSamples bounds the TTFT samples kept for the report.
+// maxSamples bounds the outcomes kept for the report.
 const maxSamples = 1 << 20
 
-// traffic is a Poisson load driver that picks an endpoint per request by
-// weighted random choice over the endpoint weights the control plane
-// published (what Envoy's weighted balancing does on average).
+// drainTimeout bounds how long stop waits for in-flight requests.
+const drainTimeout = 30 * time.Second
+
+// recentWindow is what the live view summarises.
+const recentWindow = 10 * time.Second
+
+// traffic is one region's clients: Poisson arrivals sent to the region's
+// gateway, streaming, with TTFT measured at the client.
 type traffic struct {
-	cfg    Config
-	watch  *gateway.Watcher
-	clock  clockwork.Clock
-	log    *slog.Logger
-	client *http.Client
-	sem    chan struct{}
+	cfg     Config
+	region  string
+	gateway string
+	seed    uint64
+	clock   clockwork.Clock
+	log     *slog.Logger
+	client  *http.Client
+	sem     chan struct{}
 
 	mu        sync.Mutex
-	cells     map[string]*stats
-	total     stats
+	outcomes  []Outcome
 	shed      int
 	abandoned int
 
-	// cancel stops arrivals; cancelReqs aborts requests still in flight
-	// when the drain timeout ends.
 	cancel, cancelReqs context.CancelFunc
 	arrivalsDone       chan struct{}
 	wg                 sync.WaitGroup
 	stopOnce           sync.Once
 }
 
-// drainTimeout bounds how long stop waits for in-flight requests.
-const drainTimeout = 30 * time.Second
-
-type stats struct {
-	requests, succeeded int
-	ttft                []time.Duration
-	recent              []outcome // last recentWindow of outcomes, for the view
+// Outcome is one request as its client saw it.
+type Outcome struct {
+	Start time.Time
+	End   time.Time
+	// OK: HTTP 200 and the stream completed.
+	OK     bool
+	Status int
+	TTFT   time.Duration
+	// Cell and Region that served it (from the gateway's headers).
+	Cell, Region string
+	Long         bool
 }
 
-type outcome struct {
-	at   time.Time
-	ok   bool
-	ttft time.Duration
-}
-
-const recentWindow = 10 * time.Second
-
-func newTraffic(cfg Config, w *gateway.Watcher, clock clockwork.Clock, log *slog.Logger) *traffic {
+func newTraffic(cfg Config, region, gw string, seed uint64, clock clockwork.Clock, log *slog.Logger) *traffic {
 	return &traffic{
-		cfg: cfg, watch: w, clock: clock, log: log,
-		client: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
+		cfg: cfg, region: region, gateway: gw, seed: seed, clock: clock, log: log,
+		client: &http.Client{Timeout: 10 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
 		sem:    make(chan struct{}, cfg.MaxInFlight),
-		cells:  map[string]*stats{},
 	}
 }
 
@@ -86,8 +84,8 @@ func (t *traffic) start(ctx context.Context) {
 }
 
 // stop ends arrivals, lets in-flight requests finish (up to drainTimeout;
-// those cut off then are counted as abandoned, not failed) and waits for
-// every goroutine. Idempotent.
+// those cut off are counted as abandoned, not failed) and joins every
+// goroutine. Idempotent.
 func (t *traffic) stop() {
 	t.stopOnce.Do(func() {
 		if t.cancel == nil {
@@ -112,7 +110,7 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	rng := rand.New(rand.NewPCG(t.cfg.Seed, 0x15ba4))
+	rng := rand.New(rand.NewPCG(t.seed, 0x15ba4))
 	for ctx.Err() == nil {
 		gap := time.Duration(rng.ExpFloat64() / t.cfg.RPS * float64(time.Second))
 		select {
@@ -120,15 +118,11 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 			return
 		case <-t.clock.After(gap):
 		}
-		a, ok := t.watch.Latest()
-		if !ok {
-			continue
-		}
-		ep, ok := gateway.Pick(a, rng.Float64())
-		if !ok {
-			continue
-		}
+		long := rng.IntN(10) == 0
 		prompt := t.cfg.PromptTokens - t.cfg.PromptJitter + rng.IntN(2*t.cfg.PromptJitter+1)
+		if long {
+			prompt = t.cfg.LongPrompt
+		}
 		select {
 		case t.sem <- struct{}{}:
 		default:
@@ -139,29 +133,29 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 		}
 		t.wg.Go(func() {
 			defer func() { <-t.sem }()
-			t.one(reqCtx, ep, prompt)
+			t.one(reqCtx, prompt, long)
 		})
 	}
 }
 
-// one sends a streaming completion and records its outcome and TTFT.
-func (t *traffic) one(ctx context.Context, ep gateway.Endpoint, promptTokens int) {
+// one sends a streaming completion through the gateway.
+func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
 	body, _ := json.Marshal(map[string]any{
 		"model": sim.DefaultModel, "prompt": strings.Repeat("abcd", promptTokens),
 		"max_tokens": t.cfg.MaxTokens, "stream": true,
 	})
-	start := t.clock.Now()
-	ok, ttft := false, time.Duration(0)
+	o := Outcome{Start: t.clock.Now(), Long: long}
 	defer func() {
-		if !ok && ctx.Err() != nil {
+		o.End = t.clock.Now()
+		if !o.OK && ctx.Err() != nil {
 			t.mu.Lock()
 			t.abandoned++
 			t.mu.Unlock()
 			return
 		}
-		t.record(ep.Cell, start, ok, ttft)
+		t.record(o)
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ep.Address+"/v1/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.gateway+"/v1/completions", bytes.NewReader(body))
 	if err != nil {
 		return
 	}
@@ -171,6 +165,12 @@ func (t *traffic) one(ctx context.Context, ep gateway.Endpoint, promptTokens int
 		return
 	}
 	defer resp.Body.Close()
+	o.Status = resp.StatusCode
+	o.Cell = resp.Header.Get(gateway.UpstreamEndpointHeader)
+	if o.Cell == "" {
+		o.Cell = resp.Header.Get(gateway.EndpointHeader)
+	}
+	o.Region = resp.Header.Get(gateway.RegionHeader)
 	if resp.StatusCode != http.StatusOK {
 		return
 	}
@@ -181,42 +181,29 @@ func (t *traffic) one(ctx context.Context, ep gateway.Endpoint, promptTokens int
 		if !strings.HasPrefix(line, "data: ") {
 			continue
 		}
-		if ttft == 0 {
-			ttft = t.clock.Since(start)
+		if o.TTFT == 0 {
+			o.TTFT = t.clock.Since(o.Start)
 		}
 		if line == "data: [DONE]" {
-			ok = true
+			o.OK = true
 			return
 		}
 	}
 }
 
-func (t *traffic) record(cell string, at time.Time, ok bool, ttft time.Duration) {
-	if cell == "" {
-		cell = "unknown"
-	}
+func (t *traffic) record(o Outcome) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	cs := t.cells[cell]
-	if cs == nil {
-		cs = &stats{}
-		t.cells[cell] = cs
+	if len(t.outcomes) < maxSamples {
+		t.outcomes = append(t.outcomes, o)
 	}
-	for _, s := range []*stats{cs, &t.total} {
-		s.requests++
-		if ok {
-			s.succeeded++
-			if len(s.ttft) < maxSamples {
-				s.ttft = append(s.ttft, ttft)
-			}
-		}
-		s.recent = append(s.recent, outcome{at: at, ok: ok, ttft: ttft})
-		cut := 0
-		for cut < len(s.recent) && t.clock.Since(s.recent[cut].at) > recentWindow {
-			cut++
-		}
-		s.recent = s.recent[cut:]
-	}
+}
+
+// Outcomes returns a copy of every outcome recorded so far.
+func (t *traffic) Outcomes() []Outcome {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]Outcome(nil), t.outcomes...)
 }
 
 // Percentiles are TTFT percentiles in milliseconds.
@@ -236,6 +223,12 @@ func percentiles(ds []time.Duration) Percentiles {
 	return Percentiles{P50: ms(0.50), P95: ms(0.95), P99: ms(0.99)}
 }
 
-func (s *stats) String() string {
-	return fmt.Sprintf("%d/%d", s.succeeded, s.requests)
+// Outcomes returns what the clients of region r saw so far.
+func (l *Lab) Outcomes(region string) []Outcome {
+	for i, r := range l.regions {
+		if r.Name == region {
+			return l.traffic[i].Outcomes()
+		}
+	}
+	return nil
 }

@@ -185,7 +185,10 @@ func (r *Registry) demand(now time.Time) map[string]float64 {
 			}
 			continue
 		}
-		out[modelOf(key)] += req / span.Seconds()
+		// A data plane that just started reports over a short interval;
+		// dividing by it would turn a handful of requests into a spike
+		// (and a spurious shed). Under a second counts as a second.
+		out[modelOf(key)] += req / max(span, time.Second).Seconds()
 	}
 	return out
 }

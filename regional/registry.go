@@ -93,10 +93,10 @@ type Registry struct {
 	byEndpoint map[string]string
 	cycles     uint64
 	removals   []removal
-	lastPushed map[string]uint32 // weights in the last offered state
-	index      map[string]int    // id → position in ids, shared by views
-	routes     *RouteTable       // cross-region routing in force
-	routesNew  bool              // routes changed since the last push
+	lastPushed map[string]uint32    // weights in the last offered state
+	index      map[string]int       // id → position in ids, shared by views
+	routes     *RouteTable          // cross-region routing in force
+	routesNew  bool                 // routes changed since the last push
 	dpCells    map[string]*dpWindow // data-plane errors per cell
 	dpDemand   map[string]*dpWindow // ingress demand per data plane and model
 
@@ -535,11 +535,22 @@ func (r *Registry) buildState(views []CellView) xds.State {
 		r.lastPushed[v.ID] = v.Weight.Published
 	}
 	var remote map[string][]xds.Locality
+	shed := map[string]float64{}
 	if t := r.routes; t != nil {
 		remote = map[string][]xds.Locality{}
 		for name, mr := range t.Models {
+			shed[name] = mr.Shed
 			if l := local[name]; l != nil {
-				l.Weight = localityWeight(mr.Routes[r.cfg.Region])
+				if w := localityWeight(mr.Routes[r.cfg.Region]); w > 0 {
+					l.Weight = w
+				} else {
+					// The plan sends all of this region's demand elsewhere:
+					// the local cells stay as a lower priority (Envoy only
+					// spills to it if the remote localities fail), and they
+					// keep serving traffic forwarded here (the local-only
+					// clusters promote them).
+					l.Weight, l.Priority = 1, 1
+				}
 			}
 			dests := make([]string, 0, len(mr.Routes))
 			for d := range mr.Routes {
@@ -573,7 +584,11 @@ func (r *Registry) buildState(views []CellView) xds.State {
 	st := xds.State{Models: make([]xds.Model, 0, len(names))}
 	for _, n := range names {
 		m := byModel[n]
-		if l := local[n]; l != nil && l.Weight > 0 {
+		m.Shed = shed[n]
+		if l := local[n]; l != nil {
+			if len(remote[n]) == 0 {
+				l.Priority = 0 // nothing else to serve at priority 0
+			}
 			m.Localities = append(m.Localities, *l)
 		}
 		m.Localities = append(m.Localities, remote[n]...)

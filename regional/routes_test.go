@@ -135,3 +135,28 @@ func TestSyncerCountsPlans(t *testing.T) {
 		t.Errorf("a refused plan replaced the table: %+v", got)
 	}
 }
+
+// A plan that sends a model's whole demand elsewhere keeps the local cells
+// as a lower priority, and the shed share reaches the xDS state.
+func TestBuildStateAllRemoteAndShed(t *testing.T) {
+	f := newRegFixture(t)
+	f.send(heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 0))
+	f.nextPush()
+	table := &RouteTable{Source: RoutesPlan, Epoch: 1, Sequence: 1,
+		Models:  map[string]ModelRoutes{"m": {Routes: map[string]float64{"r2": 0.8}, Shed: 0.2}},
+		Ingress: map[string]string{"r2": "127.0.0.2:9000"}}
+	if err := f.reg.SetRoutes(t.Context(), table); err != nil {
+		t.Fatal(err)
+	}
+	st := <-f.push.pushed
+	m := st.Models[0]
+	if m.Shed != 0.2 || len(m.Localities) != 2 {
+		t.Fatalf("model = %+v", m)
+	}
+	if l := m.Localities[0]; l.Region != "r1" || l.Priority != 1 || l.Weight != 1 {
+		t.Errorf("local locality %+v, want priority 1 weight 1", l)
+	}
+	if l := m.Localities[1]; l.Region != "r2" || l.Priority != 0 || l.Weight != 800 {
+		t.Errorf("remote locality %+v", l)
+	}
+}

@@ -10,17 +10,20 @@ func newLabCmd(ro *rootOpts) *cobra.Command {
 	var cfg lab.Config
 	cmd := &cobra.Command{
 		Use:   "lab",
-		Short: "Run the embedded default: a simulated fleet with traffic and a live view",
-		Long: `Run a whole simulated region in one process: simulated vLLM engines with a
-fake dcgm-exporter, a cellagent per cell streaming heartbeats over gRPC, a
-regional controller scoring cells and serving xDS, and Poisson traffic routed
-by the weights the controller publishes. A live table refreshes every second;
-Ctrl-C shuts everything down cleanly.
+		Short: "Run the embedded default: a simulated multi-region fleet with traffic and a live view",
+		Long: `Run a whole simulated fleet in one process, every component real and
+talking over loopback: an embedded etcd and the global HA pair; per region a
+regional controller, a gateway (the region's ingress), a gossip member and
+simulated vLLM engines with a fake dcgm-exporter and a cellagent per cell;
+emulated WAN delay and jitter between regions; mTLS on every gRPC link from a
+development CA generated for the run; steady mixed traffic from clients local
+to each region. A live view refreshes every second; Ctrl-C shuts everything
+down cleanly.
 
 With --duration the lab runs headless for that long; --report writes the
 figures as JSON.`,
 		Example: `  isobar lab
-  isobar lab --cells 5 --rps 8
+  isobar lab --regions us-east,eu-west --cells 2 --rps 3
   isobar lab --duration 30s --report lab.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -36,9 +39,9 @@ figures as JSON.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Region, "region", "local", "region name")
-	f.IntVar(&cfg.Cells, "cells", 3, "cells (simulated GPUs) in the region")
-	f.Float64Var(&cfg.RPS, "rps", 3, "mean request rate of the Poisson traffic")
+	f.StringSliceVar(&cfg.Regions, "regions", lab.DefaultRegions(), "region names; the first hosts the global pair")
+	f.IntVar(&cfg.Cells, "cells", 3, "cells (simulated GPUs) per region")
+	f.Float64Var(&cfg.RPS, "rps", 0, "mean request rate per region (default: one per cell)")
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 128, "output tokens per request")
 	f.DurationVar(&cfg.Duration, "duration", 0, "run this long, then stop (0: until Ctrl-C)")
 	f.StringVar(&cfg.Report, "report", "", "write the figures as JSON to this file when the run ends")
@@ -46,5 +49,10 @@ figures as JSON.`,
 	f.StringVar(&cfg.Profile, "profile", "", "simulated engine timing profile (default 70b-awq)")
 	f.Float64Var(&cfg.TimeScale, "time-scale", 1, "multiply every simulated duration (0.1 runs 10x faster)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "cellagent heartbeat interval (default 500ms)")
+	f.DurationVar(&cfg.Jitter, "jitter", 0, "WAN jitter added to every inter-region path (default 2ms)")
+	f.StringVar(&cfg.LB, "lb", "xds", "gateway load balancing: xds (isobar's weights), rr or lr (baselines)")
+	f.IntVar(&cfg.Globals, "globals", 0, "members of the global HA pair (default 2; 0 with one region)")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "turn mTLS off")
+	f.StringVar(&cfg.Dir, "dir", "", "directory for the run's certificates and etcd data (default: a temporary one)")
 	return cmd
 }

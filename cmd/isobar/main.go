@@ -93,6 +93,7 @@ across regions.`,
 		newGlobalCmd(opts),
 		newCertsCmd(opts),
 		newStatusCmd(opts),
+		newGatewayCmd(opts),
 	)
 	return root
 }

@@ -1,0 +1,182 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/summary"
+)
+
+// Config sets the lab's shape. Zero fields take the defaults noted.
+type Config struct {
+	// Regions are the region names. Default us-east, us-west, eu-west; the
+	// first hosts the global pair.
+	Regions []string
+	// Cells per region. Default 3.
+	Cells int
+	// RPS is the mean Poisson request rate per region, from clients local to
+	// it. Default 1 per cell (the published evaluation's load).
+	RPS float64
+	// PromptTokens ± PromptJitter and MaxTokens shape the requests: default
+	// 512 ± 200 prompt tokens and 128 output tokens (baseline_mixed); a
+	// tenth of the requests are long (LongPrompt tokens, default 6000).
+	PromptTokens, PromptJitter, MaxTokens, LongPrompt int
+	// MaxInFlight bounds concurrent requests per region; arrivals beyond it
+	// are counted as shed. Default 256.
+	MaxInFlight int
+	// Duration: run this long then stop; 0 runs until ctx ends.
+	Duration time.Duration
+	// Report: write the JSON report here when the run ends ("" = none).
+	Report string
+	// View: redraw the live status every ViewEvery. Default on when
+	// Duration is 0.
+	View      bool
+	ViewEvery time.Duration
+	// Profile and TimeScale of the simulated engines. Defaults: the
+	// 70B-AWQ profile in real time.
+	Profile   string
+	TimeScale float64
+	// HeartbeatInterval of the agents and controllers. Default 500 ms.
+	HeartbeatInterval time.Duration
+	// WAN one-way delay and jitter between regions i and j. Default
+	// Delay(i, j): the built-in table for the default regions, else
+	// 20 ms + 15 ms × |i − j|; jitter 2 ms.
+	Delay  func(i, j int) time.Duration
+	Jitter time.Duration
+	// LB is the gateways' load-balancing mode: xds (default), rr or lr.
+	LB string
+	// Globals is the size of the global HA pair. Default 2 (0 with one
+	// region).
+	Globals int
+	// Insecure turns mTLS off. Default false: every gRPC link and etcd use
+	// mTLS with a development CA generated for the run.
+	Insecure bool
+	// Dir holds the run's certificates and etcd data. Default a temporary
+	// directory removed at Stop.
+	Dir string
+	// Seed for the traffic. Default 1.
+	Seed uint64
+	// Fast shortens every control-loop timer (tests): heartbeats 100 ms,
+	// summaries and plans 200 ms, leases 1 s.
+	Fast bool
+}
+
+// DefaultRegions are the lab's regions unless told otherwise.
+func DefaultRegions() []string { return []string{"us-east", "us-west", "eu-west"} }
+
+// defaultDelays are one-way WAN delays between the default regions.
+var defaultDelays = map[[2]string]time.Duration{
+	{"us-east", "us-west"}: 30 * time.Millisecond,
+	{"us-east", "eu-west"}: 40 * time.Millisecond,
+	{"us-west", "eu-west"}: 70 * time.Millisecond,
+}
+
+func (c *Config) withDefaults() {
+	if len(c.Regions) == 0 {
+		c.Regions = DefaultRegions()
+	}
+	if c.Cells == 0 {
+		c.Cells = 3
+	}
+	if c.RPS == 0 {
+		c.RPS = float64(c.Cells)
+	}
+	if c.PromptTokens == 0 {
+		c.PromptTokens, c.PromptJitter = 512, 200
+	}
+	if c.MaxTokens == 0 {
+		c.MaxTokens = 128
+	}
+	if c.LongPrompt == 0 {
+		c.LongPrompt = 6000
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 256
+	}
+	if c.ViewEvery == 0 {
+		c.ViewEvery = time.Second
+	}
+	if c.TimeScale == 0 {
+		c.TimeScale = 1
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 500 * time.Millisecond
+		if c.Fast {
+			c.HeartbeatInterval = 100 * time.Millisecond
+		}
+	}
+	if c.Jitter == 0 {
+		c.Jitter = 2 * time.Millisecond
+	}
+	if c.Delay == nil {
+		regions := c.Regions
+		c.Delay = func(i, j int) time.Duration {
+			if i == j {
+				return 0
+			}
+			if d, ok := defaultDelays[[2]string{regions[i], regions[j]}]; ok {
+				return d
+			}
+			if d, ok := defaultDelays[[2]string{regions[j], regions[i]}]; ok {
+				return d
+			}
+			return 20*time.Millisecond + 15*time.Millisecond*time.Duration(max(i-j, j-i))
+		}
+	}
+	if c.LB == "" {
+		c.LB = "xds"
+	}
+	if c.Globals == 0 && len(c.Regions) > 1 {
+		c.Globals = 2
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+}
+
+// ErrInvalidConfig wraps every configuration error.
+var ErrInvalidConfig = errors.New("lab: invalid config")
+
+func (c Config) validate() error {
+	seen := map[string]bool{}
+	for _, r := range c.Regions {
+		if !summary.ValidName(r) || seen[r] {
+			return fmt.Errorf("%w: region %q: want unique names of [A-Za-z0-9._-]", ErrInvalidConfig, r)
+		}
+		seen[r] = true
+	}
+	switch {
+	case len(c.Regions) > 8:
+		return fmt.Errorf("%w: --regions %d: at most 8 in one process", ErrInvalidConfig, len(c.Regions))
+	case c.Cells < 1 || c.Cells > 32:
+		return fmt.Errorf("%w: --cells %d: want 1..32 per region", ErrInvalidConfig, c.Cells)
+	case c.RPS < 0 || c.RPS > 1000:
+		return fmt.Errorf("%w: --rps %v: want 0..1000 per region", ErrInvalidConfig, c.RPS)
+	case c.Duration < 0:
+		return fmt.Errorf("%w: --duration must be >= 0", ErrInvalidConfig)
+	case c.PromptTokens < 1 || c.PromptJitter < 0 || c.PromptJitter >= c.PromptTokens:
+		return fmt.Errorf("%w: prompt tokens %d ± %d: want jitter < tokens", ErrInvalidConfig, c.PromptTokens, c.PromptJitter)
+	case c.MaxTokens < 1:
+		return fmt.Errorf("%w: max tokens must be >= 1", ErrInvalidConfig)
+	case c.TimeScale <= 0:
+		return fmt.Errorf("%w: --time-scale must be > 0", ErrInvalidConfig)
+	case c.LB != "xds" && c.LB != "rr" && c.LB != "lr":
+		return fmt.Errorf("%w: --lb %q: want xds, rr or lr", ErrInvalidConfig, c.LB)
+	case c.Globals < 0 || c.Globals > 3:
+		return fmt.Errorf("%w: --globals %d: want 0..3", ErrInvalidConfig, c.Globals)
+	}
+	return nil
+}
+
+// Deps are the lab's collaborators.
+type Deps struct {
+	Logger *slog.Logger
+	// Out receives the live view. Default os.Stdout.
+	Out   io.Writer
+	Clock clockwork.Clock
+}
