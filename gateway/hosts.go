@@ -47,7 +47,8 @@ type hostState struct {
 	ejectedUntil atomic.Int64
 
 	mu          sync.Mutex
-	consecutive uint32    // consecutive failures
+	consecutive uint32    // consecutive failures (upstream 5xx, and local origin unless split)
+	localFails  uint32    // consecutive local-origin failures, when split
 	ejections   uint32    // ejection multiplier
 	lastChange  time.Time // last ejection end (for the multiplier's decay)
 }
@@ -72,7 +73,7 @@ func (h *hostState) release() { h.inflight.Add(-1) }
 // recordSuccess resets the consecutive-failure count.
 func (h *hostState) recordSuccess() {
 	h.mu.Lock()
-	h.consecutive = 0
+	h.consecutive, h.localFails = 0, 0
 	h.mu.Unlock()
 }
 
@@ -80,14 +81,23 @@ func (h *hostState) recordSuccess() {
 // says so, ejects the host. ejectedInCluster counts the other hosts of the
 // cluster currently ejected and total its size; it is called only when an
 // ejection is due. It returns the ejection's length, or 0.
-func (h *hostState) recordFailure(now time.Time, p *OutlierPolicy, ejectedInCluster func() (ejected, total int)) time.Duration {
+// local says the failure is of local origin (connect failure, reset,
+// timeout) rather than an upstream 5xx.
+func (h *hostState) recordFailure(now time.Time, p *OutlierPolicy, local bool, ejectedInCluster func() (ejected, total int)) time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.consecutive++
-	if p == nil || p.Consecutive5xx == 0 || h.consecutive < p.Consecutive5xx || h.ejected(now.UnixNano()) {
+	if p == nil || h.ejected(now.UnixNano()) {
 		return 0
 	}
-	if p.Enforcing5xx < 100 && rand.Uint32N(100) >= p.Enforcing5xx {
+	count, limit, enforcing := &h.consecutive, p.Consecutive5xx, p.Enforcing5xx
+	if local && p.SplitLocalOrigin {
+		count, limit, enforcing = &h.localFails, p.ConsecutiveLocalOrigin, p.EnforcingLocalOrigin
+	}
+	*count++
+	if limit == 0 || *count < limit {
+		return 0
+	}
+	if enforcing < 100 && rand.Uint32N(100) >= enforcing {
 		return 0
 	}
 	// Envoy ejects at most max_ejection_percent of a cluster, but always
@@ -104,7 +114,7 @@ func (h *hostState) recordFailure(now time.Time, p *OutlierPolicy, ejectedInClus
 	h.ejections++
 	d := time.Duration(h.ejections) * p.BaseEjectionTime
 	d = min(d, max(p.MaxEjectionTime, p.BaseEjectionTime))
-	h.consecutive = 0
+	h.consecutive, h.localFails = 0, 0
 	h.ejectedUntil.Store(now.Add(d).UnixNano())
 	h.lastChange = now.Add(d)
 	return d

@@ -407,7 +407,7 @@ func (g *Gateway) recordEndpoint(cl *clusterRT, h *hostRT, status int, kind fail
 		return
 	}
 	now := g.clock.Now()
-	d := h.st.recordFailure(now, cl.policy.Outlier, func() (int, int) { return cl.ejectedCount(h.st, now.UnixNano()) })
+	d := h.st.recordFailure(now, cl.policy.Outlier, kind != fail5xx, func() (int, int) { return cl.ejectedCount(h.st, now.UnixNano()) })
 	if d > 0 {
 		g.m.ejections.WithLabelValues(h.label).Inc()
 		g.log.Warn("endpoint ejected", "endpoint", h.label, "address", h.ep.Address, "cluster", cl.name, "for", d)
@@ -499,7 +499,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 			g.m.upstreamErrors.WithLabelValues(a.h.label, kind.String()).Inc()
 			g.rep.addEndpoint(a.h, true, false)
 			now := g.clock.Now()
-			a.h.st.recordFailure(now, cl.policy.Outlier, func() (int, int) { return cl.ejectedCount(a.h.st, now.UnixNano()) })
+			a.h.st.recordFailure(now, cl.policy.Outlier, true, func() (int, int) { return cl.ejectedCount(a.h.st, now.UnixNano()) })
 			g.log.Debug("upstream stream broke after the response started", "endpoint", a.h.label, "error", err)
 			a.close()
 			panic(http.ErrAbortHandler)

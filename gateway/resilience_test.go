@@ -275,27 +275,40 @@ func TestGracefulStop(t *testing.T) {
 }
 
 // A connect failure is retried on another endpoint: the client never sees
-// it, and the dead endpoint is ejected after 5 in a row.
+// it, and the dead endpoint is ejected after consecutive_local_origin_failure
+// refusals in a row (split from upstream 5xx): 1 by the controller's
+// default, 5 when configured so.
 func TestRetryOnConnectFailure(t *testing.T) {
-	dead := listen(t, "127.0.0.1:0")
-	deadAddr := dead.Addr().String()
-	dead.Close() // nothing listens there any more: connections are refused
-	good := engine(t, model, 4096, nil, 0)
-	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model,
-		endpointOf(t, "dead", deadAddr, 1, 4096), endpointOf(t, "good", good.Addr(), 1, 4096)))
-	g := startGateway(t, ctrl, Config{}, Deps{})
-	byEP, byStatus := g.spread(t, 100, 2, model, 10, nil)
-	if byStatus[http.StatusOK] != 100 || byEP["good"] != 100 {
-		t.Errorf("%v %v, want every request served by good", byEP, byStatus)
-	}
-	connects := g.metric(t, "isobar_gateway_upstream_errors_total", map[string]string{"endpoint": "dead", "reason": "connect"})
-	if connects < 1 || g.metric(t, "isobar_gateway_retries_total", nil) != connects {
-		t.Errorf("%v connect failures, %v retries; want each failure retried", connects, g.metric(t, "isobar_gateway_retries_total", nil))
-	}
-	// Two requests in flight: one more failure may land after the fifth.
-	if g.metric(t, "isobar_gateway_ejections_total", map[string]string{"endpoint": "dead"}) != 1 || connects < 5 || connects > 6 {
-		t.Errorf("dead endpoint: %v connect failures, %v ejections; want ejected after 5", connects,
-			g.metric(t, "isobar_gateway_ejections_total", map[string]string{"endpoint": "dead"}))
+	for _, tc := range []struct {
+		name  string
+		after uint32
+	}{{"default: eject on the first refusal", 0}, {"eject after 5", 5}} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.after
+			if want == 0 {
+				want = 1
+			}
+			dead := listen(t, "127.0.0.1:0")
+			deadAddr := dead.Addr().String()
+			dead.Close() // nothing listens there any more: connections are refused
+			good := engine(t, model, 4096, nil, 0)
+			ctrl := startControl(t, "127.0.0.1:0", xds.Config{OutlierConsecutiveLocalOrigin: tc.after}, oneModel(model,
+				endpointOf(t, "dead", deadAddr, 1, 4096), endpointOf(t, "good", good.Addr(), 1, 4096)))
+			g := startGateway(t, ctrl, Config{}, Deps{})
+			byEP, byStatus := g.spread(t, 100, 2, model, 10, nil)
+			if byStatus[http.StatusOK] != 100 || byEP["good"] != 100 {
+				t.Errorf("%v %v, want every request served by good", byEP, byStatus)
+			}
+			connects := g.metric(t, "isobar_gateway_upstream_errors_total", map[string]string{"endpoint": "dead", "reason": "connect"})
+			if connects < 1 || g.metric(t, "isobar_gateway_retries_total", nil) != connects {
+				t.Errorf("%v connect failures, %v retries; want each failure retried", connects, g.metric(t, "isobar_gateway_retries_total", nil))
+			}
+			// Two requests in flight: one more failure may land after the last.
+			ej := g.metric(t, "isobar_gateway_ejections_total", map[string]string{"endpoint": "dead"})
+			if ej != 1 || connects < float64(want) || connects > float64(want)+1 {
+				t.Errorf("dead endpoint: %v connect failures, %v ejections; want ejected after %d", connects, ej, want)
+			}
+		})
 	}
 }
 

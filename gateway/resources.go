@@ -30,22 +30,23 @@ import (
 
 // Envoy's defaults for fields the control plane may leave unset.
 const (
-	defaultConnectTimeout    = 5 * time.Second
-	defaultRouteTimeout      = 15 * time.Second
-	defaultMaxRequests       = 1024
-	defaultMaxRetries        = 3
-	defaultBudgetPercent     = 20
-	defaultBudgetMin         = 3
-	defaultChoiceCount       = 2
-	defaultRetryBase         = 25 * time.Millisecond
-	defaultOutlier5xx        = 5
-	defaultOutlierInterval   = 10 * time.Second
-	defaultOutlierBase       = 30 * time.Second
-	defaultOutlierMaxPercent = 10
-	defaultOutlierMaxTime    = 300 * time.Second
-	previousHostsName        = "envoy.retry_host_predicates.previous_hosts"
-	maxResources             = 100000
-	maxRegexLen              = 1024
+	defaultConnectTimeout     = 5 * time.Second
+	defaultRouteTimeout       = 15 * time.Second
+	defaultMaxRequests        = 1024
+	defaultMaxRetries         = 3
+	defaultBudgetPercent      = 20
+	defaultBudgetMin          = 3
+	defaultChoiceCount        = 2
+	defaultRetryBase          = 25 * time.Millisecond
+	defaultOutlier5xx         = 5
+	defaultOutlierLocalOrigin = 5 // Envoy's consecutive_local_origin_failure default
+	defaultOutlierInterval    = 10 * time.Second
+	defaultOutlierBase        = 30 * time.Second
+	defaultOutlierMaxPercent  = 10
+	defaultOutlierMaxTime     = 300 * time.Second
+	previousHostsName         = "envoy.retry_host_predicates.previous_hosts"
+	maxResources              = 100000
+	maxRegexLen               = 1024
 )
 
 // ClusterPolicy is what the gateway honours of a Cluster, Envoy's defaults
@@ -87,12 +88,20 @@ type RetryBudget struct {
 // enforces: consecutive 5xx (including connect failures, resets and
 // timeouts, as Envoy counts them without split_external_local_origin_errors).
 type OutlierPolicy struct {
-	Consecutive5xx     uint32
-	Enforcing5xx       uint32 // percent
-	Interval           time.Duration
-	BaseEjectionTime   time.Duration
-	MaxEjectionTime    time.Duration
-	MaxEjectionPercent uint32
+	Consecutive5xx uint32
+	Enforcing5xx   uint32 // percent
+	// SplitLocalOrigin: with split_external_local_origin_errors, failures
+	// of local origin (connect failures, resets, timeouts) are counted
+	// apart from upstream 5xx and eject after ConsecutiveLocalOrigin
+	// (Envoy's default 5), enforced EnforcingLocalOrigin percent of the
+	// time.
+	SplitLocalOrigin       bool
+	ConsecutiveLocalOrigin uint32
+	EnforcingLocalOrigin   uint32 // percent
+	Interval               time.Duration
+	BaseEjectionTime       time.Duration
+	MaxEjectionTime        time.Duration
+	MaxEjectionPercent     uint32
 }
 
 // RouteConfig is a decoded RouteConfiguration.
@@ -303,6 +312,14 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 		}
 		if v := od.GetMaxEjectionPercent(); v != nil {
 			o.MaxEjectionPercent = v.GetValue()
+		}
+		o.SplitLocalOrigin = od.GetSplitExternalLocalOriginErrors()
+		o.ConsecutiveLocalOrigin, o.EnforcingLocalOrigin = defaultOutlierLocalOrigin, 100
+		if v := od.GetConsecutiveLocalOriginFailure(); v != nil {
+			o.ConsecutiveLocalOrigin = v.GetValue()
+		}
+		if v := od.GetEnforcingConsecutiveLocalOriginFailure(); v != nil {
+			o.EnforcingLocalOrigin = v.GetValue()
 		}
 		if o.BaseEjectionTime <= 0 || o.MaxEjectionTime < o.BaseEjectionTime || o.Interval <= 0 {
 			return nil, invalid("cluster %q: outlier detection times interval %v base %v max %v are inconsistent",

@@ -61,8 +61,8 @@ type Config struct {
 	Dir string
 	// Seed for the traffic. Default 1.
 	Seed uint64
-	// Fast shortens every control-loop timer (tests): heartbeats 100 ms,
-	// summaries and plans 200 ms, leases 1 s.
+	// Fast shortens every control-loop timer (tests): heartbeats 200 ms
+	// (TTL 800 ms), summaries and plans 200 ms, leases 2 s.
 	Fast bool
 }
 
@@ -107,7 +107,7 @@ func (c *Config) withDefaults() {
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = 500 * time.Millisecond
 		if c.Fast {
-			c.HeartbeatInterval = 100 * time.Millisecond
+			c.HeartbeatInterval = 200 * time.Millisecond
 		}
 	}
 	if c.Jitter == 0 {

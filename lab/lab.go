@@ -316,7 +316,7 @@ func (l *Lab) startGlobals(ctx context.Context) error {
 		}
 		gc := global.Config{Name: name, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Regions: l.cfg.Regions}
 		if l.cfg.Fast {
-			gc.LeaseTTL, gc.CycleInterval, gc.RegionTTL = time.Second, 200*time.Millisecond, 1500*time.Millisecond
+			gc.LeaseTTL, gc.CycleInterval, gc.RegionTTL = 2*time.Second, 200*time.Millisecond, 2*time.Second
 		}
 		if !l.cfg.Insecure {
 			gc.TLSCert, gc.TLSKey, gc.TLSCA = gid.cert, gid.key, l.pki.ca
@@ -448,6 +448,9 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	rc := regional.DefaultConfig(name)
 	rc.Listen, rc.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
 	rc.HeartbeatInterval, rc.TTLGrace = cfg.HeartbeatInterval, cfg.HeartbeatInterval
+	if cfg.Fast {
+		rc.TTLGrace = 3 * cfg.HeartbeatInterval // short heartbeats, tolerant of a loaded machine
+	}
 	rc.Global.IngressAddress = gwLn.Addr().String()
 	// The profile's knee is ~1.3 RPS per cell in real time; a faster
 	// clock serves proportionally more.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -62,6 +63,9 @@ type Outcome struct {
 	// Cell and Region that served it (from the gateway's headers).
 	Cell, Region string
 	Long         bool
+	// Error is the start of the answer of a failed request (or the
+	// transport error).
+	Error string
 }
 
 func newTraffic(cfg Config, region, gw string, seed uint64, clock clockwork.Clock, log *slog.Logger) *traffic {
@@ -162,6 +166,7 @@ func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := t.client.Do(req)
 	if err != nil {
+		o.Error = err.Error()
 		return
 	}
 	defer resp.Body.Close()
@@ -172,6 +177,8 @@ func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
 	}
 	o.Region = resp.Header.Get(gateway.RegionHeader)
 	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		o.Error = strings.TrimSpace(string(b))
 		return
 	}
 	sc := bufio.NewScanner(resp.Body)

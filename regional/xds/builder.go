@@ -541,10 +541,13 @@ func (b *Builder) buildNamedCluster(name, altStatName string) (*cluster.Cluster,
 			},
 		}}},
 		OutlierDetection: &cluster.OutlierDetection{
-			Consecutive_5Xx:    wrapperspb.UInt32(b.cfg.OutlierConsecutive5xx),
-			Interval:           durationpb.New(b.cfg.OutlierInterval),
-			BaseEjectionTime:   durationpb.New(b.cfg.OutlierBaseEjectionTime),
-			MaxEjectionPercent: wrapperspb.UInt32(b.cfg.OutlierMaxEjectionPercent),
+			Consecutive_5Xx:                        wrapperspb.UInt32(b.cfg.OutlierConsecutive5xx),
+			SplitExternalLocalOriginErrors:         true,
+			ConsecutiveLocalOriginFailure:          wrapperspb.UInt32(b.cfg.OutlierConsecutiveLocalOrigin),
+			EnforcingConsecutiveLocalOriginFailure: wrapperspb.UInt32(100),
+			Interval:                               durationpb.New(b.cfg.OutlierInterval),
+			BaseEjectionTime:                       durationpb.New(b.cfg.OutlierBaseEjectionTime),
+			MaxEjectionPercent:                     wrapperspb.UInt32(b.cfg.OutlierMaxEjectionPercent),
 		},
 	}
 	switch b.cfg.LBPolicy {

@@ -552,7 +552,7 @@ func TestConfigValidation(t *testing.T) {
 	got := mustBuilder(t, Config{Region: "r"}).Config()
 	want := Config{Region: "r", LBPolicy: LeastRequest, RingSize: 4096, ListenAddress: "0.0.0.0", ListenPort: 10000,
 		RouteTimeout: 600 * time.Second, ConnectTimeout: time.Second, NumRetries: 2, RetryBudgetPercent: 20,
-		RetryBudgetMinConcurrency: 3, MaxRequests: 65536, OutlierConsecutive5xx: 5, OutlierInterval: 5 * time.Second,
+		RetryBudgetMinConcurrency: 3, MaxRequests: 65536, OutlierConsecutive5xx: 5, OutlierConsecutiveLocalOrigin: 1, OutlierInterval: 5 * time.Second,
 		OutlierBaseEjectionTime: 10 * time.Second, OutlierMaxEjectionPercent: 50, ModelHeader: "x-isobar-model", HopHeader: "x-isobar-hop",
 		ContextClasses: []uint32{4096, 8192, 32768, 131072}}
 	if !reflect.DeepEqual(got, want) {

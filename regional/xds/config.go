@@ -83,6 +83,14 @@ type Config struct {
 	// OutlierConsecutive5xx ejects an endpoint after this many consecutive
 	// 5xx. Default 5.
 	OutlierConsecutive5xx uint32
+	// OutlierConsecutiveLocalOrigin ejects an endpoint after this many
+	// consecutive failures of local origin — connection refused or reset,
+	// timeouts — counted apart from upstream 5xx
+	// (split_external_local_origin_errors). Default 1: a refused
+	// connection means nothing is listening (a killed engine), so no more
+	// requests should be sent there until the ejection ends or the control
+	// plane removes the endpoint.
+	OutlierConsecutiveLocalOrigin uint32
 	// OutlierInterval is the ejection analysis sweep interval. Default 5 s.
 	OutlierInterval time.Duration
 	// OutlierBaseEjectionTime is the base ejection duration. Default 10 s.
@@ -168,6 +176,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRequests == 0 {
 		c.MaxRequests = 65536
+	}
+	if c.OutlierConsecutiveLocalOrigin == 0 {
+		c.OutlierConsecutiveLocalOrigin = 1
 	}
 	if c.OutlierConsecutive5xx == 0 {
 		c.OutlierConsecutive5xx = 5
