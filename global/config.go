@@ -13,6 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/isobar-mesh/isobar/summary"
 )
@@ -161,6 +162,8 @@ type Deps struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// GRPCServerOptions are added to the gRPC server's options (tracing).
+	GRPCServerOptions []grpc.ServerOption
 	// GRPCListener and HTTPListener override Listen/HTTPListen (tests).
 	GRPCListener, HTTPListener net.Listener
 }

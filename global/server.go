@@ -92,6 +92,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	opts = append(opts, grpc.MaxRecvMsgSize(1<<20))
+	opts = append(opts, deps.GRPCServerOptions...)
 	g.grpc = grpc.NewServer(opts...)
 	var allowed map[string]bool
 	if len(cfg.Regions) > 0 {
@@ -249,6 +250,9 @@ func LeaderAddress(id string) (string, bool) {
 	return id[i+1:], true
 }
 
+// planWriteTimeout is the least time a fenced plan write may take.
+const planWriteTimeout = 2 * time.Second
+
 // lead runs one term: plan every cycle until the term or ctx ends.
 func (g *Server) lead(ctx context.Context, l *election.Leadership) error {
 	g.current.Store(l)
@@ -293,7 +297,9 @@ func (g *Server) cycle(ctx context.Context, l *election.Leadership) error {
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, g.cfg.CycleInterval)
+	// etcd may be slow (a loaded machine, a distant quorum): give the
+	// fenced write at least planWriteTimeout, however short the cycle.
+	wctx, cancel := context.WithTimeout(ctx, max(g.cfg.CycleInterval, planWriteTimeout))
 	err = election.FencedPut(wctx, g.deps.Etcd, l, g.cfg.PlanKey, string(b))
 	cancel()
 	switch {

@@ -205,6 +205,9 @@ type Deps struct {
 	// Gatherer serves /metrics; nil with a nil Registerer means a private
 	// registry is created and served.
 	Gatherer prometheus.Gatherer
+	// GRPCServerOptions are added to the gRPC server's options (tracing
+	// stats handlers, interceptors).
+	GRPCServerOptions []grpc.ServerOption
 	// GRPCListener and HTTPListener, when set, are used instead of
 	// listening on Config.Listen / Config.HTTPListen (tests).
 	GRPCListener net.Listener

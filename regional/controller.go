@@ -78,7 +78,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	gs := grpc.NewServer(opts...)
+	gs := grpc.NewServer(append(opts, deps.GRPCServerOptions...)...)
 	hbs := newHeartbeatService(cfg, reg, deps.Clock, log, m)
 	hbs.maxBytes = cfg.MaxMessageBytes
 	isobarpb.RegisterCellRegistryServer(gs, hbs)

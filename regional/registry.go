@@ -515,6 +515,13 @@ func (r *Registry) buildState(views []CellView) xds.State {
 		return m
 	}
 	for _, v := range views {
+		// A model stays routable while any of its cells is known (not
+		// terminated), even with no endpoint left: callers then get "no
+		// healthy upstream" (retryable), and remote localities can still
+		// serve it, instead of the model vanishing from the routes.
+		if v.Model != "" && v.State != lifecycle.Terminated {
+			model(v.Model)
+		}
 		if v.Weight.Published == 0 {
 			continue
 		}

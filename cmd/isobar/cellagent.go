@@ -137,6 +137,12 @@ func (f *cellagentFlags) run(ctx context.Context, cmd *cobra.Command, opts *root
 	if cmd.Flags().Changed("output") {
 		return usageError{errors.New("--output applies only with --once")}
 	}
+	tr, err := opts.tracing(ctx, "cellagent")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tr)
+	deps.DialOptions = append(deps.DialOptions, tr.dial...)
 	return cellagentConfigError(cellagent.Run(ctx, f.cfg, deps))
 }
 

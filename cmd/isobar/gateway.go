@@ -69,7 +69,12 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 			if serverName != "" {
 				dial = append(dial, grpc.WithAuthority(serverName))
 			}
-			err = gateway.Run(cmd.Context(), cfg, gateway.Deps{Logger: log, DialOptions: dial})
+			tr, err := ro.tracing(cmd.Context(), "gateway")
+			if err != nil {
+				return err
+			}
+			defer shutdownTracing(tr)
+			err = gateway.Run(cmd.Context(), cfg, gateway.Deps{Logger: log, DialOptions: append(dial, tr.dial...)})
 			if errors.Is(err, gateway.ErrInvalidConfig) {
 				return usageError{err}
 			}

@@ -105,7 +105,12 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
 				}
 				defer node.Stop()
 			}
-			return global.Run(cmd.Context(), cfg, global.Deps{Etcd: cli, Logger: log})
+			tr, err := ro.tracing(cmd.Context(), "global")
+			if err != nil {
+				return err
+			}
+			defer shutdownTracing(tr)
+			return global.Run(cmd.Context(), cfg, global.Deps{Etcd: cli, Logger: log, GRPCServerOptions: tr.server})
 		},
 	}
 	f := cmd.Flags()

@@ -47,6 +47,12 @@ func (u usageError) Unwrap() error { return u.error }
 type rootOpts struct {
 	logLevel  string
 	logFormat string
+	// Tracing: --trace none|stdout|otlp, --otlp-endpoint, --otlp-insecure,
+	// --trace-sample.
+	trace        string
+	otlpEndpoint string
+	otlpInsecure bool
+	traceSample  float64
 	stdout    io.Writer
 	stderr    io.Writer
 }
@@ -85,6 +91,10 @@ across regions.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
+	root.PersistentFlags().StringVar(&opts.trace, "trace", "none", "OpenTelemetry tracing of every gRPC call: none, stdout or otlp")
+	root.PersistentFlags().StringVar(&opts.otlpEndpoint, "otlp-endpoint", "127.0.0.1:4317", "OTLP/gRPC collector address for --trace otlp")
+	root.PersistentFlags().BoolVar(&opts.otlpInsecure, "otlp-insecure", false, "send OTLP without TLS")
+	root.PersistentFlags().Float64Var(&opts.traceSample, "trace-sample", 1, "fraction of new traces sampled")
 	root.AddCommand(
 		newSimCmd(opts),
 		newCellagentCmd(opts),

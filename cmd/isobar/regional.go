@@ -54,7 +54,12 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 				}
 				cfg.AdminToken = strings.TrimSpace(string(b))
 			}
-			deps := regional.Deps{Logger: log}
+			tr, err := ro.tracing(cmd.Context(), "regional")
+			if err != nil {
+				return err
+			}
+			defer shutdownTracing(tr)
+			deps := regional.Deps{Logger: log, GRPCServerOptions: tr.server}
 			if len(ef.endpoints) > 0 {
 				cli, err := ef.client(ro)
 				if err != nil {
@@ -65,6 +70,7 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 				if deps.GlobalDialOptions, err = regional.ClientDialOptions(cfg.TLS); err != nil {
 					return err
 				}
+				deps.GlobalDialOptions = append(deps.GlobalDialOptions, tr.dial...)
 			}
 			if gossipListen != "" {
 				node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleRegional, Region: cfg.Region,
