@@ -53,8 +53,8 @@ type rootOpts struct {
 	otlpEndpoint string
 	otlpInsecure bool
 	traceSample  float64
-	stdout    io.Writer
-	stderr    io.Writer
+	stdout       io.Writer
+	stderr       io.Writer
 }
 
 // logger builds the process logger from the shared flags.
