@@ -136,6 +136,8 @@ func TestUDPPartitionDrops(t *testing.T) {
 	u := newUDPProxy(t, Config{Target: e.addr()}, Deps{})
 	c := dialUDP(t, u.Addr())
 	udpRoundTrip(t, c, []byte("before"))
+	// The echo can reach the client before the proxy counts the datagram.
+	eventually(t, "the first datagram counted", func() bool { return value(u.fwdM.packets) == 1 })
 	u.Partition(true)
 	if !u.Partitioned() {
 		t.Fatal("not cut")
