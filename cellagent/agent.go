@@ -119,6 +119,7 @@ type state struct {
 	draining    bool
 	stopping    bool
 	capStale    bool
+	modelsAt    time.Time // last successful /v1/models read
 	capability  Capability
 	modelsErr   string
 	win         window
@@ -372,12 +373,16 @@ func (a *Agent) scrapeLoop(ctx context.Context) {
 	}
 }
 
+// modelsRefresh bounds how long a /v1/models answer is trusted: a restart
+// the counters could not reveal (an idle engine) is caught by then.
+const modelsRefresh = 30 * time.Second
+
 // scrapeAll probes /health and scrapes vLLM (and /v1/models when the
 // capability is not known) and the GPU, concurrently, then folds the
 // results into the state.
 func (a *Agent) scrapeAll(ctx context.Context) {
 	a.mu.Lock()
-	needModels := a.st.capStale
+	needModels := a.st.capStale || a.clock.Since(a.st.modelsAt) >= modelsRefresh
 	a.mu.Unlock()
 	var (
 		hp         engineProbe
@@ -559,7 +564,10 @@ func (a *Agent) applyVLLMLocked(now time.Time, s VLLMSample, err error) {
 	}
 	if a.st.win.add(now, s) {
 		a.m.windowRestarts.Inc()
-		a.log.Info("vllm counters went backwards; signal window restarted")
+		// Counters going backwards mean a new engine process, which may
+		// serve another --max-model-len: read /v1/models again.
+		a.st.capStale = true
+		a.log.Info("vllm counters went backwards (engine restarted); signal window restarted")
 	}
 	a.st.app = a.st.win.derive()
 	if a.st.capability.Model == "" && s.Model != "" {
@@ -586,6 +594,7 @@ func (a *Agent) applyModelsLocked(ms ModelsSample, err error) {
 	a.st.modelsErr = ""
 	a.st.capability = ms.Capability
 	a.st.capStale = false
+	a.st.modelsAt = a.clock.Now()
 }
 
 func (a *Agent) applyHardwareLocked(now time.Time, hw HardwareSample, err error) {

@@ -28,10 +28,14 @@ const (
 	// KindGateway is a region's data plane (Envoy or isobar gateway); the
 	// name is the region whose controller it reads xDS from.
 	KindGateway Kind = "gateway"
+	// KindOperator is a person or tool allowed to drive admin surfaces
+	// (isobar chaos against the lab's admin API); the name is the
+	// operator's.
+	KindOperator Kind = "operator"
 )
 
 // Kinds lists every identity kind.
-func Kinds() []Kind { return []Kind{KindCell, KindRegion, KindGlobal, KindGateway} }
+func Kinds() []Kind { return []Kind{KindCell, KindRegion, KindGlobal, KindGateway, KindOperator} }
 
 // maxNameLen bounds an identity or certificate name (the cellagent's
 // cell-id limit).
@@ -55,6 +59,10 @@ func GlobalURI(name string) string { return Identity{KindGlobal, name}.URI() }
 // GatewayURI is the URI SAN of a region's data plane (Envoy or gateway).
 func GatewayURI(region string) string { return Identity{KindGateway, region}.URI() }
 
+// OperatorURI is the URI SAN of an operator's client certificate, the
+// identity admin surfaces require.
+func OperatorURI(name string) string { return Identity{KindOperator, name}.URI() }
+
 // URI returns spiffe://isobar/<kind>/<name>. It does not validate.
 func (id Identity) URI() string {
 	return "spiffe://" + TrustDomain + "/" + string(id.Kind) + "/" + id.Name
@@ -67,7 +75,7 @@ func (id Identity) String() string { return id.URI() }
 // [A-Za-z0-9._-].
 func (id Identity) Validate() error {
 	switch id.Kind {
-	case KindCell, KindRegion, KindGlobal, KindGateway:
+	case KindCell, KindRegion, KindGlobal, KindGateway, KindOperator:
 	default:
 		return fmt.Errorf("%w: identity kind %q: want one of cell, region, global, gateway", ErrInvalid, id.Kind)
 	}

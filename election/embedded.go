@@ -215,6 +215,9 @@ func (e *Embedded) Client() (*clientv3.Client, error) {
 	return NewClient(ClientConfig{Endpoints: e.Endpoints(), TLS: e.cfg.TLS, Logger: e.cfg.Logger})
 }
 
+// Running reports whether Stop has not been called.
+func (e *Embedded) Running() bool { return !e.stopping.Load() }
+
 // Err reports a fatal error of the running member.
 func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
 

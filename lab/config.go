@@ -61,6 +61,13 @@ type Config struct {
 	Dir string
 	// Seed for the traffic. Default 1.
 	Seed uint64
+	// NoTraffic turns the lab's own clients off (isobar chaos drives its
+	// own load).
+	NoTraffic bool
+	// AdminListen serves the admin API (fleet state, fault injection) on
+	// this address over HTTPS with mTLS, to operator identities only. ""
+	// (the default) serves none. Needs mTLS: refused with Insecure.
+	AdminListen string
 	// Fast shortens every control-loop timer (tests): heartbeats 200 ms
 	// (TTL 800 ms), summaries and plans 200 ms, leases 2 s.
 	Fast bool
@@ -167,6 +174,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: --time-scale must be > 0", ErrInvalidConfig)
 	case c.LB != "xds" && c.LB != "rr" && c.LB != "lr":
 		return fmt.Errorf("%w: --lb %q: want xds, rr or lr", ErrInvalidConfig, c.LB)
+	case c.AdminListen != "" && c.Insecure:
+		return fmt.Errorf("%w: --admin-listen needs mTLS: drop --insecure", ErrInvalidConfig)
 	case c.Globals < 0 || c.Globals > 3:
 		return fmt.Errorf("%w: --globals %d: want 0..3", ErrInvalidConfig, c.Globals)
 	}

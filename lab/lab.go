@@ -38,10 +38,24 @@ type Lab struct {
 	own   bool
 	pki   *pki
 
+	// ctx outlives Start: components restarted by a heal run under it.
+	ctx context.Context
+
+	// regMu guards the component handles that faults and heals replace:
+	// etcd, globals, regions (the slices' elements) and the admin state.
+	regMu   sync.RWMutex
 	etcd    *election.Embedded
-	globals []*global.Server
+	globals []*globalMember
 	regions []*Region
 	traffic []*traffic
+
+	// faultMu serialises injections and heals.
+	faultMu sync.Mutex
+	// paths are the WAN paths by name (http:a>b, gossip:a>b, global:a>g1).
+	paths map[string]wanPath
+	// delays holds a path's shape from before a wan-delay fault.
+	delays map[string][2]time.Duration
+	admin  *admin
 
 	// routes maps a destination address to the WAN path that carries it,
 	// per source region (gateway forwarding, gossip, regional → global).
@@ -63,6 +77,12 @@ type Region struct {
 	Engines []*sim.Engine
 	Agents  []*cellagent.Agent
 	DCGM    *sim.DCGMExporter
+
+	idx         int
+	ingress     string   // the gateway's listen address, kept across a restart
+	gossipAddrs []string // every region's gossip address
+	down        bool     // a kill-region fault holds it down
+	silenced    map[int]bool
 }
 
 // CellID names cell i of region r.
@@ -132,7 +152,8 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 	if deps.Clock == nil {
 		deps.Clock = clockwork.NewRealClock()
 	}
-	l := &Lab{cfg: cfg, log: deps.Logger, clock: deps.Clock, dir: cfg.Dir, routes: map[string]map[string]string{}}
+	l := &Lab{cfg: cfg, log: deps.Logger, clock: deps.Clock, dir: cfg.Dir, ctx: ctx, routes: map[string]map[string]string{},
+		paths: map[string]wanPath{}, delays: map[string][2]time.Duration{}}
 	defer func() {
 		if err != nil {
 			l.Stop()
@@ -181,7 +202,15 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 	if err := l.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.AdminListen != "" {
+		if err := l.startAdmin(); err != nil {
+			return nil, err
+		}
+	}
 	for i, r := range l.regions {
+		if cfg.NoTraffic {
+			break
+		}
 		t := newTraffic(cfg, r.Name, r.Gateway.Addr(), cfg.Seed+uint64(i), l.clock, l.log)
 		t.start(ctx)
 		l.traffic = append(l.traffic, t)
@@ -263,32 +292,66 @@ func (l *Lab) StopTraffic() {
 	wg.Wait()
 }
 
-// Regions are the lab's regions in order.
-func (l *Lab) Regions() []*Region { return l.regions }
+// Regions are the lab's regions in order (a region restarted by a heal is
+// a new value).
+func (l *Lab) Regions() []*Region {
+	l.regMu.RLock()
+	defer l.regMu.RUnlock()
+	return append([]*Region(nil), l.regions...)
+}
 
-// Globals are the members of the global pair.
-func (l *Lab) Globals() []*global.Server { return l.globals }
+// Globals are the running members of the global pair.
+func (l *Lab) Globals() []*global.Server {
+	l.regMu.RLock()
+	defer l.regMu.RUnlock()
+	var out []*global.Server
+	for _, m := range l.globals {
+		if !m.down {
+			out = append(out, m.srv)
+		}
+	}
+	return out
+}
 
 // Etcd is the embedded etcd (nil with one region).
-func (l *Lab) Etcd() *election.Embedded { return l.etcd }
+func (l *Lab) Etcd() *election.Embedded {
+	l.regMu.RLock()
+	defer l.regMu.RUnlock()
+	return l.etcd
+}
 
 // Controller is the first region's controller (single-region use).
-func (l *Lab) Controller() *regional.Controller { return l.regions[0].Ctrl }
+func (l *Lab) Controller() *regional.Controller { return l.Regions()[0].Ctrl }
 
 // Engines are the first region's engines (single-region use).
-func (l *Lab) Engines() []*sim.Engine { return l.regions[0].Engines }
+func (l *Lab) Engines() []*sim.Engine { return l.Regions()[0].Engines }
 
 func (l *Lab) etcdClient(id identity) (*clientv3.Client, error) {
-	cc := election.ClientConfig{Endpoints: l.etcd.Endpoints(), DialTimeout: 10 * time.Second}
-	if !l.cfg.Insecure {
-		cc.TLS = election.TLSFiles{CertFile: id.cert, KeyFile: id.key, CAFile: l.pki.ca}
-	}
-	cli, err := election.NewClient(cc)
+	cli, err := l.newEtcdClient(id)
 	if err != nil {
 		return nil, err
 	}
 	l.onStop(func() { _ = cli.Close() })
 	return cli, nil
+}
+
+func (l *Lab) newEtcdClient(id identity) (*clientv3.Client, error) {
+	cc := election.ClientConfig{Endpoints: l.Etcd().Endpoints(), DialTimeout: 10 * time.Second}
+	if !l.cfg.Insecure {
+		cc.TLS = election.TLSFiles{CertFile: id.cert, KeyFile: id.key, CAFile: l.pki.ca}
+	}
+	return election.NewClient(cc)
+}
+
+// globalMember is one member of the global pair, restartable on the same
+// addresses (a kill-leader heal).
+type globalMember struct {
+	name string
+	id   identity
+	cfg  global.Config
+	srv  *global.Server
+	cli  *clientv3.Client
+	down bool
 }
 
 func (l *Lab) startGlobals(ctx context.Context) error {
@@ -303,14 +366,11 @@ func (l *Lab) startGlobals(ctx context.Context) error {
 	if l.etcd, err = election.StartEmbedded(ctx, ec); err != nil {
 		return err
 	}
-	l.onStop(l.etcd.Stop)
+	// Stops whichever member runs by then (an etcd-down heal replaces it).
+	l.onStop(func() { l.Etcd().Stop() })
 	for g := range l.cfg.Globals {
 		name := fmt.Sprintf("g%d", g+1)
 		gid, err := l.pki.issue("global-"+name, certs.GlobalURI(name))
-		if err != nil {
-			return err
-		}
-		cli, err := l.etcdClient(gid)
 		if err != nil {
 			return err
 		}
@@ -321,16 +381,34 @@ func (l *Lab) startGlobals(ctx context.Context) error {
 		if !l.cfg.Insecure {
 			gc.TLSCert, gc.TLSKey, gc.TLSCA = gid.cert, gid.key, l.pki.ca
 		}
-		srv, err := global.New(gc, global.Deps{Etcd: cli, Logger: l.log.With("component", "global", "global", name)})
-		if err != nil {
+		m := &globalMember{name: name, id: gid, cfg: gc}
+		if err := l.startMember(m); err != nil {
 			return err
 		}
-		if err := srv.Start(ctx); err != nil {
-			return err
-		}
-		l.onStop(srv.Stop)
-		l.globals = append(l.globals, srv)
+		l.globals = append(l.globals, m)
 	}
+	return nil
+}
+
+// startMember starts m's server with its own etcd client; after the first
+// start it reuses the addresses the first one listened on.
+func (l *Lab) startMember(m *globalMember) error {
+	cli, err := l.newEtcdClient(m.id)
+	if err != nil {
+		return err
+	}
+	srv, err := global.New(m.cfg, global.Deps{Etcd: cli, Logger: l.log.With("component", "global", "global", m.name)})
+	if err != nil {
+		_ = cli.Close()
+		return err
+	}
+	if err := srv.Start(l.ctx); err != nil {
+		_ = cli.Close()
+		return err
+	}
+	l.onStop(func() { srv.Stop(); _ = cli.Close() })
+	m.srv, m.cli, m.down = srv, cli, false
+	m.cfg.Listen, m.cfg.HTTPListen = srv.Addr(), srv.HTTPAddr()
 	return nil
 }
 
@@ -355,6 +433,7 @@ func (l *Lab) startWAN(gwLns []net.Listener, gossipAddrs []string) error {
 				return err
 			}
 			l.onStop(gw.Stop)
+			l.paths["http:"+src+">"+regions[j]] = gw
 			l.route(src, gwLns[j].Addr().String(), gw.Addr())
 			gp, err := wan.NewPath(wan.Config{Path: "gossip:" + src + ">" + regions[j], Listen: "127.0.0.1:0",
 				Target: gossipAddrs[j], Delay: d, Jitter: l.cfg.Jitter, Seed: l.cfg.Seed + uint64(i*16+j+256)},
@@ -366,12 +445,14 @@ func (l *Lab) startWAN(gwLns []net.Listener, gossipAddrs []string) error {
 				return err
 			}
 			l.onStop(gp.Stop)
+			l.paths["gossip:"+src+">"+regions[j]] = gp
 			l.route(src, gossipAddrs[j], gp.Addr())
 		}
 		if i == 0 {
 			continue // the global pair runs in the first region
 		}
-		for _, g := range l.globals {
+		for _, m := range l.globals {
+			g := m.srv
 			p, err := wan.New(wan.Config{Path: "global:" + src + ">" + g.ID(), Listen: "127.0.0.1:0",
 				Target: g.Addr(), Delay: l.cfg.Delay(i, 0), Jitter: l.cfg.Jitter, Seed: l.cfg.Seed + uint64(i*16+512)},
 				wan.Deps{Logger: l.log})
@@ -382,6 +463,7 @@ func (l *Lab) startWAN(gwLns []net.Listener, gossipAddrs []string) error {
 				return err
 			}
 			l.onStop(p.Stop)
+			l.paths["global:"+src+">"+g.ID()] = p
 			l.route(src, g.Addr(), p.Addr())
 		}
 	}
@@ -415,7 +497,8 @@ func (l *Lab) dialer(src string) func(ctx context.Context, network, addr string)
 }
 
 func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Listener, gossipAddrs []string) (*Region, error) {
-	r := &Region{Name: name, Metrics: prometheus.NewRegistry()}
+	r := &Region{Name: name, Metrics: prometheus.NewRegistry(), idx: idx, ingress: gwLn.Addr().String(),
+		gossipAddrs: gossipAddrs, silenced: map[int]bool{}}
 	cfg := l.cfg
 	log := l.log.With("region", name)
 	rid, err := l.pki.issue("regional-"+name, certs.RegionURI(name))
@@ -511,33 +594,11 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 		return nil, err
 	}
 	l.onStop(func() { stopCtx(r.DCGM.Stop) })
-	for i, eng := range r.Engines {
-		cid, err := l.pki.issue(CellID(name, i), certs.CellURI(CellID(name, i)))
+	for i := range r.Engines {
+		ag, err := l.startAgent(r, i)
 		if err != nil {
 			return nil, err
 		}
-		ac := cellagent.Config{
-			CellID: CellID(name, i), Region: name, ControllerAddr: r.Ctrl.Addr(),
-			VLLMURL: "http://" + eng.Addr() + "/metrics", DCGMURL: "http://" + r.DCGM.Addr() + "/metrics",
-			DCGMGPU: fmt.Sprint(i), Interval: cfg.HeartbeatInterval,
-		}
-		var adeps cellagent.Deps
-		adeps.Logger = log.With("component", "cellagent")
-		if cfg.Insecure {
-			if adeps.DialOptions, err = l.pki.dial(cid); err != nil {
-				return nil, err
-			}
-		} else {
-			ac.TLS = cellagent.TLSFiles{Cert: cid.cert, Key: cid.key, CA: l.pki.ca}
-		}
-		ag, err := cellagent.NewAgent(ac, adeps)
-		if err != nil {
-			return nil, err
-		}
-		if err := ag.Start(ctx); err != nil {
-			return nil, err
-		}
-		l.onStop(ag.Stop)
 		r.Agents = append(r.Agents, ag)
 	}
 
@@ -561,6 +622,38 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	l.onStop(gw.Stop)
 	r.Gateway = gw
 	return r, nil
+}
+
+// startAgent starts the cellagent of cell i of r.
+func (l *Lab) startAgent(r *Region, i int) (*cellagent.Agent, error) {
+	cfg, name, log, eng := l.cfg, r.Name, l.log.With("region", r.Name), r.Engines[i]
+	cid, err := l.pki.issue(CellID(name, i), certs.CellURI(CellID(name, i)))
+	if err != nil {
+		return nil, err
+	}
+	ac := cellagent.Config{
+		CellID: CellID(name, i), Region: name, ControllerAddr: r.Ctrl.Addr(),
+		VLLMURL: "http://" + eng.Addr() + "/metrics", DCGMURL: "http://" + r.DCGM.Addr() + "/metrics",
+		DCGMGPU: fmt.Sprint(i), Interval: cfg.HeartbeatInterval,
+	}
+	var adeps cellagent.Deps
+	adeps.Logger = log.With("component", "cellagent")
+	if cfg.Insecure {
+		if adeps.DialOptions, err = l.pki.dial(cid); err != nil {
+			return nil, err
+		}
+	} else {
+		ac.TLS = cellagent.TLSFiles{Cert: cid.cert, Key: cid.key, CA: l.pki.ca}
+	}
+	ag, err := cellagent.NewAgent(ac, adeps)
+	if err != nil {
+		return nil, err
+	}
+	if err := ag.Start(l.ctx); err != nil {
+		return nil, err
+	}
+	l.onStop(ag.Stop)
+	return ag, nil
 }
 
 // KillCell SIGKILLs the engine of cell i in region r (listener and

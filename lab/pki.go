@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -19,6 +20,9 @@ type pki struct {
 	ca       string
 	insecure bool
 	ca0      *certs.CA
+
+	mu     sync.Mutex
+	issued map[string]identity // by name: a restarted component reuses its files
 }
 
 // identity is one component's certificate files.
@@ -46,6 +50,11 @@ func (p *pki) issue(name, uri string) (identity, error) {
 	if p.insecure {
 		return identity{}, nil
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id, ok := p.issued[name]; ok {
+		return id, nil
+	}
 	l := certs.Leaf{Name: name, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true, Client: true}
 	if uri != "" {
 		l.URIs = []string{uri}
@@ -54,7 +63,12 @@ func (p *pki) issue(name, uri string) (identity, error) {
 	if err != nil {
 		return identity{}, fmt.Errorf("lab: issue %s: %w", name, err)
 	}
-	return identity{cert: c, key: k}, nil
+	id := identity{cert: c, key: k}
+	if p.issued == nil {
+		p.issued = map[string]identity{}
+	}
+	p.issued[name] = id
+	return id, nil
 }
 
 // dial returns gRPC dial options presenting id (plaintext when insecure).

@@ -90,14 +90,17 @@ func summarise(os []Outcome) Summary {
 func (l *Lab) Report() Report {
 	rep := Report{Regions: map[string]RegionReport{}}
 	var all []Outcome
-	for i, r := range l.regions {
-		t := l.traffic[i]
-		os := t.Outcomes()
+	for i, r := range l.Regions() {
+		var os []Outcome
+		if i < len(l.traffic) {
+			t := l.traffic[i]
+			os = t.Outcomes()
+			t.mu.Lock()
+			rep.Shed += t.shed
+			rep.Abandoned += t.abandoned
+			t.mu.Unlock()
+		}
 		all = append(all, os...)
-		t.mu.Lock()
-		rep.Shed += t.shed
-		rep.Abandoned += t.abandoned
-		t.mu.Unlock()
 		rr := RegionReport{Summary: summarise(os), Cells: map[string]CellReport{}, ServedBy: map[string]int{},
 			CellStates: map[string]CellState{}}
 		for _, o := range os {
@@ -128,7 +131,7 @@ func (l *Lab) Report() Report {
 		rep.Regions[r.Name] = rr
 	}
 	rep.Total = summarise(all)
-	for _, g := range l.globals {
+	for _, g := range l.Globals() {
 		rep.Globals = append(rep.Globals, GlobalReport{ID: g.ID(), Leader: g.IsLeader()})
 	}
 	return rep
@@ -141,7 +144,7 @@ func (l *Lab) render(out io.Writer) {
 	b.WriteString("\x1b[H\x1b[2J")
 	fmt.Fprintf(&b, "isobar lab — %d regions × %d cells, %.1f RPS per region, LB %s   (Ctrl-C to stop)\n",
 		len(l.regions), l.cfg.Cells, l.cfg.RPS, l.cfg.LB)
-	for _, g := range l.globals {
+	for _, g := range l.Globals() {
 		role := "standby"
 		if g.IsLeader() {
 			role = "LEADER"
@@ -150,9 +153,9 @@ func (l *Lab) render(out io.Writer) {
 	}
 	now := l.clock.Now()
 	var total []Outcome
-	for i, r := range l.regions {
+	for _, r := range l.Regions() {
 		var recent []Outcome
-		for _, o := range l.traffic[i].Outcomes() {
+		for _, o := range l.Outcomes(r.Name) {
 			if now.Sub(o.End) <= recentWindow {
 				recent = append(recent, o)
 			}

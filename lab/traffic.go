@@ -232,8 +232,8 @@ func percentiles(ds []time.Duration) Percentiles {
 
 // Outcomes returns what the clients of region r saw so far.
 func (l *Lab) Outcomes(region string) []Outcome {
-	for i, r := range l.regions {
-		if r.Name == region {
+	for i, r := range l.Regions() {
+		if r.Name == region && i < len(l.traffic) {
 			return l.traffic[i].Outcomes()
 		}
 	}

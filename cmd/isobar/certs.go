@@ -28,6 +28,7 @@ Identities are URI SANs spiffe://isobar/<kind>/<name>:
   region   spiffe://isobar/region/<region>     regional controller (server and client)
   global   spiffe://isobar/global/<name>       global member (server and client)
   gateway  spiffe://isobar/gateway/<region>    Envoy or isobar gateway (client)
+  operator spiffe://isobar/operator/<name>     isobar chaos and other admin clients (client)
 
 Files are never overwritten without --force. See deploy/README.md for
 rotating certificates and the CA.`,
@@ -114,8 +115,8 @@ func newCertsIssueCmd(ro *rootOpts) *cobra.Command {
 <name>.pem (0644) and <name>-key.pem (0600) into --out (default: --dir).
 
 --identity KIND/NAME adds the URI SAN spiffe://isobar/KIND/NAME and, unless
---server or --client is given, the uses that process needs (cell and gateway:
-client; region and global: server and client). A server certificate needs a
+--server or --client is given, the uses that process needs (cell, gateway
+and operator: client; region and global: server and client). A server certificate needs a
 --dns or --ip SAN for every address clients dial it by.
 
 It refuses to replace existing files unless --force; a replacement is
@@ -132,7 +133,7 @@ atomic (rename), so a process never reads half a file.`,
 	fl.StringVar(&f.dir, "dir", "", "CA directory made by isobar certs init (required)")
 	fl.StringVar(&f.out, "out", "", "directory for the certificate and key (default: --dir)")
 	fl.StringVar(&f.name, "name", "", "subject common name and file name: [A-Za-z0-9._-], at most 64 bytes (required)")
-	fl.StringVar(&f.identity, "identity", "", "isobar identity KIND/NAME, KIND one of cell, region, global, gateway")
+	fl.StringVar(&f.identity, "identity", "", "isobar identity KIND/NAME, KIND one of cell, region, global, gateway, operator")
 	fl.StringArrayVar(&f.uris, "uri", nil, "URI SAN (repeatable), e.g. spiffe://isobar/cell/<cell-id>")
 	fl.StringArrayVar(&f.dns, "dns", nil, "DNS SAN (repeatable)")
 	fl.StringArrayVar(&f.ips, "ip", nil, "IP SAN (repeatable)")
@@ -160,7 +161,7 @@ func (f *certsIssueFlags) run(cmd *cobra.Command, ro *rootOpts) error {
 	if f.identity != "" {
 		id, err := certs.ParseIdentity(f.identity)
 		if err != nil {
-			return usageError{fmt.Errorf("--identity %q: want KIND/NAME with KIND one of cell, region, global, gateway: %w", f.identity, err)}
+			return usageError{fmt.Errorf("--identity %q: want KIND/NAME with KIND one of cell, region, global, gateway, operator: %w", f.identity, err)}
 		}
 		def := id.Leaf(nil, nil)
 		leaf.URIs = append([]string{id.URI()}, leaf.URIs...)

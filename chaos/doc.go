@@ -1,0 +1,19 @@
+// Package chaos runs correlated-site failure drills against an isobar
+// fleet and reports what users saw.
+//
+// It owns the drill registry (Drills), the admin API contract a drillable
+// fleet serves (FleetState, Fault and the Path constants; the lab serves it
+// with --admin-listen), its mTLS client (Client), the load a drill drives
+// (Load) and the report with its thresholds (Report, Thresholds).
+//
+// A drill checks the fleet is healthy, drives load through every region's
+// ingress, injects one fault at a recorded instant, polls the fleet's state
+// until the controllers show the fault (detect) and the data planes route
+// around it (reroute), heals, waits for health, and measures success
+// before, during and after. A drill whose faults the target cannot inject
+// is refused before anything runs (ErrUnavailable).
+//
+// Concurrency: a Runner runs one drill at a time from the calling
+// goroutine; its Load runs one goroutine per request in flight, bounded,
+// and Stop joins them all. Nothing here holds global state.
+package chaos

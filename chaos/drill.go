@@ -1,0 +1,470 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Params choose a drill's target and size. Zero fields take the drill's
+// defaults: the last region (the lab's first hosts the global pair), cell
+// 0, one region plus the leader for correlated, 20 ms delay and 5 ms
+// jitter, severity 0.8, max_model_len 1024.
+type Params struct {
+	Region      string   `json:"region,omitempty"`
+	Regions     []string `json:"regions,omitempty"`
+	Cells       []int    `json:"cells,omitempty"`
+	Count       int      `json:"count,omitempty"`
+	NoLeader    bool     `json:"no_leader,omitempty"`
+	DelayMS     float64  `json:"delay_ms,omitempty"`
+	JitterMS    float64  `json:"jitter_ms,omitempty"`
+	Severity    float64  `json:"severity,omitempty"`
+	MaxModelLen int      `json:"max_model_len,omitempty"`
+	Silent      bool     `json:"silent,omitempty"`
+}
+
+// target is a drill bound to a fleet: the faults to inject and what they
+// hit, with the healthy state before.
+type target struct {
+	params  Params
+	faults  []Fault
+	regions []string // regions the faults hit
+	cells   []string // cell ids the faults hit
+	before  *FleetState
+	leader  string // the leader before the drill
+	epochs  map[string]uint64
+}
+
+// Drill is one kind of failure rehearsal.
+type Drill struct {
+	Name    string
+	Summary string
+	// Needs are the fault kinds the target's admin API must support.
+	Needs []FaultKind
+	// Detects and Reroutes say what detect_ms and reroute_at_ms measure
+	// ("" when the figure does not apply to this drill).
+	Detects, Reroutes string
+	plan              func(p Params, s *FleetState, t *target) error
+	detected          func(t *target, s *FleetState) bool
+	rerouted          func(t *target, s *FleetState) bool
+	leak              bool
+}
+
+// ErrUnavailable: the target cannot inject what the drill needs; nothing
+// was run.
+var ErrUnavailable = errors.New("chaos: drill not available on this target")
+
+// ErrBadParams: the drill's parameters do not fit the fleet.
+var ErrBadParams = errors.New("chaos: bad drill parameters")
+
+// Available says why the drill cannot run against s ("" when it can).
+func (d *Drill) Available(s *FleetState) string {
+	var missing []string
+	for _, k := range d.Needs {
+		if !s.Supports(k) {
+			missing = append(missing, string(k))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Sprintf("%s needs fault injection %s, which this target's admin API does not offer (it offers %v)",
+			d.Name, strings.Join(missing, ", "), s.Faults)
+	}
+	return ""
+}
+
+// Drills is the registry, in the order chaos list shows them.
+func Drills() []*Drill {
+	return []*Drill{
+		{Name: "kill-cell", Summary: "SIGKILL one engine under load",
+			Needs: []FaultKind{FaultKillEngine}, Detects: "controller marks the cell failed", Reroutes: "the cell leaves its region's data plane",
+			plan: planCells(FaultKillEngine), detected: cellsNot("ready"), rerouted: cellsGone},
+		{Name: "silent-cell", Summary: "an agent stops heartbeating while its engine keeps serving",
+			Needs: []FaultKind{FaultSilenceAgent}, Detects: "controller marks the cell failed (heartbeat TTL)", Reroutes: "the cell leaves its region's data plane",
+			plan: planCells(FaultSilenceAgent), detected: cellsNot("ready"), rerouted: cellsGone},
+		{Name: "kill-region", Summary: "every cell, the regional controller and the ingress of one site at once",
+			Needs: []FaultKind{FaultKillRegion}, Detects: "the global leader marks the region down (region TTL)", Reroutes: "the leader knows and no other region routes to it",
+			plan: planRegions(false), detected: regionsDown, rerouted: regionsAvoided},
+		{Name: "correlated", Summary: "N regions at once, with the global leader unless --no-leader",
+			Needs: []FaultKind{FaultKillRegion}, Detects: "a leader marks every killed region down", Reroutes: "the leader knows and no surviving region routes to them",
+			plan: planRegions(true), detected: regionsDown, rerouted: regionsAvoided},
+		{Name: "partition", Summary: "a region cut off from the global pair, gossip and the other regions, still serving its own clients",
+			Needs: []FaultKind{FaultPartition}, Detects: "the global leader marks the region down", Reroutes: "the leader knows and no other region routes to it",
+			plan: planPartition, detected: regionsDown, rerouted: regionsAvoided},
+		{Name: "brownout", Summary: "a fraction of a region's GPUs throttle thermally",
+			Needs: []FaultKind{FaultThrottle}, Detects: "the throttled cells' pressure exceeds every healthy cell's", Reroutes: "their data-plane weight drops below every healthy cell's",
+			plan: planCells(FaultThrottle), detected: throttledPressure, rerouted: throttledWeight},
+		{Name: "jitter", Summary: "added delay and jitter on every WAN path of one site",
+			Needs: []FaultKind{FaultWANDelay}, Detects: "gossip RTT from the site rises by the injected delay",
+			plan: planDelay, detected: rttRaised},
+		{Name: "telemetry-loss", Summary: "dcgm-exporters killed; scoring must fall back, no cell dropped",
+			Needs: []FaultKind{FaultDCGMDown}, Detects: "every affected cell is scored on fallback telemetry",
+			plan: planDCGM, detected: allFallback},
+		{Name: "capability-mismatch", Summary: "a cell restarted with a small max_model_len",
+			Needs: []FaultKind{FaultMaxModelLen}, Detects: "controller sees the new max_model_len", Reroutes: "the data plane's endpoint carries it",
+			plan: planCells(FaultMaxModelLen), detected: maxLenSeen(false), rerouted: maxLenSeen(true), leak: true},
+		{Name: "leader-kill", Summary: "the global leader crashes (its etcd session ends without resigning)",
+			Needs: []FaultKind{FaultKillLeader}, Detects: "another member leads", Reroutes: "every region routes on the new leader's plan",
+			plan: planLeader, detected: newLeader, rerouted: newEpoch},
+		{Name: "etcd-loss", Summary: "the etcd cluster stops; regions keep serving on the last plan",
+			Needs: []FaultKind{FaultEtcdDown}, Detects: "the leader gives up leadership",
+			plan: planEtcd, detected: noLeader},
+	}
+}
+
+// Lookup returns the named drill.
+func Lookup(name string) (*Drill, error) {
+	var names []string
+	for _, d := range Drills() {
+		if d.Name == name {
+			return d, nil
+		}
+		names = append(names, d.Name)
+	}
+	return nil, fmt.Errorf("chaos: no drill %q: want one of %s", name, strings.Join(names, ", "))
+}
+
+func defaultRegion(p Params, s *FleetState) (*RegionState, error) {
+	name := p.Region
+	if name == "" {
+		if len(s.Regions) == 0 {
+			return nil, fmt.Errorf("%w: the fleet has no regions", ErrBadParams)
+		}
+		name = s.Regions[len(s.Regions)-1].Name
+	}
+	r, ok := s.Region(name)
+	if !ok {
+		var have []string
+		for _, r := range s.Regions {
+			have = append(have, r.Name)
+		}
+		return nil, fmt.Errorf("%w: --region %q: the fleet has %s", ErrBadParams, name, strings.Join(have, ", "))
+	}
+	return r, nil
+}
+
+func planCells(kind FaultKind) func(Params, *FleetState, *target) error {
+	return func(p Params, s *FleetState, t *target) error {
+		r, err := defaultRegion(p, s)
+		if err != nil {
+			return err
+		}
+		cells := p.Cells
+		if len(cells) == 0 {
+			cells = []int{0}
+		}
+		if len(cells) >= len(r.Cells) && kind != FaultThrottle {
+			return fmt.Errorf("%w: --cells %v would take every cell of %s: use kill-region", ErrBadParams, cells, r.Name)
+		}
+		for _, c := range cells {
+			if c < 0 || c >= len(r.Cells) {
+				return fmt.Errorf("%w: --cells: region %s has cells 0..%d", ErrBadParams, r.Name, len(r.Cells)-1)
+			}
+			t.cells = append(t.cells, r.Cells[c].ID)
+		}
+		f := Fault{Kind: kind, Region: r.Name, Cells: cells}
+		switch kind {
+		case FaultThrottle:
+			f.Severity = p.Severity
+			if f.Severity == 0 {
+				f.Severity = 0.8
+			}
+		case FaultMaxModelLen:
+			f.MaxModelLen, f.Silent = p.MaxModelLen, p.Silent
+			if f.MaxModelLen == 0 {
+				f.MaxModelLen = 1024
+			}
+		}
+		t.regions, t.faults = []string{r.Name}, []Fault{f}
+		return nil
+	}
+}
+
+func planRegions(correlated bool) func(Params, *FleetState, *target) error {
+	return func(p Params, s *FleetState, t *target) error {
+		names := p.Regions
+		if len(names) == 0 && p.Region != "" {
+			names = []string{p.Region}
+		}
+		if len(names) == 0 {
+			n := 1
+			if correlated && p.Count > 0 {
+				n = p.Count
+			}
+			for i := len(s.Regions) - n; i < len(s.Regions); i++ {
+				if i >= 0 {
+					names = append(names, s.Regions[i].Name)
+				}
+			}
+		}
+		if len(names) >= len(s.Regions) {
+			return fmt.Errorf("%w: %d of %d regions down leaves nobody to reroute to", ErrBadParams, len(names), len(s.Regions))
+		}
+		for _, n := range names {
+			if _, ok := s.Region(n); !ok {
+				return fmt.Errorf("%w: no region %q", ErrBadParams, n)
+			}
+			t.faults = append(t.faults, Fault{Kind: FaultKillRegion, Region: n})
+		}
+		t.regions = names
+		if correlated && !p.NoLeader {
+			if !s.Supports(FaultKillLeader) {
+				return fmt.Errorf("%w: correlated with the leader needs kill-leader (or --no-leader)", ErrUnavailable)
+			}
+			t.faults = append(t.faults, Fault{Kind: FaultKillLeader})
+		}
+		return nil
+	}
+}
+
+func planPartition(p Params, s *FleetState, t *target) error {
+	r, err := defaultRegion(p, s)
+	if err != nil {
+		return err
+	}
+	t.regions, t.faults = []string{r.Name}, []Fault{{Kind: FaultPartition, Region: r.Name}}
+	return nil
+}
+
+func planDelay(p Params, s *FleetState, t *target) error {
+	r, err := defaultRegion(p, s)
+	if err != nil {
+		return err
+	}
+	f := Fault{Kind: FaultWANDelay, Region: r.Name, DelayMS: p.DelayMS, JitterMS: p.JitterMS}
+	if f.DelayMS == 0 && f.JitterMS == 0 {
+		f.DelayMS, f.JitterMS = 20, 5
+	}
+	if len(r.RTTms) == 0 {
+		return fmt.Errorf("%w: region %s reports no gossip RTT to measure against", ErrUnavailable, r.Name)
+	}
+	t.regions, t.faults = []string{r.Name}, []Fault{f}
+	return nil
+}
+
+func planDCGM(p Params, s *FleetState, t *target) error {
+	names := p.Regions
+	if len(names) == 0 && p.Region != "" {
+		names = []string{p.Region}
+	}
+	if len(names) == 0 {
+		for _, r := range s.Regions {
+			names = append(names, r.Name)
+		}
+	}
+	for _, n := range names {
+		r, ok := s.Region(n)
+		if !ok {
+			return fmt.Errorf("%w: no region %q", ErrBadParams, n)
+		}
+		for _, c := range r.Cells {
+			t.cells = append(t.cells, c.ID)
+		}
+	}
+	t.regions, t.faults = names, []Fault{{Kind: FaultDCGMDown, Regions: names}}
+	return nil
+}
+
+func planLeader(_ Params, s *FleetState, t *target) error {
+	if _, ok := s.Leader(); !ok {
+		return fmt.Errorf("%w: the fleet has no global leader", ErrUnavailable)
+	}
+	t.faults = []Fault{{Kind: FaultKillLeader}}
+	return nil
+}
+
+func planEtcd(_ Params, _ *FleetState, t *target) error {
+	t.faults = []Fault{{Kind: FaultEtcdDown}}
+	return nil
+}
+
+// cellOf finds cell id in s.
+func cellOf(s *FleetState, id string) (*RegionState, *CellState, bool) {
+	for i := range s.Regions {
+		if c, ok := s.Regions[i].Cell(id); ok {
+			return &s.Regions[i], c, true
+		}
+	}
+	return nil, nil, false
+}
+
+func cellsNot(state string) func(*target, *FleetState) bool {
+	return func(t *target, s *FleetState) bool {
+		for _, id := range t.cells {
+			if _, c, ok := cellOf(s, id); ok && c.State == state {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func cellsGone(t *target, s *FleetState) bool {
+	for _, name := range t.regions {
+		r, ok := s.Region(name)
+		if !ok {
+			continue
+		}
+		for _, id := range t.cells {
+			if _, ok := r.Endpoint(id); ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func regionsDown(t *target, s *FleetState) bool {
+	ld, ok := s.Leader()
+	if !ok {
+		return false
+	}
+	if t.leader != "" && slices.ContainsFunc(t.faults, func(f Fault) bool { return f.Kind == FaultKillLeader }) && ld.Name == t.leader {
+		return false
+	}
+	for _, n := range t.regions {
+		if ld.Live[n] {
+			return false
+		}
+	}
+	return true
+}
+
+// regionsAvoided: a leader knows the regions are down and no surviving
+// region's data plane or plan sends them anything (before the leader
+// knows, an idle plan may send them nothing anyway: that is not a
+// reroute).
+func regionsAvoided(t *target, s *FleetState) bool {
+	if !regionsDown(t, s) {
+		return false
+	}
+	for _, r := range s.Regions {
+		if !r.Up || slices.Contains(t.regions, r.Name) {
+			continue
+		}
+		for _, n := range t.regions {
+			if r.RoutesTo(n) || r.Shares[n] > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// healthyExtremes returns, over the region's cells outside the target, the
+// highest pressure and the lowest weight.
+func healthyExtremes(t *target, r *RegionState) (maxPressure float64, minWeight uint32, ok bool) {
+	minWeight = ^uint32(0)
+	for _, c := range r.Cells {
+		if slices.Contains(t.cells, c.ID) {
+			continue
+		}
+		ok = true
+		maxPressure = max(maxPressure, c.Pressure)
+		if e, found := r.Endpoint(c.ID); found {
+			minWeight = min(minWeight, e.Weight)
+		}
+	}
+	return maxPressure, minWeight, ok
+}
+
+// pressureMargin is how far above every healthy cell a throttled cell's
+// pressure must be to count as detected.
+const pressureMargin = 0.05
+
+func throttledPressure(t *target, s *FleetState) bool {
+	r, ok := s.Region(t.regions[0])
+	if !ok {
+		return false
+	}
+	hi, _, any := healthyExtremes(t, r)
+	for _, id := range t.cells {
+		c, ok := r.Cell(id)
+		if !ok || (any && c.Pressure < hi+pressureMargin) || (!any && c.Pressure < 0.5) {
+			return false
+		}
+	}
+	return true
+}
+
+func throttledWeight(t *target, s *FleetState) bool {
+	r, ok := s.Region(t.regions[0])
+	if !ok {
+		return false
+	}
+	_, lo, any := healthyExtremes(t, r)
+	if !any {
+		return false
+	}
+	for _, id := range t.cells {
+		if e, ok := r.Endpoint(id); ok && e.Weight >= lo {
+			return false
+		}
+	}
+	return true
+}
+
+func rttRaised(t *target, s *FleetState) bool {
+	r, ok := s.Region(t.regions[0])
+	before, ok2 := t.before.Region(t.regions[0])
+	if !ok || !ok2 {
+		return false
+	}
+	for peer, base := range before.RTTms {
+		if r.RTTms[peer] >= base+t.faults[0].DelayMS {
+			return true
+		}
+	}
+	return false
+}
+
+func allFallback(t *target, s *FleetState) bool {
+	for _, id := range t.cells {
+		if _, c, ok := cellOf(s, id); !ok || !c.Fallback {
+			return false
+		}
+	}
+	return true
+}
+
+func maxLenSeen(dataPlane bool) func(*target, *FleetState) bool {
+	return func(t *target, s *FleetState) bool {
+		want := uint32(t.faults[0].MaxModelLen)
+		r, ok := s.Region(t.regions[0])
+		if !ok {
+			return false
+		}
+		for _, id := range t.cells {
+			if dataPlane {
+				if e, ok := r.Endpoint(id); ok && e.MaxModelLen != want {
+					return false
+				}
+			} else if c, ok := r.Cell(id); !ok || c.MaxModelLen != want {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func newLeader(t *target, s *FleetState) bool {
+	ld, ok := s.Leader()
+	return ok && ld.Name != t.leader
+}
+
+func newEpoch(t *target, s *FleetState) bool {
+	if !newLeader(t, s) {
+		return false
+	}
+	for _, r := range s.Regions {
+		if r.RouteSource != "plan" || r.PlanEpoch <= t.epochs[r.Name] {
+			return false
+		}
+	}
+	return true
+}
+
+func noLeader(_ *target, s *FleetState) bool {
+	_, ok := s.Leader()
+	return !ok
+}

@@ -1,0 +1,163 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/isobar-mesh/isobar/chaos"
+	"github.com/isobar-mesh/isobar/lab"
+)
+
+// startLab starts a fast lab with its admin API and returns a chaos client
+// of it.
+func startLab(t *testing.T) (*lab.Lab, *chaos.Client) {
+	t.Helper()
+	l, err := lab.Start(context.Background(), lab.Config{Cells: 3, MaxTokens: 8, TimeScale: 0.05, Fast: true,
+		NoTraffic: true, AdminListen: "127.0.0.1:0"}, lab.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Stop)
+	cert, key, ca := l.OperatorCredentials()
+	c, err := chaos.NewClient(l.AdminAddr(), cert, key, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return l, c
+}
+
+func quickOptions(t *testing.T) chaos.Options {
+	o := chaos.Options{Before: time.Second, During: 2 * time.Second, After: time.Second, MaxWait: 20 * time.Second,
+		Settle: 60 * time.Second, Load: chaos.LoadConfig{RPS: 8, MaxTokens: 8}}
+	if testing.Verbose() {
+		o.Progress = os.Stderr
+	}
+	return o
+}
+
+// TestDrillsAgainstLab runs every drill against one lab, in the order of
+// the registry (each heals before the next), and checks each report
+// against what the drill injected.
+func TestDrillsAgainstLab(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a whole fleet")
+	}
+	_, client := startLab(t)
+	r := &chaos.Runner{Fleet: client}
+	// Timers of the fast lab (lab.Config.Fast): heartbeat 200 ms with a
+	// TTL of 4 intervals, region TTL 2 s, lease 2 s.
+	const (
+		heartbeatTTL = 800 * time.Millisecond
+		regionTTL    = 2 * time.Second
+		leaseTTL     = 2 * time.Second
+		slack        = 700 * time.Millisecond // polling, cycles, a loaded 2-core machine under -race
+	)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	check := map[string]func(t *testing.T, rep *chaos.Report){
+		"kill-cell": func(t *testing.T, rep *chaos.Report) {
+			// The engine's death is seen at once (the agent's watch), well
+			// inside one heartbeat TTL.
+			atMost(t, "detect_ms", rep.DetectMS, ms(heartbeatTTL))
+			atMost(t, "reroute_at_ms", rep.RerouteAtMS, ms(heartbeatTTL+slack))
+			atLeast(t, "success.after", rep.Success.After, 0.99)
+			atLeast(t, "success.during", rep.Success.During, 0.97)
+		},
+		"silent-cell": func(t *testing.T, rep *chaos.Report) {
+			// Only the TTL can tell: detection is about one TTL after the
+			// last heartbeat, never much sooner.
+			atLeast(t, "detect_ms", rep.DetectMS, ms(heartbeatTTL)-ms(200*time.Millisecond))
+			atMost(t, "detect_ms", rep.DetectMS, ms(heartbeatTTL+slack))
+			atLeast(t, "success.during", rep.Success.During, 0.99) // the engine kept serving
+		},
+		"kill-region": func(t *testing.T, rep *chaos.Report) {
+			atLeast(t, "detect_ms", rep.DetectMS, ms(regionTTL)-ms(500*time.Millisecond))
+			atMost(t, "reroute_at_ms", rep.RerouteAtMS, ms(regionTTL+2*slack))
+			atLeast(t, "success.after", rep.Success.After, 0.99)
+			if rep.Requests.FailedOver == 0 {
+				t.Errorf("no request of the dead region's clients failed over to another ingress")
+			}
+		},
+		"correlated": func(t *testing.T, rep *chaos.Report) {
+			// The standby must win the lease first, then see the region stale.
+			atMost(t, "detect_ms", rep.DetectMS, ms(leaseTTL+regionTTL+2*slack))
+			atLeast(t, "success.after", rep.Success.After, 0.99)
+		},
+		"partition": func(t *testing.T, rep *chaos.Report) {
+			atMost(t, "detect_ms", rep.DetectMS, ms(regionTTL+2*slack))
+			atLeast(t, "success.during", rep.Success.During, 0.99) // every region still serves its own clients
+		},
+		"brownout": func(t *testing.T, rep *chaos.Report) {
+			atMost(t, "detect_ms", rep.DetectMS, 5000)
+			atLeast(t, "success.during", rep.Success.During, 0.99)
+		},
+		"jitter": func(t *testing.T, rep *chaos.Report) {
+			atMost(t, "detect_ms", rep.DetectMS, 5000)
+			atLeast(t, "success.during", rep.Success.During, 0.99)
+		},
+		"telemetry-loss": func(t *testing.T, rep *chaos.Report) {
+			atMost(t, "detect_ms", rep.DetectMS, ms(heartbeatTTL+slack))
+			atLeast(t, "success.during", rep.Success.During, 0.99)
+		},
+		"capability-mismatch": func(t *testing.T, rep *chaos.Report) {
+			atMost(t, "detect_ms", rep.DetectMS, ms(heartbeatTTL+slack))
+			atMost(t, "leak_rate", rep.LeakRate, 0.05)
+		},
+		"leader-kill": func(t *testing.T, rep *chaos.Report) {
+			atLeast(t, "detect_ms", rep.DetectMS, ms(leaseTTL)-ms(500*time.Millisecond))
+			atMost(t, "detect_ms", rep.DetectMS, ms(leaseTTL+2*slack))
+			if rep.Lost != 0 {
+				t.Errorf("leader-kill lost %d requests, want 0", rep.Lost)
+			}
+		},
+		"etcd-loss": func(t *testing.T, rep *chaos.Report) {
+			if rep.Lost != 0 {
+				t.Errorf("etcd-loss lost %d requests, want 0", rep.Lost)
+			}
+		},
+	}
+	var reports []*chaos.Report
+	for _, d := range chaos.Drills() {
+		t.Run(d.Name, func(t *testing.T) {
+			rep, err := r.Run(context.Background(), d, chaos.Params{}, quickOptions(t))
+			if err != nil {
+				t.Fatalf("%s: %v", d.Name, err)
+			}
+			reports = append(reports, rep)
+			if !rep.Passed {
+				t.Errorf("%s failed: %v", d.Name, rep.Failures)
+			}
+			if rep.Requests.Before == 0 || rep.Requests.During == 0 || rep.Requests.After == 0 {
+				t.Errorf("requests per phase %+v: want load in every phase", rep.Requests)
+			}
+			atLeast(t, "success.before", rep.Success.Before, 0.99)
+			check[d.Name](t, rep)
+		})
+	}
+	if testing.Verbose() {
+		chaos.WriteTable(os.Stderr, reports)
+	}
+}
+
+func atMost(t *testing.T, name string, v *float64, limit float64) {
+	t.Helper()
+	if v == nil {
+		t.Errorf("%s is null, want <= %g", name, limit)
+	} else if *v > limit {
+		t.Errorf("%s = %g, want <= %g", name, *v, limit)
+	}
+}
+
+func atLeast(t *testing.T, name string, v *float64, limit float64) {
+	t.Helper()
+	if v == nil {
+		t.Errorf("%s is null, want >= %g", name, limit)
+	} else if *v < limit {
+		t.Errorf("%s = %g, want >= %g", name, *v, limit)
+	}
+}
+
+var _ = errors.Is

@@ -1,0 +1,372 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// Options time a drill. Zero fields take the defaults noted.
+type Options struct {
+	// Before: load before the injection (default 5 s). During: how long
+	// the fault stays in (default 10 s), extended until detection and
+	// reroute are seen or MaxWait passes. After: load once the fleet is
+	// healthy again (default 5 s).
+	Before, During, After time.Duration
+	// MaxWait bounds the wait for detection and reroute (default 30 s).
+	MaxWait time.Duration
+	// Settle bounds the waits for a healthy fleet, before the drill and
+	// after the heal (default 60 s).
+	Settle time.Duration
+	// Poll is the state polling period (default 20 ms): the resolution of
+	// detect and reroute times.
+	Poll time.Duration
+	// Load shapes the requests.
+	Load LoadConfig
+	// Thresholds that fail the drill.
+	Thresholds Thresholds
+	// Progress receives a line per phase and a status line per second;
+	// nil is quiet.
+	Progress io.Writer
+}
+
+func (o *Options) withDefaults() {
+	if o.Before == 0 {
+		o.Before = 5 * time.Second
+	}
+	if o.During == 0 {
+		o.During = 10 * time.Second
+	}
+	if o.After == 0 {
+		o.After = 5 * time.Second
+	}
+	if o.MaxWait == 0 {
+		o.MaxWait = 30 * time.Second
+	}
+	if o.Settle == 0 {
+		o.Settle = 60 * time.Second
+	}
+	if o.Poll == 0 {
+		o.Poll = 20 * time.Millisecond
+	}
+}
+
+// ErrUnhealthy: the fleet was not healthy before the drill (nothing was
+// injected).
+var ErrUnhealthy = errors.New("chaos: fleet not healthy")
+
+// maxErrorKinds bounds Report.Errors.
+const maxErrorKinds = 8
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// minRerouteWindow is the shortest window whose requests reroute_ms
+// describes.
+const minRerouteWindow = 2 * time.Second
+
+// Runner runs drills against one fleet.
+type Runner struct {
+	Fleet Fleet
+	Clock clockwork.Clock
+}
+
+func (r *Runner) clock() clockwork.Clock {
+	if r.Clock == nil {
+		return clockwork.NewRealClock()
+	}
+	return r.Clock
+}
+
+func (r *Runner) say(o Options, format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
+// waitHealthy polls until the fleet is healthy or settle passes.
+func (r *Runner) waitHealthy(ctx context.Context, o Options) (*FleetState, error) {
+	clock := r.clock()
+	deadline := clock.Now().Add(o.Settle)
+	for {
+		st, err := r.Fleet.State(ctx)
+		if err != nil {
+			return nil, err
+		}
+		why := st.Unhealthy()
+		if why == "" {
+			return st, nil
+		}
+		if !clock.Now().Before(deadline) {
+			return st, fmt.Errorf("%w after %v: %s", ErrUnhealthy, o.Settle, why)
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-clock.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Run runs drill d with params p. It returns an error, having injected
+// nothing, when the drill is unavailable on the fleet, its parameters do
+// not fit, or the fleet is not healthy; otherwise the report, passed or
+// not (a heal that fails is a failure in the report, with the error).
+func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Report, error) {
+	o.withDefaults()
+	clock := r.clock()
+	r.say(o, "▶ %s: waiting for a healthy fleet", d.Name)
+	st, err := r.waitHealthy(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if why := d.Available(st); why != "" {
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, why)
+	}
+	t := &target{params: p, before: st, epochs: map[string]uint64{}}
+	if ld, ok := st.Leader(); ok {
+		t.leader = ld.Name
+	}
+	for _, rs := range st.Regions {
+		t.epochs[rs.Name] = rs.PlanEpoch
+	}
+	if err := d.plan(p, st, t); err != nil {
+		return nil, err
+	}
+	for _, f := range t.faults {
+		if !st.Supports(f.Kind) {
+			return nil, fmt.Errorf("%w: %s needs %s", ErrUnavailable, d.Name, f.Kind)
+		}
+	}
+	lc := o.Load
+	if lc.Model == "" {
+		lc.Model = st.Model
+	}
+	var ingresses []Ingress
+	for _, rs := range st.Regions {
+		ingresses = append(ingresses, Ingress{Region: rs.Name, Addr: rs.Ingress})
+	}
+	load := StartLoad(ctx, lc, ingresses, clock)
+	defer load.Stop()
+	rep := &Report{Drill: d.Name, Detects: d.Detects, Reroutes: d.Reroutes}
+
+	r.say(o, "  load running through %d ingresses; %v before the injection", len(ingresses), o.Before)
+	if !r.wait(ctx, o, load, o.Before, "before") {
+		return nil, ctx.Err()
+	}
+
+	// Inject.
+	t0 := clock.Now()
+	rep.InjectedAt = t0
+	var applied []Fault
+	for _, f := range t.faults {
+		res, err := r.Fleet.Inject(ctx, f)
+		if err != nil {
+			r.heal(context.WithoutCancel(ctx), o, applied, rep)
+			return nil, fmt.Errorf("chaos: %s: inject %s: %w (healed what was injected)", d.Name, f, err)
+		}
+		applied = append(applied, res.Fault)
+		r.say(o, "  ⚡ injected %s", res.Fault)
+	}
+	rep.Faults = applied
+
+	// Observe until detected and rerouted (bounded), and for at least During.
+	var detectAt, rerouteAt time.Time
+	tick := clock.NewTicker(o.Poll)
+	lastSay := t0
+	for {
+		now := clock.Now()
+		st, err := r.Fleet.State(ctx)
+		if err == nil {
+			if d.detected != nil && detectAt.IsZero() && d.detected(t, st) {
+				detectAt = now
+				r.say(o, "  ✓ detected after %.0f ms: %s", float64(now.Sub(t0))/1e6, d.Detects)
+			}
+			if d.rerouted != nil && rerouteAt.IsZero() && d.rerouted(t, st) {
+				rerouteAt = now
+				r.say(o, "  ✓ rerouted after %.0f ms: %s", float64(now.Sub(t0))/1e6, d.Reroutes)
+			}
+		}
+		seen := (d.detected == nil || !detectAt.IsZero()) && (d.rerouted == nil || !rerouteAt.IsZero())
+		el := now.Sub(t0)
+		if (seen && el >= o.During) || el >= max(o.During, o.MaxWait) {
+			break
+		}
+		if now.Sub(lastSay) >= time.Second {
+			lastSay = now
+			r.status(o, load, "during", el)
+		}
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			r.heal(context.WithoutCancel(ctx), o, applied, rep)
+			return nil, ctx.Err()
+		case <-tick.Chan():
+		}
+	}
+	tick.Stop()
+
+	// Heal and wait for health.
+	t1 := clock.Now()
+	r.heal(ctx, o, applied, rep)
+	r.say(o, "  waiting for the fleet to be healthy again")
+	var recovered time.Time
+	if _, err := r.waitHealthy(ctx, o); err != nil {
+		rep.Failures = append(rep.Failures, "not healthy after the heal: "+err.Error())
+	} else {
+		recovered = clock.Now()
+		rep.HealedMS = durMS(recovered.Sub(t1))
+	}
+	if !recovered.IsZero() && !r.wait(ctx, o, load, o.After, "after") {
+		return nil, ctx.Err()
+	}
+	end := clock.Now()
+	outcomes, shed := load.Stop()
+
+	if !detectAt.IsZero() {
+		rep.DetectMS = durMS(detectAt.Sub(t0))
+	} else if d.detected != nil {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("not detected within %v (%s)", max(o.During, o.MaxWait), d.Detects))
+	}
+	if !rerouteAt.IsZero() {
+		rep.RerouteAtMS = durMS(rerouteAt.Sub(t0))
+	} else if d.rerouted != nil {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("not rerouted within %v (%s)", max(o.During, o.MaxWait), d.Reroutes))
+	}
+	windowEnd := t0.Add(minRerouteWindow)
+	if rerouteAt.After(windowEnd) {
+		windowEnd = rerouteAt
+	}
+	r.measure(rep, d, t, outcomes, t0, t1, recovered, end, windowEnd)
+	rep.Requests.ClientShed = shed
+	o.Thresholds.check(rep)
+	rep.Passed = len(rep.Failures) == 0
+	if rep.Passed {
+		r.say(o, "  ✔ %s passed", d.Name)
+	} else {
+		r.say(o, "  ✘ %s failed", d.Name)
+	}
+	return rep, nil
+}
+
+// heal undoes faults in reverse order; failures go into the report.
+func (r *Runner) heal(ctx context.Context, o Options, faults []Fault, rep *Report) {
+	for i := len(faults) - 1; i >= 0; i-- {
+		if _, err := r.Fleet.Heal(ctx, faults[i]); err != nil {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("heal %s: %v", faults[i], err))
+			continue
+		}
+		r.say(o, "  ✚ healed %s", faults[i])
+	}
+}
+
+// wait lets the load run for d, with a status line per second.
+func (r *Runner) wait(ctx context.Context, o Options, load *Load, d time.Duration, phase string) bool {
+	clock := r.clock()
+	end := clock.Now().Add(d)
+	for {
+		left := end.Sub(clock.Now())
+		if left <= 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-clock.After(min(left, time.Second)):
+			r.status(o, load, phase, d-max(0, end.Sub(clock.Now())))
+		}
+	}
+}
+
+func (r *Runner) status(o Options, load *Load, phase string, el time.Duration) {
+	done, failed := load.Progress()
+	r.say(o, "  … %-6s %5.1fs  requests %d, failed %d", phase, el.Seconds(), done, failed)
+}
+
+// measure fills the request figures from the outcomes.
+func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1, recovered, end, windowEnd time.Time) {
+	type phase struct {
+		n, ok int
+		ttft  []time.Duration
+	}
+	var before, during, after phase
+	var exposed []time.Duration
+	var long, leaked int
+	maxLen := 0
+	if d.leak {
+		maxLen = t.faults[0].MaxModelLen
+	}
+	for _, o := range os {
+		var ph *phase
+		switch {
+		case o.Start.Before(t0):
+			ph = &before
+			if !o.OK && !o.End.Before(t0) {
+				rep.Requests.InFlightFailed++
+			}
+		case o.Start.Before(t1):
+			ph = &during
+		case !recovered.IsZero() && !o.Start.Before(recovered) && o.Start.Before(end):
+			ph = &after
+		}
+		if !o.Start.Before(t0) {
+			if !o.OK {
+				rep.Lost++
+				reason := fmt.Sprintf("HTTP %d: %s", o.Status, truncate(o.Error, 120))
+				if _, ok := rep.Errors[reason]; ok || len(rep.Errors) < maxErrorKinds {
+					if rep.Errors == nil {
+						rep.Errors = map[string]int{}
+					}
+					rep.Errors[reason]++
+				}
+			}
+			if o.OK && o.Start.Before(windowEnd) {
+				exposed = append(exposed, o.TTFT)
+			}
+			if o.Ingress != o.Home {
+				rep.Requests.FailedOver++
+			}
+		}
+		if d.leak && o.Start.Before(t1) && !o.Start.Before(t0) && o.Prompt > maxLen {
+			long++
+			if slices.Contains(t.cells, o.Cell) || o.Status == 400 {
+				leaked++
+			}
+		}
+		if ph == nil {
+			continue
+		}
+		ph.n++
+		if o.OK {
+			ph.ok++
+			ph.ttft = append(ph.ttft, o.TTFT)
+		}
+	}
+	frac := func(p phase) *float64 {
+		if p.n == 0 {
+			return nil
+		}
+		return fptr(float64(p.ok) / float64(p.n))
+	}
+	rep.Success = Success{Before: frac(before), During: frac(during), After: frac(after)}
+	rep.Requests.Before, rep.Requests.During, rep.Requests.After = before.n, during.n, after.n
+	rep.TTFTms = map[string]Percentiles{}
+	for name, p := range map[string]phase{"before": before, "during": during, "after": after} {
+		if q := percentiles(p.ttft); q != nil {
+			rep.TTFTms[name] = *q
+		}
+	}
+	rep.RerouteMS = percentiles(exposed)
+	if d.leak && long > 0 {
+		rep.LeakRate = fptr(float64(leaked) / float64(long))
+	}
+}

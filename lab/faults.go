@@ -1,0 +1,345 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/isobar-mesh/isobar/chaos"
+	"github.com/isobar-mesh/isobar/election"
+	"github.com/isobar-mesh/isobar/sim"
+)
+
+// wanPath is an emulated WAN path (TCP proxy, or TCP+UDP for gossip).
+type wanPath interface {
+	Partition(on bool)
+	SetDelay(delay, jitter time.Duration) error
+	Delay() (delay, jitter time.Duration)
+}
+
+// ErrBadFault marks a fault the lab cannot apply as asked (unknown
+// region or cell, nothing to heal...): the caller's mistake, HTTP 400.
+var ErrBadFault = errors.New("lab: bad fault")
+
+// throttleLead is how long (model time) a throttling GPU's hardware
+// metrics lead its latency.
+const throttleLead = 10 * time.Second
+
+// SupportedFaults are the fault kinds this lab can inject.
+func (l *Lab) SupportedFaults() []chaos.FaultKind {
+	fs := []chaos.FaultKind{chaos.FaultKillEngine, chaos.FaultSilenceAgent, chaos.FaultThrottle,
+		chaos.FaultDCGMDown, chaos.FaultMaxModelLen, chaos.FaultKillRegion}
+	if len(l.cfg.Regions) > 1 {
+		fs = append(fs, chaos.FaultPartition, chaos.FaultWANDelay)
+	}
+	if l.cfg.Globals > 0 {
+		fs = append(fs, chaos.FaultKillLeader, chaos.FaultEtcdDown)
+	}
+	return fs
+}
+
+// Inject applies f and returns it as applied.
+func (l *Lab) Inject(f chaos.Fault) (chaos.Fault, error) { return l.apply(f, false) }
+
+// Heal undoes f (as Inject returned it).
+func (l *Lab) Heal(f chaos.Fault) (chaos.Fault, error) { return l.apply(f, true) }
+
+func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
+	l.faultMu.Lock()
+	defer l.faultMu.Unlock()
+	if !slices.Contains(l.SupportedFaults(), f.Kind) {
+		return f, fmt.Errorf("%w: kind %q: this lab supports %v", ErrBadFault, f.Kind, l.SupportedFaults())
+	}
+	switch f.Kind {
+	case chaos.FaultKillEngine:
+		return f, l.eachCell(f, func(r *Region, i int) error {
+			if !heal {
+				r.Engines[i].Kill()
+				return nil
+			}
+			if r.Engines[i].State() != sim.StateKilled {
+				return nil
+			}
+			return r.Engines[i].Restart()
+		})
+	case chaos.FaultSilenceAgent:
+		return f, l.eachCell(f, func(r *Region, i int) error {
+			r.Agents[i].Pause(!heal)
+			return nil
+		})
+	case chaos.FaultThrottle:
+		if !heal && (f.Severity <= 0 || f.Severity > 1) {
+			return f, fmt.Errorf("%w: throttle severity %v: want (0, 1]", ErrBadFault, f.Severity)
+		}
+		return f, l.eachCell(f, func(r *Region, i int) error {
+			if heal {
+				r.Engines[i].Throttle(0, 0)
+			} else {
+				r.Engines[i].Throttle(f.Severity, throttleLead)
+			}
+			return nil
+		})
+	case chaos.FaultMaxModelLen:
+		if !heal && f.MaxModelLen < 1 {
+			return f, fmt.Errorf("%w: max_model_len %d: want >= 1", ErrBadFault, f.MaxModelLen)
+		}
+		return f, l.eachCell(f, func(r *Region, i int) error {
+			// A replica restarted with another --max-model-len.
+			if err := r.Engines[i].Restart(); err != nil {
+				return err
+			}
+			if !heal {
+				r.Engines[i].SetMaxModelLen(f.MaxModelLen, !f.Silent)
+			}
+			return nil
+		})
+	case chaos.FaultDCGMDown:
+		regions := f.Regions
+		if len(regions) == 0 {
+			for _, r := range l.Regions() {
+				regions = append(regions, r.Name)
+			}
+		}
+		for _, name := range regions {
+			r, err := l.liveRegion(name)
+			if err != nil {
+				return f, err
+			}
+			if err := r.DCGM.SetDown(!heal); err != nil {
+				return f, err
+			}
+		}
+		return f, nil
+	case chaos.FaultKillRegion:
+		if heal {
+			return f, l.restartRegion(f.Region)
+		}
+		return f, l.killRegion(f.Region)
+	case chaos.FaultPartition:
+		paths, err := l.regionPaths(f.Region, true)
+		if err != nil {
+			return f, err
+		}
+		for _, p := range paths {
+			p.Partition(!heal)
+		}
+		return f, nil
+	case chaos.FaultWANDelay:
+		return f, l.wanDelay(f, heal)
+	case chaos.FaultKillLeader:
+		return l.killLeader(f, heal)
+	case chaos.FaultEtcdDown:
+		return f, l.etcdDown(heal)
+	}
+	return f, fmt.Errorf("%w: kind %q", ErrBadFault, f.Kind)
+}
+
+// liveRegion returns the named region, which must be up.
+func (l *Lab) liveRegion(name string) (*Region, error) {
+	for _, r := range l.Regions() {
+		if r.Name == name {
+			if r.down {
+				return nil, fmt.Errorf("%w: region %q is down", ErrBadFault, name)
+			}
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no region %q (have %s)", ErrBadFault, name, strings.Join(l.cfg.Regions, ", "))
+}
+
+func (l *Lab) eachCell(f chaos.Fault, do func(r *Region, i int) error) error {
+	r, err := l.liveRegion(f.Region)
+	if err != nil {
+		return err
+	}
+	if len(f.Cells) == 0 {
+		return fmt.Errorf("%w: %s names no cells", ErrBadFault, f.Kind)
+	}
+	for _, i := range f.Cells {
+		if i < 0 || i >= len(r.Engines) {
+			return fmt.Errorf("%w: region %s has no cell %d (0..%d)", ErrBadFault, r.Name, i, len(r.Engines)-1)
+		}
+	}
+	for _, i := range f.Cells {
+		if err := do(r, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// regionPaths returns every WAN path into or out of region (with the
+// global paths when withGlobal).
+func (l *Lab) regionPaths(region string, withGlobal bool) ([]wanPath, error) {
+	if _, err := l.liveRegion(region); err != nil {
+		return nil, err
+	}
+	if len(l.globals) > 0 && region == l.cfg.Regions[0] && withGlobal {
+		return nil, fmt.Errorf("%w: region %s hosts the global pair in the lab: cut off another region", ErrBadFault, region)
+	}
+	var out []wanPath
+	for name, p := range l.paths {
+		_, ends, _ := strings.Cut(name, ":")
+		src, dst, _ := strings.Cut(ends, ">")
+		if src == region || dst == region {
+			if withGlobal || !strings.HasPrefix(name, "global:") {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (l *Lab) wanDelay(f chaos.Fault, heal bool) error {
+	if !heal && (f.DelayMS < 0 || f.JitterMS < 0 || f.DelayMS+f.JitterMS <= 0 || f.DelayMS > 10_000 || f.JitterMS > 10_000) {
+		return fmt.Errorf("%w: wan-delay %gms jitter %gms: want 0..10000 each, not both 0", ErrBadFault, f.DelayMS, f.JitterMS)
+	}
+	if _, err := l.liveRegion(f.Region); err != nil {
+		return err
+	}
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	for name, p := range l.paths {
+		_, ends, _ := strings.Cut(name, ":")
+		src, dst, _ := strings.Cut(ends, ">")
+		if src != f.Region && dst != f.Region {
+			continue
+		}
+		orig, saved := l.delays[name]
+		if heal {
+			if saved {
+				if err := p.SetDelay(orig[0], orig[1]); err != nil {
+					return err
+				}
+				delete(l.delays, name)
+			}
+			continue
+		}
+		if !saved {
+			d, j := p.Delay()
+			orig = [2]time.Duration{d, j}
+			l.delays[name] = orig
+		}
+		if err := p.SetDelay(orig[0]+ms(f.DelayMS), orig[1]+ms(f.JitterMS)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// killRegion takes the whole site down at once: engines SIGKILLed, agents,
+// controller, gateway, gossip member and dcgm-exporter stopped.
+func (l *Lab) killRegion(name string) error {
+	r, err := l.liveRegion(name)
+	if err != nil {
+		return err
+	}
+	l.regMu.Lock()
+	r.down = true
+	l.regMu.Unlock()
+	for _, e := range r.Engines {
+		e.Kill()
+	}
+	for _, a := range r.Agents {
+		a.Stop()
+	}
+	r.Gateway.Stop()
+	r.Ctrl.Stop()
+	r.Gossip.Stop()
+	stopCtx(r.DCGM.Stop)
+	for _, e := range r.Engines {
+		stopCtx(e.Stop)
+	}
+	return nil
+}
+
+// restartRegion brings a killed region back: a fresh site on the same
+// ingress and gossip addresses.
+func (l *Lab) restartRegion(name string) error {
+	var old *Region
+	for _, r := range l.Regions() {
+		if r.Name == name {
+			old = r
+		}
+	}
+	if old == nil {
+		return fmt.Errorf("%w: no region %q", ErrBadFault, name)
+	}
+	if !old.down {
+		return fmt.Errorf("%w: region %s is not down", ErrBadFault, name)
+	}
+	ln, err := net.Listen("tcp", old.ingress)
+	if err != nil {
+		return fmt.Errorf("lab: region %s ingress %s: %w", name, old.ingress, err)
+	}
+	r, err := l.startRegion(l.ctx, old.idx, name, ln, old.gossipAddrs)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	l.regMu.Lock()
+	l.regions[old.idx] = r
+	l.regMu.Unlock()
+	return nil
+}
+
+// killLeader crashes the leading member: its etcd client closes first, so
+// the session ends without a resignation and the standby waits out the
+// lease; then the member stops. Heal restarts f.Member as a standby.
+func (l *Lab) killLeader(f chaos.Fault, heal bool) (chaos.Fault, error) {
+	if heal {
+		for _, m := range l.globals {
+			if m.name == f.Member {
+				if !m.down {
+					return f, fmt.Errorf("%w: global member %s is not down", ErrBadFault, m.name)
+				}
+				nm := *m
+				if err := l.startMember(&nm); err != nil {
+					return f, err
+				}
+				l.regMu.Lock()
+				*m = nm
+				l.regMu.Unlock()
+				return f, nil
+			}
+		}
+		return f, fmt.Errorf("%w: no global member %q to restart", ErrBadFault, f.Member)
+	}
+	var leader *globalMember
+	for _, m := range l.globals {
+		if !m.down && m.srv.IsLeader() {
+			leader = m
+		}
+	}
+	if leader == nil {
+		return f, fmt.Errorf("lab: no global member leads now")
+	}
+	_ = leader.cli.Close()
+	leader.srv.Stop()
+	l.regMu.Lock()
+	leader.down = true
+	l.regMu.Unlock()
+	f.Member = leader.name
+	return f, nil
+}
+
+func (l *Lab) etcdDown(heal bool) error {
+	cur := l.Etcd()
+	if !heal {
+		cur.Stop()
+		return nil
+	}
+	if cur.Running() {
+		return fmt.Errorf("%w: etcd is not down", ErrBadFault)
+	}
+	e, err := election.StartEmbedded(l.ctx, cur.Config())
+	if err != nil {
+		return fmt.Errorf("lab: restart etcd: %w", err)
+	}
+	l.regMu.Lock()
+	l.etcd = e
+	l.regMu.Unlock()
+	return nil
+}
