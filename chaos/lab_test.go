@@ -130,6 +130,9 @@ func TestDrillsAgainstLab(t *testing.T) {
 			if !rep.Passed {
 				t.Errorf("%s failed: %v", d.Name, rep.Failures)
 			}
+			if len(rep.Errors) > 0 {
+				t.Logf("failed requests: %v", rep.Errors)
+			}
 			if rep.Requests.Before == 0 || rep.Requests.During == 0 || rep.Requests.After == 0 {
 				t.Errorf("requests per phase %+v: want load in every phase", rep.Requests)
 			}

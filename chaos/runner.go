@@ -164,6 +164,10 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 		return nil, ctx.Err()
 	}
 
+	// The baseline is the state just before the injection.
+	if st, err := r.Fleet.State(ctx); err == nil {
+		t.before = st
+	}
 	// Inject.
 	t0 := clock.Now()
 	rep.InjectedAt = t0

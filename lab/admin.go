@@ -75,7 +75,7 @@ func (l *Lab) startAdmin() error {
 		_ = a.srv.Shutdown(ctx)
 	})
 	l.admin = a
-	l.log.Info("admin API listening (mTLS, operator identities only)", "addr", ln.Addr().String(),
+	l.log.Warn("admin API enabled: operators can inject faults (mTLS, operator identities only)", "addr", ln.Addr().String(),
 		"operator_cert", op.cert, "operator_key", op.key, "ca", l.pki.ca)
 	return nil
 }

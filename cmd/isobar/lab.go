@@ -21,10 +21,17 @@ to each region. A live view refreshes every second; Ctrl-C shuts everything
 down cleanly.
 
 With --duration the lab runs headless for that long; --report writes the
-figures as JSON.`,
+figures as JSON.
+
+--admin-listen serves the admin API isobar chaos drives (fleet state, fault
+injection) over HTTPS with mTLS, answering operator identities only; the
+lab issues the operator certificate operator-lab.pem next to its CA under
+--dir/pki (give --dir to keep them). Off by default.`,
 		Example: `  isobar lab
   isobar lab --regions us-east,eu-west --cells 2 --rps 3
-  isobar lab --duration 30s --report lab.json`,
+  isobar lab --duration 30s --report lab.json
+  isobar lab --dir run1 --admin-listen 127.0.0.1:9443   # then: isobar chaos run kill-cell --target 127.0.0.1:9443 \
+      #   --tls-cert run1/pki/operator-lab.pem --tls-key run1/pki/operator-lab-key.pem --tls-ca run1/pki/ca.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("log-level") {
@@ -54,5 +61,7 @@ figures as JSON.`,
 	f.IntVar(&cfg.Globals, "globals", 0, "members of the global HA pair (default 2; 0 with one region)")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "turn mTLS off")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for the run's certificates and etcd data (default: a temporary one)")
+	f.StringVar(&cfg.AdminListen, "admin-listen", "", "serve the admin API for isobar chaos on this address (HTTPS, mTLS, operator identity "+
+		"spiffe://isobar/operator/lab; its certificate is written under --dir/pki)")
 	return cmd
 }
