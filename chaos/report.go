@@ -69,8 +69,9 @@ type Report struct {
 	// LeakRate: share of long prompts sent during the drill that reached a
 	// replica that could not take them (capability-mismatch only).
 	LeakRate *float64 `json:"leak_rate"`
-	// Errors counts the failed requests started after the injection by
-	// status and reason (the first few distinct ones).
+	// Errors counts the failed requests by phase (the phase a request
+	// started in: before, during, heal, after), status and reason (the
+	// first few distinct ones).
 	Errors map[string]int `json:"errors,omitempty"`
 	// TTFTms of the successful requests by phase.
 	TTFTms   map[string]Percentiles `json:"ttft_ms"`
@@ -115,9 +116,8 @@ func (t Thresholds) Merge(o Thresholds) Thresholds {
 	return t
 }
 
-func msString(d time.Duration) string {
-	return fmt.Sprintf("%g ms", float64(d)/float64(time.Millisecond))
-}
+// msString writes a threshold as the operator typed it (1.5s, 800ms, 1ns).
+func msString(d time.Duration) string { return d.String() }
 
 // check appends to r.Failures what the thresholds refuse.
 func (t Thresholds) check(r *Report) {

@@ -311,27 +311,30 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1,
 	}
 	for _, o := range os {
 		var ph *phase
+		name := "heal" // between the heal and a healthy fleet
 		switch {
 		case o.Start.Before(t0):
-			ph = &before
+			ph, name = &before, "before"
 			if !o.OK && !o.End.Before(t0) {
 				rep.Requests.InFlightFailed++
 			}
 		case o.Start.Before(t1):
-			ph = &during
+			ph, name = &during, "during"
 		case !recovered.IsZero() && !o.Start.Before(recovered) && o.Start.Before(end):
-			ph = &after
+			ph, name = &after, "after"
+		}
+		if !o.OK {
+			reason := fmt.Sprintf("%s: HTTP %d: %s", name, o.Status, truncate(o.Error, 120))
+			if _, ok := rep.Errors[reason]; ok || len(rep.Errors) < maxErrorKinds {
+				if rep.Errors == nil {
+					rep.Errors = map[string]int{}
+				}
+				rep.Errors[reason]++
+			}
 		}
 		if !o.Start.Before(t0) {
 			if !o.OK {
 				rep.Lost++
-				reason := fmt.Sprintf("HTTP %d: %s", o.Status, truncate(o.Error, 120))
-				if _, ok := rep.Errors[reason]; ok || len(rep.Errors) < maxErrorKinds {
-					if rep.Errors == nil {
-						rep.Errors = map[string]int{}
-					}
-					rep.Errors[reason]++
-				}
 			}
 			if o.OK && o.Start.Before(windowEnd) {
 				exposed = append(exposed, o.TTFT)

@@ -1,12 +1,15 @@
 package lab
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/chaos"
 	"github.com/isobar-mesh/isobar/election"
@@ -270,7 +273,7 @@ func (l *Lab) restartRegion(name string) error {
 	if !old.down {
 		return fmt.Errorf("%w: region %s is not down", ErrBadFault, name)
 	}
-	ln, err := net.Listen("tcp", old.ingress)
+	ln, err := newGatedListener(old.ingress)
 	if err != nil {
 		return fmt.Errorf("lab: region %s ingress %s: %w", name, old.ingress, err)
 	}
@@ -282,7 +285,32 @@ func (l *Lab) restartRegion(name string) error {
 	l.regMu.Lock()
 	l.regions[old.idx] = r
 	l.regMu.Unlock()
-	return nil
+	// The ingress opens once the new gateway routes to every cell: until
+	// then clients are refused and fail over, as a readiness check would
+	// have them.
+	ctx, cancel := context.WithTimeout(l.ctx, readyTimeout)
+	defer cancel()
+	waitErr := waitGateway(ctx, r)
+	if err := openIngress(ctx, ln, l.clock); err != nil {
+		return fmt.Errorf("lab: region %s ingress %s: %w", name, old.ingress, err)
+	}
+	return waitErr
+}
+
+// openIngress opens ln, retrying while its port is briefly taken (an
+// outgoing connection may hold it as a local port while it was unbound).
+func openIngress(ctx context.Context, ln *gatedListener, clock clockwork.Clock) error {
+	for {
+		err := ln.open()
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-clock.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // killLeader crashes the leading member: its etcd client closes first, so

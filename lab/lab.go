@@ -225,22 +225,31 @@ const readyTimeout = 2 * time.Minute
 // waitReady blocks until every region's gateway routes to all of its
 // cells and, with the global pair, every region routes on a plan — so the
 // traffic measures the fleet, not its start-up.
+// waitGateway blocks until r's gateway routes the default model to every
+// cell of r.
+func waitGateway(ctx context.Context, r *Region) error {
+	model := xds.ClusterName(sim.DefaultModel)
+	_, err := r.Gateway.WaitForTable(ctx, func(t *gateway.Table) bool {
+		n := 0
+		for _, e := range t.Clusters[model].Endpoints {
+			if e.Region == r.Name {
+				n++
+			}
+		}
+		return t.Ready() && n == len(r.Engines)
+	})
+	if err != nil {
+		return fmt.Errorf("lab: region %s's gateway not ready: %w", r.Name, err)
+	}
+	return nil
+}
+
 func (l *Lab) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	model := xds.ClusterName(sim.DefaultModel)
 	for _, r := range l.regions {
-		_, err := r.Gateway.WaitForTable(ctx, func(t *gateway.Table) bool {
-			n := 0
-			for _, e := range t.Clusters[model].Endpoints {
-				if e.Region == r.Name {
-					n++
-				}
-			}
-			return t.Ready() && n == len(r.Engines)
-		})
-		if err != nil {
-			return fmt.Errorf("lab: region %s's gateway not ready: %w", r.Name, err)
+		if err := waitGateway(ctx, r); err != nil {
+			return err
 		}
 	}
 	if l.etcd == nil {
@@ -510,7 +519,9 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 		BindAddr: host, Profile: gossip.ProfileLAN}
 	gcfg.BindPort, _ = atoi(port)
 	if cfg.Fast {
-		gcfg.Profile = gossip.ProfileLocal
+		// Short probes, and an RTT average that follows a step within two
+		// probes of a peer (the default 0.2 needs four).
+		gcfg.Profile, gcfg.RTTSmoothing = gossip.ProfileLocal, 0.5
 	}
 	if idx > 0 {
 		gcfg.Join = []string{gossipAddrs[0]}
