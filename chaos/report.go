@@ -25,13 +25,16 @@ type Success struct {
 	After  *float64 `json:"after"`
 }
 
-// Requests counts requests by phase (by start time).
+// Requests counts requests by phase: Before those that started and ended
+// before the injection, During and After by start time.
 type Requests struct {
 	Before int `json:"before"`
 	During int `json:"during"`
 	After  int `json:"after"`
-	// InFlightFailed were in flight when the fault hit and failed: the
-	// unavoidable loss, not counted in Lost.
+	// InFlight were in flight when the fault hit (in no phase);
+	// InFlightFailed of them failed: the unavoidable loss, not counted in
+	// Lost.
+	InFlight       int `json:"in_flight"`
 	InFlightFailed int `json:"in_flight_failed"`
 	// FailedOver went to another region's ingress because their own
 	// refused connections (the site was down).
@@ -69,9 +72,9 @@ type Report struct {
 	// LeakRate: share of long prompts sent during the drill that reached a
 	// replica that could not take them (capability-mismatch only).
 	LeakRate *float64 `json:"leak_rate"`
-	// Errors counts the failed requests by phase (the phase a request
-	// started in: before, during, heal, after), status and reason (the
-	// first few distinct ones).
+	// Errors counts the failed requests by phase (before, in flight,
+	// during, heal, after), status and reason (the first few distinct
+	// ones).
 	Errors map[string]int `json:"errors,omitempty"`
 	// TTFTms of the successful requests by phase.
 	TTFTms   map[string]Percentiles `json:"ttft_ms"`

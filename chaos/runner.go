@@ -313,11 +313,16 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1,
 		var ph *phase
 		name := "heal" // between the heal and a healthy fleet
 		switch {
-		case o.Start.Before(t0):
-			ph, name = &before, "before"
-			if !o.OK && !o.End.Before(t0) {
+		case o.Start.Before(t0) && !o.End.Before(t0):
+			// In flight at the injection: neither the baseline nor the
+			// drill's own figures.
+			name = "in flight"
+			rep.Requests.InFlight++
+			if !o.OK {
 				rep.Requests.InFlightFailed++
 			}
+		case o.Start.Before(t0):
+			ph, name = &before, "before"
 		case o.Start.Before(t1):
 			ph, name = &during, "during"
 		case !recovered.IsZero() && !o.Start.Before(recovered) && o.Start.Before(end):

@@ -27,9 +27,10 @@ const (
 	ProfileWAN = "wan"
 	// ProfileLAN uses memberlist.DefaultLANConfig timings: probes every 1s.
 	ProfileLAN = "lan"
-	// ProfileLocal is for tests and the single-machine lab on loopback:
-	// probes every 250ms, push-pull every 1s, failures confirmed within
-	// about 2s.
+	// ProfileLocal is for tests and the single-machine lab on loopback
+	// (with emulated WAN paths of up to ~200 ms round trip): probes every
+	// 300ms with a 250ms ack timeout, push-pull every 1s, failures
+	// confirmed within about 2s.
 	ProfileLocal = "local"
 )
 
@@ -279,8 +280,12 @@ func (c Config) memberlistConfig() *memberlist.Config {
 	switch c.Profile {
 	case ProfileLocal:
 		mc = memberlist.DefaultLocalConfig()
-		mc.ProbeInterval = 250 * time.Millisecond
-		mc.ProbeTimeout = 150 * time.Millisecond
+		// The ack timeout must exceed the slowest emulated WAN round trip
+		// (the lab's 70 ms one way, plus a 20 ms jitter drill): a probe
+		// that times out gives no RTT sample and raises memberlist's
+		// awareness score, which slows every later probe.
+		mc.ProbeInterval = 300 * time.Millisecond
+		mc.ProbeTimeout = 250 * time.Millisecond
 		mc.SuspicionMult = 2
 		mc.SuspicionMaxTimeoutMult = 3
 		mc.GossipInterval = 50 * time.Millisecond

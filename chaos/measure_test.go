@@ -1,0 +1,46 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+)
+
+// TestMeasurePhases: a request in flight at the injection belongs to no
+// phase (its failure is the unavoidable loss), requests between the heal
+// and a healthy fleet count as lost but in no phase, and every failure is
+// named with its phase.
+func TestMeasurePhases(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	t1, recovered, end := t0.Add(10*time.Second), t0.Add(12*time.Second), t0.Add(20*time.Second)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	os := []Outcome{
+		{Start: at(-3), End: at(-2), OK: true, Status: 200, TTFT: 10 * time.Millisecond},
+		{Start: at(-2), End: at(-1), OK: false, Status: 503, Error: "before"},
+		{Start: at(-1), End: at(1), OK: false, Status: 200, Error: "unexpected EOF"}, // cut by the fault
+		{Start: at(-0.5), End: at(0.5), OK: true, Status: 200},                       // in flight, survived
+		{Start: at(1), End: at(2), OK: false, Status: 503, Error: "during"},
+		{Start: at(2), End: at(3), OK: true, Status: 200, TTFT: 20 * time.Millisecond},
+		{Start: at(11), End: at(11.5), OK: false, Status: 503, Error: "no route yet"}, // heal window
+		{Start: at(13), End: at(14), OK: true, Status: 200, TTFT: 30 * time.Millisecond},
+	}
+	rep := &Report{}
+	d := &Drill{Name: "test"}
+	(&Runner{}).measure(rep, d, &target{}, os, t0, t1, recovered, end, t0.Add(minRerouteWindow))
+	if rep.Requests.Before != 2 || rep.Requests.During != 2 || rep.Requests.After != 1 {
+		t.Errorf("requests %+v: want before 2, during 2, after 1", rep.Requests)
+	}
+	if rep.Requests.InFlight != 2 || rep.Requests.InFlightFailed != 1 {
+		t.Errorf("in flight %d (failed %d): want 2 (1)", rep.Requests.InFlight, rep.Requests.InFlightFailed)
+	}
+	if *rep.Success.Before != 0.5 || *rep.Success.During != 0.5 || *rep.Success.After != 1 {
+		t.Errorf("success %v/%v/%v: want 0.5/0.5/1", *rep.Success.Before, *rep.Success.During, *rep.Success.After)
+	}
+	if rep.Lost != 2 {
+		t.Errorf("lost %d: want 2 (during and heal window; not the one in flight)", rep.Lost)
+	}
+	for _, k := range []string{"before: HTTP 503: before", "in flight: HTTP 200: unexpected EOF", "during: HTTP 503: during", "heal: HTTP 503: no route yet"} {
+		if rep.Errors[k] != 1 {
+			t.Errorf("errors %v: want %q once", rep.Errors, k)
+		}
+	}
+}
