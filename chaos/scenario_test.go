@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,4 +79,26 @@ func FuzzDecodeFault(f *testing.F) {
 			t.Fatalf("decoded fault fails Validate: %v", err)
 		}
 	})
+}
+
+// TestDocsScenarioListsEveryDrill keeps docs/drills.yaml parseable and
+// complete.
+func TestDocsScenarioListsEveryDrill(t *testing.T) {
+	b, err := os.ReadFile("../docs/drills.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseScenario(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range s.Drills {
+		names = append(names, d.Drill)
+	}
+	for _, d := range Drills() {
+		if !slices.Contains(names, d.Name) {
+			t.Errorf("docs/drills.yaml lacks %s", d.Name)
+		}
+	}
 }
