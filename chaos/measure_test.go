@@ -18,7 +18,7 @@ func TestMeasurePhases(t *testing.T) {
 		{Start: at(-2), End: at(-1), OK: false, Status: 503, Error: "before"},
 		{Start: at(-1), End: at(1), OK: false, Status: 200, Error: "unexpected EOF"}, // cut by the fault
 		{Start: at(-0.5), End: at(0.5), OK: true, Status: 200},                       // in flight, survived
-		{Start: at(1), End: at(2), OK: false, Status: 503, Error: "during"},
+		{Start: at(1), End: at(2), OK: false, Status: 503, Error: "during", Cell: "a-cell-0", Ingress: "a"},
 		{Start: at(2), End: at(3), OK: true, Status: 200, TTFT: 20 * time.Millisecond},
 		{Start: at(11), End: at(11.5), OK: false, Status: 503, Error: "no route yet"}, // heal window
 		{Start: at(13), End: at(14), OK: true, Status: 200, TTFT: 30 * time.Millisecond},
@@ -38,7 +38,7 @@ func TestMeasurePhases(t *testing.T) {
 	if rep.Lost != 2 {
 		t.Errorf("lost %d: want 2 (during and heal window; not the one in flight)", rep.Lost)
 	}
-	for _, k := range []string{"before: HTTP 503: before", "in flight: HTTP 200: unexpected EOF", "during: HTTP 503: during", "heal: HTTP 503: no route yet"} {
+	for _, k := range []string{"before: HTTP 503: before", "in flight: HTTP 200: unexpected EOF", "during: HTTP 503 from a-cell-0 via a: during", "heal: HTTP 503: no route yet"} {
 		if rep.Errors[k] != 1 {
 			t.Errorf("errors %v: want %q once", rep.Errors, k)
 		}

@@ -330,6 +330,9 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1,
 		}
 		if !o.OK {
 			reason := fmt.Sprintf("%s: HTTP %d: %s", name, o.Status, truncate(o.Error, 120))
+			if o.Cell != "" {
+				reason = fmt.Sprintf("%s: HTTP %d from %s via %s: %s", name, o.Status, o.Cell, o.Ingress, truncate(o.Error, 120))
+			}
 			if _, ok := rep.Errors[reason]; ok || len(rep.Errors) < maxErrorKinds {
 				if rep.Errors == nil {
 					rep.Errors = map[string]int{}
