@@ -1,0 +1,227 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/isobar-mesh/isobar/sim"
+)
+
+const model = "test-model"
+
+func startEngine(t *testing.T, maxLen int) string {
+	t.Helper()
+	e, err := sim.NewEngine(sim.EngineConfig{Model: model, MaxModelLen: maxLen, Profile: sim.ProfileTiny, TimeScale: 0.01, Seed: 1},
+		sim.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ln); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = e.Stop(ctx)
+	})
+	return "http://" + e.Addr()
+}
+
+func class(t *testing.T, name string) Class {
+	t.Helper()
+	c, err := LookupClass(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestRunAgainstEngine: every request sent is recorded with a TTFT before
+// its end and the streamed tokens asked for; a constant rate sends
+// RPS × Duration requests; NDJSON lines decode back into the records.
+func TestRunAgainstEngine(t *testing.T) {
+	url := startEngine(t, 4096)
+	var ndjson bytes.Buffer
+	enc := json.NewEncoder(&ndjson)
+	var progress bytes.Buffer
+	res, err := Run(context.Background(), Config{URL: url, Model: model, Class: class(t, "baseline_mixed"), RPS: 40,
+		Arrival: ArrivalConstant, Duration: time.Second, MaxOutput: 4, Seed: 7},
+		Deps{OnRecord: func(r Record) { _ = enc.Encode(r) }, Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.Records); n < 38 || n > 40 {
+		t.Fatalf("%d records at 40 RPS for 1 s: want 39 or 40", n)
+	}
+	for i, r := range res.Records {
+		if r.Seq != i+1 {
+			t.Fatalf("record %d has seq %d: want start order", i, r.Seq)
+		}
+		if !r.OK || r.Status != 200 || r.TTFTms == nil || *r.TTFTms > r.E2Ems || r.OutputTokens != 4 || r.PromptTokens < 1 {
+			t.Fatalf("record %+v: want a complete stream of 4 tokens with TTFT <= E2E", r)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(ndjson.String()), "\n")
+	if len(lines) != len(res.Records) {
+		t.Fatalf("%d NDJSON lines for %d records", len(lines), len(res.Records))
+	}
+	var first Record
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil || first.Class != "baseline_mixed" {
+		t.Fatalf("NDJSON line %q: %v", lines[0], err)
+	}
+	s := res.Summary
+	if s.Requests != len(res.Records) || s.Succeeded != s.Requests || *s.Success != 1 || s.TTFTms == nil || s.TTFTms.P50 > s.TTFTms.P99 {
+		t.Errorf("summary %+v", s)
+	}
+	if !strings.Contains(progress.String(), "100%") {
+		t.Errorf("progress %q: no final bar", progress.String())
+	}
+}
+
+// TestSameSeedSameRequests: the request sequence depends on the seed only.
+func TestSameSeedSameRequests(t *testing.T) {
+	url := startEngine(t, 1<<14)
+	shapes := func(seed uint64) []int {
+		res, err := Run(context.Background(), Config{URL: url, Model: model, Class: class(t, "code_heavy"), RPS: 50,
+			Duration: 500 * time.Millisecond, MaxOutput: 1, Seed: seed}, Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int
+		for _, r := range res.Records {
+			out = append(out, r.PromptTokens)
+		}
+		return out
+	}
+	a, b, c := shapes(3), shapes(3), shapes(4)
+	if len(a) == 0 || !equal(a, b) {
+		t.Errorf("seed 3 twice: %v vs %v", a, b)
+	}
+	if equal(a, c) {
+		t.Errorf("seeds 3 and 4 sent the same prompts %v", a)
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestClassShapes checks the shapes without a server: multiturn contexts
+// grow turn by turn, rapid_shift alternates, the long classes sit where
+// the evaluation puts them.
+func TestClassShapes(t *testing.T) {
+	s := newSampler(class(t, "multiturn"), 1)
+	prev := 0
+	for turn := 1; turn <= 8; turn++ {
+		sh := s.next(0)
+		if sh.turn != turn || sh.prompt <= prev {
+			t.Fatalf("turn %d: %+v after %d tokens: want a growing context", turn, sh, prev)
+		}
+		prev = sh.prompt
+	}
+	if sh := s.next(0); sh.turn != 1 || sh.prompt >= prev {
+		t.Errorf("after 8 turns %+v: want a new conversation", sh)
+	}
+	rs := newSampler(class(t, "rapid_shift"), 1)
+	if short, long := rs.next(time.Second), rs.next(11*time.Second); short.prompt > 1000 || long.prompt < 2000 {
+		t.Errorf("rapid_shift: %d then %d tokens: want short then long", short.prompt, long.prompt)
+	}
+	for name, want := range map[string]float64{"rag_multidoc": 4000, "long_context": 8000, "very_long": 16000} {
+		smp, sum := newSampler(class(t, name), 1), 0
+		for range 1000 {
+			sum += smp.next(0).prompt
+		}
+		if mean := float64(sum) / 1000; mean < 0.95*want || mean > 1.05*want {
+			t.Errorf("%s: mean prompt %.0f, want ~%.0f", name, mean, want)
+		}
+	}
+}
+
+// TestBurstsAndWindow: adversarial_spike adds its bursts on top of the
+// rate, and the summary leaves warm-up out.
+func TestBurstsAndWindow(t *testing.T) {
+	url := startEngine(t, 4096)
+	c := class(t, "adversarial_spike")
+	c.BurstSize, c.BurstEvery = 10, 400*time.Millisecond
+	res, err := Run(context.Background(), Config{URL: url, Model: model, Class: c, RPS: 10, Arrival: ArrivalConstant,
+		Duration: time.Second, Warmup: 500 * time.Millisecond, MaxOutput: 1}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bursts := 0
+	for _, r := range res.Records {
+		if r.Burst {
+			bursts++
+		}
+	}
+	if bursts != 20 || len(res.Records) < 28 {
+		t.Errorf("%d burst requests of %d: want 2 bursts of 10 on top of ~10 steady", bursts, len(res.Records))
+	}
+	if res.Summary.Requests >= len(res.Records) || res.Summary.WindowS != 0.5 {
+		t.Errorf("summary counts %d of %d over %vs: want the warm-up left out", res.Summary.Requests, len(res.Records), res.Summary.WindowS)
+	}
+}
+
+// TestFailuresRecorded: prompts over the engine's max_model_len come back
+// as HTTP 400 records with the engine's message, and count as failures.
+func TestFailuresRecorded(t *testing.T) {
+	url := startEngine(t, 1024)
+	res, err := Run(context.Background(), Config{URL: url, Model: model, Class: class(t, "long_context"), RPS: 20,
+		Duration: 300 * time.Millisecond, MaxOutput: 1}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Records) == 0 {
+		t.Fatal("no requests")
+	}
+	for _, r := range res.Records {
+		if r.OK || r.Status != 400 || !strings.Contains(r.Error, "context") {
+			t.Fatalf("record %+v: want HTTP 400 naming the context length", r)
+		}
+	}
+	if *res.Summary.Success != 0 || res.Summary.Statuses["400"] != res.Summary.Requests {
+		t.Errorf("summary %+v", res.Summary)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Model: model, RPS: 1}, "URL is required"},
+		{Config{URL: "ftp://x", Model: model, RPS: 1}, "URL"},
+		{Config{URL: "http://127.0.0.1:1"}, "Model"},
+		{Config{URL: "http://127.0.0.1:1", Model: model}, "RPS"},
+		{Config{URL: "http://127.0.0.1:1", Model: model, RPS: 1, Arrival: "bursty"}, "Arrival"},
+		{Config{URL: "http://127.0.0.1:1", Model: model, RPS: 1, Duration: time.Second, Warmup: time.Second}, "Warmup"},
+	} {
+		_, err := Run(context.Background(), tc.cfg, Deps{})
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+	if _, err := LookupClass("nope"); err == nil || !strings.Contains(err.Error(), "baseline_mixed") {
+		t.Errorf("LookupClass: %v", err)
+	}
+}
