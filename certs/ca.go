@@ -584,7 +584,7 @@ func parseURIs(in []string) ([]*url.URL, error) {
 	for _, s := range in {
 		u, err := url.Parse(s)
 		if err != nil || u.Scheme == "" || (u.Host == "" && u.Opaque == "") || strings.ContainsAny(s, " \t\r\n") {
-			return nil, fmt.Errorf("%w: URI SAN %q: want an absolute URI such as %s", ErrInvalid, truncate(s), CellURI("<id>"))
+			return nil, fmt.Errorf("%w: URI SAN %q: want an absolute URI such as %s", ErrInvalid, truncate(s), CellURI("<region>", "<id>"))
 		}
 		if u.Scheme == "spiffe" && u.Host == TrustDomain {
 			if _, err := ParseIdentity(s); err != nil {

@@ -146,7 +146,7 @@ func TestLoadCARoundTripSigns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	is, err := loaded.Issue(Identity{KindCell, "c1"}.Leaf(nil, nil))
+	is, err := loaded.Issue(CellIdentity("r", "c1").Leaf(nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestLoadCARefusals(t *testing.T) {
 	})
 	t.Run("leaf as CA", func(t *testing.T) {
 		dir, ca := setup(t)
-		is, err := ca.Issue(Identity{KindCell, "c"}.Leaf(nil, nil))
+		is, err := ca.Issue(CellIdentity("r", "c").Leaf(nil, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func TestIssue(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(t0)
 	ca := newTestCA(t, WithClock(clk))
 	t.Run("region identity", func(t *testing.T) {
-		l := Identity{KindRegion, "us-east"}.Leaf([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
+		l := Identity{Kind: KindRegion, Name: "us-east"}.Leaf([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
 		is, err := ca.Issue(l)
 		if err != nil {
 			t.Fatal(err)
@@ -246,7 +246,7 @@ func TestIssue(t *testing.T) {
 			t.Errorf("NotAfter = %v", c.NotAfter)
 		}
 		id, err := PeerIdentity(c)
-		if err != nil || id != (Identity{KindRegion, "us-east"}) {
+		if err != nil || id != (Identity{Kind: KindRegion, Name: "us-east"}) {
 			t.Errorf("PeerIdentity = %v, %v", id, err)
 		}
 		if _, err := is.TLSCertificate(); err != nil {
@@ -257,8 +257,8 @@ func TestIssue(t *testing.T) {
 		}
 	})
 	t.Run("serials differ", func(t *testing.T) {
-		a, _ := ca.Issue(Identity{KindCell, "a"}.Leaf(nil, nil))
-		b, _ := ca.Issue(Identity{KindCell, "a"}.Leaf(nil, nil))
+		a, _ := ca.Issue(CellIdentity("r", "a").Leaf(nil, nil))
+		b, _ := ca.Issue(CellIdentity("r", "a").Leaf(nil, nil))
 		if a.Cert.SerialNumber.Cmp(b.Cert.SerialNumber) == 0 {
 			t.Error("two leaves share a serial")
 		}
@@ -267,7 +267,7 @@ func TestIssue(t *testing.T) {
 		c2 := clockwork.NewFakeClockAt(t0)
 		ca2 := newTestCA(t, WithClock(c2))
 		c2.Advance(DefaultCATTL - 10*24*time.Hour)
-		is, err := ca2.Issue(Identity{KindCell, "late"}.Leaf(nil, nil))
+		is, err := ca2.Issue(CellIdentity("r", "late").Leaf(nil, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +303,7 @@ func TestIssue(t *testing.T) {
 		c3 := clockwork.NewFakeClockAt(t0)
 		late := newTestCA(t, WithClock(c3))
 		c3.Advance(DefaultCATTL + time.Second)
-		if _, err := late.Issue(Identity{KindCell, "x"}.Leaf(nil, nil)); !errors.Is(err, ErrExpired) {
+		if _, err := late.Issue(CellIdentity("r", "x").Leaf(nil, nil)); !errors.Is(err, ErrExpired) {
 			t.Fatalf("err = %v, want ErrExpired", err)
 		}
 	})
@@ -312,7 +312,7 @@ func TestIssue(t *testing.T) {
 func TestWriteLeaf(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t)
-	is, err := ca.Issue(Identity{KindCell, "c1"}.Leaf(nil, nil))
+	is, err := ca.Issue(CellIdentity("r", "c1").Leaf(nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestWriteLeaf(t *testing.T) {
 func TestIssueTo(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t)
-	cp, kp, err := ca.IssueTo(dir, Identity{KindGateway, "eu"}.Leaf(nil, nil), false)
+	cp, kp, err := ca.IssueTo(dir, Identity{Kind: KindGateway, Name: "eu"}.Leaf(nil, nil), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestIssueTo(t *testing.T) {
 	if kp != filepath.Join(dir, "eu-key.pem") {
 		t.Errorf("key path %s", kp)
 	}
-	if _, _, err := ca.IssueTo(dir, Identity{KindGateway, "eu"}.Leaf(nil, nil), false); !errors.Is(err, ErrExists) {
+	if _, _, err := ca.IssueTo(dir, Identity{Kind: KindGateway, Name: "eu"}.Leaf(nil, nil), false); !errors.Is(err, ErrExists) {
 		t.Errorf("second IssueTo: %v", err)
 	}
 	if _, _, err := ca.IssueTo(dir, Leaf{Name: "x"}, true); !errors.Is(err, ErrInvalid) {
@@ -364,7 +364,7 @@ func TestIssueTo(t *testing.T) {
 
 func TestParseCertificates(t *testing.T) {
 	ca := newTestCA(t)
-	is, err := ca.Issue(Identity{KindCell, "c"}.Leaf(nil, nil))
+	is, err := ca.Issue(CellIdentity("r", "c").Leaf(nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func TestParseCertificates(t *testing.T) {
 func TestDescribe(t *testing.T) {
 	now := t0.Add(time.Hour)
 	ca := newTestCA(t, WithClock(clockwork.NewFakeClockAt(t0)))
-	is, err := ca.Issue(Identity{KindGlobal, "g-0"}.Leaf([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}))
+	is, err := ca.Issue(Identity{Kind: KindGlobal, Name: "g-0"}.Leaf([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}))
 	if err != nil {
 		t.Fatal(err)
 	}

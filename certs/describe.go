@@ -44,7 +44,7 @@ func Describe(w io.Writer, cert *x509.Certificate, now time.Time, indent string)
 		line("IP SANs", strings.Join(ips, ", "))
 	}
 	if id, err := PeerIdentity(cert); err == nil {
-		line("identity", string(id.Kind)+" "+id.Name)
+		line("identity", id.Describe())
 	} else if len(cert.URIs) > 0 {
 		line("identity", "none ("+err.Error()+")")
 	}

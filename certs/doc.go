@@ -13,11 +13,15 @@
 //     server and/or client extended key usage, URI/DNS/IP SANs, 90 days by
 //     default and never beyond the CA. A server leaf must carry a DNS or IP
 //     SAN for the addresses clients dial.
-//   - isobar identities: spiffe://isobar/<kind>/<name> URI SANs for cells
-//     (cell id), regional controllers (region), global members (member name)
-//     and gateways (region): CellURI, RegionURI, GlobalURI, GatewayURI,
-//     ParseIdentity, PeerIdentity and Identity.Leaf, which picks the key
-//     usages each process needs.
+//   - isobar identities: spiffe://isobar/<kind>/<name> URI SANs for
+//     regional controllers (region), global members (member name), gateways
+//     (region) and operators, and spiffe://isobar/region/<region>/cell/<id>
+//     for cells, which binds a cell to its region: CellURI, RegionURI,
+//     GlobalURI, GatewayURI, OperatorURI, ParseIdentity, PeerIdentity,
+//     VerifiedIdentity and Identity.Leaf, which picks the key usages each
+//     process needs. Only these URI SANs are identities; common names and
+//     DNS SANs never authorise anything. The older cell form
+//     spiffe://isobar/cell/<id> is refused (reissue the certificate).
 //   - TLS configuration (ServerConfig, ClientConfig): TLS 1.3, client
 //     certificates required and verified on servers. Loading checks the
 //     files up front and says which flag (--tls-cert, --tls-key, --tls-ca)

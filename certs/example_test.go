@@ -43,10 +43,10 @@ func ExampleNewCA() {
 	fmt.Println(id.URI())
 	fmt.Println(filepath.Base(certFile), filepath.Base(keyFile))
 	fmt.Println(srv.ClientAuth)
-	fmt.Println(certs.CellURI("us-east-gpu0"))
+	fmt.Println(certs.CellURI("us-east", "gpu0"))
 	// Output:
 	// spiffe://isobar/region/us-east
 	// regional.pem regional-key.pem
 	// RequireAndVerifyClientCert
-	// spiffe://isobar/cell/us-east-gpu0
+	// spiffe://isobar/region/us-east/cell/gpu0
 }

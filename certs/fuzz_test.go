@@ -41,7 +41,7 @@ func FuzzParseCertificates(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	is, err := ca.Issue(Identity{KindCell, "c"}.Leaf(nil, nil))
+	is, err := ca.Issue(CellIdentity("r", "c").Leaf(nil, nil))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func FuzzParseKey(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	is, err := ca.Issue(Identity{KindCell, "c"}.Leaf(nil, nil))
+	is, err := ca.Issue(CellIdentity("r", "c").Leaf(nil, nil))
 	if err != nil {
 		f.Fatal(err)
 	}

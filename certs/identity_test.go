@@ -10,7 +10,7 @@ import (
 
 func TestIdentityURIs(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{CellURI("us-east-1a-gpu0"), "spiffe://isobar/cell/us-east-1a-gpu0"},
+		{CellURI("us-east", "us-east-1a-gpu0"), "spiffe://isobar/region/us-east/cell/us-east-1a-gpu0"},
 		{RegionURI("us-east"), "spiffe://isobar/region/us-east"},
 		{GlobalURI("global-0"), "spiffe://isobar/global/global-0"},
 		{GatewayURI("eu-west"), "spiffe://isobar/gateway/eu-west"},
@@ -27,11 +27,19 @@ func TestParseIdentity(t *testing.T) {
 		want    Identity
 		wantErr bool
 	}{
-		{in: "spiffe://isobar/cell/c-1", want: Identity{KindCell, "c-1"}},
-		{in: "region/us_east.1", want: Identity{KindRegion, "us_east.1"}},
-		{in: "spiffe://isobar/gateway/eu", want: Identity{KindGateway, "eu"}},
-		{in: "global/g0", want: Identity{KindGlobal, "g0"}},
+		{in: "spiffe://isobar/region/us-east/cell/c-1", want: CellIdentity("us-east", "c-1")},
+		{in: "region/eu/cell/gpu.0", want: CellIdentity("eu", "gpu.0")},
+		{in: "region/us_east.1", want: Identity{Kind: KindRegion, Name: "us_east.1"}},
+		{in: "spiffe://isobar/gateway/eu", want: Identity{Kind: KindGateway, Name: "eu"}},
+		{in: "global/g0", want: Identity{Kind: KindGlobal, Name: "g0"}},
 		{in: "spiffe://other/cell/c", wantErr: true},
+		{in: "spiffe://isobar/cell/c-1", wantErr: true}, // the older form without a region
+		{in: "cell/c-1", wantErr: true},
+		{in: "region/r/cell/", wantErr: true},
+		{in: "region//cell/c", wantErr: true},
+		{in: "region/r/cell/a/b", wantErr: true},
+		{in: "region/r/gateway/g", wantErr: true},
+		{in: "region/r/", wantErr: true},
 		{in: "https://isobar/cell/c", wantErr: true},
 		{in: "spiffe://isobar/cell/a/b", wantErr: true},
 		{in: "spiffe://isobar/cell/", wantErr: true},
@@ -76,10 +84,11 @@ func TestPeerIdentity(t *testing.T) {
 		want    Identity
 		wantErr bool
 	}{
-		{"one", mk("spiffe://isobar/cell/c1"), Identity{KindCell, "c1"}, false},
-		{"foreign ignored", mk("spiffe://other/x/y", "spiffe://isobar/region/r"), Identity{KindRegion, "r"}, false},
-		{"duplicate same", mk("spiffe://isobar/region/r", "spiffe://isobar/region/r"), Identity{KindRegion, "r"}, false},
-		{"two identities", mk("spiffe://isobar/region/r", "spiffe://isobar/cell/c"), Identity{}, true},
+		{"one", mk("spiffe://isobar/region/r/cell/c1"), CellIdentity("r", "c1"), false},
+		{"older cell form", mk("spiffe://isobar/cell/c1"), Identity{}, true},
+		{"foreign ignored", mk("spiffe://other/x/y", "spiffe://isobar/region/r"), Identity{Kind: KindRegion, Name: "r"}, false},
+		{"duplicate same", mk("spiffe://isobar/region/r", "spiffe://isobar/region/r"), Identity{Kind: KindRegion, Name: "r"}, false},
+		{"two identities", mk("spiffe://isobar/region/r", "spiffe://isobar/region/r/cell/c"), Identity{}, true},
 		{"none", mk("https://isobar/cell/c"), Identity{}, true},
 		{"bad isobar uri", mk("spiffe://isobar/cell/a/b"), Identity{}, true},
 		{"nil", nil, Identity{}, true},
@@ -109,9 +118,38 @@ func TestIdentityLeafUsages(t *testing.T) {
 		{KindRegion, true, true},
 		{KindGlobal, true, true},
 	} {
-		l := Identity{tc.kind, "n"}.Leaf(nil, nil)
+		id := Identity{Kind: tc.kind, Name: "n"}
+		if tc.kind == KindCell {
+			id.Region = "r"
+		}
+		l := id.Leaf(nil, nil)
 		if l.Server != tc.server || l.Client != tc.client || l.Name != "n" || len(l.URIs) != 1 {
 			t.Errorf("%s: %+v", tc.kind, l)
+		}
+	}
+}
+
+// TestOlderCellIdentityRefused: a certificate issued before cells carried
+// their region is refused with a message that says how to reissue it.
+func TestOlderCellIdentityRefused(t *testing.T) {
+	_, err := ParseIdentity("spiffe://isobar/cell/gpu0")
+	if !errors.Is(err, ErrNotIdentity) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "--role cellagent") {
+		t.Fatalf("ParseIdentity(older cell form) = %v; want ErrNotIdentity and ErrInvalid naming --role cellagent", err)
+	}
+}
+
+func TestIdentityValidateRegion(t *testing.T) {
+	for _, tc := range []struct {
+		id Identity
+		ok bool
+	}{
+		{CellIdentity("us-east", "c"), true},
+		{Identity{Kind: KindCell, Name: "c"}, false},
+		{Identity{Kind: KindRegion, Name: "us-east", Region: "us-east"}, false},
+		{CellIdentity("a b", "c"), false},
+	} {
+		if err := tc.id.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%#v.Validate() = %v, want ok=%v", tc.id, err, tc.ok)
 		}
 	}
 }

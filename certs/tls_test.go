@@ -58,7 +58,7 @@ func (p pki) caFile() string { return filepath.Join(p.dir, CACertFile) }
 
 func (p pki) server(t *testing.T, name string, opts ...Option) *tls.Config {
 	t.Helper()
-	c, k := p.issue(t, name, Identity{KindRegion, name}.Leaf(nil, localhost))
+	c, k := p.issue(t, name, Identity{Kind: KindRegion, Name: name}.Leaf(nil, localhost))
 	cfg, err := ServerConfig(c, k, p.caFile(), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -139,14 +139,14 @@ func handshake(t *testing.T, srv, cli *tls.Config) exchange {
 
 func TestMutualTLSHandshake(t *testing.T) {
 	p := newPKI(t)
-	ex := handshake(t, p.server(t, "us-east"), p.client(t, Identity{KindCell, "gpu0"}))
+	ex := handshake(t, p.server(t, "us-east"), p.client(t, CellIdentity("r", "gpu0")))
 	if ex.serverErr != nil || ex.clientErr != nil {
 		t.Fatalf("server: %v; client: %v", ex.serverErr, ex.clientErr)
 	}
-	if id, err := PeerIdentity(ex.serverPeer); err != nil || id != (Identity{KindCell, "gpu0"}) {
+	if id, err := PeerIdentity(ex.serverPeer); err != nil || id != (CellIdentity("r", "gpu0")) {
 		t.Errorf("server saw %v, %v", id, err)
 	}
-	if id, err := PeerIdentity(ex.clientPeer); err != nil || id != (Identity{KindRegion, "us-east"}) {
+	if id, err := PeerIdentity(ex.clientPeer); err != nil || id != (Identity{Kind: KindRegion, Name: "us-east"}) {
 		t.Errorf("client saw %v, %v", id, err)
 	}
 }
@@ -159,7 +159,7 @@ func TestHandshakeRefusals(t *testing.T) {
 
 	t.Run("client from a foreign CA", func(t *testing.T) {
 		// The client trusts our CA but presents a foreign certificate.
-		c, k := foreign.issue(t, "f", Identity{KindCell, "f"}.Leaf(nil, nil))
+		c, k := foreign.issue(t, "f", CellIdentity("r", "f").Leaf(nil, nil))
 		cfg, err := ClientConfig(c, k, foreign.caFile(), "127.0.0.1", WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
@@ -174,13 +174,13 @@ func TestHandshakeRefusals(t *testing.T) {
 		}
 	})
 	t.Run("server from a foreign CA", func(t *testing.T) {
-		c, k := foreign.issue(t, "fs", Identity{KindRegion, "fs"}.Leaf(nil, localhost))
+		c, k := foreign.issue(t, "fs", Identity{Kind: KindRegion, Name: "fs"}.Leaf(nil, localhost))
 		fsrv, err := ServerConfig(c, k, foreign.caFile(), WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
 		}
 		fsrv.ClientCAs = p.ca.Pool()
-		ex := handshake(t, fsrv, p.client(t, Identity{KindCell, "c"}, WithClock(clk)))
+		ex := handshake(t, fsrv, p.client(t, CellIdentity("r", "c"), WithClock(clk)))
 		var ua x509.UnknownAuthorityError
 		if !errors.As(ex.clientErr, &ua) {
 			t.Fatalf("client error = %v, want unknown authority", ex.clientErr)
@@ -196,7 +196,7 @@ func TestHandshakeRefusals(t *testing.T) {
 	t.Run("expired client certificate", func(t *testing.T) {
 		c2 := clockwork.NewFakeClockAt(t0)
 		q := newPKI(t, WithClock(c2))
-		cli := q.client(t, Identity{KindCell, "old"}, WithClock(c2))
+		cli := q.client(t, CellIdentity("r", "old"), WithClock(c2))
 		c2.Advance(DefaultLeafTTL + time.Hour)
 		ex := handshake(t, q.server(t, "r", WithClock(c2)), cli)
 		if ex.serverErr == nil || !strings.Contains(ex.serverErr.Error(), "expired") {
@@ -207,7 +207,7 @@ func TestHandshakeRefusals(t *testing.T) {
 		}
 	})
 	t.Run("wrong server name", func(t *testing.T) {
-		cli := p.client(t, Identity{KindCell, "c2"}, WithClock(clk))
+		cli := p.client(t, CellIdentity("r", "c2"), WithClock(clk))
 		cli.ServerName = "10.9.9.9"
 		ex := handshake(t, srv, cli)
 		var he x509.HostnameError
@@ -220,8 +220,8 @@ func TestHandshakeRefusals(t *testing.T) {
 func TestConfigLoadErrorsNameTheFlag(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(t0)
 	p := newPKI(t, WithClock(clk))
-	cellCert, cellKey := p.issue(t, "cell", Identity{KindCell, "cell"}.Leaf(nil, nil))
-	srvCert, srvKey := p.issue(t, "srv", Identity{KindRegion, "srv"}.Leaf(nil, localhost))
+	cellCert, cellKey := p.issue(t, "cell", CellIdentity("r", "cell").Leaf(nil, nil))
+	srvCert, srvKey := p.issue(t, "srv", Identity{Kind: KindRegion, Name: "srv"}.Leaf(nil, localhost))
 	foreign := newPKI(t, WithClock(clk))
 	missing := filepath.Join(p.dir, "missing.pem")
 	garbage := filepath.Join(p.dir, "garbage.pem")
@@ -274,7 +274,7 @@ func TestServerConfigSettings(t *testing.T) {
 	if srv.MinVersion != tls.VersionTLS13 || srv.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Errorf("server: min version %x, client auth %v", srv.MinVersion, srv.ClientAuth)
 	}
-	cli := p.client(t, Identity{KindCell, "c"})
+	cli := p.client(t, CellIdentity("r", "c"))
 	if cli.MinVersion != tls.VersionTLS13 || cli.InsecureSkipVerify {
 		t.Errorf("client: min version %x, insecure %v", cli.MinVersion, cli.InsecureSkipVerify)
 	}
@@ -282,13 +282,13 @@ func TestServerConfigSettings(t *testing.T) {
 
 func TestKeyPairReload(t *testing.T) {
 	p := newPKI(t)
-	id := Identity{KindRegion, "r"}
+	id := Identity{Kind: KindRegion, Name: "r"}
 	c, k := p.issue(t, "r", id.Leaf(nil, localhost))
 	srv, err := ServerConfig(c, k, p.caFile())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli := p.client(t, Identity{KindCell, "c"})
+	cli := p.client(t, CellIdentity("r", "c"))
 	first := handshake(t, srv, cli)
 	if first.clientErr != nil {
 		t.Fatal(first.clientErr)
@@ -317,12 +317,12 @@ func TestKeyPairReload(t *testing.T) {
 	}
 
 	// The client side reloads too.
-	cc, ck := p.issue(t, "c2", Identity{KindCell, "c2"}.Leaf(nil, nil))
+	cc, ck := p.issue(t, "c2", CellIdentity("r", "c2").Leaf(nil, nil))
 	cli2, err := ClientConfig(cc, ck, p.caFile(), "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.issue(t, "c2", Identity{KindCell, "c2"}.Leaf(nil, nil))
+	p.issue(t, "c2", CellIdentity("r", "c2").Leaf(nil, nil))
 	want, _ := ParseCertificates(mustRead(t, cc))
 	ex := handshake(t, srv, cli2)
 	if ex.serverErr != nil || ex.serverPeer.SerialNumber.Cmp(want[0].SerialNumber) != 0 {
@@ -372,7 +372,7 @@ func TestGRPCMutualTLS(t *testing.T) {
 		<-served
 	}()
 
-	c, k := p.issue(t, "gw", Identity{KindGateway, "eu"}.Leaf(nil, nil))
+	c, k := p.issue(t, "gw", Identity{Kind: KindGateway, Name: "eu"}.Leaf(nil, nil))
 	cliCfg, err := ClientConfig(c, k, p.caFile(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -387,13 +387,13 @@ func TestGRPCMutualTLS(t *testing.T) {
 	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("Check over mTLS: %v", err)
 	}
-	if id := <-seen; id != (Identity{KindGateway, "eu"}) {
+	if id := <-seen; id != (Identity{Kind: KindGateway, Name: "eu"}) {
 		t.Fatalf("server saw %v", id)
 	}
 
 	// A client certificate from another CA is refused by the server.
 	foreign := newPKI(t)
-	fc, fk := foreign.issue(t, "x", Identity{KindGateway, "x"}.Leaf(nil, nil))
+	fc, fk := foreign.issue(t, "x", Identity{Kind: KindGateway, Name: "x"}.Leaf(nil, nil))
 	badCfg, err := ClientConfig(fc, fk, foreign.caFile(), "")
 	if err != nil {
 		t.Fatal(err)

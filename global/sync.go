@@ -1,11 +1,10 @@
 package global
 
 import (
-	"crypto/x509"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
@@ -24,6 +23,9 @@ var (
 	ErrUnknownRegion    = errors.New("global: unknown region")
 	ErrRegionMismatch   = errors.New("global: stream bound to another region")
 	ErrIdentityMismatch = errors.New("global: client certificate does not name the region")
+	// ErrNoRegionIdentity: the client certificate carries no
+	// spiffe://isobar/region/<region> identity.
+	ErrNoRegionIdentity = errors.New("global: client certificate carries no region identity")
 	ErrStale            = errors.New("global: summary older than the one held")
 )
 
@@ -35,6 +37,8 @@ func reason(err error) string {
 		return "region_mismatch"
 	case errors.Is(err, ErrIdentityMismatch):
 		return "identity_mismatch"
+	case errors.Is(err, ErrNoRegionIdentity):
+		return "no_identity"
 	case errors.Is(err, ErrStale):
 		return "stale"
 	case errors.Is(err, summary.ErrInvalid):
@@ -74,16 +78,15 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 		return status.Errorf(codes.FailedPrecondition, "global: this member is a standby; the leader is %s", s.lead.leaderHint())
 	}
 	ctx := stream.Context()
-	var cert *x509.Certificate
+	var cert *certs.Identity
 	if s.mtls {
-		p, _ := peer.FromContext(ctx)
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 {
-			cert = ti.State.VerifiedChains[0][0]
+		id, err := peerRegion(ctx)
+		if err != nil {
+			s.metrics.rejected.WithLabelValues(reason(err)).Inc()
+			s.log.Warn("region stream refused", "peer_identity", peerName(ctx), "err", err)
+			return status.Error(codes.PermissionDenied, err.Error())
 		}
-		if cert == nil {
-			s.metrics.rejected.WithLabelValues("identity_mismatch").Inc()
-			return status.Error(codes.Unauthenticated, "global: no verified client certificate")
-		}
+		cert = &id
 	}
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
@@ -121,7 +124,7 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 			}
 			if err := s.accept(region, r.sm, cert); err != nil {
 				s.metrics.rejected.WithLabelValues(reason(err)).Inc()
-				s.log.Warn("region summary refused", "region", region, "err", err)
+				s.log.Warn("region summary refused", "region", region, "peer_identity", peerName(ctx), "err", err)
 				if errors.Is(err, ErrStale) || errors.Is(err, summary.ErrInvalid) {
 					continue // the stream stays; the bad summary is dropped
 				}
@@ -144,7 +147,8 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 
 // accept validates sm for a stream bound to region ("" before the first
 // summary) and stores it.
-func (s *syncService) accept(region string, sm *isobarpb.RegionSummary, cert *x509.Certificate) error {
+// With mTLS, cert is the stream's verified region identity.
+func (s *syncService) accept(region string, sm *isobarpb.RegionSummary, cert *certs.Identity) error {
 	if err := summary.Validate(sm); err != nil {
 		return err
 	}
@@ -155,8 +159,8 @@ func (s *syncService) accept(region string, sm *isobarpb.RegionSummary, cert *x5
 	if region != "" && r != region {
 		return fmt.Errorf("%w: stream of %s sent a summary for %s", ErrRegionMismatch, region, r)
 	}
-	if cert != nil && !certNames(cert, r) {
-		return fmt.Errorf("%w: %s", ErrIdentityMismatch, r)
+	if cert != nil && cert.Name != r {
+		return fmt.Errorf("%w: %s sent a summary for region %s", ErrIdentityMismatch, cert, r)
 	}
 	if !s.store.put(sm, s.clock.Now()) {
 		return fmt.Errorf("%w: %s sequence %d", ErrStale, r, sm.GetSequence())
@@ -168,11 +172,41 @@ func (s *syncService) accept(region string, sm *isobarpb.RegionSummary, cert *x5
 // RegionURI is the URI SAN that identifies a region's controller.
 func RegionURI(region string) string { return certs.RegionURI(region) }
 
-func certNames(cert *x509.Certificate, region string) bool {
-	for _, u := range cert.URIs {
-		if u.String() == RegionURI(region) {
-			return true
-		}
+// peerRegion returns the stream's verified region identity. Only the URI
+// SAN spiffe://isobar/region/<region> counts: a cell, gateway, global or
+// operator certificate, or one naming no isobar identity (a common name or
+// DNS SAN alone), is refused with ErrNoRegionIdentity.
+func peerRegion(ctx context.Context) (certs.Identity, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return certs.Identity{}, fmt.Errorf("%w: no peer information", ErrNoRegionIdentity)
 	}
-	return slices.Contains(cert.DNSNames, region) || cert.Subject.CommonName == region
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return certs.Identity{}, fmt.Errorf("%w: the connection is not mTLS", ErrNoRegionIdentity)
+	}
+	id, err := certs.VerifiedIdentity(ti.State)
+	if err != nil {
+		return certs.Identity{}, fmt.Errorf("%w: %w", ErrNoRegionIdentity, err)
+	}
+	if id.Kind != certs.KindRegion {
+		return certs.Identity{}, fmt.Errorf("%w: certificate identity %s is not a regional controller", ErrNoRegionIdentity, id)
+	}
+	return id, nil
+}
+
+// peerName is the peer's certificate identity for logs.
+func peerName(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "unknown"
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+		c := ti.State.PeerCertificates[0]
+		if id, err := certs.PeerIdentity(c); err == nil {
+			return id.String()
+		}
+		return fmt.Sprintf("CN=%.128s at %s", c.Subject.CommonName, p.Addr)
+	}
+	return fmt.Sprintf("plaintext peer at %s", p.Addr)
 }

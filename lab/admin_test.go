@@ -64,7 +64,7 @@ func TestAdminRefusesWithoutOperatorIdentity(t *testing.T) {
 	}
 
 	// A valid certificate of another kind (a cell's): 403.
-	cellCert, cellKey, err := l.IssueCert("intruder", certs.CellURI("a-cell-0"))
+	cellCert, cellKey, err := l.IssueCert("intruder", certs.CellURI("a", "a-cell-0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -638,7 +638,7 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 // startAgent starts the cellagent of cell i of r.
 func (l *Lab) startAgent(r *Region, i int) (*cellagent.Agent, error) {
 	cfg, name, log, eng := l.cfg, r.Name, l.log.With("region", r.Name), r.Engines[i]
-	cid, err := l.pki.issue(CellID(name, i), certs.CellURI(CellID(name, i)))
+	cid, err := l.pki.issue(CellID(name, i), certs.CellURI(name, CellID(name, i)))
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,17 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	deps.withDefaults()
 	log := deps.Logger.With("region", cfg.Region)
 	m := newMetrics(deps.Registerer)
-	xs, err := xds.NewServer(cfg.XDS, xds.Deps{Logger: log, Registerer: deps.Registerer, Clock: deps.Clock})
+	xdeps := xds.Deps{Logger: log, Registerer: deps.Registerer, Clock: deps.Clock}
+	if cfg.TLS.Enabled() {
+		xdeps.Authorize = func(ctx context.Context) error {
+			err := gatewayPeer(ctx, cfg.Region)
+			if err != nil {
+				err = fmt.Errorf("%w (peer %s)", err, peerName(ctx))
+			}
+			return err
+		}
+	}
+	xs, err := xds.NewServer(cfg.XDS, xdeps)
 	if err != nil {
 		return nil, fmt.Errorf("regional: xds: %w", err)
 	}
@@ -82,7 +92,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	hbs := newHeartbeatService(cfg, reg, deps.Clock, log, m)
 	hbs.maxBytes = cfg.MaxMessageBytes
 	isobarpb.RegisterCellRegistryServer(gs, hbs)
-	isobarpb.RegisterDataPlaneServer(gs, &dataPlaneService{region: cfg.Region, reg: reg, clock: deps.Clock, log: log, metrics: m})
+	isobarpb.RegisterDataPlaneServer(gs, &dataPlaneService{region: cfg.Region, reg: reg, clock: deps.Clock, log: log, metrics: m, mtls: cfg.TLS.Enabled()})
 	xs.Register(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -100,6 +110,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 			return nil, fmt.Errorf("%w: GlobalDialOptions must carry transport credentials", ErrInvalidConfig)
 		}
 		c.syncer = newSyncer(cfg.Global, cfg.Region, reg, deps.Etcd, deps.Gossip, deps.Demand, deps.GlobalDialOptions, deps.Clock, log, m)
+		c.syncer.mtls = cfg.TLS.Enabled()
 	}
 	if cfg.HTTPListen != "-" || deps.HTTPListener != nil {
 		c.http = &http.Server{

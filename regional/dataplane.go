@@ -65,11 +65,20 @@ type dataPlaneService struct {
 	clock   clockwork.Clock
 	log     *slog.Logger
 	metrics *metrics
+	// mtls: only this region's gateway identities may report.
+	mtls bool
 }
 
 var _ isobarpb.DataPlaneServer = (*dataPlaneService)(nil)
 
 func (s *dataPlaneService) Report(stream isobarpb.DataPlane_ReportServer) error {
+	if s.mtls {
+		if err := gatewayPeer(stream.Context(), s.region); err != nil {
+			s.metrics.reports.WithLabelValues("forbidden").Inc()
+			s.log.Warn("data-plane report stream refused", "peer_identity", peerName(stream.Context()), "err", err)
+			return status.Error(codes.PermissionDenied, err.Error())
+		}
+	}
 	for {
 		r, err := stream.Recv()
 		if errors.Is(err, io.EOF) {

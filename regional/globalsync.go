@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
@@ -18,8 +19,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/global/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -107,13 +111,17 @@ type gossiper interface {
 // building, gossip, fallback), both owned by the controller's ctx. The
 // route table in force is an atomic pointer read by the debug endpoint.
 type syncer struct {
-	cfg     GlobalConfig
-	region  string
-	reg     *Registry
-	etcd    *clientv3.Client
-	gossip  gossiper
-	demand  func() map[string]float64
-	dial    []grpc.DialOption
+	cfg    GlobalConfig
+	region string
+	reg    *Registry
+	etcd   *clientv3.Client
+	gossip gossiper
+	demand func() map[string]float64
+	dial   []grpc.DialOption
+	// mtls: this controller runs with TLS, so the global leader must be
+	// reached over mTLS too. Whatever it is, a server that presents a
+	// certificate must present a global identity.
+	mtls    bool
 	clock   clockwork.Clock
 	log     *slog.Logger
 	metrics *metrics
@@ -333,6 +341,46 @@ func (s *syncer) run(ctx context.Context) {
 // errNoLeader: no leader is registered in etcd.
 var errNoLeader = errors.New("regional: no global leader")
 
+// ErrPlanSource: the server a region dialled as the global leader is not
+// a global identity (spiffe://isobar/global/<name>), or was reached
+// without mTLS by a controller that runs with TLS. The session is closed
+// before any summary is sent or plan read.
+var ErrPlanSource = errors.New("regional: routing plans accepted only from a global identity")
+
+// errPlanNotMTLS is the ErrPlanSource case of a plaintext session.
+var errPlanNotMTLS = fmt.Errorf("%w: the connection is not mTLS", ErrPlanSource)
+
+// checkLeader authorises the server end of a Sync stream, whose context
+// carries the peer of the established connection.
+func (s *syncer) checkLeader(ctx context.Context) error {
+	p, ok := peer.FromContext(ctx)
+	var ti credentials.TLSInfo
+	if ok {
+		ti, ok = p.AuthInfo.(credentials.TLSInfo)
+	}
+	if !ok {
+		if s.mtls {
+			return errPlanNotMTLS
+		}
+		return nil // plaintext by the operator's choice (--insecure)
+	}
+	id, err := certs.VerifiedIdentity(ti.State)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPlanSource, err)
+	}
+	if id.Kind != certs.KindGlobal {
+		return fmt.Errorf("%w: the server's certificate identity is %s", ErrPlanSource, id)
+	}
+	return nil
+}
+
+func planPeerReason(err error) string {
+	if errors.Is(err, errPlanNotMTLS) {
+		return "not_mtls"
+	}
+	return "not_global"
+}
+
 // session finds the leader, streams summaries and applies plans until the
 // stream ends. got reports whether any plan arrived.
 func (s *syncer) session(ctx context.Context) (got bool, err error) {
@@ -346,6 +394,13 @@ func (s *syncer) session(ctx context.Context) (got bool, err error) {
 	if !ok {
 		return false, errNoLeader
 	}
+	return s.stream(ctx, addr)
+}
+
+// stream runs one Sync session with the leader at addr: it authorises the
+// server (checkLeader), then streams summaries and applies plans until the
+// stream ends. got reports whether any plan arrived.
+func (s *syncer) stream(ctx context.Context, addr string) (got bool, err error) {
 	conn, err := grpc.NewClient(addr, s.dial...)
 	if err != nil {
 		return false, err
@@ -355,6 +410,12 @@ func (s *syncer) session(ctx context.Context) (got bool, err error) {
 	defer stop()
 	stream, err := isobarpb.NewGlobalControlClient(conn).Sync(sctx)
 	if err != nil {
+		return false, err
+	}
+	if err := s.checkLeader(stream.Context()); err != nil {
+		s.metrics.planPeerRefused.WithLabelValues(planPeerReason(err)).Inc()
+		s.log.Warn("global leader refused: plans are accepted only from a global identity",
+			"address", addr, "peer_identity", peerName(stream.Context()), "err", err)
 		return false, err
 	}
 	sendErr := make(chan error, 1)

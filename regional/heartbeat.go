@@ -2,7 +2,6 @@ package regional
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +12,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -85,13 +82,15 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 		s.metrics.streams.Dec()
 		s.release(st)
 	}()
-	var cert *x509.Certificate
+	var cert *certs.Identity
 	if s.mtls {
-		var err error
-		if cert, err = peerCert(ctx); err != nil {
-			s.metrics.rejected.WithLabelValues("identity_mismatch").Inc()
-			return status.Error(codes.Unauthenticated, err.Error())
+		id, err := s.peerCell(ctx)
+		if err != nil {
+			s.metrics.rejected.WithLabelValues(rejectReason(err)).Inc()
+			s.log.Warn("heartbeat stream refused", "peer_identity", peerName(ctx), "err", err)
+			return status.Error(codes.PermissionDenied, err.Error())
 		}
+		cert = &id
 	}
 	for {
 		hb, err := stream.Recv()
@@ -111,7 +110,7 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 		}
 		if err := s.check(st, hb, cert); err != nil {
 			s.metrics.rejected.WithLabelValues(rejectReason(err)).Inc()
-			s.log.Warn("heartbeat refused", "cell", truncate(hb.GetCellId()), "err", err)
+			s.log.Warn("heartbeat refused", "cell", truncate(hb.GetCellId()), "peer_identity", peerName(ctx), "err", err)
 			if code := fatalCode(err); code != codes.OK {
 				return status.Error(code, err.Error())
 			}
@@ -133,16 +132,20 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 }
 
 // check validates hb in the context of its stream.
-func (s *heartbeatService) check(st *streamState, hb *isobarpb.CellHeartbeat, cert *x509.Certificate) error {
+// With mTLS, cert is the stream's verified cell identity: a heartbeat for
+// any other cell id or region is refused before anything else is looked at.
+func (s *heartbeatService) check(st *streamState, hb *isobarpb.CellHeartbeat, cert *certs.Identity) error {
+	if cert != nil {
+		if err := identityMatches(*cert, hb); err != nil {
+			return err
+		}
+	}
 	if err := validateHeartbeat(hb, s.region); err != nil {
 		return err
 	}
 	id := hb.GetCellId()
 	if st.cell != "" && st.cell != id {
 		return fmt.Errorf("%w: stream bound to cell %s sent a heartbeat for %s", ErrInvalidHeartbeat, st.cell, id)
-	}
-	if cert != nil && !certMatches(cert, id) {
-		return fmt.Errorf("%w: cell %s presented a certificate for %s", ErrIdentityMismatch, id, certIdentity(cert))
 	}
 	if hb.GetIncarnation() != st.incarnation {
 		st.incarnation, st.lastSeq = hb.GetIncarnation(), 0
@@ -160,7 +163,7 @@ func (s *heartbeatService) check(st *streamState, hb *isobarpb.CellHeartbeat, ce
 // fatalCode says which refusals end the stream.
 func fatalCode(err error) codes.Code {
 	switch {
-	case errors.Is(err, ErrIdentityMismatch):
+	case errors.Is(err, ErrIdentityMismatch), errors.Is(err, ErrIdentityRegion), errors.Is(err, ErrNoCellIdentity):
 		return codes.PermissionDenied
 	case errors.Is(err, ErrDuplicateCell):
 		return codes.AlreadyExists
@@ -231,47 +234,4 @@ func (s *heartbeatService) ack(stream isobarpb.CellRegistry_HeartbeatServer, st 
 		ack.State = cv.State.Proto()
 	}
 	return stream.Send(ack)
-}
-
-// peerCert returns the verified client certificate of the stream.
-func peerCert(ctx context.Context) (*x509.Certificate, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return nil, fmt.Errorf("%w: no peer information", ErrIdentityMismatch)
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return nil, fmt.Errorf("%w: no verified client certificate", ErrIdentityMismatch)
-	}
-	return ti.State.VerifiedChains[0][0], nil
-}
-
-// CellURI is the URI SAN that identifies a cell in its certificate.
-func CellURI(id string) string { return certs.CellURI(id) }
-
-// certMatches accepts a certificate that names the cell as URI SAN
-// spiffe://isobar/cell/<id>, as a DNS SAN, or as its common name.
-func certMatches(cert *x509.Certificate, id string) bool {
-	want := CellURI(id)
-	for _, u := range cert.URIs {
-		if u.String() == want {
-			return true
-		}
-	}
-	for _, d := range cert.DNSNames {
-		if d == id {
-			return true
-		}
-	}
-	return cert.Subject.CommonName == id
-}
-
-func certIdentity(cert *x509.Certificate) string {
-	if len(cert.URIs) > 0 {
-		return cert.URIs[0].String()
-	}
-	if cert.Subject.CommonName != "" {
-		return "CN=" + cert.Subject.CommonName
-	}
-	return "an unnamed subject"
 }

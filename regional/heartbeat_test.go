@@ -293,7 +293,7 @@ func TestHeartbeatMTLSIdentity(t *testing.T) {
 	c, _ := startController(t, func(cfg *Config) {
 		cfg.TLS = TLSFiles{Cert: srvCert, Key: srvKey, CA: pki.caFile}
 	})
-	aCert, aKey := pki.leaf(t, "cell-a", CellURI("cell-a"), false)
+	aCert, aKey := pki.leaf(t, "cell-a", CellURI("r1", "cell-a"), false)
 	cl := dialController(t, c.Addr(), pki.clientCreds(t, aCert, aKey))
 
 	// Right identity: accepted.

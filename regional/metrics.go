@@ -26,6 +26,7 @@ type metrics struct {
 	planEpoch          prometheus.Gauge
 	routeSource        *prometheus.GaugeVec
 	reports            *prometheus.CounterVec
+	planPeerRefused    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -90,13 +91,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"source"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "isobar_regional_dataplane_reports_total",
-			Help: "Data-plane reports received, by result (accepted, invalid).",
+			Help: "Data-plane reports received, by result (accepted, invalid; forbidden: a report stream refused because its certificate is not a gateway of this region).",
 		}, []string{"result"}),
+		planPeerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_plan_sources_refused_total",
+			Help: "Sync sessions closed because the server dialled as the global leader is not a global identity, by reason (not_mtls, not_global).",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions,
 			m.unknownCells, m.projection, m.pushErrors, m.failover, m.penaltyTrips, m.probes,
-			m.plans, m.planEpoch, m.routeSource, m.reports)
+			m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused)
 	}
 	return m
 }

@@ -20,7 +20,14 @@ var (
 	ErrStaleSequence    = errors.New("regional: stale or replayed heartbeat sequence")
 	ErrDuplicateCell    = errors.New("regional: cell id already connected on another stream")
 	ErrIdentityMismatch = errors.New("regional: client certificate does not match the cell id")
-	ErrOversized        = errors.New("regional: heartbeat message too large")
+	// ErrIdentityRegion: the client certificate is for a cell of another
+	// region than the heartbeat's or this controller's.
+	ErrIdentityRegion = errors.New("regional: client certificate is for a cell of another region")
+	// ErrNoCellIdentity: the client certificate carries no
+	// spiffe://isobar/region/<region>/cell/<id> identity (another kind, the
+	// older cell form, or none).
+	ErrNoCellIdentity = errors.New("regional: client certificate carries no cell identity")
+	ErrOversized      = errors.New("regional: heartbeat message too large")
 )
 
 // rejectReason maps a refusal to its metric label.
@@ -34,6 +41,10 @@ func rejectReason(err error) string {
 		return "duplicate_cell"
 	case errors.Is(err, ErrIdentityMismatch):
 		return "identity_mismatch"
+	case errors.Is(err, ErrIdentityRegion):
+		return "identity_region"
+	case errors.Is(err, ErrNoCellIdentity):
+		return "no_identity"
 	case errors.Is(err, ErrOversized):
 		return "oversized"
 	case errors.Is(err, ErrInvalidHeartbeat):

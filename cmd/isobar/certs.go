@@ -23,18 +23,24 @@ certificates isobar's components present to each other over mTLS. Every
 gRPC server and client takes --tls-cert, --tls-key and --tls-ca; the CA's
 ca.pem is the --tls-ca bundle everywhere.
 
-Identities are URI SANs spiffe://isobar/<kind>/<name>:
-  cell     spiffe://isobar/cell/<cell-id>      cellagent (client)
-  region   spiffe://isobar/region/<region>     regional controller (server and client)
-  global   spiffe://isobar/global/<name>       global member (server and client)
-  gateway  spiffe://isobar/gateway/<region>    Envoy or isobar gateway (client)
-  operator spiffe://isobar/operator/<name>     isobar chaos and other admin clients (client)
+Identities are URI SANs (common names and DNS SANs never authorise):
+  cellagent spiffe://isobar/region/<region>/cell/<cell-id>  cellagent (client)
+  regional  spiffe://isobar/region/<region>                regional controller (server and client)
+  global    spiffe://isobar/global/<name>                  global member (server and client)
+  gateway   spiffe://isobar/gateway/<region>               Envoy or isobar gateway (client)
+  operator  spiffe://isobar/operator/<name>                isobar chaos and other admin clients (client)
+
+A cellagent may heartbeat only for the cell and region in its certificate, a
+regional controller may publish only its own region's summary, only a global
+identity may send plans, only a region's gateways may read its xDS, and
+admin surfaces need an operator. The older cell form spiffe://isobar/cell/<id>
+is refused: reissue such certificates with --role cellagent.
 
 Files are never overwritten without --force. See deploy/README.md for
 rotating certificates and the CA.`,
 		Example: `  isobar certs init --dir pki
-  isobar certs issue --dir pki --name us-east --identity region/us-east --dns isobar-regional --ip 127.0.0.1
-  isobar certs issue --dir pki --name gpu0 --identity cell/us-east-gpu0
+  isobar certs issue --dir pki --role regional --region us-east --dns isobar-regional --ip 127.0.0.1
+  isobar certs issue --dir pki --role cellagent --cell gpu0 --region us-east
   isobar certs show pki/us-east.pem`,
 		Args: certsNoArgs("certs"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -101,6 +107,7 @@ issued.`,
 
 type certsIssueFlags struct {
 	dir, out, name, identity string
+	role, cell, region       string
 	uris, dns, ips           []string
 	server, client, force    bool
 	ttl                      time.Duration
@@ -114,16 +121,25 @@ func newCertsIssueCmd(ro *rootOpts) *cobra.Command {
 		Long: `issue signs a leaf certificate with the CA in --dir and writes
 <name>.pem (0644) and <name>-key.pem (0600) into --out (default: --dir).
 
---identity KIND/NAME adds the URI SAN spiffe://isobar/KIND/NAME and, unless
---server or --client is given, the uses that process needs (cell, gateway
-and operator: client; region and global: server and client). A server certificate needs a
---dns or --ip SAN for every address clients dial it by.
+--role names the process the certificate is for and adds its identity URI
+SAN and, unless --server or --client is given, the uses it needs:
+  --role cellagent --cell ID --region R   spiffe://isobar/region/R/cell/ID (client)
+  --role regional --region R              spiffe://isobar/region/R (server and client)
+  --role global --name NAME               spiffe://isobar/global/NAME (server and client)
+  --role gateway --region R               spiffe://isobar/gateway/R (client)
+  --role operator --name NAME             spiffe://isobar/operator/NAME (client)
+--name defaults to the cell id (cellagent), the region (regional) or
+gateway-R (gateway). --identity KIND/NAME (or region/R/cell/ID) gives the
+identity directly instead of --role. A server certificate needs a --dns or
+--ip SAN for every address clients dial it by.
 
 It refuses to replace existing files unless --force; a replacement is
 atomic (rename), so a process never reads half a file.`,
-		Example: `  isobar certs issue --dir pki --name us-east --identity region/us-east --dns isobar-regional --ip 127.0.0.1
-  isobar certs issue --dir pki --name gpu0 --identity cell/us-east-gpu0
-  isobar certs issue --dir pki --name envoy --uri spiffe://isobar/gateway/us-east --client --ttl 720h`,
+		Example: `  isobar certs issue --dir pki --role regional --region us-east --dns isobar-regional --ip 127.0.0.1
+  isobar certs issue --dir pki --role cellagent --cell gpu0 --region us-east
+  isobar certs issue --dir pki --role global --name g1 --dns isobar-global --ip 10.0.0.5
+  isobar certs issue --dir pki --role operator --name alice
+  isobar certs issue --dir pki --name envoy --identity gateway/us-east --ttl 720h`,
 		Args: certsNoArgs("certs issue"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd, ro)
@@ -132,9 +148,12 @@ atomic (rename), so a process never reads half a file.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.dir, "dir", "", "CA directory made by isobar certs init (required)")
 	fl.StringVar(&f.out, "out", "", "directory for the certificate and key (default: --dir)")
-	fl.StringVar(&f.name, "name", "", "subject common name and file name: [A-Za-z0-9._-], at most 64 bytes (required)")
-	fl.StringVar(&f.identity, "identity", "", "isobar identity KIND/NAME, KIND one of cell, region, global, gateway, operator")
-	fl.StringArrayVar(&f.uris, "uri", nil, "URI SAN (repeatable), e.g. spiffe://isobar/cell/<cell-id>")
+	fl.StringVar(&f.name, "name", "", "subject common name and file name: [A-Za-z0-9._-], at most 64 bytes; the identity's name with --role global or operator (required unless --role sets it)")
+	fl.StringVar(&f.role, "role", "", "process the certificate is for: cellagent (needs --cell, --region), regional (--region), global (--name), gateway (--region) or operator (--name)")
+	fl.StringVar(&f.cell, "cell", "", "cell id, with --role cellagent")
+	fl.StringVar(&f.region, "region", "", "region, with --role cellagent, regional or gateway")
+	fl.StringVar(&f.identity, "identity", "", "isobar identity KIND/NAME (region/R/cell/ID for a cell), KIND one of region, global, gateway, operator; instead of --role")
+	fl.StringArrayVar(&f.uris, "uri", nil, "URI SAN (repeatable), e.g. spiffe://isobar/region/<region>/cell/<cell-id>")
 	fl.StringArrayVar(&f.dns, "dns", nil, "DNS SAN (repeatable)")
 	fl.StringArrayVar(&f.ips, "ip", nil, "IP SAN (repeatable)")
 	fl.BoolVar(&f.server, "server", false, "allow server use (TLS server authentication)")
@@ -144,7 +163,74 @@ atomic (rename), so a process never reads half a file.`,
 	return cmd
 }
 
+// roleIdentity turns --role and the flags it needs into an identity, and
+// fills in the default --name. Errors name the missing or misplaced flag.
+func (f *certsIssueFlags) roleIdentity() (certs.Identity, error) {
+	need := func(flag, val string) error {
+		if val == "" {
+			return fmt.Errorf("--role %s needs %s", f.role, flag)
+		}
+		return nil
+	}
+	refuse := func(flag, val string) error {
+		if val != "" {
+			return fmt.Errorf("--role %s takes no %s", f.role, flag)
+		}
+		return nil
+	}
+	var id certs.Identity
+	var err error
+	switch f.role {
+	case "cellagent":
+		err = errors.Join(need("--cell", f.cell), need("--region", f.region))
+		id = certs.CellIdentity(f.region, f.cell)
+		if f.name == "" {
+			f.name = f.cell
+		}
+	case "regional":
+		err = errors.Join(need("--region", f.region), refuse("--cell", f.cell))
+		id = certs.Identity{Kind: certs.KindRegion, Name: f.region}
+		if f.name == "" {
+			f.name = f.region
+		}
+	case "gateway":
+		err = errors.Join(need("--region", f.region), refuse("--cell", f.cell))
+		id = certs.Identity{Kind: certs.KindGateway, Name: f.region}
+		if f.name == "" && f.region != "" {
+			f.name = "gateway-" + f.region
+		}
+	case "global", "operator":
+		err = errors.Join(need("--name", f.name), refuse("--cell", f.cell), refuse("--region", f.region))
+		id = certs.Identity{Kind: certs.KindGlobal, Name: f.name}
+		if f.role == "operator" {
+			id.Kind = certs.KindOperator
+		}
+	default:
+		return certs.Identity{}, fmt.Errorf("--role %q: want cellagent, regional, global, gateway or operator", f.role)
+	}
+	if err != nil {
+		return certs.Identity{}, err
+	}
+	if err := id.Validate(); err != nil {
+		return certs.Identity{}, fmt.Errorf("--role %s: %w", f.role, err)
+	}
+	return id, nil
+}
+
 func (f *certsIssueFlags) run(cmd *cobra.Command, ro *rootOpts) error {
+	var roleID *certs.Identity
+	switch {
+	case f.role != "" && f.identity != "":
+		return usageError{errors.New("give --role or --identity, not both")}
+	case f.role == "" && (f.cell != "" || f.region != ""):
+		return usageError{errors.New("--cell and --region need --role")}
+	case f.role != "":
+		id, err := f.roleIdentity()
+		if err != nil {
+			return usageError{err}
+		}
+		roleID = &id
+	}
 	switch {
 	case f.dir == "":
 		return usageError{errors.New("--dir is required")}
@@ -161,8 +247,12 @@ func (f *certsIssueFlags) run(cmd *cobra.Command, ro *rootOpts) error {
 	if f.identity != "" {
 		id, err := certs.ParseIdentity(f.identity)
 		if err != nil {
-			return usageError{fmt.Errorf("--identity %q: want KIND/NAME with KIND one of cell, region, global, gateway, operator: %w", f.identity, err)}
+			return usageError{fmt.Errorf("--identity %q: want KIND/NAME with KIND one of region, global, gateway, operator, or region/R/cell/ID: %w", f.identity, err)}
 		}
+		roleID = &id
+	}
+	if roleID != nil {
+		id := *roleID
 		def := id.Leaf(nil, nil)
 		leaf.URIs = append([]string{id.URI()}, leaf.URIs...)
 		if !f.server && !f.client {
@@ -170,7 +260,7 @@ func (f *certsIssueFlags) run(cmd *cobra.Command, ro *rootOpts) error {
 		}
 	}
 	if !leaf.Server && !leaf.Client {
-		return usageError{errors.New("give --server, --client or both (or --identity for the defaults)")}
+		return usageError{errors.New("give --server, --client or both (or --role for the defaults)")}
 	}
 	for _, s := range f.ips {
 		ip := net.ParseIP(s)

@@ -66,7 +66,10 @@ func TestCertsCLIFlow(t *testing.T) {
 			t.Errorf("issue output lacks %q:\n%s", want, out)
 		}
 	}
-	mustRun("issue", "--dir", dir, "--name", "gpu0", "--identity", "cell/us-east-gpu0")
+	out = mustRun("issue", "--dir", dir, "--role", "cellagent", "--cell", "gpu0", "--region", "us-east")
+	if !strings.Contains(out, "URI SANs:    spiffe://isobar/region/us-east/cell/gpu0") {
+		t.Errorf("issue --role cellagent output:\n%s", out)
+	}
 	outDir := filepath.Join(t.TempDir(), "out")
 	mustRun("issue", "--dir", dir, "--out", outDir, "--name", "envoy", "--uri", certs.GatewayURI("us-east"), "--client", "--ttl", "720h")
 
@@ -86,7 +89,7 @@ func TestCertsCLIFlow(t *testing.T) {
 
 	out = mustRun("show", filepath.Join(dir, "gpu0.pem"), filepath.Join(dir, "ca.pem"))
 	for _, want := range []string{
-		"gpu0.pem: certificate 1 of 1", "identity:    cell us-east-gpu0", "uses:        client",
+		"gpu0.pem: certificate 1 of 1", "identity:    cell gpu0 in region us-east", "uses:        client",
 		"ca.pem: certificate 1 of 1", "CA:          true", "(valid, expires in",
 	} {
 		if !strings.Contains(out, want) {
@@ -100,14 +103,14 @@ func TestCertsCLIFlow(t *testing.T) {
 
 	// Re-issuing over existing files needs --force, and then replaces them.
 	before, _ := os.ReadFile(filepath.Join(dir, "gpu0.pem"))
-	code, _, errOut := runCertsCLI(t, "issue", "--dir", dir, "--name", "gpu0", "--identity", "cell/us-east-gpu0")
+	code, _, errOut := runCertsCLI(t, "issue", "--dir", dir, "--name", "gpu0", "--identity", "region/us-east/cell/gpu0")
 	if code != 1 || !strings.Contains(errOut, "--force") {
 		t.Errorf("reissue without --force: exit %d, %s", code, errOut)
 	}
 	if after, _ := os.ReadFile(filepath.Join(dir, "gpu0.pem")); !bytes.Equal(before, after) {
 		t.Error("refused reissue changed the file")
 	}
-	mustRun("issue", "--dir", dir, "--name", "gpu0", "--identity", "cell/us-east-gpu0", "--force")
+	mustRun("issue", "--dir", dir, "--name", "gpu0", "--identity", "region/us-east/cell/gpu0", "--force")
 	if after, _ := os.ReadFile(filepath.Join(dir, "gpu0.pem")); bytes.Equal(before, after) {
 		t.Error("--force did not replace the file")
 	}
@@ -142,6 +145,18 @@ func TestCertsCLIBadInvocations(t *testing.T) {
 		{"issue without name", []string{"issue", "--dir", dir, "--client"}, 2, "--name is required"},
 		{"issue without use", []string{"issue", "--dir", dir, "--name", "x"}, 2, "--server, --client"},
 		{"issue bad identity", []string{"issue", "--dir", dir, "--name", "x", "--identity", "planet/x"}, 2, "--identity"},
+		{"issue older cell identity", []string{"issue", "--dir", dir, "--name", "x", "--identity", "cell/x"}, 2, "--role cellagent"},
+		{"issue bad role", []string{"issue", "--dir", dir, "--role", "planet"}, 2, "--role \"planet\""},
+		{"cellagent without cell", []string{"issue", "--dir", dir, "--role", "cellagent", "--region", "r"}, 2, "--role cellagent needs --cell"},
+		{"cellagent without region", []string{"issue", "--dir", dir, "--role", "cellagent", "--cell", "c"}, 2, "--role cellagent needs --region"},
+		{"regional without region", []string{"issue", "--dir", dir, "--role", "regional"}, 2, "--role regional needs --region"},
+		{"gateway without region", []string{"issue", "--dir", dir, "--role", "gateway"}, 2, "--role gateway needs --region"},
+		{"global without name", []string{"issue", "--dir", dir, "--role", "global"}, 2, "--role global needs --name"},
+		{"operator without name", []string{"issue", "--dir", dir, "--role", "operator"}, 2, "--role operator needs --name"},
+		{"global with region", []string{"issue", "--dir", dir, "--role", "global", "--name", "g", "--region", "r"}, 2, "--role global takes no --region"},
+		{"role and identity", []string{"issue", "--dir", dir, "--role", "global", "--name", "g", "--identity", "global/g"}, 2, "not both"},
+		{"region without role", []string{"issue", "--dir", dir, "--name", "x", "--client", "--region", "r"}, 2, "need --role"},
+		{"bad cell id", []string{"issue", "--dir", dir, "--role", "cellagent", "--cell", "a b", "--region", "r"}, 2, "only letters"},
 		{"issue bad ip", []string{"issue", "--dir", dir, "--name", "x", "--client", "--ip", "300.1.1.1"}, 2, "not an IP"},
 		{"issue bad name", []string{"issue", "--dir", dir, "--name", "../x", "--client"}, 2, "only letters"},
 		{"issue server no SAN", []string{"issue", "--dir", dir, "--name", "x", "--server"}, 2, "DNS or IP SAN"},
@@ -162,6 +177,48 @@ func TestCertsCLIBadInvocations(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "x.pem")); !os.IsNotExist(err) {
 		t.Errorf("a refused issue left x.pem behind: %v", err)
+	}
+}
+
+// Every --role issues the identity and uses its process needs.
+func TestCertsCLIRoles(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errOut := runCertsCLI(t, "init", "--dir", dir); code != 0 {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		file string
+		want certs.Identity
+		uses string
+	}{
+		{[]string{"--role", "cellagent", "--cell", "gpu0", "--region", "eu"}, "gpu0", certs.CellIdentity("eu", "gpu0"), "client"},
+		{[]string{"--role", "regional", "--region", "eu", "--ip", "127.0.0.1"}, "eu", certs.Identity{Kind: certs.KindRegion, Name: "eu"}, "server, client"},
+		{[]string{"--role", "global", "--name", "g1", "--dns", "localhost"}, "g1", certs.Identity{Kind: certs.KindGlobal, Name: "g1"}, "server, client"},
+		{[]string{"--role", "gateway", "--region", "eu"}, "gateway-eu", certs.Identity{Kind: certs.KindGateway, Name: "eu"}, "client"},
+		{[]string{"--role", "operator", "--name", "alice"}, "alice", certs.Identity{Kind: certs.KindOperator, Name: "alice"}, "client"},
+		{[]string{"--role", "cellagent", "--cell", "gpu1", "--region", "eu", "--name", "agent-1"}, "agent-1", certs.CellIdentity("eu", "gpu1"), "client"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			code, out, errOut := runCertsCLI(t, append([]string{"issue", "--dir", dir}, tc.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s%s", code, out, errOut)
+			}
+			if !strings.Contains(out, "uses:        "+tc.uses+"\n") {
+				t.Errorf("uses: want %q in\n%s", tc.uses, out)
+			}
+			data, err := os.ReadFile(filepath.Join(dir, tc.file+".pem"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, err := certs.ParseCertificates(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id, err := certs.PeerIdentity(cs[0]); err != nil || id != tc.want {
+				t.Errorf("identity = %v, %v; want %v", id, err, tc.want)
+			}
+		})
 	}
 }
 

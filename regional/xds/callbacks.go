@@ -9,6 +9,8 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // maxDetailLen bounds the NACK error detail kept and logged per stream.
@@ -64,9 +66,26 @@ type callbacks struct{ s *Server }
 
 var _ serverv3.Callbacks = callbacks{}
 
-// OnStreamOpen implements serverv3.Callbacks. After Stop it refuses the
-// stream.
-func (c callbacks) OnStreamOpen(_ context.Context, id int64, _ string) error {
+// authorize applies Deps.Authorize to a stream or fetch.
+func (c callbacks) authorize(ctx context.Context, what string) error {
+	s := c.s
+	if s.authorize == nil {
+		return nil
+	}
+	if err := s.authorize(ctx); err != nil {
+		s.m.refused.Inc()
+		s.log.Warn("xds client refused", "request", what, "err", err)
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	return nil
+}
+
+// OnStreamOpen implements serverv3.Callbacks. After Stop, or when
+// Deps.Authorize refuses the client, it refuses the stream.
+func (c callbacks) OnStreamOpen(ctx context.Context, id int64, _ string) error {
+	if err := c.authorize(ctx, "stream"); err != nil {
+		return err
+	}
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -167,9 +186,12 @@ func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.Di
 }
 
 // OnDeltaStreamOpen implements serverv3.Callbacks. Delta streams are served
-// and counted, but their ACKs are not tracked: configure clients for
-// state-of-the-world ADS.
-func (c callbacks) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
+// (after Deps.Authorize) and counted, but their ACKs are not tracked:
+// configure clients for state-of-the-world ADS.
+func (c callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
+	if err := c.authorize(ctx, "delta_stream"); err != nil {
+		return err
+	}
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -204,10 +226,10 @@ func (c callbacks) OnStreamDeltaResponse(_ int64, _ *discovery.DeltaDiscoveryReq
 	c.s.m.responses.WithLabelValues(typeLabel(resp.GetTypeUrl())).Inc()
 }
 
-// OnFetchRequest implements serverv3.Callbacks.
-func (c callbacks) OnFetchRequest(_ context.Context, req *discovery.DiscoveryRequest) error {
+// OnFetchRequest implements serverv3.Callbacks; Deps.Authorize applies.
+func (c callbacks) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryRequest) error {
 	c.s.m.requests.WithLabelValues(typeLabel(req.GetTypeUrl())).Inc()
-	return nil
+	return c.authorize(ctx, "fetch")
 }
 
 // OnFetchResponse implements serverv3.Callbacks.

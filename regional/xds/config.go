@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -134,6 +135,13 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Clock times snapshot builds. Nil means the real clock.
 	Clock clockwork.Clock
+	// Authorize, when set, is called with the context of every stream and
+	// fetch before it is served (the gRPC peer, with its TLS state, is in
+	// it). An error refuses the stream with PermissionDenied carrying the
+	// error's text; the refusal is counted in
+	// isobar_regional_xds_streams_refused_total and logged. Nil serves
+	// everyone. It is called concurrently from the streams' goroutines.
+	Authorize func(ctx context.Context) error
 }
 
 func (d Deps) withDefaults() Deps {

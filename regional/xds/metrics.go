@@ -15,6 +15,7 @@ type metrics struct {
 	buildDuration prometheus.Histogram
 	pushes        prometheus.Counter
 	pushErrors    prometheus.Counter
+	refused       prometheus.Counter
 }
 
 // newMetrics builds the metrics and registers them on reg unless it is nil.
@@ -55,6 +56,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "isobar_regional_xds_push_errors_total",
 			Help: "Push calls refused; the previous snapshot stayed in place.",
 		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_xds_streams_refused_total",
+			Help: "xDS streams and fetches refused by Deps.Authorize (PermissionDenied): the client's identity may not read this controller's configuration.",
+		}),
 	}
 	for _, t := range []string{"listener", "route", "cluster", "endpoint"} {
 		m.acks.WithLabelValues(t)
@@ -62,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.responses.WithLabelValues(t)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.acks, m.nacks, m.requests, m.responses, m.streams, m.buildDuration, m.pushes, m.pushErrors} {
+		for _, c := range []prometheus.Collector{m.acks, m.nacks, m.requests, m.responses, m.streams, m.buildDuration, m.pushes, m.pushErrors, m.refused} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("xds: register metrics: %w", err)
 			}

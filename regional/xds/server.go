@@ -33,11 +33,12 @@ func kindIndex(k NodeKind) int {
 // Server serves the snapshots built from pushed States over ADS and the
 // per-type discovery services, and tracks what every client acknowledged.
 type Server struct {
-	log   *slog.Logger
-	clock clockwork.Clock
-	m     *metrics
-	cache cache.SnapshotCache
-	xds   serverv3.Server
+	log       *slog.Logger
+	clock     clockwork.Clock
+	m         *metrics
+	authorize func(context.Context) error
+	cache     cache.SnapshotCache
+	xds       serverv3.Server
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -73,6 +74,7 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		log:          deps.Logger,
 		clock:        deps.Clock,
+		authorize:    deps.Authorize,
 		m:            m,
 		ctx:          ctx,
 		cancel:       cancel,

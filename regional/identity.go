@@ -1,0 +1,113 @@
+package regional
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+
+	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+)
+
+// Authorisation by certificate identity. With mTLS (Config.TLS) every
+// client of the controller's gRPC port is known by the isobar identity in
+// its verified certificate's URI SAN, never by a common name or DNS SAN:
+//
+//   - CellRegistry.Heartbeat: a cell of this region, heartbeating only
+//     for its own cell id and region (peerCell, identityMatches);
+//   - xDS (ADS and the per-type services) and DataPlane.Report: a gateway
+//     of this region, spiffe://isobar/gateway/<region> (gatewayPeer);
+//   - the global leader a region dials: a global identity (checkLeader in
+//     globalsync.go).
+//
+// Refusals are PermissionDenied, logged with the peer's identity and
+// counted.
+
+// peerCell returns the stream's verified cell identity. A peer whose
+// certificate names no isobar identity, names one of another kind (a
+// gateway, a region) or a cell of another region is refused: only the URI
+// SAN spiffe://isobar/region/<region>/cell/<id> counts, never a common name
+// or DNS SAN.
+func (s *heartbeatService) peerCell(ctx context.Context) (certs.Identity, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return certs.Identity{}, fmt.Errorf("%w: no peer information", ErrNoCellIdentity)
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return certs.Identity{}, fmt.Errorf("%w: the connection is not mTLS", ErrNoCellIdentity)
+	}
+	id, err := certs.VerifiedIdentity(ti.State)
+	if err != nil {
+		return certs.Identity{}, fmt.Errorf("%w: %w", ErrNoCellIdentity, err)
+	}
+	if id.Kind != certs.KindCell {
+		return certs.Identity{}, fmt.Errorf("%w: certificate identity %s is not a cell", ErrNoCellIdentity, id)
+	}
+	if id.Region != s.region {
+		return certs.Identity{}, fmt.Errorf("%w: certificate identity %s is a cell of region %s, this controller serves %s", ErrIdentityRegion, id, id.Region, s.region)
+	}
+	return id, nil
+}
+
+// identityMatches checks a heartbeat against the stream's cell identity.
+func identityMatches(id certs.Identity, hb *isobarpb.CellHeartbeat) error {
+	if hb.GetCellId() != id.Name {
+		return fmt.Errorf("%w: cell %s presented a certificate for %s", ErrIdentityMismatch, truncate(hb.GetCellId()), id)
+	}
+	if hb.GetRegion() != id.Region {
+		return fmt.Errorf("%w: cell %s says region %q, its certificate is for %s", ErrIdentityRegion, id.Name, truncate(hb.GetRegion()), id)
+	}
+	return nil
+}
+
+// peerName is the peer's certificate identity for logs: its isobar
+// identity, else its common name, else its address.
+func peerName(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "unknown"
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+		c := ti.State.PeerCertificates[0]
+		if id, err := certs.PeerIdentity(c); err == nil {
+			return id.String()
+		}
+		return "CN=" + truncate(c.Subject.CommonName) + " at " + p.Addr.String()
+	}
+	if p.Addr != nil {
+		return "plaintext peer at " + p.Addr.String()
+	}
+	return "unknown"
+}
+
+// CellURI is the URI SAN that identifies cell id of region in its
+// certificate.
+func CellURI(region, id string) string { return certs.CellURI(region, id) }
+
+// ErrNotGateway: an xDS or DataPlane client's certificate is not a gateway
+// identity of this controller's region.
+var ErrNotGateway = fmt.Errorf("regional: only this region's gateways (spiffe://isobar/gateway/<region>) may read xDS or report")
+
+// gatewayPeer authorises an xDS or DataPlane client: its verified
+// certificate must be spiffe://isobar/gateway/<region> of this region.
+func gatewayPeer(ctx context.Context, region string) error {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return fmt.Errorf("%w: no peer information", ErrNotGateway)
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return fmt.Errorf("%w: the connection is not mTLS", ErrNotGateway)
+	}
+	id, err := certs.VerifiedIdentity(ti.State)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotGateway, err)
+	}
+	if id.Kind != certs.KindGateway || id.Name != region {
+		return fmt.Errorf("%w: certificate identity %s, this controller serves %s", ErrNotGateway, id, region)
+	}
+	return nil
+}
