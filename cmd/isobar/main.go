@@ -105,6 +105,7 @@ across regions.`,
 		newStatusCmd(opts),
 		newGatewayCmd(opts),
 		newChaosCmd(opts),
+		newBenchCmd(opts),
 	)
 	return root
 }
