@@ -23,8 +23,23 @@ FUZZ_TARGETS := \
 	./regional/gossip:FuzzReceive \
 	./regional/gossip:FuzzDecodeMeta \
 	./global/optimize:FuzzSolve \
+	./regional:FuzzPlanTable \
+	./global:FuzzAcceptSummary \
+	./regional/xds:FuzzBuild \
+	./regional/xds:FuzzStreamRequests \
+	./regional/xds:FuzzEndpointMetadata \
+	./gateway:FuzzDecode \
+	./gateway:FuzzBodyModel \
+	./gateway:FuzzRouteMatch \
+	./chaos:FuzzParseScenario \
+	./chaos:FuzzDecodeFault \
 	./cmd/isobar:FuzzGlobalPlanInput \
-	./election:FuzzCheckEndpoint
+	./cmd/isobar:FuzzStatusAnswers \
+	./election:FuzzCheckEndpoint \
+	./election:FuzzPrefixAndFence \
+	./certs:FuzzParseIdentity \
+	./certs:FuzzParseCertificates \
+	./certs:FuzzParseKey
 
 .PHONY: help build test test-short run demo proto verify-genproto fix-genproto lint fmt verify tidy verify-tidy bench fuzz tools clean
 

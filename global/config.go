@@ -55,6 +55,8 @@ type Config struct {
 	// TLS for the gRPC server (regions must present a certificate naming
 	// their region) — all three or none.
 	TLSCert, TLSKey, TLSCA string
+	// Limits bound what regions can make this member hold (see Limits).
+	Limits Limits
 }
 
 // PlanConfig parameterises the optimiser (see global/optimize).
@@ -114,6 +116,7 @@ func (c *Config) withDefaults() {
 	if c.Plan.DampStep == 0 {
 		c.Plan.DampStep = 0.5
 	}
+	c.Limits.withDefaults()
 }
 
 // ErrInvalidConfig wraps every configuration error.
@@ -142,6 +145,9 @@ func (c Config) validate() error {
 	}
 	if c.Plan.DampStep <= 0 || c.Plan.DampStep > 1 {
 		return fmt.Errorf("%w: damp step %v: want (0,1]", ErrInvalidConfig, c.Plan.DampStep)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
 	}
 	for _, r := range c.Regions {
 		if !summary.ValidName(r) {

@@ -17,4 +17,13 @@
 // publishes through the plan hub, which hands each stream its region's
 // latest plan through a one-slot mailbox (a slow region never blocks the
 // loop, it just skips to the newest plan).
+//
+// Limits (Config.Limits): the store holds at most MaxRegions regions (a new
+// one beyond it is refused with ResourceExhausted, counted as
+// too_many_regions, unless a region silent for RegionForgetAfter is
+// forgotten to make room), the gRPC server receives at most
+// MaxRecvMsgBytes per message, and a summary whose own time is further
+// than MaxClockSkew from this member's clock flags its region. Every age
+// and liveness decision uses the receive time on this member's clock,
+// never a region's timestamps.
 package global

@@ -91,7 +91,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	opts = append(opts, grpc.MaxRecvMsgSize(1<<20))
+	opts = append(opts, grpc.MaxRecvMsgSize(cfg.Limits.MaxRecvMsgBytes))
 	opts = append(opts, deps.GRPCServerOptions...)
 	g.grpc = grpc.NewServer(opts...)
 	var allowed map[string]bool
@@ -103,8 +103,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	isobarpb.RegisterGlobalControlServer(g.grpc, &syncService{
 		lead: g, store: g.store, hub: g.hub, allowed: allowed, mtls: cfg.TLSCert != "",
+		limits: cfg.Limits, regionTTL: cfg.RegionTTL, skew: newSkewWatch(cfg.Limits, g.log, deps.Registerer),
 		clock: deps.Clock, log: g.log, metrics: g.metrics,
 	})
+	if deps.Registerer != nil {
+		deps.Registerer.MustRegister(newSkewCollector(g.store))
+	}
 	if cfg.HTTPListen != "-" || deps.HTTPListener != nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}))
@@ -341,6 +345,11 @@ type RegionStatus struct {
 	Sequence   uint64  `json:"sequence"`
 	Models     int     `json:"models"`
 	Ingress    string  `json:"ingress_address"`
+	// ClockSkewSeconds is the latest summary's own time minus its receive
+	// time; ClockSkewed: beyond Limits.MaxClockSkew. Age and liveness
+	// always use the receive time.
+	ClockSkewSeconds float64 `json:"clock_skew_seconds"`
+	ClockSkewed      bool    `json:"clock_skewed"`
 }
 
 // Regions lists the summaries held, sorted by region, with their age.
@@ -351,7 +360,8 @@ func (g *Server) Regions() []RegionStatus {
 	for r, rc := range sums {
 		age := now.Sub(rc.at)
 		out = append(out, RegionStatus{Region: r, AgeSeconds: age.Seconds(), Live: age <= g.cfg.RegionTTL,
-			Sequence: rc.s.GetSequence(), Models: len(rc.s.GetModels()), Ingress: rc.s.GetIngressAddress()})
+			Sequence: rc.s.GetSequence(), Models: len(rc.s.GetModels()), Ingress: rc.s.GetIngressAddress(),
+			ClockSkewSeconds: skewOf(rc).Seconds(), ClockSkewed: skewOf(rc) > g.cfg.Limits.MaxClockSkew || -skewOf(rc) > g.cfg.Limits.MaxClockSkew})
 	}
 	slices.SortFunc(out, func(a, b RegionStatus) int { return strings.Compare(a.Region, b.Region) })
 	return out

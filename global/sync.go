@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
@@ -41,6 +42,8 @@ func reason(err error) string {
 		return "no_identity"
 	case errors.Is(err, ErrStale):
 		return "stale"
+	case errors.Is(err, ErrTooManyRegions):
+		return "too_many_regions"
 	case errors.Is(err, summary.ErrInvalid):
 		return "invalid"
 	}
@@ -64,9 +67,14 @@ type syncService struct {
 	hub     *hub
 	allowed map[string]bool // nil: any valid name
 	mtls    bool
-	clock   clockwork.Clock
-	log     *slog.Logger
-	metrics *metrics
+	limits  Limits
+	// regionTTL: a held summary older than this (receive time) is
+	// replaced by any summary of a new incarnation.
+	regionTTL time.Duration
+	skew      *skewWatch
+	clock     clockwork.Clock
+	log       *slog.Logger
+	metrics   *metrics
 }
 
 var _ isobarpb.GlobalControlServer = (*syncService)(nil)
@@ -128,6 +136,9 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 				if errors.Is(err, ErrStale) || errors.Is(err, summary.ErrInvalid) {
 					continue // the stream stays; the bad summary is dropped
 				}
+				if errors.Is(err, ErrTooManyRegions) {
+					return status.Error(codes.ResourceExhausted, err.Error())
+				}
 				return status.Error(codes.PermissionDenied, err.Error())
 			}
 			if region == "" {
@@ -162,8 +173,12 @@ func (s *syncService) accept(region string, sm *isobarpb.RegionSummary, cert *ce
 	if cert != nil && cert.Name != r {
 		return fmt.Errorf("%w: %s sent a summary for region %s", ErrIdentityMismatch, cert, r)
 	}
-	if !s.store.put(sm, s.clock.Now()) {
-		return fmt.Errorf("%w: %s sequence %d", ErrStale, r, sm.GetSequence())
+	now := s.clock.Now()
+	if err := s.store.putLimited(sm, now, s.limits, s.regionTTL); err != nil {
+		return err
+	}
+	if s.skew != nil {
+		s.skew.observe(r, sm.GetAt().AsTime().Sub(now))
 	}
 	s.metrics.summaries.Inc()
 	return nil

@@ -67,6 +67,8 @@ type Config struct {
 	// Global configures cross-region routing (active when Deps.Etcd or
 	// Deps.Gossip is set).
 	Global GlobalConfig
+	// Limits bound what peers can make the controller hold (see Limits).
+	Limits Limits
 }
 
 // TLSFiles names PEM files for mutual TLS. All three or none.
@@ -145,6 +147,7 @@ func (c *Config) withDefaults() {
 		c.XDS.Zone = c.Zone
 	}
 	c.Global.withDefaults()
+	c.Limits.withDefaults()
 }
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -181,6 +184,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max message size %d: want at least 1024 bytes", ErrInvalidConfig, c.MaxMessageBytes)
 	}
 	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	if err := c.Limits.validate(); err != nil {
 		return err
 	}
 	if c.Global.SummaryInterval <= 0 || c.Global.NominalCellRPS <= 0 || c.Global.Headroom <= 0 || c.Global.Headroom > 1 {

@@ -77,7 +77,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		}))
 	}
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(4 << 20),
+		grpc.MaxRecvMsgSize(cfg.Limits.MaxRecvMsgBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}

@@ -158,6 +158,9 @@ func (r *Registry) applyReport(now time.Time, rep *isobarpb.DataPlaneReport) {
 		key := rep.GetNode() + "\x00" + d.GetModel()
 		w := r.dpDemand[key]
 		if w == nil {
+			if !r.admitDemandKey(key) {
+				continue
+			}
 			w = &dpWindow{}
 			r.dpDemand[key] = w
 		}

@@ -44,6 +44,11 @@ type CellDebug struct {
 	PenaltyTrips     int     `json:"penalty_trips"`
 	OperatorDrain    bool    `json:"operator_drain"`
 	EndpointConflict bool    `json:"endpoint_conflict"`
+	// ClockSkewSeconds is the cell's sent_at minus the receive time of its
+	// last heartbeat (absent when it carried none); ClockSkewed: beyond
+	// the bound. Skew never affects liveness.
+	ClockSkewSeconds *float64 `json:"clock_skew_seconds,omitempty"`
+	ClockSkewed      bool     `json:"clock_skewed"`
 }
 
 // SignalDebug explains one signal's part in the pressure.
@@ -70,6 +75,11 @@ func debugCell(cv CellView, sc score.Config) CellDebug {
 		Probation: cv.Weight.Probation, PenaltyTrips: cv.Weight.Trips, OperatorDrain: cv.OperatorDrain,
 		EndpointConflict: cv.EndpointConflict,
 		Sources:          map[string]SourceDebug{"vllm": sourceDebug(cv.VLLM), "dcgm": sourceDebug(cv.DCGM)},
+		ClockSkewed:      cv.ClockSkewed,
+	}
+	if cv.ClockSkewKnown {
+		s := cv.ClockSkew.Seconds()
+		d.ClockSkewSeconds = &s
 	}
 	if s := cv.Signals; s != nil {
 		put := func(k string, p *float64) {

@@ -18,6 +18,15 @@
 //   - Each heartbeat stream runs on its gRPC handler goroutine and keeps its
 //     own per-stream state (sequence, ownership of its cell id).
 //
+// Limits (Config.Limits, limits.go) bound what peers can make the
+// controller hold: MaxCells cells (checked by the heartbeat service when a
+// stream claims a new cell id, and again by the registry loop), a token
+// bucket per heartbeat stream, MaxDemandKeys data-plane demand windows and
+// the gRPC receive size. Plans are bounded in models, routes and ingress
+// addresses. Liveness (TTL), staleness and plan validity run on the
+// controller's own clock at receipt; a cell's sent_at only raises the
+// clock-skew flag.
+//
 // Time is injected (clockwork.Clock); scoring, projection and lifecycle are
 // pure packages (regional/score, regional/projection, regional/lifecycle)
 // that take now as an argument.

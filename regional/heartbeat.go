@@ -39,6 +39,7 @@ type heartbeatService struct {
 	ttl      time.Duration
 	mtls     bool
 	maxBytes int
+	limits   Limits
 	sink     heartbeatSink
 	clock    clockwork.Clock
 	log      *slog.Logger
@@ -58,7 +59,7 @@ var _ isobarpb.CellRegistryServer = (*heartbeatService)(nil)
 
 func newHeartbeatService(cfg Config, sink heartbeatSink, clock clockwork.Clock, log *slog.Logger, m *metrics) *heartbeatService {
 	return &heartbeatService{
-		region: cfg.Region, interval: cfg.HeartbeatInterval, ttl: cfg.TTL(), mtls: cfg.TLS.Enabled(),
+		region: cfg.Region, interval: cfg.HeartbeatInterval, ttl: cfg.TTL(), mtls: cfg.TLS.Enabled(), limits: cfg.Limits,
 		sink: sink, clock: clock, log: log, metrics: m, owners: make(map[string]*streamOwner),
 	}
 }
@@ -71,12 +72,13 @@ type streamState struct {
 	lastSeq     uint64
 	acked       bool
 	drainSent   bool
+	bucket      tokenBucket
 }
 
 // Heartbeat serves one cellagent's stream.
 func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServer) error {
 	ctx := stream.Context()
-	st := &streamState{id: s.nextStream.Add(1)}
+	st := &streamState{id: s.nextStream.Add(1), bucket: newTokenBucket(s.limits.HeartbeatRate, s.limits.HeartbeatBurst)}
 	s.metrics.streams.Inc()
 	defer func() {
 		s.metrics.streams.Dec()
@@ -107,6 +109,13 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 		if s.maxBytes > 0 && proto.Size(hb) > s.maxBytes {
 			s.metrics.rejected.WithLabelValues(rejectReason(ErrOversized)).Inc()
 			return status.Errorf(codes.ResourceExhausted, "%v: %d bytes, limit %d", ErrOversized, proto.Size(hb), s.maxBytes)
+		}
+		if drop, err := s.admitRate(st); drop {
+			if err != nil {
+				s.log.Warn("heartbeat stream closed: far above its rate limit", "cell", st.cell, "err", err)
+				return status.Error(codes.ResourceExhausted, err.Error())
+			}
+			continue
 		}
 		if err := s.check(st, hb, cert); err != nil {
 			s.metrics.rejected.WithLabelValues(rejectReason(err)).Inc()
@@ -169,6 +178,8 @@ func fatalCode(err error) codes.Code {
 		return codes.AlreadyExists
 	case errors.Is(err, ErrWrongRegion):
 		return codes.FailedPrecondition
+	case errors.Is(err, ErrTooManyCells):
+		return codes.ResourceExhausted
 	default:
 		return codes.OK
 	}
@@ -184,6 +195,9 @@ func (s *heartbeatService) claim(st *streamState, id string) error {
 	o := s.owners[id]
 	switch {
 	case o == nil:
+		if err := s.admitCell(id); err != nil {
+			return err
+		}
 		s.owners[id] = &streamOwner{stream: st.id, lastSeen: now}
 	case o.stream == st.id:
 		o.lastSeen = now

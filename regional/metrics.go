@@ -26,11 +26,16 @@ type metrics struct {
 	planEpoch          prometheus.Gauge
 	routeSource        *prometheus.GaugeVec
 	reports            *prometheus.CounterVec
+	skewed             prometheus.Counter
 	planPeerRefused    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		skewed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_clock_skewed_heartbeats_total",
+			Help: "Heartbeats whose sent_at was further from this controller's clock than the skew bound (accepted; liveness uses the receive time).",
+		}),
 		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "isobar_regional_heartbeats_total",
 			Help: "Heartbeats accepted into the registry.",
@@ -103,6 +108,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			m.unknownCells, m.projection, m.pushErrors, m.failover, m.penaltyTrips, m.probes,
 			m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused)
 	}
+	if reg != nil {
+		reg.MustRegister(m.skewed)
+	}
 	return m
 }
 
@@ -112,7 +120,7 @@ type cellCollector struct {
 	now  func() float64 // unix seconds, from the injected clock
 
 	pressure, weight, staleness, fallback, signal, state, penalty, rtt *prometheus.Desc
-	cells                                                              *prometheus.Desc
+	cells, skew                                                        *prometheus.Desc
 }
 
 func newCellCollector(view func() *View, now func() float64) *cellCollector {
@@ -127,11 +135,12 @@ func newCellCollector(view func() *View, now func() float64) *cellCollector {
 		penalty:   prometheus.NewDesc("isobar_regional_cell_penalty", "Error-rate outlier penalty level of a cell in [0,1].", []string{"cell"}, nil),
 		rtt:       prometheus.NewDesc("isobar_regional_cell_rtt_seconds", "Probed RTT from the controller to a cell.", []string{"cell"}, nil),
 		cells:     prometheus.NewDesc("isobar_regional_cells", "Cells per lifecycle state.", []string{"state"}, nil),
+		skew:      prometheus.NewDesc("isobar_regional_cell_clock_skew_seconds", "A cell's last heartbeat sent_at minus its receive time (absent without sent_at).", []string{"cell"}, nil),
 	}
 }
 
 func (c *cellCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pressure, c.weight, c.staleness, c.fallback, c.signal, c.state, c.penalty, c.rtt, c.cells} {
+	for _, d := range []*prometheus.Desc{c.pressure, c.weight, c.staleness, c.fallback, c.signal, c.state, c.penalty, c.rtt, c.cells, c.skew} {
 		ch <- d
 	}
 }
@@ -156,6 +165,9 @@ func (c *cellCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.penalty, prometheus.GaugeValue, cv.Weight.Penalty, cv.ID)
 		if cv.RTTOK {
 			ch <- prometheus.MustNewConstMetric(c.rtt, prometheus.GaugeValue, cv.RTT.Seconds(), cv.ID)
+		}
+		if cv.ClockSkewKnown {
+			ch <- prometheus.MustNewConstMetric(c.skew, prometheus.GaugeValue, cv.ClockSkew.Seconds(), cv.ID)
 		}
 		for _, st := range lifecycle.States() {
 			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, b2f(cv.State == st), cv.ID, st.String())

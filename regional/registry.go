@@ -66,6 +66,10 @@ type cell struct {
 	jitter     time.Duration
 	rttOK      bool
 	conflict   bool
+	// skew is sent_at minus the receive time of the last heartbeat
+	// (skewKnown when it carried one); skewed: beyond MaxClockSkew.
+	skew              time.Duration
+	skewKnown, skewed bool
 	// leftLBAt is when the cell stopped being eligible for traffic; the
 	// failover histogram measures from here to the push that removed it.
 	leftLBAt time.Time
@@ -290,6 +294,9 @@ func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) boo
 	r.metrics.heartbeats.Inc()
 	c := r.cells[hb.GetCellId()]
 	if c == nil {
+		if !r.admitNewCell(hb) {
+			return false
+		}
 		c = &cell{id: hb.GetCellId(), stateSince: now}
 		r.cells[c.id] = c
 		r.idsDirty = true
@@ -297,7 +304,8 @@ func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) boo
 	if c.hb == nil || c.hb.GetEndpoint() != hb.GetEndpoint() {
 		r.claimEndpoint(c, hb.GetEndpoint())
 	}
-	c.hb, c.lastSeen = hb, now
+	c.hb, c.lastSeen = hb, now // liveness runs on the receive time, never sent_at
+	r.noteSkew(now, c, hb)
 	reported := lifecycle.FromProto(hb.GetState())
 	ev, _ := lifecycle.ReportEvent(reported)
 	next, err := lifecycle.Next(c.state, ev, c.drain)
@@ -465,6 +473,7 @@ func (r *Registry) cycle(now time.Time) {
 			RTT: c.rtt, Jitter: c.jitter, RTTOK: c.rttOK, Score: res,
 			OperatorDrain: c.drain, Fallback: res.Fallback || !c.hb.GetDcgm().GetOk() || !c.hb.GetVllm().GetOk(),
 			EndpointConflict: c.conflict,
+			ClockSkew:        c.skew, ClockSkewKnown: c.skewKnown, ClockSkewed: c.skewed,
 		})
 	}
 	d := r.proj.Project(now, pcells)

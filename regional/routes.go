@@ -69,11 +69,24 @@ func planResult(err error) string {
 // sumTolerance: routes plus shed must sum to 1 within this.
 const sumTolerance = 1e-6
 
+// Plan shape limits: a plan for one region names at most summary.MaxModels
+// models and summary.MaxRegions destinations and ingress addresses, and
+// lives at most maxPlanLifetime.
+const (
+	maxPlanLifetime = 24 * time.Hour
+	maxLeaderIDLen  = 512
+)
+
 // planTable validates a plan received for region against the table in
 // force and returns the table it yields. Plans with a lower epoch than the
 // one applied, or the same epoch and a sequence not above it, are stale;
 // fractions must be finite, in [0,1] and sum (with shed) to 1; every remote
 // destination needs an ingress address.
+//
+// Validity runs on the receiver's clock: a plan carrying issued_at lives
+// valid_until - issued_at from now (the leader's clock may be skewed; only
+// the lifetime it grants is taken from it). A plan without issued_at is
+// judged by valid_until against now.
 func planTable(p *isobarpb.RoutingPlan, region string, cur *RouteTable, now time.Time) (*RouteTable, error) {
 	bad := func(format string, a ...any) (*RouteTable, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidPlan, fmt.Sprintf(format, a...))
@@ -90,7 +103,28 @@ func planTable(p *isobarpb.RoutingPlan, region string, cur *RouteTable, now time
 	if p.GetValidUntil() == nil || p.GetValidUntil().CheckValid() != nil {
 		return bad("no valid_until")
 	}
+	switch {
+	case len(p.GetLeaderId()) > maxLeaderIDLen:
+		return bad("leader_id of %d bytes, at most %d", len(p.GetLeaderId()), maxLeaderIDLen)
+	case len(p.GetPlans()) > summary.MaxModels:
+		return bad("%d model plans, at most %d", len(p.GetPlans()), summary.MaxModels)
+	case len(p.GetIngress()) > summary.MaxRegions:
+		return bad("%d ingress addresses, at most %d", len(p.GetIngress()), summary.MaxRegions)
+	}
 	until := p.GetValidUntil().AsTime()
+	if is := p.GetIssuedAt(); is != nil {
+		if is.CheckValid() != nil {
+			return bad("invalid issued_at")
+		}
+		life := until.Sub(is.AsTime())
+		switch {
+		case life <= 0:
+			return nil, fmt.Errorf("%w: valid until %v, issued %v", ErrExpiredPlan, until, is.AsTime())
+		case life > maxPlanLifetime:
+			return bad("valid for %v, at most %v", life, maxPlanLifetime)
+		}
+		until = now.Add(life)
+	}
 	if !until.After(now) {
 		return nil, fmt.Errorf("%w: valid until %v, now %v", ErrExpiredPlan, until, now)
 	}
@@ -116,10 +150,13 @@ func planTable(p *isobarpb.RoutingPlan, region string, cur *RouteTable, now time
 		}
 		m := mp.GetModel()
 		if m == "" || len(m) > 256 {
-			return bad("model name %q", m)
+			return bad("model name %q", truncate(m))
 		}
 		if _, dup := t.Models[m]; dup {
 			return bad("model %s planned twice", m)
+		}
+		if len(mp.GetRoutes()) > summary.MaxRegions {
+			return bad("model %s: %d routes, at most %d", m, len(mp.GetRoutes()), summary.MaxRegions)
 		}
 		mr := ModelRoutes{Routes: map[string]float64{}, Shed: mp.GetShed()}
 		sum := mp.GetShed()

@@ -47,6 +47,10 @@ func rejectReason(err error) string {
 		return "no_identity"
 	case errors.Is(err, ErrOversized):
 		return "oversized"
+	case errors.Is(err, ErrTooManyCells):
+		return "too_many_cells"
+	case errors.Is(err, ErrRateLimited):
+		return "rate_limited"
 	case errors.Is(err, ErrInvalidHeartbeat):
 		return "invalid"
 	default:

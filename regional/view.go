@@ -63,6 +63,11 @@ type CellView struct {
 	// EndpointConflict: another live cell advertises the same endpoint;
 	// this one is kept out of the load balancer.
 	EndpointConflict bool
+	// ClockSkew is the last heartbeat's sent_at minus its receive time
+	// (ClockSkewKnown when it carried one); ClockSkewed: beyond
+	// Limits.MaxClockSkew.
+	ClockSkew                   time.Duration
+	ClockSkewKnown, ClockSkewed bool
 }
 
 // SourceView is one telemetry source's health as last reported.

@@ -1,0 +1,267 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/summary"
+)
+
+var limitsT0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func limitSummary(region, incarnation string, seq uint64, at time.Time) *isobarpb.RegionSummary {
+	return &isobarpb.RegionSummary{
+		Region: region, Incarnation: incarnation, Sequence: seq, At: timestamppb.New(at),
+		Models: []*isobarpb.ModelSummary{{Model: "m", CellsReady: 1, CapacityRps: 10, DemandRps: 5, EngineLatencyMs: 300}},
+	}
+}
+
+// newLimitedSync is a leader's Sync service with limits l and a fake
+// clock, served on loopback.
+func newLimitedSync(t *testing.T, l Limits) (*syncService, *clockwork.FakeClock, *prometheus.Registry, isobarpb.GlobalControlClient) {
+	t.Helper()
+	l.withDefaults()
+	clock := clockwork.NewFakeClockAt(limitsT0)
+	prom := prometheus.NewRegistry()
+	svc := &syncService{
+		lead: alwaysLeader{done: make(chan struct{})}, store: newStore(), hub: newHub(),
+		limits: l, regionTTL: 3 * time.Second, skew: newSkewWatch(l, slog.New(slog.DiscardHandler), prom),
+		clock: clock, log: slog.New(slog.DiscardHandler), metrics: newMetrics(prom),
+	}
+	prom.MustRegister(newSkewCollector(svc.store))
+	gs := grpc.NewServer()
+	isobarpb.RegisterGlobalControlServer(gs, svc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return svc, clock, prom, isobarpb.NewGlobalControlClient(conn)
+}
+
+// syncSend opens a Sync stream and sends sm on it.
+func syncSend(t *testing.T, cl isobarpb.GlobalControlClient, sm *isobarpb.RegionSummary) isobarpb.GlobalControl_SyncClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	s, err := cl.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(sm); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitHeld polls the store until region is held, bounded above.
+func waitHeld(t *testing.T, st *store, region string) received {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if rc, ok := st.snapshot()[region]; ok {
+			return rc
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("region %s never stored", region)
+		}
+		time.Sleep(time.Millisecond) // polling the store, bounded above
+	}
+}
+
+func TestGlobalLimitsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  func(*Limits)
+	}{
+		{"no regions", func(l *Limits) { l.MaxRegions = -1 }},
+		{"more regions than a summary can name", func(l *Limits) { l.MaxRegions = summary.MaxRegions + 1 }},
+		{"negative forget-after", func(l *Limits) { l.RegionForgetAfter = -time.Second }},
+		{"tiny gRPC limit", func(l *Limits) { l.MaxRecvMsgBytes = 10 }},
+		{"negative skew", func(l *Limits) { l.MaxClockSkew = -time.Second }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Name: "g"}
+			cfg.withDefaults()
+			tc.mut(&cfg.Limits)
+			if err := cfg.validate(); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("validate = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+// A summary from a new region beyond MaxRegions ends its stream with
+// ResourceExhausted and is counted; a region silent for RegionForgetAfter
+// makes room.
+func TestSyncRegionLimit(t *testing.T) {
+	svc, clock, _, cl := newLimitedSync(t, Limits{MaxRegions: 2, RegionForgetAfter: time.Minute})
+	refused := func() float64 { return testutil.ToFloat64(svc.metrics.rejected.WithLabelValues("too_many_regions")) }
+	syncSend(t, cl, limitSummary("r1", "x", 1, clock.Now()))
+	waitHeld(t, svc.store, "r1")
+	clock.Advance(time.Second)
+	r2 := syncSend(t, cl, limitSummary("r2", "x", 1, clock.Now()))
+	waitHeld(t, svc.store, "r2")
+
+	s := syncSend(t, cl, limitSummary("r3", "x", 1, clock.Now()))
+	if _, err := s.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "region limit") {
+		t.Fatalf("third region: %v; want ResourceExhausted naming the region limit", err)
+	}
+	if got := refused(); got != 1 {
+		t.Fatalf("too_many_regions = %v, want 1", got)
+	}
+	// A held region is never refused.
+	if err := r2.Send(limitSummary("r2", "x", 2, clock.Now())); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); svc.store.snapshot()["r2"].s.GetSequence() != 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("r2's second summary never stored")
+		}
+		time.Sleep(time.Millisecond) // polling the store, bounded above
+	}
+	// r1 falls silent for RegionForgetAfter: r4 takes its place.
+	clock.Advance(time.Minute)
+	syncSend(t, cl, limitSummary("r4", "x", 1, clock.Now()))
+	waitHeld(t, svc.store, "r4")
+	held := svc.store.snapshot()
+	if _, ok := held["r1"]; ok || len(held) != 2 {
+		t.Fatalf("held = %v, want r2 and r4", held)
+	}
+	if got := refused(); got != 1 {
+		t.Fatalf("too_many_regions = %v after r4 took a silent region's place, want 1", got)
+	}
+}
+
+// A summary whose time is an hour off is accepted and flagged (counter,
+// gauge, /debug/regions); its age and liveness run on the receive time.
+func TestSummaryClockSkew(t *testing.T) {
+	svc, clock, prom, cl := newLimitedSync(t, Limits{MaxClockSkew: 5 * time.Second})
+	syncSend(t, cl, limitSummary("behind", "x", 1, clock.Now().Add(-time.Hour)))
+	syncSend(t, cl, limitSummary("ahead", "x", 1, clock.Now().Add(time.Hour)))
+	syncSend(t, cl, limitSummary("in-sync", "x", 1, clock.Now().Add(-2*time.Second)))
+	for _, r := range []string{"behind", "ahead", "in-sync"} {
+		waitHeld(t, svc.store, r)
+	}
+	if got := testutil.ToFloat64(svc.skew.counter); got != 2 {
+		t.Fatalf("skewed summaries = %v, want 2", got)
+	}
+	if n := testutil.CollectAndCount(prom, "isobar_global_region_clock_skew_seconds"); n != 3 {
+		t.Fatalf("skew gauges = %d, want 3", n)
+	}
+	g := &Server{cfg: Config{RegionTTL: 3 * time.Second, Limits: svc.limits}, deps: Deps{Clock: clock}, store: svc.store}
+	want := map[string]struct {
+		skew    float64
+		skewed  bool
+		liveNow bool
+	}{"behind": {-3600, true, true}, "ahead": {3600, true, true}, "in-sync": {-2, false, true}}
+	for _, rs := range g.Regions() {
+		w := want[rs.Region]
+		if rs.ClockSkewSeconds != w.skew || rs.ClockSkewed != w.skewed || rs.Live != w.liveNow || rs.AgeSeconds != 0 {
+			t.Errorf("%s: %+v, want skew %v skewed %v live, age 0", rs.Region, rs, w.skew, w.skewed)
+		}
+	}
+	// Liveness ends one RegionTTL after receipt, whatever the summary said.
+	clock.Advance(4 * time.Second)
+	for _, rs := range g.Regions() {
+		if rs.Live {
+			t.Errorf("%s live %v after receipt", rs.Region, rs.AgeSeconds)
+		}
+	}
+}
+
+// A region whose clock ran ahead before it restarted is not locked out
+// until its clock catches up: once the held summary is older than the
+// region TTL (receive time), a new incarnation replaces it.
+func TestRestartAfterSkewReplaces(t *testing.T) {
+	st := newStore()
+	l := Limits{}
+	l.withDefaults()
+	ttl := 3 * time.Second
+	if err := st.putLimited(limitSummary("r", "old", 9, limitsT0.Add(time.Hour)), limitsT0, l, ttl); err != nil {
+		t.Fatal(err)
+	}
+	restarted := limitSummary("r", "new", 1, limitsT0.Add(time.Second))
+	if err := st.putLimited(restarted, limitsT0.Add(time.Second), l, ttl); !errors.Is(err, ErrStale) {
+		t.Fatalf("within the TTL: %v, want ErrStale (a live older incarnation still wins by time)", err)
+	}
+	later := proto.Clone(restarted).(*isobarpb.RegionSummary)
+	later.Sequence = 2
+	if err := st.putLimited(later, limitsT0.Add(ttl+time.Second), l, ttl); err != nil {
+		t.Fatalf("after the TTL: %v, want the new incarnation stored", err)
+	}
+	if got := st.snapshot()["r"].s.GetIncarnation(); got != "new" {
+		t.Fatalf("held incarnation %q, want new", got)
+	}
+	// The same incarnation still needs a higher sequence.
+	if err := st.putLimited(later, limitsT0.Add(time.Hour), l, ttl); !errors.Is(err, ErrStale) {
+		t.Fatalf("replayed sequence: %v, want ErrStale", err)
+	}
+}
+
+// FuzzAcceptSummary feeds the leader's summary intake (validation, the
+// region limit, the store) arbitrary encoded summaries on a stream bound
+// to no region and to "a". It must never panic, must store only summaries
+// that pass summary.Validate, and must never hold more than MaxRegions.
+func FuzzAcceptSummary(f *testing.F) {
+	for _, s := range []*isobarpb.RegionSummary{
+		limitSummary("a", "x", 1, limitsT0), limitSummary("b", "y", 7, limitsT0.Add(time.Hour)),
+		{Region: "c", Sequence: 1, At: timestamppb.New(limitsT0), Rtt: []*isobarpb.PeerRTT{{Region: "a", RttMs: 3}}},
+	} {
+		b, err := proto.Marshal(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{})
+	l := Limits{MaxRegions: 2, RegionForgetAfter: time.Minute}
+	l.withDefaults()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 1<<16 {
+			return
+		}
+		sm := &isobarpb.RegionSummary{}
+		if proto.Unmarshal(b, sm) != nil {
+			return
+		}
+		svc := &syncService{store: newStore(), limits: l, regionTTL: time.Second,
+			skew: newSkewWatch(l, slog.New(slog.DiscardHandler), nil), clock: clockwork.NewFakeClockAt(limitsT0),
+			log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil)}
+		_ = svc.accept("", limitSummary("held1", "x", 1, limitsT0), nil)
+		_ = svc.accept("", limitSummary("held2", "x", 1, limitsT0), nil)
+		for _, bound := range []string{"", "a"} {
+			err := svc.accept(bound, sm, nil)
+			if err == nil && summary.Validate(sm) != nil {
+				t.Fatalf("stored an invalid summary: %v", summary.Validate(sm))
+			}
+			if err != nil && reason(err) == "other" {
+				t.Fatalf("refusal without a reason label: %v", err)
+			}
+		}
+		if n := len(svc.store.snapshot()); n > l.MaxRegions {
+			t.Fatalf("%d regions held, limit %d", n, l.MaxRegions)
+		}
+	})
+}
