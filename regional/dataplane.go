@@ -118,6 +118,7 @@ func (w *dpWindow) add(s dpSample, window time.Duration) {
 	for cut < len(w.samples) && s.at.Sub(w.samples[cut].at) > window {
 		cut++
 	}
+	cut = max(cut, len(w.samples)-maxWindowSamples) // a flood of reports keeps the newest
 	w.samples = w.samples[cut:]
 }
 

@@ -79,6 +79,11 @@ func (l Limits) validate() error {
 	return nil
 }
 
+// maxWindowSamples bounds one data-plane window (a cell's errors, a data
+// plane's demand for a model): reports arrive at the data plane's pace, so
+// a flood within the window keeps only the newest samples.
+const maxWindowSamples = 1024
+
 // Limit refusals; each is a reason label of
 // isobar_regional_heartbeats_rejected_total. Test with errors.Is.
 var (

@@ -394,3 +394,19 @@ func TestPlanShapeLimits(t *testing.T) {
 		})
 	}
 }
+
+// A data-plane window keeps at most maxWindowSamples samples, the newest,
+// however many reports arrive within it.
+func TestDataPlaneWindowBounded(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var w dpWindow
+	for i := range 3 * maxWindowSamples {
+		w.add(dpSample{at: t0.Add(time.Duration(i) * time.Microsecond), span: time.Second, requests: float64(i)}, 10*time.Second)
+	}
+	if len(w.samples) != maxWindowSamples {
+		t.Fatalf("%d samples, want %d", len(w.samples), maxWindowSamples)
+	}
+	if last := w.samples[len(w.samples)-1].requests; last != 3*maxWindowSamples-1 {
+		t.Fatalf("newest sample %v dropped", last)
+	}
+}
