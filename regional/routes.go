@@ -128,6 +128,9 @@ func planTable(p *isobarpb.RoutingPlan, region string, cur *RouteTable, now time
 	if !until.After(now) {
 		return nil, fmt.Errorf("%w: valid until %v, now %v", ErrExpiredPlan, until, now)
 	}
+	if until.Sub(now) > maxPlanLifetime {
+		return bad("valid until %v, more than %v from now", until, maxPlanLifetime)
+	}
 	t := &RouteTable{
 		Source: RoutesPlan, Epoch: p.GetEpoch(), Sequence: p.GetSequence(), LeaderID: p.GetLeaderId(),
 		ValidUntil: until, Models: map[string]ModelRoutes{}, Ingress: map[string]string{},
