@@ -342,7 +342,7 @@ func TestPlanValidityOnReceiverClock(t *testing.T) {
 		{"lifetime beyond the cap", 0, false, maxPlanLifetime + time.Second, ErrInvalidPlan, 0},
 		{"no issued_at, in the past", -time.Hour, true, 30 * time.Second, ErrExpiredPlan, 0},
 		{"no issued_at, in the future", 0, true, 30 * time.Second, nil, 30 * time.Second},
-		{"no issued_at, centuries ahead", 0, true, 300 * 365 * 24 * time.Hour, ErrInvalidPlan, 0}, // found by FuzzPlanTable
+		{"no issued_at, a century ahead", 0, true, 100 * 365 * 24 * time.Hour, ErrInvalidPlan, 0}, // found by FuzzPlanTable
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlan(5, 1, now.Add(tc.issued))
