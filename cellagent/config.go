@@ -42,9 +42,10 @@ func DefaultCompletionHandlers() []string {
 
 // TLSFiles names the PEM files for mutual TLS towards the controller. Either
 // all three are set or none. The controller checks the client certificate's
-// identity against the cell id in the heartbeats, so the certificate must
-// carry the cell id: as a URI SAN spiffe://isobar/cell/<cell-id> (preferred)
-// or as the subject CN.
+// identity against the cell id and region in the heartbeats, so the
+// certificate must carry both as the URI SAN
+// spiffe://isobar/region/<region>/cell/<cell-id>; a common name or DNS SAN
+// does not count.
 type TLSFiles struct {
 	// Cert is the client certificate chain (PEM).
 	Cert string

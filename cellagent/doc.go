@@ -79,9 +79,10 @@
 // drills that make an agent go silent.
 //
 // With Config.TLS the stream uses mutual TLS. The controller checks the
-// client certificate's identity against the cell id of the heartbeats, so a
-// cell's certificate must carry its id, as a URI SAN
-// spiffe://isobar/cell/<cell-id> (preferred) or as the subject CN.
+// client certificate's identity against the cell id and region of the
+// heartbeats, so a cell's certificate must carry both as the URI SAN
+// spiffe://isobar/region/<region>/cell/<cell-id> (isobar certs issue --role
+// cellagent); a common name or DNS SAN does not count.
 //
 // # Concurrency
 //

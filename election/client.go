@@ -68,6 +68,12 @@ type ClientConfig struct {
 	// TLS: when any file is set, connections use TLS, trusting CAFile (the
 	// system roots if empty) and presenting CertFile/KeyFile if given.
 	TLS TLSFiles
+	// Username and Password authenticate to a cluster with etcd auth
+	// enabled (etcdctl auth enable). Both or neither. The password is sent
+	// on every connection: use it only with TLS. Default: no auth (a
+	// client certificate's common name is the user when the cluster runs
+	// with --client-cert-auth).
+	Username, Password string
 	// DialTimeout bounds NewClient's wait for a first connection.
 	// Default 5 s.
 	DialTimeout time.Duration
@@ -103,6 +109,12 @@ func (c ClientConfig) validate() error {
 	}
 	if err := c.TLS.validate("ClientConfig.TLS"); err != nil {
 		return err
+	}
+	if (c.Username == "") != (c.Password == "") {
+		return fmt.Errorf("%w: ClientConfig: Username and Password must be given together", ErrInvalidConfig)
+	}
+	if c.Username != "" && !c.TLS.Enabled() {
+		return fmt.Errorf("%w: ClientConfig: an etcd password needs TLS (set the CA file): it would cross the network in plain text", ErrInvalidConfig)
 	}
 	if c.DialTimeout < 0 || c.KeepAliveTime < 0 || c.KeepAliveTimeout < 0 {
 		return fmt.Errorf("%w: ClientConfig: negative DialTimeout or keepalive", ErrInvalidConfig)
@@ -163,6 +175,8 @@ func NewClient(cfg ClientConfig) (*clientv3.Client, error) {
 		DialKeepAliveTime:    cfg.KeepAliveTime,
 		DialKeepAliveTimeout: cfg.KeepAliveTimeout,
 		Logger:               etcdLogger(cfg.Logger, nil),
+		Username:             cfg.Username,
+		Password:             cfg.Password,
 	}
 	if cfg.TLS.Enabled() {
 		tc, err := cfg.TLS.clientTLS()

@@ -44,6 +44,9 @@ func TestClientConfigValidate(t *testing.T) {
 		{"cert without key", ClientConfig{Endpoints: []string{"127.0.0.1:2379"}, TLS: TLSFiles{CertFile: "c.pem", CAFile: "ca.pem"}}, "together"},
 		{"one bad of two", ClientConfig{Endpoints: []string{"127.0.0.1:2379", "nope"}}, `"nope"`},
 		{"negative timeout", ClientConfig{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: -1}, "negative"},
+		{"user and password over tls", ClientConfig{Endpoints: []string{"127.0.0.1:2379"}, TLS: tlsFiles, Username: "u", Password: "p"}, ""},
+		{"user without password", ClientConfig{Endpoints: []string{"127.0.0.1:2379"}, TLS: tlsFiles, Username: "u"}, "together"},
+		{"password without tls", ClientConfig{Endpoints: []string{"127.0.0.1:2379"}, Username: "u", Password: "p"}, "needs TLS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.withDefaults().validate()
@@ -125,6 +128,43 @@ func TestTLSClient(t *testing.T) {
 	t.Logf("client without certificate: %v", err)
 	if _, err := StartEmbedded(context.Background(), EmbeddedConfig{Dir: dir, TLS: TLSFiles{CertFile: files.CertFile, KeyFile: files.KeyFile}}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("embedded TLS without CA: %v", err)
+	}
+}
+
+// Against a cluster with auth enabled, NewClient authenticates with
+// Username/Password and a wrong password is refused at once.
+func TestClientAuth(t *testing.T) {
+	dir := t.TempDir()
+	files := writeTestPKI(t, dir)
+	e := startEtcdWith(t, EmbeddedConfig{Dir: filepath.Join(dir, "data"), TLS: files})
+	admin := newClient(t, e)
+	ctx := ctxT(t, 10*time.Second)
+	for _, step := range []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", "root-pw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.UserAdd(ctx, "isobar", "s3cret"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "isobar", "root"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("enable auth: %v", err)
+		}
+	}
+	cfg := ClientConfig{Endpoints: e.Endpoints(), TLS: files, Username: "isobar", Password: "s3cret", DialTimeout: 5 * time.Second}
+	cli, err := NewClient(cfg)
+	if err != nil {
+		t.Fatalf("NewClient with the right password: %v", err)
+	}
+	if _, err := cli.Put(ctx, "/auth/ok", "1"); err != nil {
+		t.Errorf("put as isobar: %v", err)
+	}
+	_ = cli.Close()
+	cfg.Password = "wrong"
+	if cli, err := NewClient(cfg); err == nil {
+		_ = cli.Close()
+		t.Fatal("a wrong password was accepted")
+	} else {
+		t.Logf("wrong password: %v", err)
 	}
 }
 

@@ -52,8 +52,11 @@ type Config struct {
 	Regions []string
 	// Planning parameters.
 	Plan PlanConfig
-	// TLS for the gRPC server (regions must present a certificate naming
-	// their region) — all three or none.
+	// TLS for the gRPC server — all three or none. Regions must present
+	// the URI identity spiffe://isobar/region/<region> and may send only
+	// that region's summaries; this member's own certificate should be
+	// spiffe://isobar/global/<Name>, the only identity regions take plans
+	// from.
 	TLSCert, TLSKey, TLSCA string
 	// Limits bound what regions can make this member hold (see Limits).
 	Limits Limits

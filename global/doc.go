@@ -26,4 +26,12 @@
 // than MaxClockSkew from this member's clock flags its region. Every age
 // and liveness decision uses the receive time on this member's clock,
 // never a region's timestamps.
+//
+// Authorisation: with TLS a Sync stream is served only to a client whose
+// verified certificate carries the URI identity spiffe://isobar/region/<name>
+// (no common-name or DNS-SAN fallback), and it may send summaries only for
+// that region; anything else is PermissionDenied, logged with the peer's
+// identity and counted (isobar_global_summaries_rejected_total, reasons
+// no_identity and identity_mismatch). Members present
+// spiffe://isobar/global/<name>, the only identity regions take plans from.
 package global

@@ -69,7 +69,7 @@ func TestAdminRefusesWithoutOperatorIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, body, err = get(client(cellCert, cellKey), http.MethodPost, chaos.PathInject, `{"kind":"kill-engine","region":"a","cells":[0]}`)
-	if err != nil || code != http.StatusForbidden || !strings.Contains(body, "spiffe://isobar/cell/a-cell-0") {
+	if err != nil || code != http.StatusForbidden || !strings.Contains(body, certs.CellURI("a", "a-cell-0")) {
 		t.Errorf("cell identity: %d %q %v; want 403 naming the peer", code, body, err)
 	}
 

@@ -57,8 +57,11 @@ type Config struct {
 	DataPlaneWindow time.Duration
 	// AdminToken, when set, is required as a bearer token on the drain API.
 	AdminToken string
-	// TLS enables mTLS on the gRPC listener: cellagents must present a
-	// certificate whose identity is their cell id.
+	// TLS enables mTLS on the gRPC listener and requires identities:
+	// cellagents must present spiffe://isobar/region/<Region>/cell/<id>
+	// for the cell they heartbeat for, xDS and DataPlane clients
+	// spiffe://isobar/gateway/<Region>, and the global leader dialled
+	// spiffe://isobar/global/<name> (see identity.go).
 	TLS TLSFiles
 
 	Score      score.Config

@@ -27,6 +27,17 @@
 // controller's own clock at receipt; a cell's sent_at only raises the
 // clock-skew flag.
 //
+// Authorisation (identity.go): with Config.TLS every client is known by the
+// isobar URI identity of its verified certificate, never by a common name
+// or DNS SAN. Heartbeats come only from spiffe://isobar/region/<region>/cell/<id>
+// of this region, for that cell id and region; xDS and DataPlane reports
+// only from spiffe://isobar/gateway/<region> of this region; plans are taken
+// only from a global leader whose server certificate is
+// spiffe://isobar/global/<name> (checked on the Sync stream before any
+// summary is sent). Refusals are PermissionDenied, logged with the peer's
+// identity and counted. Without TLS (isobar regional --insecure) nobody is
+// authenticated.
+//
 // Time is injected (clockwork.Clock); scoring, projection and lifecycle are
 // pure packages (regional/score, regional/projection, regional/lifecycle)
 // that take now as an argument.

@@ -48,6 +48,7 @@ type cellagentFlags struct {
 	cfg    cellagent.Config
 	once   bool
 	output string
+	tf     transportFlags
 }
 
 func newCellagentCmd(opts *rootOpts) *cobra.Command {
@@ -64,8 +65,11 @@ SIGINT or SIGTERM; then it sends a final TERMINATED heartbeat.
 An engine death is reported at once: the agent keeps a TCP connection open to
 the engine's port and probes /health the moment it closes.
 
-With --tls-* the agent authenticates with a client certificate that must carry
-the cell id (URI SAN spiffe://isobar/cell/<cell-id>, or the subject CN).
+With --tls-* the agent authenticates with a client certificate whose URI SAN
+is spiffe://isobar/region/<region>/cell/<cell-id> (isobar certs issue --role
+cellagent --cell ID --region R): the controller refuses heartbeats for any
+other cell or region. Without --tls-* the agent refuses to start unless
+--insecure (plain text, development only); --once needs neither.
 
 --once scrapes a single time and prints one report (JSON by default). Its exit
 status is 0 whenever the report was printed, even if a source failed (the
@@ -101,16 +105,23 @@ report says so); 2 for a bad command line.`,
 	fl.DurationVar(&f.cfg.StartupGrace, "startup-grace", 0, "report an engine that was never reachable as LOADING, not FAILED, for this long (vLLM listens only once its model is loaded)")
 	fl.DurationVar(&f.cfg.ShutdownTimeout, "shutdown-timeout", cellagent.DefaultShutdownTimeout, "how long to wait for the final heartbeat to be delivered")
 	fl.StringVar(&f.cfg.MetricsListen, "metrics-listen", "", "address to serve the agent's own /metrics on; empty: none")
-	fl.StringVar(&f.cfg.TLS.Cert, "tls-cert", "", "client certificate (PEM) for mTLS to the controller; with --tls-key and --tls-ca")
+	fl.StringVar(&f.cfg.TLS.Cert, "tls-cert", "", "client certificate (PEM) with identity spiffe://isobar/region/<region>/cell/<cell-id> (isobar certs issue --role cellagent) for mTLS to the controller; with --tls-key and --tls-ca")
 	fl.StringVar(&f.cfg.TLS.Key, "tls-key", "", "client private key (PEM)")
 	fl.StringVar(&f.cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that verifies the controller")
 	fl.StringVar(&f.cfg.TLS.ServerName, "tls-server-name", "", "name to verify in the controller's certificate (default: host of --controller)")
-	fl.BoolVar(&f.once, "once", false, "scrape once, print a report and exit")
+	fl.BoolVar(&f.once, "once", false, "scrape once, print a report and exit (opens no gRPC connection: needs neither TLS nor --insecure)")
+	f.tf.add(cmd)
 	fl.StringVarP(&f.output, "output", "o", "json", "report format with --once: json or text")
 	return cmd
 }
 
 func (f *cellagentFlags) run(ctx context.Context, cmd *cobra.Command, opts *rootOpts) error {
+	if !f.once {
+		tls := f.cfg.TLS
+		if err := f.tf.check(tls.Cert != "" || tls.Key != "" || tls.CA != ""); err != nil {
+			return err
+		}
+	}
 	if err := checkDurationFlags(cmd.Flags()); err != nil {
 		return err
 	}
@@ -137,6 +148,7 @@ func (f *cellagentFlags) run(ctx context.Context, cmd *cobra.Command, opts *root
 	if cmd.Flags().Changed("output") {
 		return usageError{errors.New("--output applies only with --once")}
 	}
+	f.tf.warn(logger)
 	tr, err := opts.tracing(ctx, "cellagent")
 	if err != nil {
 		return err

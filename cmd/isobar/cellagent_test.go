@@ -148,21 +148,24 @@ func TestCellagentOnceText(t *testing.T) {
 func TestCellagentFlagErrors(t *testing.T) {
 	vllm, _ := cellagentServers(t)
 	u := vllm.URL + "/metrics"
-	agent := []string{"cellagent", "--cell-id", "c1", "--region", "r1", "--controller", "127.0.0.1:1", "--vllm-url", u}
+	plain := []string{"cellagent", "--cell-id", "c1", "--region", "r1", "--controller", "127.0.0.1:1", "--vllm-url", u}
+	agent := append(append([]string{}, plain...), "--insecure")
 	tests := []struct {
 		name string
 		args []string
 		hint string
 	}{
 		{"once without vllm url", []string{"cellagent", "--once"}, "--vllm-url"},
-		{"agent without cell id", []string{"cellagent", "--vllm-url", u}, "--cell-id"},
-		{"agent without controller", []string{"cellagent", "--cell-id", "c1", "--region", "r1", "--vllm-url", u}, "--controller"},
+		{"agent without cell id", []string{"cellagent", "--vllm-url", u, "--insecure"}, "--cell-id"},
+		{"agent without controller", []string{"cellagent", "--cell-id", "c1", "--region", "r1", "--vllm-url", u, "--insecure"}, "--controller"},
 		{"bad cell id", append(append([]string{}, agent...), "--cell-id", "a/b"), "--cell-id"},
 		{"bad output", []string{"cellagent", "--once", "--vllm-url", u, "--output", "yaml"}, "--output"},
 		{"zero interval", append(append([]string{}, agent...), "--interval", "0"), "--interval"},
 		{"unparsable interval", append(append([]string{}, agent...), "--interval", "fast"), "interval"},
 		{"interval too long", append(append([]string{}, agent...), "--interval", "2h"), "--interval"},
-		{"partial tls", append(append([]string{}, agent...), "--tls-cert", "cell.pem"), "--tls-key"},
+		{"partial tls", append(append([]string{}, plain...), "--tls-cert", "cell.pem"), "--tls-key"},
+		{"neither tls nor insecure", plain, "--insecure"},
+		{"tls and insecure", append(append([]string{}, agent...), "--tls-cert", "cell.pem"), "exclude"},
 		{"bad gpu", []string{"cellagent", "--once", "--vllm-url", u, "--dcgm-gpu", "gpu0"}, "--dcgm-gpu"},
 		{"bad vllm url", []string{"cellagent", "--once", "--vllm-url", "localhost:8000/metrics"}, "--vllm-url"},
 		{"stray argument", []string{"cellagent", "extra"}, "no arguments"},
@@ -190,7 +193,7 @@ func TestCellagentHelp(t *testing.T) {
 	if code := run([]string{"cellagent", "--help"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, flag := range []string{"--cell-id", "--dcgm-gpu", "--once", "--window", "--tls-ca", "spiffe://isobar/cell/"} {
+	for _, flag := range []string{"--cell-id", "--dcgm-gpu", "--once", "--window", "--tls-ca", "spiffe://isobar/region/<region>/cell/", "--insecure"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("help lacks %s", flag)
 		}

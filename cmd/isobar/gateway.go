@@ -17,6 +17,7 @@ func newGatewayCmd(ro *rootOpts) *cobra.Command {
 		lb         string
 		tlsFiles   regional.TLSFiles
 		serverName string
+		tf         transportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -43,11 +44,14 @@ Every second the gateway reports per-endpoint outcomes and per-model ingress
 demand to the controller (DataPlane.Report). Without its controller it keeps
 routing on the last configuration. On SIGINT/SIGTERM it stops accepting,
 lets in-flight requests finish for up to --drain-timeout, and exits.`,
-		Example: `  isobar gateway --controller 127.0.0.1:18000 --region us-east --listen 127.0.0.1:8080
-  isobar gateway --controller 10.0.0.5:18000 --region eu-west --lb rr --metrics-listen 127.0.0.1:9091 \
-    --tls-cert gw.pem --tls-key gw-key.pem --tls-ca ca.pem`,
+		Example: `  isobar gateway --controller 10.0.0.5:18000 --region eu-west --lb rr --metrics-listen 127.0.0.1:9091 \
+    --tls-cert gw.pem --tls-key gw-key.pem --tls-ca ca.pem
+  isobar gateway --controller 127.0.0.1:18000 --region us-east --listen 127.0.0.1:8080 --insecure   # plain text, development only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := tf.check(tlsFiles.Enabled()); err != nil {
+				return err
+			}
 			if err := checkDurationFlags(cmd.Flags()); err != nil {
 				return err
 			}
@@ -55,6 +59,7 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 			if err != nil {
 				return err
 			}
+			tf.warn(log)
 			if err := tlsFiles.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -94,9 +99,10 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 0, "largest request body accepted, larger: 413 (default 16 MiB)")
 	f.StringVar(&cfg.ModelHeader, "model-header", "", `request header naming the model, as in the controller (default "x-isobar-model")`)
 	f.StringVar(&cfg.HopHeader, "hop-header", "", `header marking requests forwarded from another region, as in the controller (default "x-isobar-hop")`)
-	f.StringVar(&tlsFiles.Cert, "tls-cert", "", "client certificate (PEM) for mTLS to the controller; with --tls-key and --tls-ca")
+	f.StringVar(&tlsFiles.Cert, "tls-cert", "", "client certificate (PEM) with identity spiffe://isobar/gateway/<region> (isobar certs issue --role gateway) for mTLS to the controller; with --tls-key and --tls-ca")
 	f.StringVar(&tlsFiles.Key, "tls-key", "", "client private key (PEM)")
 	f.StringVar(&tlsFiles.CA, "tls-ca", "", "CA bundle (PEM) that verifies the controller")
 	f.StringVar(&serverName, "tls-server-name", "", "name to verify in the controller's certificate (default: host of --controller)")
+	tf.add(cmd)
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -45,28 +46,53 @@ func startGossip(ctx context.Context, cfg gossip.Config, listen string, join []s
 	return node, nil
 }
 
-// etcdFlags are the flags every etcd-using command shares.
+// etcdFlags are the flags every etcd-using command shares: the external
+// cluster's endpoints, TLS and auth. A password is read from a file, never
+// taken on the command line (where ps and shell history show it).
 type etcdFlags struct {
-	endpoints []string
-	tls       election.TLSFiles
+	endpoints              []string
+	tls                    election.TLSFiles
+	username, passwordFile string
 }
 
 func (e *etcdFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringSliceVar(&e.endpoints, "etcd-endpoints", nil, "etcd endpoints (host:port or https://host:port), comma-separated")
-	f.StringVar(&e.tls.CertFile, "etcd-cert", "", "client certificate (PEM) for etcd")
+	f.StringSliceVar(&e.endpoints, "etcd-endpoints", nil, "etcd endpoints (host:port or https://host:port), comma-separated; with --etcd-ca every connection is TLS")
+	f.StringVar(&e.tls.CertFile, "etcd-cert", "", "client certificate (PEM) for etcd (the user, by its common name, when etcd runs with --client-cert-auth)")
 	f.StringVar(&e.tls.KeyFile, "etcd-key", "", "client key (PEM) for etcd")
-	f.StringVar(&e.tls.CAFile, "etcd-ca", "", "CA bundle (PEM) for etcd's server certificate")
+	f.StringVar(&e.tls.CAFile, "etcd-ca", "", "CA bundle (PEM) for etcd's server certificate; turns TLS on")
+	f.StringVar(&e.username, "etcd-username", "", "etcd user, for a cluster with auth enabled; needs --etcd-password-file and TLS (--etcd-ca)")
+	f.StringVar(&e.passwordFile, "etcd-password-file", "", "file holding the etcd user's password (surrounding whitespace trimmed); never pass a password on the command line")
 }
 
 func (e *etcdFlags) client(ro *rootOpts) (*clientv3.Client, error) {
 	log, _ := ro.logger()
-	return election.NewClient(election.ClientConfig{Endpoints: e.endpoints, TLS: e.tls, Logger: log})
+	cc := election.ClientConfig{Endpoints: e.endpoints, TLS: e.tls, Logger: log, Username: e.username}
+	switch {
+	case e.username != "" && e.passwordFile == "":
+		return nil, usageError{fmt.Errorf("--etcd-username needs --etcd-password-file")}
+	case e.username == "" && e.passwordFile != "":
+		return nil, usageError{fmt.Errorf("--etcd-password-file needs --etcd-username")}
+	case e.passwordFile != "":
+		b, err := os.ReadFile(e.passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-password-file: %w", err)
+		}
+		if cc.Password = strings.TrimSpace(string(b)); cc.Password == "" {
+			return nil, usageError{fmt.Errorf("--etcd-password-file %s is empty", e.passwordFile)}
+		}
+	}
+	cli, err := election.NewClient(cc)
+	if errors.Is(err, election.ErrInvalidConfig) {
+		return nil, usageError{err}
+	}
+	return cli, err
 }
 
 func newGlobalCmd(ro *rootOpts) *cobra.Command {
 	var cfg global.Config
 	var ef etcdFlags
+	var tf transportFlags
 	var regions, gossipListen, gossipKeyFile string
 	var gossipJoin []string
 	cmd := &cobra.Command{
@@ -79,14 +105,21 @@ controllers, solves the cross-region routing problem every --cycle-interval
 transaction guarded by its election key's revision, and sends every region
 its part. A standby refuses Sync with FailedPrecondition naming the leader.
 Regions whose summaries are older than --region-ttl are treated as down.`,
-		Example: `  isobar global --name g1 --listen 0.0.0.0:19000 --advertise 10.0.0.5:19000 --etcd-endpoints 10.0.0.9:2379
+		Example: `  isobar global --name g1 --listen 0.0.0.0:19000 --advertise 10.0.0.5:19000 \
+    --tls-cert pki/g1.pem --tls-key pki/g1-key.pem --tls-ca pki/ca.pem \
+    --etcd-endpoints https://10.0.0.9:2379 --etcd-ca pki/etcd-ca.pem --etcd-username isobar --etcd-password-file /run/secrets/etcd-password
+  isobar global --name g1 --etcd-endpoints 127.0.0.1:2379 --insecure   # plain text, development only
   isobar global plan --input whatif.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := tf.check(cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSCA != ""); err != nil {
+				return err
+			}
 			log, err := ro.logger()
 			if err != nil {
 				return err
 			}
+			tf.warn(log)
 			if len(ef.endpoints) == 0 {
 				return usageError{fmt.Errorf("--etcd-endpoints is required")}
 			}
@@ -131,13 +164,14 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
 	f.DurationVar(&cfg.Limits.MaxClockSkew, "max-clock-skew", 0, "a region whose summary time is further off is flagged (never refused) (default 5s)")
 	f.Float64Var(&cfg.Plan.Headroom, "headroom", 0, "plan each region to at most capacity × headroom (default 0.9)")
 	f.Float64Var(&cfg.Plan.DampStep, "damp-step", 0, "share of the way to the new optimum taken per cycle (default 0.5)")
-	f.StringVar(&cfg.TLSCert, "tls-cert", "", "server certificate (PEM) for mTLS")
-	f.StringVar(&cfg.TLSKey, "tls-key", "", "server key (PEM) for mTLS")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "server certificate (PEM) with identity spiffe://isobar/global/<name> (isobar certs issue --role global): regions accept plans only from it")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "key (PEM) of --tls-cert")
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "CA bundle (PEM) region certificates must chain to")
 	f.StringVar(&gossipListen, "gossip-listen", "", "memberlist address (host:port) to join the regions' gossip as a global member; empty: none")
 	f.StringSliceVar(&gossipJoin, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
 	f.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the 16/24/32-byte gossip encryption key")
 	ef.add(cmd)
+	tf.add(cmd)
 	cmd.AddCommand(newGlobalPlanCmd(ro))
 	return cmd
 }

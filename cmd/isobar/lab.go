@@ -42,6 +42,9 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 			if err != nil {
 				return err
 			}
+			if cfg.Insecure {
+				log.Warn("running without TLS (--insecure): the lab's gRPC links and etcd are plain text and carry no identities")
+			}
 			return lab.Run(cmd.Context(), cfg, lab.Deps{Logger: log, Out: ro.stdout})
 		},
 	}
@@ -59,7 +62,7 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 	f.DurationVar(&cfg.Jitter, "jitter", 0, "WAN jitter added to every inter-region path (default 2ms)")
 	f.StringVar(&cfg.LB, "lb", "xds", "gateway load balancing: xds (isobar's weights), rr or lr (baselines)")
 	f.IntVar(&cfg.Globals, "globals", 0, "members of the global HA pair (default 2; 0 with one region)")
-	f.BoolVar(&cfg.Insecure, "insecure", false, "turn mTLS off")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "turn mTLS off (default: every gRPC link and etcd use mTLS with identities from a run-local CA); logs a warning")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for the run's certificates and etcd data (default: a temporary one)")
 	f.StringVar(&cfg.AdminListen, "admin-listen", "", "serve the admin API for isobar chaos on this address (HTTPS, mTLS, operator identity "+
 		"spiffe://isobar/operator/lab; its certificate is written under --dir/pki)")

@@ -122,7 +122,7 @@ func TestProcessesSIGKILL(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	ctrl, ctrlHTTP := freeAddr(t), freeAddr(t)
-	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--http-listen", ctrlHTTP)
+	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--http-listen", ctrlHTTP, "--insecure")
 	waitDial(t, ctrl)
 
 	var engines, agents []*proc
@@ -134,7 +134,7 @@ func TestProcessesSIGKILL(t *testing.T) {
 		waitDial(t, dcgm)
 		agents = append(agents, startCLI(t, fmt.Sprintf("agent-%d", i), "cellagent",
 			"--cell-id", fmt.Sprintf("cell-%d", i), "--region", "r1", "--controller", ctrl,
-			"--vllm-url", "http://"+api+"/metrics", "--dcgm-url", "http://"+dcgm+"/metrics"))
+			"--vllm-url", "http://"+api+"/metrics", "--dcgm-url", "http://"+dcgm+"/metrics", "--insecure"))
 	}
 
 	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl, NodeID: "process-test"},
@@ -210,7 +210,7 @@ func TestGlobalPairSIGKILL(t *testing.T) {
 	procs := map[string]*proc{}
 	for _, name := range []string{"g1", "g2"} {
 		procs[name] = startCLI(t, name, "global", "--name", name, "--listen", freeAddr(t), "--http-listen", "-",
-			"--etcd-endpoints", ep, "--lease-ttl", "1s", "--cycle-interval", "200ms")
+			"--etcd-endpoints", ep, "--lease-ttl", "1s", "--cycle-interval", "200ms", "--insecure")
 	}
 	leader := func(within time.Duration, not int64) (string, int64) {
 		t.Helper()

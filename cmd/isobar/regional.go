@@ -18,6 +18,7 @@ func newRegionalCmd(ro *rootOpts) *cobra.Command {
 	cfg := regional.DefaultConfig("")
 	var weights, lbPolicy, adminTokenFile string
 	var ef etcdFlags
+	var tf transportFlags
 	var gossipListen, gossipKeyFile string
 	var gossipJoin []string
 	cmd := &cobra.Command{
@@ -31,13 +32,19 @@ endpoint weights and serves them over ADS on the same address to the
 region's Envoy (and isobar gateways, and proxyless gRPC clients).
 --http-listen serves /metrics, /debug/cells[/ID] and the drain API
 (POST /v1/cells/ID/drain, /undrain).`,
-		Example: `  isobar regional --region us-east --listen 0.0.0.0:18000 --http-listen 127.0.0.1:9090`,
-		Args:    cobra.NoArgs,
+		Example: `  isobar regional --region us-east --listen 0.0.0.0:18000 --http-listen 127.0.0.1:9090 \
+    --tls-cert pki/us-east.pem --tls-key pki/us-east-key.pem --tls-ca pki/ca.pem
+  isobar regional --region us-east --insecure   # plain text, development only`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := tf.check(cfg.TLS.Enabled()); err != nil {
+				return err
+			}
 			log, err := ro.logger()
 			if err != nil {
 				return err
 			}
+			tf.warn(log)
 			if cfg.Region == "" {
 				return usageError{fmt.Errorf("--region is required")}
 			}
@@ -104,9 +111,9 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 	f.StringVar(&weights, "score-weights", "", "override signal weights, e.g. queue=0.3,rtt=0 (signals: "+signalList()+")")
 	f.StringVar(&lbPolicy, "lb-policy", "least_request", "cluster LB policy in xDS: least_request, ring_hash or round_robin")
 	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding the bearer token required by the drain API")
-	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "server certificate (PEM) for mTLS")
-	f.StringVar(&cfg.TLS.Key, "tls-key", "", "server key (PEM) for mTLS")
-	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that client certificates must chain to")
+	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "certificate (PEM) with identity spiffe://isobar/region/<region> (isobar certs issue --role regional), served to cellagents and gateways and presented to the global leader")
+	f.StringVar(&cfg.TLS.Key, "tls-key", "", "key (PEM) of --tls-cert")
+	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that client certificates and the global leader's must chain to")
 	f.StringVar(&cfg.Global.IngressAddress, "ingress-address", "", "IP:port where other regions send traffic for this one (advertised)")
 	f.DurationVar(&cfg.Global.SummaryInterval, "summary-interval", cfg.Global.SummaryInterval, "interval between summaries to the global leader and gossip")
 	f.Float64Var(&cfg.Global.NominalCellRPS, "cell-capacity-rps", cfg.Global.NominalCellRPS, "one healthy cell's capacity at SLO (requests/s), for the summary")
@@ -114,6 +121,7 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 	f.StringSliceVar(&gossipJoin, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
 	f.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the 16/24/32-byte gossip encryption key")
 	ef.add(cmd)
+	tf.add(cmd)
 	return cmd
 }
 
