@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"net/url"
@@ -150,6 +151,26 @@ func TestIdentityValidateRegion(t *testing.T) {
 	} {
 		if err := tc.id.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%#v.Validate() = %v, want ok=%v", tc.id, err, tc.ok)
+		}
+	}
+}
+
+// VerifiedIdentity reads only the verified chain: a peer certificate that
+// was presented but not verified names nobody.
+func TestVerifiedIdentity(t *testing.T) {
+	u, _ := url.Parse(CellURI("r", "c1"))
+	leaf := &x509.Certificate{URIs: []*url.URL{u}}
+	if id, err := VerifiedIdentity(tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf}}}); err != nil || id != CellIdentity("r", "c1") {
+		t.Errorf("verified chain: %v, %v", id, err)
+	}
+	for name, cs := range map[string]tls.ConnectionState{
+		"nothing":            {},
+		"presented only":     {PeerCertificates: []*x509.Certificate{leaf}},
+		"empty chain":        {VerifiedChains: [][]*x509.Certificate{{}}},
+		"no isobar identity": {VerifiedChains: [][]*x509.Certificate{{{}}}},
+	} {
+		if id, err := VerifiedIdentity(cs); !errors.Is(err, ErrNotIdentity) {
+			t.Errorf("%s: %v, %v; want ErrNotIdentity", name, id, err)
 		}
 	}
 }
