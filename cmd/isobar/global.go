@@ -115,6 +115,9 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
 			if err := tf.check(cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSCA != ""); err != nil {
 				return err
 			}
+			if !tf.insecure && (cfg.TLSCert == "" || cfg.TLSKey == "" || cfg.TLSCA == "") {
+				return usageError{errors.New("--tls-cert, --tls-key and --tls-ca must be given together")}
+			}
 			log, err := ro.logger()
 			if err != nil {
 				return err

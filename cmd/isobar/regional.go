@@ -40,6 +40,9 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 			if err := tf.check(cfg.TLS.Enabled()); err != nil {
 				return err
 			}
+			if err := cfg.TLS.Validate(); err != nil {
+				return usageError{err}
+			}
 			log, err := ro.logger()
 			if err != nil {
 				return err

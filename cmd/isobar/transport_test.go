@@ -41,6 +41,24 @@ func TestNoTLSWithoutInsecureRefused(t *testing.T) {
 	}
 }
 
+// Incomplete TLS material is refused at once too, naming what is missing
+// (before etcd, listeners or the controller are touched).
+func TestPartialTLSRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"regional", "--region", "r1", "--listen", "127.0.0.1:1", "--http-listen", "-", "--tls-cert", "c.pem"},
+		{"global", "--name", "g1", "--etcd-endpoints", "127.0.0.1:1", "--tls-cert", "c.pem"},
+		{"cellagent", "--cell-id", "c1", "--region", "r1", "--controller", "127.0.0.1:1", "--vllm-url", "http://127.0.0.1:1/metrics", "--tls-cert", "c.pem"},
+		{"gateway", "--controller", "127.0.0.1:1", "--region", "r1", "--tls-cert", "c.pem"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--tls-key") {
+				t.Fatalf("exit %d, stderr %q; want 2 naming --tls-key", code, stderr.String())
+			}
+		})
+	}
+}
+
 // With --insecure each command logs a warning first, then goes on (here
 // to a configuration error of its own, so that nothing is started).
 func TestInsecureWarns(t *testing.T) {
