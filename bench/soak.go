@@ -267,7 +267,7 @@ func (r *soakRun) churn(ctx context.Context) {
 
 func (r *soakRun) churnStats() ChurnStats {
 	c := ChurnStats{Kills: r.stats.kills.Load(), Returns: r.stats.returns.Load(), Heartbeats: r.stats.heartbeats.Load(),
-		StreamErrors: r.stats.streamErrors.Load(), AckErrors: r.stats.ackErrors.Load()}
+		StreamErrors: r.stats.streamErrors.Load(), AckErrors: r.stats.ackErrors.Load(), SlowKills: r.stats.slowKills.Load()}
 	if e := r.stats.lastError.Load(); e != nil {
 		c.LastError = *e
 	}

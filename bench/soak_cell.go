@@ -30,6 +30,7 @@ type cellStats struct {
 	returns      atomic.Uint64 // streams reopened after a kill and acked
 	streamErrors atomic.Uint64 // streams that ended without a kill
 	ackErrors    atomic.Uint64 // heartbeats the controller refused
+	slowKills    atomic.Uint64 // kills whose stream outlived its sockets
 	lastError    atomic.Pointer[string]
 }
 
@@ -121,19 +122,25 @@ func (c *synthCell) wait(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// killTimeout bounds how long a killed cell waits for its stream to break
+// after its sockets closed, before it cancels the stream itself.
+const killTimeout = 2 * time.Second
+
 // errKilled ends a session the churner cut.
 var errKilled = errors.New("bench: killed by the churner")
 
 // session runs one stream. killed reports that the churner cut it.
 func (c *synthCell) session(ctx context.Context, incarnation int, returning bool) (killed bool, err error) {
+	// Every connection the session dials (gRPC may redial, and retries
+	// an RPC that never reached the server transparently on the new one).
 	var mu sync.Mutex
-	var raw net.Conn
+	var raws []net.Conn
 	dialer := func(dctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
 		conn, err := d.DialContext(dctx, "tcp", addr)
 		if err == nil {
 			mu.Lock()
-			raw = conn
+			raws = append(raws, conn)
 			mu.Unlock()
 		}
 		return conn, err
@@ -204,11 +211,20 @@ func (c *synthCell) session(ctx context.Context, incarnation int, returning bool
 			c.up.Store(false)
 			c.stats.kills.Add(1)
 			mu.Lock()
-			if raw != nil {
-				_ = raw.Close()
+			for _, conn := range raws {
+				_ = conn.Close()
 			}
 			mu.Unlock()
-			<-recvDone
+			select {
+			case <-recvDone:
+			case <-c.clock.After(killTimeout):
+				// The stream outlived its sockets (a transparent retry on
+				// a connection dialled since): end it from this side.
+				c.stats.slowKills.Add(1)
+				cancel()
+				_ = cc.Close()
+				<-recvDone
+			}
 			return true, errKilled
 		case err := <-recvDone:
 			if errors.Is(err, io.EOF) {

@@ -137,7 +137,7 @@ func planChecks(plans []RegionPlans, samples []Sample, planTTLSeconds float64) [
 		if !p.First.Less(p.Last) {
 			advBad = append(advBad, fmt.Sprintf("%s stayed at %s", p.Region, p.Last))
 		} else {
-			advOK = append(advOK, fmt.Sprintf("%s %s→%s (%d changes)", p.Region, p.First, p.Last, p.Changes))
+			advOK = append(advOK, fmt.Sprintf("%s %s→%s (%d changes, epochs %v)", p.Region, p.First, p.Last, p.Changes, p.Epochs))
 		}
 		if p.MaxGapSeconds > planTTLSeconds || p.NotOnPlan > 0 {
 			gapBad = append(gapBad, fmt.Sprintf("%s: longest gap %.1fs, %d polls off the plan", p.Region, p.MaxGapSeconds, p.NotOnPlan))

@@ -101,6 +101,8 @@ func startFleet(ctx context.Context, cfg SoakConfig, dir string, clock clockwork
 		// Plans route to remote regions through their ingress; nothing
 		// serves traffic in a soak, so every region advertises the sink.
 		rc.Global.IngressAddress = sinkAddr
+		// A region's cells, however many the soak puts there, all fit.
+		rc.Limits.MaxCells = max(rc.Limits.MaxCells, (cfg.Cells+len(cfg.Regions)-1)/len(cfg.Regions))
 		r := &soakRegion{name: name, metrics: newCapturingRegisterer()}
 		r.ctrl, err = regional.New(rc, regional.Deps{
 			Clock: clock, Logger: log.With("component", "regional", "region", name), Registerer: r.metrics,

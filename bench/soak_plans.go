@@ -32,6 +32,9 @@ type RegionPlans struct {
 	// Changes counts the new plans the watcher saw applied (it polls, so
 	// plans applied within one poll count once).
 	Changes int `json:"changes"`
+	// Epochs are the distinct fencing epochs applied, in order: more than
+	// one means the global leadership changed during the run.
+	Epochs []uint64 `json:"epochs"`
 	// Regressions lists the times the applied plan went backwards.
 	Regressions []string `json:"regressions"`
 	// NotOnPlan counts polls that found the region routing on something
@@ -62,8 +65,10 @@ func newPlanWatcher(regions []*soakRegion, poll time.Duration, clock clockwork.C
 	for i, r := range regions {
 		w.hist[i].Region = r.name
 		w.hist[i].Regressions = []string{}
+		w.hist[i].Epochs = []uint64{}
 		if m, ok := applied(r.ctrl.Routes()); ok {
 			w.hist[i].First, w.hist[i].Last = m, m
+			w.hist[i].Epochs = append(w.hist[i].Epochs, m.Epoch)
 		}
 		w.changed[i] = now
 	}
@@ -113,6 +118,9 @@ func (w *planWatcher) observe(now time.Time) {
 		case h.Last.Less(m):
 			if h.First == (PlanMark{}) {
 				h.First = m
+			}
+			if n := len(h.Epochs); n == 0 || h.Epochs[n-1] != m.Epoch {
+				h.Epochs = append(h.Epochs, m.Epoch)
 			}
 			h.Last, w.changed[i] = m, now
 			h.Changes++

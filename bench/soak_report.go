@@ -108,7 +108,10 @@ type ChurnStats struct {
 	Heartbeats   uint64 `json:"heartbeats_sent"`
 	StreamErrors uint64 `json:"stream_errors"`
 	AckErrors    uint64 `json:"ack_errors"`
-	LastError    string `json:"last_error,omitempty"`
+	// SlowKills: kills whose stream did not break within 2 s of its
+	// sockets closing, and was cancelled instead.
+	SlowKills uint64 `json:"slow_kills"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // Check is one verdict.
@@ -152,8 +155,8 @@ func WriteSoakTable(w io.Writer, r *SoakReport) {
 		WriteSample(w, s)
 	}
 	c := r.Churn
-	fmt.Fprintf(w, "churn: %d kills, %d returns, %d heartbeats sent, %d unexpected stream ends, %d refused heartbeats; baseline goroutines %d\n",
-		c.Kills, c.Returns, c.Heartbeats, c.StreamErrors, c.AckErrors, r.BaselineGoroutines)
+	fmt.Fprintf(w, "churn: %d kills (%d slow), %d returns, %d heartbeats sent, %d unexpected stream ends, %d refused heartbeats; baseline goroutines %d\n",
+		c.Kills, c.SlowKills, c.Returns, c.Heartbeats, c.StreamErrors, c.AckErrors, r.BaselineGoroutines)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tRESULT\tDETAIL")
 	for _, ch := range r.Checks {

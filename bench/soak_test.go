@@ -103,6 +103,9 @@ func TestSoakTiny(t *testing.T) {
 		t.Fatalf("plans of %d regions, want 2", len(rep.Plans))
 	}
 	for _, p := range rep.Plans {
+		if len(p.Epochs) == 0 || !slices.IsSorted(p.Epochs) || len(slices.Compact(slices.Clone(p.Epochs))) != len(p.Epochs) {
+			t.Errorf("%s: epochs %v: want at least one, strictly increasing", p.Region, p.Epochs)
+		}
 		if !p.First.Less(p.Last) || p.Plans["applied"] < 2 {
 			t.Errorf("%s: plans %s→%s, by result %v", p.Region, p.First, p.Last, p.Plans)
 		}
