@@ -152,7 +152,7 @@ func NewAgent(cfg Config, deps Deps) (*Agent, error) {
 	}
 	creds := insecure.NewCredentials()
 	if cfg.TLS.enabled() {
-		tc, err := loadTLS(cfg.TLS)
+		tc, err := loadTLS(cfg.TLS, cfg.Region)
 		if err != nil {
 			return nil, err
 		}
@@ -211,8 +211,17 @@ func (d Deps) withDefaults() Deps {
 	return d
 }
 
-func loadTLS(files TLSFiles) (*tls.Config, error) {
-	return certs.ClientConfig(files.Cert, files.Key, files.CA, files.ServerName)
+// loadTLS loads the agent's mTLS configuration. The handshake fails unless
+// the controller's certificate is the identity of region's controller,
+// spiffe://isobar/region/<region>: no other certificate of the CA can pose
+// as the controller (and send drain commands).
+func loadTLS(files TLSFiles, region string) (*tls.Config, error) {
+	return certs.ClientConfig(files.Cert, files.Key, files.CA, files.ServerName, certs.WithPeer(func(id certs.Identity) error {
+		if id.Kind != certs.KindRegion || id.Name != region {
+			return fmt.Errorf("cellagent: the controller must be spiffe://isobar/region/%s", region)
+		}
+		return nil
+	}))
 }
 
 // Start launches the agent's goroutines and returns at once. Cancelling ctx

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +28,9 @@ type testPKI struct {
 	caFile, certFile, keyFile string
 }
 
-func newTestPKI(t *testing.T, cellID string) testPKI {
+// newTestPKI issues a controller certificate for region and a cell
+// certificate for cellID of that region.
+func newTestPKI(t *testing.T, region, cellID string) testPKI {
 	t.Helper()
 	dir := t.TempDir()
 	now := time.Now()
@@ -63,13 +66,14 @@ func newTestPKI(t *testing.T, cellID string) testPKI {
 		}
 		return pair, certPEM, keyPEM
 	}
+	srvID, _ := url.Parse("spiffe://isobar/region/" + region)
 	server, _, _ := issue(&x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "regional"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, URIs: []*url.URL{srvID},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
 	})
-	id, _ := url.Parse("spiffe://isobar/cell/" + cellID)
+	id, _ := url.Parse("spiffe://isobar/region/" + region + "/cell/" + cellID)
 	_, certPEM, keyPEM := issue(&x509.Certificate{
 		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: cellID},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), URIs: []*url.URL{id},
@@ -96,7 +100,7 @@ func newTestPKI(t *testing.T, cellID string) testPKI {
 // controller that requires one, and heartbeats flow.
 func TestAgentMutualTLS(t *testing.T) {
 	const cell = "us-east-1a-gpu1"
-	pki := newTestPKI(t, cell)
+	pki := newTestPKI(t, "us-east-1", cell)
 	creds := credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{pki.server},
 		ClientCAs:    pki.caPool,
@@ -115,10 +119,46 @@ func TestAgentMutualTLS(t *testing.T) {
 	}
 	select {
 	case uris := <-h.reg.peers:
-		if len(uris) != 1 || uris[0] != "spiffe://isobar/cell/"+cell {
+		if len(uris) != 1 || uris[0] != "spiffe://isobar/region/us-east-1/cell/"+cell {
 			t.Fatalf("client identity = %v", uris)
 		}
 	default:
 		t.Fatal("controller saw no client certificate")
 	}
+}
+
+// The agent's handshake fails unless the controller presents its region's
+// controller identity: a server with another region's certificate from the
+// same CA cannot pose as the controller.
+func TestAgentRefusesAnotherRegionsController(t *testing.T) {
+	pki := newTestPKI(t, "eu-west-1", "c0") // the server is eu-west-1's controller
+	cfg, err := loadTLS(TLSFiles{Cert: pki.certFile, Key: pki.keyFile, CA: pki.caFile, ServerName: "127.0.0.1"}, "us-east-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.caPool,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if c, err := ln.Accept(); err == nil {
+			_ = c.(*tls.Conn).Handshake()
+			_ = c.Close()
+		}
+	}()
+	c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("handshake with another region's controller succeeded")
+	}
+	if !strings.Contains(err.Error(), "spiffe://isobar/region/us-east-1") {
+		t.Errorf("error %v does not name the expected controller identity", err)
+	}
+	<-done
 }

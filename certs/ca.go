@@ -51,6 +51,7 @@ type Option func(*options)
 
 type options struct {
 	clock clockwork.Clock
+	peer  func(Identity) error
 }
 
 // WithClock sets the clock used for validity periods and certificate
@@ -61,6 +62,17 @@ func WithClock(c clockwork.Clock) Option {
 			o.clock = c
 		}
 	}
+}
+
+// WithPeer makes the handshakes of a ServerConfig or ClientConfig check the
+// peer's identity: after the chain is verified, check is called with the
+// peer's VerifiedIdentity, and an error from it (or a peer certificate
+// naming no isobar identity, ErrNotIdentity) fails the handshake. A
+// client that must reach only a certain kind of server (a gateway its own
+// region's controller) uses it so that no other certificate from the same
+// CA can pose as that server.
+func WithPeer(check func(Identity) error) Option {
+	return func(o *options) { o.peer = check }
 }
 
 func buildOptions(opts []Option) options {

@@ -410,3 +410,28 @@ func TestGRPCMutualTLS(t *testing.T) {
 		t.Fatal("a client certificate from a foreign CA was accepted")
 	}
 }
+
+// WithPeer fails the handshake of a peer whose identity the check refuses,
+// on either side.
+func TestWithPeer(t *testing.T) {
+	p := newPKI(t)
+	wantKind := func(k Kind) func(Identity) error {
+		return func(id Identity) error {
+			if id.Kind != k {
+				return errors.New("wrong kind")
+			}
+			return nil
+		}
+	}
+	if ex := handshake(t, p.server(t, "us-east"), p.client(t, CellIdentity("us-east", "c0"), WithPeer(wantKind(KindRegion)))); ex.clientErr != nil || ex.serverErr != nil {
+		t.Fatalf("accepted kind: client %v, server %v", ex.clientErr, ex.serverErr)
+	}
+	ex := handshake(t, p.server(t, "us-east"), p.client(t, CellIdentity("us-east", "c1"), WithPeer(wantKind(KindGlobal))))
+	if ex.clientErr == nil || !strings.Contains(ex.clientErr.Error(), "wrong kind") {
+		t.Fatalf("client refusing a region server: client %v", ex.clientErr)
+	}
+	ex = handshake(t, p.server(t, "us-west", WithPeer(wantKind(KindGateway))), p.client(t, CellIdentity("us-west", "c2")))
+	if ex.serverErr == nil || !strings.Contains(ex.serverErr.Error(), "wrong kind") || ex.clientErr == nil {
+		t.Fatalf("server refusing a cell client: server %v, client %v", ex.serverErr, ex.clientErr)
+	}
+}

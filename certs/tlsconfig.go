@@ -51,7 +51,8 @@ func ServerConfig(certFile, keyFile, caFile string, opts ...Option) (*tls.Config
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return kp.get(), nil
 		},
-		Time: o.clock.Now,
+		VerifyConnection: o.verifyPeer(),
+		Time:             o.clock.Now,
 	}, nil
 }
 
@@ -78,8 +79,27 @@ func ClientConfig(certFile, keyFile, caFile, serverName string, opts ...Option) 
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return kp.get(), nil
 		},
-		Time: o.clock.Now,
+		VerifyConnection: o.verifyPeer(),
+		Time:             o.clock.Now,
 	}, nil
+}
+
+// verifyPeer is the tls.Config.VerifyConnection of WithPeer (nil without).
+func (o options) verifyPeer() func(tls.ConnectionState) error {
+	if o.peer == nil {
+		return nil
+	}
+	check := o.peer
+	return func(cs tls.ConnectionState) error {
+		id, err := VerifiedIdentity(cs)
+		if err != nil {
+			return err
+		}
+		if err := check(id); err != nil {
+			return fmt.Errorf("certs: peer %s refused: %w", id, err)
+		}
+		return nil
+	}
 }
 
 // loadPool reads a CA bundle of one or more PEM certificates.

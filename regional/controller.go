@@ -262,17 +262,43 @@ func serverTLS(f TLSFiles) (*tls.Config, error) {
 
 // ClientDialOptions returns gRPC dial options for this region's outbound
 // connections (to the global leader): mTLS with the region's certificate
-// when f is set, plaintext otherwise.
-func ClientDialOptions(f TLSFiles) ([]grpc.DialOption, error) {
+// when f is set, plaintext otherwise. The leader's identity is checked on
+// the Sync stream (a global identity only), where a refusal is counted.
+func ClientDialOptions(f TLSFiles, opts ...certs.Option) ([]grpc.DialOption, error) {
 	if !f.Enabled() {
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
 	}
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	tc, err := certs.ClientConfig(f.Cert, f.Key, f.CA, "")
+	tc, err := certs.ClientConfig(f.Cert, f.Key, f.CA, "", opts...)
 	if err != nil {
 		return nil, err
 	}
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, nil
 }
+
+// ControllerDialOptions returns dial options for a client of region's
+// controller (a gateway): as ClientDialOptions, and with mTLS the
+// handshake fails unless the server's certificate is the regional
+// controller identity spiffe://isobar/region/<region>, so no other
+// certificate of the CA (another region's controller, say) can serve the
+// gateway forged routes.
+func ControllerDialOptions(f TLSFiles, region string) ([]grpc.DialOption, error) {
+	return ClientDialOptions(f, certs.WithPeer(ControllerIdentity(region)))
+}
+
+// ControllerIdentity is the check (for certs.WithPeer) that a server is
+// region's controller.
+func ControllerIdentity(region string) func(certs.Identity) error {
+	return func(id certs.Identity) error {
+		if id.Kind != certs.KindRegion || id.Name != region {
+			return fmt.Errorf("%w: want the controller of region %s (spiffe://isobar/region/%s)", ErrWrongController, region, region)
+		}
+		return nil
+	}
+}
+
+// ErrWrongController: a client of a region's controller reached a server
+// whose certificate is not that controller's identity.
+var ErrWrongController = errors.New("regional: server is not this region's controller")

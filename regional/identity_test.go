@@ -432,3 +432,42 @@ func TestXDSAndReportsOnlyForThisRegionsGateways(t *testing.T) {
 		})
 	}
 }
+
+// ControllerDialOptions reaches only the named region's controller: the
+// same gateway certificate dialling a controller of another region fails
+// at the handshake.
+func TestControllerDialOptions(t *testing.T) {
+	pki := newIDPKI(t)
+	srvCert, srvKey := pki.issue("regional", certs.Identity{Kind: certs.KindRegion, Name: "r1"})
+	c, _ := startController(t, func(cfg *Config) {
+		cfg.TLS = TLSFiles{Cert: srvCert, Key: srvKey, CA: pki.caFile}
+	})
+	gwCert, gwKey := pki.issue("gw", certs.Identity{Kind: certs.KindGateway, Name: "r1"})
+	files := TLSFiles{Cert: gwCert, Key: gwKey, CA: pki.caFile}
+	report := func(region string) error {
+		dial, err := ControllerDialOptions(files, region)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := grpc.NewClient(c.Addr(), dial...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		rs, err := isobarpb.NewDataPlaneClient(cc).Report(ctx)
+		if err != nil {
+			return err
+		}
+		_ = rs.CloseSend()
+		_, err = rs.Recv()
+		return err
+	}
+	if err := report("r1"); !errors.Is(err, io.EOF) {
+		t.Fatalf("own region's controller: %v, want a clean end of stream", err)
+	}
+	if err := report("r2"); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "region r2") {
+		t.Fatalf("another region's controller: %v, want a handshake failure naming region r2", err)
+	}
+}

@@ -67,7 +67,7 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 				return usageError{errors.New("--tls-server-name needs --tls-cert, --tls-key and --tls-ca")}
 			}
 			cfg.LB = gateway.LBMode(lb)
-			dial, err := regional.ClientDialOptions(tlsFiles)
+			dial, err := regional.ControllerDialOptions(tlsFiles, cfg.Region)
 			if err != nil {
 				return err
 			}
