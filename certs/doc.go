@@ -23,7 +23,9 @@
 //     DNS SANs never authorise anything. The older cell form
 //     spiffe://isobar/cell/<id> is refused (reissue the certificate).
 //   - TLS configuration (ServerConfig, ClientConfig): TLS 1.3, client
-//     certificates required and verified on servers. Loading checks the
+//     certificates required and verified on servers; WithPeer adds an
+//     identity check of the peer to the handshake (a client that may reach
+//     only one controller, say). Loading checks the
 //     files up front and says which flag (--tls-cert, --tls-key, --tls-ca)
 //     and file is wrong: unreadable, not PEM, key mismatch, expired, not
 //     chained to the bundle or issued for the wrong role.
