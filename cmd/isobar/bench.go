@@ -16,15 +16,16 @@ import (
 func newBenchCmd(ro *rootOpts) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Evaluation and soak harnesses for the control plane",
-		Long: `bench runs isobar's evaluation harnesses in one process against real
-control-plane components and judges the results against stated bounds.`,
+		Short: "Load driver, evaluation and soak harnesses",
+		Long: `bench drives load against any OpenAI-compatible URL (load) and runs
+isobar's harnesses in one process against real control-plane components,
+judging the results against stated bounds (soak).`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return usageError{errors.New("bench needs a subcommand: soak")}
+			return usageError{errors.New("bench needs a subcommand: load or soak")}
 		},
 	}
-	cmd.AddCommand(newBenchSoakCmd(ro))
+	cmd.AddCommand(newBenchLoadCmd(ro), newBenchSoakCmd(ro))
 	return cmd
 }
 
