@@ -142,16 +142,6 @@ func (f *soakFleet) stop() {
 	f.stops = nil
 }
 
-// leader returns the global member leading now, or nil.
-func (f *soakFleet) leader() *global.Server {
-	for _, g := range f.globals {
-		if g.IsLeader() {
-			return g
-		}
-	}
-	return nil
-}
-
 // serveSink accepts the prober's TCP connects and resets them at once (no
 // TIME_WAIT on either side), until the listener closes.
 func serveSink(ln net.Listener) {

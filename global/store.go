@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
-	"github.com/isobar-mesh/isobar/summary"
 )
 
 // received is a region's latest summary and when it arrived.
@@ -21,19 +20,6 @@ type store struct {
 }
 
 func newStore() *store { return &store{sums: map[string]received{}} }
-
-// put records s if it is newer than what is held; it reports whether it
-// was kept.
-func (st *store) put(s *isobarpb.RegionSummary, at time.Time) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	old, ok := st.sums[s.GetRegion()]
-	if ok && !summary.Newer(s, old.s) {
-		return false
-	}
-	st.sums[s.GetRegion()] = received{s: s, at: at}
-	return true
-}
 
 // snapshot copies the map (the summaries themselves are immutable).
 func (st *store) snapshot() map[string]received {
