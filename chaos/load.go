@@ -185,8 +185,10 @@ func refused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
-func (l *Load) one(ctx context.Context, order []Ingress, prompt int, long bool) Outcome {
-	o := Outcome{Start: l.clock.Now(), Home: order[0].Region, Prompt: prompt, Long: long}
+// one sends one request. The result is named so that the deferred End
+// lands in what is returned.
+func (l *Load) one(ctx context.Context, order []Ingress, prompt int, long bool) (o Outcome) {
+	o = Outcome{Start: l.clock.Now(), Home: order[0].Region, Prompt: prompt, Long: long}
 	body, _ := json.Marshal(map[string]any{
 		"model": l.cfg.Model, "prompt": strings.Repeat("abcd", prompt), "max_tokens": l.cfg.MaxTokens, "stream": true,
 	})
