@@ -9,8 +9,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/isobar-mesh/isobar/certs"
@@ -192,15 +190,7 @@ func RegionURI(region string) string { return certs.RegionURI(region) }
 // operator certificate, or one naming no isobar identity (a common name or
 // DNS SAN alone), is refused with ErrNoRegionIdentity.
 func peerRegion(ctx context.Context) (certs.Identity, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return certs.Identity{}, fmt.Errorf("%w: no peer information", ErrNoRegionIdentity)
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
-		return certs.Identity{}, fmt.Errorf("%w: the connection is not mTLS", ErrNoRegionIdentity)
-	}
-	id, err := certs.VerifiedIdentity(ti.State)
+	id, err := certs.GRPCPeerIdentity(ctx)
 	if err != nil {
 		return certs.Identity{}, fmt.Errorf("%w: %w", ErrNoRegionIdentity, err)
 	}
@@ -211,17 +201,4 @@ func peerRegion(ctx context.Context) (certs.Identity, error) {
 }
 
 // peerName is the peer's certificate identity for logs.
-func peerName(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return "unknown"
-	}
-	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-		c := ti.State.PeerCertificates[0]
-		if id, err := certs.PeerIdentity(c); err == nil {
-			return id.String()
-		}
-		return fmt.Sprintf("CN=%.128s at %s", c.Subject.CommonName, p.Addr)
-	}
-	return fmt.Sprintf("plaintext peer at %s", p.Addr)
-}
+func peerName(ctx context.Context) string { return certs.GRPCPeerName(ctx) }

@@ -19,8 +19,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/isobar-mesh/isobar/certs"
@@ -353,18 +351,13 @@ var errPlanNotMTLS = fmt.Errorf("%w: the connection is not mTLS", ErrPlanSource)
 // checkLeader authorises the server end of a Sync stream, whose context
 // carries the peer of the established connection.
 func (s *syncer) checkLeader(ctx context.Context) error {
-	p, ok := peer.FromContext(ctx)
-	var ti credentials.TLSInfo
-	if ok {
-		ti, ok = p.AuthInfo.(credentials.TLSInfo)
-	}
-	if !ok {
+	id, err := certs.GRPCPeerIdentity(ctx)
+	if errors.Is(err, certs.ErrNotMTLS) {
 		if s.mtls {
 			return errPlanNotMTLS
 		}
 		return nil // plaintext by the operator's choice (--insecure)
 	}
-	id, err := certs.VerifiedIdentity(ti.State)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrPlanSource, err)
 	}

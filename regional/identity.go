@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
-
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
@@ -31,15 +28,7 @@ import (
 // SAN spiffe://isobar/region/<region>/cell/<id> counts, never a common name
 // or DNS SAN.
 func (s *heartbeatService) peerCell(ctx context.Context) (certs.Identity, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return certs.Identity{}, fmt.Errorf("%w: no peer information", ErrNoCellIdentity)
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
-		return certs.Identity{}, fmt.Errorf("%w: the connection is not mTLS", ErrNoCellIdentity)
-	}
-	id, err := certs.VerifiedIdentity(ti.State)
+	id, err := certs.GRPCPeerIdentity(ctx)
 	if err != nil {
 		return certs.Identity{}, fmt.Errorf("%w: %w", ErrNoCellIdentity, err)
 	}
@@ -63,25 +52,8 @@ func identityMatches(id certs.Identity, hb *isobarpb.CellHeartbeat) error {
 	return nil
 }
 
-// peerName is the peer's certificate identity for logs: its isobar
-// identity, else its common name, else its address.
-func peerName(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return "unknown"
-	}
-	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-		c := ti.State.PeerCertificates[0]
-		if id, err := certs.PeerIdentity(c); err == nil {
-			return id.String()
-		}
-		return "CN=" + truncate(c.Subject.CommonName) + " at " + p.Addr.String()
-	}
-	if p.Addr != nil {
-		return "plaintext peer at " + p.Addr.String()
-	}
-	return "unknown"
-}
+// peerName is the peer's certificate identity for logs.
+func peerName(ctx context.Context) string { return certs.GRPCPeerName(ctx) }
 
 // CellURI is the URI SAN that identifies cell id of region in its
 // certificate.
@@ -94,15 +66,7 @@ var ErrNotGateway = fmt.Errorf("regional: only this region's gateways (spiffe://
 // gatewayPeer authorises an xDS or DataPlane client: its verified
 // certificate must be spiffe://isobar/gateway/<region> of this region.
 func gatewayPeer(ctx context.Context, region string) error {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return fmt.Errorf("%w: no peer information", ErrNotGateway)
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
-		return fmt.Errorf("%w: the connection is not mTLS", ErrNotGateway)
-	}
-	id, err := certs.VerifiedIdentity(ti.State)
+	id, err := certs.GRPCPeerIdentity(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotGateway, err)
 	}
