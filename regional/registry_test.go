@@ -3,7 +3,6 @@ package regional
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -63,20 +62,7 @@ type regFixture struct {
 
 func newRegFixture(t *testing.T) *regFixture {
 	t.Helper()
-	cfg := DefaultConfig("r1")
-	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	prom := prometheus.NewRegistry()
-	m := newMetrics(prom)
-	push := newRecordingPusher()
-	reg, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), m, push.push)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Stop)
-	return &regFixture{t: t, clock: clock, reg: reg, push: push, prom: prom, m: m, seq: map[string]uint64{}}
+	return newLimitedFixture(t, func(*Config) {})
 }
 
 func f64(v float64) *float64 { return &v }
