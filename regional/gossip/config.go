@@ -29,8 +29,8 @@ const (
 	ProfileLAN = "lan"
 	// ProfileLocal is for tests and the single-machine lab on loopback
 	// (with emulated WAN paths of up to ~200 ms round trip): probes every
-	// 300ms with a 250ms ack timeout, push-pull every 1s, failures
-	// confirmed within about 2s.
+	// 500ms with a 400ms ack timeout, push-pull every 1s, failures
+	// confirmed within a few seconds.
 	ProfileLocal = "local"
 )
 
@@ -284,8 +284,10 @@ func (c Config) memberlistConfig() *memberlist.Config {
 		// (the lab's 70 ms one way, plus a 20 ms jitter drill): a probe
 		// that times out gives no RTT sample and raises memberlist's
 		// awareness score, which slows every later probe.
-		mc.ProbeInterval = 300 * time.Millisecond
-		mc.ProbeTimeout = 250 * time.Millisecond
+		// Generous on a loaded machine too (the race detector, a whole
+		// lab on two cores), where acks come late.
+		mc.ProbeInterval = 500 * time.Millisecond
+		mc.ProbeTimeout = 400 * time.Millisecond
 		mc.SuspicionMult = 2
 		mc.SuspicionMaxTimeoutMult = 3
 		mc.GossipInterval = 50 * time.Millisecond
