@@ -156,7 +156,7 @@ func (e *Engine) injectError() (int, bool) {
 // frontendDelay draws a request's frontend latency (real time).
 func (e *Engine) frontendDelay() time.Duration {
 	e.mu.Lock()
-	d := e.prof.frontendDelay(e.rng)
+	d := e.prof.FrontendDelay(e.rng)
 	e.mu.Unlock()
 	return e.scaled(d)
 }

@@ -243,9 +243,10 @@ func (p Profile) Validate() error {
 	return nil
 }
 
-// frontendDelay draws the time a request spends before it joins the
-// scheduler's waiting queue.
-func (p Profile) frontendDelay(r *rand.Rand) time.Duration {
+// FrontendDelay draws the time a request spends before it joins the
+// scheduler's waiting queue (FrontendLatency plus an exponential
+// FrontendJitter), from r.
+func (p Profile) FrontendDelay(r *rand.Rand) time.Duration {
 	d := p.FrontendLatency
 	if p.FrontendJitter > 0 {
 		d += time.Duration(r.ExpFloat64() * float64(p.FrontendJitter))

@@ -103,7 +103,7 @@ func SimulateLoad(p Profile, spec LoadSpec) (LoadStats, error) {
 			break
 		}
 		r := simReq{arrive: t, prompt: spec.Prompt.Sample(rng), measured: t >= spec.Warmup}
-		r.enter = t + p.frontendDelay(rng)
+		r.enter = t + p.FrontendDelay(rng)
 		reqs = append(reqs, r)
 	}
 

@@ -86,26 +86,27 @@ func LookupClass(name string) (Class, error) {
 	return Class{}, fmt.Errorf("load: no workload class %q: want one of %s", name, strings.Join(names, ", "))
 }
 
-// shape is one request's prompt and output size.
-type shape struct {
-	prompt, output int
-	turn           int // 1-based turn of a conversation; 0 outside multiturn
+// Shape is one request's prompt and output size in tokens.
+type Shape struct {
+	Prompt, Output int
+	Turn           int // 1-based turn of a conversation; 0 outside multiturn
 }
 
-// sampler draws request shapes of a class from a seeded source. Not safe
-// for concurrent use.
-type sampler struct {
+// Sampler draws request shapes of a class from a seeded source: the same
+// class and seed give the same sequence. Not safe for concurrent use.
+type Sampler struct {
 	c     Class
 	rng   *rand.Rand
 	turns []int // multiturn: the turn sizes of the conversation in progress
 }
 
-func newSampler(c Class, seed uint64) *sampler {
-	return &sampler{c: c, rng: rand.New(rand.NewPCG(seed, 0x15064a7))}
+// NewSampler returns a sampler of c's shapes seeded with seed.
+func NewSampler(c Class, seed uint64) *Sampler {
+	return &Sampler{c: c, rng: rand.New(rand.NewPCG(seed, 0x15064a7))}
 }
 
-// next draws the shape of a request sent at elapsed since the start.
-func (s *sampler) next(elapsed time.Duration) shape {
+// Next draws the shape of a request sent at elapsed since the start.
+func (s *Sampler) Next(elapsed time.Duration) Shape {
 	c := s.c
 	if c.Turns > 1 {
 		if len(s.turns) == c.Turns {
@@ -116,10 +117,10 @@ func (s *sampler) next(elapsed time.Duration) shape {
 		for _, t := range s.turns {
 			total += t
 		}
-		return shape{prompt: total, output: c.Output, turn: len(s.turns)}
+		return Shape{Prompt: total, Output: c.Output, Turn: len(s.turns)}
 	}
 	if c.Alt != nil && c.ShiftEvery > 0 && (elapsed/c.ShiftEvery)%2 == 1 {
-		return shape{prompt: c.Alt.Sample(s.rng), output: c.AltOutput}
+		return Shape{Prompt: c.Alt.Sample(s.rng), Output: c.AltOutput}
 	}
-	return shape{prompt: c.Prompt.Sample(s.rng), output: c.Output}
+	return Shape{Prompt: c.Prompt.Sample(s.rng), Output: c.Output}
 }

@@ -246,7 +246,7 @@ type run struct {
 // send runs the arrival process until Duration, MaxRequests or ctx's end.
 func (r *run) send(ctx context.Context) {
 	arr := rand.New(rand.NewPCG(r.cfg.Seed, 0xa441))
-	shapes := newSampler(r.cfg.Class, r.cfg.Seed)
+	shapes := NewSampler(r.cfg.Class, r.cfg.Seed)
 	clock := r.deps.Clock
 	var next time.Duration // offset of the next steady arrival
 	nextBurst := r.cfg.Class.BurstEvery
@@ -284,14 +284,14 @@ func (r *run) send(ctx context.Context) {
 			if seq >= r.cfg.MaxRequests {
 				return
 			}
-			sh := shapes.next(at)
+			sh := shapes.Next(at)
 			seq++
 			r.launch(ctx, seq, sh, burst)
 		}
 	}
 }
 
-func (r *run) launch(ctx context.Context, seq int, sh shape, burst bool) {
+func (r *run) launch(ctx context.Context, seq int, sh Shape, burst bool) {
 	select {
 	case r.sem <- struct{}{}:
 	default:
@@ -319,12 +319,12 @@ func (r *run) launch(ctx context.Context, seq int, sh shape, burst bool) {
 	})
 }
 
-// body builds the request: a text of exactly sh.prompt tokens by the
+// body builds the request: a text of exactly sh.Prompt tokens by the
 // 4-bytes-per-token estimate OpenAI-compatible servers' routers use (a
 // real tokenizer counts these 4-letter words close to one token each).
-func (r *run) body(sh shape) ([]byte, string) {
-	text := strings.Repeat("tok ", sh.prompt)
-	out := sh.output
+func (r *run) body(sh Shape) ([]byte, string) {
+	text := strings.Repeat("tok ", sh.Prompt)
+	out := sh.Output
 	if r.cfg.MaxOutput > 0 {
 		out = r.cfg.MaxOutput
 	}
@@ -343,9 +343,9 @@ func (r *run) body(sh shape) ([]byte, string) {
 // maxErrorLen bounds Record.Error.
 const maxErrorLen = 200
 
-func (r *run) one(ctx context.Context, seq int, sh shape) Record {
+func (r *run) one(ctx context.Context, seq int, sh Shape) Record {
 	clock := r.deps.Clock
-	rec := Record{Seq: seq, Class: r.cfg.Class.Name, PromptTokens: sh.prompt, Turn: sh.turn, Start: clock.Now()}
+	rec := Record{Seq: seq, Class: r.cfg.Class.Name, PromptTokens: sh.Prompt, Turn: sh.Turn, Start: clock.Now()}
 	finish := func(errText string) Record {
 		rec.End = clock.Now()
 		rec.E2Ems = ms(rec.End.Sub(rec.Start))
@@ -361,7 +361,7 @@ func (r *run) one(ctx context.Context, seq int, sh shape) Record {
 		return finish(err.Error())
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(promptTokensHeader, strconv.Itoa(sh.prompt))
+	req.Header.Set(promptTokensHeader, strconv.Itoa(sh.Prompt))
 	resp, err := r.deps.Client.Do(req)
 	if err != nil {
 		return finish(err.Error())

@@ -130,26 +130,26 @@ func equal(a, b []int) bool {
 // grow turn by turn, rapid_shift alternates, the long classes sit where
 // the evaluation puts them.
 func TestClassShapes(t *testing.T) {
-	s := newSampler(class(t, "multiturn"), 1)
+	s := NewSampler(class(t, "multiturn"), 1)
 	prev := 0
 	for turn := 1; turn <= 8; turn++ {
-		sh := s.next(0)
-		if sh.turn != turn || sh.prompt <= prev {
+		sh := s.Next(0)
+		if sh.Turn != turn || sh.Prompt <= prev {
 			t.Fatalf("turn %d: %+v after %d tokens: want a growing context", turn, sh, prev)
 		}
-		prev = sh.prompt
+		prev = sh.Prompt
 	}
-	if sh := s.next(0); sh.turn != 1 || sh.prompt >= prev {
+	if sh := s.Next(0); sh.Turn != 1 || sh.Prompt >= prev {
 		t.Errorf("after 8 turns %+v: want a new conversation", sh)
 	}
-	rs := newSampler(class(t, "rapid_shift"), 1)
-	if short, long := rs.next(time.Second), rs.next(11*time.Second); short.prompt > 1000 || long.prompt < 2000 {
-		t.Errorf("rapid_shift: %d then %d tokens: want short then long", short.prompt, long.prompt)
+	rs := NewSampler(class(t, "rapid_shift"), 1)
+	if short, long := rs.Next(time.Second), rs.Next(11*time.Second); short.Prompt > 1000 || long.Prompt < 2000 {
+		t.Errorf("rapid_shift: %d then %d tokens: want short then long", short.Prompt, long.Prompt)
 	}
 	for name, want := range map[string]float64{"rag_multidoc": 4000, "long_context": 8000, "very_long": 16000} {
-		smp, sum := newSampler(class(t, name), 1), 0
+		smp, sum := NewSampler(class(t, name), 1), 0
 		for range 1000 {
-			sum += smp.next(0).prompt
+			sum += smp.Next(0).Prompt
 		}
 		if mean := float64(sum) / 1000; mean < 0.95*want || mean > 1.05*want {
 			t.Errorf("%s: mean prompt %.0f, want ~%.0f", name, mean, want)

@@ -17,15 +17,16 @@ func newBenchCmd(ro *rootOpts) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load driver, evaluation and soak harnesses",
-		Long: `bench drives load against any OpenAI-compatible URL (load) and runs
-isobar's harnesses in one process against real control-plane components,
-judging the results against stated bounds (soak).`,
+		Long: `bench drives load against any OpenAI-compatible URL (load), runs the
+published evaluation for rr, lr and isobar on the same requests (paper),
+and runs isobar's harnesses in one process against real control-plane
+components, judging the results against stated bounds (soak).`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return usageError{errors.New("bench needs a subcommand: load or soak")}
+			return usageError{errors.New("bench needs a subcommand: load, paper or soak")}
 		},
 	}
-	cmd.AddCommand(newBenchLoadCmd(ro), newBenchSoakCmd(ro))
+	cmd.AddCommand(newBenchLoadCmd(ro), newBenchPaperCmd(ro), newBenchSoakCmd(ro))
 	return cmd
 }
 

@@ -1,0 +1,136 @@
+package paper
+
+import (
+	"fmt"
+	"image/color"
+	"path/filepath"
+
+	"github.com/isobar-mesh/isobar/bench/load"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// writeCharts writes the PNG charts the run has data for and returns their
+// file names (relative to dir).
+func writeCharts(dir string, r *runner) ([]string, error) {
+	var out []string
+	if len(r.calibTTFT) > 0 {
+		p := plot.New()
+		p.Title.Text = "Calibration: TTFT distribution (baseline_mixed, 10 RPS)"
+		p.X.Label.Text = "TTFT (ms)"
+		p.Y.Label.Text = "fraction of requests ≤ x"
+		var lines []any
+		for _, pol := range Policies() {
+			ttft, ok := r.calibTTFT[pol]
+			if !ok || len(ttft) == 0 {
+				continue
+			}
+			pts := make(plotter.XYs, len(ttft))
+			for i, d := range ttft { // sorted by summarise
+				pts[i].X = float64(d) / 1e6
+				pts[i].Y = float64(i+1) / float64(len(ttft))
+			}
+			lines = append(lines, string(pol), pts)
+		}
+		if err := plotutil.AddLines(p, lines...); err != nil {
+			return nil, fmt.Errorf("paper: chart: %w", err)
+		}
+		if err := save(p, filepath.Join(dir, "ttft_cdf.png")); err != nil {
+			return nil, err
+		}
+		out = append(out, "ttft_cdf.png")
+	}
+	if len(r.timeline) > 0 {
+		p := plot.New()
+		p.Title.Text = "Failover: failed requests by arrival time (first kill)"
+		p.X.Label.Text = "seconds from SIGKILL"
+		p.Y.Label.Text = "failed requests per 250 ms"
+		var lines []any
+		for _, pol := range Policies() {
+			bins, ok := r.timeline[pol]
+			if !ok {
+				continue
+			}
+			pts := make(plotter.XYs, len(bins))
+			for i, b := range bins {
+				pts[i].X = b.at.Seconds()
+				pts[i].Y = float64(b.failed)
+			}
+			lines = append(lines, string(pol), pts)
+		}
+		if err := plotutil.AddLinePoints(p, lines...); err != nil {
+			return nil, fmt.Errorf("paper: chart: %w", err)
+		}
+		if err := save(p, filepath.Join(dir, "failover_timeline.png")); err != nil {
+			return nil, err
+		}
+		out = append(out, "failover_timeline.png")
+	}
+	if st, ok := r.rep.Stages[StageSLOThroughput]; ok {
+		p := plot.New()
+		p.Title.Text = "Sustainable RPS at the tier-2 SLO"
+		p.Y.Label.Text = "RPS"
+		var names []string
+		for _, c := range sloClassesIn(st) {
+			names = append(names, c)
+		}
+		w := vg.Points(10)
+		k := 0
+		pols := policyOrder(st)
+		for _, pol := range pols {
+			vals := make(plotter.Values, len(names))
+			for i, c := range names {
+				if v := st[pol][c+"_sustainable_rps"]; v != nil {
+					vals[i] = *v
+				}
+			}
+			bars, err := plotter.NewBarChart(vals, w)
+			if err != nil {
+				return nil, fmt.Errorf("paper: chart: %w", err)
+			}
+			bars.Color = plotutil.Color(k)
+			bars.LineStyle.Color = color.Black
+			bars.Offset = w * vg.Length(k-len(pols)/2)
+			p.Add(bars)
+			p.Legend.Add(pol, bars)
+			k++
+		}
+		p.Legend.Top = true
+		p.NominalX(names...)
+		p.X.Tick.Label.Rotation = 0.6
+		p.X.Tick.Label.XAlign = -0.1
+		if err := save(p, filepath.Join(dir, "slo_throughput.png")); err != nil {
+			return nil, err
+		}
+		out = append(out, "slo_throughput.png")
+	}
+	return out, nil
+}
+
+func sloClassesIn(st map[string]Figures) []string {
+	var out []string
+	for _, c := range classNames() {
+		if _, ok := st["rr"][c+"_sustainable_rps"]; ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func save(p *plot.Plot, path string) error {
+	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
+		return fmt.Errorf("paper: chart %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+func classNames() []string {
+	var out []string
+	for _, c := range load.Classes() {
+		out = append(out, c.Name)
+	}
+	return out
+}

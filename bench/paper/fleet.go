@@ -1,0 +1,605 @@
+package paper
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/regional/projection"
+	"github.com/isobar-mesh/isobar/regional/score"
+	"github.com/isobar-mesh/isobar/sim"
+)
+
+// Request outcomes as the client sees them.
+const (
+	statusPending = 0
+	statusOK      = 200
+	statusTooLong = 400 // the engine's max_model_len refused the prompt
+	statusRefused = 503 // connection refused (a dead engine), no retry left
+	statusReset   = 502 // the engine died with the request in flight
+)
+
+// request is one client request and what happened to it. Times are virtual,
+// from the start of the run; the client sits at the ingress.
+type request struct {
+	arrive        time.Duration
+	prompt, out   int
+	frontend      time.Duration // engine frontend latency drawn for it
+	class         int           // index into the run's classes
+	burst         bool
+	cell          int // the cell that served (or last refused) it
+	attempts      int
+	tried         []int
+	first, end    time.Duration // client-side first token and completion
+	engineArrive  time.Duration
+	status        int
+	leaked        bool // sent to a cell whose max_model_len cannot hold it
+	sentToDead    bool
+	incarnationAt int
+}
+
+func (r *request) ttft() time.Duration { return r.first - r.arrive }
+
+// fault is one injection at a point of a run.
+type fault struct {
+	at   time.Duration
+	kind faultKind
+	cell int
+	site int
+	// value: throttle/PCIe severity, jitter in ns.
+	value float64
+	lead  time.Duration
+}
+
+type faultKind uint8
+
+const (
+	faultKill faultKind = iota + 1
+	faultThrottle
+	faultPCIe
+	faultClearHW
+	faultDCGMDown
+	faultDCGMUp
+	faultJitter
+)
+
+// runSpec is one run of the fleet: the same requests and faults for every
+// policy.
+type runSpec struct {
+	policy   Policy
+	requests []request
+	faults   []fault
+	// until is when the run stops (requests still running then are not
+	// finished; callers leave a cool-down after the measured arrivals).
+	until time.Duration
+	seed  uint64
+	// maxModelLen per cell (0: the model's full context).
+	maxModelLen []int
+	// onTick is called after every control-plane tick (isobar and the
+	// monitoring scorer of the baselines) with the cells' scores.
+	onTick func(now time.Duration, scores []cellScore)
+}
+
+// cellScore is what the scorer made of one cell at one tick.
+type cellScore struct {
+	res       score.Result
+	weight    uint32 // published weight (isobar policies)
+	ttftP95   time.Duration
+	windowReq int
+	hwAlert   bool
+}
+
+// runResult is what a run measured besides the requests themselves.
+type runResult struct {
+	requests []request
+	// removedAt[cell]: when the ingress stopped choosing the cell after
+	// its kill (-1: never).
+	removedAt []time.Duration
+	// pushes: the times weights reached the ingress (isobar).
+	pushes []time.Duration
+	// fallbackAt[cell]: first tick with the scorer in fallback after the
+	// cell's DCGM exporter died (-1: never).
+	fallbackAt []time.Duration
+	// updateCost: wall time of each control-plane scoring+projection pass.
+	updateCost []time.Duration
+}
+
+// event kinds of the simulation.
+type evKind uint8
+
+const (
+	evArrive   evKind = iota + 1 // a request reaches the ingress
+	evAtEngine                   // a request attempt reaches a cell
+	evJoin                       // a request leaves the engine frontend
+	evStepDone                   // an engine step ends
+	evReply                      // a response ends at the ingress (refused, 400, done, reset)
+	evTick                       // control-plane tick
+	evHC                         // one active health-check probe result
+	evHCRound                    // an active health-check round starts
+	evFault                      // a fault is injected
+	evWeights                    // new weights reach the ingress
+	evDetect                     // the control plane learns a cell died
+)
+
+type event struct {
+	at   time.Duration
+	seq  uint64
+	kind evKind
+	a, b int // request index / cell index, per kind
+	inc  int // engine incarnation the event belongs to
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// winEv is one completion-handler event in a cell's signal window.
+type winEv struct {
+	at   time.Duration
+	err  bool
+	ttft time.Duration // engine-side TTFT; -1 when none (errors, 400s)
+}
+
+// engine is one cell: a continuous-batching engine, its GPU and the
+// cellagent's view of it.
+type engine struct {
+	id          string
+	site        int
+	maxModelLen int
+	b           *sim.Batcher
+	gpu         *sim.GPU
+	alive       bool
+	incarnation int
+	dcgmUp      bool
+	stepping    bool
+	stepStart   time.Duration
+	stepLoad    sim.StepLoad
+	tokens      []sim.TokenEvent
+	seqs        map[sim.SeqID]int // sequence → request index
+	frontend    map[int]bool      // requests in the frontend (not yet in the batcher)
+	win         []winEv
+	dpWin       []winEv // data-plane (ingress) view: 400s and refusals
+	// ingress state
+	inflight   int
+	hcFails    int
+	hcDown     bool
+	ejectUntil time.Duration
+	weight     uint32
+	detected   bool // the control plane knows it is dead
+	rtt        rttEstimate
+}
+
+// rttEstimate mirrors the regional prober's EWMA of RTT and |ΔRTT|.
+type rttEstimate struct {
+	rtt, jitter, last time.Duration
+	n                 int
+}
+
+// rttGain is the regional prober's gain (regional/probe.go).
+const rttGain = 0.25
+
+func (e *rttEstimate) add(sample time.Duration) {
+	if e.n == 0 {
+		e.rtt, e.last, e.n = sample, sample, 1
+		return
+	}
+	d := sample - e.last
+	if d < 0 {
+		d = -d
+	}
+	e.rtt += time.Duration(rttGain * float64(sample-e.rtt))
+	e.jitter += time.Duration(rttGain * float64(d-e.jitter))
+	e.last = sample
+	e.n++
+}
+
+// fleet is one run in progress. Single goroutine; no real clock: the GPU
+// models run on a fake clock the loop advances with virtual time.
+type fleet struct {
+	cfg      Config
+	spec     runSpec
+	reqs     []request
+	cells    []*engine
+	q        eventQueue
+	seq      uint64
+	now      time.Duration
+	clock    *clockwork.FakeClock
+	base     time.Time
+	net      *rand.Rand // network jitter draws
+	lb       *rand.Rand // load-balancer choices
+	jitter   []time.Duration
+	rr       int
+	scorer   score.Config
+	proj     *projection.Projector
+	res      runResult
+	nextSeq  sim.SeqID
+	pcells   []projection.Cell
+	tickBuf  []cellScore
+	killedAt []time.Duration
+	dcgmAt   []time.Duration
+	// pendingWeights are weight snapshots on their way to the ingress,
+	// keyed by the evWeights event's a.
+	pendingWeights map[int]weightSnap
+	nextSnap       int
+}
+
+var errBadRun = errors.New("paper: invalid run")
+
+func newFleet(cfg Config, spec runSpec) (*fleet, error) {
+	n := cfg.Topology.Cells()
+	if len(spec.maxModelLen) != 0 && len(spec.maxModelLen) != n {
+		return nil, fmt.Errorf("%w: %d max_model_len values for %d cells", errBadRun, len(spec.maxModelLen), n)
+	}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := &fleet{
+		cfg: cfg, spec: spec,
+		reqs:     slices.Clone(spec.requests),
+		clock:    clockwork.NewFakeClockAt(base),
+		base:     base,
+		net:      rand.New(rand.NewPCG(spec.seed, 0x6e6574)),
+		lb:       rand.New(rand.NewPCG(spec.seed, 0x6c62)),
+		jitter:   make([]time.Duration, len(cfg.Topology.Sites)),
+		scorer:   spec.policy.scoreConfig(),
+		killedAt: make([]time.Duration, n),
+		dcgmAt:   make([]time.Duration, n),
+
+		pendingWeights: make(map[int]weightSnap),
+	}
+	f.res.removedAt = make([]time.Duration, n)
+	f.res.fallbackAt = make([]time.Duration, n)
+	for i := range n {
+		f.res.removedAt[i], f.res.fallbackAt[i], f.killedAt[i], f.dcgmAt[i] = -1, -1, -1, -1
+	}
+	proj, err := projection.New(projection.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	f.proj = proj
+	for i := range n {
+		b, err := sim.NewBatcher(cfg.Profile)
+		if err != nil {
+			return nil, err
+		}
+		g, err := sim.NewGPU(sim.GPUConfig{Info: sim.GPUInfo{Index: i}, Profile: cfg.Profile.GPU, Seed: int64(spec.seed)}, f.clock)
+		if err != nil {
+			return nil, err
+		}
+		g.SetProcess(sim.ProcessReady, 0)
+		e := &engine{
+			id: fmt.Sprintf("cell-%d", i), site: cfg.Topology.SiteOf(i),
+			b: b, gpu: g, alive: true, dcgmUp: true,
+			seqs: make(map[sim.SeqID]int), frontend: make(map[int]bool),
+			weight: projection.DefaultConfig().MaxWeight,
+		}
+		if len(spec.maxModelLen) > 0 {
+			e.maxModelLen = spec.maxModelLen[i]
+		}
+		f.cells = append(f.cells, e)
+	}
+	return f, nil
+}
+
+func (f *fleet) push(at time.Duration, k evKind, a, b, inc int) {
+	f.seq++
+	heap.Push(&f.q, event{at: at, seq: f.seq, kind: k, a: a, b: b, inc: inc})
+}
+
+// oneWay draws one trip's delay between the ingress and site s.
+func (f *fleet) oneWay(s int) time.Duration {
+	d := f.cfg.Topology.Sites[s].OneWay
+	if j := f.jitter[s]; j > 0 {
+		d += time.Duration(math.Abs(f.net.NormFloat64()) * float64(j))
+	}
+	return d
+}
+
+func (f *fleet) advanceClock() {
+	if t := f.base.Add(f.now); t.After(f.clock.Now()) {
+		f.clock.Advance(t.Sub(f.clock.Now()))
+	}
+}
+
+// run simulates until spec.until and returns the result.
+func (f *fleet) run() (runResult, error) {
+	for i := range f.reqs {
+		f.push(f.reqs[i].arrive, evArrive, i, 0, 0)
+	}
+	for i, ft := range f.spec.faults {
+		f.push(ft.at, evFault, i, 0, 0)
+	}
+	phase := time.Duration(f.lb.Int64N(int64(f.cfg.DataPlane.Heartbeat)))
+	f.push(phase, evTick, 0, 0, 0)
+	if f.spec.policy.healthChecked() {
+		hp := time.Duration(f.lb.Int64N(int64(f.cfg.DataPlane.HCInterval)))
+		f.push(hp, evHCRound, 0, 0, 0)
+	}
+	for f.q.Len() > 0 {
+		ev := heap.Pop(&f.q).(event)
+		if ev.at > f.spec.until {
+			break
+		}
+		f.now = ev.at
+		if err := f.handle(ev); err != nil {
+			return runResult{}, err
+		}
+	}
+	f.res.requests = f.reqs
+	return f.res, nil
+}
+
+func (f *fleet) handle(ev event) error {
+	switch ev.kind {
+	case evArrive:
+		f.route(ev.a)
+	case evAtEngine:
+		f.atEngine(ev.a, ev.b, ev.inc)
+	case evJoin:
+		return f.join(ev.a, ev.b, ev.inc)
+	case evStepDone:
+		f.stepDone(ev.b, ev.inc)
+	case evReply:
+		f.reply(ev.a, ev.b)
+	case evTick:
+		f.tick()
+		f.push(f.now+f.cfg.DataPlane.Heartbeat, evTick, 0, 0, 0)
+	case evHCRound:
+		for i, e := range f.cells {
+			rtt := f.oneWay(e.site) + f.oneWay(e.site)
+			ok := 0
+			if e.alive {
+				ok = 1
+			}
+			f.push(f.now+rtt, evHC, ok, i, 0)
+		}
+		f.push(f.now+f.cfg.DataPlane.HCInterval, evHCRound, 0, 0, 0)
+	case evHC:
+		e := f.cells[ev.b]
+		if ev.a == 1 {
+			e.hcFails, e.hcDown = 0, false
+			return nil
+		}
+		e.hcFails++
+		if e.hcFails >= f.cfg.DataPlane.HCUnhealthy && !e.hcDown {
+			e.hcDown = true
+			f.markRemoved(ev.b)
+		}
+	case evFault:
+		f.inject(f.spec.faults[ev.a])
+	case evWeights:
+		// ev.a indexes the pending weight snapshot carried in pending.
+		f.applyWeights(ev.a)
+	case evDetect:
+		e := f.cells[ev.b]
+		if e.incarnation == ev.inc && !e.alive {
+			e.detected = true
+			f.tick() // the FAILED heartbeat triggers an urgent cycle
+		}
+	}
+	return nil
+}
+
+// markRemoved records when the ingress stopped choosing a killed cell.
+func (f *fleet) markRemoved(c int) {
+	if f.killedAt[c] >= 0 && f.res.removedAt[c] < 0 {
+		f.res.removedAt[c] = f.now
+	}
+}
+
+// route sends (or re-sends) request i from the ingress.
+func (f *fleet) route(i int) {
+	r := &f.reqs[i]
+	c := f.pick(r)
+	if c < 0 {
+		r.status, r.end = statusRefused, f.now
+		return
+	}
+	e := f.cells[c]
+	r.cell = c
+	r.attempts++
+	r.tried = append(r.tried, c)
+	e.inflight++
+	if e.maxModelLen > 0 && r.prompt+r.out > e.maxModelLen {
+		r.leaked = true
+	}
+	f.push(f.now+f.oneWay(e.site), evAtEngine, i, c, e.incarnation)
+}
+
+// atEngine: request i's attempt reaches cell c.
+func (f *fleet) atEngine(i, c, inc int) {
+	r, e := &f.reqs[i], f.cells[c]
+	back := f.now + f.oneWay(e.site)
+	if !e.alive || e.incarnation != inc {
+		r.sentToDead = true
+		f.push(back, evReply, i, c, 0)
+		r.status = statusRefused
+		return
+	}
+	r.engineArrive = f.now
+	if e.maxModelLen > 0 && r.prompt+r.out > e.maxModelLen {
+		e.win = append(e.win, winEv{at: f.now, err: true, ttft: -1})
+		r.status = statusTooLong
+		f.push(back, evReply, i, c, 0)
+		return
+	}
+	e.frontend[i] = true
+	f.push(f.now+r.frontend, evJoin, i, c, inc)
+}
+
+func (f *fleet) join(i, c, inc int) error {
+	e := f.cells[c]
+	if !e.alive || e.incarnation != inc || !e.frontend[i] {
+		return nil
+	}
+	delete(e.frontend, i)
+	r := &f.reqs[i]
+	id := f.nextSeq
+	f.nextSeq++
+	if err := e.b.Add(id, r.prompt, r.out); err != nil {
+		if !errors.Is(err, sim.ErrExceedsKVCache) {
+			return err
+		}
+		e.win = append(e.win, winEv{at: f.now, err: true, ttft: -1})
+		r.status = statusTooLong
+		f.push(f.now+f.oneWay(e.site), evReply, i, c, 0)
+		return nil
+	}
+	e.seqs[id] = i
+	if !e.stepping {
+		f.startStep(c)
+	}
+	return nil
+}
+
+func (f *fleet) startStep(c int) {
+	e := f.cells[c]
+	s := e.b.Step()
+	if s.Idle || s.Duration <= 0 {
+		e.stepping = false
+		return
+	}
+	f.advanceClock()
+	d := time.Duration(float64(s.Duration) * e.gpu.StepMultiplier(f.clock.Now()))
+	e.stepping, e.stepStart = true, f.now
+	e.tokens = append(e.tokens[:0], s.Tokens...)
+	prefill := 0.0
+	if s.Duration > 0 {
+		prefill = float64(s.PrefillTokens) / f.cfg.Profile.PrefillTokensPerSec / s.Duration.Seconds()
+	}
+	e.stepLoad = sim.StepLoad{Batch: s.Scheduled, PrefillShare: prefill, Tokens: len(s.Tokens)}
+	f.push(f.now+d, evStepDone, 0, c, e.incarnation)
+}
+
+func (f *fleet) stepDone(c, inc int) {
+	e := f.cells[c]
+	if !e.alive || e.incarnation != inc {
+		return
+	}
+	f.advanceClock()
+	e.gpu.RecordStep(f.base.Add(e.stepStart), f.base.Add(f.now), e.stepLoad)
+	for _, tk := range e.tokens {
+		i, ok := e.seqs[tk.ID]
+		if !ok {
+			continue
+		}
+		r := &f.reqs[i]
+		if tk.N == 1 {
+			r.first = f.now + f.oneWay(e.site)
+			e.win = append(e.win, winEv{at: f.now, ttft: f.now - r.engineArrive})
+		}
+		if tk.Done {
+			delete(e.seqs, tk.ID)
+			r.status = statusOK
+			f.push(f.now+f.oneWay(e.site), evReply, i, c, 0)
+		}
+	}
+	f.startStep(c)
+}
+
+// reply: request i's attempt on cell c ended at the ingress.
+func (f *fleet) reply(i, c int) {
+	r, e := &f.reqs[i], f.cells[c]
+	e.inflight--
+	switch r.status {
+	case statusRefused:
+		e.dpWin = append(e.dpWin, winEv{at: f.now, err: true, ttft: -1})
+		if f.spec.policy.isobar() {
+			// The pushed cluster ejects on one local-origin failure and
+			// retries connect failures on another host.
+			e.ejectUntil = f.now + f.cfg.DataPlane.EjectFor
+			f.markRemoved(c)
+			if r.attempts <= f.cfg.DataPlane.NumRetries {
+				r.status = statusPending
+				f.route(i)
+				return
+			}
+		}
+		r.end = f.now
+	case statusTooLong:
+		e.dpWin = append(e.dpWin, winEv{at: f.now, err: true, ttft: -1})
+		r.end = f.now
+	case statusReset:
+		r.end = f.now
+	default:
+		e.dpWin = append(e.dpWin, winEv{at: f.now, ttft: -1})
+		r.end = f.now
+	}
+}
+
+func (f *fleet) inject(ft fault) {
+	f.advanceClock()
+	switch ft.kind {
+	case faultKill:
+		e := f.cells[ft.cell]
+		if !e.alive {
+			return
+		}
+		e.alive = false
+		f.killedAt[ft.cell] = f.now
+		// Requests in flight are reset; the ingress learns one trip later.
+		for id, i := range e.seqs {
+			f.reqs[i].status = statusReset
+			f.push(f.now+f.oneWay(e.site), evReply, i, ft.cell, 0)
+			delete(e.seqs, id)
+		}
+		for i := range e.frontend {
+			f.reqs[i].status = statusReset
+			f.push(f.now+f.oneWay(e.site), evReply, i, ft.cell, 0)
+		}
+		clear(e.frontend)
+		e.incarnation++
+		e.stepping = false
+		b, _ := sim.NewBatcher(f.cfg.Profile) // the profile was validated at start
+		e.b = b
+		if f.spec.policy.isobar() {
+			f.push(f.now+f.cfg.DataPlane.KillDetect, evDetect, 0, ft.cell, e.incarnation)
+		}
+	case faultThrottle:
+		f.cells[ft.cell].gpu.Throttle(ft.value, ft.lead)
+	case faultPCIe:
+		f.cells[ft.cell].gpu.PCIe(ft.value, ft.lead)
+	case faultClearHW:
+		f.cells[ft.cell].gpu.ClearFaults()
+	case faultDCGMDown:
+		f.cells[ft.cell].dcgmUp = false
+		f.dcgmAt[ft.cell] = f.now
+	case faultDCGMUp:
+		f.cells[ft.cell].dcgmUp = true
+	case faultJitter:
+		f.jitter[ft.site] = time.Duration(ft.value)
+	}
+}
+
+// pending weight snapshots in flight to the ingress.
+type weightSnap struct{ w []uint32 }
+
+func (f *fleet) applyWeights(k int) {
+	snap := f.pendingWeights[k]
+	delete(f.pendingWeights, k)
+	for i, w := range snap.w {
+		f.cells[i].weight = w
+		if w == 0 {
+			f.markRemoved(i)
+		}
+	}
+	f.res.pushes = append(f.res.pushes, f.now)
+}

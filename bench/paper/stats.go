@@ -1,0 +1,76 @@
+package paper
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/isobar-mesh/isobar/sim"
+)
+
+// Figures are one policy's results in one stage: snake_case names with
+// their unit; nil (JSON null) where a figure does not apply to the policy.
+type Figures map[string]*float64
+
+func num(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func ms(d time.Duration) *float64 { return num(float64(d) / 1e6) }
+
+// reqStats summarises a set of requests.
+type reqStats struct {
+	n, ok                             int
+	ttft, e2e                         []time.Duration // of the successful ones, sorted
+	success                           float64
+	ttftP50, ttftP95, ttftP99, e2eP95 time.Duration
+}
+
+// summarise the requests keep selects.
+func summarise(rs []request, keep func(*request) bool) reqStats {
+	var s reqStats
+	for i := range rs {
+		r := &rs[i]
+		if !keep(r) {
+			continue
+		}
+		s.n++
+		if r.status == statusOK && r.end > 0 {
+			s.ok++
+			s.ttft = append(s.ttft, r.ttft())
+			s.e2e = append(s.e2e, r.end-r.arrive)
+		}
+	}
+	slices.Sort(s.ttft)
+	slices.Sort(s.e2e)
+	if s.n > 0 {
+		s.success = float64(s.ok) / float64(s.n)
+	}
+	s.ttftP50, s.ttftP95, s.ttftP99 = sim.Percentile(s.ttft, 0.50), sim.Percentile(s.ttft, 0.95), sim.Percentile(s.ttft, 0.99)
+	s.e2eP95 = sim.Percentile(s.e2e, 0.95)
+	return s
+}
+
+func arrivedIn(from, to time.Duration) func(*request) bool {
+	return func(r *request) bool { return r.arrive >= from && r.arrive < to }
+}
+
+func durPercentile(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return sim.Percentile(s, q)
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
