@@ -17,6 +17,10 @@ const (
 	// milliseconds and a small KV cache so that admission limits are easy to
 	// reach.
 	ProfileTiny = "tiny"
+	// Profile70BAWQFlat is Profile70B calibrated on round-robin in the
+	// published flat topology (see Profile70BFlat); isobar bench paper
+	// runs it.
+	Profile70BAWQFlat = "70b-awq-flat"
 )
 
 // DefaultProfile is the profile an engine uses when EngineConfig.Profile is
@@ -199,6 +203,29 @@ func ProfileTinyFast() Profile {
 	}
 }
 
+// Profile70BFlat returns the profile isobar bench paper runs: Profile70B
+// with a running batch of 9 sequences instead of 12.
+//
+// Calibration. Profile70B was fitted to one engine under Poisson arrivals;
+// behind a round-robin ingress each of 9 engines sees smoother arrivals and
+// sustains more (17 RPS at the 1.5 s SLO against the published 12). Fitted
+// once, on rr only, in bench paper's flat topology (quick windows, seed 1)
+// over MaxNumSeqs 8–10 and prefill 10k–30k tokens/s, this keeps the
+// calibration row (TTFT P50 324 ms, P95 621 ms, P99 792 ms, E2E P95 5.7 s
+// at 10 RPS; published 350/650/850 ms, 5.8 s) and brings six of the eight
+// published rr sustainable rates within ±25 % (baseline_mixed 13.5 vs 12,
+// rapid_shift 11.6 vs 11, code_heavy 9.0 vs 10, rag_multidoc 11.2 vs 13,
+// long_context 8.6 vs 7, very_long 4.9 vs 4). adversarial_spike (10.1 vs
+// 17) and multiturn (13.5 vs 9) stay outside at every point of the sweep:
+// the published figures count those workloads differently (burst requests
+// in the rate; longer turns). Frozen: never changed per policy.
+func Profile70BFlat() Profile {
+	p := Profile70B()
+	p.Name = Profile70BAWQFlat
+	p.MaxNumSeqs = 9
+	return p
+}
+
 // LookupProfile returns the built-in profile with the given name, or an error
 // wrapping ErrUnknownProfile that lists the known names.
 func LookupProfile(name string) (Profile, error) {
@@ -207,13 +234,15 @@ func LookupProfile(name string) (Profile, error) {
 		return Profile70B(), nil
 	case ProfileTiny:
 		return ProfileTinyFast(), nil
+	case Profile70BAWQFlat:
+		return Profile70BFlat(), nil
 	}
 	return Profile{}, fmt.Errorf("%w %q: want one of %v", ErrUnknownProfile, name, ProfileNames())
 }
 
 // ProfileNames lists the built-in profiles, sorted.
 func ProfileNames() []string {
-	n := []string{Profile70BAWQ, ProfileTiny}
+	n := []string{Profile70BAWQ, Profile70BAWQFlat, ProfileTiny}
 	sort.Strings(n)
 	return n
 }

@@ -94,9 +94,10 @@ type Config struct {
 }
 
 // DefaultConfig is the published evaluation's setup with the frozen
-// 70b-awq profile.
+// 70b-awq-flat profile (sim.Profile70BFlat: calibrated on rr in this
+// topology).
 func DefaultConfig() Config {
-	return Config{Topology: PaperTopology(), Profile: sim.Profile70B(), DataPlane: DefaultDataPlane()}
+	return Config{Topology: PaperTopology(), Profile: sim.Profile70BFlat(), DataPlane: DefaultDataPlane()}
 }
 
 // ErrInvalidConfig is wrapped by Validate's errors.

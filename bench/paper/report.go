@@ -87,7 +87,7 @@ func targets() []Target {
 }
 
 const method = `Virtual-time simulation of the published flat topology (one ingress, 9 cells in 3 sites at 2/12/20 ms one way). ` +
-	`Engines: sim.Batcher with the frozen 70b-awq profile and sim.GPU. Isobar policies: the real regional/score and ` +
+	`Engines: sim.Batcher with the frozen 70b-awq-flat profile (sim.Profile70BFlat, calibrated once on rr only) and sim.GPU. Isobar policies: the real regional/score and ` +
 	`regional/projection every 500 ms heartbeat, the ingress following the pushed cluster (weighted least-request, ` +
 	`retry on connect failure, ejection on one local-origin failure). Baselines: Envoy ROUND_ROBIN / LEAST_REQUEST ` +
 	`with active health checks (2 s, unhealthy after 2). Same requests (arrivals, shapes, frontend latencies) for every policy.`

@@ -44,7 +44,7 @@ isobar-gpu-only, isobar without the RTT and jitter signals).
 
 What runs: the published flat topology — one ingress in front of 9 cells in
 3 sites at 2, 12 and 20 ms one way — in virtual time. Each cell is the
-simulator's continuous-batching engine with the frozen 70b-awq profile and
+simulator's continuous-batching engine with the frozen 70b-awq-flat profile and
 its GPU model; the isobar policies run isobar's own scorer and projector
 every heartbeat, and the ingress follows the cluster isobar pushes. The
 baselines are Envoy's ROUND_ROBIN and LEAST_REQUEST with active health
