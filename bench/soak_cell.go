@@ -15,6 +15,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -26,6 +27,7 @@ const soakModel = "soak/synthetic-70b"
 // cellStats are counters shared by every synthetic cell (atomics).
 type cellStats struct {
 	heartbeats   atomic.Uint64 // sent
+	bytes        atomic.Uint64 // marshalled size of the heartbeats sent
 	kills        atomic.Uint64 // streams cut by the churner
 	returns      atomic.Uint64 // streams reopened after a kill and acked
 	streamErrors atomic.Uint64 // streams that ended without a kill
@@ -183,10 +185,12 @@ func (c *synthCell) session(ctx context.Context, incarnation int, returning bool
 	var seq uint64
 	send := func(final bool) error {
 		seq++
-		if err := stream.Send(c.heartbeat(inc, seq, final)); err != nil {
+		hb := c.heartbeat(inc, seq, final)
+		if err := stream.Send(hb); err != nil {
 			return err
 		}
 		c.stats.heartbeats.Add(1)
+		c.stats.bytes.Add(uint64(proto.Size(hb)))
 		return nil
 	}
 	t := c.clock.NewTicker(c.interval)

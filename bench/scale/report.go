@@ -1,0 +1,212 @@
+package scale
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Topologies of a point.
+const (
+	Hierarchical = "hierarchical"
+	Flat         = "flat"
+)
+
+// Report is what a run measured. It is written as scale.json, scale.md and
+// the charts by Write.
+type Report struct {
+	Machine Machine      `json:"machine"`
+	Config  ReportConfig `json:"config"`
+	Started time.Time    `json:"started"`
+	// Elapsed is the whole run, wall time.
+	ElapsedS float64 `json:"elapsed_s"`
+	// Interrupted: the run was cancelled; later points are marked skipped.
+	Interrupted bool    `json:"interrupted,omitempty"`
+	Points      []Point `json:"points"`
+	// Notes explain how the figures were measured.
+	Notes []string `json:"notes"`
+}
+
+// ReportConfig is the configuration a run used, defaults applied.
+type ReportConfig struct {
+	Cells               []int   `json:"cells"`
+	Regions             []int   `json:"regions"`
+	HeartbeatIntervalMs float64 `json:"heartbeat_interval_ms"`
+	TTLMs               float64 `json:"ttl_ms"`
+	SummaryIntervalMs   float64 `json:"summary_interval_ms"`
+	CycleIntervalMs     float64 `json:"cycle_interval_ms"`
+	WindowMs            float64 `json:"window_ms"`
+	WarmupMs            float64 `json:"warmup_ms"`
+	Deaths              int     `json:"deaths"`
+	CycleSamples        int     `json:"cycle_samples"`
+	SolveSamples        int     `json:"solve_samples"`
+	MaxCells            int     `json:"max_cells,omitempty"`
+	FDLimit             uint64  `json:"fd_limit"`
+	Seed                uint64  `json:"seed"`
+}
+
+// Point is one (cells, regions, topology) combination: its figures, or why
+// it was skipped or failed.
+type Point struct {
+	Cells    int    `json:"cells"`
+	Regions  int    `json:"regions"`
+	Topology string `json:"topology"`
+	// CellsPerController is the most cells one controller held.
+	CellsPerController int `json:"cells_per_controller"`
+	// Skipped: not run, and why. Error: run, and failed (figures partial).
+	Skipped string   `json:"skipped,omitempty"`
+	Error   string   `json:"error,omitempty"`
+	Figures *Figures `json:"figures,omitempty"`
+}
+
+// Figures are one point's measurements. Optional figures are null where
+// they do not apply (the flat topology has no summaries and no optimiser).
+type Figures struct {
+	// OfferedHeartbeatsPerS is what the cells should send (cells /
+	// interval); IngestHeartbeatsPerS what the controllers accepted.
+	OfferedHeartbeatsPerS float64 `json:"offered_heartbeats_per_s"`
+	IngestHeartbeatsPerS  float64 `json:"ingest_heartbeats_per_s"`
+	// CPUSPerS is process CPU seconds per second over the window (cells'
+	// senders included); CPUSPerSPer1kCells the same per 1,000 cells.
+	CPUSPerS           float64 `json:"cpu_s_per_s"`
+	CPUSPerSPer1kCells float64 `json:"cpu_s_per_s_per_1k_cells"`
+	// Cycle cost of one controller (CellsPerController cells): score +
+	// project + xDS build/validate/set, timed over CycleSamples cycles.
+	CycleP50Ms float64 `json:"cycle_p50_ms"`
+	CycleP99Ms float64 `json:"cycle_p99_ms"`
+	CycleRuns  int     `json:"cycle_runs"`
+	// LiveProjectionMeanMs and LiveXDSBuildMeanMs are the live controllers'
+	// own means over the window (score+project per cycle; build per push).
+	LiveProjectionMeanMs float64 `json:"live_projection_mean_ms"`
+	LiveXDSBuildMeanMs   float64 `json:"live_xds_build_mean_ms"`
+	LivePushesPerS       float64 `json:"live_pushes_per_s"`
+	// HeartbeatBytes is the mean marshalled heartbeat.
+	HeartbeatBytes float64 `json:"heartbeat_bytes"`
+	// SummaryBytesPerRegion is the mean marshalled summary (hierarchical).
+	SummaryBytesPerRegion *float64 `json:"summary_bytes_per_region"`
+	// GlobalInboundBytesPerS: hierarchical, Σ regions summary bytes ×
+	// publish rate; flat, the heartbeat bytes/s into the one controller.
+	GlobalInboundBytesPerS float64 `json:"global_inbound_bytes_per_s"`
+	// SolveMs/SolveP99Ms: optimiser solve time for the region count
+	// (hierarchical).
+	SolveMs    *float64 `json:"solve_ms"`
+	SolveP99Ms *float64 `json:"solve_p99_ms"`
+	// Cell death to the endpoint gone at a subscribed xDS client.
+	DeathToRemovedP50Ms float64 `json:"death_to_removed_p50_ms"`
+	DeathToRemovedP99Ms float64 `json:"death_to_removed_p99_ms"`
+	DeathToRemovedMaxMs float64 `json:"death_to_removed_max_ms"`
+	DeathsTimed         int     `json:"deaths_timed"`
+	// Health of the point: streams that broke without a kill or were
+	// refused, cells not Ready after the window, process RSS and
+	// goroutines at the end of the window.
+	StreamErrors        uint64  `json:"stream_errors"`
+	NotReadyAfterWindow int     `json:"not_ready_after_window"`
+	RSSMiB              float64 `json:"rss_mib"`
+	Goroutines          int     `json:"goroutines"`
+	// StartS is how long every cell took to be Ready and seen.
+	StartS float64 `json:"start_s"`
+}
+
+// Write writes rep to dir as scale.json, scale.md and the PNG charts
+// (creating dir).
+func Write(dir string, rep *Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("scale: %w", err)
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("scale: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "scale.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("scale: %w", err)
+	}
+	var md strings.Builder
+	WriteMarkdown(&md, rep)
+	if err := os.WriteFile(filepath.Join(dir, "scale.md"), []byte(md.String()), 0o644); err != nil {
+		return fmt.Errorf("scale: %w", err)
+	}
+	return writeCharts(dir, rep)
+}
+
+// ChartFiles are the charts Write makes, relative to its directory.
+func ChartFiles() []string {
+	return []string{"cycle.png", "inbound.png", "cpu.png", "death.png"}
+}
+
+// WriteMarkdown renders rep: the machine, the configuration, the table of
+// points and the notes.
+func WriteMarkdown(w io.Writer, rep *Report) {
+	m := rep.Machine
+	fmt.Fprintf(w, "# isobar bench scale\n\n")
+	fmt.Fprintf(w, "Machine: %s, %d CPUs (%s/%s), %.1f GiB memory, %s; file-descriptor limit %d.\n\n",
+		orUnknown(m.CPUModel), m.NumCPU, m.GOOS, m.GOARCH, float64(m.MemoryBytes)/(1<<30), m.GoVersion, rep.Config.FDLimit)
+	c := rep.Config
+	fmt.Fprintf(w, "Run %s, %.0f s. Heartbeat interval %.0f ms (TTL %.0f ms), controller cycle %.0f ms, summary every %.0f ms; "+
+		"window %.0f ms per point after %.0f ms warm-up; %d deaths, %d cycles and %d solves timed per point; seed %d.\n\n",
+		rep.Started.UTC().Format(time.RFC3339), rep.ElapsedS, c.HeartbeatIntervalMs, c.TTLMs, c.CycleIntervalMs, c.SummaryIntervalMs,
+		c.WindowMs, c.WarmupMs, c.Deaths, c.CycleSamples, c.SolveSamples, c.Seed)
+	if rep.Interrupted {
+		fmt.Fprintf(w, "**Interrupted**: the points after the interruption are marked skipped.\n\n")
+	}
+	fmt.Fprintln(w, "| cells | regions | topology | cells/ctrl | ingest hb/s | CPU s/s per 1k cells | cycle P50 ms | cycle P99 ms | summary B/region | global inbound B/s | solve ms | death→removed P50 ms | P99 ms | note |")
+	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	for _, p := range rep.Points {
+		note := ""
+		switch {
+		case p.Skipped != "":
+			note = "skipped: " + p.Skipped
+		case p.Error != "":
+			note = "error: " + p.Error
+		}
+		f := p.Figures
+		if f == nil {
+			fmt.Fprintf(w, "| %d | %d | %s | %d | — | — | — | — | — | — | — | — | — | %s |\n", p.Cells, p.Regions, p.Topology, p.CellsPerController, mdEscape(note))
+			continue
+		}
+		if f.StreamErrors > 0 || f.NotReadyAfterWindow > 0 {
+			note = strings.TrimPrefix(note+fmt.Sprintf("; %d stream errors, %d cells not Ready after the window", f.StreamErrors, f.NotReadyAfterWindow), "; ")
+		}
+		fmt.Fprintf(w, "| %d | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			p.Cells, p.Regions, p.Topology, p.CellsPerController,
+			num(f.IngestHeartbeatsPerS, 0), num(f.CPUSPerSPer1kCells, 3), num(f.CycleP50Ms, 3), num(f.CycleP99Ms, 3),
+			opt(f.SummaryBytesPerRegion, 0), num(f.GlobalInboundBytesPerS, 0), opt(f.SolveMs, 3),
+			num(f.DeathToRemovedP50Ms, 0), num(f.DeathToRemovedP99Ms, 0), mdEscape(note))
+	}
+	fmt.Fprintln(w)
+	if len(rep.Notes) > 0 {
+		fmt.Fprintln(w, "Notes:")
+		for _, n := range rep.Notes {
+			fmt.Fprintf(w, "- %s\n", n)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "Charts: "+strings.Join(ChartFiles(), ", ")+". Every figure, with more per point, is in scale.json.")
+}
+
+func num(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "—"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func opt(v *float64, prec int) string {
+	if v == nil {
+		return "—"
+	}
+	return num(*v, prec)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown CPU"
+	}
+	return s
+}
+
+func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

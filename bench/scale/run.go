@@ -1,0 +1,128 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/regional"
+)
+
+// Run measures every point of cfg, one at a time, and returns the report.
+// A point that cannot run here is skipped with the reason; one that fails
+// keeps its error and the run goes on. When ctx ends, the point in progress
+// stops, the rest are marked skipped, and Run returns the report with
+// ctx's error. An invalid cfg returns an error wrapping ErrInvalidConfig
+// and no report.
+func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
+	cfg, err := NewConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if deps.Clock == nil {
+		deps.Clock = clockwork.NewRealClock()
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	start := deps.Clock.Now()
+	fds := fdLimit()
+	rc := regional.DefaultConfig("r")
+	rep := &Report{
+		Machine: describeMachine(),
+		Config: ReportConfig{
+			Cells: cfg.Cells, Regions: cfg.Regions,
+			HeartbeatIntervalMs: ms(cfg.HeartbeatInterval), TTLMs: ms(cfg.HeartbeatInterval + cfg.TTLGrace),
+			SummaryIntervalMs: ms(cfg.SummaryInterval), CycleIntervalMs: ms(controllerCycle(rc)),
+			WindowMs: ms(cfg.Window), WarmupMs: ms(cfg.Warmup), Deaths: cfg.Deaths,
+			CycleSamples: cfg.CycleSamples, SolveSamples: cfg.SolveSamples, MaxCells: cfg.MaxCells,
+			FDLimit: fds, Seed: cfg.Seed,
+		},
+		Started: start,
+		Notes:   notes(),
+	}
+	for _, spec := range specs(cfg) {
+		pt := Point{Cells: spec.cells, Regions: spec.regions, Topology: spec.topology, CellsPerController: spec.perController()}
+		switch reason := skipReason(cfg, fds, spec); {
+		case reason != "":
+			pt.Skipped = reason
+		case ctx.Err() != nil:
+			pt.Skipped = "the run was interrupted before this point"
+		default:
+			f, err := runPoint(ctx, cfg, deps, spec)
+			pt.Figures = f
+			if err != nil {
+				pt.Error = err.Error()
+			}
+		}
+		rep.Points = append(rep.Points, pt)
+		progress(deps, pt)
+	}
+	rep.ElapsedS = deps.Clock.Since(start).Seconds()
+	if err := ctx.Err(); err != nil {
+		rep.Interrupted = true
+		return rep, err
+	}
+	return rep, nil
+}
+
+// controllerCycle is the controllers' scoring cycle (regional's default).
+func controllerCycle(rc regional.Config) time.Duration {
+	if rc.CycleInterval > 0 {
+		return rc.CycleInterval
+	}
+	return 100 * time.Millisecond
+}
+
+// specs lists the points in order: per fleet size, the flat topology, then
+// the hierarchical one per region count.
+func specs(cfg Config) []pointSpec {
+	var out []pointSpec
+	for _, n := range cfg.Cells {
+		out = append(out, pointSpec{cells: n, regions: 1, topology: Flat})
+		for _, r := range cfg.Regions {
+			out = append(out, pointSpec{cells: n, regions: r, topology: Hierarchical})
+		}
+	}
+	return out
+}
+
+func progress(deps Deps, p Point) {
+	if deps.Progress == nil {
+		return
+	}
+	head := fmt.Sprintf("%6d cells %3d regions %-12s", p.Cells, p.Regions, p.Topology)
+	switch {
+	case p.Skipped != "":
+		fmt.Fprintf(deps.Progress, "%s skipped: %s\n", head, p.Skipped)
+		return
+	case p.Figures == nil:
+		fmt.Fprintf(deps.Progress, "%s error: %s\n", head, p.Error)
+		return
+	}
+	f := p.Figures
+	fmt.Fprintf(deps.Progress, "%s ingest %.0f hb/s, cpu %.3f s/s/1k, cycle p50 %.2f ms p99 %.2f ms, inbound %.0f B/s, death p50 %.0f ms p99 %.0f ms",
+		head, f.IngestHeartbeatsPerS, f.CPUSPerSPer1kCells, f.CycleP50Ms, f.CycleP99Ms, f.GlobalInboundBytesPerS,
+		f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms)
+	if p.Error != "" {
+		fmt.Fprintf(deps.Progress, " error: %s", p.Error)
+	}
+	fmt.Fprintln(deps.Progress)
+}
+
+// notes explain the figures; they go into both reports.
+func notes() []string {
+	return []string{
+		"Everything runs in one process on loopback, plaintext gRPC: the real regional controllers (heartbeat service, registry, scoring, projection, xDS server, summary loop) and synthetic cells, each a real CellRegistry.Heartbeat stream over its own TCP connection.",
+		"flat: one controller ingests every cell's heartbeats (no hierarchy); it does not depend on the region count, so it runs once per fleet size (regions = 1). hierarchical: cells split round-robin over R controllers, each publishing its summary.",
+		"ingest hb/s: heartbeats the controllers accepted per second over the window (isobar_regional_heartbeats_total); offered = cells / heartbeat interval is in scale.json.",
+		"CPU s/s per 1k cells: process CPU (getrusage user+system) per second of the window per 1,000 cells; it includes the synthetic cells' senders, which share the process and the CPUs.",
+		"cycle P50/P99: one controller's score + project + xDS build/validate/set for the cells it holds (cells/ctrl), run with the real regional/score, regional/projection and regional/xds code on the live registry's cells, every weight moving each cycle (the worst case, a full push). The live controllers' own mean projection and xDS-build times are in scale.json (live_*).",
+		"summary B/region: proto.Size of the summaries the real controllers built (with the RTT to every other region, as a gossip member reports it). global inbound B/s: hierarchical = Σ regions summary bytes × publish rate; flat = marshalled heartbeat bytes per second into the one controller. Both are protobuf payload sizes, without gRPC/HTTP/2 framing.",
+		"solve ms: P50 of global/optimize.Solve on an instance of the region count generated as the optimiser's benchmarks do (random map, capacities 50–500 rps, demand 30–110 % of capacity); the flat topology has no optimiser.",
+		"death→removed: from closing a cell's TCP connection under its stream (like SIGKILL, no Terminated heartbeat) to the first EDS assignment without it at a subscribed go-control-plane ADS client (gateway.Watcher) on the cell's controller; detection waits for the TTL (heartbeat interval + grace), so the figure is about TTL − phase + cycle + push.",
+	}
+}

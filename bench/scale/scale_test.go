@@ -1,0 +1,238 @@
+package scale
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// smokeConfig is a run of seconds: two fleet sizes, two region counts,
+// short windows, a few deaths.
+func smokeConfig() Config {
+	return Config{
+		Cells: []int{10, 40}, Regions: []int{1, 2},
+		Window: 300 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Deaths: 3, CycleSamples: 20, CycleBudget: 200 * time.Millisecond,
+		SolveSamples: 5, SolveBudget: 100 * time.Millisecond,
+		StartTimeout: 20 * time.Second, DeathTimeout: 10 * time.Second,
+	}
+}
+
+// TestSmoke runs a tiny scale run and checks the report's shape and
+// invariants.
+func TestSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := Run(ctx, smokeConfig(), Deps{Progress: &progress})
+	t.Log("\n" + progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := Write(dir, rep); err != nil {
+		t.Fatal(err)
+	}
+
+	type key struct {
+		cells, regions int
+		topology       string
+	}
+	got := map[key]Point{}
+	for _, p := range rep.Points {
+		got[key{p.Cells, p.Regions, p.Topology}] = p
+	}
+	for _, cells := range []int{10, 40} {
+		want := []key{{cells, 1, Flat}, {cells, 1, Hierarchical}, {cells, 2, Hierarchical}}
+		for _, k := range want {
+			p, ok := got[k]
+			switch {
+			case !ok:
+				t.Errorf("point %+v missing", k)
+			case p.Skipped != "":
+				t.Errorf("point %+v skipped: %s", k, p.Skipped)
+			case p.Error != "" || p.Figures == nil:
+				t.Errorf("point %+v failed: %s", k, p.Error)
+			default:
+				checkFigures(t, p)
+			}
+		}
+	}
+	if len(rep.Points) != 6 {
+		t.Errorf("%d points, want 6", len(rep.Points))
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The hierarchy's point: the global takes in less than a flat
+	// controller does, and the summary does not grow with the cells.
+	flat, hier := got[key{40, 1, Flat}].Figures, got[key{40, 2, Hierarchical}].Figures
+	if !(hier.GlobalInboundBytesPerS < flat.GlobalInboundBytesPerS) {
+		t.Errorf("40 cells: hierarchical inbound %.0f B/s, flat %.0f B/s: want hierarchical < flat",
+			hier.GlobalInboundBytesPerS, flat.GlobalInboundBytesPerS)
+	}
+	for _, r := range []int{1, 2} {
+		small, big := *got[key{10, r, Hierarchical}].Figures.SummaryBytesPerRegion, *got[key{40, r, Hierarchical}].Figures.SummaryBytesPerRegion
+		if big > small*1.1+8 {
+			t.Errorf("%d regions: summary %.0f B at 10 cells, %.0f B at 40: grows with cells", r, small, big)
+		}
+	}
+
+	// JSON round-trips.
+	b, err := os.ReadFile(filepath.Join(dir, "scale.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := json.Marshal(&back)
+	b1, _ := json.Marshal(rep)
+	if !bytes.Equal(b1, b2) {
+		t.Error("scale.json does not round-trip")
+	}
+	for _, k := range []string{`"ingest_heartbeats_per_s"`, `"cpu_s_per_s_per_1k_cells"`, `"cycle_p50_ms"`, `"cycle_p99_ms"`,
+		`"summary_bytes_per_region"`, `"global_inbound_bytes_per_s"`, `"solve_ms"`, `"death_to_removed_p50_ms"`,
+		`"death_to_removed_p99_ms"`, `"cpu_model"`, `"num_cpu"`} {
+		if !bytes.Contains(b, []byte(k)) {
+			t.Errorf("scale.json lacks %s", k)
+		}
+	}
+	if back.Machine.NumCPU < 1 || back.Machine.GoVersion == "" || back.Machine.GOOS == "" {
+		t.Errorf("machine not described: %+v", back.Machine)
+	}
+	checkFiles(t, dir)
+}
+
+// checkFigures checks one measured point's figures.
+func checkFigures(t *testing.T, p Point) {
+	t.Helper()
+	f := p.Figures
+	positive := map[string]float64{
+		"ingest_heartbeats_per_s": f.IngestHeartbeatsPerS, "cpu_s_per_s_per_1k_cells": f.CPUSPerSPer1kCells,
+		"cycle_p50_ms": f.CycleP50Ms, "cycle_p99_ms": f.CycleP99Ms, "global_inbound_bytes_per_s": f.GlobalInboundBytesPerS,
+		"death_to_removed_p50_ms": f.DeathToRemovedP50Ms, "death_to_removed_p99_ms": f.DeathToRemovedP99Ms,
+		"heartbeat_bytes": f.HeartbeatBytes,
+	}
+	if p.Topology == Hierarchical {
+		if f.SummaryBytesPerRegion == nil || f.SolveMs == nil {
+			t.Errorf("%+v: hierarchical point without summary bytes or solve time", p)
+			return
+		}
+		positive["summary_bytes_per_region"], positive["solve_ms"] = *f.SummaryBytesPerRegion, *f.SolveMs
+	} else if f.SummaryBytesPerRegion != nil || f.SolveMs != nil {
+		t.Errorf("%d cells flat: summary bytes or solve time set", p.Cells)
+	}
+	for name, v := range positive {
+		if !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%d cells %d regions %s: %s = %v, want finite and > 0", p.Cells, p.Regions, p.Topology, name, v)
+		}
+	}
+	if f.CycleP50Ms > f.CycleP99Ms || f.DeathToRemovedP50Ms > f.DeathToRemovedP99Ms {
+		t.Errorf("%+v: a P50 above its P99", *f)
+	}
+	if f.DeathsTimed != 3 {
+		t.Errorf("%d deaths timed, want 3", f.DeathsTimed)
+	}
+	// Death is detected by the TTL, so removal cannot beat it by more than
+	// one heartbeat interval (the phase of the last heartbeat).
+	if ttl := 1000.0; f.DeathToRemovedP50Ms < ttl-500-50 {
+		t.Errorf("death to removed P50 %.0f ms: faster than TTL %v ms less one interval", f.DeathToRemovedP50Ms, ttl)
+	}
+	// Every offered heartbeat is ingested, give or take the window's edges.
+	if f.IngestHeartbeatsPerS < 0.5*f.OfferedHeartbeatsPerS || f.IngestHeartbeatsPerS > 1.5*f.OfferedHeartbeatsPerS {
+		t.Errorf("ingest %.1f hb/s, offered %.1f", f.IngestHeartbeatsPerS, f.OfferedHeartbeatsPerS)
+	}
+	if f.StreamErrors != 0 || f.NotReadyAfterWindow != 0 {
+		t.Errorf("%d stream errors, %d cells not Ready", f.StreamErrors, f.NotReadyAfterWindow)
+	}
+}
+
+// checkFiles checks the Markdown table and the charts.
+func checkFiles(t *testing.T, dir string) {
+	t.Helper()
+	md, err := os.ReadFile(filepath.Join(dir, "scale.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| cells | regions | topology |", "|---:|", "| 40 | 2 | hierarchical |", "| 10 | 1 | flat |", "Machine:", "CPUs"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("scale.md lacks %q", want)
+		}
+	}
+	for _, name := range ChartFiles() {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+			t.Errorf("%s is not a PNG", name)
+		}
+	}
+}
+
+// TestSkips checks that points beyond the machine or the ceiling are
+// skipped with a reason, and that nothing runs for them.
+func TestSkips(t *testing.T) {
+	cfg, err := NewConfig(Config{Cells: []int{3, 10000}, Regions: []int{1, 5}, MaxCells: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spec pointSpec
+		fds  uint64
+		want string
+	}{
+		{pointSpec{3, 5, Hierarchical}, 1 << 20, "fewer cells"},
+		{pointSpec{10000, 1, Flat}, 1 << 20, "ceiling of 5000"},
+		{pointSpec{3, 1, Flat}, 10, "file descriptors"},
+		{pointSpec{3, 1, Flat}, 1 << 20, ""},
+		{pointSpec{3, 1, Flat}, 0, ""}, // unknown limit
+	} {
+		got := skipReason(cfg, tc.fds, tc.spec)
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("%+v fds %d: %q, want %q", tc.spec, tc.fds, got, tc.want)
+		}
+	}
+	// An all-skipped run returns at once with every point and its reason.
+	rep, err := Run(context.Background(), Config{Cells: []int{2}, Regions: []int{3, 4}, MaxCells: 1}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range rep.Points {
+		got = append(got, p.Topology+":"+p.Skipped)
+	}
+	want := []string{"flat:above the ceiling of 1 cells (--max-cells)",
+		"hierarchical:fewer cells (2) than regions (3): every region needs a cell",
+		"hierarchical:fewer cells (2) than regions (4): every region needs a cell"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("points %q, want %q", got, want)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, c := range []Config{
+		{Cells: []int{0}}, {Regions: []int{0}}, {Regions: []int{1000}}, {Deaths: -1},
+		{HeartbeatInterval: time.Millisecond}, {Window: -time.Second}, {MaxCells: -1},
+	} {
+		if _, err := NewConfig(c); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: %v, want ErrInvalidConfig", c, err)
+		}
+	}
+	c, err := NewConfig(Config{Cells: []int{100, 10, 10}})
+	if err != nil || !reflect.DeepEqual(c.Cells, []int{10, 100}) || !reflect.DeepEqual(c.Regions, DefaultRegions()) {
+		t.Errorf("defaults: %+v, %v", c, err)
+	}
+}

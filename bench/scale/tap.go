@@ -1,0 +1,125 @@
+package scale
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/gossip"
+)
+
+// Metrics of a controller that a point reads.
+const (
+	metricHeartbeats = "isobar_regional_heartbeats_total"
+	metricProjection = "isobar_regional_projection_duration_seconds"
+	metricXDSBuild   = "isobar_regional_xds_build_duration_seconds"
+)
+
+var tapped = []string{metricHeartbeats, metricProjection, metricXDSBuild}
+
+// metricTap is a prometheus.Registerer that keeps the collectors of the few
+// metrics a point reads and registers nothing: no registry gathers the
+// per-cell series, so reading a figure costs one collector's Collect.
+type metricTap struct {
+	mu       sync.Mutex
+	captured map[string]prometheus.Collector
+}
+
+func newMetricTap() *metricTap { return &metricTap{captured: map[string]prometheus.Collector{}} }
+
+var _ prometheus.Registerer = (*metricTap)(nil)
+
+// Register keeps c when it describes a metric the point reads.
+func (t *metricTap) Register(c prometheus.Collector) error {
+	descs := make(chan *prometheus.Desc, 16)
+	go func() { c.Describe(descs); close(descs) }()
+	for d := range descs {
+		for _, name := range tapped {
+			if strings.Contains(d.String(), `fqName: "`+name+`"`) {
+				t.mu.Lock()
+				t.captured[name] = c
+				t.mu.Unlock()
+			}
+		}
+	}
+	return nil
+}
+
+// MustRegister registers every collector.
+func (t *metricTap) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		_ = t.Register(c)
+	}
+}
+
+// Unregister forgets nothing (nothing is registered).
+func (t *metricTap) Unregister(prometheus.Collector) bool { return true }
+
+// sample is a counter's value, or a histogram's sum and count.
+type sample struct{ value, sum, count float64 }
+
+func (t *metricTap) read(name string) sample {
+	t.mu.Lock()
+	c := t.captured[name]
+	t.mu.Unlock()
+	var s sample
+	if c == nil {
+		return s
+	}
+	ch := make(chan prometheus.Metric, 16)
+	go func() { c.Collect(ch); close(ch) }()
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			continue
+		}
+		switch {
+		case pb.Counter != nil:
+			s.value += pb.GetCounter().GetValue()
+		case pb.Histogram != nil:
+			s.sum += pb.GetHistogram().GetSampleSum()
+			s.count += float64(pb.GetHistogram().GetSampleCount())
+		}
+	}
+	return s
+}
+
+// summaryTap stands in for a controller's gossip member: it captures the
+// summaries the controller's real summary loop builds, reports no peers
+// (so routing stays local-first) and reports the RTT to every other region
+// that a gossip member would have measured, so the summary carries what a
+// real one carries.
+type summaryTap struct {
+	rtt map[string]time.Duration
+
+	mu    sync.Mutex
+	count int   // summaries captured
+	bytes int64 // their total proto.Size
+	last  *isobarpb.RegionSummary
+}
+
+func (s *summaryTap) SetLocalSummary(sm *isobarpb.RegionSummary) error {
+	n := proto.Size(sm)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count++
+	s.bytes += int64(n)
+	s.last = sm
+	return nil
+}
+
+func (s *summaryTap) Summaries() map[string]gossip.PeerSummary { return nil }
+
+func (s *summaryTap) RTT() map[string]time.Duration { return s.rtt }
+
+// totals are the summaries captured so far, their bytes and the latest.
+func (s *summaryTap) totals() (int, int64, *isobarpb.RegionSummary) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.count, s.bytes, s.last
+}
