@@ -65,6 +65,13 @@ run: build ## run the embedded default: a simulated fleet with traffic and a liv
 bench: ## control-plane benchmarks (cycle cost, heartbeat ingest, xDS build)
 	$(GO) test -run '^$$' -bench . -benchmem ./regional/... ./global/... ./summary/... ./cellagent/...
 
+.PHONY: paper scale
+paper: build ## the published evaluation, quick size, into bench-out/paper (about 15 s)
+	$(BIN)/isobar bench paper --quick --out bench-out/paper
+
+scale: build ## the control-plane scale suite into bench-out/scale (minutes)
+	$(BIN)/isobar bench scale --out bench-out/scale
+
 fuzz: ## run each fuzz target for FUZZTIME
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -73,10 +73,7 @@ func writeCharts(dir string, r *runner) ([]string, error) {
 		p := plot.New()
 		p.Title.Text = "Sustainable RPS at the tier-2 SLO"
 		p.Y.Label.Text = "RPS"
-		var names []string
-		for _, c := range sloClassesIn(st) {
-			names = append(names, c)
-		}
+		names := sloClassesIn(st)
 		w := vg.Points(10)
 		k := 0
 		pols := policyOrder(st)

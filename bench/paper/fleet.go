@@ -28,20 +28,19 @@ const (
 // request is one client request and what happened to it. Times are virtual,
 // from the start of the run; the client sits at the ingress.
 type request struct {
-	arrive        time.Duration
-	prompt, out   int
-	frontend      time.Duration // engine frontend latency drawn for it
-	class         int           // index into the run's classes
-	burst         bool
-	cell          int // the cell that served (or last refused) it
-	attempts      int
-	tried         []int
-	first, end    time.Duration // client-side first token and completion
-	engineArrive  time.Duration
-	status        int
-	leaked        bool // sent to a cell whose max_model_len cannot hold it
-	sentToDead    bool
-	incarnationAt int
+	arrive       time.Duration
+	prompt, out  int
+	frontend     time.Duration // engine frontend latency drawn for it
+	class        int           // index into the run's classes
+	burst        bool
+	cell         int // the cell that served (or last refused) it
+	attempts     int
+	tried        []int
+	first, end   time.Duration // client-side first token and completion
+	engineArrive time.Duration
+	status       int
+	leaked       bool // sent to a cell whose max_model_len cannot hold it
+	sentToDead   bool
 }
 
 func (r *request) ttft() time.Duration { return r.first - r.arrive }

@@ -19,14 +19,14 @@ func newBenchCmd(ro *rootOpts) *cobra.Command {
 		Short: "Load driver, evaluation and soak harnesses",
 		Long: `bench drives load against any OpenAI-compatible URL (load), runs the
 published evaluation for rr, lr and isobar on the same requests (paper),
-and runs isobar's harnesses in one process against real control-plane
+measures control-plane cost as the fleet grows (scale), and runs isobar's harnesses in one process against real control-plane
 components, judging the results against stated bounds (soak).`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return usageError{errors.New("bench needs a subcommand: load, paper or soak")}
+			return usageError{errors.New("bench needs a subcommand: load, paper, scale or soak")}
 		},
 	}
-	cmd.AddCommand(newBenchLoadCmd(ro), newBenchPaperCmd(ro), newBenchSoakCmd(ro))
+	cmd.AddCommand(newBenchLoadCmd(ro), newBenchPaperCmd(ro), newBenchScaleCmd(ro), newBenchSoakCmd(ro))
 	return cmd
 }
 
