@@ -4,11 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"net"
-
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/isobar-mesh/isobar/regional/score"
 )
 
 // prober measures RTT and jitter from the controller (co-located with the
@@ -26,35 +27,11 @@ type prober struct {
 	log               *slog.Logger
 	metrics           *metrics
 
-	est map[string]*rttEstimate
-}
-
-// rttEstimate is an EWMA of RTT and of |ΔRTT| (jitter, as in RFC 3550 but
-// with a faster gain so a jittery path shows within a few probes).
-type rttEstimate struct {
-	rtt, jitter, last time.Duration
-	n                 int
-}
-
-const rttGain = 0.25
-
-func (e *rttEstimate) add(sample time.Duration) {
-	if e.n == 0 {
-		e.rtt, e.last, e.n = sample, sample, 1
-		return
-	}
-	d := sample - e.last
-	if d < 0 {
-		d = -d
-	}
-	e.rtt += time.Duration(rttGain * float64(sample-e.rtt))
-	e.jitter += time.Duration(rttGain * float64(d-e.jitter))
-	e.last = sample
-	e.n++
+	est map[string]*score.RTTEstimate
 }
 
 func (p *prober) run(ctx context.Context) {
-	p.est = make(map[string]*rttEstimate)
+	p.est = make(map[string]*score.RTTEstimate)
 	t := p.clock.NewTicker(p.interval)
 	defer t.Stop()
 	for {
@@ -99,16 +76,16 @@ func (p *prober) round(ctx context.Context) {
 		live[tg.id] = struct{}{}
 		e := p.est[tg.id]
 		if e == nil {
-			e = &rttEstimate{}
+			e = &score.RTTEstimate{}
 			p.est[tg.id] = e
 		}
 		if oks[i] {
 			p.metrics.probes.WithLabelValues("ok").Inc()
-			e.add(samples[i])
+			e.Add(samples[i])
 		} else {
 			p.metrics.probes.WithLabelValues("error").Inc()
 		}
-		res = append(res, probeResult{id: tg.id, rtt: e.rtt, jitter: e.jitter, ok: e.n > 0})
+		res = append(res, probeResult{id: tg.id, rtt: e.RTT, jitter: e.Jitter, ok: e.N > 0})
 	}
 	for id := range p.est {
 		if _, ok := live[id]; !ok {

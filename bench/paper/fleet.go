@@ -184,32 +184,8 @@ type engine struct {
 	hcDown     bool
 	ejectUntil time.Duration
 	weight     uint32
-	detected   bool // the control plane knows it is dead
-	rtt        rttEstimate
-}
-
-// rttEstimate mirrors the regional prober's EWMA of RTT and |ΔRTT|.
-type rttEstimate struct {
-	rtt, jitter, last time.Duration
-	n                 int
-}
-
-// rttGain is the regional prober's gain (regional/probe.go).
-const rttGain = 0.25
-
-func (e *rttEstimate) add(sample time.Duration) {
-	if e.n == 0 {
-		e.rtt, e.last, e.n = sample, sample, 1
-		return
-	}
-	d := sample - e.last
-	if d < 0 {
-		d = -d
-	}
-	e.rtt += time.Duration(rttGain * float64(sample-e.rtt))
-	e.jitter += time.Duration(rttGain * float64(d-e.jitter))
-	e.last = sample
-	e.n++
+	detected   bool              // the control plane knows it is dead
+	rtt        score.RTTEstimate // the regional prober's estimator
 }
 
 // fleet is one run in progress. Single goroutine; no real clock: the GPU

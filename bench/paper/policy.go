@@ -193,7 +193,7 @@ func (f *fleet) tick() {
 	scores := f.tickBuf[:0]
 	pcells := f.pcells[:0]
 	for i, e := range f.cells {
-		e.rtt.add(f.oneWay(e.site) + f.oneWay(e.site))
+		e.rtt.Add(f.oneWay(e.site) + f.oneWay(e.site))
 		in, w := f.input(e)
 		res := f.scorer.Score(in)
 		state := lifecycle.Ready
@@ -294,7 +294,7 @@ func (f *fleet) input(e *engine) (score.Input, window) {
 		in.TemperatureC = score.Some(g.GPUTempC)
 		in.ThrottleReasons, in.ThrottleOK = g.ThrottleReasons, true
 	}
-	in.RTT, in.Jitter, in.RTTOK, in.JitterOK = e.rtt.rtt, e.rtt.jitter, true, true
+	in.RTT, in.Jitter, in.RTTOK, in.JitterOK = e.rtt.RTT, e.rtt.Jitter, true, true
 	if n := len(e.dpWin); n > 0 {
 		errs := 0
 		for _, ev := range e.dpWin {

@@ -160,3 +160,15 @@ func BenchmarkScore(b *testing.B) {
 		_ = cfg.Score(in)
 	}
 }
+
+func TestRTTEstimate(t *testing.T) {
+	var e RTTEstimate
+	e.Add(10 * time.Millisecond)
+	if e.RTT != 10*time.Millisecond || e.Jitter != 0 || e.N != 1 {
+		t.Fatalf("first sample: %+v", e)
+	}
+	e.Add(30 * time.Millisecond)
+	if e.RTT != 15*time.Millisecond || e.Jitter != 5*time.Millisecond {
+		t.Fatalf("second sample: rtt %v jitter %v, want 15ms 5ms", e.RTT, e.Jitter)
+	}
+}
