@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
@@ -157,16 +158,9 @@ func runBenchSoak(cmd *cobra.Command, ro *rootOpts, cfg bench.SoakConfig, f benc
 	if ch("warmup") && cfg.Warmup == 0 {
 		return usageError{errors.New("--warmup 0: give a positive warm-up, or leave it out for the default")}
 	}
-	if !ch("log-level") {
-		ro.logLevel = "error"
-	}
-	log, err := ro.logger()
+	log, progress, err := benchOutputs(cmd, ro, f.quiet)
 	if err != nil {
 		return err
-	}
-	var progress io.Writer = ro.stderr
-	if f.quiet {
-		progress = nil
 	}
 	rep, runErr := bench.RunSoak(cmd.Context(), cfg, bench.SoakDeps{Logger: log, Progress: progress})
 	if errors.Is(runErr, bench.ErrInvalidConfig) {
@@ -193,4 +187,21 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return usageError{err}
 	}
 	return nil
+}
+
+// benchOutputs returns a harness's logger (errors only unless --log-level
+// was given: the harness prints its own progress) and its progress writer
+// (stderr, or nil with --quiet).
+func benchOutputs(cmd *cobra.Command, ro *rootOpts, quiet bool) (*slog.Logger, io.Writer, error) {
+	if !cmd.Flags().Changed("log-level") {
+		ro.logLevel = "error"
+	}
+	log, err := ro.logger()
+	if err != nil {
+		return nil, nil, err
+	}
+	if quiet {
+		return log, nil, nil
+	}
+	return log, ro.stderr, nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"time"
 
@@ -111,16 +110,9 @@ func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchSc
 	if ch("cells") && len(cfg.Cells) == 0 || ch("regions") && len(cfg.Regions) == 0 {
 		return usageError{errors.New("--cells and --regions need at least one value")}
 	}
-	if !ch("log-level") {
-		ro.logLevel = "error"
-	}
-	log, err := ro.logger()
+	log, progress, err := benchOutputs(cmd, ro, f.quiet)
 	if err != nil {
 		return err
-	}
-	var progress io.Writer = ro.stderr
-	if f.quiet {
-		progress = nil
 	}
 	rep, runErr := scale.Run(cmd.Context(), cfg, scale.Deps{Logger: log, Progress: progress})
 	if errors.Is(runErr, scale.ErrInvalidConfig) {
