@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -691,14 +693,30 @@ func stopCtx(stop func(context.Context) error) {
 // freeAddr returns a loopback address with a port that was free a moment
 // ago (memberlist binds UDP and TCP on one port, chosen before the WAN
 // paths that target it).
+// freeAddr reserves a loopback address for a gossip member, which binds it
+// later (the WAN proxies must know it first). It picks ports below the
+// kernels' ephemeral ranges (Linux 32768+, BSD/macOS 49152+), free for both
+// TCP and UDP: a port the kernel hands out for ":0" or an outgoing
+// connection could be taken again by another process before the member
+// binds it.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	const lo, hi = 20000, 32768
+	for range 200 {
+		port := lo + rand.IntN(hi-lo)
+		a := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", a)
+		_ = ln.Close()
+		if err != nil {
+			continue
+		}
+		_ = pc.Close()
+		return a, nil
 	}
-	a := ln.Addr().String()
-	_ = ln.Close()
-	return a, nil
+	return "", fmt.Errorf("lab: no free loopback port for gossip in [%d, %d)", lo, hi)
 }
 
 func atoi(s string) (int, error) {
