@@ -55,7 +55,7 @@ func startFleet(ctx context.Context, cfg SoakConfig, dir string, clock clockwork
 	if f.sink, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("bench: probe sink: %w", err)
 	}
-	f.sinkWG.Go(func() { serveSink(f.sink) })
+	f.sinkWG.Go(func() { ServeProbeSink(f.sink) })
 	f.onStop(func() { _ = f.sink.Close(); f.sinkWG.Wait() })
 
 	if f.etcd, err = election.StartEmbedded(ctx, election.EmbeddedConfig{Dir: dir + "/etcd", UnsafeNoFsync: true}); err != nil {
@@ -142,9 +142,11 @@ func (f *soakFleet) stop() {
 	f.stops = nil
 }
 
-// serveSink accepts the prober's TCP connects and resets them at once (no
-// TIME_WAIT on either side), until the listener closes.
-func serveSink(ln net.Listener) {
+// ServeProbeSink accepts a regional controller's RTT-probe TCP connects
+// (the synthetic cells' endpoints all point at ln) and resets them at once
+// (no TIME_WAIT on either side), until the listener closes. It blocks; run
+// it in a goroutine the caller joins after closing ln.
+func ServeProbeSink(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {

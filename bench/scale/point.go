@@ -2,7 +2,6 @@ package scale
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -144,7 +143,7 @@ func (p *point) start(ctx context.Context) error {
 		return fmt.Errorf("scale: probe sink: %w", err)
 	}
 	var sinkWG sync.WaitGroup
-	sinkWG.Go(func() { serveSink(p.sink) })
+	sinkWG.Go(func() { bench.ServeProbeSink(p.sink) })
 	p.onStop(func() { _ = p.sink.Close(); sinkWG.Wait() })
 	sinkAddr := p.sink.Addr().String()
 
@@ -219,25 +218,6 @@ func (p *point) start(ctx context.Context) error {
 	}
 	p.onStop(p.watcher.Stop)
 	return nil
-}
-
-// serveSink accepts the probes' TCP connects and resets them at once (no
-// TIME_WAIT), until the listener closes.
-func serveSink(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return
-		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0)
-		}
-		_ = c.Close()
-	}
 }
 
 // pollEvery is how often waitUntil re-checks a condition that no event
