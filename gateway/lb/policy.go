@@ -111,15 +111,16 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// String names the policy and its non-default settings, e.g.
-// "least_request(choice_count=3)".
+// String names the policy as ParsePolicy does, with any non-default
+// setting in parentheses, e.g. "least_request(choice_count=3)".
 func (p Policy) String() string {
 	if p.Algorithm != LeastRequest {
 		return p.Algorithm.String()
 	}
+	name := p.Algorithm.String()
 	var opts []string
 	if p.FullScan {
-		opts = append(opts, "full_scan")
+		name += "_full_scan"
 	} else if p.ChoiceCount != DefaultChoiceCount {
 		opts = append(opts, fmt.Sprintf("choice_count=%d", p.ChoiceCount))
 	}
@@ -127,7 +128,7 @@ func (p Policy) String() string {
 		opts = append(opts, fmt.Sprintf("active_request_bias=%g", p.ActiveRequestBias))
 	}
 	if len(opts) == 0 {
-		return p.Algorithm.String()
+		return name
 	}
-	return p.Algorithm.String() + "(" + strings.Join(opts, ",") + ")"
+	return name + "(" + strings.Join(opts, ",") + ")"
 }
