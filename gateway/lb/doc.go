@@ -9,11 +9,13 @@
 // Sources read (envoyproxy/envoy, main branch as indexed in late 2026):
 //
 //   - source/common/upstream/edf_scheduler.h, EdfScheduler: the version
-//     with createWithPicks and the 1e-13 weight epsilon (Envoy ≥ 1.29,
-//     PR 31592), which is what current Envoy uses. → EDF, NewEDFWithPicks.
-//     Older Envoy (before the edf_lb_host_scheduler_init_fix runtime
-//     feature) instead added the hosts one by one and made seed mod n real
-//     picks; this package follows the current source only.
+//     with createWithPicks and the 1e-13 weight epsilon (PR 31592), which
+//     current Envoy always uses. → EDF, NewEDFWithPicks. Older Envoy, or
+//     one run with envoy.reloadable_features.edf_lb_host_scheduler_init_fix
+//     set to false (a guard that defaulted to true and has since been
+//     removed with its legacy path), instead added the hosts one by one and
+//     made seed mod n real picks; this package follows the current source
+//     only.
 //   - source/extensions/load_balancing_policies/common/load_balancer_impl.{h,cc}
 //     at commit e01a970ac688b05de9f57591a17d23f493e3969b:
 //     EdfLoadBalancerBase's constructor (seed_ = random()), refresh (one
@@ -37,6 +39,13 @@
 //     sampling, one draw per tie), and hostWeight
 //     (weight / (rq_active+1)^active_request_bias, exact division for bias
 //     1, static weight for bias 0).
+//
+// What "active requests" means is the caller's: Envoy compares the host's
+// rq_active gauge (requests attached to an upstream stream). Since PR 45168
+// Envoy can add the requests still queued in the connection pool
+// (rq_pending_active) behind the runtime guard
+// envoy.reloadable_features.least_request_lb_count_pending_requests,
+// default off; a caller modelling that guard passes the sum through Active.
 //
 // # The property that matters: stale least-request weights
 //
