@@ -69,6 +69,12 @@ type sched struct {
 type Step struct {
 	// Duration is the model time the step takes; zero when idle.
 	Duration time.Duration
+	// PrefillDuration is the part of Duration due to prefill compute: for a
+	// fitted profile PrefillTokens ÷ PrefillTokensPerSec, for a physics
+	// profile Duration less the duration of the same step without its
+	// prefill chunks (all of Duration when nothing decodes). Zero when the
+	// step prefills nothing.
+	PrefillDuration time.Duration
 	// Idle is true when there was nothing to schedule.
 	Idle bool
 	// Scheduled is the number of sequences in the step (the batch).
@@ -267,6 +273,7 @@ func (b *Batcher) Step() Step {
 
 	// Apply the step: every scheduled sequence advances.
 	b.out.Scheduled = len(b.sched)
+	load := stepLoad{scheduled: len(b.sched)}
 	finished := false
 	for _, s := range b.sched {
 		q := s.q
@@ -275,6 +282,7 @@ func (b *Batcher) Step() Step {
 			b.out.ContextTokens += q.prompt + q.generated
 		} else {
 			b.out.PrefillTokens += s.chunk
+			load.addChunk(q.computed, s.chunk)
 			q.computed += s.chunk
 			if q.computed < q.target {
 				continue
@@ -310,11 +318,24 @@ func (b *Batcher) Step() Step {
 		b.running = kept
 	}
 
-	p := b.p
-	d := p.StepBase +
-		time.Duration(b.out.Decodes)*p.DecodePerSeq +
-		time.Duration(float64(p.AttnPerKToken)*float64(b.out.ContextTokens)/1000) +
-		time.Duration(float64(b.out.PrefillTokens)/p.PrefillTokensPerSec*float64(time.Second))
-	b.out.Duration = d
+	load.decodes, load.decodeCtx = b.out.Decodes, b.out.ContextTokens
+	b.out.Duration, b.out.PrefillDuration = b.p.stepDuration(load)
 	return b.out
+}
+
+// QueuedPrefillTokens returns the prompt tokens not yet prefilled, over the
+// waiting sequences and the running sequences still prefilling (a
+// preempted sequence counts the prompt and generated tokens it must
+// recompute).
+func (b *Batcher) QueuedPrefillTokens() int {
+	n := 0
+	for _, q := range b.waiting {
+		n += q.target - q.computed
+	}
+	for _, q := range b.running {
+		if !q.decoding {
+			n += q.target - q.computed
+		}
+	}
+	return n
 }

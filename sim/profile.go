@@ -44,7 +44,8 @@ var ErrUnknownProfile = errors.New("sim: unknown profile")
 //
 // StepBase is the cost of reading the weights once per step, DecodePerSeq the
 // per-sequence compute and sampling, AttnPerKToken the KV reads of attention,
-// and the last term the compute-bound prefill of chunked prompts.
+// and the last term the compute-bound prefill of chunked prompts. A profile
+// with Physics set (PhysicsProfile) times its steps by the roofline instead.
 type Profile struct {
 	// Name identifies the profile in logs and reports.
 	Name string
@@ -90,6 +91,11 @@ type Profile struct {
 
 	// GPU holds the simulated GPU's hardware parameters.
 	GPU GPUProfile
+
+	// Physics, when set, replaces the linear step formula above with the
+	// roofline of a catalogue GPU and model (see Roofline and
+	// PhysicsProfile). The fitted profiles leave it nil.
+	Physics *Roofline
 }
 
 // GPUProfile describes the simulated GPU.

@@ -183,7 +183,7 @@ func (s *scheduler) run(ctx context.Context) {
 		due := start.Add(d)
 		share := 0.0
 		if st.Duration > 0 {
-			share = float64(st.PrefillTokens) / s.e.prof.PrefillTokensPerSec * float64(time.Second) / float64(st.Duration)
+			share = float64(st.PrefillDuration) / float64(st.Duration)
 		}
 		s.gpu.RecordStep(start, due, StepLoad{Batch: st.Scheduled, PrefillShare: share, Tokens: len(st.Tokens)})
 		for _, id := range st.Admitted {
