@@ -1,6 +1,12 @@
 package lb
 
-import "testing"
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
 
 func constWeights(w ...float64) func(int) float64 {
 	return func(h int) float64 { return w[h] }
@@ -131,5 +137,73 @@ func TestEDFWeightReadOnlyOnAdd(t *testing.T) {
 	}
 	if s.Len() != 2 {
 		t.Errorf("Len = %d, want 2", s.Len())
+	}
+}
+
+// TestEDFVectors replays testdata/edf_vectors.txt: pick sequences from a
+// C++ transcription of Envoy's EdfScheduler (createWithPicks with large and
+// small pre-pick counts, weights that are multiples of each other, and
+// weights that change between picks), to pin the floating-point arithmetic
+// and tie-breaking to Envoy's.
+func TestEDFVectors(t *testing.T) {
+	f, err := os.Open("testdata/edf_vectors.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	cases := 0
+	for line := 1; sc.Scan(); line++ {
+		text := sc.Text()
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		cases++
+		head, tail, ok := strings.Cut(text, "|")
+		fields := strings.Fields(head)
+		if !ok || len(fields) < 3 {
+			t.Fatalf("line %d: malformed %q", line, text)
+		}
+		picks, err1 := strconv.ParseUint(fields[0], 10, 32)
+		dynamic := fields[1] == "1"
+		w := make([]float64, len(fields)-2)
+		hosts := make([]int, len(w))
+		for i, s := range fields[2:] {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil || err1 != nil {
+				t.Fatalf("line %d: %v %v", line, err1, err)
+			}
+			w[i], hosts[i] = v, i
+		}
+		var want []int
+		for _, s := range strings.Fields(tail) {
+			h, err := strconv.Atoi(s)
+			if err != nil {
+				t.Fatalf("line %d: %v", line, err)
+			}
+			want = append(want, h)
+		}
+		made := 0
+		weight := func(h int) float64 {
+			if !dynamic {
+				return w[h]
+			}
+			return w[h] / float64(1+(7*made+3*h)%5)
+		}
+		s := NewEDFWithPicks(hosts, weight, uint32(picks))
+		got := make([]int, len(want))
+		for i := range got {
+			got[i], _ = s.PickAndAdd(weight)
+			made++
+		}
+		if !equalInts(got, want) {
+			t.Errorf("line %d (picks %d, dynamic %v, weights %v):\n got  %v\n want %v", line, picks, dynamic, w, got, want)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cases < 300 {
+		t.Fatalf("only %d vectors read", cases)
 	}
 }
