@@ -2,6 +2,10 @@ package lb
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -102,5 +106,70 @@ func TestPoolWorkers(t *testing.T) {
 				r.done()
 			}
 		})
+	}
+}
+
+// atomicCounts is an Active that workers on several goroutines share.
+type atomicCounts []atomic.Uint64
+
+func (c atomicCounts) Active(h int) uint64 { return c[h].Load() }
+
+// TestPoolConcurrentWorkers runs each worker on its own goroutine, as Envoy
+// runs each worker's load balancer on its own thread, with shared atomic
+// counts (run with -race): every pick names a host in the set, and the
+// counts the caller keeps balance out.
+func TestPoolConcurrentWorkers(t *testing.T) {
+	for _, name := range []string{"round_robin", "least_request", "least_request_full_scan"} {
+		for _, weights := range [][]uint32{{1, 1, 0, 1}, {1, 2, 0, 3}} {
+			t.Run(fmt.Sprint(name, weights), func(t *testing.T) {
+				policy, _ := ParsePolicy(name)
+				pool, err := NewPool(policy, 4, rand.New(rand.NewPCG(1, 2)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				counts := make(atomicCounts, len(weights))
+				pool.Update(weights, counts)
+				var picked [4][4]int
+				var wg sync.WaitGroup
+				for w := range pool.Workers() {
+					wg.Go(func() {
+						r := rand.New(rand.NewPCG(uint64(w), 9))
+						var inflight []int
+						for i := range 2000 {
+							h, ok := pool.Pick(w, r, counts)
+							if !ok || weights[h] == 0 {
+								t.Errorf("worker %d: Pick = %d, %v", w, h, ok)
+								return
+							}
+							picked[w][h]++
+							counts[h].Add(1)
+							inflight = append(inflight, h)
+							if i%3 == 2 { // finish the oldest request
+								counts[inflight[0]].Add(^uint64(0))
+								inflight = inflight[1:]
+							}
+						}
+						for _, h := range inflight {
+							counts[h].Add(^uint64(0))
+						}
+					})
+				}
+				wg.Wait()
+				for h := range counts {
+					if c := counts[h].Load(); c != 0 {
+						t.Errorf("host %d: %d requests left in flight", h, c)
+					}
+				}
+				for w := range picked {
+					total := 0
+					for _, n := range picked[w] {
+						total += n
+					}
+					if total != 2000 {
+						t.Errorf("worker %d made %d picks, want 2000", w, total)
+					}
+				}
+			})
+		}
 	}
 }
