@@ -2,9 +2,9 @@ package lb
 
 import "fmt"
 
-// DefaultWorkers is the worker count NewPool uses for 0: Envoy runs one
-// worker thread per core (--concurrency), and four is a common sidecar
-// setting.
+// DefaultWorkers is the worker count NewPool uses for 0. (Envoy's own
+// default, --concurrency, is the machine's hardware thread count; four is
+// the benchmark's model of a proxy.)
 const DefaultWorkers = 4
 
 // Pool is one Envoy process's load balancers for one cluster: a Balancer
