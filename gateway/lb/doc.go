@@ -58,6 +58,12 @@
 // from other workers (or from this one) in the meantime. With equal weights
 // it is stateless: N_CHOICES or FULL_SCAN on the live counts.
 //
+// Two more consequences of following the source: every refresh rebuilds the
+// schedule from the same seed_, so frequent host-set updates restart a
+// weighted schedule at the same point each time; and the unweighted
+// round-robin index is never reset, so a refresh continues the rotation
+// (modulo the new host count) rather than restarting it.
+//
 // # Concurrency model
 //
 // Envoy gives each worker thread its own thread-local load balancer: its
