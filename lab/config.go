@@ -9,6 +9,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
@@ -41,6 +42,12 @@ type Config struct {
 	// 70B-AWQ profile in real time.
 	Profile   string
 	TimeScale float64
+	// Physics, when its GPU or Model is set, runs the simulated engines on
+	// the physics engine of a catalogue GPU and model (sim.PhysicsProfile)
+	// instead of a fitted Profile; the fake dcgm-exporters then report the
+	// catalogue GPU. Setting both Physics and Profile is an error. Default:
+	// unset.
+	Physics sim.PhysicsSpec
 	// HeartbeatInterval of the agents and controllers. Default 500 ms.
 	HeartbeatInterval time.Duration
 	// WAN one-way delay and jitter between regions i and j. Default
@@ -179,7 +186,38 @@ func (c Config) validate() error {
 	case c.Globals < 0 || c.Globals > 3:
 		return fmt.Errorf("%w: --globals %d: want 0..3", ErrInvalidConfig, c.Globals)
 	}
+	if _, err := c.engineProfile(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// usesPhysics reports whether Physics selects the engines' timing.
+func (c Config) usesPhysics() bool { return c.Physics.GPU != "" || c.Physics.Model != "" }
+
+// engineProfile returns the profile the simulated engines run: the physics
+// profile when Physics is set, else nil (the engines look Profile up).
+func (c Config) engineProfile() (*sim.Profile, error) {
+	if !c.usesPhysics() {
+		if c.Profile != "" {
+			if _, err := sim.LookupProfile(c.Profile); err != nil {
+				return nil, fmt.Errorf("%w: --profile: %w", ErrInvalidConfig, err)
+			}
+		}
+		return nil, nil
+	}
+	if c.Profile != "" {
+		return nil, fmt.Errorf("%w: --profile and --gpu/--model exclude each other", ErrInvalidConfig)
+	}
+	p, err := sim.PhysicsProfile(c.Physics)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --gpu/--model/--tp/--kv-dtype: %w", ErrInvalidConfig, err)
+	}
+	if p.KVCacheTokens < sim.DefaultMaxModelLen {
+		return nil, fmt.Errorf("%w: --gpu/--model/--tp/--kv-dtype: the KV cache of %s holds %d tokens, less than the engines' context of %d: raise --tp",
+			ErrInvalidConfig, p.Name, p.KVCacheTokens, sim.DefaultMaxModelLen)
+	}
+	return &p, nil
 }
 
 // Deps are the lab's collaborators.

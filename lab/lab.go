@@ -581,9 +581,13 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	l.onStop(r.Ctrl.Stop)
 
 	r.DCGM = sim.NewDCGMExporter(sim.DCGMConfig{Hostname: name + "-node"}, sim.Deps{})
+	custom, err := cfg.engineProfile()
+	if err != nil {
+		return nil, err
+	}
 	for i := range cfg.Cells {
 		eng, err := sim.NewEngine(sim.EngineConfig{
-			Name: CellID(name, i), Profile: cfg.Profile, TimeScale: cfg.TimeScale, GPUIndex: i, Seed: int64(idx*64 + i),
+			Name: CellID(name, i), Profile: cfg.Profile, CustomProfile: custom, TimeScale: cfg.TimeScale, GPUIndex: i, Seed: int64(idx*64 + i),
 		}, sim.Deps{Logger: log.With("component", "sim")})
 		if err != nil {
 			return nil, err

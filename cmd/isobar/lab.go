@@ -8,6 +8,7 @@ import (
 
 func newLabCmd(ro *rootOpts) *cobra.Command {
 	var cfg lab.Config
+	var ef engineFlags
 	cmd := &cobra.Command{
 		Use:   "lab",
 		Short: "Run the embedded default: a simulated multi-region fleet with traffic and a live view",
@@ -23,6 +24,11 @@ down cleanly.
 With --duration the lab runs headless for that long; --report writes the
 figures as JSON.
 
+The simulated engines follow the fitted 70b-awq profile unless --profile
+names another, or --gpu and --model select the physics engine of a
+catalogue GPU and model (with --tp and --kv-dtype; see isobar sim sweep
+--help); the dcgm-exporters then report the catalogue GPU.
+
 --admin-listen serves the admin API isobar chaos drives (fleet state, fault
 injection) over HTTPS with mTLS, answering operator identities only; the
 lab issues the operator certificate operator-lab.pem next to its CA under
@@ -30,10 +36,19 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 		Example: `  isobar lab
   isobar lab --regions us-east,eu-west --cells 2 --rps 3
   isobar lab --duration 30s --report lab.json
+  isobar lab --gpu rtx-pro-6000 --model llama-3.1-70b-awq   # physics engine instead of the fitted 70b-awq profile
   isobar lab --dir run1 --admin-listen 127.0.0.1:9443   # then: isobar chaos run kill-cell --target 127.0.0.1:9443 \
       #   --tls-cert run1/pki/operator-lab.pem --tls-key run1/pki/operator-lab-key.pem --tls-ca run1/pki/ca.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f := cmd.Flags(); ef.physics(f) {
+				if _, err := ef.resolve(f); err != nil {
+					return err
+				}
+				cfg.Physics = ef.spec()
+			} else {
+				cfg.Profile = ef.profile
+			}
 			if !cmd.Flags().Changed("log-level") {
 				// Keep the live view readable: only warnings unless asked.
 				ro.logLevel = "warn"
@@ -56,7 +71,7 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 	f.DurationVar(&cfg.Duration, "duration", 0, "run this long, then stop (0: until Ctrl-C)")
 	f.StringVar(&cfg.Report, "report", "", "write the figures as JSON to this file when the run ends")
 	f.BoolVar(&cfg.View, "view", false, "draw the live view even with --duration")
-	f.StringVar(&cfg.Profile, "profile", "", "simulated engine timing profile (default 70b-awq)")
+	ef.register(f, "")
 	f.Float64Var(&cfg.TimeScale, "time-scale", 1, "multiply every simulated duration (0.1 runs 10x faster)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "cellagent heartbeat interval (default 500ms)")
 	f.DurationVar(&cfg.Jitter, "jitter", 0, "WAN jitter added to every inter-region path (default 2ms)")

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/isobar-mesh/isobar/sim"
 )
@@ -24,8 +25,74 @@ chat API with SSE streaming, serves vLLM's /metrics, /health and /v1/models,
 and follows a continuous-batching timing model.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newSimEngineCmd(opts), newSimDCGMCmd(opts))
+	cmd.AddCommand(newSimEngineCmd(opts), newSimDCGMCmd(opts), newSimSweepCmd(opts))
 	return cmd
+}
+
+// engineFlags select a simulated engine's timing: a fitted profile by name
+// (--profile) or the physics engine of a catalogue GPU and model (--gpu,
+// --model, --tp, --kv-dtype).
+type engineFlags struct {
+	profile, gpu, model, kvDtype string
+	tp                           int
+	// servedModel is set where --model also names the served model (sim
+	// engine): there --model alone does not select the physics engine.
+	servedModel bool
+}
+
+// register adds --profile, --gpu, --tp and --kv-dtype, and --model unless
+// servedModel is set (the caller registers it then, bound to model).
+func (e *engineFlags) register(f *pflag.FlagSet, defaultProfile string) {
+	f.StringVar(&e.profile, "profile", defaultProfile, fmt.Sprintf("fitted timing profile, one of %v (excludes --gpu)", sim.ProfileNames()))
+	f.StringVar(&e.gpu, "gpu", "", fmt.Sprintf("physics engine: catalogue GPU, one of %v (needs --model)", sim.GPUNames()))
+	if !e.servedModel {
+		f.StringVar(&e.model, "model", "", fmt.Sprintf("physics engine: catalogue model, one of %v (needs --gpu)", sim.ModelNames()))
+	}
+	f.IntVar(&e.tp, "tp", 1, "physics engine: tensor-parallel degree (GPUs per engine)")
+	f.StringVar(&e.kvDtype, "kv-dtype", "fp16", fmt.Sprintf("physics engine: KV-cache dtype, one of %v", sim.KVDtypeNames()))
+}
+
+// physics reports whether the flags select the physics engine.
+func (e *engineFlags) physics(f *pflag.FlagSet) bool {
+	return f.Changed("gpu") || (!e.servedModel && f.Changed("model")) || f.Changed("tp") || f.Changed("kv-dtype")
+}
+
+// resolve returns the selected profile. Every error is a usageError naming
+// the flag at fault.
+func (e *engineFlags) resolve(f *pflag.FlagSet) (sim.Profile, error) {
+	if !e.physics(f) {
+		p, err := sim.LookupProfile(e.profile)
+		if err != nil {
+			return sim.Profile{}, usageError{fmt.Errorf("--profile: %w", err)}
+		}
+		return p, nil
+	}
+	switch {
+	case f.Changed("profile"):
+		return sim.Profile{}, usageError{errors.New("--profile and --gpu/--model/--tp/--kv-dtype exclude each other: --profile selects a fitted profile, --gpu and --model the physics engine")}
+	case e.gpu == "":
+		return sim.Profile{}, usageError{fmt.Errorf("--gpu: the physics engine needs a GPU, one of %v", sim.GPUNames())}
+	case e.model == "":
+		return sim.Profile{}, usageError{fmt.Errorf("--model: the physics engine needs a catalogue model, one of %v", sim.ModelNames())}
+	case e.tp < 1:
+		return sim.Profile{}, usageError{fmt.Errorf("--tp %d: want >= 1", e.tp)}
+	case e.kvDtype != "fp16" && e.kvDtype != "fp8":
+		return sim.Profile{}, usageError{fmt.Errorf("--kv-dtype %q: want one of %v", e.kvDtype, sim.KVDtypeNames())}
+	}
+	p, err := sim.PhysicsProfile(e.spec())
+	switch {
+	case errors.Is(err, sim.ErrUnknownGPU):
+		return sim.Profile{}, usageError{fmt.Errorf("--gpu: %w", err)}
+	case errors.Is(err, sim.ErrUnknownModel):
+		return sim.Profile{}, usageError{fmt.Errorf("--model: %w", err)}
+	case err != nil:
+		return sim.Profile{}, usageError{fmt.Errorf("--gpu/--model/--tp: %w", err)}
+	}
+	return p, nil
+}
+
+func (e *engineFlags) spec() sim.PhysicsSpec {
+	return sim.PhysicsSpec{GPU: e.gpu, Model: e.model, TP: e.tp, KVDtype: e.kvDtype}
 }
 
 func defaultHostname() string {
@@ -48,6 +115,8 @@ func newSimEngineCmd(opts *rootOpts) *cobra.Command {
 	}
 	cfg.DCGM.Hostname = defaultHostname()
 	cfg.DCGM.DriverVersion = sim.DefaultDCGMDriverVersion
+	ef := engineFlags{servedModel: true}
+	var served string
 	cmd := &cobra.Command{
 		Use:   "engine",
 		Short: "Run one simulated vLLM engine and its dcgm-exporter until SIGINT/SIGTERM",
@@ -55,9 +124,42 @@ func newSimEngineCmd(opts *rootOpts) *cobra.Command {
 GPU on --dcgm-listen ("" disables it). With --admin-listen and
 --admin-token-file it also serves the fault-injection API
 (POST/GET /admin/faults, Authorization: Bearer <token>) on a separate
-listener that survives a kill.`,
+listener that survives a kill.
+
+Timing: --profile selects a fitted profile (default 70b-awq). --gpu with
+--model selects the physics engine instead: the roofline of a catalogue GPU
+and model (see isobar sim sweep --help), with --tp GPUs per engine and the
+--kv-dtype KV cache; the dcgm-exporter then reports the catalogue GPU.
+Without --gpu, --model is only the served model name; with it, --model
+names the catalogue model, which is also the served name unless
+--served-model-name is given.`,
+		Example: `  isobar sim engine --listen 127.0.0.1:8000
+  isobar sim engine --gpu rtx-pro-6000 --model llama-3.1-70b-awq
+  isobar sim engine --gpu h100-sxm --model llama-3.3-70b-fp8 --tp 2 --kv-dtype fp8`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			if f.Changed("model") {
+				ef.model = cfg.Engine.Model
+			}
+			if ef.physics(f) {
+				p, err := ef.resolve(f)
+				if err != nil {
+					return err
+				}
+				cfg.Engine.CustomProfile = &p
+				if !f.Changed("served-model-name") {
+					served = ef.model
+				}
+			} else {
+				if _, err := ef.resolve(f); err != nil {
+					return err
+				}
+				cfg.Engine.Profile = ef.profile
+			}
+			if f.Changed("served-model-name") || cfg.Engine.CustomProfile != nil {
+				cfg.Engine.Model = served
+			}
 			if err := cfg.Engine.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -82,9 +184,10 @@ listener that survives a kill.`,
 	f.StringVar(&cfg.AdminListen, "admin-listen", "", `fault-injection admin API listen address; "" disables it`)
 	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", fmt.Sprintf("file holding the admin bearer token (at least %d characters)", sim.MinAdminTokenLen))
 	f.BoolVar(&cfg.ExitOnKill, "exit-on-kill", false, "make the kill fault exit the process with status 137")
-	f.StringVar(&cfg.Engine.Model, "model", cfg.Engine.Model, "served model name")
+	f.StringVar(&cfg.Engine.Model, "model", cfg.Engine.Model, "served model name; with --gpu, the catalogue model of the physics engine")
+	f.StringVar(&served, "served-model-name", "", "served model name (default: --model)")
 	f.IntVar(&cfg.Engine.MaxModelLen, "max-model-len", cfg.Engine.MaxModelLen, "context length (prompt + max_tokens) accepted and advertised")
-	f.StringVar(&cfg.Engine.Profile, "profile", cfg.Engine.Profile, fmt.Sprintf("timing profile, one of %v", sim.ProfileNames()))
+	ef.register(f, sim.DefaultProfile)
 	f.Float64Var(&cfg.Engine.TimeScale, "time-scale", cfg.Engine.TimeScale, "multiplies every model duration (0.05 runs 20x faster)")
 	f.Int64Var(&cfg.Engine.Seed, "seed", 0, "seed of the engine's random choices and the default GPU UUID")
 	f.IntVar(&cfg.Engine.GPUIndex, "gpu-index", 0, "index of the simulated GPU (dcgm label gpu)")
