@@ -10,10 +10,27 @@
 //     and the KV cache, chunked prefill under a per-step token budget, one
 //     token per decoding sequence per step, optional vLLM-style preemption.
 //     Step duration = StepBase + DecodePerSeq × decodes + AttnPerKToken ×
-//     context/1000 + prefill tokens ÷ PrefillTokensPerSec (see Profile).
+//     context/1000 + prefill tokens ÷ PrefillTokensPerSec (see Profile) for
+//     the fitted profiles, or the roofline of a physics profile.
+//   - The physics engine (PhysicsProfile, Roofline): a catalogue of GPUs
+//     (LookupGPU, GPUNames: spec-sheet memory, bandwidth, dense FP16/FP8
+//     peaks, link bandwidth and DCGM identity) and models (LookupModel,
+//     ModelNames: parameters, weight bytes, shape), vLLM's scheduler
+//     defaults for the GPU, a KV cache sized as vLLM sizes it
+//     (KVCacheTokensFor) and a step time of max(memory, compute) plus
+//     tensor-parallel all-reduces and fixed overheads. Only the
+//     efficiencies and overheads (FittedEfficiency) are fitted, once, to
+//     NVIDIA NIM's published single-engine curve for Llama-3.3-70B FP8 on
+//     2×H100; TestPhysicsNIMCurve holds them to it.
 //   - SimulateLoad runs the model against Poisson load in virtual time and
 //     reports TTFT/ITL/E2E percentiles; calibration_test.go holds the default
-//     profile to its targets with it.
+//     profile to its targets with it. Sweep runs a closed-loop load curve
+//     (fixed concurrency, like vllm bench serve --max-concurrency) in
+//     virtual time; `isobar sim sweep` prints it.
+//   - For callers that model an engine from outside: Step.PrefillDuration
+//     (the prefill share of a step), Batcher.QueuedPrefillTokens, and
+//     Profile.EstimatePrefill / EstimateDecodeStep (idle-engine prefill
+//     time and decode-step time), for fitted and physics profiles alike.
 //   - Engine serves the OpenAI API (/v1/completions, /v1/chat/completions
 //     with SSE streaming), /v1/models (with max_model_len), /health and
 //     /metrics with vLLM's metric names, labels and buckets, driven by one
@@ -40,6 +57,17 @@
 // 7.2 for long_context (8000±1500, 3 s) and 3.4 for very_long (16000±3000,
 // 7 s), against 10, 13, 7 and 4 published. See Profile70B for the shape of
 // the model; calibration_test.go holds the profile to these figures.
+//
+// # The physics engine
+//
+// A physics profile is immutable and pure like the fitted ones: Roofline
+// holds no state, and the Batcher calls it once per step with the step's
+// decodes, their context, the prefill chunks and their positions. Its
+// linear Profile fields (StepBase, PrefillTokensPerSec, ...) are
+// informational equivalents only. Its frontend latency is fixed (no
+// random jitter), so a physics engine's TTFT is prefill and queueing, not
+// noise. docs/bench.md ("The physics engine") gives the formula, the
+// catalogue's sources, the fit and measured curves.
 //
 // # Time
 //
