@@ -365,3 +365,32 @@ func TestEngineRunsPhysicsProfile(t *testing.T) {
 		t.Errorf("vllm:generation_tokens_total = %v (found %v), want 3", v, ok)
 	}
 }
+
+func TestValidateRejectsBrokenRoofline(t *testing.T) {
+	t.Parallel()
+	good, err := PhysicsProfile(PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(r *Roofline)
+	}{
+		{"TP 0", func(r *Roofline) { r.TP = 0 }},
+		{"no bandwidth", func(r *Roofline) { r.GPU.MemBandwidth = 0 }},
+		{"no model", func(r *Roofline) { r.Model = ModelSpec{} }},
+		{"bad KV dtype", func(r *Roofline) { r.KVDtype = "int2" }},
+		{"zero MFU", func(r *Roofline) { r.Eff.MFU = 0 }},
+	} {
+		p := good
+		r := *good.Physics
+		tc.mutate(&r)
+		p.Physics = &r
+		if err := p.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted it", tc.name)
+		}
+		if _, err := NewBatcher(p); err == nil {
+			t.Errorf("%s: NewBatcher accepted it", tc.name)
+		}
+	}
+}

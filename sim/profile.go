@@ -275,6 +275,19 @@ func (p Profile) Validate() error {
 	case p.GPU.MemoryUtilization <= 0 || p.GPU.MemoryUtilization > 1:
 		return fmt.Errorf("sim: profile %q: GPU MemoryUtilization must be in (0,1]", p.Name)
 	}
+	if r := p.Physics; r != nil {
+		switch {
+		case r.TP < 1:
+			return fmt.Errorf("sim: profile %q: Physics.TP must be >= 1", p.Name)
+		case !(r.GPU.MemBandwidth > 0) || !(r.GPU.FP16FLOPS > 0) || (r.TP > 1 && !(r.GPU.LinkBandwidth > 0)):
+			return fmt.Errorf("sim: profile %q: Physics.GPU needs MemBandwidth, FP16FLOPS and (with TP > 1) LinkBandwidth > 0", p.Name)
+		case !(r.Model.Params > 0) || !(r.Model.WeightBytes > 0) || r.Model.Layers < 1 || r.KVDtype.Bytes() == 0:
+			return fmt.Errorf("sim: profile %q: Physics.Model needs Params, WeightBytes, Layers and a KV dtype", p.Name)
+		}
+		if err := r.Eff.validate(); err != nil {
+			return fmt.Errorf("sim: profile %q: %w", p.Name, err)
+		}
+	}
 	return nil
 }
 

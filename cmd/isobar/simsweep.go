@@ -133,7 +133,7 @@ vLLM's scheduler defaults for the GPU and a KV cache sized as vLLM sizes it.
 		},
 	}
 	f := cmd.Flags()
-	ef.register(f, sim.DefaultProfile)
+	ef.register(f, "")
 	f.IntSliceVar(&conc, "concurrency", []int{1, 8, 32, 64, 128}, "comma-separated concurrency levels (clients)")
 	f.IntVar(&prompt, "prompt-tokens", 512, "prompt tokens of every request")
 	f.IntVar(&out, "output-tokens", 128, "output tokens of every request (generation runs to max_tokens)")
