@@ -126,21 +126,61 @@ func equal(a, b []int) bool {
 	return true
 }
 
-// TestClassShapes checks the shapes without a server: multiturn contexts
-// grow turn by turn, rapid_shift alternates, the long classes sit where
-// the evaluation puts them.
+// TestClassShapes checks the shapes without a server: multiturn
+// conversations grow turn by turn and share the previous turn as a
+// prefix, RAG documents repeat with their document as the shared prefix,
+// rapid_shift alternates, the long classes sit where the evaluation puts
+// them, and output lengths vary around each class's mean.
 func TestClassShapes(t *testing.T) {
-	s := NewSampler(class(t, "multiturn"), 1)
-	prev := 0
-	for turn := 1; turn <= 8; turn++ {
+	mt := class(t, "multiturn")
+	s := NewSampler(mt, 1)
+	prev := map[uint64]Shape{}
+	newConv := 0
+	for range 400 {
 		sh := s.Next(0)
-		if sh.Turn != turn || sh.Prompt <= prev {
-			t.Fatalf("turn %d: %+v after %d tokens: want a growing context", turn, sh, prev)
+		if sh.Session == 0 || sh.Turn < 1 || sh.Turn > mt.Turns {
+			t.Fatalf("multiturn shape %+v: want a session and a turn in 1..%d", sh, mt.Turns)
 		}
-		prev = sh.Prompt
+		p, seen := prev[sh.Session]
+		switch {
+		case !seen:
+			newConv++
+			if sh.Turn != 1 || sh.SharedPrefix != 0 {
+				t.Fatalf("new conversation %+v: want turn 1 with no shared prefix", sh)
+			}
+		case sh.Turn != p.Turn+1 || sh.SharedPrefix != p.Prompt || sh.Prompt <= p.Prompt:
+			t.Fatalf("turn %+v after %+v: want the next turn sharing the previous prompt", sh, p)
+		}
+		prev[sh.Session] = sh
 	}
-	if sh := s.Next(0); sh.Turn != 1 || sh.Prompt >= prev {
-		t.Errorf("after 8 turns %+v: want a new conversation", sh)
+	if newConv < 400/mt.Turns {
+		t.Errorf("%d conversations in 400 requests of %d turns", newConv, mt.Turns)
+	}
+	rag := NewSampler(class(t, "rag_multidoc"), 1)
+	seen := map[uint64]bool{}
+	docLen := map[uint64]int{} // the document's length, from its first reuse
+	shared := 0
+	for range 2000 {
+		sh := rag.Next(0)
+		if sh.Session == 0 || sh.SharedPrefix >= sh.Prompt {
+			t.Fatalf("rag shape %+v", sh)
+		}
+		switch {
+		case !seen[sh.Session] && sh.SharedPrefix != 0:
+			t.Fatalf("first use of document %d shares %d tokens", sh.Session, sh.SharedPrefix)
+		case seen[sh.Session] && sh.SharedPrefix == 0:
+			t.Fatalf("document %d seen before but nothing shared: %+v", sh.Session, sh)
+		case sh.SharedPrefix > 0:
+			shared++
+			if n, ok := docLen[sh.Session]; ok && n != sh.SharedPrefix {
+				t.Fatalf("document %d shared as %d tokens, earlier as %d", sh.Session, sh.SharedPrefix, n)
+			}
+			docLen[sh.Session] = sh.SharedPrefix
+		}
+		seen[sh.Session] = true
+	}
+	if shared < 1500 {
+		t.Errorf("only %d of 2000 RAG requests reuse a document: want a skewed pool", shared)
 	}
 	rs := NewSampler(class(t, "rapid_shift"), 1)
 	if short, long := rs.Next(time.Second), rs.Next(11*time.Second); short.Prompt > 1000 || long.Prompt < 2000 {
@@ -148,12 +188,45 @@ func TestClassShapes(t *testing.T) {
 	}
 	for name, want := range map[string]float64{"rag_multidoc": 4000, "long_context": 8000, "very_long": 16000} {
 		smp, sum := NewSampler(class(t, name), 1), 0
-		for range 1000 {
+		for range 4000 {
 			sum += smp.Next(0).Prompt
 		}
-		if mean := float64(sum) / 1000; mean < 0.95*want || mean > 1.05*want {
+		if mean := float64(sum) / 4000; mean < 0.93*want || mean > 1.07*want {
 			t.Errorf("%s: mean prompt %.0f, want ~%.0f", name, mean, want)
 		}
+	}
+	bm := class(t, "baseline_mixed")
+	smp, distinct, sum := NewSampler(bm, 1), map[int]bool{}, 0
+	for range 4000 {
+		o := smp.Next(0).Output
+		if o < 1 || o > bm.Output.Max {
+			t.Fatalf("output %d outside [1, %d]", o, bm.Output.Max)
+		}
+		distinct[o] = true
+		sum += o
+	}
+	if mean := float64(sum) / 4000; len(distinct) < 50 || mean < 0.9*bm.Output.Mean || mean > 1.05*bm.Output.Mean {
+		t.Errorf("baseline_mixed outputs: %d distinct values, mean %.1f: want varied around %.0f", len(distinct), mean, bm.Output.Mean)
+	}
+}
+
+// TestSamplerKeyed: request i's shape depends on (seed, i) alone, not on
+// how many requests were drawn before it, for classes without sessions.
+func TestSamplerKeyed(t *testing.T) {
+	c := class(t, "code_heavy")
+	a := NewSampler(c, 9)
+	var seq []Shape
+	for range 50 {
+		seq = append(seq, a.Next(0))
+	}
+	b := NewSampler(c, 9)
+	for _, i := range []uint64{49, 3, 17, 0} {
+		if got := b.At(i, 0); got != seq[i] {
+			t.Errorf("At(%d) = %+v, Next gave %+v", i, got, seq[i])
+		}
+	}
+	if NewSampler(c, 10).At(3, 0) == seq[3] {
+		t.Error("another seed drew the same shape")
 	}
 }
 

@@ -13,13 +13,16 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// writeCharts writes the PNG charts the run has data for and returns their
-// file names (relative to dir).
-func writeCharts(dir string, r *runner) ([]string, error) {
+// writeCharts writes one ground's PNG charts — the TTFT CDF and the
+// failover timeline of its first seed, sustainable RPS at the median over
+// seeds (slo) — and returns their file names (relative to dir), each
+// prefixed with the ground's name.
+func writeCharts(dir string, r *runner, slo map[string]Figures) ([]string, error) {
+	pre := r.cfg.Ground + "_"
 	var out []string
 	if len(r.calibTTFT) > 0 {
 		p := plot.New()
-		p.Title.Text = "Calibration: TTFT distribution (baseline_mixed, 10 RPS)"
+		p.Title.Text = "Calibration: TTFT distribution (" + r.cfg.Ground + ", baseline_mixed, 10 RPS)"
 		p.X.Label.Text = "TTFT (ms)"
 		p.Y.Label.Text = "fraction of requests ≤ x"
 		var lines []any
@@ -38,14 +41,14 @@ func writeCharts(dir string, r *runner) ([]string, error) {
 		if err := plotutil.AddLines(p, lines...); err != nil {
 			return nil, fmt.Errorf("paper: chart: %w", err)
 		}
-		if err := save(p, filepath.Join(dir, "ttft_cdf.png")); err != nil {
+		if err := save(p, filepath.Join(dir, pre+"ttft_cdf.png")); err != nil {
 			return nil, err
 		}
-		out = append(out, "ttft_cdf.png")
+		out = append(out, pre+"ttft_cdf.png")
 	}
 	if len(r.timeline) > 0 {
 		p := plot.New()
-		p.Title.Text = "Failover: failed requests by arrival time (first kill)"
+		p.Title.Text = "Failover: failed requests by arrival time (" + r.cfg.Ground + ", first kill)"
 		p.X.Label.Text = "seconds from SIGKILL"
 		p.Y.Label.Text = "failed requests per 250 ms"
 		var lines []any
@@ -64,14 +67,14 @@ func writeCharts(dir string, r *runner) ([]string, error) {
 		if err := plotutil.AddLinePoints(p, lines...); err != nil {
 			return nil, fmt.Errorf("paper: chart: %w", err)
 		}
-		if err := save(p, filepath.Join(dir, "failover_timeline.png")); err != nil {
+		if err := save(p, filepath.Join(dir, pre+"failover_timeline.png")); err != nil {
 			return nil, err
 		}
-		out = append(out, "failover_timeline.png")
+		out = append(out, pre+"failover_timeline.png")
 	}
-	if st, ok := r.rep.Stages[StageSLOThroughput]; ok {
+	if st := slo; len(st) > 0 {
 		p := plot.New()
-		p.Title.Text = "Sustainable RPS at the tier-2 SLO"
+		p.Title.Text = "Sustainable RPS at the tier-2 SLO (" + r.cfg.Ground + ", median over seeds)"
 		p.Y.Label.Text = "RPS"
 		names := sloClassesIn(st)
 		w := vg.Points(10)
@@ -99,10 +102,10 @@ func writeCharts(dir string, r *runner) ([]string, error) {
 		p.NominalX(names...)
 		p.X.Tick.Label.Rotation = 0.6
 		p.X.Tick.Label.XAlign = -0.1
-		if err := save(p, filepath.Join(dir, "slo_throughput.png")); err != nil {
+		if err := save(p, filepath.Join(dir, pre+"slo_throughput.png")); err != nil {
 			return nil, err
 		}
-		out = append(out, "slo_throughput.png")
+		out = append(out, pre+"slo_throughput.png")
 	}
 	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/sim"
@@ -33,6 +34,11 @@ type request struct {
 	frontend     time.Duration // engine frontend latency drawn for it
 	class        int           // index into the run's classes
 	burst        bool
+	worker       uint32 // the Envoy worker thread that takes it (mod workers)
+	session      uint64 // conversation or document (load.Shape.Session)
+	shared       int    // prompt tokens shared with an earlier request of the session
+	retrying     bool   // holds a slot of the retry budget
+	gen          int    // output tokens generated in the current attempt
 	cell         int // the cell that served (or last refused) it
 	attempts     int
 	tried        []int
@@ -176,12 +182,19 @@ type engine struct {
 	tokens      []sim.TokenEvent
 	seqs        map[sim.SeqID]int // sequence → request index
 	frontend    map[int]bool      // requests in the frontend (not yet in the batcher)
-	win         []winEv
-	dpWin       []winEv // data-plane (ingress) view: 400s and refusals
+	stepEnd     time.Duration
+	// frontendTokens: prompt tokens of the requests in the frontend;
+	// runningTokens: context of the sequences in the batcher (the oracle's
+	// knowledge).
+	frontendTokens int
+	runningTokens  int
+	win            []winEv
+	dpWin          []winEv // data-plane (ingress) view: 400s and refusals
 	// ingress state
-	inflight   int
 	hcFails    int
 	hcDown     bool
+	localFails int // consecutive local-origin failures (outlier detection)
+	ejections  int // times ejected
 	ejectUntil time.Duration
 	weight     uint32
 	detected   bool              // the control plane knows it is dead
@@ -200,11 +213,24 @@ type fleet struct {
 	now      time.Duration
 	clock    *clockwork.FakeClock
 	base     time.Time
-	net      *rand.Rand // network jitter draws
-	lb       *rand.Rand // load-balancer choices
 	jitter   []time.Duration
-	rr       int
-	scorer   score.Config
+	// Random sources: per request (network trips, load-balancer choices),
+	// keyed by (seed, request index), and one each for the health checks,
+	// the RTT probes and the schedule (tick and probe phases), so no
+	// policy's extra draws shift another stream.
+	netR, lbR []*rand.Rand
+	hcRand    *rand.Rand
+	probeRand *rand.Rand
+	schedRand *rand.Rand
+	// The stock-Envoy ingress (rr, lr): W workers' balancers, the host
+	// weights they were last refreshed with, and requests in flight per
+	// host, shared by every policy's accounting.
+	pool          *lb.Pool
+	hostW, lastW  []uint32
+	active        lb.Counts
+	retriesActive int
+	oracleBuf     []int
+	scorer        score.Config
 	proj     *projection.Projector
 	res      runResult
 	nextSeq  sim.SeqID
@@ -229,11 +255,16 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 	f := &fleet{
 		cfg: cfg, spec: spec,
 		reqs:     slices.Clone(spec.requests),
-		clock:    clockwork.NewFakeClockAt(base),
-		base:     base,
-		net:      rand.New(rand.NewPCG(spec.seed, 0x6e6574)),
-		lb:       rand.New(rand.NewPCG(spec.seed, 0x6c62)),
-		jitter:   make([]time.Duration, len(cfg.Topology.Sites)),
+		clock:     clockwork.NewFakeClockAt(base),
+		base:      base,
+		netR:      make([]*rand.Rand, len(spec.requests)),
+		lbR:       make([]*rand.Rand, len(spec.requests)),
+		hcRand:    keyed(spec.seed, saltHC, 0),
+		probeRand: keyed(spec.seed, saltProbe, 0),
+		schedRand: keyed(spec.seed, saltSchedule, 0),
+		hostW:     make([]uint32, n),
+		active:    make(lb.Counts, n),
+		jitter:    make([]time.Duration, len(cfg.Topology.Sites)),
 		scorer:   spec.policy.scoreConfig(),
 		killedAt: make([]time.Duration, n),
 		dcgmAt:   make([]time.Duration, n),
@@ -250,6 +281,11 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 		return nil, err
 	}
 	f.proj = proj
+	if pol, ok := spec.policy.envoy(cfg.DataPlane); ok {
+		if f.pool, err = lb.NewPool(pol, cfg.DataPlane.Workers, keyed(spec.seed, saltLB, 1<<62)); err != nil {
+			return nil, err
+		}
+	}
 	for i := range n {
 		b, err := sim.NewBatcher(cfg.Profile)
 		if err != nil {
@@ -279,13 +315,35 @@ func (f *fleet) push(at time.Duration, k evKind, a, b, inc int) {
 	heap.Push(&f.q, event{at: at, seq: f.seq, kind: k, a: a, b: b, inc: inc})
 }
 
-// oneWay draws one trip's delay between the ingress and site s.
-func (f *fleet) oneWay(s int) time.Duration {
+// oneWay draws one trip's delay between the ingress and site s from r:
+// the site's delay plus |N(0,1)| × its jitter.
+func (f *fleet) oneWay(s int, r *rand.Rand) time.Duration {
 	d := f.cfg.Topology.Sites[s].OneWay
 	if j := f.jitter[s]; j > 0 {
-		d += time.Duration(math.Abs(f.net.NormFloat64()) * float64(j))
+		d += time.Duration(math.Abs(r.NormFloat64()) * float64(j))
 	}
 	return d
+}
+
+// meanOneWay is the expected trip delay to site s now: E|N(0,1)| = √(2/π).
+func (f *fleet) meanOneWay(s int) time.Duration {
+	return f.cfg.Topology.Sites[s].OneWay + time.Duration(math.Sqrt(2/math.Pi)*float64(f.jitter[s]))
+}
+
+// trip draws a network trip of request i to or from site s.
+func (f *fleet) trip(i, s int) time.Duration {
+	if f.netR[i] == nil {
+		f.netR[i] = keyed(f.spec.seed, saltNet, uint64(i))
+	}
+	return f.oneWay(s, f.netR[i])
+}
+
+// lbRand is request i's source for load-balancer choices.
+func (f *fleet) lbRand(i int) *rand.Rand {
+	if f.lbR[i] == nil {
+		f.lbR[i] = keyed(f.spec.seed, saltLB, uint64(i))
+	}
+	return f.lbR[i]
 }
 
 func (f *fleet) advanceClock() {
@@ -302,10 +360,10 @@ func (f *fleet) run() (runResult, error) {
 	for i, ft := range f.spec.faults {
 		f.push(ft.at, evFault, i, 0, 0)
 	}
-	phase := time.Duration(f.lb.Int64N(int64(f.cfg.DataPlane.Heartbeat)))
+	phase := time.Duration(f.schedRand.Int64N(int64(f.cfg.DataPlane.Heartbeat)))
 	f.push(phase, evTick, 0, 0, 0)
+	hp := time.Duration(f.schedRand.Int64N(int64(f.cfg.DataPlane.HCInterval)))
 	if f.spec.policy.healthChecked() {
-		hp := time.Duration(f.lb.Int64N(int64(f.cfg.DataPlane.HCInterval)))
 		f.push(hp, evHCRound, 0, 0, 0)
 	}
 	for f.q.Len() > 0 {
@@ -339,7 +397,7 @@ func (f *fleet) handle(ev event) error {
 		f.push(f.now+f.cfg.DataPlane.Heartbeat, evTick, 0, 0, 0)
 	case evHCRound:
 		for i, e := range f.cells {
-			rtt := f.oneWay(e.site) + f.oneWay(e.site)
+			rtt := f.oneWay(e.site, f.hcRand) + f.oneWay(e.site, f.hcRand)
 			ok := 0
 			if e.alive {
 				ok = 1
@@ -383,26 +441,28 @@ func (f *fleet) markRemoved(c int) {
 // route sends (or re-sends) request i from the ingress.
 func (f *fleet) route(i int) {
 	r := &f.reqs[i]
-	c := f.pick(r)
+	c := f.pick(i)
 	if c < 0 {
 		r.status, r.end = statusRefused, f.now
+		f.endRetry(r)
 		return
 	}
 	e := f.cells[c]
 	r.cell = c
+	r.gen = 0
 	r.attempts++
 	r.tried = append(r.tried, c)
-	e.inflight++
+	f.active[c]++
 	if e.maxModelLen > 0 && r.prompt+r.out > e.maxModelLen {
 		r.leaked = true
 	}
-	f.push(f.now+f.oneWay(e.site), evAtEngine, i, c, e.incarnation)
+	f.push(f.now+f.trip(i, e.site), evAtEngine, i, c, e.incarnation)
 }
 
 // atEngine: request i's attempt reaches cell c.
 func (f *fleet) atEngine(i, c, inc int) {
 	r, e := &f.reqs[i], f.cells[c]
-	back := f.now + f.oneWay(e.site)
+	back := f.now + f.trip(i, e.site)
 	if !e.alive || e.incarnation != inc {
 		r.sentToDead = true
 		f.push(back, evReply, i, c, 0)
@@ -417,6 +477,7 @@ func (f *fleet) atEngine(i, c, inc int) {
 		return
 	}
 	e.frontend[i] = true
+	e.frontendTokens += r.prompt
 	f.push(f.now+r.frontend, evJoin, i, c, inc)
 }
 
@@ -427,6 +488,7 @@ func (f *fleet) join(i, c, inc int) error {
 	}
 	delete(e.frontend, i)
 	r := &f.reqs[i]
+	e.frontendTokens -= r.prompt
 	id := f.nextSeq
 	f.nextSeq++
 	if err := e.b.Add(id, r.prompt, r.out); err != nil {
@@ -435,10 +497,11 @@ func (f *fleet) join(i, c, inc int) error {
 		}
 		e.win = append(e.win, winEv{at: f.now, err: true, ttft: -1})
 		r.status = statusTooLong
-		f.push(f.now+f.oneWay(e.site), evReply, i, c, 0)
+		f.push(f.now+f.trip(i, e.site), evReply, i, c, 0)
 		return nil
 	}
 	e.seqs[id] = i
+	e.runningTokens += r.prompt
 	if !e.stepping {
 		f.startStep(c)
 	}
@@ -454,11 +517,11 @@ func (f *fleet) startStep(c int) {
 	}
 	f.advanceClock()
 	d := time.Duration(float64(s.Duration) * e.gpu.StepMultiplier(f.clock.Now()))
-	e.stepping, e.stepStart = true, f.now
+	e.stepping, e.stepStart, e.stepEnd = true, f.now, f.now+d
 	e.tokens = append(e.tokens[:0], s.Tokens...)
 	prefill := 0.0
 	if s.Duration > 0 {
-		prefill = float64(s.PrefillTokens) / f.cfg.Profile.PrefillTokensPerSec / s.Duration.Seconds()
+		prefill = min(float64(s.PrefillDuration)/float64(s.Duration), 1)
 	}
 	e.stepLoad = sim.StepLoad{Batch: s.Scheduled, PrefillShare: prefill, Tokens: len(s.Tokens)}
 	f.push(f.now+d, evStepDone, 0, c, e.incarnation)
@@ -477,14 +540,17 @@ func (f *fleet) stepDone(c, inc int) {
 			continue
 		}
 		r := &f.reqs[i]
+		r.gen = tk.N
+		e.runningTokens++
 		if tk.N == 1 {
-			r.first = f.now + f.oneWay(e.site)
+			r.first = f.now + f.trip(i, e.site)
 			e.win = append(e.win, winEv{at: f.now, ttft: f.now - r.engineArrive})
 		}
 		if tk.Done {
 			delete(e.seqs, tk.ID)
+			e.runningTokens -= r.prompt + tk.N
 			r.status = statusOK
-			f.push(f.now+f.oneWay(e.site), evReply, i, c, 0)
+			f.push(f.now+f.trip(i, e.site), evReply, i, c, 0)
 		}
 	}
 	f.startStep(c)
@@ -493,17 +559,20 @@ func (f *fleet) stepDone(c, inc int) {
 // reply: request i's attempt on cell c ended at the ingress.
 func (f *fleet) reply(i, c int) {
 	r, e := &f.reqs[i], f.cells[c]
-	e.inflight--
+	f.active[c]--
 	switch r.status {
-	case statusRefused:
-		e.dpWin = append(e.dpWin, winEv{at: f.now, err: true, ttft: -1})
-		if f.spec.policy.isobar() {
-			// The pushed cluster ejects on one local-origin failure and
-			// retries connect failures on another host.
-			e.ejectUntil = f.now + f.cfg.DataPlane.EjectFor
-			f.markRemoved(c)
-			if r.attempts <= f.cfg.DataPlane.NumRetries {
+	case statusRefused, statusReset:
+		if r.status == statusRefused {
+			e.dpWin = append(e.dpWin, winEv{at: f.now, err: true, ttft: -1})
+		}
+		// A refused connection, or a reset before the first byte, is a
+		// local-origin failure: outlier detection counts it and the retry
+		// policy (connect-failure, reset) may send the request elsewhere.
+		if f.spec.policy.resilient() && r.first == 0 {
+			f.localFailure(c)
+			if f.retry(r) {
 				r.status = statusPending
+				r.first = 0
 				f.route(i)
 				return
 			}
@@ -512,11 +581,66 @@ func (f *fleet) reply(i, c int) {
 	case statusTooLong:
 		e.dpWin = append(e.dpWin, winEv{at: f.now, err: true, ttft: -1})
 		r.end = f.now
-	case statusReset:
-		r.end = f.now
 	default:
+		e.localFails = 0
 		e.dpWin = append(e.dpWin, winEv{at: f.now, ttft: -1})
 		r.end = f.now
+	}
+	f.endRetry(r)
+}
+
+// localFailure is outlier detection's consecutive local-origin failure
+// counter (Envoy outlier_detection with split_external_local_origin_errors):
+// at EjectConsecutive the host is ejected for EjectFor × times ejected,
+// unless MaxEjectPercent of the hosts are out already.
+func (f *fleet) localFailure(c int) {
+	e := f.cells[c]
+	e.localFails++
+	if e.localFails < f.cfg.DataPlane.EjectConsecutive || e.ejectUntil > f.now {
+		return
+	}
+	out := 0
+	for _, x := range f.cells {
+		if x.ejectUntil > f.now {
+			out++
+		}
+	}
+	if 100*(out+1) > f.cfg.DataPlane.MaxEjectPercent*len(f.cells) {
+		return
+	}
+	e.ejections++
+	e.localFails = 0
+	e.ejectUntil = f.now + time.Duration(e.ejections)*f.cfg.DataPlane.EjectFor
+	f.markRemoved(c)
+}
+
+// retry reports whether request r may be retried: attempts left and room
+// in the retry budget (max(RetryBudgetMin, RetryBudgetPercent % of the
+// requests in flight) retries in flight at once).
+func (f *fleet) retry(r *request) bool {
+	d := f.cfg.DataPlane
+	if r.attempts > d.NumRetries {
+		return false
+	}
+	if !r.retrying {
+		var inflight uint64
+		for _, a := range f.active {
+			inflight += a
+		}
+		budget := max(d.RetryBudgetMin, int(d.RetryBudgetPercent*float64(inflight)/100))
+		if f.retriesActive >= budget {
+			return false
+		}
+		r.retrying = true
+		f.retriesActive++
+	}
+	return true
+}
+
+func (f *fleet) endRetry(r *request) {
+	if r.retrying {
+		r.retrying = false
+		f.retriesActive--
 	}
 }
 
@@ -533,14 +657,15 @@ func (f *fleet) inject(ft fault) {
 		// Requests in flight are reset; the ingress learns one trip later.
 		for id, i := range e.seqs {
 			f.reqs[i].status = statusReset
-			f.push(f.now+f.oneWay(e.site), evReply, i, ft.cell, 0)
+			f.push(f.now+f.trip(i, e.site), evReply, i, ft.cell, 0)
 			delete(e.seqs, id)
 		}
 		for i := range e.frontend {
 			f.reqs[i].status = statusReset
-			f.push(f.now+f.oneWay(e.site), evReply, i, ft.cell, 0)
+			f.push(f.now+f.trip(i, e.site), evReply, i, ft.cell, 0)
 		}
 		clear(e.frontend)
+		e.frontendTokens, e.runningTokens = 0, 0
 		e.incarnation++
 		e.stepping = false
 		b, _ := sim.NewBatcher(f.cfg.Profile) // the profile was validated at start

@@ -2,9 +2,13 @@ package paper
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/isobar-mesh/isobar/gateway/lb"
 
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
@@ -17,18 +21,25 @@ type Policy string
 
 // The policies of the evaluation.
 const (
-	// RR is Envoy's ROUND_ROBIN with active health checks: the stock
-	// setup the published evaluation compared against.
+	// RR is Envoy's ROUND_ROBIN (round_robin_lb.h, via gateway/lb) on W
+	// worker threads, with active health checks and the same retries,
+	// retry budget and outlier detection as every other policy.
 	RR Policy = "rr"
-	// LR is Envoy's LEAST_REQUEST (power of two choices over the
-	// ingress's requests in flight) with active health checks.
+	// RRPlain is RR as the published evaluation ran it: active health
+	// checks only, no retries, no outlier detection. Failover stage only.
+	RRPlain Policy = "rr-plain"
+	// LR is Envoy's LEAST_REQUEST (least_request_lb.cc, via gateway/lb):
+	// power of two choices over the requests in flight, shared across W
+	// workers; otherwise configured as RR.
 	LR Policy = "lr"
 	// Isobar is isobar's regional control loop: every heartbeat the real
-	// scorer (regional/score) turns each cell's ten signals into a
-	// pressure and the real projector (regional/projection) into weights,
-	// which reach the ingress as isobar's pushed cluster: weighted
-	// least-request, retries on connect failure on another host and
-	// ejection after one local-origin failure.
+	// scorer (regional/score) turns each cell's signals into a pressure
+	// and the real projector (regional/projection) into weights, which
+	// reach the ingress as isobar's pushed cluster. The ingress picks as
+	// isobar's gateway does in this release: random in proportion to
+	// weight/(active+1) when the weights differ, two choices when they are
+	// equal. That pick is not an Envoy algorithm; the placement issue
+	// replaces it.
 	Isobar Policy = "isobar"
 	// IsobarGPUOnly is Isobar with the RTT and jitter signals weighted 0.
 	IsobarGPUOnly Policy = "isobar-gpu-only"
@@ -36,10 +47,18 @@ const (
 	// only to cells whose max_model_len holds them (the context-class
 	// clusters).
 	IsobarCapability Policy = "isobar-capability"
+	// Oracle knows every engine's state (prompt tokens waiting to be
+	// prefilled, running batch, liveness, max_model_len) and the network
+	// at the instant a request arrives, and sends it where its predicted
+	// TTFT is lowest. No real router has that knowledge: it marks the
+	// limit.
+	Oracle Policy = "oracle"
 )
 
-// Policies lists every policy.
-func Policies() []Policy { return []Policy{RR, LR, Isobar, IsobarGPUOnly, IsobarCapability} }
+// Policies lists every policy, in report order.
+func Policies() []Policy {
+	return []Policy{RR, RRPlain, LR, Isobar, IsobarGPUOnly, IsobarCapability, Oracle}
+}
 
 // ParsePolicy returns the named policy.
 func ParsePolicy(s string) (Policy, error) {
@@ -48,15 +67,34 @@ func ParsePolicy(s string) (Policy, error) {
 			return p, nil
 		}
 	}
-	names := make([]string, 0, 5)
+	names := make([]string, 0, 7)
 	for _, p := range Policies() {
 		names = append(names, string(p))
 	}
 	return "", fmt.Errorf("paper: unknown policy %q: want one of %s", s, strings.Join(names, ", "))
 }
 
-func (p Policy) isobar() bool        { return strings.HasPrefix(string(p), "isobar") }
-func (p Policy) healthChecked() bool { return !p.isobar() }
+func (p Policy) isobar() bool { return strings.HasPrefix(string(p), "isobar") }
+
+// healthChecked: the stock-Envoy baselines run active health checks.
+func (p Policy) healthChecked() bool { return p == RR || p == RRPlain || p == LR }
+
+// resilient: retries, a retry budget and outlier detection, which an
+// operator configures on stock Envoy as on isobar's cluster.
+func (p Policy) resilient() bool { return p != RRPlain }
+
+// envoy returns the gateway/lb policy of the stock-Envoy baselines.
+func (p Policy) envoy(d DataPlane) (lb.Policy, bool) {
+	switch p {
+	case RR, RRPlain:
+		return lb.DefaultPolicy(lb.RoundRobin), true
+	case LR:
+		pol := lb.DefaultPolicy(lb.LeastRequest)
+		pol.ChoiceCount = uint32(d.ChoiceCount)
+		return pol, true
+	}
+	return lb.Policy{}, false
+}
 
 func (p Policy) scoreConfig() score.Config {
 	c := score.DefaultConfig()
@@ -66,75 +104,64 @@ func (p Policy) scoreConfig() score.Config {
 	return c
 }
 
-// pick chooses the cell for request r's next attempt, or -1.
-func (f *fleet) pick(r *request) int {
-	switch f.spec.policy {
-	case RR:
-		return f.pickRR()
-	case LR:
-		return f.pickLR()
+// pick chooses the cell for request i's next attempt, or -1.
+func (f *fleet) pick(i int) int {
+	r := &f.reqs[i]
+	switch {
+	case f.pool != nil:
+		return f.pickEnvoy(r, i)
+	case f.spec.policy == Oracle:
+		return f.pickOracle(r)
 	default:
-		return f.pickIsobar(r)
+		return f.pickIsobar(r, f.lbRand(i))
 	}
 }
 
-// healthyHC returns the cells the active health checks pass, or every cell
-// in Envoy's panic mode (fewer than half healthy).
-func (f *fleet) healthyHC() []int {
-	out := make([]int, 0, len(f.cells))
-	for i, e := range f.cells {
-		if !e.hcDown {
-			out = append(out, i)
-		}
-	}
-	if 2*len(out) < len(f.cells) {
-		out = out[:0]
-		for i := range f.cells {
-			out = append(out, i)
-		}
-	}
-	return out
-}
+// hostSelectionAttempts is the retry policy's
+// host_selection_retry_max_attempts (regional/xds sets 3): a retry that
+// lands on a host already tried picks again, up to this many times.
+const hostSelectionAttempts = 3
 
-func (f *fleet) pickRR() int {
+// pickEnvoy: the request's worker picks among the hosts the health checks
+// pass and outlier detection has not ejected (Envoy's panic mode: every
+// host when fewer than half are healthy), through the Envoy algorithm.
+func (f *fleet) pickEnvoy(r *request, i int) int {
 	n := len(f.cells)
-	ok := f.healthyHC()
-	for k := range n {
-		c := (f.rr + k) % n
-		if slices.Contains(ok, c) {
-			f.rr = c + 1
-			return c
+	healthy := 0
+	for c, e := range f.cells {
+		f.hostW[c] = 0
+		if !e.hcDown && e.ejectUntil <= f.now {
+			f.hostW[c] = 1
+			healthy++
 		}
 	}
-	return -1
-}
-
-func (f *fleet) pickLR() int {
-	return f.p2c(f.healthyHC())
-}
-
-// p2c is Envoy's least-request with two choices.
-func (f *fleet) p2c(cands []int) int {
-	switch len(cands) {
-	case 0:
+	if 2*healthy < n {
+		for c := range f.hostW {
+			f.hostW[c] = 1
+		}
+	}
+	if !slices.Equal(f.hostW, f.lastW) {
+		f.pool.Update(f.hostW, f.active)
+		f.lastW = append(f.lastW[:0], f.hostW...)
+	}
+	worker := int(r.worker % uint32(f.pool.Workers()))
+	rnd := f.lbRand(i)
+	c, ok := f.pool.Pick(worker, rnd, f.active)
+	for k := 1; ok && k < hostSelectionAttempts && slices.Contains(r.tried, c); k++ {
+		c, ok = f.pool.Pick(worker, rnd, f.active)
+	}
+	if !ok {
 		return -1
-	case 1:
-		return cands[0]
 	}
-	a, b := cands[f.lb.IntN(len(cands))], cands[f.lb.IntN(len(cands))]
-	if f.cells[b].inflight < f.cells[a].inflight {
-		return b
-	}
-	return a
+	return c
 }
 
 // pickIsobar follows isobar's pushed cluster: the endpoints with a
 // weight, not ejected, not already tried by this request (the retry host
-// predicate), fitting the prompt with capability discovery; weighted
-// least-request over them (weight / (active+1)), or two choices when the
-// weights are equal. Constraints are relaxed in that order when nothing
-// is left.
-func (f *fleet) pickIsobar(r *request) int {
+// predicate), fitting the prompt with capability discovery; then the
+// gateway's current pick (see Isobar). Constraints are relaxed in that
+// order when nothing is left.
+func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 	capable := func(c int) bool {
 		e := f.cells[c]
 		return f.spec.policy != IsobarCapability || e.maxModelLen == 0 || r.prompt+r.out <= e.maxModelLen
@@ -166,19 +193,97 @@ func (f *fleet) pickIsobar(r *request) int {
 		equal = equal && f.cells[c].weight == f.cells[cands[0]].weight
 	}
 	if equal {
-		return f.p2c(cands)
+		return f.twoChoices(cands, rnd)
 	}
 	var sum float64
 	for _, c := range cands {
-		sum += float64(f.cells[c].weight) / float64(f.cells[c].inflight+1)
+		sum += float64(f.cells[c].weight) / float64(f.active[c]+1)
 	}
-	x := f.lb.Float64() * sum
+	x := rnd.Float64() * sum
 	for _, c := range cands {
-		if x -= float64(f.cells[c].weight) / float64(f.cells[c].inflight+1); x < 0 {
+		if x -= float64(f.cells[c].weight) / float64(f.active[c]+1); x < 0 {
 			return c
 		}
 	}
 	return cands[len(cands)-1]
+}
+
+// twoChoices is the gateway's equal-weight pick: two hosts drawn with
+// replacement, the one with fewer requests in flight.
+func (f *fleet) twoChoices(cands []int, rnd *rand.Rand) int {
+	if len(cands) == 1 {
+		return cands[0]
+	}
+	a, b := cands[rnd.IntN(len(cands))], cands[rnd.IntN(len(cands))]
+	if f.active[b] < f.active[a] {
+		return b
+	}
+	return a
+}
+
+// pickOracle sends the request where its predicted TTFT is lowest, from
+// the true state of every engine and of the network (see predictTTFT).
+// Ties go to the lowest index.
+func (f *fleet) pickOracle(r *request) int {
+	best, bestT := -1, time.Duration(math.MaxInt64)
+	for c, e := range f.cells {
+		if !e.alive || slices.Contains(r.tried, c) || (e.maxModelLen > 0 && r.prompt+r.out > e.maxModelLen) {
+			continue
+		}
+		if t := f.predictTTFT(c, r); t < bestT {
+			best, bestT = c, t
+		}
+	}
+	return best
+}
+
+// predictTTFT is the oracle's model of request r's TTFT on cell c: the
+// two network trips at the site's current mean delay, the engine
+// frontend, what is left of the step in flight, the wait for a batch slot
+// when the running batch is full (the sequence that frees it is known:
+// the one with the fewest output tokens left), and the prefill of every
+// prompt token ahead of r (waiting, partly prefilled, or still in the
+// frontend) plus r's own, chunked by the step budget, each step also
+// carrying the running batch's decodes.
+func (f *fleet) predictTTFT(c int, r *request) time.Duration {
+	e := f.cells[c]
+	p := f.cfg.Profile
+	net := 2 * f.meanOneWay(e.site)
+	ahead := e.b.QueuedPrefillTokens() + e.frontendTokens + r.prompt
+	st := e.b.Stats()
+	ctx := 0
+	if st.Running > 0 {
+		ctx = e.runningTokens
+	}
+	step := p.EstimateDecodeStep(st.Running, ctx)
+	steps := 1
+	if room := p.MaxBatchedTokens - st.Running; room > 0 {
+		steps = (ahead + room - 1) / room
+	}
+	t := net + r.frontend + p.EstimatePrefill(ahead) + time.Duration(steps)*step
+	if e.stepping {
+		t += max(e.stepEnd-f.now, 0)
+	}
+	// Sequences ahead of r that need a batch slot, against the free ones.
+	if need := st.Waiting + len(e.frontend) + 1 - (p.MaxNumSeqs - st.Running); need > 0 {
+		left := f.oracleBuf[:0]
+		for _, i := range e.seqs {
+			if q := &f.reqs[i]; q.gen > 0 {
+				left = append(left, q.out-q.gen)
+			}
+		}
+		slices.Sort(left)
+		f.oracleBuf = left
+		switch {
+		case len(left) == 0:
+			t += time.Duration(need) * step
+		case need <= len(left):
+			t += time.Duration(left[need-1]) * step
+		default:
+			t += time.Duration(left[len(left)-1]+(need-len(left))*r.out) * step
+		}
+	}
+	return t
 }
 
 // tick is one control-plane pass: every cellagent's heartbeat (its
@@ -193,7 +298,7 @@ func (f *fleet) tick() {
 	scores := f.tickBuf[:0]
 	pcells := f.pcells[:0]
 	for i, e := range f.cells {
-		e.rtt.Add(f.oneWay(e.site) + f.oneWay(e.site))
+		e.rtt.Add(f.oneWay(e.site, f.probeRand) + f.oneWay(e.site, f.probeRand))
 		in, w := f.input(e)
 		res := f.scorer.Score(in)
 		state := lifecycle.Ready

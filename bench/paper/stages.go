@@ -30,15 +30,21 @@ func Stages() []string {
 		StageMismatch, StageTelemetryFailure, StageNetwork}
 }
 
-// stagePolicies are the policies each stage compares.
+// stagePolicies are the policies each stage compares. The oracle runs
+// wherever placement decides the figures; the lead-time and telemetry
+// stages measure signals, which it does not use.
 func stagePolicies(stage string) []Policy {
 	switch stage {
+	case StageFailover:
+		return []Policy{RR, RRPlain, LR, Isobar, Oracle}
 	case StageMismatch:
-		return []Policy{RR, LR, Isobar, IsobarCapability}
+		return []Policy{RR, LR, Isobar, IsobarCapability, Oracle}
 	case StageNetwork:
-		return []Policy{RR, LR, IsobarGPUOnly, Isobar}
-	default:
+		return []Policy{RR, LR, IsobarGPUOnly, Isobar, Oracle}
+	case StageLeadTime, StageTelemetryFailure:
 		return []Policy{RR, LR, Isobar}
+	default:
+		return []Policy{RR, LR, Isobar, Oracle}
 	}
 }
 
@@ -57,12 +63,12 @@ const (
 
 // plan is the size of each stage.
 type plan struct {
+	// seeds: every stage runs once per seed, for every policy.
+	seeds               int
 	calibWarm, calibDur time.Duration
-	calibSeeds          int
 	sloWarm, sloDur     time.Duration
 	sloCool             time.Duration
 	sloIters            int
-	sloHi               float64
 	sloClasses          []string // empty: all
 	episodeCells        []int
 	episodeSeeds        int
@@ -79,18 +85,18 @@ func planFor(m Mode, cells int) (plan, error) {
 	}
 	switch m {
 	case Full:
-		return plan{calibWarm: 10 * time.Second, calibDur: 60 * time.Second, calibSeeds: 10,
-			sloWarm: 60 * time.Second, sloDur: 600 * time.Second, sloCool: 60 * time.Second, sloIters: 9, sloHi: 48,
-			episodeCells: all, episodeSeeds: 3, leadObserve: 60 * time.Second,
-			burstDur: 600 * time.Second, mismatchDur: 600 * time.Second, netPhase: 300 * time.Second}, nil
+		return plan{seeds: 5, calibWarm: 10 * time.Second, calibDur: 120 * time.Second,
+			sloWarm: 60 * time.Second, sloDur: 300 * time.Second, sloCool: 30 * time.Second, sloIters: 8,
+			episodeCells: all, episodeSeeds: 1, leadObserve: 60 * time.Second,
+			burstDur: 600 * time.Second, mismatchDur: 300 * time.Second, netPhase: 120 * time.Second}, nil
 	case Quick:
-		return plan{calibWarm: 10 * time.Second, calibDur: 60 * time.Second, calibSeeds: 3,
-			sloWarm: 30 * time.Second, sloDur: 180 * time.Second, sloCool: 30 * time.Second, sloIters: 7, sloHi: 48,
+		return plan{seeds: 3, calibWarm: 10 * time.Second, calibDur: 60 * time.Second,
+			sloWarm: 30 * time.Second, sloDur: 120 * time.Second, sloCool: 15 * time.Second, sloIters: 7,
 			episodeCells: all, episodeSeeds: 1, leadObserve: 60 * time.Second,
 			burstDur: 180 * time.Second, mismatchDur: 120 * time.Second, netPhase: 60 * time.Second}, nil
 	case Smoke:
-		return plan{calibWarm: 5 * time.Second, calibDur: 20 * time.Second, calibSeeds: 1,
-			sloWarm: 5 * time.Second, sloDur: 20 * time.Second, sloCool: 5 * time.Second, sloIters: 3, sloHi: 24,
+		return plan{seeds: 2, calibWarm: 5 * time.Second, calibDur: 20 * time.Second,
+			sloWarm: 5 * time.Second, sloDur: 20 * time.Second, sloCool: 5 * time.Second, sloIters: 3,
 			sloClasses:   []string{"baseline_mixed", "adversarial_spike"},
 			episodeCells: []int{0, cells - 1}, episodeSeeds: 1, leadObserve: 40 * time.Second,
 			burstDur: 65 * time.Second, mismatchDur: 30 * time.Second, netPhase: 20 * time.Second}, nil
@@ -101,20 +107,33 @@ func planFor(m Mode, cells int) (plan, error) {
 // Options configures Run.
 type Options struct {
 	Mode Mode
-	// Seed is the base of every trial's seed; the same for every policy.
+	// Seed is the first seed; a run uses Seeds consecutive seeds from it,
+	// the same for every policy.
 	Seed uint64
+	// Seeds overrides the mode's number of seeds when > 0.
+	Seeds int
+	// Parallel bounds the (ground, seed) jobs run at once (default
+	// GOMAXPROCS). Each job is one goroutine owning its fleets.
+	Parallel int
 	// Stages to run (default all).
 	Stages []string
+	// Classes restricts the SLO-throughput stage to these workload
+	// classes (default: the mode's, all but in smoke runs).
+	Classes []string
 	// Progress, when set, is called as trials finish.
 	Progress func(stage, msg string)
 }
 
-// runner runs the stages of one report.
+// runner runs the stages of one ground at one seed. One goroutine.
 type runner struct {
 	cfg  Config
 	opt  Options
 	plan plan
-	rep  *Report
+	seed0 uint64 // this job's seed
+	// figs: stage → policy → figures at this seed; digests: stage →
+	// policy → hash of the requests run.
+	figs    map[string]map[string]Figures
+	digests map[string]map[string]string
 	// ttft samples for the charts; the failover timeline.
 	calibTTFT map[Policy][]time.Duration
 	timeline  map[Policy][]timelineBin
@@ -130,25 +149,25 @@ type timelineBin struct {
 
 func (r *runner) progress(stage, format string, a ...any) {
 	if r.opt.Progress != nil {
-		r.opt.Progress(stage, fmt.Sprintf(format, a...))
+		r.opt.Progress(stage, fmt.Sprintf("%s seed %d: ", r.cfg.Ground, r.seed0)+fmt.Sprintf(format, a...))
 	}
 }
 
 func (r *runner) set(stage string, p Policy, f Figures) {
-	if r.rep.Stages[stage] == nil {
-		r.rep.Stages[stage] = map[string]Figures{}
+	if r.figs[stage] == nil {
+		r.figs[stage] = map[string]Figures{}
 	}
-	r.rep.Stages[stage][string(p)] = f
+	r.figs[stage][string(p)] = f
 }
 
 // digestOf records the requests of a stage's trials per policy, so the
 // report shows every policy ran the same requests.
 func (r *runner) digestOf(stage string, p Policy, d string) {
-	if r.rep.RequestDigests[stage] == nil {
-		r.rep.RequestDigests[stage] = map[string]string{}
+	if r.digests[stage] == nil {
+		r.digests[stage] = map[string]string{}
 	}
-	prev := r.rep.RequestDigests[stage][string(p)]
-	r.rep.RequestDigests[stage][string(p)] = digestCombine(prev, d)
+	prev := r.digests[stage][string(p)]
+	r.digests[stage][string(p)] = digestCombine(prev, d)
 }
 
 func digestCombine(a, b string) string {
@@ -177,7 +196,7 @@ func (r *runner) trial(p Policy, reqs []request, faults []fault, until time.Dura
 }
 
 func (r *runner) seed(stage string, k int) uint64 {
-	return r.opt.Seed*1_000_003 + (hashString(stage)&0xffffff)*131 + uint64(k)
+	return r.seed0*1_000_003 + (hashString(stage)&0xffffff)*131 + uint64(k)
 }
 
 func class(name string) load.Class {
@@ -199,11 +218,11 @@ func (r *runner) calibration(ctx context.Context) error {
 		var all []request
 		falseAlerts := 0
 		var costs []time.Duration
-		for s := range pl.calibSeeds {
+		{
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			seed := r.seed(StageCalibration, s)
+			seed := r.seed(StageCalibration, 0)
 			w := workload{mix: []mixPart{{class("baseline_mixed"), 1}}, rps: 10, duration: pl.calibWarm + pl.calibDur + 10*time.Second, seed: seed}
 			reqs := w.generate(r.cfg.Profile)
 			r.digestOf(StageCalibration, p, digest(reqs))
@@ -257,20 +276,24 @@ func (r *runner) sustainable(p Policy, c load.Class, rps float64, seed uint64) (
 }
 
 // sloThroughput bisects, per class and policy, the highest rate meeting
-// the class's tier-2 SLO.
+// the class's tier-2 SLO, and reports each policy against rr, lr and the
+// oracle at this seed.
 func (r *runner) sloThroughput(ctx context.Context) error {
 	pl := r.plan
 	classes := load.Classes()
+	if len(r.opt.Classes) > 0 {
+		pl.sloClasses = r.opt.Classes
+	}
 	if len(pl.sloClasses) > 0 {
 		classes = slices.DeleteFunc(classes, func(c load.Class) bool { return !slices.Contains(pl.sloClasses, c.Name) })
 	}
-	rrRate := map[string]float64{}
-	for _, p := range stagePolicies(StageSLOThroughput) {
-		f := Figures{}
-		minSpeedup := math.Inf(1)
+	pols := stagePolicies(StageSLOThroughput)
+	rate := map[Policy]map[string]float64{}
+	for _, p := range pols {
+		rate[p] = map[string]float64{}
 		for ci, c := range classes {
 			seed := r.seed(StageSLOThroughput, ci)
-			lo, hi := 0.0, pl.sloHi
+			lo, hi := 0.0, r.cfg.SLOHigh
 			for range pl.sloIters {
 				if err := ctx.Err(); err != nil {
 					return err
@@ -287,25 +310,78 @@ func (r *runner) sloThroughput(ctx context.Context) error {
 				}
 			}
 			r.digestOf(StageSLOThroughput, p, fmt.Sprintf("%s/%d", c.Name, seed))
-			f[c.Name+"_sustainable_rps"] = num(lo)
-			f[c.Name+"_slo_ms"] = ms(c.SLO)
-			if p == RR {
-				rrRate[c.Name] = lo
-			} else if rr := rrRate[c.Name]; rr > 0 {
-				f[c.Name+"_speedup_vs_rr"] = num(lo / rr)
-				minSpeedup = min(minSpeedup, lo/rr)
-			}
+			rate[p][c.Name] = lo
 			if c.Name == "adversarial_spike" {
 				r.spikeRPS[p] = lo
 			}
 			r.progress(StageSLOThroughput, "%s %s: %.2f RPS at P95 TTFT <= %v", p, c.Name, lo, c.SLO)
 		}
-		if p != RR {
-			f["min_speedup_vs_rr"] = num(minSpeedup)
+	}
+	ratio := func(a, b float64) *float64 {
+		if b <= 0 {
+			return nil
 		}
+		return num(a / b)
+	}
+	floors := map[string]time.Duration{}
+	for _, c := range classes {
+		floors[c.Name] = r.ttftFloor(c)
+	}
+	for _, p := range pols {
+		f := Figures{}
+		minRR, minLR, minOracle := math.Inf(1), math.Inf(1), math.Inf(1)
+		for _, c := range classes {
+			v := rate[p][c.Name]
+			f[c.Name+"_sustainable_rps"] = num(v)
+			f[c.Name+"_slo_ms"] = ms(c.SLO)
+			f[c.Name+"_ttft_floor_ms"] = ms(floors[c.Name])
+			if p != RR {
+				if x := ratio(v, rate[RR][c.Name]); x != nil {
+					f[c.Name+"_vs_rr"] = x
+					minRR = min(minRR, *x)
+				}
+			}
+			if p != LR {
+				if x := ratio(v, rate[LR][c.Name]); x != nil {
+					f[c.Name+"_vs_lr"] = x
+					minLR = min(minLR, *x)
+				}
+			}
+			if x := ratio(v, rate[Oracle][c.Name]); x != nil {
+				f[c.Name+"_oracle_fraction"] = x
+				minOracle = min(minOracle, *x)
+			}
+		}
+		if p != RR {
+			f["min_vs_rr"] = num(minRR)
+		}
+		if p != LR {
+			f["min_vs_lr"] = num(minLR)
+		}
+		f["min_oracle_fraction"] = num(minOracle)
 		r.set(StageSLOThroughput, p, f)
 	}
 	return nil
+}
+
+// ttftFloor is the TTFT of class c's 95th-percentile prompt on an idle
+// engine of the nearest site: both network trips, the frontend and the
+// prefill alone. A class whose floor exceeds its SLO cannot be served
+// within it at any rate, whatever the router.
+func (r *runner) ttftFloor(c load.Class) time.Duration {
+	s := load.NewSampler(c, r.seed0)
+	prompts := make([]int, 2000)
+	for i := range prompts {
+		prompts[i] = s.Next(0).Prompt
+	}
+	slices.Sort(prompts)
+	p95 := prompts[len(prompts)*95/100]
+	near := r.cfg.Topology.Sites[0].OneWay
+	for _, st := range r.cfg.Topology.Sites {
+		near = min(near, st.OneWay)
+	}
+	p := r.cfg.Profile
+	return 2*near + p.FrontendLatency + p.FrontendJitter + p.EstimatePrefill(p95)
 }
 
 // SLO the lead-time and telemetry stages hold baseline_mixed to.
@@ -694,11 +770,11 @@ func (r *runner) network(ctx context.Context) error {
 	}
 	if g, ok := p95[IsobarGPUOnly]["jitter"]; ok && g > 0 {
 		v := 1 - float64(p95[Isobar]["jitter"])/float64(g)
-		r.rep.Stages[StageNetwork][string(Isobar)]["jitter_p95_reduction_vs_gpu_only"] = num(v)
+		r.figs[StageNetwork][string(Isobar)]["jitter_p95_reduction_vs_gpu_only"] = num(v)
 	}
 	if g, ok := p95[RR]["jitter"]; ok && g > 0 {
 		v := 1 - float64(p95[Isobar]["jitter"])/float64(g)
-		r.rep.Stages[StageNetwork][string(Isobar)]["jitter_p95_reduction_vs_rr"] = num(v)
+		r.figs[StageNetwork][string(Isobar)]["jitter_p95_reduction_vs_rr"] = num(v)
 	}
 	return nil
 }

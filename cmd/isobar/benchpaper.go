@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,23 +15,33 @@ import (
 )
 
 type benchPaperFlags struct {
-	out    string
-	quick  bool
-	smoke  bool
-	seed   uint64
-	stages string
-	quiet  bool
+	out      string
+	quick    bool
+	smoke    bool
+	seed     uint64
+	seeds    int
+	grounds  string
+	stages   string
+	parallel int
+	quiet    bool
 }
 
 func newBenchPaperCmd(ro *rootOpts) *cobra.Command {
 	var f benchPaperFlags
 	cmd := &cobra.Command{
 		Use:   "paper --out DIR [--quick]",
-		Short: "Run the published evaluation for rr, lr and isobar on the same requests",
+		Short: "Run the published evaluation for rr, lr, isobar and the oracle on the same requests, on two grounds, at several seeds",
 		Long: `paper runs every stage of the published evaluation of multi-site LLM
-routing, for round-robin (rr), least-request (lr) and isobar, on the same
-requests, and writes DIR/report.json, DIR/report.md (the tables, with the
-published figures beside ours, and the targets) and PNG charts.
+routing for Envoy round-robin (rr, and rr-plain in the failover stage),
+Envoy least-request (lr), isobar and an oracle, on the same requests, at
+several seeds and on two grounds, and writes DIR/report.json, DIR/report.md
+(the tables as "median [min–max]" over seeds, each policy against rr, lr and
+the oracle, the published figures beside ours, the targets) and PNG charts.
+
+Grounds: physics (rtx-pro-6000 + llama-3.1-70b-awq on the physics engine:
+vLLM V1 scheduling at vLLM's defaults, KV capacity from memory, roofline step
+times with efficiencies fitted on single-engine load curves only) and
+paper-fit (the frozen 70b-awq-flat profile, kept for continuity).
 
 Stages: calibration (baseline_mixed at 10 RPS), slo_throughput (per class,
 the highest RPS with P95 TTFT <= the tier-2 SLO and success >= 0.95, by
@@ -43,17 +54,17 @@ discovery), telemetry_failure (each cell's DCGM exporter down) and network
 isobar-gpu-only, isobar without the RTT and jitter signals).
 
 What runs: the published flat topology — one ingress in front of 9 cells in
-3 sites at 2, 12 and 20 ms one way — in virtual time. Each cell is the
-simulator's continuous-batching engine with the frozen 70b-awq-flat profile and
-its GPU model; the isobar policies run isobar's own scorer and projector
-every heartbeat, and the ingress follows the cluster isobar pushes. The
-baselines are Envoy's ROUND_ROBIN and LEAST_REQUEST with active health
-checks. Nothing is tuned per policy. Real sockets, xDS and processes are
+3 sites at 2, 12 and 20 ms one way — in virtual time. Request i's random
+draws (arrival, lengths, network delay and jitter, load-balancer choices)
+are keyed by (seed, i), so every policy sees the same draws. The ingress
+models Envoy's worker threads (--workers in the report's data_plane: 4), and
+rr and lr get the same retries, retry budget and outlier detection as isobar's
+cluster. Nothing is tuned per policy. Real sockets, xDS and processes are
 measured by the live lab's drills (isobar chaos), not here.
 
-Sizes: the full run (default) uses 10 calibration seeds, 600 s bisection
-windows and every cell for the episode stages; --quick shortens windows and
-seeds (a minute or so on 2 cores); the report says which.`,
+Sizes: the full run (default) uses 5 seeds and longer windows (under 30
+minutes on 2 cores); --quick uses 3 seeds (under 3 minutes); --smoke is a
+pipeline check whose figures are noise.`,
 		Example: `  isobar bench paper --quick --out /tmp/paper
   isobar bench paper --out results/ --stages calibration,failover`,
 		Args: cobra.NoArgs,
@@ -63,7 +74,10 @@ seeds (a minute or so on 2 cores); the report says which.`,
 	fl.StringVar(&f.out, "out", "", "directory for report.json, report.md and the charts (required)")
 	fl.BoolVar(&f.quick, "quick", false, "shorter windows and fewer seeds")
 	fl.BoolVar(&f.smoke, "smoke", false, "tiny run that checks the pipeline (seconds; figures are noise)")
-	fl.Uint64Var(&f.seed, "seed", 1, "base seed of every trial (the same for every policy)")
+	fl.Uint64Var(&f.seed, "seed", 1, "first seed; the run uses --seeds consecutive seeds from it (the same for every policy)")
+	fl.IntVar(&f.seeds, "seeds", 0, "number of seeds (default: 5 full, 3 quick, 2 smoke)")
+	fl.StringVar(&f.grounds, "grounds", "", "comma-separated grounds to run (default both: "+paper.GroundPhysics+","+paper.GroundPaperFit+")")
+	fl.IntVar(&f.parallel, "parallel", 0, "(ground, seed) jobs run at once (default: the number of CPUs)")
 	fl.StringVar(&f.stages, "stages", "", "comma-separated stages to run (default all: "+strings.Join(paper.Stages(), ",")+")")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	return cmd
@@ -76,7 +90,31 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 	if f.quick && f.smoke {
 		return usageError{errors.New("--quick and --smoke are exclusive")}
 	}
-	opt := paper.Options{Mode: paper.Full, Seed: f.seed}
+	if f.seeds < 0 {
+		return usageError{fmt.Errorf("--seeds %d: want at least 1", f.seeds)}
+	}
+	if f.parallel < 0 {
+		return usageError{fmt.Errorf("--parallel %d: want at least 1", f.parallel)}
+	}
+	grounds, err := paper.Grounds()
+	if err != nil {
+		return err
+	}
+	if f.grounds != "" {
+		var pick []paper.Config
+		for _, name := range strings.Split(f.grounds, ",") {
+			name = strings.TrimSpace(name)
+			i := slices.IndexFunc(grounds, func(c paper.Config) bool { return c.Ground == name })
+			if i < 0 {
+				return usageError{fmt.Errorf("--grounds: unknown ground %q: want some of %s,%s", name, paper.GroundPhysics, paper.GroundPaperFit)}
+			}
+			if !slices.ContainsFunc(pick, func(c paper.Config) bool { return c.Ground == name }) {
+				pick = append(pick, grounds[i])
+			}
+		}
+		grounds = pick
+	}
+	opt := paper.Options{Mode: paper.Full, Seed: f.seed, Seeds: f.seeds, Parallel: f.parallel}
 	switch {
 	case f.quick:
 		opt.Mode = paper.Quick
@@ -100,33 +138,38 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 	start := time.Now()
 	if !f.quiet {
 		if opt.Mode == paper.Full {
-			fmt.Fprintln(ro.stderr, "isobar bench paper: full run: about 10 minutes on a 2-core machine (virtual time; --quick takes about one)")
+			fmt.Fprintln(ro.stderr, "isobar bench paper: full run: up to 30 minutes on a 2-core machine (virtual time; --quick takes under 3)")
 		}
 		opt.Progress = func(stage, msg string) {
 			fmt.Fprintf(ro.stderr, "[%6.1fs] %-17s %s\n", time.Since(start).Seconds(), stage, msg)
 		}
 	}
-	rep, err := paper.Run(cmd.Context(), paper.DefaultConfig(), opt, f.out)
+	rep, err := paper.Run(cmd.Context(), grounds, opt, f.out)
 	if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tGOT\tMET")
-	for _, t := range rep.Targets {
-		got := "—"
-		if t.Got != nil {
-			got = fmt.Sprintf("%.4g", *t.Got)
+	fmt.Fprintln(tw, "GROUND\tTARGET\tGOT (MEDIAN)\tMET")
+	var charts []string
+	for _, g := range grounds {
+		gr := rep.Grounds[g.Ground]
+		for _, t := range gr.Targets {
+			got := "—"
+			if t.Got != nil {
+				got = fmt.Sprintf("%.4g", *t.Got)
+			}
+			met := "no"
+			if t.Met {
+				met = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g.Ground, t.What, got, met)
 		}
-		met := "no"
-		if t.Met {
-			met = "yes"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.What, got, met)
+		charts = append(charts, gr.Charts...)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "report: %s (and report.md, %s)\n", filepath.Join(f.out, "report.json"), strings.Join(rep.Charts, ", "))
+	fmt.Fprintf(out, "report: %s (and report.md, %s)\n", filepath.Join(f.out, "report.json"), strings.Join(charts, ", "))
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 // checks the files and the targets table.
 func TestBenchPaperSmoke(t *testing.T) {
 	dir := t.TempDir()
-	code, out, errOut := runBenchCLI(t, "paper", "--smoke", "--quiet", "--out", dir, "--stages", "calibration,failover")
+	code, out, errOut := runBenchCLI(t, "paper", "--smoke", "--quiet", "--out", dir, "--stages", "calibration,failover", "--seeds", "2")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -24,15 +24,25 @@ func TestBenchPaperSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep struct {
-		Stages map[string]map[string]map[string]*float64 `json:"stages"`
+		Seeds   []uint64 `json:"seeds"`
+		Grounds map[string]struct {
+			Stages map[string]map[string]map[string]struct {
+				Median, Min, Max *float64
+			} `json:"stages"`
+		} `json:"grounds"`
 	}
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Stages) != 2 || rep.Stages["failover"]["isobar"]["reroute_p99_ms"] == nil {
-		t.Errorf("stages %v", rep.Stages)
+	if len(rep.Seeds) != 2 || len(rep.Grounds) != 2 {
+		t.Fatalf("seeds %v, grounds %d: want 2 and 2", rep.Seeds, len(rep.Grounds))
 	}
-	for _, f := range []string{"report.md", "ttft_cdf.png", "failover_timeline.png"} {
+	for name, g := range rep.Grounds {
+		if len(g.Stages) != 2 || g.Stages["failover"]["isobar"]["reroute_p99_ms"].Median == nil {
+			t.Errorf("%s: stages %v", name, g.Stages)
+		}
+	}
+	for _, f := range []string{"report.md", "physics_ttft_cdf.png", "paper-fit_failover_timeline.png"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}
@@ -44,6 +54,9 @@ func TestBenchPaperUsage(t *testing.T) {
 		{"paper"},
 		{"paper", "--out", t.TempDir(), "--stages", "nope"},
 		{"paper", "--out", t.TempDir(), "--quick", "--smoke"},
+		{"paper", "--out", t.TempDir(), "--seed", "abc"},
+		{"paper", "--out", t.TempDir(), "--seeds", "-1"},
+		{"paper", "--out", t.TempDir(), "--grounds", "moon"},
 	} {
 		if code, _, errOut := runBenchCLI(t, args...); code != 2 {
 			t.Errorf("%v: exit %d (%s), want 2", args, code, errOut)
