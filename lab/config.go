@@ -45,8 +45,8 @@ type Config struct {
 	// Physics, when its GPU or Model is set, runs the simulated engines on
 	// the physics engine of a catalogue GPU and model (sim.PhysicsProfile)
 	// instead of a fitted Profile; the fake dcgm-exporters then report the
-	// catalogue GPU. Setting both Physics and Profile is an error. Default:
-	// unset.
+	// catalogue GPU. Physics.TP must be set (1 or more). Setting both
+	// Physics and Profile is an error. Default: unset.
 	Physics sim.PhysicsSpec
 	// HeartbeatInterval of the agents and controllers. Default 500 ms.
 	HeartbeatInterval time.Duration

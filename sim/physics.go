@@ -224,7 +224,7 @@ func (p Profile) EstimateDecodeStep(batch, contextTokens int) time.Duration {
 type PhysicsSpec struct {
 	// GPU and Model are catalogue names (GPUNames, ModelNames).
 	GPU, Model string
-	// TP is the tensor-parallel degree (GPUs per engine). Default 1.
+	// TP is the tensor-parallel degree (GPUs per engine), 1–64.
 	TP int
 	// KVDtype is "fp16" (the default: vLLM's auto for these models) or
 	// "fp8".
@@ -285,9 +285,6 @@ func PhysicsProfile(s PhysicsSpec) (Profile, error) {
 	m, err := LookupModel(s.Model)
 	if err != nil {
 		return Profile{}, err
-	}
-	if s.TP == 0 {
-		s.TP = 1
 	}
 	if s.TP < 1 || s.TP > 64 {
 		return Profile{}, fmt.Errorf("%w: tensor parallelism %d: want 1-64", ErrBadPhysicsSpec, s.TP)

@@ -109,7 +109,7 @@ func TestPhysicsKVCapacity(t *testing.T) {
 		{"fp16", 80 * 8 * 128 * 2 * 2},
 		{"fp8", 80 * 8 * 128 * 2 * 1},
 	} {
-		p, err := PhysicsProfile(PhysicsSpec{GPU: GPURTXPro6000, Model: ModelLlama31_70BAWQ, KVDtype: tc.kv})
+		p, err := PhysicsProfile(PhysicsSpec{GPU: GPURTXPro6000, Model: ModelLlama31_70BAWQ, TP: 1, KVDtype: tc.kv})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,8 +118,8 @@ func TestPhysicsKVCapacity(t *testing.T) {
 			t.Errorf("kv %s: KVCacheTokens = %d, want %d", tc.kv, p.KVCacheTokens, want)
 		}
 	}
-	fp16, _ := PhysicsProfile(PhysicsSpec{GPU: GPURTXPro6000, Model: ModelLlama31_70BAWQ})
-	fp8, _ := PhysicsProfile(PhysicsSpec{GPU: GPURTXPro6000, Model: ModelLlama31_70BAWQ, KVDtype: "fp8"})
+	fp16, _ := PhysicsProfile(PhysicsSpec{GPU: GPURTXPro6000, Model: ModelLlama31_70BAWQ, TP: 1})
+	fp8, _ := PhysicsProfile(PhysicsSpec{GPU: GPURTXPro6000, Model: ModelLlama31_70BAWQ, TP: 1, KVDtype: "fp8"})
 	if d := fp8.KVCacheTokens - 2*fp16.KVCacheTokens; d < 0 || d > 16 {
 		t.Errorf("fp8 KV holds %d tokens, fp16 %d: want twice as many", fp8.KVCacheTokens, fp16.KVCacheTokens)
 	}
@@ -145,7 +145,7 @@ func TestPhysicsSchedulerDefaults(t *testing.T) {
 		{GPUH200SXM, 1024, 8192},
 		{GPUA10080GB, 256, 2048}, // vLLM's A100 exception
 	} {
-		p, err := PhysicsProfile(PhysicsSpec{GPU: tc.gpu, Model: ModelLlama31_8B})
+		p, err := PhysicsProfile(PhysicsSpec{GPU: tc.gpu, Model: ModelLlama31_8B, TP: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,12 +167,13 @@ func TestPhysicsProfileErrors(t *testing.T) {
 		is   error
 		want string
 	}{
-		{"unknown GPU", PhysicsSpec{GPU: "b300", Model: ModelLlama31_8B}, ErrUnknownGPU, GPUH100SXM},
-		{"unknown model", PhysicsSpec{GPU: GPUH100SXM, Model: "gpt-5"}, ErrUnknownModel, ModelLlama33_70BFP8},
+		{"unknown GPU", PhysicsSpec{GPU: "b300", Model: ModelLlama31_8B, TP: 1}, ErrUnknownGPU, GPUH100SXM},
+		{"unknown model", PhysicsSpec{GPU: GPUH100SXM, Model: "gpt-5", TP: 1}, ErrUnknownModel, ModelLlama33_70BFP8},
 		{"negative TP", PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B, TP: -1}, ErrBadPhysicsSpec, "tensor parallelism"},
-		{"bad KV dtype", PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B, KVDtype: "int3"}, ErrBadPhysicsSpec, "fp8"},
-		{"does not fit", PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama33_70BFP8}, ErrBadPhysicsSpec, "does not fit"},
-		{"bad efficiency", PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B, Efficiency: &Efficiency{MemBW: 1.5, MFU: 0.5, AllReduce: 0.5}}, ErrBadPhysicsSpec, "MemBW"},
+		{"no TP", PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B}, ErrBadPhysicsSpec, "tensor parallelism"},
+		{"bad KV dtype", PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B, TP: 1, KVDtype: "int3"}, ErrBadPhysicsSpec, "fp8"},
+		{"does not fit", PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama33_70BFP8, TP: 1}, ErrBadPhysicsSpec, "does not fit"},
+		{"bad efficiency", PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B, TP: 1, Efficiency: &Efficiency{MemBW: 1.5, MFU: 0.5, AllReduce: 0.5}}, ErrBadPhysicsSpec, "MemBW"},
 	} {
 		_, err := PhysicsProfile(tc.spec)
 		if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
@@ -281,7 +282,7 @@ func TestQueuedPrefillTokensCountsChunksAndWaiting(t *testing.T) {
 
 func TestSweepShape(t *testing.T) {
 	t.Parallel()
-	p, err := PhysicsProfile(PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B})
+	p, err := PhysicsProfile(PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B, TP: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +318,7 @@ func TestSweepShape(t *testing.T) {
 
 func TestSweepErrors(t *testing.T) {
 	t.Parallel()
-	p, err := PhysicsProfile(PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B})
+	p, err := PhysicsProfile(PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B, TP: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +348,7 @@ func TestSweepErrors(t *testing.T) {
 // physics profile and checks the GPU identity comes from the catalogue.
 func TestEngineRunsPhysicsProfile(t *testing.T) {
 	t.Parallel()
-	p, err := PhysicsProfile(PhysicsSpec{GPU: GPUH200SXM, Model: ModelLlama31_8B})
+	p, err := PhysicsProfile(PhysicsSpec{GPU: GPUH200SXM, Model: ModelLlama31_8B, TP: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ func TestEngineRunsPhysicsProfile(t *testing.T) {
 
 func TestValidateRejectsBrokenRoofline(t *testing.T) {
 	t.Parallel()
-	good, err := PhysicsProfile(PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B})
+	good, err := PhysicsProfile(PhysicsSpec{GPU: GPUH100SXM, Model: ModelLlama31_8B, TP: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
