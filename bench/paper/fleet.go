@@ -188,6 +188,9 @@ type engine struct {
 	// knowledge).
 	frontendTokens int
 	runningTokens  int
+	// transitTokens and transitN: prompt tokens and requests sent to the
+	// cell and still on the network.
+	transitTokens, transitN int
 	win            []winEv
 	dpWin          []winEv // data-plane (ingress) view: 400s and refusals
 	// ingress state
@@ -453,6 +456,8 @@ func (f *fleet) route(i int) {
 	r.attempts++
 	r.tried = append(r.tried, c)
 	f.active[c]++
+	e.transitTokens += r.prompt
+	e.transitN++
 	if e.maxModelLen > 0 && r.prompt+r.out > e.maxModelLen {
 		r.leaked = true
 	}
@@ -462,6 +467,8 @@ func (f *fleet) route(i int) {
 // atEngine: request i's attempt reaches cell c.
 func (f *fleet) atEngine(i, c, inc int) {
 	r, e := &f.reqs[i], f.cells[c]
+	e.transitTokens -= r.prompt
+	e.transitN--
 	back := f.now + f.trip(i, e.site)
 	if !e.alive || e.incarnation != inc {
 		r.sentToDead = true
@@ -654,6 +661,9 @@ func (f *fleet) inject(ft fault) {
 		}
 		e.alive = false
 		f.killedAt[ft.cell] = f.now
+		if f.spec.policy == Oracle {
+			f.markRemoved(ft.cell) // it knows at once, and never picks a dead cell
+		}
 		// Requests in flight are reset; the ingress learns one trip later.
 		for id, i := range e.seqs {
 			f.reqs[i].status = statusReset

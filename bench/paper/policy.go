@@ -242,14 +242,14 @@ func (f *fleet) pickOracle(r *request) int {
 // frontend, what is left of the step in flight, the wait for a batch slot
 // when the running batch is full (the sequence that frees it is known:
 // the one with the fewest output tokens left), and the prefill of every
-// prompt token ahead of r (waiting, partly prefilled, or still in the
-// frontend) plus r's own, chunked by the step budget, each step also
+// prompt token ahead of r (waiting, partly prefilled, in the frontend, or
+// still on the network to the cell) plus r's own, chunked by the step budget, each step also
 // carrying the running batch's decodes.
 func (f *fleet) predictTTFT(c int, r *request) time.Duration {
 	e := f.cells[c]
 	p := f.cfg.Profile
 	net := 2 * f.meanOneWay(e.site)
-	ahead := e.b.QueuedPrefillTokens() + e.frontendTokens + r.prompt
+	ahead := e.b.QueuedPrefillTokens() + e.frontendTokens + e.transitTokens + r.prompt
 	st := e.b.Stats()
 	ctx := 0
 	if st.Running > 0 {
@@ -265,7 +265,7 @@ func (f *fleet) predictTTFT(c int, r *request) time.Duration {
 		t += max(e.stepEnd-f.now, 0)
 	}
 	// Sequences ahead of r that need a batch slot, against the free ones.
-	if need := st.Waiting + len(e.frontend) + 1 - (p.MaxNumSeqs - st.Running); need > 0 {
+	if need := st.Waiting + len(e.frontend) + e.transitN + 1 - (p.MaxNumSeqs - st.Running); need > 0 {
 		left := f.oracleBuf[:0]
 		for _, i := range e.seqs {
 			if q := &f.reqs[i]; q.gen > 0 {

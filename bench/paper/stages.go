@@ -372,7 +372,8 @@ func (r *runner) ttftFloor(c load.Class) time.Duration {
 	s := load.NewSampler(c, r.seed0)
 	prompts := make([]int, 2000)
 	for i := range prompts {
-		prompts[i] = s.Next(0).Prompt
+		// Spread over 200 s so that rapid_shift's phases both count.
+		prompts[i] = s.Next(time.Duration(i) * 100 * time.Millisecond).Prompt
 	}
 	slices.Sort(prompts)
 	p95 := prompts[len(prompts)*95/100]
