@@ -395,3 +395,49 @@ func TestValidateRejectsBrokenRoofline(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSweepNIM times the NIM curve (four levels, 7,600 requests of
+// 5000/500 tokens) in virtual time.
+func BenchmarkSweepNIM(b *testing.B) {
+	p, err := PhysicsProfile(nimSpec(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := SweepSpec{Concurrency: []int{1, 25, 50, 100}, PromptTokens: 5000, OutputTokens: 500}
+	for b.Loop() {
+		if _, err := Sweep(p, spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBatcherStepPhysics times one step of a 64-sequence decode batch
+// with a prefill chunk on a physics profile.
+func BenchmarkBatcherStepPhysics(b *testing.B) {
+	p, err := PhysicsProfile(PhysicsSpec{GPU: GPURTXPro6000, Model: ModelLlama31_70BAWQ, TP: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bt, err := NewBatcher(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := SeqID(0)
+	for range 64 {
+		id++
+		if err := bt.Add(id, 512, 128); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		st := bt.Step()
+		for _, ev := range st.Tokens {
+			if ev.Done {
+				id++
+				if err := bt.Add(id, 512, 128); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+}
