@@ -329,6 +329,8 @@ func TestSweepErrors(t *testing.T) {
 	}{
 		{"no levels", SweepSpec{PromptTokens: 10, OutputTokens: 10}, "no concurrency"},
 		{"zero concurrency", SweepSpec{Concurrency: []int{1, 0}, PromptTokens: 10, OutputTokens: 10}, "concurrency 0"},
+		{"huge concurrency", SweepSpec{Concurrency: []int{1 << 30}, PromptTokens: 10, OutputTokens: 10}, "concurrency 1073741824"},
+		{"huge requests", SweepSpec{Concurrency: []int{1}, PromptTokens: 10, OutputTokens: 10, Requests: 1 << 30}, "requests"},
 		{"zero output", SweepSpec{Concurrency: []int{1}, PromptTokens: 10}, "output 0"},
 		{"beyond context", SweepSpec{Concurrency: []int{1}, PromptTokens: 131000, OutputTokens: 1000}, "exceed the context"},
 		{"fewer requests than clients", SweepSpec{Concurrency: []int{8}, PromptTokens: 10, OutputTokens: 10, Requests: 4}, "at least one per client"},

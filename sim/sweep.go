@@ -27,6 +27,12 @@ type SweepSpec struct {
 	Requests int
 }
 
+// Bounds of a SweepSpec, which keep a sweep to seconds and its memory small.
+const (
+	MaxSweepConcurrency = 4096
+	MaxSweepRequests    = 1 << 20
+)
+
 // SweepRow is one concurrency level's figures. Durations are model time.
 type SweepRow struct {
 	Concurrency int
@@ -55,8 +61,8 @@ func (s SweepSpec) validate(p Profile) error {
 		return fmt.Errorf("%w: no concurrency level", ErrBadSweep)
 	}
 	for _, c := range s.Concurrency {
-		if c < 1 {
-			return fmt.Errorf("%w: concurrency %d: want >= 1", ErrBadSweep, c)
+		if c < 1 || c > MaxSweepConcurrency {
+			return fmt.Errorf("%w: concurrency %d: want 1-%d", ErrBadSweep, c, MaxSweepConcurrency)
 		}
 		if s.Requests > 0 && s.Requests < c {
 			return fmt.Errorf("%w: %d requests at concurrency %d: want at least one per client", ErrBadSweep, s.Requests, c)
@@ -67,8 +73,8 @@ func (s SweepSpec) validate(p Profile) error {
 		return fmt.Errorf("%w: prompt %d and output %d tokens: want >= 1", ErrBadSweep, s.PromptTokens, s.OutputTokens)
 	case s.PromptTokens+s.OutputTokens > p.MaxContext():
 		return fmt.Errorf("%w: prompt+output %d tokens exceed the context of %s (%d tokens)", ErrBadSweep, s.PromptTokens+s.OutputTokens, p.Name, p.MaxContext())
-	case s.Requests < 0:
-		return fmt.Errorf("%w: requests %d: want >= 0", ErrBadSweep, s.Requests)
+	case s.Requests < 0 || s.Requests > MaxSweepRequests:
+		return fmt.Errorf("%w: requests %d: want 0-%d", ErrBadSweep, s.Requests, MaxSweepRequests)
 	}
 	return nil
 }

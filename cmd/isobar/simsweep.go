@@ -89,8 +89,8 @@ vLLM's scheduler defaults for the GPU and a KV cache sized as vLLM sizes it.
 				return usageError{errors.New("--concurrency: want a list of levels >= 1, e.g. 1,8,32")}
 			}
 			for _, c := range conc {
-				if c < 1 {
-					return usageError{fmt.Errorf("--concurrency %d: want levels >= 1", c)}
+				if c < 1 || c > sim.MaxSweepConcurrency {
+					return usageError{fmt.Errorf("--concurrency %d: want levels of 1-%d", c, sim.MaxSweepConcurrency)}
 				}
 				if requests > 0 && requests < c {
 					return usageError{fmt.Errorf("--requests %d: want at least one per client (concurrency %d)", requests, c)}
@@ -101,8 +101,8 @@ vLLM's scheduler defaults for the GPU and a KV cache sized as vLLM sizes it.
 				return usageError{fmt.Errorf("--prompt-tokens %d: want >= 1", prompt)}
 			case out < 1:
 				return usageError{fmt.Errorf("--output-tokens %d: want >= 1", out)}
-			case requests < 0:
-				return usageError{fmt.Errorf("--requests %d: want >= 0 (0: 40 per client)", requests)}
+			case requests < 0 || requests > sim.MaxSweepRequests:
+				return usageError{fmt.Errorf("--requests %d: want 0-%d (0: 40 per client)", requests, sim.MaxSweepRequests)}
 			case prompt+out > p.MaxContext():
 				return usageError{fmt.Errorf("--prompt-tokens + --output-tokens = %d exceed the context of %s (%d tokens)", prompt+out, p.Name, p.MaxContext())}
 			case outputFormat != "table" && outputFormat != "json":

@@ -108,6 +108,8 @@ func TestSimSweepUsageErrors(t *testing.T) {
 		{with("--profile", "70b-awq"), []string{"--profile", "exclude"}},
 		{with("--concurrency", "0"), []string{"--concurrency 0"}},
 		{with("--concurrency", "4,-2"), []string{"--concurrency -2"}},
+		{with("--concurrency", "100000000"), []string{"--concurrency 100000000"}},
+		{with("--requests", "1000000000"), []string{"--requests"}},
 		{with("--concurrency", "one"), []string{"concurrency"}},
 		{with("--concurrency", ""), []string{"--concurrency"}},
 		{with("--prompt-tokens", "many"), []string{"prompt-tokens"}},
