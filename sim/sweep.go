@@ -81,7 +81,9 @@ func (s SweepSpec) validate(p Profile) error {
 
 // Sweep runs the closed-loop load curve of spec on one engine of profile
 // p, in virtual time (no goroutines, no clock), one row per concurrency
-// level in the order given. It is deterministic.
+// level in the order given. It is deterministic: every request spends the
+// fixed FrontendLatency in the API server (a fitted profile's random
+// FrontendJitter is left out; physics profiles have none).
 func Sweep(p Profile, spec SweepSpec) ([]SweepRow, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
