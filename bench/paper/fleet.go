@@ -232,6 +232,8 @@ type fleet struct {
 	hostW, lastW  []uint32
 	active        lb.Counts
 	retriesActive int
+	ended         int // requests that have ended (success or failure)
+	lastFault     time.Duration
 	oracleBuf     []int
 	scorer        score.Config
 	proj     *projection.Projector
@@ -362,6 +364,7 @@ func (f *fleet) run() (runResult, error) {
 	}
 	for i, ft := range f.spec.faults {
 		f.push(ft.at, evFault, i, 0, 0)
+		f.lastFault = max(f.lastFault, ft.at)
 	}
 	phase := time.Duration(f.schedRand.Int64N(int64(f.cfg.DataPlane.Heartbeat)))
 	f.push(phase, evTick, 0, 0, 0)
@@ -372,6 +375,11 @@ func (f *fleet) run() (runResult, error) {
 	for f.q.Len() > 0 {
 		ev := heap.Pop(&f.q).(event)
 		if ev.at > f.spec.until {
+			break
+		}
+		// Once every request has ended and every fault is in, nothing
+		// left (ticks, health checks) can change a figure.
+		if f.ended == len(f.reqs) && ev.at > f.lastFault {
 			break
 		}
 		f.now = ev.at
@@ -447,6 +455,7 @@ func (f *fleet) route(i int) {
 	c := f.pick(i)
 	if c < 0 {
 		r.status, r.end = statusRefused, f.now
+		f.ended++
 		f.endRetry(r)
 		return
 	}
@@ -585,13 +594,16 @@ func (f *fleet) reply(i, c int) {
 			}
 		}
 		r.end = f.now
+		f.ended++
 	case statusTooLong:
 		e.dpWin = append(e.dpWin, winEv{at: f.now, err: true, ttft: -1})
 		r.end = f.now
+		f.ended++
 	default:
 		e.localFails = 0
 		e.dpWin = append(e.dpWin, winEv{at: f.now, ttft: -1})
 		r.end = f.now
+		f.ended++
 	}
 	f.endRetry(r)
 }

@@ -98,8 +98,8 @@ func planFor(m Mode, cells int) (plan, error) {
 		return plan{seeds: 2, calibWarm: 5 * time.Second, calibDur: 20 * time.Second,
 			sloWarm: 5 * time.Second, sloDur: 20 * time.Second, sloCool: 5 * time.Second, sloIters: 3,
 			sloClasses:   []string{"baseline_mixed", "adversarial_spike"},
-			episodeCells: []int{0, cells - 1}, episodeSeeds: 1, leadObserve: 40 * time.Second,
-			burstDur: 65 * time.Second, mismatchDur: 30 * time.Second, netPhase: 20 * time.Second}, nil
+			episodeCells: []int{cells - 1}, episodeSeeds: 1, leadObserve: 30 * time.Second,
+			burstDur: 35 * time.Second, mismatchDur: 30 * time.Second, netPhase: 15 * time.Second}, nil
 	}
 	return plan{}, fmt.Errorf("paper: unknown mode %q: want full, quick or smoke", m)
 }
