@@ -340,3 +340,27 @@ func TestPaperFitCalibrationRow(t *testing.T) {
 	}
 	t.Logf("paper-fit rr calibration: TTFT P50 %v P95 %v P99 %v, E2E P95 %v over %d requests", st.ttftP50, st.ttftP95, st.ttftP99, st.e2eP95, st.n)
 }
+
+// TestVerdict: a win or a loss is claimed only when every seed has a
+// ratio and they all agree.
+func TestVerdict(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, tc := range []struct {
+		a    Agg
+		want string
+	}{
+		{Agg{Median: f(1.1), Min: f(1.05), Max: f(1.2), N: 3}, "win"},
+		{Agg{Median: f(0.8), Min: f(0.7), Max: f(0.9), N: 3}, "loss"},
+		{Agg{Median: f(1.1), Min: f(0.98), Max: f(1.2), N: 3}, "mixed"},
+		{Agg{Median: f(1), Min: f(1), Max: f(1), N: 3}, "mixed"},
+		{Agg{Median: f(0), Min: f(0), Max: f(0), N: 1}, "undecided"},
+		{Agg{}, "—"},
+	} {
+		if got := verdict(tc.a, 3); got != tc.want {
+			t.Errorf("verdict(%+v) = %q, want %q", tc.a, got, tc.want)
+		}
+	}
+	if a := aggregate([]float64{3, 1, 2, 10}); *a.Median != 2.5 || *a.Min != 1 || *a.Max != 10 || a.N != 4 {
+		t.Errorf("aggregate = %+v", a)
+	}
+}

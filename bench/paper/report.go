@@ -405,7 +405,7 @@ func Markdown(rep *Report) string {
 			}
 			fmt.Fprintf(&b, "## %s (%s)\n\n", stageTitles[s], gname)
 			if s == StageSLOThroughput {
-				sloTable(&b, pols, rep.Published[s])
+				sloTable(&b, pols, rep.Published[s], len(rep.Seeds))
 				continue
 			}
 			var figs []string
@@ -499,11 +499,14 @@ func policyOrder[V any](pols map[string]V) []string {
 }
 
 // verdict compares a policy with a baseline over the seeds from the
-// per-seed ratios: a win or a loss only when every seed agrees.
-func verdict(a Agg) string {
+// per-seed ratios: a win or a loss only when every one of the seeds has a
+// ratio and they all agree.
+func verdict(a Agg, seeds int) string {
 	switch {
 	case a.Min == nil || a.Max == nil:
 		return "—"
+	case a.N < seeds:
+		return "undecided"
 	case *a.Min > 1:
 		return "win"
 	case *a.Max < 1:
@@ -513,7 +516,7 @@ func verdict(a Agg) string {
 	}
 }
 
-func sloTable(b *strings.Builder, pols map[string]map[string]Agg, pub map[string]map[string]float64) {
+func sloTable(b *strings.Builder, pols map[string]map[string]Agg, pub map[string]map[string]float64, seeds int) {
 	names := policyOrder(pols)
 	fmt.Fprintf(b, "Sustainable RPS, `median [min–max]` over seeds; the fraction of the oracle is the median of the per-seed ratios.\n\n")
 	fmt.Fprintf(b, "The idle floor is the TTFT of the class's P95 prompt on an idle engine of the nearest site (network, frontend, prefill): where it exceeds the SLO no router can meet it at any rate.\n\n")
@@ -538,16 +541,16 @@ func sloTable(b *strings.Builder, pols map[string]map[string]Agg, pub map[string
 		}
 		fmt.Fprintf(b, "| %s | %v | %s ms | %s | %s |\n", c.Name, c.SLO, fmtAgg(pols["rr"][c.Name+"_ttft_floor_ms"]), strings.Join(row, " | "), pr)
 	}
-	b.WriteString("\nVerdicts per class (win/loss only when every seed agrees):\n\n| class | isobar vs rr | isobar vs lr | lr vs rr |\n|---|---|---|---|\n")
+	b.WriteString("\nVerdicts per class (win/loss only when every seed has a ratio and all agree; a ratio needs the baseline above 0 RPS):\n\n| class | isobar vs rr | isobar vs lr | lr vs rr |\n|---|---|---|---|\n")
 	for _, c := range load.Classes() {
 		if _, ok := pols["rr"][c.Name+"_sustainable_rps"]; !ok {
 			continue
 		}
 		iso, lrp := pols[string(Isobar)], pols[string(LR)]
 		fmt.Fprintf(b, "| %s | %s %s | %s %s | %s %s |\n", c.Name,
-			verdict(iso[c.Name+"_vs_rr"]), fmtAgg(iso[c.Name+"_vs_rr"]),
-			verdict(iso[c.Name+"_vs_lr"]), fmtAgg(iso[c.Name+"_vs_lr"]),
-			verdict(lrp[c.Name+"_vs_rr"]), fmtAgg(lrp[c.Name+"_vs_rr"]))
+			verdict(iso[c.Name+"_vs_rr"], seeds), fmtAgg(iso[c.Name+"_vs_rr"]),
+			verdict(iso[c.Name+"_vs_lr"], seeds), fmtAgg(iso[c.Name+"_vs_lr"]),
+			verdict(lrp[c.Name+"_vs_rr"], seeds), fmtAgg(lrp[c.Name+"_vs_rr"]))
 	}
 	fmt.Fprintf(b, "\nMinimum isobar / rr over the classes: %s (published isobar: 1.56–1.75×); isobar's minimum fraction of the oracle: %s.\n\n",
 		fmtAgg(pols[string(Isobar)]["min_vs_rr"]), fmtAgg(pols[string(Isobar)]["min_oracle_fraction"]))
