@@ -39,7 +39,7 @@ type request struct {
 	shared       int    // prompt tokens shared with an earlier request of the session
 	retrying     bool   // holds a slot of the retry budget
 	gen          int    // output tokens generated in the current attempt
-	cell         int // the cell that served (or last refused) it
+	cell         int    // the cell that served (or last refused) it
 	attempts     int
 	tried        []int
 	first, end   time.Duration // client-side first token and completion
@@ -191,8 +191,8 @@ type engine struct {
 	// transitTokens and transitN: prompt tokens and requests sent to the
 	// cell and still on the network.
 	transitTokens, transitN int
-	win            []winEv
-	dpWin          []winEv // data-plane (ingress) view: 400s and refusals
+	win                     []winEv
+	dpWin                   []winEv // data-plane (ingress) view: 400s and refusals
 	// ingress state
 	hcFails    int
 	hcDown     bool
@@ -207,16 +207,16 @@ type engine struct {
 // fleet is one run in progress. Single goroutine; no real clock: the GPU
 // models run on a fake clock the loop advances with virtual time.
 type fleet struct {
-	cfg      Config
-	spec     runSpec
-	reqs     []request
-	cells    []*engine
-	q        eventQueue
-	seq      uint64
-	now      time.Duration
-	clock    *clockwork.FakeClock
-	base     time.Time
-	jitter   []time.Duration
+	cfg    Config
+	spec   runSpec
+	reqs   []request
+	cells  []*engine
+	q      eventQueue
+	seq    uint64
+	now    time.Duration
+	clock  *clockwork.FakeClock
+	base   time.Time
+	jitter []time.Duration
 	// Random sources: per request (network trips, load-balancer choices),
 	// keyed by (seed, request index), and one each for the health checks,
 	// the RTT probes and the schedule (tick and probe phases), so no
@@ -236,13 +236,13 @@ type fleet struct {
 	lastFault     time.Duration
 	oracleBuf     []int
 	scorer        score.Config
-	proj     *projection.Projector
-	res      runResult
-	nextSeq  sim.SeqID
-	pcells   []projection.Cell
-	tickBuf  []cellScore
-	killedAt []time.Duration
-	dcgmAt   []time.Duration
+	proj          *projection.Projector
+	res           runResult
+	nextSeq       sim.SeqID
+	pcells        []projection.Cell
+	tickBuf       []cellScore
+	killedAt      []time.Duration
+	dcgmAt        []time.Duration
 	// pendingWeights are weight snapshots on their way to the ingress,
 	// keyed by the evWeights event's a.
 	pendingWeights map[int]weightSnap
@@ -259,7 +259,7 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := &fleet{
 		cfg: cfg, spec: spec,
-		reqs:     slices.Clone(spec.requests),
+		reqs:      slices.Clone(spec.requests),
 		clock:     clockwork.NewFakeClockAt(base),
 		base:      base,
 		netR:      make([]*rand.Rand, len(spec.requests)),
@@ -270,9 +270,9 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 		hostW:     make([]uint32, n),
 		active:    make(lb.Counts, n),
 		jitter:    make([]time.Duration, len(cfg.Topology.Sites)),
-		scorer:   spec.policy.scoreConfig(),
-		killedAt: make([]time.Duration, n),
-		dcgmAt:   make([]time.Duration, n),
+		scorer:    spec.policy.scoreConfig(),
+		killedAt:  make([]time.Duration, n),
+		dcgmAt:    make([]time.Duration, n),
 
 		pendingWeights: make(map[int]weightSnap),
 	}

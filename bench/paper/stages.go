@@ -126,9 +126,9 @@ type Options struct {
 
 // runner runs the stages of one ground at one seed. One goroutine.
 type runner struct {
-	cfg  Config
-	opt  Options
-	plan plan
+	cfg   Config
+	opt   Options
+	plan  plan
 	seed0 uint64 // this job's seed
 	// figs: stage → policy → figures at this seed; digests: stage →
 	// policy → hash of the requests run.
