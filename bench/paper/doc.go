@@ -1,39 +1,58 @@
 // Package paper runs the published evaluation of multi-site LLM routing —
 // calibration, SLO throughput, hardware-telemetry lead time, failover,
 // burst, capability mismatch, telemetry-exporter failure and network-aware
-// placement — for round-robin, least-request and isobar on the same
-// requests, and writes the report (JSON, Markdown, PNG charts).
+// placement — for stock Envoy round-robin and least-request, isobar and
+// an oracle, on the same requests, on several grounds at several seeds,
+// and writes the report (JSON, Markdown, PNG charts).
 //
 // # What runs
 //
 // The flat topology of the published evaluation: one ingress in front of 9
-// cells in 3 sites at 2, 12 and 20 ms one way. It runs in virtual time, so
-// a bisection over load levels that would take hours of wall time takes
-// seconds, and every policy sees exactly the same requests:
+// cells in 3 sites at 2, 12 and 20 ms one way, in virtual time, so a
+// bisection over load levels that would take hours of wall time takes
+// seconds:
 //
 //   - each cell is the simulator's continuous-batching engine (sim.Batcher
-//     with the frozen sim.Profile70B, the timing model the live lab's
-//     engines run) and its GPU model (sim.GPU on a fake clock: utilisation,
-//     DRAM activity, temperature, throttle bits, thermal and PCIe faults
-//     with the hardware signals leading the slowdown);
+//     with the ground's profile: the physics engine, sim.PhysicsProfile,
+//     or the frozen sim.Profile70BFlat) and its GPU model (sim.GPU on a
+//     fake clock: utilisation, DRAM activity, temperature, throttle bits,
+//     thermal and PCIe faults with the hardware signals leading the
+//     slowdown);
+//   - the baselines pick through gateway/lb, which reproduces Envoy's
+//     ROUND_ROBIN and LEAST_REQUEST pick for pick (round_robin_lb.h,
+//     least_request_lb.cc, edf_scheduler.h), on DataPlane.Workers worker
+//     threads that keep their own round-robin index and EDF schedule and
+//     share the requests in flight; they get active health checks and the
+//     same retries, retry budget and outlier detection as isobar's cluster
+//     (rr-plain, in the failover stage, has health checks only);
 //   - the isobar policies run isobar's own control code every heartbeat:
 //     the cellagent's signal window, regional/score for the pressure and
-//     regional/projection (hysteresis, rate limit, outlier penalties) for
-//     the weights, and the ingress follows the cluster isobar pushes
-//     (weighted least-request, retry on connect failure, ejection on one
-//     local-origin failure);
-//   - the baselines are Envoy's ROUND_ROBIN and LEAST_REQUEST with active
-//     health checks, as deployed without a control plane.
+//     regional/projection for the weights; the ingress picks as isobar's
+//     gateway does in this release (see Isobar);
+//   - the oracle sends each request where its predicted TTFT, from the true
+//     state of every engine and of the network, is lowest: the limit every
+//     policy is reported against.
+//
+// # Same draws, several seeds
+//
+// Request i's random draws (arrival gap, class, lengths, frontend latency,
+// Envoy worker, network delay and jitter, load-balancer choices) come from
+// sources keyed by (seed, i), and the health checks, RTT probes and
+// control-loop phases have streams of their own, so every policy sees the
+// same draws whatever it consumes. Every stage and policy runs at each
+// seed; the report gives the median and min–max, and claims a win only
+// when every seed agrees.
 //
 // The fixed parameters (DataPlane) are documented and the same for every
 // policy. What the simulation cannot show — real sockets, real xDS, real
-// processes — the live lab's chaos drills (package chaos) measure; the
-// report says which figures come from where.
+// processes — the live lab's chaos drills (package chaos) measure.
 //
 // # Concurrency
 //
-// A run is one goroutine owning its event queue, engines and scorer; Run
-// runs the trials of a stage one after another and shares nothing between
-// them. No real clock drives any decision; wall time is read only for the
-// routing-update cost figure.
+// Run starts one job per (ground, seed), at most Options.Parallel at once
+// (errgroup). A job is one goroutine owning its runner, its fleets' event
+// queues, engines, scorer and load balancers; jobs share nothing but their
+// read-only Config, and Run aggregates their figures after all have
+// ended. No real clock drives any decision; wall time is read only for
+// the routing-update cost figure and progress lines.
 package paper
