@@ -132,6 +132,10 @@ type Config struct {
 	DataPlane DataPlane
 	// SLOHigh is the bisection's upper bound in RPS. Default 48.
 	SLOHigh float64
+	// Physics is the physics engine's spec when Profile is one (nil for a
+	// fitted profile). The heterogeneous stages build their GPUs from it,
+	// so they run on physics grounds only.
+	Physics *sim.PhysicsSpec `json:",omitempty"`
 }
 
 // DefaultConfig is the paper-fit ground: the published evaluation's setup
@@ -143,11 +147,12 @@ func DefaultConfig() Config {
 // PhysicsConfig is the physics ground: the same topology and data plane
 // with rtx-pro-6000 + llama-3.1-70b-awq on the physics engine.
 func PhysicsConfig() (Config, error) {
-	p, err := sim.PhysicsProfile(sim.PhysicsSpec{GPU: "rtx-pro-6000", Model: "llama-3.1-70b-awq", TP: 1, KVDtype: "fp16"})
+	spec := sim.PhysicsSpec{GPU: "rtx-pro-6000", Model: "llama-3.1-70b-awq", TP: 1, KVDtype: "fp16"}
+	p, err := sim.PhysicsProfile(spec)
 	if err != nil {
 		return Config{}, err
 	}
-	return Config{Ground: GroundPhysics, Topology: PaperTopology(), Profile: p, DataPlane: DefaultDataPlane(), SLOHigh: 64}, nil
+	return Config{Ground: GroundPhysics, Topology: PaperTopology(), Profile: p, DataPlane: DefaultDataPlane(), SLOHigh: 64, Physics: &spec}, nil
 }
 
 // Grounds returns both grounds, physics first.

@@ -86,9 +86,18 @@ type runSpec struct {
 	seed  uint64
 	// maxModelLen per cell (0: the model's full context).
 	maxModelLen []int
+	// cells, when set, replaces the ground's cells: one engine per entry
+	// with its own site and profile (heterogeneous fleets).
+	cells []cellSpec
 	// onTick is called after every control-plane tick (isobar and the
 	// monitoring scorer of the baselines) with the cells' scores.
 	onTick func(now time.Duration, scores []cellScore)
+}
+
+// cellSpec is one cell of a fleet that is not the ground's uniform one.
+type cellSpec struct {
+	site    int
+	profile sim.Profile
 }
 
 // cellScore is what the scorer made of one cell at one tick.
@@ -170,6 +179,7 @@ type winEv struct {
 type engine struct {
 	id          string
 	site        int
+	prof        sim.Profile // the engine's timing profile
 	maxModelLen int
 	b           *sim.Batcher
 	gpu         *sim.GPU
@@ -253,6 +263,17 @@ var errBadRun = errors.New("paper: invalid run")
 
 func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 	n := cfg.Topology.Cells()
+	if len(spec.cells) > 0 {
+		n = len(spec.cells)
+		for i, c := range spec.cells {
+			if c.site < 0 || c.site >= len(cfg.Topology.Sites) {
+				return nil, fmt.Errorf("%w: cell %d in site %d of %d", errBadRun, i, c.site, len(cfg.Topology.Sites))
+			}
+			if err := c.profile.Validate(); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if len(spec.maxModelLen) != 0 && len(spec.maxModelLen) != n {
 		return nil, fmt.Errorf("%w: %d max_model_len values for %d cells", errBadRun, len(spec.maxModelLen), n)
 	}
@@ -292,17 +313,21 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 		}
 	}
 	for i := range n {
-		b, err := sim.NewBatcher(cfg.Profile)
+		prof, site := cfg.Profile, cfg.Topology.SiteOf(i)
+		if len(spec.cells) > 0 {
+			prof, site = spec.cells[i].profile, spec.cells[i].site
+		}
+		b, err := sim.NewBatcher(prof)
 		if err != nil {
 			return nil, err
 		}
-		g, err := sim.NewGPU(sim.GPUConfig{Info: sim.GPUInfo{Index: i}, Profile: cfg.Profile.GPU, Seed: int64(spec.seed)}, f.clock)
+		g, err := sim.NewGPU(sim.GPUConfig{Info: sim.GPUInfo{Index: i}, Profile: prof.GPU, Seed: int64(spec.seed)}, f.clock)
 		if err != nil {
 			return nil, err
 		}
 		g.SetProcess(sim.ProcessReady, 0)
 		e := &engine{
-			id: fmt.Sprintf("cell-%d", i), site: cfg.Topology.SiteOf(i),
+			id: fmt.Sprintf("cell-%d", i), site: site, prof: prof,
 			b: b, gpu: g, alive: true, dcgmUp: true,
 			seqs: make(map[sim.SeqID]int), frontend: make(map[int]bool),
 			weight: projection.DefaultConfig().MaxWeight,
@@ -690,7 +715,7 @@ func (f *fleet) inject(ft fault) {
 		e.frontendTokens, e.runningTokens = 0, 0
 		e.incarnation++
 		e.stepping = false
-		b, _ := sim.NewBatcher(f.cfg.Profile) // the profile was validated at start
+		b, _ := sim.NewBatcher(e.prof) // the profile was validated at start
 		e.b = b
 		if f.spec.policy.isobar() {
 			f.push(f.now+f.cfg.DataPlane.KillDetect, evDetect, 0, ft.cell, e.incarnation)

@@ -59,6 +59,13 @@ func TestSmokeReport(t *testing.T) {
 		}
 		for _, s := range Stages() {
 			pols, ok := g.Stages[s]
+			physicsOnly := s == StageHetero || s == StageHomogeneous6
+			if physicsOnly && gname != GroundPhysics {
+				if ok {
+					t.Errorf("%s: physics-only stage %s ran", gname, s)
+				}
+				continue
+			}
 			if !ok {
 				t.Errorf("%s: stage %s missing", gname, s)
 				continue
@@ -106,9 +113,23 @@ func TestSmokeReport(t *testing.T) {
 			{StageMismatch, "isobar-capability", "leak_rate"}, {StageMismatch, "rr", "long_prompt_success"},
 			{StageNetwork, "isobar-gpu-only", "jitter_ttft_p95_ms"}, {StageBurst, "lr", "burst_success"},
 			{StageTelemetryFailure, "isobar", "fallback_engage_p50_ms"}, {StageLeadTime, "isobar", "slo_breaches"},
+			{StageThrottled, "isobar-envoy", "sustainable_rps"}, {StageSLOThroughput, "isobar-envoy", "baseline_mixed_vs_lr"},
 		} {
 			if a := g.Stages[want.stage][want.policy][want.fig]; a.Median == nil {
 				t.Errorf("%s/%s/%s: %s missing or null", gname, want.stage, want.policy, want.fig)
+			}
+		}
+		if gname == GroundPhysics {
+			for _, want := range []struct{ stage, policy, fig string }{
+				{StageHetero, "rr", "e2e_p99_ms"}, {StageHetero, "isobar", "constrained_weight_ratio"},
+				{StageHetero, "oracle", "sustainable_rps"}, {StageHomogeneous6, "lr", "e2e_p99_ms_at_20rps"},
+			} {
+				if a := g.Stages[want.stage][want.policy][want.fig]; a.Median == nil {
+					t.Errorf("%s/%s/%s: %s missing or null", gname, want.stage, want.policy, want.fig)
+				}
+			}
+			if a := g.Stages[StageHetero]["rr"]["constrained_weight_ratio"]; a.Median != nil {
+				t.Errorf("rr has no weights, yet a constrained weight ratio is reported: %v", *a.Median)
 			}
 		}
 		// Invariants that hold at any size.

@@ -41,6 +41,13 @@ const (
 	// equal. That pick is not an Envoy algorithm; the placement issue
 	// replaces it.
 	Isobar Policy = "isobar"
+	// IsobarEnvoy is what stock Envoy does with isobar's resources: the
+	// weights isobar's control loop pushes, picked by Envoy's
+	// LEAST_REQUEST on W workers (gateway/lb: EDF over
+	// weight/(active+1) when the weights differ, two choices when equal),
+	// with the cluster's retries and outlier detection and no active
+	// health checks.
+	IsobarEnvoy Policy = "isobar-envoy"
 	// IsobarGPUOnly is Isobar with the RTT and jitter signals weighted 0.
 	IsobarGPUOnly Policy = "isobar-gpu-only"
 	// IsobarCapability is Isobar with capability discovery: requests go
@@ -57,7 +64,7 @@ const (
 
 // Policies lists every policy, in report order.
 func Policies() []Policy {
-	return []Policy{RR, RRPlain, LR, Isobar, IsobarGPUOnly, IsobarCapability, Oracle}
+	return []Policy{RR, RRPlain, LR, Isobar, IsobarEnvoy, IsobarGPUOnly, IsobarCapability, Oracle}
 }
 
 // ParsePolicy returns the named policy.
@@ -67,7 +74,7 @@ func ParsePolicy(s string) (Policy, error) {
 			return p, nil
 		}
 	}
-	names := make([]string, 0, 7)
+	names := make([]string, 0, 8)
 	for _, p := range Policies() {
 		names = append(names, string(p))
 	}
@@ -88,7 +95,7 @@ func (p Policy) envoy(d DataPlane) (lb.Policy, bool) {
 	switch p {
 	case RR, RRPlain:
 		return lb.DefaultPolicy(lb.RoundRobin), true
-	case LR:
+	case LR, IsobarEnvoy:
 		pol := lb.DefaultPolicy(lb.LeastRequest)
 		pol.ChoiceCount = uint32(d.ChoiceCount)
 		return pol, true
@@ -124,20 +131,30 @@ const hostSelectionAttempts = 3
 
 // pickEnvoy: the request's worker picks among the hosts the health checks
 // pass and outlier detection has not ejected (Envoy's panic mode: every
-// host when fewer than half are healthy), through the Envoy algorithm.
+// host when fewer than half are healthy), through the Envoy algorithm. A
+// host's weight is 1 for the baselines and isobar's pushed weight for
+// isobar-envoy (weight 0: not in the EDS set at all).
 func (f *fleet) pickEnvoy(r *request, i int) int {
-	n := len(f.cells)
-	healthy := 0
+	weight := func(e *engine) uint32 {
+		if f.spec.policy == IsobarEnvoy {
+			return e.weight
+		}
+		return 1
+	}
+	members, healthy := 0, 0
 	for c, e := range f.cells {
 		f.hostW[c] = 0
-		if !e.hcDown && e.ejectUntil <= f.now {
-			f.hostW[c] = 1
-			healthy++
+		if w := weight(e); w > 0 {
+			members++
+			if !e.hcDown && e.ejectUntil <= f.now {
+				f.hostW[c] = w
+				healthy++
+			}
 		}
 	}
-	if 2*healthy < n {
-		for c := range f.hostW {
-			f.hostW[c] = 1
+	if 2*healthy < members {
+		for c, e := range f.cells {
+			f.hostW[c] = weight(e)
 		}
 	}
 	if !slices.Equal(f.hostW, f.lastW) {
@@ -247,7 +264,7 @@ func (f *fleet) pickOracle(r *request) int {
 // carrying the running batch's decodes.
 func (f *fleet) predictTTFT(c int, r *request) time.Duration {
 	e := f.cells[c]
-	p := f.cfg.Profile
+	p := e.prof
 	net := 2 * f.meanOneWay(e.site)
 	ahead := e.b.QueuedPrefillTokens() + e.frontendTokens + e.transitTokens + r.prompt
 	st := e.b.Stats()

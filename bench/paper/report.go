@@ -104,6 +104,10 @@ func published() map[string]map[string]map[string]float64 {
 		StageMismatch:         {"rr": {"leak_rate": 0.3211}, "lr": {"leak_rate": 0.2871}, "isobar": {"leak_rate": 0.0043}},
 		StageTelemetryFailure: {"isobar": {"success_during": 0.999, "fallback_engage_p50_ms": 824}},
 		StageNetwork:          {"isobar": {"jitter_p95_reduction_vs_gpu_only": 0.278}},
+		StageHetero: {"rr": {"e2e_p50_ms": 6730, "e2e_p99_ms": 7791},
+			"isobar": {"e2e_p50_ms": 5970, "e2e_p99_ms": 7042, "constrained_weight_ratio": 1.0 / 134}},
+		StageHomogeneous6: {"rr": {"e2e_p99_ms_at_12rps": 9900}, "lr": {"e2e_p99_ms_at_12rps": 7100},
+			"isobar": {"e2e_p99_ms_at_12rps": 7100}},
 	}
 }
 
@@ -284,6 +288,7 @@ func (r *runner) runStages(ctx context.Context, stages []string) error {
 		StageCalibration: r.calibration, StageSLOThroughput: r.sloThroughput, StageLeadTime: r.leadTime,
 		StageFailover: r.failover, StageBurst: r.burst, StageMismatch: r.mismatch,
 		StageTelemetryFailure: r.telemetryFailure, StageNetwork: r.network,
+		StageHetero: r.hetero, StageHomogeneous6: r.homogeneous6, StageThrottled: r.throttled,
 	}
 	for _, s := range Stages() {
 		if !slices.Contains(stages, s) {
@@ -384,6 +389,9 @@ var stageTitles = map[string]string{
 	StageMismatch:         "Capability mismatch — nearest cell at max_model_len 1024; 10 RPS, 30 % long_context",
 	StageTelemetryFailure: "Telemetry failure — each cell's DCGM exporter down for 30 s, 10 RPS",
 	StageNetwork:          "Network-aware placement — P95 TTFT (ms) per phase; 20 ms jitter on the nearest site",
+	StageHetero:           "Heterogeneous fleet — 2×h200-sxm, 2×h100-sxm, 2×h100-sxm at max_model_len 1024; baseline_mixed at 12 RPS (physics grounds only)",
+	StageHomogeneous6:     "Homogeneous fleet — 6×h100-sxm; baseline_mixed at 12 and 20 RPS (physics grounds only)",
+	StageThrottled:        "Throttled GPUs — one cell per site at half clock; sustainable baseline_mixed RPS",
 }
 
 // Markdown renders the report: per ground, each stage's table (median

@@ -27,7 +27,7 @@ const (
 // Stages lists every stage in run order.
 func Stages() []string {
 	return []string{StageCalibration, StageSLOThroughput, StageLeadTime, StageFailover, StageBurst,
-		StageMismatch, StageTelemetryFailure, StageNetwork}
+		StageMismatch, StageTelemetryFailure, StageNetwork, StageHetero, StageHomogeneous6, StageThrottled}
 }
 
 // stagePolicies are the policies each stage compares. The oracle runs
@@ -43,6 +43,10 @@ func stagePolicies(stage string) []Policy {
 		return []Policy{RR, LR, IsobarGPUOnly, Isobar, Oracle}
 	case StageLeadTime, StageTelemetryFailure:
 		return []Policy{RR, LR, Isobar}
+	case StageHetero:
+		return []Policy{RR, LR, Isobar, IsobarEnvoy, IsobarCapability, Oracle}
+	case StageCalibration, StageSLOThroughput, StageHomogeneous6, StageThrottled:
+		return []Policy{RR, LR, Isobar, IsobarEnvoy, Oracle}
 	default:
 		return []Policy{RR, LR, Isobar, Oracle}
 	}
@@ -188,7 +192,11 @@ func hashString(s string) uint64 {
 }
 
 func (r *runner) trial(p Policy, reqs []request, faults []fault, until time.Duration, seed uint64, mml []int, onTick func(time.Duration, []cellScore)) (runResult, error) {
-	f, err := newFleet(r.cfg, runSpec{policy: p, requests: reqs, faults: faults, until: until, seed: seed, maxModelLen: mml, onTick: onTick})
+	return r.trialSpec(runSpec{policy: p, requests: reqs, faults: faults, until: until, seed: seed, maxModelLen: mml, onTick: onTick})
+}
+
+func (r *runner) trialSpec(spec runSpec) (runResult, error) {
+	f, err := newFleet(r.cfg, spec)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -264,15 +272,43 @@ func (r *runner) calibration(ctx context.Context) error {
 
 // sustainable reports whether policy p holds class c's SLO at rps.
 func (r *runner) sustainable(p Policy, c load.Class, rps float64, seed uint64) (bool, reqStats, error) {
+	return r.sustainableIn(runSpec{policy: p, seed: seed}, c, rps)
+}
+
+// sustainableIn is sustainable on the fleet spec describes (its requests
+// and until are filled in here).
+func (r *runner) sustainableIn(spec runSpec, c load.Class, rps float64) (bool, reqStats, error) {
 	pl := r.plan
-	w := workload{mix: []mixPart{{c, 1}}, rps: rps, duration: pl.sloWarm + pl.sloDur + pl.sloCool, seed: seed}
-	reqs := w.generate(r.cfg.Profile)
-	res, err := r.trial(p, reqs, nil, w.duration+drain, seed, nil, nil)
+	w := workload{mix: []mixPart{{c, 1}}, rps: rps, duration: pl.sloWarm + pl.sloDur + pl.sloCool, seed: spec.seed}
+	spec.requests, spec.until = w.generate(r.cfg.Profile), w.duration+drain
+	res, err := r.trialSpec(spec)
 	if err != nil {
 		return false, reqStats{}, err
 	}
 	st := summarise(res.requests, arrivedIn(pl.sloWarm, pl.sloWarm+pl.sloDur))
 	return st.n > 0 && st.success >= 0.95 && st.ttftP95 <= c.SLO, st, nil
+}
+
+// bisect returns the highest rate (to the plan's resolution) at which
+// the fleet spec describes holds class c's SLO.
+func (r *runner) bisect(ctx context.Context, spec runSpec, c load.Class) (float64, error) {
+	lo, hi := 0.0, r.cfg.SLOHigh
+	for range r.plan.sloIters {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		mid := (lo + hi) / 2
+		ok, _, err := r.sustainableIn(spec, c, mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
 }
 
 // sloThroughput bisects, per class and policy, the highest rate meeting
@@ -293,21 +329,9 @@ func (r *runner) sloThroughput(ctx context.Context) error {
 		rate[p] = map[string]float64{}
 		for ci, c := range classes {
 			seed := r.seed(StageSLOThroughput, ci)
-			lo, hi := 0.0, r.cfg.SLOHigh
-			for range pl.sloIters {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				mid := (lo + hi) / 2
-				ok, _, err := r.sustainable(p, c, mid, seed)
-				if err != nil {
-					return err
-				}
-				if ok {
-					lo = mid
-				} else {
-					hi = mid
-				}
+			lo, err := r.bisect(ctx, runSpec{policy: p, seed: seed}, c)
+			if err != nil {
+				return err
 			}
 			r.digestOf(StageSLOThroughput, p, fmt.Sprintf("%s/%d", c.Name, seed))
 			rate[p][c.Name] = lo
