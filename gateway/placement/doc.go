@@ -1,0 +1,43 @@
+// Package placement is isobar's own per-request pick: send a request to the
+// eligible host with the least expected time to first token (TTFT). The
+// gateway's --lb isobar mode uses it; the benchmark and a later Endpoint
+// Picker server import it so that every caller picks with the same code.
+//
+// # The formula
+//
+// For a request of P prompt tokens and each eligible host h (weight > 0):
+//
+//	E[TTFT](h) = RTT(h) + JitterFactor × Jitter(h)
+//	           + (Pending(h) + P) / PrefillRate(h)
+//	           + DecodeCost × InFlight(h)
+//
+//   - RTT and Jitter: the mean round trip to the host and its jitter (one
+//     standard deviation), so network distance is added latency, never a
+//     traffic share. JitterFactor (default 2) turns the jitter into an
+//     allowance. Unknown: 0.
+//   - Pending: prompt tokens the caller has sent to the host that have not
+//     yet produced a first token — the prefill queue this request joins.
+//     The caller counts them itself, fresh for every request.
+//   - PrefillRate: the host's prefill throughput in tokens per second, from
+//     its capacity class; 0 or unknown takes
+//     Config.DefaultPrefillTokensPerSecond (default 20,000).
+//   - InFlight: the host's requests in flight; each costs DecodeCost
+//     (default 1 ms), the contention its decode steps add to a new
+//     request's prefill.
+//
+// The host with the smallest E[TTFT] wins. Hosts within a relative 1e-9 of
+// the best are tied, and a tie is broken uniformly at random with the
+// caller's random source (one draw per tie met, reservoir sampling), so
+// identical idle hosts share the load. A host of weight 0 is never
+// eligible.
+//
+// # Contracts and concurrency
+//
+// The package is pure: no I/O, no clock reads, no goroutines, no global
+// state, no logging. Pick and ExpectedTTFT only read their arguments, so
+// they are safe for concurrent use with distinct arguments; a Rand shared
+// between goroutines must itself be safe for concurrent use. Inputs are
+// sanitised rather than refused: negative counts, durations and rates
+// count as zero (and a zero rate as the default), so a caller's race or
+// bug cannot make a host look infinitely attractive.
+package placement

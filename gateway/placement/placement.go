@@ -1,0 +1,127 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrInvalidConfig: a Config field is out of range. Check with
+// errors.Is(err, ErrInvalidConfig).
+var ErrInvalidConfig = errors.New("placement: invalid config")
+
+// Defaults of Config.
+const (
+	// DefaultPrefillTokensPerSecond is the prefill rate of a host whose
+	// rate is unknown: a mid-range single-GPU engine for a 7–8B model.
+	DefaultPrefillTokensPerSecond = 20000
+	// DefaultJitterFactor turns a host's jitter (one standard deviation)
+	// into an allowance: mean + 2σ.
+	DefaultJitterFactor = 2.0
+	// DefaultDecodeCost is the added TTFT per request already in flight on
+	// the host (the decode steps a new prefill shares the engine with).
+	DefaultDecodeCost = time.Millisecond
+)
+
+// tieTolerance is the relative difference below which two expected TTFTs
+// are tied.
+const tieTolerance = 1e-9
+
+// Config holds the formula's constants. Build one with DefaultConfig.
+type Config struct {
+	// DefaultPrefillTokensPerSecond is used for hosts with no known rate.
+	// Must be > 0. Default 20,000.
+	DefaultPrefillTokensPerSecond float64
+	// JitterFactor multiplies a host's jitter. Must be >= 0. Default 2.
+	JitterFactor float64
+	// DecodeCost is the expected TTFT added per request in flight on the
+	// host. Must be >= 0. Default 1 ms.
+	DecodeCost time.Duration
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		DefaultPrefillTokensPerSecond: DefaultPrefillTokensPerSecond,
+		JitterFactor:                  DefaultJitterFactor,
+		DecodeCost:                    DefaultDecodeCost,
+	}
+}
+
+// Validate reports, wrapping ErrInvalidConfig, a field out of range.
+func (c Config) Validate() error {
+	switch {
+	case !(c.DefaultPrefillTokensPerSecond > 0) || math.IsInf(c.DefaultPrefillTokensPerSecond, 1):
+		return fmt.Errorf("%w: DefaultPrefillTokensPerSecond %v must be a positive number", ErrInvalidConfig, c.DefaultPrefillTokensPerSecond)
+	case !(c.JitterFactor >= 0) || math.IsInf(c.JitterFactor, 1):
+		return fmt.Errorf("%w: JitterFactor %v must be a number >= 0", ErrInvalidConfig, c.JitterFactor)
+	case c.DecodeCost < 0:
+		return fmt.Errorf("%w: DecodeCost %v must be >= 0", ErrInvalidConfig, c.DecodeCost)
+	}
+	return nil
+}
+
+// Host is what the pick knows of one candidate host.
+type Host struct {
+	// Weight gates eligibility: 0 is never picked. Its size does not
+	// matter.
+	Weight uint32
+	// RTT is the mean round trip to the host; 0 when unknown.
+	RTT time.Duration
+	// Jitter is the round trip's jitter (one standard deviation); 0 when
+	// unknown.
+	Jitter time.Duration
+	// PendingPromptTokens are the prompt tokens sent to the host that have
+	// not yet produced a first token (this request's excluded).
+	PendingPromptTokens int64
+	// PrefillTokensPerSecond is the host's prefill rate; 0 when unknown
+	// (Config.DefaultPrefillTokensPerSecond applies).
+	PrefillTokensPerSecond float64
+	// InFlight is the host's requests in flight.
+	InFlight int64
+}
+
+// Rand is the random source for tie-breaks. *math/rand/v2.Rand satisfies
+// it.
+type Rand interface {
+	Uint64() uint64
+}
+
+// ExpectedTTFT is the formula of the package doc for a request of
+// promptTokens tokens on h, in seconds.
+func ExpectedTTFT(c Config, h Host, promptTokens int64) float64 {
+	rate := h.PrefillTokensPerSecond
+	if !(rate > 0) || math.IsInf(rate, 1) {
+		rate = c.DefaultPrefillTokensPerSecond
+	}
+	tokens := float64(max(h.PendingPromptTokens, 0)) + float64(max(promptTokens, 0))
+	return max(h.RTT, 0).Seconds() + c.JitterFactor*max(h.Jitter, 0).Seconds() +
+		tokens/rate + float64(max(h.InFlight, 0))*c.DecodeCost.Seconds()
+}
+
+// Pick returns the index of the eligible host with the least expected TTFT
+// for a request of promptTokens tokens, ties broken by r (one r.Uint64()
+// per tied host met after the first), or -1 and false when no host has a
+// positive weight.
+func Pick(c Config, hosts []Host, promptTokens int64, r Rand) (int, bool) {
+	best, bestT := -1, math.Inf(1)
+	var tied uint64
+	for i := range hosts {
+		if hosts[i].Weight == 0 {
+			continue
+		}
+		t := ExpectedTTFT(c, hosts[i], promptTokens)
+		switch {
+		case best < 0 || t < bestT-tieTolerance*bestT:
+			best, bestT, tied = i, t, 1
+		case t <= bestT+tieTolerance*bestT:
+			tied++
+			if r.Uint64()%tied == 0 {
+				best = i
+			}
+			bestT = min(bestT, t)
+		}
+	}
+	return best, best >= 0
+}
