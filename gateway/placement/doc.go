@@ -11,6 +11,8 @@
 //	           + (Pending(h) + P) / PrefillRate(h)
 //	           + DecodeCost × InFlight(h)
 //
+// where:
+//
 //   - RTT and Jitter: the mean round trip to the host and its jitter (one
 //     standard deviation), so network distance is added latency, never a
 //     traffic share. JitterFactor (default 2) turns the jitter into an
