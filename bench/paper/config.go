@@ -255,7 +255,7 @@ func (w workload) generate(p sim.Profile) []request {
 		sh := samplers[c].At(idx, at)
 		out = append(out, request{arrive: at, prompt: sh.Prompt, out: sh.Output, class: c, burst: burst,
 			session: sh.Session, shared: sh.SharedPrefix,
-			frontend: p.FrontendDelay(r), worker: r.Uint32(), cell: -1})
+			frontend: p.FrontendDelay(r), worker: r.Uint32(), cell: -1, pendingAt: -1})
 	}
 	if w.rps > 0 {
 		t := time.Duration(0)

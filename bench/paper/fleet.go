@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/gateway/lb"
+	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/sim"
@@ -29,17 +30,20 @@ const (
 // request is one client request and what happened to it. Times are virtual,
 // from the start of the run; the client sits at the ingress.
 type request struct {
-	arrive       time.Duration
-	prompt, out  int
-	frontend     time.Duration // engine frontend latency drawn for it
-	class        int           // index into the run's classes
-	burst        bool
-	worker       uint32 // the Envoy worker thread that takes it (mod workers)
-	session      uint64 // conversation or document (load.Shape.Session)
-	shared       int    // prompt tokens shared with an earlier request of the session
-	retrying     bool   // holds a slot of the retry budget
-	gen          int    // output tokens generated in the current attempt
-	cell         int    // the cell that served (or last refused) it
+	arrive      time.Duration
+	prompt, out int
+	frontend    time.Duration // engine frontend latency drawn for it
+	class       int           // index into the run's classes
+	burst       bool
+	worker      uint32 // the Envoy worker thread that takes it (mod workers)
+	session     uint64 // conversation or document (load.Shape.Session)
+	shared      int    // prompt tokens shared with an earlier request of the session
+	retrying    bool   // holds a slot of the retry budget
+	gen         int    // output tokens generated in the current attempt
+	// pendingAt is the cell whose pending prompt tokens (at the ingress)
+	// count this request's prompt, or -1.
+	pendingAt    int
+	cell         int // the cell that served (or last refused) it
 	attempts     int
 	tried        []int
 	first, end   time.Duration // client-side first token and completion
@@ -128,17 +132,18 @@ type runResult struct {
 type evKind uint8
 
 const (
-	evArrive   evKind = iota + 1 // a request reaches the ingress
-	evAtEngine                   // a request attempt reaches a cell
-	evJoin                       // a request leaves the engine frontend
-	evStepDone                   // an engine step ends
-	evReply                      // a response ends at the ingress (refused, 400, done, reset)
-	evTick                       // control-plane tick
-	evHC                         // one active health-check probe result
-	evHCRound                    // an active health-check round starts
-	evFault                      // a fault is injected
-	evWeights                    // new weights reach the ingress
-	evDetect                     // the control plane learns a cell died
+	evArrive    evKind = iota + 1 // a request reaches the ingress
+	evAtEngine                    // a request attempt reaches a cell
+	evJoin                        // a request leaves the engine frontend
+	evStepDone                    // an engine step ends
+	evReply                       // a response ends at the ingress (refused, 400, done, reset)
+	evTick                        // control-plane tick
+	evHC                          // one active health-check probe result
+	evHCRound                     // an active health-check round starts
+	evFault                       // a fault is injected
+	evWeights                     // new weights reach the ingress
+	evDetect                      // the control plane learns a cell died
+	evFirstByte                   // a response's first token reaches the ingress
 )
 
 type event struct {
@@ -201,8 +206,11 @@ type engine struct {
 	// transitTokens and transitN: prompt tokens and requests sent to the
 	// cell and still on the network.
 	transitTokens, transitN int
-	win                     []winEv
-	dpWin                   []winEv // data-plane (ingress) view: 400s and refusals
+	// pendingTokens: the ingress's own count of prompt tokens sent to the
+	// cell that have not yet produced a first token there (isobar's pick).
+	pendingTokens int
+	win           []winEv
+	dpWin         []winEv // data-plane (ingress) view: 400s and refusals
 	// ingress state
 	hcFails    int
 	hcDown     bool
@@ -245,14 +253,19 @@ type fleet struct {
 	ended         int // requests that have ended (success or failure)
 	lastFault     time.Duration
 	oracleBuf     []int
-	scorer        score.Config
-	proj          *projection.Projector
-	res           runResult
-	nextSeq       sim.SeqID
-	pcells        []projection.Cell
-	tickBuf       []cellScore
-	killedAt      []time.Duration
-	dcgmAt        []time.Duration
+	// isobar's gateway pick: its constants, each cell's prefill rate (its
+	// capacity class), a reused host slice.
+	placement   placement.Config
+	prefillRate []float64
+	placeBuf    []placement.Host
+	scorer      score.Config
+	proj        *projection.Projector
+	res         runResult
+	nextSeq     sim.SeqID
+	pcells      []projection.Cell
+	tickBuf     []cellScore
+	killedAt    []time.Duration
+	dcgmAt      []time.Duration
 	// pendingWeights are weight snapshots on their way to the ingress,
 	// keyed by the evWeights event's a.
 	pendingWeights map[int]weightSnap
@@ -307,6 +320,7 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 		return nil, err
 	}
 	f.proj = proj
+	f.placement = placement.DefaultConfig()
 	if pol, ok := spec.policy.envoy(cfg.DataPlane); ok {
 		if f.pool, err = lb.NewPool(pol, cfg.DataPlane.Workers, keyed(spec.seed, saltLB, 1<<62)); err != nil {
 			return nil, err
@@ -336,6 +350,7 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 			e.maxModelLen = spec.maxModelLen[i]
 		}
 		f.cells = append(f.cells, e)
+		f.prefillRate = append(f.prefillRate, prefillRate(prof))
 	}
 	return f, nil
 }
@@ -457,6 +472,8 @@ func (f *fleet) handle(ev event) error {
 	case evWeights:
 		// ev.a indexes the pending weight snapshot carried in pending.
 		f.applyWeights(ev.a)
+	case evFirstByte:
+		f.clearPending(ev.a, ev.b)
 	case evDetect:
 		e := f.cells[ev.b]
 		if e.incarnation == ev.inc && !e.alive {
@@ -490,6 +507,8 @@ func (f *fleet) route(i int) {
 	r.attempts++
 	r.tried = append(r.tried, c)
 	f.active[c]++
+	e.pendingTokens += r.prompt
+	r.pendingAt = c
 	e.transitTokens += r.prompt
 	e.transitN++
 	if e.maxModelLen > 0 && r.prompt+r.out > e.maxModelLen {
@@ -586,6 +605,7 @@ func (f *fleet) stepDone(c, inc int) {
 		if tk.N == 1 {
 			r.first = f.now + f.trip(i, e.site)
 			e.win = append(e.win, winEv{at: f.now, ttft: f.now - r.engineArrive})
+			f.push(r.first, evFirstByte, i, c, 0)
 		}
 		if tk.Done {
 			delete(e.seqs, tk.ID)
@@ -597,10 +617,22 @@ func (f *fleet) stepDone(c, inc int) {
 	f.startStep(c)
 }
 
+// clearPending removes request i's prompt from cell c's pending tokens
+// at the ingress, once: at its first token or when the attempt ends.
+func (f *fleet) clearPending(i, c int) {
+	r := &f.reqs[i]
+	if r.pendingAt != c {
+		return
+	}
+	f.cells[c].pendingTokens -= r.prompt
+	r.pendingAt = -1
+}
+
 // reply: request i's attempt on cell c ended at the ingress.
 func (f *fleet) reply(i, c int) {
 	r, e := &f.reqs[i], f.cells[c]
 	f.active[c]--
+	f.clearPending(i, c)
 	switch r.status {
 	case statusRefused, statusReset:
 		if r.status == statusRefused {
@@ -734,6 +766,20 @@ func (f *fleet) inject(ft fault) {
 	case faultJitter:
 		f.jitter[ft.site] = time.Duration(ft.value)
 	}
+}
+
+// capacityClassTokens is the prompt size a cell's prefill rate is
+// measured at: the rate its capacity class would carry.
+const capacityClassTokens = 2048
+
+// prefillRate is a profile's prefill throughput in prompt tokens per
+// second on an idle engine, at capacityClassTokens.
+func prefillRate(p sim.Profile) float64 {
+	d := p.EstimatePrefill(capacityClassTokens)
+	if d <= 0 {
+		return 0
+	}
+	return capacityClassTokens / d.Seconds()
 }
 
 // pending weight snapshots in flight to the ingress.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/gateway/lb"
+	"github.com/isobar-mesh/isobar/gateway/placement"
 
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
@@ -173,69 +174,49 @@ func (f *fleet) pickEnvoy(r *request, i int) int {
 	return c
 }
 
-// pickIsobar follows isobar's pushed cluster: the endpoints with a
+// pickIsobar is isobar's gateway pick (gateway/placement, the code
+// isobar gateway --lb isobar runs): among the endpoints with a pushed
 // weight, not ejected, not already tried by this request (the retry host
-// predicate), fitting the prompt with capability discovery; then the
-// gateway's current pick (see Isobar). Constraints are relaxed in that
-// order when nothing is left.
+// predicate) and, with capability discovery, fitting the prompt, the one
+// with the least expected TTFT — the RTT and jitter the regional prober
+// measured (none for isobar-gpu-only), plus the prompt tokens the ingress
+// has sent there without a first token yet and this request's, over the
+// cell's prefill rate, plus a decode-contention term per request in
+// flight. Constraints are relaxed in that order when nothing is left.
 func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 	capable := func(c int) bool {
 		e := f.cells[c]
 		return f.spec.policy != IsobarCapability || e.maxModelLen == 0 || r.prompt+r.out <= e.maxModelLen
 	}
-	var cands []int
+	hosts := f.placeBuf[:0]
 	for _, relax := range []int{0, 1, 2} {
-		cands = cands[:0]
+		hosts = hosts[:0]
+		found := false
 		for i, e := range f.cells {
-			if e.weight == 0 || !capable(i) {
-				continue
+			h := placement.Host{}
+			eligible := e.weight > 0 && capable(i) &&
+				(relax >= 2 || e.ejectUntil <= f.now) &&
+				(relax >= 1 || !slices.Contains(r.tried, i))
+			if eligible {
+				found = true
+				h = placement.Host{Weight: e.weight, PendingPromptTokens: int64(e.pendingTokens),
+					PrefillTokensPerSecond: f.prefillRate[i], InFlight: int64(f.active[i])}
+				if f.spec.policy != IsobarGPUOnly {
+					h.RTT, h.Jitter = e.rtt.RTT, e.rtt.Jitter
+				}
 			}
-			if relax < 2 && e.ejectUntil > f.now {
-				continue
-			}
-			if relax < 1 && slices.Contains(r.tried, i) {
-				continue
-			}
-			cands = append(cands, i)
+			hosts = append(hosts, h)
 		}
-		if len(cands) > 0 {
+		if found {
 			break
 		}
 	}
-	if len(cands) == 0 {
+	f.placeBuf = hosts
+	c, ok := placement.Pick(f.placement, hosts, int64(r.prompt), rnd)
+	if !ok {
 		return -1
 	}
-	equal := true
-	for _, c := range cands {
-		equal = equal && f.cells[c].weight == f.cells[cands[0]].weight
-	}
-	if equal {
-		return f.twoChoices(cands, rnd)
-	}
-	var sum float64
-	for _, c := range cands {
-		sum += float64(f.cells[c].weight) / float64(f.active[c]+1)
-	}
-	x := rnd.Float64() * sum
-	for _, c := range cands {
-		if x -= float64(f.cells[c].weight) / float64(f.active[c]+1); x < 0 {
-			return c
-		}
-	}
-	return cands[len(cands)-1]
-}
-
-// twoChoices is the gateway's equal-weight pick: two hosts drawn with
-// replacement, the one with fewer requests in flight.
-func (f *fleet) twoChoices(cands []int, rnd *rand.Rand) int {
-	if len(cands) == 1 {
-		return cands[0]
-	}
-	a, b := cands[rnd.IntN(len(cands))], cands[rnd.IntN(len(cands))]
-	if f.active[b] < f.active[a] {
-		return b
-	}
-	return a
+	return c
 }
 
 // pickOracle sends the request where its predicted TTFT is lowest, from
