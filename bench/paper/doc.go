@@ -28,7 +28,8 @@
 //   - the isobar policies run isobar's own control code every heartbeat:
 //     the cellagent's signal window, regional/score for the pressure and
 //     regional/projection for the weights; the ingress picks as isobar's
-//     gateway does in this release (see Isobar);
+//     gateway does (gateway/placement: least expected TTFT), or, for
+//     isobar-envoy, as stock Envoy's LEAST_REQUEST does with those weights;
 //   - the oracle sends each request where its predicted TTFT, from the true
 //     state of every engine and of the network, is lowest: the limit every
 //     policy is reported against.

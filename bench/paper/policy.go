@@ -37,10 +37,11 @@ const (
 	// scorer (regional/score) turns each cell's signals into a pressure
 	// and the real projector (regional/projection) into weights, which
 	// reach the ingress as isobar's pushed cluster. The ingress picks as
-	// isobar's gateway does in this release: random in proportion to
-	// weight/(active+1) when the weights differ, two choices when they are
-	// equal. That pick is not an Envoy algorithm; the placement issue
-	// replaces it.
+	// isobar gateway --lb isobar does (gateway/placement): among the
+	// endpoints with a weight, the least expected TTFT from the prompt
+	// tokens it has itself sent to each cell without a first token yet,
+	// the cell's prefill rate, the measured RTT and jitter and the
+	// requests in flight.
 	Isobar Policy = "isobar"
 	// IsobarEnvoy is what stock Envoy does with isobar's resources: the
 	// weights isobar's control loop pushes, picked by Envoy's

@@ -137,8 +137,9 @@ const method = `Virtual-time simulation of the published flat topology (one ingr
 	`and the same retries (connect failure, reset before the first byte; one retry; retry budget 20 %, min 3) and outlier ` +
 	`detection (eject on one local-origin failure, 10 s × times ejected, at most 50 %) as isobar's cluster; rr-plain (failover ` +
 	`stage) has health checks only, as the published baseline. Isobar policies: the real regional/score and regional/projection ` +
-	`every 500 ms heartbeat; the ingress picks as isobar's gateway does today (random in proportion to weight/(active+1), not an ` +
-	`Envoy algorithm). The oracle sends each request where its predicted TTFT, from the true state of every engine and the ` +
+	`every 500 ms heartbeat; isobar's ingress picks as isobar gateway --lb isobar does (gateway/placement: least expected ` +
+	`TTFT from its own pending prompt tokens per cell, the cell's prefill rate, RTT and jitter); isobar-envoy feeds isobar's ` +
+	`weights to Envoy's LEAST_REQUEST. The oracle sends each request where its predicted TTFT, from the true state of every engine and the ` +
 	`network, is lowest.`
 
 // Run runs the stages on each ground at every seed and writes
