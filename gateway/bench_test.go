@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
 
@@ -113,20 +114,20 @@ func BenchmarkGatewaySim(b *testing.B) {
 // BenchmarkPick is the load balancer's cost per pick on a cluster of 100
 // weighted endpoints in 3 localities.
 func BenchmarkPick(b *testing.B) {
-	for _, mode := range []LBMode{LBXDS, LBRoundRobin, LBLeastRequest} {
+	for _, mode := range []LBMode{LBXDS, LBRoundRobin, LBLeastRequest, LBIsobar} {
 		b.Run(string(mode), func(b *testing.B) {
-			c := benchCluster(100)
-			p := picker{mode: mode, limit: 1 << 30}
-			now := time.Now().UnixNano()
+			p := &picker{mode: mode, limit: 1 << 30, rand: globalRand{}, place: placement.DefaultConfig()}
+			c := benchCluster(100, p)
+			q := pickQuery{now: time.Now().UnixNano(), tokens: 500}
 			for b.Loop() {
-				h, _ := p.pick(c, nil, now)
+				h, _ := p.pick(c, q)
 				h.st.release()
 			}
 		})
 	}
 }
 
-func benchCluster(n int) *clusterRT {
+func benchCluster(n int, pk *picker) *clusterRT {
 	var eps []Endpoint
 	for i := range n {
 		eps = append(eps, Endpoint{Cell: "c" + string(rune('a'+i%26)) + string(rune('0'+i/26)), Address: "10.0.0." + string(rune('0'+i%10)) + ":" + string(rune('1'+i%9)),
@@ -139,7 +140,7 @@ func benchCluster(n int) *clusterRT {
 		}
 	}
 	p := &ClusterPolicy{LBPolicy: "LEAST_REQUEST", LocalityWeighted: true, ChoiceCount: 2, ActiveRequestBias: 1}
-	return buildCluster("c", p, eps, &clusterState{}, hs, "r1", map[string]struct{}{})
+	return buildCluster("c", p, eps, &clusterState{}, hs, "r1", map[string]struct{}{}, pk)
 }
 
 // BenchmarkMatchRoute is the cost of matching a request against the

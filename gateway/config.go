@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/gateway/lb"
+	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
 
@@ -21,19 +23,33 @@ type LBMode string
 
 // Load-balancing modes.
 const (
-	// LBXDS honours what xDS says (default): priorities, locality weights
-	// scaled by locality health, then the cluster's policy within the
-	// locality (weighted least-request for LEAST_REQUEST: power of two
-	// choices when endpoint weights are equal, weight/(active+1)^bias
-	// otherwise; weighted random for the others).
+	// LBXDS honours what xDS says as stock Envoy does (default): a
+	// priority by Envoy's priority load, a locality by LocalityWrr's EDF
+	// schedule when the cluster is locality-weighted, then the cluster's
+	// policy within the host source through gateway/lb: ROUND_ROBIN
+	// (rotation, or EDF over the weights when they differ), LEAST_REQUEST
+	// (N_CHOICES or FULL_SCAN on in-flight counts when the weights are
+	// equal, EDF over weight/(active+1)^bias when they differ) or RANDOM
+	// (uniform). An unknown pushed policy falls back to ROUND_ROBIN.
 	LBXDS LBMode = "xds"
-	// LBRoundRobin is the round-robin baseline: a rotation over the
-	// cluster's endpoints ignoring weights, localities and priorities.
+	// LBRoundRobin is the round-robin baseline: Envoy's ROUND_ROBIN over
+	// all the cluster's endpoints with equal weights, ignoring localities
+	// and priorities.
 	LBRoundRobin LBMode = "rr"
-	// LBLeastRequest is the least-request baseline: the endpoint with the
-	// fewest requests in flight, ignoring weights, localities and
-	// priorities (ties broken at random).
+	// LBLeastRequest is the least-request baseline: Envoy's default
+	// LEAST_REQUEST (power of two choices on requests in flight) over all
+	// the cluster's endpoints with equal weights, ignoring localities and
+	// priorities.
 	LBLeastRequest LBMode = "lr"
+	// LBIsobar is isobar's own pick: a priority as in LBXDS, then, among
+	// its healthy endpoints (in localities of positive weight when the
+	// cluster is locality-weighted), the least expected time to first
+	// token (package placement) from the prompt tokens the gateway has
+	// sent to each endpoint and not yet seen answered, the request's own,
+	// the endpoint's prefill rate, RTT and jitter from the EDS metadata
+	// (MetadataPrefillRate, MetadataRTT, MetadataJitter) and its requests
+	// in flight. Weight gates eligibility only.
+	LBIsobar LBMode = "isobar"
 )
 
 // Config holds a gateway's values. Zero fields take the documented defaults.
@@ -47,8 +63,11 @@ type Config struct {
 	// NodeID is this data plane's xDS node id and report identity. Default
 	// "isobar-gateway-" + Region.
 	NodeID string
-	// LB is the load-balancing mode: xds (default), rr or lr.
+	// LB is the load-balancing mode: xds (default), rr, lr or isobar.
 	LB LBMode
+	// Placement holds the constants of the isobar pick (LBIsobar). Zero:
+	// placement.DefaultConfig().
+	Placement placement.Config
 	// MaxInflightPerEndpoint caps the requests in flight to one endpoint
 	// (address); a request whose every candidate endpoint is at the cap
 	// gets 429. Default 64.
@@ -85,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LB == "" {
 		c.LB = LBXDS
+	}
+	if c.Placement == (placement.Config{}) {
+		c.Placement = placement.DefaultConfig()
 	}
 	if c.MaxInflightPerEndpoint == 0 {
 		c.MaxInflightPerEndpoint = 64
@@ -138,9 +160,12 @@ func (c Config) validate() error {
 		}
 	}
 	switch c.LB {
-	case LBXDS, LBRoundRobin, LBLeastRequest:
+	case LBXDS, LBRoundRobin, LBLeastRequest, LBIsobar:
 	default:
-		return bad("LB %q is unknown; use xds, rr or lr", c.LB)
+		return bad("LB %q is unknown; use xds, rr, lr or isobar", c.LB)
+	}
+	if err := c.Placement.Validate(); err != nil {
+		return bad("Placement: %v", err)
 	}
 	if c.MaxInflightPerEndpoint < 1 {
 		return bad("MaxInflightPerEndpoint %d is below 1", c.MaxInflightPerEndpoint)
@@ -202,6 +227,11 @@ type Deps struct {
 	// gateway's own http.Transport. The clusters' connect timeouts are then
 	// the Transport's business.
 	Transport http.RoundTripper
+	// Rand is the random source of endpoint picks (Envoy's random() in
+	// priority choice, power-of-N choices, full-scan ties and RANDOM; the
+	// isobar pick's ties) and of the load balancers' seeds. It must be safe
+	// for concurrent use. Nil: math/rand/v2's global generator.
+	Rand lb.Rand
 	// DialContext, when set, opens the gateway's own transport's upstream
 	// connections (e.g. through an emulated WAN link); the cluster's
 	// connect timeout still bounds it through ctx. Nil: a net.Dialer.
@@ -214,6 +244,9 @@ func (d Deps) withDefaults() Deps {
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Rand == nil {
+		d.Rand = globalRand{}
 	}
 	return d
 }

@@ -68,7 +68,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, clock: deps.Clock, log: deps.Logger, dialOpts: deps.DialOptions,
-		picker:  picker{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint)},
+		picker:  picker{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), rand: deps.Rand, place: cfg.Placement},
 		dec:     decoder{modelHeader: cfg.ModelHeader},
 		reg:     newHostRegistry(),
 		changed: make(chan struct{}),
@@ -290,7 +290,16 @@ func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
 	}
 	g.in.versions[i] = typeVersion{version: version, at: g.clock.Now()}
 	old := g.tbl.Load()
-	t := buildTable(&g.in, g.cfg.RouteName, g.cfg.Region, g.reg)
+	if label == "cluster" {
+		for name, p := range clusters {
+			if p.LBFallbackFrom != "" {
+				g.m.lbFallbacks.Inc()
+				g.log.Warn("cluster load balancing policy not known; using ROUND_ROBIN, Envoy's default",
+					"cluster", name, "pushed", p.LBFallbackFrom)
+			}
+		}
+	}
+	t := buildTable(&g.in, g.cfg.RouteName, g.cfg.Region, g.reg, &g.picker)
 	g.tbl.Store(t)
 	if old != nil {
 		for l := range old.labels {

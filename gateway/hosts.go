@@ -42,6 +42,9 @@ func (k failureKind) String() string {
 type hostState struct {
 	addr     string
 	inflight atomic.Int64
+	// pending counts the prompt tokens of attempts sent to the address
+	// that have not yet produced a first response byte (--lb isobar).
+	pending atomic.Int64
 	// ejectedUntil is the Unix nanosecond time the current ejection ends;
 	// 0 or past: not ejected.
 	ejectedUntil atomic.Int64
@@ -123,9 +126,13 @@ func (h *hostState) recordFailure(now time.Time, p *OutlierPolicy, local bool, e
 // clusterState is the runtime state of one cluster, kept across
 // configuration updates by name.
 type clusterState struct {
-	active  atomic.Int64  // upstream attempts in flight, retries included
-	retries atomic.Int64  // retry attempts in flight (admitted, not finished)
-	rr      atomic.Uint64 // rotation counter of LBRoundRobin
+	active  atomic.Int64 // upstream attempts in flight, retries included
+	retries atomic.Int64 // retry attempts in flight (admitted, not finished)
+	// lb is the cluster's load balancer, replaced by configuration
+	// rebuilds (under the gateway's configuration mutex) when the
+	// cluster's LB settings change; requests reach it through their
+	// table's clusterRT.
+	lb *lbState
 }
 
 // tryRetry admits a retry when the cluster's retry budget (or, without one,

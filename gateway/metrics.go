@@ -27,6 +27,7 @@ type metrics struct {
 	xdsNacks         *prometheus.CounterVec // type
 	xdsConnected     *prometheus.GaugeVec   // type
 	reports          *prometheus.CounterVec // result
+	lbFallbacks      prometheus.Counter
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -98,6 +99,10 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 			Help: "DataPlane reports by result: sent, failed (not sent; the counts roll into the next), refused (the controller's ack named an error).",
 		}, []string{"result"}),
 	}
+	m.lbFallbacks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_gateway_lb_policy_fallbacks_total",
+		Help: "Clusters whose pushed load-balancing policy the gateway does not know, replaced by ROUND_ROBIN (Envoy's default); counted per cluster per accepted CDS update.",
+	})
 	for _, t := range xdsTypeLabels {
 		m.xdsUpdates.WithLabelValues(t)
 		m.xdsNacks.WithLabelValues(t)
@@ -109,7 +114,7 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration,
 			m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks,
-			m.xdsConnected, m.reports, collector} {
+			m.xdsConnected, m.reports, m.lbFallbacks, collector} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("gateway: register metrics: %w", err)
 			}
@@ -140,6 +145,7 @@ func statusClass(status int) string {
 type stateCollector struct {
 	g        *Gateway
 	inflight *prometheus.Desc
+	pending  *prometheus.Desc
 	ejected  *prometheus.Desc
 	version  *prometheus.Desc
 	age      *prometheus.Desc
@@ -150,6 +156,8 @@ func newStateCollector(g *Gateway) *stateCollector {
 		g: g,
 		inflight: prometheus.NewDesc("isobar_gateway_upstream_inflight_requests",
 			"Upstream attempts in flight, by endpoint.", []string{"endpoint"}, nil),
+		pending: prometheus.NewDesc("isobar_gateway_upstream_pending_prompt_tokens",
+			"Prompt tokens sent to an endpoint whose first response byte has not arrived, by endpoint (what --lb isobar counts).", []string{"endpoint"}, nil),
 		ejected: prometheus.NewDesc("isobar_gateway_endpoint_ejected",
 			"1 while an endpoint is ejected by passive outlier detection.", []string{"endpoint"}, nil),
 		version: prometheus.NewDesc("isobar_gateway_xds_config_version",
@@ -161,6 +169,7 @@ func newStateCollector(g *Gateway) *stateCollector {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inflight
+	ch <- c.pending
 	ch <- c.ejected
 	ch <- c.version
 	ch <- c.age
@@ -180,6 +189,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			seen[h.label] = true
 			ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(h.st.inflight.Load()), h.label)
+			ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(h.st.pending.Load()), h.label)
 			ej := 0.0
 			if h.st.ejected(now.UnixNano()) {
 				ej = 1

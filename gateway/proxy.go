@@ -176,12 +176,14 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = clockwork.WithTimeout(ctx, g.clock, rt.Timeout)
 		defer cancel()
 	}
-	out.status = g.proxy(ctx, w, r, body, rt, cl, out.model, start, func() { shed("saturated") })
+	tokens := promptTokens(r.Header, len(body))
+	out.status = g.proxy(ctx, w, r, body, tokens, rt, cl, out.model, start, func() { shed("saturated") })
 }
 
 // attempt is one upstream try.
 type attempt struct {
 	h      *hostRT
+	tokens int64 // prompt tokens counted in h's pending until the first byte
 	resp   *http.Response
 	kind   failureKind // failNone with resp set, else why it failed
 	status int         // the response's status, 0 without one
@@ -193,8 +195,8 @@ type attempt struct {
 // proxy sends the request to the cluster, retrying per the route's policy
 // within the cluster's budget, and relays the answer. It returns the status
 // sent; saturated is called before a 429 for saturation is written.
-func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, rt *Route, cl *clusterRT,
-	model string, start time.Time, saturated func()) int {
+func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, tokens int64, rt *Route,
+	cl *clusterRT, model string, start time.Time, saturated func()) int {
 	var tried []*hostRT
 	var last *attempt
 	retrySlot := false // this request holds one of the cluster's retry slots
@@ -214,11 +216,11 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if cl.st.active.Load() >= int64(cl.policy.MaxRequests) {
 			return g.relayFailure(w, last, http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open")
 		}
-		var exclude []*hostRT
+		q := pickQuery{now: g.clock.Now().UnixNano(), tokens: tokens}
 		if rt.Retry.PreviousHosts {
-			exclude = tried
+			q.exclude, q.redraws = tried, rt.Retry.HostSelectionRetries
 		}
-		h, res := g.picker.pick(cl, exclude, g.clock.Now().UnixNano())
+		h, res := g.picker.pick(cl, q)
 		if h == nil {
 			if res == pickSaturated && last == nil {
 				saturated()
@@ -228,7 +230,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return g.relayFailure(w, last, http.StatusServiceUnavailable, "no healthy upstream")
 		}
 		tried = append(tried, h)
-		a := g.try(ctx, r, body, rt, cl, h, n)
+		a := g.try(ctx, r, body, tokens, rt, cl, h, n)
 		if a.kind == failNone && !rt.Retry.retriesStatus(a.resp.StatusCode) {
 			return g.relay(ctx, w, a, cl, model, start)
 		}
@@ -276,13 +278,25 @@ func (g *Gateway) backoff(ctx context.Context, p *RetryPolicy, n int) bool {
 	}
 }
 
-// close ends the attempt: its body, its context, its in-flight slot and
-// its place in the cluster's active count. Idempotent.
+// firstByte takes the attempt's prompt tokens out of its host's pending
+// count: the first response byte arrived, or the attempt ended without
+// one. Idempotent.
+func (a *attempt) firstByte() {
+	if a.tokens != 0 {
+		a.h.st.pending.Add(-a.tokens)
+		a.tokens = 0
+	}
+}
+
+// close ends the attempt: its body, its context, its pending prompt tokens,
+// its in-flight slot and its place in the cluster's active count.
+// Idempotent.
 func (a *attempt) close() {
 	if a.closed {
 		return
 	}
 	a.closed = true
+	a.firstByte()
 	if a.resp != nil {
 		a.resp.Body.Close()
 	}
@@ -297,11 +311,13 @@ func (a *attempt) close() {
 type connectTimeoutKey struct{}
 
 // try sends one attempt to h, holding h's in-flight slot (taken by pick)
-// and the cluster's active count until the attempt is closed. It records
-// the endpoint's outcome up to the response headers.
-func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, rt *Route, cl *clusterRT, h *hostRT, n int) *attempt {
+// and the cluster's active count until the attempt is closed, and its
+// prompt tokens in h's pending count until its first response byte (or
+// its end). It records the endpoint's outcome up to the response headers.
+func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens int64, rt *Route, cl *clusterRT, h *hostRT, n int) *attempt {
 	actx, cancel := context.WithCancel(context.WithValue(ctx, connectTimeoutKey{}, cl.policy.ConnectTimeout))
-	a := &attempt{h: h}
+	a := &attempt{h: h, tokens: tokens}
+	h.st.pending.Add(tokens)
 	cl.st.active.Add(1)
 	a.cancel = func() {
 		cancel()
@@ -358,6 +374,7 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, rt *Rou
 		}
 	}
 	if err != nil {
+		a.firstByte() // no answer will come
 		a.err = err
 		a.kind = classifyError(ctx, err)
 		if a.kind == failCanceled {
@@ -476,6 +493,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 		if n > 0 {
 			if first {
 				first = false
+				a.firstByte()
 				g.m.ttft.WithLabelValues(model).Observe(g.clock.Since(start).Seconds())
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {

@@ -18,6 +18,10 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	lbcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/common/v3"
+	leastrequest "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
+	randomlb "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/random/v3"
+	roundrobin "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -47,6 +51,7 @@ const (
 	previousHostsName         = "envoy.retry_host_predicates.previous_hosts"
 	maxResources              = 100000
 	maxRegexLen               = 1024
+	maxHostSelectionRetries   = 16 // bounds the redraws of one pick
 )
 
 // ClusterPolicy is what the gateway honours of a Cluster, Envoy's defaults
@@ -55,15 +60,25 @@ type ClusterPolicy struct {
 	Name string
 	// ServiceName is the ClusterLoadAssignment name (EDS service name).
 	ServiceName string
-	// LBPolicy is Envoy's lb_policy name: LEAST_REQUEST, ROUND_ROBIN,
-	// RANDOM, RING_HASH or MAGLEV. In LBXDS mode LEAST_REQUEST is weighted
-	// least-request; the others pick at random by weight (no route carries
-	// a hash policy, so a ring picks like that too).
+	// LBPolicy is the policy the gateway honours in LBXDS mode, named as
+	// Envoy's lb_policy enum: LEAST_REQUEST, ROUND_ROBIN or RANDOM, from
+	// the typed load_balancing_policy (the first of its policies the
+	// gateway knows, as Envoy takes the first it supports) or else the
+	// legacy lb_policy. A policy the gateway does not know (RING_HASH,
+	// MAGLEV, CLUSTER_PROVIDED, another typed extension) falls back to
+	// Envoy's default, ROUND_ROBIN, and LBFallbackFrom names it.
 	LBPolicy string
-	// LocalityWeighted: locality weights apply (locality_weighted_lb_config).
+	// LBFallbackFrom names the pushed policy replaced by ROUND_ROBIN ("" when
+	// the pushed policy is honoured).
+	LBFallbackFrom string
+	// LocalityWeighted: locality weights apply (locality_weighted_lb_config
+	// in common_lb_config or in the typed policy's locality_lb_config).
 	LocalityWeighted bool
-	// ChoiceCount and ActiveRequestBias are LEAST_REQUEST's parameters.
+	// ChoiceCount, FullScan and ActiveRequestBias are LEAST_REQUEST's
+	// parameters (FullScan: selection_method FULL_SCAN, or the deprecated
+	// enable_full_scan, in the typed LeastRequest).
 	ChoiceCount       uint32
+	FullScan          bool
 	ActiveRequestBias float64
 	ConnectTimeout    time.Duration
 	// MaxRequests is the circuit breaker on concurrent upstream requests;
@@ -151,6 +166,10 @@ type RetryPolicy struct {
 	// BackoffBase and BackoffMax: a retry waits a random time in [0,
 	// min(BackoffMax, BackoffBase·2^(n-1))).
 	BackoffBase, BackoffMax time.Duration
+	// HostSelectionRetries is host_selection_retry_max_attempts: how many
+	// times a pick the retry host predicate rejects is drawn again
+	// (Envoy's default 1).
+	HostSelectionRetries uint32
 }
 
 // retriesStatus reports whether status is retried under p.
@@ -217,9 +236,21 @@ func (d *decoder) decodeClusters(rs []*anypb.Any) (map[string]*ClusterPolicy, er
 	out := make(map[string]*ClusterPolicy, len(rs))
 	for _, a := range rs {
 		var c cluster.Cluster
-		if err := unpack(a, &c); err != nil {
-			return nil, err
+		if err := a.UnmarshalTo(&c); err != nil {
+			return nil, invalid("%s: %v", a.GetTypeUrl(), err)
 		}
+		// The typed LB policy may name extensions the gateway does not
+		// link (and so cannot unpack): it is validated apart, and each
+		// policy the gateway knows in full by decodeLBPolicy.
+		lbp := c.GetLoadBalancingPolicy()
+		c.LoadBalancingPolicy = nil
+		if err := xds.ValidateDeep(&c); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidResource, err)
+		}
+		if err := lbp.ValidateAll(); lbp != nil && err != nil {
+			return nil, invalid("cluster %q: load_balancing_policy: %v", c.GetName(), err)
+		}
+		c.LoadBalancingPolicy = lbp
 		p, err := decodeCluster(&c)
 		if err != nil {
 			return nil, err
@@ -237,9 +268,6 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 	if c.GetType() != cluster.Cluster_EDS {
 		return nil, invalid("cluster %q: discovery type %v; the gateway serves EDS clusters only", name, c.GetType())
 	}
-	if c.GetLoadBalancingPolicy() != nil {
-		return nil, invalid("cluster %q: load_balancing_policy is not supported; use lb_policy", name)
-	}
 	p := &ClusterPolicy{
 		Name:              name,
 		ServiceName:       c.GetEdsClusterConfig().GetServiceName(),
@@ -254,19 +282,27 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 	if p.ServiceName == "" {
 		p.ServiceName = name
 	}
-	switch c.GetLbPolicy() {
-	case cluster.Cluster_LEAST_REQUEST, cluster.Cluster_ROUND_ROBIN, cluster.Cluster_RANDOM,
-		cluster.Cluster_RING_HASH, cluster.Cluster_MAGLEV:
-	default:
-		return nil, invalid("cluster %q: lb_policy %v is not supported", name, c.GetLbPolicy())
+	if lbp := c.GetLoadBalancingPolicy(); lbp != nil {
+		if err := decodeLBPolicy(p, lbp); err != nil {
+			return nil, invalid("cluster %q: load_balancing_policy: %v", name, err)
+		}
+	} else {
+		switch c.GetLbPolicy() {
+		case cluster.Cluster_LEAST_REQUEST, cluster.Cluster_ROUND_ROBIN, cluster.Cluster_RANDOM:
+		default:
+			p.LBPolicy, p.LBFallbackFrom = lbRoundRobin, c.GetLbPolicy().String()
+		}
+		if lr := c.GetLeastRequestLbConfig(); lr != nil {
+			if v := lr.GetChoiceCount(); v != nil {
+				p.ChoiceCount = v.GetValue()
+			}
+			if b := lr.GetActiveRequestBias(); b != nil {
+				p.ActiveRequestBias = b.GetDefaultValue()
+			}
+		}
 	}
-	if lr := c.GetLeastRequestLbConfig(); lr != nil {
-		if v := lr.GetChoiceCount(); v != nil {
-			p.ChoiceCount = v.GetValue()
-		}
-		if b := lr.GetActiveRequestBias(); b != nil {
-			p.ActiveRequestBias = b.GetDefaultValue()
-		}
+	if p.ChoiceCount < 2 {
+		return nil, invalid("cluster %q: choice_count %d below 2", name, p.ChoiceCount)
 	}
 	if !(p.ActiveRequestBias >= 0) || p.ActiveRequestBias > 100 {
 		return nil, invalid("cluster %q: active_request_bias %v out of [0, 100]", name, p.ActiveRequestBias)
@@ -330,6 +366,72 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 	return p, nil
 }
 
+// Envoy's lb_policy names, as ClusterPolicy.LBPolicy holds them.
+const (
+	lbRoundRobin   = "ROUND_ROBIN"
+	lbLeastRequest = "LEAST_REQUEST"
+	lbRandom       = "RANDOM"
+)
+
+// decodeLBPolicy applies a cluster's typed load_balancing_policy to p:
+// the first policy of the list the gateway knows, as Envoy takes the first
+// it has a factory for (cluster_factory_impl / upstream_impl's
+// load_balancing_policy loop). None known: Envoy's default ROUND_ROBIN,
+// with LBFallbackFrom naming what was pushed. A known policy with a
+// setting the gateway cannot honour (slow start) is an error.
+func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
+	var names []string
+	for _, pol := range lbp.GetPolicies() {
+		tc := pol.GetTypedExtensionConfig()
+		a := tc.GetTypedConfig()
+		var locality *lbcommon.LocalityLbConfig
+		switch {
+		case a.MessageIs(&roundrobin.RoundRobin{}):
+			var m roundrobin.RoundRobin
+			if err := unpack(a, &m); err != nil {
+				return err
+			}
+			if m.GetSlowStartConfig() != nil {
+				return fmt.Errorf("%s: slow_start_config is not supported", tc.GetName())
+			}
+			p.LBPolicy, locality = lbRoundRobin, m.GetLocalityLbConfig()
+		case a.MessageIs(&leastrequest.LeastRequest{}):
+			var m leastrequest.LeastRequest
+			if err := unpack(a, &m); err != nil {
+				return err
+			}
+			if m.GetSlowStartConfig() != nil {
+				return fmt.Errorf("%s: slow_start_config is not supported", tc.GetName())
+			}
+			p.LBPolicy, locality = lbLeastRequest, m.GetLocalityLbConfig()
+			if v := m.GetChoiceCount(); v != nil {
+				p.ChoiceCount = v.GetValue()
+			}
+			if b := m.GetActiveRequestBias(); b != nil {
+				p.ActiveRequestBias = b.GetDefaultValue()
+			}
+			// least_request_lb.cc: FULL_SCAN, or the deprecated
+			// enable_full_scan, scans every host.
+			p.FullScan = m.GetSelectionMethod() == leastrequest.LeastRequest_FULL_SCAN || m.GetEnableFullScan().GetValue()
+		case a.MessageIs(&randomlb.Random{}):
+			var m randomlb.Random
+			if err := unpack(a, &m); err != nil {
+				return err
+			}
+			p.LBPolicy, locality = lbRandom, m.GetLocalityLbConfig()
+		default:
+			names = append(names, tc.GetName()+" ("+strings.TrimPrefix(a.GetTypeUrl(), "type.googleapis.com/")+")")
+			continue
+		}
+		if locality.GetLocalityWeightedLbConfig() != nil {
+			p.LocalityWeighted = true
+		}
+		return nil
+	}
+	p.LBPolicy, p.LBFallbackFrom = lbRoundRobin, strings.Join(names, ", ")
+	return nil
+}
+
 // decodeAssignments decodes an EDS response to endpoints by assignment
 // (cluster) name, in locality order (priority, then input order).
 // Endpoints whose health status is unhealthy, draining or timed out are
@@ -384,6 +486,7 @@ func decodeAssignment(cla *endpoint.ClusterLoadAssignment) ([]Endpoint, error) {
 				return nil, invalid("ClusterLoadAssignment %q: endpoint %s: port %d out of range (named ports are not supported)", name, addr, port)
 			}
 			cell, maxLen := xds.EndpointMetadata(lb.GetMetadata())
+			place := placementMetadata(lb.GetMetadata(), loc.GetMetadata())
 			e := Endpoint{
 				Cell:           cell,
 				Address:        net.JoinHostPort(addr.Unmap().String(), strconv.FormatUint(uint64(port), 10)),
@@ -394,6 +497,10 @@ func decodeAssignment(cla *endpoint.ClusterLoadAssignment) ([]Endpoint, error) {
 				LocalityWeight: loc.GetLoadBalancingWeight().GetValue(),
 				Priority:       loc.GetPriority(),
 				MaxModelLen:    maxLen,
+
+				PrefillTokensPerSecond: place.prefillRate,
+				RTT:                    place.rtt,
+				Jitter:                 place.jitter,
 			}
 			if e.Weight == 0 {
 				e.Weight = 1 // Envoy's default
@@ -551,7 +658,7 @@ func (d *decoder) decodeRoute(r *route.Route, vhRetry *route.RetryPolicy, vhFaul
 }
 
 func decodeRetry(rp *route.RetryPolicy) (RetryPolicy, error) {
-	p := RetryPolicy{NumRetries: 1, BackoffBase: defaultRetryBase}
+	p := RetryPolicy{NumRetries: 1, BackoffBase: defaultRetryBase, HostSelectionRetries: 1}
 	for _, tok := range strings.Split(rp.GetRetryOn(), ",") {
 		switch strings.TrimSpace(tok) {
 		case "connect-failure":
@@ -573,6 +680,9 @@ func decodeRetry(rp *route.RetryPolicy) (RetryPolicy, error) {
 	}
 	if p.NumRetries > 10 {
 		return p, fmt.Errorf("num_retries %d above 10 is not supported", p.NumRetries)
+	}
+	if n := rp.GetHostSelectionRetryMaxAttempts(); n != 0 {
+		p.HostSelectionRetries = uint32(min(max(n, 0), maxHostSelectionRetries))
 	}
 	if t := rp.GetPerTryTimeout(); t != nil {
 		p.PerTryTimeout = t.AsDuration()

@@ -76,7 +76,7 @@ type inputs struct {
 
 // buildTable links in to the registry's runtime state. region is this
 // gateway's region: endpoints of other (non-empty) regions are remote.
-func buildTable(in *inputs, routeName, region string, reg *hostRegistry) *table {
+func buildTable(in *inputs, routeName, region string, reg *hostRegistry, p *picker) *table {
 	addrs := make(map[string]struct{})
 	names := make(map[string]struct{}, len(in.clusters))
 	for name, p := range in.clusters {
@@ -91,10 +91,10 @@ func buildTable(in *inputs, routeName, region string, reg *hostRegistry) *table 
 		clusters: make(map[string]*clusterRT, len(in.clusters)),
 		labels:   make(map[string]struct{}, len(addrs)),
 	}
-	for name, p := range in.clusters {
-		eps := in.assignments[p.ServiceName]
-		t.view.Clusters[name] = ClusterView{Policy: *p, Endpoints: eps}
-		t.clusters[name] = buildCluster(name, p, eps, cs[name], hs, region, t.labels)
+	for name, pol := range in.clusters {
+		eps := in.assignments[pol.ServiceName]
+		t.view.Clusters[name] = ClusterView{Policy: *pol, Endpoints: eps}
+		t.clusters[name] = buildCluster(name, pol, eps, cs[name], hs, region, t.labels, p)
 	}
 	if rc := in.routes[routeName]; rc != nil {
 		t.view.Routes = rc
@@ -133,14 +133,20 @@ func buildTable(in *inputs, routeName, region string, reg *hostRegistry) *table 
 	return t
 }
 
+// buildCluster links a cluster's endpoints to their runtime state and
+// installs its host set in the cluster's load balancer (kept in st across
+// rebuilds; a new one when the LB settings changed). pk supplies the mode
+// and the seed source. Only the configuration goroutine calls it (under
+// the gateway's configuration mutex).
 func buildCluster(name string, p *ClusterPolicy, eps []Endpoint, st *clusterState, hs map[string]*hostState,
-	region string, labels map[string]struct{}) *clusterRT {
+	region string, labels map[string]struct{}, pk *picker) *clusterRT {
 	c := &clusterRT{name: name, policy: p, st: st}
 	type locKey struct {
 		prio                  uint32
 		region, zone, subZone string
 	}
 	locs := make(map[locKey]*localityRT)
+	locIndex := make(map[*localityRT]int)
 	prios := make(map[uint32]*priorityRT)
 	for _, e := range eps {
 		h := &hostRT{ep: e, st: hs[e.Address], label: e.Cell, remote: e.Region != "" && e.Region != region}
@@ -158,14 +164,13 @@ func buildCluster(name string, p *ClusterPolicy, eps []Endpoint, st *clusterStat
 		k := locKey{e.Priority, e.Region, e.Zone, e.SubZone}
 		l := locs[k]
 		if l == nil {
-			l = &localityRT{weight: e.LocalityWeight, equal: true}
+			l = &localityRT{weight: e.LocalityWeight}
 			locs[k] = l
+			locIndex[l] = len(pr.localities)
 			pr.localities = append(pr.localities, l)
 		}
-		if len(l.hosts) > 0 && l.hosts[0].ep.Weight != e.Weight {
-			l.equal = false
-		}
 		l.hosts = append(l.hosts, h)
+		pr.locOf = append(pr.locOf, locIndex[l])
 	}
 	// Priorities in order; Envoy fails over through them in order whatever
 	// their numbers.
@@ -177,5 +182,17 @@ func buildCluster(name string, p *ClusterPolicy, eps []Endpoint, st *clusterStat
 	for _, k := range keys {
 		c.priorities = append(c.priorities, prios[k])
 	}
+	// The baselines balance over one host set of all the cluster's hosts,
+	// ignoring priorities and localities.
+	lbPrios := c.priorities
+	if pk.mode == LBRoundRobin || pk.mode == LBLeastRequest {
+		flat := &priorityRT{localities: []*localityRT{{hosts: c.all}}, hosts: c.all, locOf: make([]int, len(c.all))}
+		lbPrios = []*priorityRT{flat}
+	}
+	if st.lb == nil || st.lb.key != lbKey(pk.mode, p) {
+		st.lb = newLBState(pk.mode, p, pk.rand.Uint64())
+	}
+	c.lb = st.lb
+	c.lb.install(lbPrios)
 	return c
 }

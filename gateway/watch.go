@@ -34,6 +34,13 @@ type Endpoint struct {
 	// MaxModelLen is the engine's context length from the metadata, 0 when
 	// unknown.
 	MaxModelLen uint32
+	// PrefillTokensPerSecond is the engine's prefill rate from the
+	// metadata (MetadataPrefillRate), 0 when unknown.
+	PrefillTokensPerSecond float64
+	// RTT and Jitter are the round trip to the endpoint and its jitter from
+	// the endpoint's, else its locality's, metadata (MetadataRTT,
+	// MetadataJitter), 0 when unknown.
+	RTT, Jitter time.Duration
 }
 
 // Assignment is the latest set of ClusterLoadAssignments, by cluster name.

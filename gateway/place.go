@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+// Keys of the isobar filter-metadata namespace (xds.MetadataKey) that the
+// --lb isobar pick reads. Each is optional: an absent, non-numeric,
+// negative or non-finite value counts as unknown.
+const (
+	// MetadataPrefillRate is an endpoint's prefill rate in prompt tokens per
+	// second (its capacity class). Unknown: placement's
+	// DefaultPrefillTokensPerSecond (Config.Placement).
+	MetadataPrefillRate = "prefill_tokens_per_s"
+	// MetadataRTT is the mean round trip to an endpoint in milliseconds, on
+	// the endpoint or on its locality (the endpoint's wins). Unknown: 0.
+	MetadataRTT = "rtt_ms"
+	// MetadataJitter is that round trip's jitter (one standard deviation)
+	// in milliseconds, endpoint then locality. Unknown: 0.
+	MetadataJitter = "jitter_ms"
+)
+
+// maxMetadataMillis bounds RTT and jitter from metadata (one hour).
+const maxMetadataMillis = 3600e3
+
+// maxPromptTokens is the largest x-isobar-prompt-tokens value believed
+// (2^20, above every served context length); a larger one is absurd and the
+// body estimate is used instead.
+const maxPromptTokens = 1 << 20
+
+type placementMeta struct {
+	prefillRate float64
+	rtt, jitter time.Duration
+}
+
+// placementMetadata reads the placement keys from an endpoint's metadata,
+// falling back to its locality's for RTT and jitter.
+func placementMetadata(ep, loc *core.Metadata) placementMeta {
+	epf := ep.GetFilterMetadata()[xds.MetadataKey].GetFields()
+	locf := loc.GetFilterMetadata()[xds.MetadataKey].GetFields()
+	var m placementMeta
+	if v, ok := metaNumber(epf, MetadataPrefillRate, math.MaxFloat64); ok {
+		m.prefillRate = v
+	}
+	for _, f := range []struct {
+		key string
+		dst *time.Duration
+	}{{MetadataRTT, &m.rtt}, {MetadataJitter, &m.jitter}} {
+		v, ok := metaNumber(epf, f.key, maxMetadataMillis)
+		if !ok {
+			v, ok = metaNumber(locf, f.key, maxMetadataMillis)
+		}
+		if ok {
+			*f.dst = time.Duration(v * float64(time.Millisecond))
+		}
+	}
+	return m
+}
+
+// metaNumber returns fields[key] when it is a number in [0, limit].
+func metaNumber(fields map[string]*structpb.Value, key string, limit float64) (float64, bool) {
+	v, ok := fields[key].GetKind().(*structpb.Value_NumberValue)
+	if !ok || !(v.NumberValue >= 0 && v.NumberValue <= limit) {
+		return 0, false
+	}
+	return v.NumberValue, true
+}
+
+// promptTokens is a request's prompt size in tokens for the pick: the
+// x-isobar-prompt-tokens header when it holds one integer in [1,
+// min(maxPromptTokens, body bytes)] (a token is at least a byte of the
+// body), else the body estimate ⌈body bytes / xds.BytesPerToken⌉ (at least
+// 1), the convention the controller's routes use. A client's bad header is
+// never trusted.
+func promptTokens(h http.Header, bodyLen int) int64 {
+	est := max(int64(bodyLen+xds.BytesPerToken-1)/xds.BytesPerToken, 1)
+	vals := h.Values(xds.PromptTokensHeader)
+	if len(vals) != 1 {
+		return est
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(vals[0]), 10, 64)
+	if err != nil || n < 1 || n > maxPromptTokens || n > int64(bodyLen) {
+		return est
+	}
+	return n
+}

@@ -1,0 +1,371 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	lbcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/common/v3"
+	leastrequest "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
+	ringhash "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
+	roundrobin "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+// edsCluster is a minimal EDS cluster named name, changed by mod.
+func edsCluster(name string, mod func(*cluster.Cluster)) *cluster.Cluster {
+	c := &cluster.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{EdsConfig: &core.ConfigSource{
+			ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}}},
+		ConnectTimeout: durationpb.New(time.Second),
+	}
+	if mod != nil {
+		mod(c)
+	}
+	return c
+}
+
+// typedLB is a load_balancing_policy listing the given typed configs.
+func typedLB(t *testing.T, cfgs ...*anypb.Any) func(*cluster.Cluster) {
+	return func(c *cluster.Cluster) {
+		p := &cluster.LoadBalancingPolicy{}
+		for i, a := range cfgs {
+			p.Policies = append(p.Policies, &cluster.LoadBalancingPolicy_Policy{
+				TypedExtensionConfig: &core.TypedExtensionConfig{Name: "policy-" + strconv.Itoa(i), TypedConfig: a}})
+		}
+		c.LoadBalancingPolicy = p
+	}
+}
+
+func mustAny(t *testing.T, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// The gateway honours the pushed policy, typed or legacy, as Envoy would,
+// and falls back to ROUND_ROBIN, naming what it replaced, for one it does
+// not know.
+func TestDecodeLBPolicy(t *testing.T) {
+	unknown := &anypb.Any{TypeUrl: "type.googleapis.com/example.lb.v1.Unknown"}
+	weighted := &lbcommon.LocalityLbConfig{LocalityConfigSpecifier: &lbcommon.LocalityLbConfig_LocalityWeightedLbConfig_{
+		LocalityWeightedLbConfig: &lbcommon.LocalityLbConfig_LocalityWeightedLbConfig{}}}
+	for _, tc := range []struct {
+		name     string
+		mod      func(*cluster.Cluster)
+		want     ClusterPolicy // only the LB fields are compared
+		fallback string        // substring of LBFallbackFrom; "" none
+		err      bool
+	}{
+		{"legacy round robin", func(c *cluster.Cluster) { c.LbPolicy = cluster.Cluster_ROUND_ROBIN },
+			ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}, "", false},
+		{"legacy least request with its config", func(c *cluster.Cluster) {
+			c.LbPolicy = cluster.Cluster_LEAST_REQUEST
+			c.LbConfig = &cluster.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: &cluster.Cluster_LeastRequestLbConfig{
+				ChoiceCount: wrapperspb.UInt32(3), ActiveRequestBias: &core.RuntimeDouble{DefaultValue: 0.5, RuntimeKey: "k"}}}
+			c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{LocalityConfigSpecifier: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
+				LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}}
+		}, ClusterPolicy{LBPolicy: lbLeastRequest, ChoiceCount: 3, ActiveRequestBias: 0.5, LocalityWeighted: true}, "", false},
+		{"legacy random", func(c *cluster.Cluster) { c.LbPolicy = cluster.Cluster_RANDOM },
+			ClusterPolicy{LBPolicy: lbRandom, ChoiceCount: 2, ActiveRequestBias: 1}, "", false},
+		{"legacy ring hash falls back", func(c *cluster.Cluster) { c.LbPolicy = cluster.Cluster_RING_HASH },
+			ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}, "RING_HASH", false},
+		{"legacy maglev falls back", func(c *cluster.Cluster) { c.LbPolicy = cluster.Cluster_MAGLEV },
+			ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}, "MAGLEV", false},
+		{"typed least request, full scan, locality weighted", typedLB(t, mustAny(t, &leastrequest.LeastRequest{
+			SelectionMethod: leastrequest.LeastRequest_FULL_SCAN, LocalityLbConfig: weighted})),
+			ClusterPolicy{LBPolicy: lbLeastRequest, ChoiceCount: 2, FullScan: true, ActiveRequestBias: 1, LocalityWeighted: true}, "", false},
+		{"typed least request, deprecated enable_full_scan", typedLB(t, mustAny(t, &leastrequest.LeastRequest{
+			//lint:ignore SA1019 a control plane may still send the deprecated field, and Envoy honours it
+			EnableFullScan: wrapperspb.Bool(true)})),
+			ClusterPolicy{LBPolicy: lbLeastRequest, ChoiceCount: 2, FullScan: true, ActiveRequestBias: 1}, "", false},
+		{"typed least request, choice count and bias", typedLB(t, mustAny(t, &leastrequest.LeastRequest{
+			ChoiceCount: wrapperspb.UInt32(4), ActiveRequestBias: &core.RuntimeDouble{DefaultValue: 2, RuntimeKey: "b"}})),
+			ClusterPolicy{LBPolicy: lbLeastRequest, ChoiceCount: 4, ActiveRequestBias: 2}, "", false},
+		{"typed: the first known policy wins", typedLB(t, unknown, mustAny(t, &roundrobin.RoundRobin{}),
+			mustAny(t, &leastrequest.LeastRequest{})),
+			ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}, "", false},
+		{"typed ring hash falls back", typedLB(t, mustAny(t, &ringhash.RingHash{})),
+			ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}, "ring_hash.v3.RingHash", false},
+		{"typed unknown extension falls back", typedLB(t, unknown),
+			ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}, "example.lb.v1.Unknown", false},
+		{"typed slow start is refused", typedLB(t, mustAny(t, &leastrequest.LeastRequest{
+			SlowStartConfig: &lbcommon.SlowStartConfig{SlowStartWindow: durationpb.New(time.Second)}})), ClusterPolicy{}, "", true},
+		{"typed choice count 1 is refused", typedLB(t, mustAny(t, &leastrequest.LeastRequest{ChoiceCount: wrapperspb.UInt32(1)})),
+			ClusterPolicy{}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dec := decoder{modelHeader: "x-isobar-model"}
+			out, err := dec.decodeClusters([]*anypb.Any{mustAny(t, edsCluster("c", tc.mod))})
+			if tc.err {
+				if err == nil {
+					t.Fatalf("decoded %+v, want an error", out["c"])
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := out["c"]
+			got := ClusterPolicy{LBPolicy: p.LBPolicy, ChoiceCount: p.ChoiceCount, FullScan: p.FullScan,
+				ActiveRequestBias: p.ActiveRequestBias, LocalityWeighted: p.LocalityWeighted}
+			if got != tc.want {
+				t.Errorf("policy %+v, want %+v", got, tc.want)
+			}
+			if (tc.fallback == "") != (p.LBFallbackFrom == "") || !strings.Contains(p.LBFallbackFrom, tc.fallback) {
+				t.Errorf("LBFallbackFrom %q, want one naming %q", p.LBFallbackFrom, tc.fallback)
+			}
+		})
+	}
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A pushed policy the gateway does not know is accepted as ROUND_ROBIN,
+// with a warning and isobar_gateway_lb_policy_fallbacks_total.
+func TestUnknownPolicyFallsBackToRoundRobin(t *testing.T) {
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	g, err := New(Config{Controller: "127.0.0.1:1", Region: "r1"},
+		Deps{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg, Gatherer: reg, DialOptions: insecureDial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := []*anypb.Any{
+		mustAny(t, edsCluster("known", func(c *cluster.Cluster) { c.LbPolicy = cluster.Cluster_LEAST_REQUEST })),
+		mustAny(t, edsCluster("hashed", func(c *cluster.Cluster) { c.LbPolicy = cluster.Cluster_MAGLEV })),
+	}
+	if err := g.apply(0, rs, "1"); err != nil {
+		t.Fatalf("the CDS update was refused: %v", err)
+	}
+	tg := &testGateway{Gateway: g, reg: reg}
+	if n := tg.metric(t, "isobar_gateway_lb_policy_fallbacks_total", nil); n != 1 {
+		t.Errorf("isobar_gateway_lb_policy_fallbacks_total = %v, want 1", n)
+	}
+	if p := g.Table().Clusters["hashed"].Policy; p.LBPolicy != lbRoundRobin || p.LBFallbackFrom != "MAGLEV" {
+		t.Errorf("hashed cluster policy %q (fallback from %q), want ROUND_ROBIN from MAGLEV", p.LBPolicy, p.LBFallbackFrom)
+	}
+	if p := g.Table().Clusters["known"].Policy; p.LBPolicy != lbLeastRequest || p.LBFallbackFrom != "" {
+		t.Errorf("known cluster policy %q (fallback from %q), want LEAST_REQUEST", p.LBPolicy, p.LBFallbackFrom)
+	}
+	if s := logs.String(); !strings.Contains(s, "level=WARN") || !strings.Contains(s, "cluster=hashed") || !strings.Contains(s, "pushed=MAGLEV") {
+		t.Errorf("no warning naming the cluster and the pushed policy in the log:\n%s", s)
+	}
+}
+
+// The prompt size comes from x-isobar-prompt-tokens only when it is sane;
+// otherwise from the body at 4 bytes per token.
+func TestPromptTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		headers []string
+		body    int
+		want    int64
+	}{
+		{"absent", nil, 4000, 1000},
+		{"absent, rounded up", nil, 4001, 1001},
+		{"absent, empty body", nil, 0, 1},
+		{"sane", []string{"700"}, 4000, 700},
+		{"sane with spaces", []string{" 700 "}, 4000, 700},
+		{"zero", []string{"0"}, 4000, 1000},
+		{"negative", []string{"-5"}, 4000, 1000},
+		{"non-numeric", []string{"lots"}, 4000, 1000},
+		{"fractional", []string{"12.5"}, 4000, 1000},
+		{"overflowing", []string{"99999999999999999999999"}, 4000, 1000},
+		{"absurd: above the bound", []string{strconv.Itoa(maxPromptTokens + 1)}, 1 << 23, 1 << 21},
+		{"absurd: more tokens than body bytes", []string{"5000"}, 4000, 1000},
+		{"repeated", []string{"700", "700"}, 4000, 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for _, v := range tc.headers {
+				h.Add(xds.PromptTokensHeader, v)
+			}
+			if got := promptTokens(h, tc.body); got != tc.want {
+				t.Errorf("promptTokens = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPlacementMetadata(t *testing.T) {
+	md := func(kv map[string]any) *core.Metadata {
+		s, err := structpb.NewStruct(kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{xds.MetadataKey: s}}
+	}
+	for _, tc := range []struct {
+		name    string
+		ep, loc *core.Metadata
+		want    placementMeta
+	}{
+		{"absent", nil, nil, placementMeta{}},
+		{"endpoint", md(map[string]any{MetadataPrefillRate: 30000.0, MetadataRTT: 12.5, MetadataJitter: 2.0}), nil,
+			placementMeta{prefillRate: 30000, rtt: 12500 * time.Microsecond, jitter: 2 * time.Millisecond}},
+		{"locality RTT, endpoint wins", md(map[string]any{MetadataRTT: 5.0}), md(map[string]any{MetadataRTT: 40.0, MetadataJitter: 3.0}),
+			placementMeta{rtt: 5 * time.Millisecond, jitter: 3 * time.Millisecond}},
+		{"the rate is the endpoint's only", nil, md(map[string]any{MetadataPrefillRate: 30000.0}), placementMeta{}},
+		{"bad values are unknown", md(map[string]any{MetadataPrefillRate: "fast", MetadataRTT: -3.0, MetadataJitter: 1e12}), nil,
+			placementMeta{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := placementMetadata(tc.ep, tc.loc); got != tc.want {
+				t.Errorf("placementMetadata = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// holdingUpstream holds every request until release closes, counting
+// arrivals, then answers 200 with one byte.
+type holdingUpstream struct {
+	release chan struct{}
+	mu      sync.Mutex
+	arrived int
+}
+
+func (u *holdingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = r.Body.Read(make([]byte, 1))
+	u.mu.Lock()
+	u.arrived++
+	u.mu.Unlock()
+	<-u.release
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte("x"))
+}
+
+func (u *holdingUpstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.arrived
+}
+
+// With --lb isobar against real upstreams the gateway counts each
+// endpoint's pending prompt tokens itself and sends a request to the one
+// with fewer, all else (requests in flight) equal.
+func TestGatewayIsobarPicksFewerPendingTokens(t *testing.T) {
+	ups := []*holdingUpstream{{release: make(chan struct{})}, {release: make(chan struct{})}}
+	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model,
+		endpointOf(t, "a", startHTTP(t, ups[0]), 1, 0), endpointOf(t, "b", startHTTP(t, ups[1]), 1, 0)))
+	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(11, 12)})
+	var wg sync.WaitGroup
+	results := make([]result, 3)
+	send := func(i, promptBytes int) {
+		wg.Go(func() { results[i] = g.completion(t, model, promptBytes, nil) })
+	}
+	arrived := func() int { return ups[0].count() + ups[1].count() }
+	send(0, 40000) // ~10,000 tokens pending on the endpoint it reaches
+	waitFor(t, "the long prompt held upstream", func() bool { return arrived() == 1 })
+	long := 0
+	if ups[1].count() == 1 {
+		long = 1
+	}
+	send(1, 40) // to the other endpoint: fewer pending tokens and fewer in flight
+	waitFor(t, "the short prompt held upstream", func() bool { return arrived() == 2 })
+	if ups[1-long].count() != 1 {
+		t.Fatalf("the second request joined the long prompt's endpoint (arrivals %d, %d)", ups[0].count(), ups[1].count())
+	}
+	// One request in flight on each: only the pending tokens differ.
+	send(2, 40)
+	waitFor(t, "the third request held upstream", func() bool { return arrived() == 3 })
+	if ups[1-long].count() != 2 {
+		t.Errorf("the third request went to the endpoint with ~10,000 pending tokens (arrivals %d, %d)", ups[0].count(), ups[1].count())
+	}
+	labels := []string{"a", "b"}
+	if n := g.metric(t, "isobar_gateway_upstream_pending_prompt_tokens", map[string]string{"endpoint": labels[long]}); n < 10000 {
+		t.Errorf("pending prompt tokens of %s = %v, want the long prompt's ≥ 10,000", labels[long], n)
+	}
+	for _, u := range ups {
+		close(u.release)
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.status != http.StatusOK {
+			t.Errorf("request %d: status %d", i, r.status)
+		}
+	}
+	for _, l := range labels {
+		if n := g.metric(t, "isobar_gateway_upstream_pending_prompt_tokens", map[string]string{"endpoint": l}); n != 0 {
+			t.Errorf("pending prompt tokens of %s after every answer = %v, want 0", l, n)
+		}
+	}
+}
+
+// Through the gateway, a bad x-isobar-prompt-tokens header is replaced by
+// the body estimate in the endpoint's pending count; a sane one is used.
+func TestGatewayBadPromptHeaderUsesBodyEstimate(t *testing.T) {
+	up := &holdingUpstream{release: make(chan struct{})}
+	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model, endpointOf(t, "a", startHTTP(t, up), 1, 0)))
+	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(1, 1)})
+	const promptBytes = 2000
+	bodyLen := len(fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":1}`, model, strings.Repeat("a", promptBytes)))
+	estimate := int64((bodyLen + 3) / 4)
+	var wg sync.WaitGroup
+	var want int64
+	for i, tc := range []struct {
+		header string // "" absent
+		tokens int64
+	}{
+		{"", estimate},
+		{"-5", estimate},
+		{"many", estimate},
+		{"0", estimate},
+		{strconv.Itoa(maxPromptTokens * 4), estimate},
+		{"321", 321},
+	} {
+		var h map[string]string
+		if tc.header != "" {
+			h = map[string]string{xds.PromptTokensHeader: tc.header}
+		}
+		wg.Go(func() {
+			if r := g.completion(t, model, promptBytes, h); r.status != http.StatusOK {
+				t.Errorf("request %d: status %d", i, r.status)
+			}
+		})
+		waitFor(t, "the request held upstream", func() bool { return up.count() == i+1 })
+		want += tc.tokens
+		if got := g.metric(t, "isobar_gateway_upstream_pending_prompt_tokens", map[string]string{"endpoint": "a"}); int64(got) != want {
+			t.Errorf("header %q: pending %v, want %d", tc.header, got, want)
+		}
+	}
+	close(up.release)
+	wg.Wait()
+}
