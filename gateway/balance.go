@@ -501,6 +501,9 @@ func (r *replay) Uint64() uint64 {
 // hosts[random() % n]. In --lb isobar the source's acceptable hosts go to
 // placement.Pick instead. Nil when the source is empty. Called under s.mu.
 func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
+	if len(s.prios) == 0 {
+		return nil // a newer table emptied the cluster under this request
+	}
 	placeMode := p.mode == LBIsobar
 	s.refresh(q.now, placeMode)
 	r := &replay{first: p.rand.Uint64(), r: p.rand}

@@ -33,24 +33,59 @@
 //     token need at 4 bytes per token when x-isobar-prompt-tokens is absent
 //     (see regional/xds). The route's fault abort sheds its share of
 //     requests with a JSON error of its status (429).
-//   - Load balancing (picker). LBXDS: a priority by Envoy's priority load
-//     (overprovisioning 1.4), a locality by weight × min(1, 1.4 × healthy
-//     share) when the cluster is locality-weighted, then within the
-//     locality Envoy's least-request (choice_count random picks, fewest in
-//     flight, when the endpoint weights are equal; otherwise weighted
-//     random over weight/(active+1)^bias) or weighted random for the other
-//     policies (RANDOM: uniform). Below 50 % healthy a level is in panic
-//     and ejected endpoints are candidates again. LBRoundRobin and
-//     LBLeastRequest are the baselines: a rotation, or the fewest in
-//     flight, over all the cluster's endpoints, ignoring weights,
-//     localities and priorities; everything else (retries, ejection, caps,
-//     shedding) is the same in every mode. An endpoint at
-//     Config.MaxInflightPerEndpoint takes no more requests; when every
-//     candidate is full the answer is 429. The in-flight counts and outlier
-//     state belong to the address, shared by all the clusters that list it
-//     (a cell is in its model's main, local and class clusters), where
-//     Envoy would keep one per cluster: least-request then sees a cell's
-//     whole load.
+//   - Load balancing (picker), with no weighted-random pick anywhere.
+//     LBXDS behaves as stock Envoy on the same resources, citing its
+//     source (load_balancer_impl.cc, locality_wrr.cc, round_robin_lb.h,
+//     least_request_lb.cc, random_lb.cc, edf_scheduler.h): one random value
+//     per pick chooses the priority by Envoy's integer priority load
+//     (health = min(100, 140 × healthy / total), distributeLoad, then
+//     hash % 100 + 1 into the cumulative loads); a priority below 50 % healthy is in panic and balances over all
+//     its hosts; otherwise, when the cluster is locality-weighted, LocalityWrr's
+//     EDF schedule over weight × min(1, 1.4 × healthy share) chooses the
+//     locality; then the cluster's policy picks within that host source
+//     through package gateway/lb: ROUND_ROBIN (rotation when the weights
+//     are equal, EDF over the weights otherwise), LEAST_REQUEST (N_CHOICES
+//     with choice_count draws, or FULL_SCAN, on the live in-flight counts
+//     when the weights are equal; EDF over weight/(active+1)^bias, a
+//     host's weight recomputed only when it is picked, when they differ)
+//     or RANDOM (hosts[random % n]). The policy comes from the typed
+//     load_balancing_policy (LeastRequest, RoundRobin, Random: the first
+//     the gateway knows) or the legacy lb_policy; an unknown one (RING_HASH,
+//     MAGLEV, another extension) falls back to ROUND_ROBIN, Envoy's
+//     default, with a warning and isobar_gateway_lb_policy_fallbacks_total.
+//     A host source's schedule is rebuilt (Envoy's refresh, from the same
+//     seed, the round-robin index kept) when its priority's host set,
+//     weights or healthy set change — an xDS update that changes them, or
+//     an ejection starting or ending — never per request. LBIsobar chooses
+//     the priority the same way, then the least expected time to first
+//     token among its healthy hosts (package placement: RTT + 2 × jitter +
+//     (pending prompt tokens + this prompt) / prefill rate + 1 ms per
+//     request in flight, ties at random). The gateway counts each
+//     address's pending prompt tokens itself: an attempt adds its
+//     request's tokens when it is sent and takes them back at its first
+//     response body byte, or when it fails or ends without one. A
+//     request's tokens are x-isobar-prompt-tokens when that is one integer
+//     in [1, min(2^20, body bytes)], else ⌈body bytes / 4⌉. Prefill rate,
+//     RTT and jitter come from the endpoint's isobar metadata
+//     (MetadataPrefillRate, MetadataRTT, MetadataJitter; RTT and jitter
+//     also from the locality's), defaults when absent. LBRoundRobin and
+//     LBLeastRequest are the baselines: Envoy's ROUND_ROBIN and default
+//     LEAST_REQUEST (two choices) over all the cluster's endpoints with
+//     equal weights, ignoring localities and priorities. In every mode a
+//     host of weight 0 is never picked, and everything else (retries,
+//     ejection, caps, shedding) is the same. A pick the previous_hosts
+//     predicate or the in-flight cap rejects is drawn again up to the
+//     route's host_selection_retry_max_attempts, as Envoy's chooseHost
+//     does; where Envoy would then take the last draw anyway, the gateway
+//     takes the acceptable endpoint with the fewest requests in flight. An
+//     endpoint at Config.MaxInflightPerEndpoint takes no more requests;
+//     when every candidate is full the answer is 429. The in-flight counts,
+//     pending tokens and outlier state belong to the address, shared by
+//     all the clusters that list it (a cell is in its model's main, local
+//     and class clusters), where Envoy would keep one per cluster:
+//     least-request then sees a cell's whole load. Not modelled: DEGRADED
+//     hosts as a tier of their own (they count as healthy), zone-aware
+//     routing, slow start (refused), and multiple worker threads (below).
 //   - Retries: on connect failure, reset, the route's retriable statuses
 //     (5xx, gateway-error, retriable-status-codes) and per-try timeout
 //     (refused-stream is an HTTP/2 event; upstreams are spoken to in
@@ -93,9 +128,16 @@
 // (each the only reader of its stream), one reporter goroutine, the HTTP
 // server's Serve goroutine and its handler goroutines. Subscriptions apply
 // updates under one mutex that rebuilds the table and publishes it through
-// an atomic pointer; handlers read the table without locks and share only
-// atomics (in-flight, active and retry counts, ejection deadlines) and a
-// short per-host mutex for outlier bookkeeping. Stop is idempotent and
+// an atomic pointer; handlers read the table without locks and share
+// atomics (in-flight, pending-token, active and retry counts, ejection
+// deadlines), a short per-host mutex for outlier bookkeeping and one mutex
+// per cluster around its load balancer. That load balancer is one Envoy
+// worker's state (schedules, round-robin indexes, locality schedule, one
+// seed drawn from Deps.Rand when the cluster or its LB settings appear),
+// kept across table rebuilds by cluster name and shared by every handler
+// goroutine under the mutex, so the gateway picks as an Envoy run with
+// --concurrency 1; the in-flight counts it reads are the real ones, taken
+// after the pick as Envoy's rq_active is. Stop is idempotent and
 // blocking: it shuts the HTTP server down gracefully (in-flight requests
 // get Config.DrainTimeout, then their connections are closed), sends the
 // final report (bounded by one report interval), cancels the streams and
@@ -111,5 +153,8 @@
 //     than silently ignored, except the listener-level fault filter config
 //     (LDS is not read: per-route and per-virtual-host faults apply) and
 //     unknown retry host predicates and retry_on tokens (ignored, as
-//     Envoy's unknown retry_on tokens are).
+//     Envoy's unknown retry_on tokens are), and a load-balancing policy the
+//     gateway does not know (ROUND_ROBIN instead, warned and counted).
+//   - Picks draw their random values from Deps.Rand (safe for concurrent
+//     use); tests inject a seeded source and replay Envoy's sequence.
 package gateway

@@ -31,9 +31,16 @@ resources Envoy gets) and serves POST /v1/completions and
 Each request is matched against the routes as Envoy would (model header or
 the body's "model", context-length class from x-isobar-prompt-tokens or the
 body size at 4 bytes per token, hop header), then sent to an endpoint of the
-route's cluster: locality by weight and health, then weighted least-request
-(--lb xds, the default), or the round-robin (--lb rr) and least-in-flight
-(--lb lr) baselines. Retries within the cluster's retry budget, passive
+route's cluster. --lb xds (the default) picks as stock Envoy would on the
+same resources: a priority by Envoy's priority load, a locality by its EDF
+schedule when the cluster is locality-weighted, then the cluster's policy
+(ROUND_ROBIN, LEAST_REQUEST with its choice_count, FULL_SCAN and
+active_request_bias, or RANDOM; an unknown one falls back to ROUND_ROBIN with
+a warning). --lb isobar picks the endpoint with the least expected time to
+first token: RTT + the prompt tokens the gateway has sent it and not yet seen
+answered, plus this request's, over its prefill rate + a cost per request in
+flight. --lb rr and --lb lr are Envoy's round robin and least request (two
+choices) over all endpoints with equal weights, the baselines. Retries within the cluster's retry budget, passive
 outlier ejection, 429 load shedding (the route's shed share, or every
 endpoint at --max-inflight-per-endpoint) and the route and connect timeouts
 follow the resources. Requests sent to another region carry the hop header
@@ -91,7 +98,7 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP address to serve the OpenAI API, /health and /metrics on")
 	f.StringVar(&cfg.Region, "region", "", "region this gateway serves; required")
 	f.StringVar(&cfg.NodeID, "node-id", "", "xDS node id and report identity (default isobar-gateway-<region>)")
-	f.StringVar(&lb, "lb", string(gateway.LBXDS), "load balancing: xds (honour xDS weights), rr (round-robin baseline) or lr (least in-flight baseline)")
+	f.StringVar(&lb, "lb", string(gateway.LBXDS), "load balancing: xds (as Envoy would on the pushed resources), isobar (least expected time to first token), rr (Envoy round-robin baseline) or lr (Envoy least-request baseline, two choices)")
 	f.IntVar(&cfg.MaxInflightPerEndpoint, "max-inflight-per-endpoint", 64, "requests in flight per endpoint above which it takes no more; all full: 429")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "extra address serving only /metrics; empty: none")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on shutdown, how long in-flight requests may finish (default 30s)")

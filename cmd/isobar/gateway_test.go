@@ -1,0 +1,41 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// --lb takes xds, rr, lr and isobar; anything else is a usage error naming
+// the choices, and the help names every mode.
+func TestGatewayLBFlag(t *testing.T) {
+	base := []string{"gateway", "--insecure", "--controller", "127.0.0.1:1", "--region", "r1"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr; exit code 2
+	}{
+		{"unknown mode", []string{"--lb", "weighted-random"}, "use xds, rr, lr or isobar"},
+		// A valid mode gets past the LB check to the next field's error,
+		// so that nothing is started.
+		{"isobar accepted", []string{"--lb", "isobar", "--max-inflight-per-endpoint", "-1"}, "MaxInflightPerEndpoint"},
+		{"xds accepted", []string{"--lb", "xds", "--max-inflight-per-endpoint", "-1"}, "MaxInflightPerEndpoint"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(append(append([]string(nil), base...), tc.args...), &stdout, &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr.String(), tc.want)
+			}
+		})
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"gateway", "--help"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, mode := range []string{"xds (as Envoy would", "isobar (least expected time to first token)", "rr (Envoy round-robin", "lr (Envoy least-request"} {
+		if !strings.Contains(stdout.String(), mode) {
+			t.Errorf("gateway --help does not describe --lb %s", mode)
+		}
+	}
+}
