@@ -221,6 +221,9 @@ type lbState struct {
 	per  []prioLB
 	bals map[srcKey]*lb.Balancer
 	mask []bool // scratch for refresh
+	// scratch for place
+	placeHosts []*hostRT
+	placeIn    []placement.Host
 }
 
 // prioLB is a priority's state as of its last refresh.
@@ -251,8 +254,11 @@ type srcKey struct {
 
 // lbKey is the configuration an lbState is built for.
 func lbKey(mode LBMode, p *ClusterPolicy) string {
-	if mode == LBRoundRobin || mode == LBLeastRequest || mode == LBIsobar {
+	switch mode {
+	case LBRoundRobin, LBLeastRequest:
 		return string(mode)
+	case LBIsobar:
+		return string(mode) + "|" + strconv.FormatBool(p.LocalityWeighted)
 	}
 	return strings.Join([]string{string(mode), p.LBPolicy, strconv.FormatUint(uint64(p.ChoiceCount), 10),
 		strconv.FormatBool(p.FullScan), strconv.FormatFloat(p.ActiveRequestBias, 'g', -1, 64),
@@ -551,9 +557,8 @@ func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
 // locality-weighted — with the request's prompt tokens and each host's
 // pending prompt tokens, in-flight count, prefill rate, RTT and jitter.
 func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, st *prioLB, r lb.Rand) *hostRT {
-	var cand [16]*hostRT
-	var in [16]placement.Host
-	hosts, inputs := cand[:0], in[:0]
+	hosts, inputs := s.placeHosts[:0], s.placeIn[:0]
+	defer func() { s.placeHosts, s.placeIn = hosts[:0], inputs[:0] }() // reused: s.mu is held
 	for j, h := range pr.hosts {
 		if !st.panic && !st.mask[j] || s.localityWeighted && !st.panic && pr.localities[pr.locOf[j]].weight == 0 ||
 			!p.accepts(h, q.exclude) {

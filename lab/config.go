@@ -55,7 +55,8 @@ type Config struct {
 	// 20 ms + 15 ms × |i − j|; jitter 2 ms.
 	Delay  func(i, j int) time.Duration
 	Jitter time.Duration
-	// LB is the gateways' load-balancing mode: xds (default), rr or lr.
+	// LB is the gateways' load-balancing mode: isobar (default: least
+	// expected TTFT), xds (as Envoy would), rr or lr.
 	LB string
 	// Globals is the size of the global HA pair. Default 2 (0 with one
 	// region).
@@ -143,7 +144,7 @@ func (c *Config) withDefaults() {
 		}
 	}
 	if c.LB == "" {
-		c.LB = "xds"
+		c.LB = "isobar"
 	}
 	if c.Globals == 0 && len(c.Regions) > 1 {
 		c.Globals = 2
@@ -179,8 +180,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max tokens must be >= 1", ErrInvalidConfig)
 	case c.TimeScale <= 0:
 		return fmt.Errorf("%w: --time-scale must be > 0", ErrInvalidConfig)
-	case c.LB != "xds" && c.LB != "rr" && c.LB != "lr":
-		return fmt.Errorf("%w: --lb %q: want xds, rr or lr", ErrInvalidConfig, c.LB)
+	case c.LB != "isobar" && c.LB != "xds" && c.LB != "rr" && c.LB != "lr":
+		return fmt.Errorf("%w: --lb %q: want isobar, xds, rr or lr", ErrInvalidConfig, c.LB)
 	case c.AdminListen != "" && c.Insecure:
 		return fmt.Errorf("%w: --admin-listen needs mTLS: drop --insecure", ErrInvalidConfig)
 	case c.Globals < 0 || c.Globals > 3:
