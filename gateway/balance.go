@@ -187,14 +187,15 @@ func (p *picker) scan(c *clusterRT, q pickQuery) (best *hostRT, saturated bool) 
 }
 
 // lbState is a cluster's load balancer: what one Envoy worker thread holds
-// for the cluster (EdfLoadBalancerBase and its LocalityWrr), kept across
-// table rebuilds by cluster name. The gateway runs one such worker per
-// cluster for all its request goroutines, serialised by mu: it behaves as
-// an Envoy started with --concurrency 1. (A multi-worker Envoy is modelled
-// by the benchmark's isobar-envoy policy with gateway/lb's Pool.) The
-// active-request counts the balancers read are the gateway's real
-// in-flight counts per address (hostState.inflight), which, as Envoy's
-// rq_active, are incremented only after the pick.
+// for the cluster (EdfLoadBalancerBase with its per-priority loads, panic
+// flags and LocalityWrr schedules), kept across table rebuilds by cluster
+// name. The gateway runs one such worker per cluster for all its request
+// goroutines, serialised by mu: it behaves as an Envoy started with
+// --concurrency 1. (A multi-worker Envoy is modelled by the benchmark's
+// isobar-envoy policy with gateway/lb's Pool.) The active-request counts
+// the balancers read are the gateway's real in-flight counts per address
+// (hostState.inflight), which, as Envoy's rq_active, are incremented only
+// after the pick.
 type lbState struct {
 	// key identifies the configuration the state was built for (mode and
 	// the cluster's LB settings). When it changes the cluster gets a new
@@ -210,38 +211,58 @@ type lbState struct {
 	// hosts, every positive weight counted as 1.
 	flat bool
 	// seed is EdfLoadBalancerBase::seed_: it seeds every host source's
-	// schedule and round-robin index, and the locality schedules.
+	// schedule and round-robin index.
 	seed uint64
 
 	mu    sync.Mutex
-	sig   string        // the host set installed (addresses, weights, localities)
+	sig   string        // the host set installed (addresses, weights, health, localities)
 	prios []*priorityRT // the host set in use, replaced on every install
 	// per holds the refresh state of each priority. A nil mask means a
 	// refresh is due.
-	per  []prioLB
-	bals map[srcKey]*lb.Balancer
-	mask []bool // scratch for refresh
+	per []prioLB
+	// healthyLoad and degradedLoad are Envoy's per_priority_load_ in
+	// percent (they sum to 100), recomputed when any priority refreshes.
+	healthyLoad, degradedLoad []uint32
+	bals                      map[srcKey]*lb.Balancer
+	mask                      []hostHealth // scratch for refresh
 	// scratch for place
 	placeHosts []*hostRT
 	placeIn    []placement.Host
 }
 
+// hostHealth is a host's state for the load balancer: Envoy's healthy,
+// degraded (EDS DEGRADED) or unhealthy (here: ejected by outlier
+// detection; EDS UNHEALTHY, DRAINING and TIMEOUT endpoints are not in the
+// table at all).
+type hostHealth uint8
+
+const (
+	hostUnhealthy hostHealth = iota
+	hostHealthy
+	hostDegraded
+)
+
 // prioLB is a priority's state as of its last refresh.
 type prioLB struct {
-	mask     []bool  // the healthy (not ejected) hosts at the last refresh
-	panic    bool    // isHostSetInPanic: healthy below panicPercent
-	health   uint32  // Envoy's per-priority health, 0..100
-	locEDF   *lb.EDF // LocalityWrr's healthy locality scheduler; nil when no locality has weight
-	locScale []float64
+	mask               []hostHealth // each host's health at the last refresh
+	healthy, degraded  int
+	health, degradedAv uint32 // Envoy's per_priority_health_ and per_priority_degraded_, 0..100
+	panic              bool   // per_priority_panic_
+	// LocalityWrr's healthy and degraded locality schedules and their
+	// effective locality weights; a nil schedule: no locality with weight.
+	locEDF, locEDFDegraded     *lb.EDF
+	locScale, locScaleDegraded []float64
 }
 
 // srcKind is Envoy's HostsSource::SourceType.
 type srcKind uint8
 
 const (
-	srcAll      srcKind = iota // AllHosts (panic)
-	srcHealthy                 // HealthyHosts
-	srcLocality                // LocalityHealthyHosts
+	srcAll              srcKind = iota // AllHosts (panic)
+	srcHealthy                         // HealthyHosts
+	srcDegraded                        // DegradedHosts
+	srcLocality                        // LocalityHealthyHosts
+	srcLocalityDegraded                // LocalityDegradedHosts
 )
 
 // srcKey is Envoy's HostsSource: a priority, a source type and, for
@@ -299,7 +320,8 @@ func newLBState(mode LBMode, p *ClusterPolicy, seed uint64) *lbState {
 }
 
 // hostSetSig identifies a host set: what, if it changes, makes Envoy
-// refresh its load balancer (membership, weights, localities, priorities).
+// refresh its load balancer (membership, weights, EDS health, localities,
+// priorities).
 func hostSetSig(prios []*priorityRT) string {
 	var b strings.Builder
 	for i, pr := range prios {
@@ -308,7 +330,7 @@ func hostSetSig(prios []*priorityRT) string {
 			e := &h.ep
 			b.WriteString(strconv.Itoa(i))
 			for _, s := range []string{e.Region, e.Zone, e.SubZone, strconv.FormatUint(uint64(l.weight), 10), e.Address,
-				strconv.FormatUint(uint64(e.Weight), 10)} {
+				strconv.FormatUint(uint64(e.Weight), 10), strconv.FormatBool(e.Degraded)} {
 				b.WriteByte(0)
 				b.WriteString(s)
 			}
@@ -350,45 +372,133 @@ type hostActive []*hostRT
 
 func (a hostActive) Active(i int) uint64 { return uint64(max(a[i].st.inflight.Load(), 0)) }
 
-// refresh re-derives each priority's health from the ejection deadlines
-// and, where the healthy set changed (or the host set did), refreshes it:
-// EdfLoadBalancerBase::refresh rebuilds every host source of the priority
-// (all hosts, healthy hosts, each locality's healthy hosts) from the same
-// seed, and LocalityWrr rebuilds the locality schedule. Envoy does this
-// when outlier detection ejects or re-admits a host; the gateway's
-// ejections end at a deadline, so the change is noticed at the next pick.
-func (s *lbState) refresh(now int64, placeMode bool) {
+// refresh re-derives each host's health (EDS DEGRADED, ejection deadlines)
+// and, for each priority whose health changed (or whose host set did),
+// does what Envoy's priority update callbacks do: LocalityWrr is rebuilt
+// with a fresh random seed (rebuildLocalityWrrForPriority, when locality
+// weighting is on), EdfLoadBalancerBase::refresh rebuilds every host
+// source of the priority from seed_, and LoadBalancerBase recomputes the
+// priority loads and panic flags. Envoy runs these when outlier detection
+// ejects or re-admits a host; the gateway's ejections end at a deadline,
+// so the change is noticed at the next pick.
+func (s *lbState) refresh(r lb.Rand, now int64, placeMode bool) {
+	changed := false
 	for i, pr := range s.prios {
-		n := len(pr.hosts)
 		s.mask = s.mask[:0]
-		healthy := 0
+		healthy, degraded := 0, 0
 		for _, h := range pr.hosts {
-			ok := !h.st.ejected(now)
-			s.mask = append(s.mask, ok)
-			if ok {
+			hh := hostHealthy
+			switch {
+			case h.st.ejected(now):
+				hh = hostUnhealthy
+			case h.ep.Degraded:
+				hh = hostDegraded
+				degraded++
+			default:
 				healthy++
 			}
+			s.mask = append(s.mask, hh)
 		}
 		st := &s.per[i]
 		if st.mask != nil && slices.Equal(st.mask, s.mask) {
 			continue
 		}
+		changed = true
 		st.mask = append(st.mask[:0], s.mask...)
+		st.healthy, st.degraded = healthy, degraded
 		// recalculatePerPriorityState: health = min(100,
-		// overprovisioning_factor × healthy / total), integer arithmetic.
+		// overprovisioning_factor × healthy / total), the same for
+		// degraded, integer arithmetic.
+		n := len(pr.hosts)
 		st.health = uint32(min(100, overprovisioningPercent*healthy/n))
-		// isHostSetInPanic: healthy percentage below the panic threshold.
-		st.panic = 100*float64(healthy)/float64(n) < panicPercent
-		if placeMode {
-			continue
+		st.degradedAv = uint32(min(100, overprovisioningPercent*degraded/n))
+		if !placeMode {
+			s.refreshSources(r, i, pr, st)
 		}
-		s.refreshSources(i, pr, st)
+	}
+	if changed {
+		s.recalculateLoads()
 	}
 }
 
-// refreshSources is EdfLoadBalancerBase::refresh(priority) and
-// LocalityWrr::rebuildLocalityScheduler for priority i.
-func (s *lbState) refreshSources(i int, pr *priorityRT, st *prioLB) {
+// recalculateLoads is recalculatePerPriorityState's load distribution and
+// recalculatePerPriorityPanic (load_balancer_impl.cc): healthy load first,
+// then degraded, each priority taking min(what is left, availability × 100
+// / normalised total availability), the rounding remainder to the first
+// priority with healthy (else degraded) availability. A priority is in
+// panic when the normalised total availability is below 100 and its
+// healthy plus degraded share is below the panic threshold; when every
+// priority is in panic (recalculateLoadInTotalPanic) the load follows the
+// host counts.
+func (s *lbState) recalculateLoads() {
+	n := len(s.per)
+	s.healthyLoad = slices.Grow(s.healthyLoad[:0], n)[:n]
+	s.degradedLoad = slices.Grow(s.degradedLoad[:0], n)[:n]
+	clear(s.healthyLoad)
+	clear(s.degradedLoad)
+	var total uint32
+	for i := range s.per {
+		total += s.per[i].health + s.per[i].degradedAv
+	}
+	normalized := min(total, 100)
+	distribute := func(load []uint32, av func(i int) uint32, left uint32) (first int, rest uint32) {
+		first = -1
+		for i := range s.per {
+			if first < 0 && av(i) > 0 {
+				first = i
+			}
+			load[i] = min(left, av(i)*100/normalized)
+			left -= load[i]
+		}
+		return first, left
+	}
+	if normalized > 0 {
+		firstH, left := distribute(s.healthyLoad, func(i int) uint32 { return s.per[i].health }, 100)
+		firstD, left := distribute(s.degradedLoad, func(i int) uint32 { return s.per[i].degradedAv }, left)
+		if left != 0 {
+			if firstH >= 0 {
+				s.healthyLoad[firstH] += left
+			} else {
+				s.degradedLoad[firstD] += left
+			}
+		}
+	}
+	totalPanic := true
+	for i, pr := range s.prios {
+		st := &s.per[i]
+		// isHostSetInPanic: (healthy% + degraded%) < panic threshold.
+		st.panic = normalized < 100 && 100*float64(st.healthy+st.degraded)/float64(len(pr.hosts)) < panicPercent
+		totalPanic = totalPanic && st.panic
+	}
+	if !totalPanic {
+		return
+	}
+	hosts := 0
+	for _, pr := range s.prios {
+		hosts += len(pr.hosts)
+	}
+	left := uint32(100)
+	for i, pr := range s.prios {
+		s.healthyLoad[i] = uint32(100 * len(pr.hosts) / hosts)
+		s.degradedLoad[i] = 0
+		left -= s.healthyLoad[i]
+	}
+	s.healthyLoad[0] += left // every priority has hosts
+}
+
+// refreshSources is LocalityWrr's rebuild and EdfLoadBalancerBase::refresh
+// (priority) for priority i.
+func (s *lbState) refreshSources(r lb.Rand, i int, pr *priorityRT, st *prioLB) {
+	if s.localityWeighted {
+		// rebuildLocalityWrrForPriority: LocalityWrr(host_set,
+		// random_.random()), both schedules from that seed
+		// (locality_wrr.cc rebuildLocalityScheduler).
+		seed := uint32(r.Uint64())
+		st.locEDF, st.locScale = s.localitySchedule(pr, st, hostHealthy, seed, st.locScale)
+		st.locEDFDegraded, st.locScaleDegraded = s.localitySchedule(pr, st, hostDegraded, seed, st.locScaleDegraded)
+	} else {
+		st.locEDF, st.locEDFDegraded = nil, nil
+	}
 	active := hostActive(pr.hosts)
 	w := make([]uint32, len(pr.hosts))
 	update := func(k srcKey, include func(j int) bool) {
@@ -408,74 +518,65 @@ func (s *lbState) refreshSources(i int, pr *priorityRT, st *prioLB) {
 		}
 		b.Update(w, active)
 	}
+	// add_hosts_source for AllHosts, HealthyHosts, DegradedHosts, then
+	// each locality's healthy and degraded hosts.
 	update(srcKey{prio: i, kind: srcAll}, func(int) bool { return true })
-	update(srcKey{prio: i, kind: srcHealthy}, func(j int) bool { return st.mask[j] })
-	st.locEDF = nil
+	update(srcKey{prio: i, kind: srcHealthy}, func(j int) bool { return st.mask[j] == hostHealthy })
+	update(srcKey{prio: i, kind: srcDegraded}, func(j int) bool { return st.mask[j] == hostDegraded })
 	if !s.localityWeighted {
 		return
 	}
 	for l := range pr.localities {
-		update(srcKey{prio: i, loc: l, kind: srcLocality}, func(j int) bool { return st.mask[j] && pr.locOf[j] == l })
+		update(srcKey{prio: i, loc: l, kind: srcLocality}, func(j int) bool { return st.mask[j] == hostHealthy && pr.locOf[j] == l })
+		update(srcKey{prio: i, loc: l, kind: srcLocalityDegraded}, func(j int) bool { return st.mask[j] == hostDegraded && pr.locOf[j] == l })
 	}
-	// locality_wrr.cc effectiveLocalityWeight: weight × min(1,
-	// overprovisioning_factor/100 × healthy/total); localities of
-	// effective weight 0 are left out, and no scheduler is built when
-	// none is left.
-	st.locScale = st.locScale[:0]
+}
+
+// localitySchedule is locality_wrr.cc rebuildLocalityScheduler for the
+// hosts of health want: each locality's effective weight is weight ×
+// min(1, overprovisioning_factor/100 × eligible/total)
+// (effectiveLocalityWeight); localities of effective weight 0 are left out
+// and no schedule is built when none is left; otherwise createWithPicks
+// from seed.
+func (s *lbState) localitySchedule(pr *priorityRT, st *prioLB, want hostHealth, seed uint32, scale []float64) (*lb.EDF, []float64) {
+	scale = scale[:0]
 	var entries []int
 	for l, loc := range pr.localities {
-		healthy := 0
+		eligible := 0
 		for j := range pr.hosts {
-			if pr.locOf[j] == l && st.mask[j] {
-				healthy++
+			if pr.locOf[j] == l && st.mask[j] == want {
+				eligible++
 			}
 		}
-		eff := float64(loc.weight) * min(1, overprovisioningPercent/100.0*float64(healthy)/float64(len(loc.hosts)))
-		st.locScale = append(st.locScale, eff)
+		eff := float64(loc.weight) * min(1, overprovisioningPercent/100.0*float64(eligible)/float64(len(loc.hosts)))
+		scale = append(scale, eff)
 		if eff > 0 {
 			entries = append(entries, l)
 		}
 	}
-	if len(entries) > 0 {
-		scale := st.locScale
-		st.locEDF = lb.NewEDFWithPicks(entries, func(l int) float64 { return scale[l] }, uint32(s.seed))
+	if len(entries) == 0 {
+		return nil, scale
 	}
+	return lb.NewEDFWithPicks(entries, func(l int) float64 { return scale[l] }, seed), scale
 }
 
-// choosePriority is LoadBalancerBase::choosePriority over the per-priority
-// load of recalculatePerPriorityState/distributeLoad
-// (load_balancer_impl.cc): each priority takes min(what is left of 100,
-// health × 100 / normalised total health), the rest going to the first
-// priority with any health; hash%100+1 falls into the cumulative loads.
-// With no health anywhere, priority 0 takes everything (and is in panic).
-func (s *lbState) choosePriority(hash uint64) int {
-	var total uint32
-	for i := range s.per {
-		total += s.per[i].health
-	}
-	total = min(total, 100)
-	if total == 0 {
-		return 0
-	}
+// choosePriority is LoadBalancerBase::choosePriority: hash % 100 + 1 falls
+// into the cumulative healthy loads, then the degraded ones. It returns
+// the priority and whether its degraded hosts were chosen.
+func (s *lbState) choosePriority(hash uint64) (int, bool) {
 	x := uint32(hash%100) + 1
-	left, agg, first := uint32(100), uint32(0), -1
-	loads := make([]uint32, len(s.per))
-	for i := range s.per {
-		if first < 0 && s.per[i].health > 0 {
-			first = i
-		}
-		loads[i] = min(left, s.per[i].health*100/total)
-		left -= loads[i]
-	}
-	if first >= 0 {
-		loads[first] += left
-	}
-	for i, l := range loads {
+	var agg uint32
+	for i, l := range s.healthyLoad {
 		if agg += l; x <= agg {
-			return i
+			return i, false
 		}
 	}
-	return len(loads) - 1
+	for i, l := range s.degradedLoad {
+		if agg += l; x <= agg {
+			return i, true
+		}
+	}
+	return 0, false // the loads sum to 100: not reached
 }
 
 // replay is an lb.Rand whose first value is one already drawn: the value
@@ -497,45 +598,66 @@ func (r *replay) Uint64() uint64 {
 
 // chooseOnce is EdfLoadBalancerBase::chooseHostOnce with
 // ZoneAwareLoadBalancerBase::hostSourceToUse (load_balancer_impl.cc): one
-// random value chooses the priority; a priority in panic balances over all
-// its hosts; otherwise, with locality weighting, LocalityWrr's schedule
-// chooses the locality and its healthy hosts are balanced; otherwise the
-// priority's healthy hosts. Within the source, gateway/lb's Balancer is
-// Envoy's pick: round_robin_lb.h, least_request_lb.cc (N_CHOICES or
-// FULL_SCAN on live counts when the weights are equal, EDF over
-// weight/(active+1)^bias when they differ), or, for RANDOM, random_lb.cc's
-// hosts[random() % n]. In --lb isobar the source's acceptable hosts go to
-// placement.Pick instead. Nil when the source is empty. Called under s.mu.
+// random value chooses the priority and whether its healthy or degraded
+// hosts serve; a priority in panic balances over all its hosts; otherwise,
+// with locality weighting, LocalityWrr's healthy (or degraded) schedule
+// chooses the locality and its healthy (degraded) hosts are balanced;
+// otherwise the priority's healthy (degraded) hosts. Within the source,
+// gateway/lb's Balancer is Envoy's pick: round_robin_lb.h,
+// least_request_lb.cc (N_CHOICES or FULL_SCAN on live counts when the
+// weights are equal, EDF over weight/(active+1)^bias when they differ),
+// or, for RANDOM, random_lb.cc's hosts[random() % n] on the same value. In
+// --lb isobar the source's acceptable hosts go to placement.Pick instead.
+// Nil when the source is empty. Called under s.mu.
 func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
 	if len(s.prios) == 0 {
 		return nil // a newer table emptied the cluster under this request
 	}
 	placeMode := p.mode == LBIsobar
-	s.refresh(q.now, placeMode)
+	s.refresh(p.rand, q.now, placeMode)
 	r := &replay{first: p.rand.Uint64(), r: p.rand}
-	pi := s.choosePriority(r.first)
+	pi, degraded := s.choosePriority(r.first)
 	pr, st := s.prios[pi], &s.per[pi]
-	if placeMode {
-		return s.place(p, q, pr, st, p.rand) // ties: fresh draws
-	}
 	k := srcKey{prio: pi, kind: srcHealthy}
+	want := hostHealthy
+	if degraded {
+		k.kind, want = srcDegraded, hostDegraded
+	}
 	switch {
 	case st.panic:
 		k.kind = srcAll
-	case s.localityWeighted && st.locEDF != nil:
-		l, _ := st.locEDF.PickAndAdd(func(l int) float64 { return st.locScale[l] })
-		k.kind, k.loc = srcLocality, l
+	case s.localityWeighted:
+		edf, scale, kind := st.locEDF, st.locScale, srcLocality
+		if degraded {
+			edf, scale, kind = st.locEDFDegraded, st.locScaleDegraded, srcLocalityDegraded
+		}
+		if placeMode {
+			break // placement weighs every eligible locality itself
+		}
+		if edf != nil {
+			l, _ := edf.PickAndAdd(func(l int) float64 { return scale[l] })
+			k.kind, k.loc = kind, l
+		}
 	}
-	b := s.bals[k]
-	if b == nil {
-		return nil
+	// in reports whether host j belongs to the source k.
+	in := func(j int) bool {
+		switch k.kind {
+		case srcAll:
+			return true
+		case srcLocality, srcLocalityDegraded:
+			return st.mask[j] == want && pr.locOf[j] == k.loc
+		}
+		return st.mask[j] == want
+	}
+	if placeMode {
+		return s.place(p, q, pr, in, k.kind != srcAll, p.rand) // ties: fresh draws
 	}
 	if s.random {
 		// random_lb.cc peekOrChoose: hosts_to_use[random() % size], on the
 		// value hostSourceToUse drew.
 		var hosts []int
 		for j, h := range pr.hosts {
-			if s.weight(h) > 0 && (k.kind == srcAll || st.mask[j] && (k.kind == srcHealthy || pr.locOf[j] == k.loc)) {
+			if s.weight(h) > 0 && in(j) {
 				hosts = append(hosts, j)
 			}
 		}
@@ -543,6 +665,10 @@ func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
 			return nil
 		}
 		return pr.hosts[hosts[r.first%uint64(len(hosts))]]
+	}
+	b := s.bals[k]
+	if b == nil {
+		return nil
 	}
 	j, ok := b.Pick(r, hostActive(pr.hosts))
 	if !ok {
@@ -552,16 +678,18 @@ func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
 }
 
 // place is --lb isobar within the chosen priority: least expected TTFT
-// (package placement) over its acceptable hosts — healthy ones (all in
-// panic), in localities of positive weight when the cluster is
-// locality-weighted — with the request's prompt tokens and each host's
-// pending prompt tokens, in-flight count, prefill rate, RTT and jitter.
-func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, st *prioLB, r lb.Rand) *hostRT {
+// (package placement) over the acceptable hosts of the source Envoy would
+// use — the priority's healthy hosts (its degraded ones when the priority
+// load chose those; all in panic), in every locality of positive weight
+// when the cluster is locality-weighted, so that distance is an added
+// latency rather than a share — with the request's prompt tokens and each
+// host's pending prompt tokens, in-flight count, prefill rate, RTT and
+// jitter. localities: leave out localities of weight 0 (not in panic).
+func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, in func(j int) bool, localities bool, r lb.Rand) *hostRT {
 	hosts, inputs := s.placeHosts[:0], s.placeIn[:0]
 	defer func() { s.placeHosts, s.placeIn = hosts[:0], inputs[:0] }() // reused: s.mu is held
 	for j, h := range pr.hosts {
-		if !st.panic && !st.mask[j] || s.localityWeighted && !st.panic && pr.localities[pr.locOf[j]].weight == 0 ||
-			!p.accepts(h, q.exclude) {
+		if !in(j) || localities && s.localityWeighted && pr.localities[pr.locOf[j]].weight == 0 || !p.accepts(h, q.exclude) {
 			continue
 		}
 		hosts = append(hosts, h)

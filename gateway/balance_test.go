@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -168,9 +169,10 @@ func TestPickLocalityWeightedMatchesEnvoy(t *testing.T) {
 	c, _ := testCluster(t, pol, []uint32{1, 1, 2, 2, 2}, nil, loc, []uint32{1, 3}, pk)
 
 	ref := newLockedRand(3, 4)
-	seed := ref.Uint64()
+	seed := ref.Uint64()    // seed_, drawn when the cluster's balancer is built
+	locSeed := ref.Uint64() // LocalityWrr's seed, drawn at the first refresh
 	eff := []float64{1, 3}
-	locEDF := lb.NewEDFWithPicks([]int{0, 1}, func(l int) float64 { return eff[l] }, uint32(seed))
+	locEDF := lb.NewEDFWithPicks([]int{0, 1}, func(l int) float64 { return eff[l] }, uint32(locSeed))
 	var bals []*lb.Balancer
 	for l := range 2 {
 		b, err := lb.NewBalancer(lb.DefaultPolicy(lb.RoundRobin), seed)
@@ -206,32 +208,77 @@ func TestPickLocalityWeightedMatchesEnvoy(t *testing.T) {
 	}
 }
 
-// Priority load as Envoy computes it: health = min(100, 140 × healthy /
-// total), loads from the highest priority down, the remainder to the first
-// priority with health; hash%100+1 falls into the cumulative loads.
-func TestChoosePriority(t *testing.T) {
+// prioHosts is a priority of healthy, degraded and ejected hosts (ejected
+// until 2, so at now 1).
+func prioHosts(healthy, degraded, ejected int) *priorityRT {
+	pr := &priorityRT{localities: []*localityRT{{weight: 1}}}
+	for i := range healthy + degraded + ejected {
+		h := &hostRT{ep: Endpoint{Weight: 1, Degraded: i >= healthy && i < healthy+degraded}, st: &hostState{}}
+		if i >= healthy+degraded {
+			h.st.ejectedUntil.Store(2)
+		}
+		pr.hosts = append(pr.hosts, h)
+		pr.locOf = append(pr.locOf, 0)
+		pr.localities[0].hosts = append(pr.localities[0].hosts, h)
+	}
+	return pr
+}
+
+// Priority loads, panic and the priority draw as Envoy computes them
+// (load_balancer_impl.cc): health = min(100, 140 × healthy / total),
+// degraded likewise; healthy load first, then degraded, normalised by the
+// total availability capped at 100; no panic while that total is 100;
+// total panic splits by host counts; hash%100+1 falls into the cumulative
+// healthy, then degraded, loads.
+func TestPriorityLoad(t *testing.T) {
+	type hd struct{ healthy, degraded, ejected int }
 	for _, tc := range []struct {
-		name   string
-		health []uint32
-		hash   uint64
-		want   int
+		name              string
+		prios             []hd
+		healthy, degraded []uint32
+		panic             []bool
+		draws             map[uint64][2]int // hash → (priority, 1 if degraded)
 	}{
-		{"one priority", []uint32{100}, 99, 0},
-		{"healthy P0 takes all", []uint32{100, 100}, 99, 0},
-		{"P0 at 70 %: hash 69 → 70 ≤ 70", []uint32{70, 100}, 69, 0},
-		{"P0 at 70 %: hash 70 → 71 > 70", []uint32{70, 100}, 70, 1},
-		{"both weak: normalised 35/(35+28)", []uint32{35, 28}, 55, 0}, // loads 55, 44, +1 to P0 → 56
-		{"both weak: the remainder goes to P0", []uint32{35, 28}, 56, 1},
-		{"nothing healthy: P0", []uint32{0, 0}, 99, 0},
-		{"P0 empty of health", []uint32{0, 100}, 0, 1},
+		{"one healthy priority", []hd{{3, 0, 0}}, []uint32{100}, []uint32{0}, []bool{false},
+			map[uint64][2]int{0: {0, 0}, 99: {0, 0}}},
+		{"P0 half ejected: 70/30", []hd{{1, 0, 1}, {2, 0, 0}}, []uint32{70, 30}, []uint32{0, 0}, []bool{false, false},
+			map[uint64][2]int{69: {0, 0}, 70: {1, 0}}},
+		{"P0 at a third, no panic while the total is 100", []hd{{1, 0, 2}, {3, 0, 0}}, []uint32{46, 54}, []uint32{0, 0},
+			[]bool{false, false}, map[uint64][2]int{45: {0, 0}, 46: {1, 0}}},
+		{"total panic splits by host counts", []hd{{1, 0, 3}, {1, 0, 4}}, []uint32{45, 55}, []uint32{0, 0},
+			[]bool{true, true}, map[uint64][2]int{44: {0, 0}, 45: {1, 0}}},
+		{"nothing healthy: total panic", []hd{{0, 0, 2}}, []uint32{100}, []uint32{0}, []bool{true},
+			map[uint64][2]int{50: {0, 0}}},
+		{"degraded take what healthy cannot", []hd{{1, 1, 0}}, []uint32{70}, []uint32{30}, []bool{false},
+			map[uint64][2]int{69: {0, 0}, 70: {0, 1}, 99: {0, 1}}},
+		{"a healthy lower priority before a degraded higher one", []hd{{0, 2, 0}, {2, 0, 0}}, []uint32{0, 100},
+			[]uint32{0, 0}, []bool{false, false}, map[uint64][2]int{0: {1, 0}, 99: {1, 0}}},
+		{"degraded share, an empty priority in panic", []hd{{1, 1, 1}, {0, 0, 3}}, []uint32{50, 0}, []uint32{50, 0},
+			[]bool{false, true}, map[uint64][2]int{49: {0, 0}, 50: {0, 1}, 99: {0, 1}}},
+		{"weak levels: total panic", []hd{{1, 1, 3}, {1, 0, 4}}, []uint32{50, 50}, []uint32{0, 0}, []bool{true, true},
+			map[uint64][2]int{49: {0, 0}, 50: {1, 0}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &lbState{per: make([]prioLB, len(tc.health))}
-			for i, h := range tc.health {
-				s.per[i].health = h
+			s := &lbState{}
+			var prios []*priorityRT
+			for _, p := range tc.prios {
+				prios = append(prios, prioHosts(p.healthy, p.degraded, p.ejected))
 			}
-			if got := s.choosePriority(tc.hash); got != tc.want {
-				t.Errorf("choosePriority(%d) = %d, want %d", tc.hash, got, tc.want)
+			s.install(prios)
+			s.refresh(newLockedRand(1, 1), 1, true)
+			if !slices.Equal(s.healthyLoad, tc.healthy) || !slices.Equal(s.degradedLoad, tc.degraded) {
+				t.Errorf("loads healthy %v degraded %v, want %v %v", s.healthyLoad, s.degradedLoad, tc.healthy, tc.degraded)
+			}
+			for i, want := range tc.panic {
+				if s.per[i].panic != want {
+					t.Errorf("priority %d panic %v, want %v", i, s.per[i].panic, want)
+				}
+			}
+			for hash, want := range tc.draws {
+				p, d := s.choosePriority(hash)
+				if got := [2]int{p, map[bool]int{false: 0, true: 1}[d]}; got != want {
+					t.Errorf("choosePriority(%d) = %v, want %v", hash, got, want)
+				}
 			}
 		})
 	}
@@ -351,5 +398,46 @@ func TestNoWeightedRandomPick(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Fatalf("checked %d files; is the test running in the package directory?", checked)
+	}
+}
+
+// counterRand returns 0, 1, 2, ...
+type counterRand struct {
+	mu sync.Mutex
+	n  uint64
+}
+
+func (c *counterRand) Uint64() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	return c.n - 1
+}
+
+// EDS DEGRADED endpoints take only the share the healthy ones cannot: with
+// one healthy and one degraded endpoint, 70 % and 30 % of the priority
+// draws, in every mode.
+func TestPickDegradedShare(t *testing.T) {
+	pol := &ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}
+	for _, mode := range []LBMode{LBXDS, LBRoundRobin, LBIsobar} {
+		t.Run(string(mode), func(t *testing.T) {
+			pk := &picker{mode: mode, limit: 1 << 30, rand: &counterRand{}, place: placement.DefaultConfig()}
+			c, _ := testCluster(t, pol, []uint32{1, 1}, nil, nil, nil, pk)
+			c.all[1].ep.Degraded = true
+			c.lb.sig = "" // as a new table with the flag would
+			c.lb.install(c.lb.prios)
+			got := [2]int{}
+			for range 100 {
+				h, res := pk.pick(c, pickQuery{tokens: 1})
+				if res != pickOK {
+					t.Fatal(res)
+				}
+				got[indexOf(c, h)]++
+				h.st.release()
+			}
+			if got != [2]int{70, 30} {
+				t.Errorf("healthy/degraded picks %v, want [70 30]", got)
+			}
+		})
 	}
 }

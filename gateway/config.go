@@ -48,7 +48,10 @@ const (
 	// sent to each endpoint and not yet seen answered, the request's own,
 	// the endpoint's prefill rate, RTT and jitter from the EDS metadata
 	// (MetadataPrefillRate, MetadataRTT, MetadataJitter) and its requests
-	// in flight. Weight gates eligibility only.
+	// in flight. Weight gates eligibility only. A remote region's ingress
+	// competes as one endpoint: until the controller pushes its RTT (and
+	// prefill rate) in the metadata its RTT counts as 0, and only its
+	// locality's weight (0: never) gates it.
 	LBIsobar LBMode = "isobar"
 )
 

@@ -37,12 +37,18 @@
 //     LBXDS behaves as stock Envoy on the same resources, citing its
 //     source (load_balancer_impl.cc, locality_wrr.cc, round_robin_lb.h,
 //     least_request_lb.cc, random_lb.cc, edf_scheduler.h): one random value
-//     per pick chooses the priority by Envoy's integer priority load
-//     (health = min(100, 140 × healthy / total), distributeLoad, then
-//     hash % 100 + 1 into the cumulative loads); a priority below 50 % healthy is in panic and balances over all
-//     its hosts; otherwise, when the cluster is locality-weighted, LocalityWrr's
-//     EDF schedule over weight × min(1, 1.4 × healthy share) chooses the
-//     locality; then the cluster's policy picks within that host source
+//     per pick chooses the priority, and whether its healthy or its EDS
+//     DEGRADED hosts serve, by Envoy's integer priority load (health =
+//     min(100, 140 × healthy / total), degraded likewise; healthy load
+//     first, then degraded, normalised by the total availability capped at
+//     100; then hash % 100 + 1 into the cumulative loads); a priority is
+//     in panic, and balances over all its hosts, when that total is below
+//     100 and its healthy and degraded hosts are below 50 % (when every
+//     priority is, the load follows host counts); otherwise, when the
+//     cluster is locality-weighted, LocalityWrr's EDF schedule (seeded
+//     with a fresh random value at each rebuild) over weight × min(1, 1.4 ×
+//     eligible share) chooses the locality; then the cluster's policy
+//     picks within that host source
 //     through package gateway/lb: ROUND_ROBIN (rotation when the weights
 //     are equal, EDF over the weights otherwise), LEAST_REQUEST (N_CHOICES
 //     with choice_count draws, or FULL_SCAN, on the live in-flight counts
@@ -57,8 +63,9 @@
 //     seed, the round-robin index kept) when its priority's host set,
 //     weights or healthy set change — an xDS update that changes them, or
 //     an ejection starting or ending — never per request. LBIsobar chooses
-//     the priority the same way, then the least expected time to first
-//     token among its healthy hosts (package placement: RTT + 2 × jitter +
+//     the priority (and healthy or degraded) the same way, then the least
+//     expected time to first token among those hosts, across its
+//     localities of positive weight (package placement: RTT + 2 × jitter +
 //     (pending prompt tokens + this prompt) / prefill rate + 1 ms per
 //     request in flight, ties at random). The gateway counts each
 //     address's pending prompt tokens itself: an attempt adds its
@@ -83,9 +90,9 @@
 //     pending tokens and outlier state belong to the address, shared by
 //     all the clusters that list it (a cell is in its model's main, local
 //     and class clusters), where Envoy would keep one per cluster:
-//     least-request then sees a cell's whole load. Not modelled: DEGRADED
-//     hosts as a tier of their own (they count as healthy), zone-aware
-//     routing, slow start (refused), and multiple worker threads (below).
+//     least-request then sees a cell's whole load. Not modelled: zone-aware
+//     routing (no local cluster), slow start (refused), weighted priority
+//     health, and multiple worker threads (below).
 //   - Retries: on connect failure, reset, the route's retriable statuses
 //     (5xx, gateway-error, retriable-status-codes) and per-try timeout
 //     (refused-stream is an HTTP/2 event; upstreams are spoken to in

@@ -13,6 +13,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	lbcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/common/v3"
 	leastrequest "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
 	ringhash "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
@@ -368,4 +369,31 @@ func TestGatewayBadPromptHeaderUsesBodyEstimate(t *testing.T) {
 	}
 	close(up.release)
 	wg.Wait()
+}
+
+// EDS DEGRADED is kept as a flag; the placement metadata is read.
+func TestDecodeDegradedAndPlacementMetadata(t *testing.T) {
+	md, err := structpb.NewStruct(map[string]any{"cell": "c1", MetadataPrefillRate: 45000.0, MetadataRTT: 3.0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbe := func(ip string, hs core.HealthStatus) *endpoint.LbEndpoint {
+		return &endpoint.LbEndpoint{HealthStatus: hs, Metadata: &core.Metadata{FilterMetadata: map[string]*structpb.Struct{xds.MetadataKey: md}},
+			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: &core.Address{Address: &core.Address_SocketAddress{
+				SocketAddress: &core.SocketAddress{Address: ip, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8000}}}}}}}
+	}
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: "c", Endpoints: []*endpoint.LocalityLbEndpoints{{
+		LbEndpoints: []*endpoint.LbEndpoint{lbe("10.0.0.1", core.HealthStatus_HEALTHY), lbe("10.0.0.2", core.HealthStatus_DEGRADED),
+			lbe("10.0.0.3", core.HealthStatus_UNHEALTHY)}}}}
+	out, err := decodeAssignments([]*anypb.Any{mustAny(t, cla)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := out["c"]
+	if len(eps) != 2 || eps[0].Degraded || !eps[1].Degraded {
+		t.Fatalf("endpoints %+v, want a healthy and a degraded one", eps)
+	}
+	if eps[0].PrefillTokensPerSecond != 45000 || eps[0].RTT != 3*time.Millisecond {
+		t.Errorf("placement metadata %v %v, want 45000 tokens/s and 3ms", eps[0].PrefillTokensPerSecond, eps[0].RTT)
+	}
 }

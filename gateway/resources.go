@@ -497,6 +497,7 @@ func decodeAssignment(cla *endpoint.ClusterLoadAssignment) ([]Endpoint, error) {
 				LocalityWeight: loc.GetLoadBalancingWeight().GetValue(),
 				Priority:       loc.GetPriority(),
 				MaxModelLen:    maxLen,
+				Degraded:       lb.GetHealthStatus() == core.HealthStatus_DEGRADED,
 
 				PrefillTokensPerSecond: place.prefillRate,
 				RTT:                    place.rtt,

@@ -34,6 +34,10 @@ type Endpoint struct {
 	// MaxModelLen is the engine's context length from the metadata, 0 when
 	// unknown.
 	MaxModelLen uint32
+	// Degraded: the endpoint's EDS health status is DEGRADED. Envoy (and
+	// the gateway) sends it traffic only in the share its priority's
+	// healthy endpoints cannot take.
+	Degraded bool
 	// PrefillTokensPerSecond is the engine's prefill rate from the
 	// metadata (MetadataPrefillRate), 0 when unknown.
 	PrefillTokensPerSecond float64
