@@ -13,8 +13,9 @@ import (
 
 const model = "m"
 
-// Endpoint weights 1:3 under the default policy (weighted least-request):
-// the split follows the weights, and the baselines ignore them.
+// Endpoint weights 1:3 under the default policy (least-request, which
+// with unequal weights is Envoy's EDF over weight/(active+1)): the split
+// follows the weights, and the baselines ignore them.
 func TestConformanceEndpointWeights(t *testing.T) {
 	a, b := engine(t, model, 4096, nil, 0), engine(t, model, 4096, nil, 0)
 	st := oneModel(model, endpointOf(t, "a", a.Addr(), 1, 4096), endpointOf(t, "b", b.Addr(), 3, 4096))
@@ -26,16 +27,18 @@ func TestConformanceEndpointWeights(t *testing.T) {
 		wantA float64
 		tol   float64
 	}{
-		// 2000 sequential requests: weighted least-request follows the
-		// 1:3 weights within ±3 pp (binomial sd 1 pp). Under concurrency
-		// Envoy's weight/(active+1) shifts load towards the idle
-		// endpoint, and so does the gateway: at concurrency 2 the share of
-		// a is about 30 %.
+		// 2000 sequential requests: the EDF schedule follows the 1:3
+		// weights exactly (every active count is 0 when a host is
+		// re-added); ±3 pp leaves room for a request still counted in
+		// flight when the next is picked.
 		{LBXDS, 2000, 1, 0.25, 0.03},
 		// The baselines split evenly whatever the weights (least-request
 		// within ±6 pp at 1000 requests, sd 1.6 pp).
 		{LBRoundRobin, 1000, 2, 0.5, 0.02},
 		{LBLeastRequest, 1000, 2, 0.5, 0.06},
+		// isobar: weights gate eligibility only; two identical engines
+		// share the load by pending prompt tokens (ties at random).
+		{LBIsobar, 1000, 2, 0.5, 0.06},
 	} {
 		t.Run(string(tc.lb), func(t *testing.T) {
 			g := startGateway(t, ctrl, Config{LB: tc.lb}, Deps{})
