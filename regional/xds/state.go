@@ -24,6 +24,10 @@ type Endpoint struct {
 	// Weight is the load-balancing weight, at least 1. To drain an endpoint,
 	// remove it.
 	Weight uint32
+	// Degraded publishes the endpoint with EDS health DEGRADED (a hardware
+	// lead signal): Envoy sends it traffic only when the healthy hosts of
+	// its priority cannot carry the load. grpc-go drops DEGRADED endpoints.
+	Degraded bool
 	// MaxModelLen is the longest context the engine accepts, carried in
 	// filter_metadata["isobar"]["max_model_len"]; 0 means unknown and is
 	// left out.
