@@ -548,7 +548,7 @@ func (r *Registry) buildState(views []CellView) xds.State {
 		}
 		l.Endpoints = append(l.Endpoints, xds.Endpoint{
 			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
-			Degraded: v.Weight.Degraded,
+			Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
 		})
 		r.lastPushed[v.ID] = v.Weight.Published
 	}

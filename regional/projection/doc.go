@@ -56,8 +56,12 @@
 // The control plane counts probes from the cell's heartbeats, so the slot
 // closes up to one heartbeat interval (plus a push) after the N-th probe
 // was sent: at a rate λ to the cell, about λ × that lag more requests may
-// reach it. An exact bound of N requests per window needs the data plane to
-// count them itself; what it needs for that is the slot schedule above.
+// reach it (stock Envoy can do no better). For an exact bound the data
+// plane must count: during a slot Weight.ProbeBudget is N, published as
+// endpoint metadata filter_metadata["isobar"]["probe_budget"]
+// (xds.MetadataProbeBudget), and a data plane that honours it sends the
+// endpoint at most that many requests while the assignment holds it. No
+// data plane reads it yet (isobar's gateway is the natural first).
 //
 // # Publishing
 //

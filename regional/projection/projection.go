@@ -3,6 +3,7 @@ package projection
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
@@ -154,6 +155,10 @@ type Weight struct {
 	// Degraded: a hardware derate is active; the endpoint is published
 	// with EDS health DEGRADED (its weight is unchanged).
 	Degraded bool
+	// ProbeBudget is Penalty.ProbeRequests while the cell is in a probe
+	// slot (Band "probe"), else 0: the requests a data plane that counts
+	// them should send it before the slot closes.
+	ProbeBudget uint32
 	// Penalty is the outlier penalty level: 1 while held out, 0.5 on
 	// probation, 0 otherwise; Probation is set while a cell that tripped is
 	// being re-admitted on probes.
@@ -284,6 +289,9 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 			ID: c.ID, Published: st.published, Target: t.weight, Band: t.band, BandReason: t.reason,
 			Degraded: st.degraded, Penalty: st.pen.level(), Probation: st.pen.probation(), Trips: st.pen.trips,
 		})
+		if st.published > 0 && t.band == BandProbe {
+			d.Weights[len(d.Weights)-1].ProbeBudget = uint32(math.Ceil(p.cfg.Penalty.ProbeRequests))
+		}
 	}
 	return d
 }

@@ -306,7 +306,7 @@ func TestPenaltyHoldAndCountBoundedProbation(t *testing.T) {
 	}
 	// Hold over: a probe slot at the lowest band's weight.
 	w := step(8000, errs(0, 0))
-	if !w.Probation || w.Band != BandProbe || w.Published != 25 {
+	if !w.Probation || w.Band != BandProbe || w.Published != 25 || w.ProbeBudget != 3 {
 		t.Fatalf("probe slot: %+v", w)
 	}
 	// Two clean probes reported: not enough to clear, the slot stays open.
@@ -314,7 +314,7 @@ func TestPenaltyHoldAndCountBoundedProbation(t *testing.T) {
 		t.Fatalf("after 2 probes: %+v", w)
 	}
 	// No more within ProbeSlot: closed until the next hold window (13 s).
-	if w := step(9000, errs(0, 2)); w.Published != 0 || !w.Probation || w.Band != BandOut {
+	if w := step(9000, errs(0, 2)); w.Published != 0 || !w.Probation || w.Band != BandOut || w.ProbeBudget != 0 {
 		t.Fatalf("slot open past ProbeSlot: %+v", w)
 	}
 	if w := step(12900, errs(0, 2)); w.Published != 0 {
@@ -336,7 +336,7 @@ func TestPenaltyHoldAndCountBoundedProbation(t *testing.T) {
 	}
 	// Three clean probes: cleared, back in its band.
 	w = step(23600, errs(0, 3))
-	if w.Probation || w.Penalty != 0 || w.Published != 100 || w.Band != BandFull {
+	if w.Probation || w.Penalty != 0 || w.Published != 100 || w.Band != BandFull || w.ProbeBudget != 0 {
 		t.Fatalf("after 3 clean probes: %+v", w)
 	}
 	// Clean for ClearAfter: the trip count resets.

@@ -28,9 +28,14 @@ import (
 )
 
 // MetadataKey is the filter_metadata key under which every endpoint carries
-// its cell id ("cell", a string) and, when known, its max_model_len
-// ("max_model_len", a number).
+// its cell id ("cell", a string), when known its max_model_len
+// ("max_model_len", a number) and, during a probation probe slot, its probe
+// budget ("probe_budget", a number; see Endpoint.ProbeBudget).
 const MetadataKey = "isobar"
+
+// MetadataProbeBudget is the key, under MetadataKey, of an endpoint's probe
+// budget (Endpoint.ProbeBudget).
+const MetadataProbeBudget = "probe_budget"
 
 // previousHostsPredicate is the name of Envoy's retry host predicate that
 // makes a retry pick a different endpoint.
@@ -119,6 +124,7 @@ type endpointKey struct {
 	cell, host  string
 	port        uint32
 	maxModelLen uint32
+	probeBudget uint32
 }
 
 // endpointParts are the validated, immutable pieces of one endpoint, and
@@ -648,7 +654,7 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 		pos[i] = make([]*endpointParts, len(l.Endpoints))
 		for j := range l.Endpoints {
 			ep := &l.Endpoints[j]
-			k := endpointKey{ep.CellID, ep.Host, ep.Port, ep.MaxModelLen}
+			k := endpointKey{ep.CellID, ep.Host, ep.Port, ep.MaxModelLen, ep.ProbeBudget}
 			var p *endpointParts
 			if i < len(e.pos) && j < len(e.pos[i]) && e.pos[i][j].key == k {
 				p = e.pos[i][j]
@@ -706,10 +712,13 @@ func newEndpointParts(k endpointKey) (*endpointParts, error) {
 	if err := host.ValidateAll(); err != nil {
 		return nil, err
 	}
-	fields := make(map[string]*structpb.Value, 2)
+	fields := make(map[string]*structpb.Value, 3)
 	fields["cell"] = structpb.NewStringValue(k.cell)
 	if k.maxModelLen > 0 {
 		fields["max_model_len"] = structpb.NewNumberValue(float64(k.maxModelLen))
+	}
+	if k.probeBudget > 0 {
+		fields[MetadataProbeBudget] = structpb.NewNumberValue(float64(k.probeBudget))
 	}
 	md := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: {Fields: fields}}}
 	if err := md.ValidateAll(); err != nil {

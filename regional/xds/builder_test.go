@@ -394,8 +394,9 @@ func TestLeastRequestPolicyOptions(t *testing.T) {
 }
 
 // A Degraded endpoint is published with EDS health DEGRADED at its weight;
-// a health change alone rebuilds the assignment.
-func TestBuildDegradedHealth(t *testing.T) {
+// a health change alone rebuilds the assignment. A probe budget is
+// endpoint metadata.
+func TestBuildDegradedHealthAndProbeBudget(t *testing.T) {
 	mk := func(degraded bool) State {
 		return State{Models: []Model{{Name: "m", Localities: []Locality{local(
 			Endpoint{CellID: "a", Host: "10.0.0.1", Port: 8000, Weight: 100},
@@ -412,6 +413,25 @@ func TestBuildDegradedHealth(t *testing.T) {
 			out = append(out, e.GetHealthStatus())
 		}
 		return out
+	}
+	// A probe budget rides in the endpoint metadata.
+	probing := mk(false)
+	probing.Models[0].Localities[0].Endpoints[1].ProbeBudget = 3
+	rp, err := b.Build(probing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &rp.Envoy)
+	lbs := rp.Envoy.Endpoints[0].GetEndpoints()[0].GetLbEndpoints()
+	budget := func(i int) (float64, bool) {
+		v, ok := lbs[i].GetMetadata().GetFilterMetadata()[MetadataKey].GetFields()[MetadataProbeBudget]
+		return v.GetNumberValue(), ok
+	}
+	if n, ok := budget(1); !ok || n != 3 {
+		t.Errorf("probe budget of b = %v %v, want 3", n, ok)
+	}
+	if _, ok := budget(0); ok {
+		t.Error("a carries a probe budget")
 	}
 	r1, err := b.Build(mk(false))
 	if err != nil {
