@@ -36,9 +36,15 @@ type CellDebug struct {
 	Fallback bool                   `json:"fallback"`
 	Sources  map[string]SourceDebug `json:"sources"`
 	// Weight published to the data plane (0 = not in the load balancer)
-	// and the target the current signals alone would give.
-	Weight           uint32  `json:"weight"`
-	TargetWeight     uint32  `json:"target_weight"`
+	// and the target the cell's state and slow signals alone would give.
+	Weight       uint32 `json:"weight"`
+	TargetWeight uint32 `json:"target_weight"`
+	// Band is the weight band behind the target ("full", "1/2", ...,
+	// "probe", "out") and BandReason why; Degraded: published with EDS
+	// health DEGRADED (a hardware derate). Load signals never move a band.
+	Band             string  `json:"band"`
+	BandReason       string  `json:"band_reason"`
+	Degraded         bool    `json:"degraded"`
 	Penalty          float64 `json:"penalty"`
 	Probation        bool    `json:"probation"`
 	PenaltyTrips     int     `json:"penalty_trips"`
@@ -72,6 +78,7 @@ func debugCell(cv CellView, sc score.Config) CellDebug {
 		Sequence: cv.Sequence, Raw: map[string]float64{}, Signals: map[string]SignalDebug{},
 		Pressure: cv.Score.Pressure, Fallback: cv.Fallback,
 		Weight: cv.Weight.Published, TargetWeight: cv.Weight.Target, Penalty: cv.Weight.Penalty,
+		Band: cv.Weight.Band, BandReason: cv.Weight.BandReason, Degraded: cv.Weight.Degraded,
 		Probation: cv.Weight.Probation, PenaltyTrips: cv.Weight.Trips, OperatorDrain: cv.OperatorDrain,
 		EndpointConflict: cv.EndpointConflict,
 		Sources:          map[string]SourceDebug{"vllm": sourceDebug(cv.VLLM), "dcgm": sourceDebug(cv.DCGM)},

@@ -1,7 +1,10 @@
 // Package regional is the per-datacenter controller: it owns the cell
 // registry (heartbeats, TTL failure detection, lifecycle), scores every
-// cell's pressure, projects pressure into endpoint weights and pushes them to
-// the region's Envoy (and gateways, and proxyless gRPC clients) over xDS.
+// cell's pressure (for explanation, alerts and the summary), projects each
+// cell's slow facts (lifecycle, error-rate penalty, hardware derate,
+// capacity class; not its load) into banded endpoint weights and health
+// (regional/projection) and pushes them to the region's Envoy (and
+// gateways, and proxyless gRPC clients) over xDS.
 //
 // Concurrency model (single-writer actor):
 //   - One goroutine, the registry loop, owns every cell record, the

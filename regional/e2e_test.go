@@ -224,12 +224,14 @@ func (f *fleet) complete(ctx context.Context, addr string, promptTokens, maxToke
 	return resp.StatusCode, nil
 }
 
-// TestE2EWeightsFollowPressure: a loaded cell's weight at the xDS client is
-// measurably lower than its idle peers', and every resource is ACKed.
-func TestE2EWeightsFollowPressure(t *testing.T) {
+// TestE2EWeightsIgnoreLoad: weights carry eligibility and capacity, not
+// load (issue 13): a loaded cell's pressure rises in the view while its
+// weight at the xDS client stays equal to its idle peers', and every
+// resource is ACKed.
+func TestE2EWeightsIgnoreLoad(t *testing.T) {
 	f := newFleet(t, fleetOpts{})
 	idle, _ := f.waitWeights("idle weights settle", 10*time.Second, func(ws map[string]uint32) bool {
-		return ws[cellID(0)] >= 70 && ws[cellID(1)] >= 70 && ws[cellID(2)] >= 70
+		return ws[cellID(0)] == 100 && ws[cellID(1)] == 100 && ws[cellID(2)] == 100
 	})
 	t.Logf("idle weights: %v", idle)
 
@@ -245,17 +247,27 @@ func TestE2EWeightsFollowPressure(t *testing.T) {
 			}
 		})
 	}
-	loaded, _ := f.waitWeights("cell-0 de-weighted under load", 30*time.Second, func(ws map[string]uint32) bool {
-		return float64(ws[cellID(0)]) < 0.6*float64(min(ws[cellID(1)], ws[cellID(2)]))
-	})
-	t.Logf("weights with cell-0 loaded: %v; %s", loaded, f.describe())
+	for {
+		cv, _ := f.ctrl.Registry().View().Cell(cellID(0))
+		other, _ := f.ctrl.Registry().View().Cell(cellID(1))
+		if cv.Score.Pressure > other.Score.Pressure+0.1 {
+			t.Logf("cell-0 pressure %.2f vs %.2f; %s", cv.Score.Pressure, other.Score.Pressure, f.describe())
+			if cv.Weight.Published != other.Weight.Published || cv.Weight.Band != other.Weight.Band {
+				t.Errorf("load moved cell-0's weight: %+v vs %+v", cv.Weight, other.Weight)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("cell-0's pressure never rose under load: %s", f.describe())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the view, bounded above
+	}
 	cancel()
 	wg.Wait()
-
-	// Load gone: cell-0 climbs back.
-	f.waitWeights("cell-0 recovers after the load", 30*time.Second, func(ws map[string]uint32) bool {
-		return float64(ws[cellID(0)]) >= 0.8*float64(min(ws[cellID(1)], ws[cellID(2)]))
+	ws, _ := f.waitWeights("weights unchanged after the load", time.Second, func(ws map[string]uint32) bool {
+		return ws[cellID(0)] == 100 && ws[cellID(1)] == 100 && ws[cellID(2)] == 100
 	})
+	t.Logf("weights after the load: %v", ws)
 	if n := f.counter("isobar_regional_xds_nacks_total"); n != 0 {
 		t.Errorf("xDS NACKs = %v, want 0", n)
 	}
@@ -322,7 +334,7 @@ func TestE2EEngineDeath(t *testing.T) {
 func TestE2ECapabilityMismatch(t *testing.T) {
 	f := newFleet(t, fleetOpts{mutate: func(c *regional.Config) {
 		c.Projection.Penalty.BaseHold = 500 * time.Millisecond
-		c.Projection.Penalty.HalfLife = 300 * time.Millisecond
+		c.Projection.Penalty.ProbeSlot = 300 * time.Millisecond
 		c.Projection.Penalty.ClearAfter = 2 * time.Second
 	}})
 	bad := f.engines[2]

@@ -453,7 +453,8 @@ func (r *Registry) cycle(now time.Time) {
 		if c.conflict {
 			state = lifecycle.Failed // never in the load balancer
 		}
-		pc := projection.Cell{ID: id, State: state, Pressure: res.Pressure}
+		pc := projection.Cell{ID: id, State: state, Pressure: res.Pressure,
+			Thermal: res.Normalized[score.Thermal], ThermalOK: res.Present[score.Thermal]}
 		if s := c.hb.GetSignals(); c.hb.GetVllm().GetOk() && s.ErrorRate != nil {
 			pc.ErrorRate, pc.ErrorOK = *s.ErrorRate, true
 			pc.ErrorRequests = s.GetWindowRequests()
@@ -547,6 +548,7 @@ func (r *Registry) buildState(views []CellView) xds.State {
 		}
 		l.Endpoints = append(l.Endpoints, xds.Endpoint{
 			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
+			Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
 		})
 		r.lastPushed[v.ID] = v.Weight.Published
 	}

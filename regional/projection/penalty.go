@@ -1,60 +1,127 @@
 package projection
 
-import (
-	"math"
-	"time"
+import "time"
+
+// penaltyPhase is where a cell stands with its error-rate penalty.
+type penaltyPhase uint8
+
+const (
+	phaseClear     penaltyPhase = iota // no penalty (trips may still count toward the next hold)
+	phaseHeld                          // tripped: out of the load balancer until holdUntil
+	phaseProbation                     // hold over: out except for one bounded probe slot per hold window
 )
 
-// penalty is one cell's error-rate outlier state: a level in [0,1] that
-// jumps to 1 when the cell's error rate crosses the threshold, holds for a
-// time that doubles with every consecutive trip, then decays exponentially.
-// While the level is below one half after a trip the cell is on probation
-// (which starts one half-life after the hold ends); clean for ClearAfter
-// after that, its trip count resets.
+// penalty is one cell's error-rate outlier state.
+//
+// A cell whose error rate crosses the threshold (on at least MinRequests
+// requests) trips: it leaves the load balancer for a hold that doubles with
+// every consecutive trip (BaseHold, 2·BaseHold, ... up to MaxHold); error
+// evidence seen during the hold extends it. After the hold the cell is on
+// probation: every hold window opens with one probe slot, in which the cell
+// is published at the lowest band's weight until it has reported
+// ProbeRequests requests or ProbeSlot has passed, whichever comes first;
+// outside the slot it is out. On probation one failing request is enough
+// evidence to trip again; once the cell has reported requests since the
+// slot opened and its window holds at least ProbeRequests requests within
+// the threshold, the penalty clears (the cell returns to its band). A cleared cell that
+// stays clean for ClearAfter has its trip count reset.
+//
+// There is no share-based floor: a penalised cell gets no traffic except
+// the probes.
 type penalty struct {
-	level      float64
-	trips      int
-	holdUntil  time.Time
-	lastUpdate time.Time
+	phase     penaltyPhase
+	trips     int
+	hold      time.Duration // the current trip's hold
+	holdUntil time.Time
+	clearedAt time.Time
+
+	// Probation schedule: the current window started at windowStart; its
+	// slot is open while slotOpen; baseline is the request count the cell
+	// reported when the slot opened.
+	windowStart time.Time
+	slotOpen    bool
+	baseline    float64
+	probes      float64 // requests reported since the slot opened
+
+	// justCleared is set by the update that cleared the penalty.
+	justCleared bool
 }
 
-func (p *penalty) probation() bool { return p.trips > 0 && p.level < 0.5 }
+func (p *penalty) probation() bool { return p.phase == phaseProbation }
+
+// level is the penalty reported in Weight.Penalty: 1 while held, 0.5 on
+// probation, 0 when clear.
+func (p *penalty) level() float64 {
+	switch p.phase {
+	case phaseHeld:
+		return 1
+	case phaseProbation:
+		return 0.5
+	default:
+		return 0
+	}
+}
 
 // update advances the penalty to now given the cell's latest error rate and
 // reports whether it tripped anew.
 func (p *penalty) update(now time.Time, cfg PenaltyConfig, c Cell) bool {
-	defer func() { p.lastUpdate = now }()
-	bad := c.ErrorOK && c.ErrorRequests >= cfg.MinRequests && c.ErrorRate > cfg.ErrorThreshold
+	p.justCleared = false
+	need := cfg.MinRequests
+	if p.phase != phaseClear {
+		need = min(need, 1) // a single failing probe is evidence
+	}
+	evidence := c.ErrorOK && c.ErrorRequests >= need && c.ErrorRequests > 0
+	bad := evidence && c.ErrorRate > cfg.ErrorThreshold
 	if bad {
-		tripped := p.level < 0.5
-		if tripped {
-			p.trips++
+		if p.phase == phaseHeld {
+			if until := now.Add(p.hold); until.After(p.holdUntil) {
+				p.holdUntil = until
+			}
+			return false
 		}
-		hold := cfg.BaseHold
-		for i := 1; i < p.trips && hold < cfg.MaxHold; i++ {
-			hold *= 2
+		p.trips++
+		p.hold = cfg.BaseHold
+		for i := 1; i < p.trips && p.hold < cfg.MaxHold; i++ {
+			p.hold *= 2
 		}
-		hold = min(hold, cfg.MaxHold)
-		p.level = 1
-		if until := now.Add(hold); until.After(p.holdUntil) {
-			p.holdUntil = until
-		}
-		return tripped
+		p.hold = min(p.hold, cfg.MaxHold)
+		p.phase, p.holdUntil, p.slotOpen = phaseHeld, now.Add(p.hold), false
+		return true
 	}
-	if p.level > 0 && now.After(p.holdUntil) {
-		from := p.lastUpdate
-		if from.Before(p.holdUntil) {
-			from = p.holdUntil
+	switch p.phase {
+	case phaseHeld:
+		if now.Before(p.holdUntil) {
+			return false
 		}
-		if dt := now.Sub(from); dt > 0 {
-			p.level *= math.Exp2(-float64(dt) / float64(cfg.HalfLife))
+		p.phase = phaseProbation
+		p.openSlot(p.holdUntil, c)
+		fallthrough
+	case phaseProbation:
+		if n := now.Sub(p.windowStart) / p.hold; n > 0 {
+			p.openSlot(p.windowStart.Add(n*p.hold), c)
 		}
-		if p.level < 0.01 {
-			p.level = 0
+		if c.ErrorRequests > p.baseline {
+			p.probes = max(p.probes, c.ErrorRequests-p.baseline)
 		}
-	}
-	if p.trips > 0 && p.level < 0.5 && now.Sub(p.holdUntil.Add(cfg.HalfLife)) >= cfg.ClearAfter {
-		p.trips = 0
+		// Probes answered, and the cell's window holds at least
+		// ProbeRequests requests within the threshold.
+		if evidence && p.probes > 0 && c.ErrorRequests >= cfg.ProbeRequests {
+			p.phase, p.clearedAt, p.slotOpen, p.justCleared = phaseClear, now, false, true
+			return false
+		}
+		if p.slotOpen && (p.probes >= cfg.ProbeRequests || now.Sub(p.windowStart) >= cfg.ProbeSlot) {
+			p.slotOpen = false
+		}
+	case phaseClear:
+		if p.trips > 0 && now.Sub(p.clearedAt) >= cfg.ClearAfter {
+			p.trips = 0
+		}
 	}
 	return false
+}
+
+// openSlot starts a probation window at start with its probe slot open.
+func (p *penalty) openSlot(start time.Time, c Cell) {
+	p.windowStart, p.slotOpen, p.probes = start, true, 0
+	p.baseline = max(0, c.ErrorRequests)
 }

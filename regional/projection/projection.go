@@ -1,16 +1,3 @@
-// Package projection turns per-cell pressure and lifecycle state into the
-// integer endpoint weights the data plane receives, with hysteresis, drain
-// ramps and decaying error-rate outlier penalties (DESIGN.md §3).
-//
-// A Projector holds the weights last published and each cell's penalty; it
-// does no I/O and reads no clock (now is an argument). It is not safe for
-// concurrent use: the regional registry goroutine owns it.
-//
-// Publishing rules:
-//   - a change of the set of cells in the load balancer (a cell becomes Ready,
-//     fails, finishes draining) or a newly tripped penalty is pushed at once;
-//   - otherwise weights are pushed only when one moved by more than
-//     max(AbsThreshold, RelThreshold·published), at most once per MinInterval.
 package projection
 
 import (
@@ -22,64 +9,75 @@ import (
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 )
 
-// Config holds the projection parameters.
+// Config holds the projection parameters. It is comparable, so that a
+// caller can tell the zero value (use DefaultConfig) from a set one.
 type Config struct {
-	// MaxWeight is the weight of an idle healthy cell. Default 100.
+	// MaxWeight is the weight of the top band for a cell of relative speed
+	// 1. Default 100.
 	MaxWeight uint32
-	// Gamma sharpens the pressure → weight curve:
-	// weight = MaxWeight·(1−pressure)^Gamma·penaltyMultiplier, at least 1.
-	// Default 2.
-	Gamma float64
-	// RelThreshold and AbsThreshold: hysteresis. Defaults 0.15 and 3.
-	RelThreshold float64
-	AbsThreshold uint32
-	// MinInterval: non-urgent pushes happen at most this often. Default 1 s.
+	// Bands is the number of weight bands: band k carries MaxWeight/2^k
+	// (100, 50, 25 by default). Default 3; 1 to 7.
+	Bands int
+	// BandHysteresis is the relative margin on every band edge: a capacity
+	// fraction must cross an edge by this share of it before the band
+	// changes. Default 0.1.
+	BandHysteresis float64
+	// MinInterval: a band change that does not change which cells are in
+	// the load balancer is pushed at most this often. Default 1 s.
 	MinInterval time.Duration
-	// DrainRamp: a Draining cell's weight falls linearly to 0 over this
-	// long, then the endpoint is removed. Default 5 s.
+	// DrainRamp: a Draining cell's capacity fraction falls linearly to 0
+	// over this long (stepping down through the bands), then the endpoint
+	// is removed. Default 5 s.
 	DrainRamp time.Duration
 	Penalty   PenaltyConfig
+	Derate    DerateConfig
 }
 
-// PenaltyConfig parameterises error-rate outlier penalties.
+// PenaltyConfig parameterises error-rate outlier penalties and the
+// count-bounded probation that follows them (see penalty).
 type PenaltyConfig struct {
 	// ErrorThreshold: an error rate above this is an outlier. Default 0.05.
 	ErrorThreshold float64
-	// MinRequests: requests the agent must have seen in its window before
-	// its error rate is trusted. Default 4.
+	// MinRequests: requests the cell must have seen in its window before
+	// its error rate can trip a penalty. Default 4. On probation a single
+	// failing request is enough.
 	MinRequests float64
-	// Floor: weight multiplier while fully penalised. Default 0.02 (the
-	// cell keeps a trickle of traffic, so recovery can be observed).
-	Floor float64
-	// BaseHold: how long a tripped penalty stays at full strength; doubled
-	// for each consecutive trip, up to MaxHold. Defaults 5 s and 60 s.
+	// ProbeRequests: on probation, the probe slot of each hold window
+	// closes once the cell has reported this many requests since it
+	// opened. Default 3. The control plane learns the count from the
+	// cell's heartbeats, so up to one heartbeat's worth more may arrive;
+	// an exact bound needs the data plane (see doc.go).
+	ProbeRequests float64
+	// ProbeSlot: the longest a probe slot stays open. Default 1 s.
+	ProbeSlot time.Duration
+	// BaseHold: how long a tripped cell stays out of the load balancer;
+	// doubled for each consecutive trip, up to MaxHold. It is also the
+	// probation window: one probe slot per hold. Defaults 5 s and 60 s.
 	BaseHold time.Duration
 	MaxHold  time.Duration
-	// HalfLife: after the hold the penalty decays exponentially. Default 5 s.
-	HalfLife time.Duration
-	// ClearAfter: a cell on probation that stays clean this long has its
-	// trip count reset. Default 30 s.
+	// ClearAfter: a cell whose penalty cleared and that stays clean this
+	// long has its trip count reset. Default 30 s.
 	ClearAfter time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxWeight:    100,
-		Gamma:        2,
-		RelThreshold: 0.15,
-		AbsThreshold: 3,
-		MinInterval:  time.Second,
-		DrainRamp:    5 * time.Second,
+		MaxWeight:      100,
+		Bands:          3,
+		BandHysteresis: 0.1,
+		MinInterval:    time.Second,
+		DrainRamp:      5 * time.Second,
 		Penalty: PenaltyConfig{
 			ErrorThreshold: 0.05,
 			MinRequests:    4,
-			Floor:          0.02,
+			ProbeRequests:  3,
+			ProbeSlot:      time.Second,
 			BaseHold:       5 * time.Second,
 			MaxHold:        60 * time.Second,
-			HalfLife:       5 * time.Second,
 			ClearAfter:     30 * time.Second,
 		},
+		Derate: DerateConfig{On: 1, Off: 0.6, MinHold: 10 * time.Second},
 	}
 }
 
@@ -94,16 +92,19 @@ func (c Config) Validate() error {
 		ok  bool
 	}{
 		{"MaxWeight must be in [1, 10000]", c.MaxWeight >= 1 && c.MaxWeight <= 10000},
-		{"Gamma must be in (0, 10]", c.Gamma > 0 && c.Gamma <= 10},
-		{"RelThreshold must be in [0, 1)", c.RelThreshold >= 0 && c.RelThreshold < 1},
+		{"Bands must be in [1, 7]", c.Bands >= 1 && c.Bands <= maxBands},
+		{"BandHysteresis must be in [0, 0.3]", c.BandHysteresis >= 0 && c.BandHysteresis <= 0.3},
 		{"MinInterval must be >= 0", c.MinInterval >= 0},
 		{"DrainRamp must be >= 0", c.DrainRamp >= 0},
 		{"Penalty.ErrorThreshold must be in (0, 1)", p.ErrorThreshold > 0 && p.ErrorThreshold < 1},
 		{"Penalty.MinRequests must be >= 0", p.MinRequests >= 0},
-		{"Penalty.Floor must be in (0, 1]", p.Floor > 0 && p.Floor <= 1},
+		{"Penalty.ProbeRequests must be >= 1", p.ProbeRequests >= 1},
+		{"Penalty.ProbeSlot must be > 0 and <= BaseHold", p.ProbeSlot > 0 && p.ProbeSlot <= p.BaseHold},
 		{"Penalty.BaseHold must be > 0 and <= MaxHold", p.BaseHold > 0 && p.BaseHold <= p.MaxHold},
-		{"Penalty.HalfLife must be > 0", p.HalfLife > 0},
 		{"Penalty.ClearAfter must be >= 0", p.ClearAfter >= 0},
+		{"Derate.Off must be >= 0 and below Derate.On", c.Derate.Off >= 0 && c.Derate.Off < c.Derate.On},
+		{"Derate.On must be <= 1", c.Derate.On <= 1},
+		{"Derate.MinHold must be >= 0", c.Derate.MinHold >= 0},
 	}
 	for _, ch := range checks {
 		if !ch.ok {
@@ -115,14 +116,28 @@ func (c Config) Validate() error {
 
 // Cell is one cell's input to a projection.
 type Cell struct {
-	ID       string
-	State    lifecycle.State
-	Pressure float64 // [0,1]
+	ID    string
+	State lifecycle.State
+	// Pressure is the cell's composite load pressure in [0,1]. It explains
+	// and alerts (and feeds the regional summary) but does not move the
+	// weight: load balancing among eligible cells is the data plane's job.
+	Pressure float64
 	// ErrorRate over the agent's window, the number of requests it saw, and
 	// whether the rate is known at all.
 	ErrorRate     float64
 	ErrorRequests float64
 	ErrorOK       bool
+	// Thermal is the normalised thermal signal (score.Thermal: the
+	// temperature ramp, 1 when a throttle bit is set), when ThermalOK.
+	Thermal   float64
+	ThermalOK bool
+	// HardwareFault reports a PCIe or DRAM fault (or another hardware
+	// error) that derates the cell. Hook: no heartbeat carries one yet.
+	HardwareFault bool
+	// Speed is the cell's measured relative speed (its capacity class),
+	// 1 for the fastest class; 0 means unknown and counts as 1. Hook: the
+	// registry does not measure it yet, so every cell is full speed.
+	Speed float64
 }
 
 // Weight is one cell's projected weight.
@@ -131,10 +146,22 @@ type Weight struct {
 	// Published is the weight the data plane has (or will have after this
 	// push): 0 means not in the load balancer.
 	Published uint32
-	// Target is what the current signals alone would give.
+	// Target is what the cell's state alone would give now.
 	Target uint32
-	// Penalty is the outlier penalty level in [0,1]; Probation is set while
-	// a cell that tripped is being re-admitted.
+	// Band names the band behind Target: "full", "1/2", "1/4", ...,
+	// "probe" (a probation probe slot) or "out"; BandReason says why.
+	Band       string
+	BandReason string
+	// Degraded: a hardware derate is active; the endpoint is published
+	// with EDS health DEGRADED (its weight is unchanged).
+	Degraded bool
+	// ProbeBudget is Penalty.ProbeRequests while the cell is in a probe
+	// slot (Band "probe"), else 0: the requests a data plane that counts
+	// them should send it before the slot closes.
+	ProbeBudget uint32
+	// Penalty is the outlier penalty level: 1 while held out, 0.5 on
+	// probation, 0 otherwise; Probation is set while a cell that tripped is
+	// being re-admitted on probes.
 	Penalty   float64
 	Probation bool
 	Trips     int
@@ -146,8 +173,8 @@ type Decision struct {
 	Weights []Weight
 	// Push says the published weights changed and must be sent.
 	Push bool
-	// Urgent says the change must go out now (membership change or a new
-	// penalty), not wait for the rate limit.
+	// Urgent says the change must go out now (membership change, a new
+	// penalty or a derate change), not wait for the rate limit.
 	Urgent bool
 	// Reason explains Push, for logs.
 	Reason string
@@ -162,16 +189,26 @@ type Projector struct {
 	lastPush time.Time
 	pushed   bool
 	gen      uint64
-	targets  []uint32
+	targets  []target
 }
 
 type cellState struct {
 	gen        uint64 // projection that last saw the cell
 	published  uint32
+	degraded   bool // as published
+	band       int  // current band, -1 before the first
 	drainStart time.Time
-	drainFrom  uint32
 	draining   bool
 	pen        penalty
+	der        derate
+}
+
+// target is what one cell should have now.
+type target struct {
+	weight   uint32
+	degraded bool
+	band     string
+	reason   string
 }
 
 // New returns a Projector; cfg must be valid.
@@ -194,7 +231,7 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	for _, c := range cells {
 		st := p.cells[c.ID]
 		if st == nil {
-			st = &cellState{}
+			st = &cellState{band: -1}
 			p.cells[c.ID] = st
 		}
 		st.gen = p.gen
@@ -204,15 +241,23 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 				urgentReason = "penalty tripped on " + c.ID
 			}
 		}
-		target := p.target(now, st, c)
-		targets = append(targets, target)
+		t := p.target(now, st, c)
+		targets = append(targets, t)
 		switch {
-		case (st.published == 0) != (target == 0):
+		case (st.published == 0) != (t.weight == 0):
 			if urgentReason == "" {
-				urgentReason = fmt.Sprintf("%s entered or left the load balancer (%d→%d)", c.ID, st.published, target)
+				urgentReason = fmt.Sprintf("%s entered or left the load balancer (%d→%d)", c.ID, st.published, t.weight)
 			}
-		case p.moved(st.published, target) && driftReason == "":
-			driftReason = fmt.Sprintf("%s weight %d→%d", c.ID, st.published, target)
+		case t.weight > 0 && st.published != t.weight && st.pen.justCleared:
+			if urgentReason == "" {
+				urgentReason = fmt.Sprintf("%s penalty cleared (%d→%d)", c.ID, st.published, t.weight)
+			}
+		case t.weight > 0 && st.degraded != t.degraded:
+			if urgentReason == "" {
+				urgentReason = fmt.Sprintf("%s hardware derate %v→%v", c.ID, st.degraded, t.degraded)
+			}
+		case st.published != t.weight && driftReason == "":
+			driftReason = fmt.Sprintf("%s weight %d→%d (band %s: %s)", c.ID, st.published, t.weight, t.band, t.reason)
 		}
 	}
 	p.targets = targets
@@ -236,54 +281,90 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	}
 	for i, c := range cells {
 		st := p.cells[c.ID]
+		t := targets[i]
 		if d.Push {
-			st.published = targets[i]
+			st.published, st.degraded = t.weight, t.degraded && t.weight > 0
 		}
 		d.Weights = append(d.Weights, Weight{
-			ID: c.ID, Published: st.published, Target: targets[i],
-			Penalty: st.pen.level, Probation: st.pen.probation(), Trips: st.pen.trips,
+			ID: c.ID, Published: st.published, Target: t.weight, Band: t.band, BandReason: t.reason,
+			Degraded: st.degraded, Penalty: st.pen.level(), Probation: st.pen.probation(), Trips: st.pen.trips,
 		})
+		if st.published > 0 && t.band == BandProbe {
+			d.Weights[len(d.Weights)-1].ProbeBudget = uint32(math.Ceil(p.cfg.Penalty.ProbeRequests))
+		}
 	}
 	return d
 }
 
-// target is the weight c would get from its current state and signals.
-func (p *Projector) target(now time.Time, st *cellState, c Cell) uint32 {
+// Band reasons that need no formatting.
+const (
+	reasonFull         = "eligible at full capacity"
+	reasonSlow         = "measured relative speed (capacity class)"
+	reasonDraining     = "draining: ramping down"
+	reasonDrained      = "drained"
+	reasonNotReady     = "not ready: "
+	reasonHeld         = "error-rate penalty: held out of the load balancer"
+	reasonProbeOpen    = "probation: probe slot open"
+	reasonProbeWaiting = "probation: probe slot closed, waiting for results or the next hold window"
+	reasonDegraded     = "; EDS health DEGRADED: "
+)
+
+// target is the weight, health and band c should have from its state and
+// slow signals alone.
+func (p *Projector) target(now time.Time, st *cellState, c Cell) target {
 	if c.State != lifecycle.Draining {
 		st.draining = false
 	}
+	degraded := st.der.update(now, p.cfg.Derate, c)
+	speed := c.Speed
+	if !(speed > 0) || speed > 1 {
+		speed = 1
+	}
+	var t target
 	switch c.State {
 	case lifecycle.Ready:
-		return p.healthyWeight(st, c)
+		switch st.pen.phase {
+		case phaseHeld:
+			st.band = -1
+			return target{band: BandOut, reason: reasonHeld}
+		case phaseProbation:
+			st.band = -1
+			if st.pen.slotOpen {
+				t = target{weight: bandWeight(p.cfg.MaxWeight, p.cfg.Bands-1), band: BandProbe, reason: reasonProbeOpen}
+				break
+			}
+			return target{band: BandOut, reason: reasonProbeWaiting}
+		default:
+			st.band = nextBand(st.band, speed, p.cfg.BandHysteresis, p.cfg.Bands)
+			t = target{weight: bandWeight(p.cfg.MaxWeight, st.band), band: bandNames[st.band], reason: reasonFull}
+			if st.band > 0 {
+				t.reason = reasonSlow
+			}
+		}
 	case lifecycle.Draining:
 		if !st.draining {
-			st.draining, st.drainStart, st.drainFrom = true, now, st.published
+			st.draining, st.drainStart = true, now
+			if st.published == 0 {
+				st.band = -1
+			}
 		}
-		if st.drainFrom == 0 || p.cfg.DrainRamp <= 0 {
-			return 0
+		left := 0.0
+		if p.cfg.DrainRamp > 0 {
+			left = 1 - float64(now.Sub(st.drainStart))/float64(p.cfg.DrainRamp)
 		}
-		left := 1 - float64(now.Sub(st.drainStart))/float64(p.cfg.DrainRamp)
-		if left <= 0 {
-			return 0
+		if left <= 0 || st.band < 0 {
+			st.band = -1
+			return target{band: BandOut, reason: reasonDrained}
 		}
-		return uint32(math.Max(1, math.Round(float64(st.drainFrom)*left)))
+		st.band = nextBand(st.band, speed*left, p.cfg.BandHysteresis, p.cfg.Bands)
+		t = target{weight: bandWeight(p.cfg.MaxWeight, st.band), band: bandNames[st.band], reason: reasonDraining}
 	default:
-		return 0
+		st.band = -1
+		return target{band: BandOut, reason: reasonNotReady + c.State.String()}
 	}
-}
-
-func (p *Projector) healthyWeight(st *cellState, c Cell) uint32 {
-	pr := c.Pressure
-	if math.IsNaN(pr) {
-		pr = 0.5
+	if degraded {
+		t.degraded = true
+		t.reason += reasonDegraded + st.der.why
 	}
-	pr = math.Min(1, math.Max(0, pr))
-	mult := 1 - st.pen.level*(1-p.cfg.Penalty.Floor)
-	w := float64(p.cfg.MaxWeight) * math.Pow(1-pr, p.cfg.Gamma) * mult
-	return uint32(math.Max(1, math.Round(w)))
-}
-
-func (p *Projector) moved(published, target uint32) bool {
-	diff := math.Abs(float64(target) - float64(published))
-	return diff > 0 && diff >= math.Max(float64(p.cfg.AbsThreshold), p.cfg.RelThreshold*float64(published))
+	return t
 }

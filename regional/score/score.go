@@ -5,6 +5,8 @@
 // which signals are present (a source that is down or stale contributes
 // nothing) and the scorer renormalises over what remains, so missing
 // telemetry never drops a cell. The formula of every signal is in README.md.
+// Pressure explains, alerts and feeds the regional summary; it does not move
+// endpoint weights (regional/projection derives those from slow signals).
 //
 // Concurrency: a Config is immutable after Validate; Score may be called from
 // any goroutine.

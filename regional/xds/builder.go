@@ -14,6 +14,8 @@ import (
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	lbcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/common/v3"
+	leastrequest "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
 	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -26,13 +28,22 @@ import (
 )
 
 // MetadataKey is the filter_metadata key under which every endpoint carries
-// its cell id ("cell", a string) and, when known, its max_model_len
-// ("max_model_len", a number).
+// its cell id ("cell", a string), when known its max_model_len
+// ("max_model_len", a number) and, during a probation probe slot, its probe
+// budget ("probe_budget", a number; see Endpoint.ProbeBudget).
 const MetadataKey = "isobar"
+
+// MetadataProbeBudget is the key, under MetadataKey, of an endpoint's probe
+// budget (Endpoint.ProbeBudget).
+const MetadataProbeBudget = "probe_budget"
 
 // previousHostsPredicate is the name of Envoy's retry host predicate that
 // makes a retry pick a different endpoint.
 const previousHostsPredicate = "envoy.retry_host_predicates.previous_hosts"
+
+// leastRequestPolicy is the extension name of Envoy's typed least-request
+// load-balancing policy.
+const leastRequestPolicy = "envoy.load_balancing_policies.least_request"
 
 // Set is the resources served to one kind of node. Resources are shared
 // between Sets and between successive builds and must not be modified.
@@ -73,7 +84,8 @@ type Builder struct {
 	routerAny     *anypb.Any
 	faultAny      *anypb.Any // the listener-level fault filter: no fault
 	retryPredAny  *anypb.Any
-	shedAny       map[uint32]*anypb.Any // per-route 429 aborts by parts per million
+	lbPolicy      *cluster.LoadBalancingPolicy // typed least_request; nil for the legacy enum policies
+	shedAny       map[uint32]*anypb.Any        // per-route 429 aborts by parts per million
 
 	routeKey string
 	route    *route.RouteConfiguration
@@ -106,11 +118,13 @@ type modelEntry struct {
 	pos   [][]*endpointParts
 }
 
-// endpointKey is an endpoint's identity: everything but its weight.
+// endpointKey is an endpoint's identity: everything but its weight and
+// health.
 type endpointKey struct {
 	cell, host  string
 	port        uint32
 	maxModelLen uint32
+	probeBudget uint32
 }
 
 // endpointParts are the validated, immutable pieces of one endpoint, and
@@ -140,6 +154,11 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	}
 	if b.retryPredAny, err = packValidated(&previoushosts.PreviousHostsPredicate{}); err != nil {
 		return nil, err
+	}
+	if b.cfg.LBPolicy == LeastRequest {
+		if b.lbPolicy, err = b.buildLeastRequestPolicy(); err != nil {
+			return nil, err
+		}
 	}
 	if b.envoyListener, err = b.buildEnvoyListener(); err != nil {
 		return nil, err
@@ -560,12 +579,39 @@ func (b *Builder) buildNamedCluster(name, altStatName string) (*cluster.Cluster,
 	case RoundRobin:
 		c.LbPolicy = cluster.Cluster_ROUND_ROBIN
 	default:
-		c.LbPolicy = cluster.Cluster_LEAST_REQUEST
-		c.LbConfig = &cluster.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: &cluster.Cluster_LeastRequestLbConfig{
-			ChoiceCount: wrapperspb.UInt32(2),
-		}}
+		// lb_policy stays unset: Envoy uses load_balancing_policy when it
+		// is present.
+		c.LoadBalancingPolicy = b.lbPolicy
 	}
 	return c, validateDeep(c)
+}
+
+// buildLeastRequestPolicy builds the typed least-request policy shared by
+// every cluster. The LeastRequest message is validated before it is packed
+// (ValidateAll does not look inside an Any), and the locality weighting
+// that the legacy path takes from common_lb_config is set in its
+// locality_lb_config, where the typed policy reads it.
+func (b *Builder) buildLeastRequestPolicy() (*cluster.LoadBalancingPolicy, error) {
+	lr := &leastrequest.LeastRequest{
+		ChoiceCount: wrapperspb.UInt32(b.cfg.ChoiceCount),
+		LocalityLbConfig: &lbcommon.LocalityLbConfig{
+			LocalityConfigSpecifier: &lbcommon.LocalityLbConfig_LocalityWeightedLbConfig_{
+				LocalityWeightedLbConfig: &lbcommon.LocalityLbConfig_LocalityWeightedLbConfig{},
+			},
+		},
+	}
+	if b.cfg.FullScan {
+		lr.SelectionMethod = leastrequest.LeastRequest_FULL_SCAN
+	}
+	a, err := packValidated(lr) // ValidateAll (deep) before packing
+
+	if err != nil {
+		return nil, err
+	}
+	p := &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
+		TypedExtensionConfig: &core.TypedExtensionConfig{Name: leastRequestPolicy, TypedConfig: a},
+	}}}
+	return p, validateDeep(p)
 }
 
 // buildLoadAssignment builds and validates m's ClusterLoadAssignment,
@@ -608,7 +654,7 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 		pos[i] = make([]*endpointParts, len(l.Endpoints))
 		for j := range l.Endpoints {
 			ep := &l.Endpoints[j]
-			k := endpointKey{ep.CellID, ep.Host, ep.Port, ep.MaxModelLen}
+			k := endpointKey{ep.CellID, ep.Host, ep.Port, ep.MaxModelLen, ep.ProbeBudget}
 			var p *endpointParts
 			if i < len(e.pos) && j < len(e.pos[i]) && e.pos[i][j].key == k {
 				p = e.pos[i][j]
@@ -624,8 +670,12 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 				p.gen = e.gen
 				used++
 			}
-			if p.lb == nil || p.lb.GetLoadBalancingWeight().GetValue() != ep.Weight {
-				lb := &endpoint.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(ep.Weight)}
+			health := core.HealthStatus_UNKNOWN
+			if ep.Degraded {
+				health = core.HealthStatus_DEGRADED
+			}
+			if p.lb == nil || p.lb.GetLoadBalancingWeight().GetValue() != ep.Weight || p.lb.GetHealthStatus() != health {
+				lb := &endpoint.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(ep.Weight), HealthStatus: health}
 				if err := lb.ValidateAll(); err != nil {
 					return nil, wrap(err)
 				}
@@ -662,10 +712,13 @@ func newEndpointParts(k endpointKey) (*endpointParts, error) {
 	if err := host.ValidateAll(); err != nil {
 		return nil, err
 	}
-	fields := make(map[string]*structpb.Value, 2)
+	fields := make(map[string]*structpb.Value, 3)
 	fields["cell"] = structpb.NewStringValue(k.cell)
 	if k.maxModelLen > 0 {
 		fields["max_model_len"] = structpb.NewNumberValue(float64(k.maxModelLen))
+	}
+	if k.probeBudget > 0 {
+		fields[MetadataProbeBudget] = structpb.NewNumberValue(float64(k.probeBudget))
 	}
 	md := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: {Fields: fields}}}
 	if err := md.ValidateAll(); err != nil {

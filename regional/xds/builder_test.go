@@ -17,6 +17,7 @@ import (
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	leastrequest "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
@@ -243,8 +244,10 @@ func TestBuildShapes(t *testing.T) {
 						t.Errorf("cluster %d policy %v", i, c.GetLbPolicy())
 					}
 				default:
-					if c.GetLbPolicy() != cluster.Cluster_LEAST_REQUEST {
-						t.Errorf("cluster %d policy %v", i, c.GetLbPolicy())
+					lr := leastRequestOf(t, c)
+					if lr.GetChoiceCount().GetValue() != 2 || lr.GetSelectionMethod() != leastrequest.LeastRequest_N_CHOICES ||
+						lr.GetLocalityLbConfig().GetLocalityWeightedLbConfig() == nil || c.GetLbConfig() != nil {
+						t.Errorf("cluster %d least_request %v (legacy lb_config %v)", i, lr, c.GetLbConfig())
 					}
 				}
 				th := c.GetCircuitBreakers().GetThresholds()[0]
@@ -334,6 +337,122 @@ func TestBuildEndpointWeightsAndMetadata(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("endpoint %d = %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// leastRequestOf returns c's typed least_request policy, failing the test
+// when c has another policy or the message inside the Any is invalid.
+func leastRequestOf(t *testing.T, c *cluster.Cluster) *leastrequest.LeastRequest {
+	t.Helper()
+	pols := c.GetLoadBalancingPolicy().GetPolicies()
+	if len(pols) != 1 || pols[0].GetTypedExtensionConfig().GetName() != leastRequestPolicy {
+		t.Fatalf("cluster %s load_balancing_policy %v, want one %s", c.GetName(), c.GetLoadBalancingPolicy(), leastRequestPolicy)
+	}
+	var lr leastrequest.LeastRequest
+	if err := pols[0].GetTypedExtensionConfig().GetTypedConfig().UnmarshalTo(&lr); err != nil {
+		t.Fatal(err)
+	}
+	if err := lr.ValidateAll(); err != nil {
+		t.Fatalf("packed LeastRequest invalid: %v", err)
+	}
+	return &lr
+}
+
+// Least request: choice_count from Config, or FULL_SCAN; every cluster of
+// the Envoy and gRPC sets carries it.
+func TestLeastRequestPolicyOptions(t *testing.T) {
+	st := State{Models: []Model{fleet("m", 3)}}
+	for _, tc := range []struct {
+		name    string
+		edit    func(*Config)
+		choices uint32
+		method  leastrequest.LeastRequest_SelectionMethod
+	}{
+		{"default P2C", func(*Config) {}, 2, leastrequest.LeastRequest_N_CHOICES},
+		{"three choices", func(c *Config) { c.ChoiceCount = 3 }, 3, leastrequest.LeastRequest_N_CHOICES},
+		{"full scan", func(c *Config) { c.FullScan = true }, 2, leastrequest.LeastRequest_FULL_SCAN},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			tc.edit(&cfg)
+			res, err := mustBuilder(t, cfg).Build(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range append(slices.Clone(res.Envoy.Clusters), res.GRPC.Clusters...) {
+				if err := validateDeep(c); err != nil {
+					t.Fatal(err)
+				}
+				lr := leastRequestOf(t, c)
+				if lr.GetChoiceCount().GetValue() != tc.choices || lr.GetSelectionMethod() != tc.method {
+					t.Errorf("%s: choice_count %d method %v, want %d %v", c.GetName(), lr.GetChoiceCount().GetValue(),
+						lr.GetSelectionMethod(), tc.choices, tc.method)
+				}
+			}
+		})
+	}
+}
+
+// A Degraded endpoint is published with EDS health DEGRADED at its weight;
+// a health change alone rebuilds the assignment. A probe budget is
+// endpoint metadata.
+func TestBuildDegradedHealthAndProbeBudget(t *testing.T) {
+	mk := func(degraded bool) State {
+		return State{Models: []Model{{Name: "m", Localities: []Locality{local(
+			Endpoint{CellID: "a", Host: "10.0.0.1", Port: 8000, Weight: 100},
+			Endpoint{CellID: "b", Host: "10.0.0.2", Port: 8000, Weight: 100, Degraded: degraded},
+		)}}}}
+	}
+	b := mustBuilder(t, testConfig())
+	health := func(res *Resources) []core.HealthStatus {
+		var out []core.HealthStatus
+		for _, e := range res.Envoy.Endpoints[0].GetEndpoints()[0].GetLbEndpoints() {
+			if e.GetLoadBalancingWeight().GetValue() != 100 {
+				t.Errorf("weight %d, want 100", e.GetLoadBalancingWeight().GetValue())
+			}
+			out = append(out, e.GetHealthStatus())
+		}
+		return out
+	}
+	// A probe budget rides in the endpoint metadata.
+	probing := mk(false)
+	probing.Models[0].Localities[0].Endpoints[1].ProbeBudget = 3
+	rp, err := b.Build(probing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &rp.Envoy)
+	lbs := rp.Envoy.Endpoints[0].GetEndpoints()[0].GetLbEndpoints()
+	budget := func(i int) (float64, bool) {
+		v, ok := lbs[i].GetMetadata().GetFilterMetadata()[MetadataKey].GetFields()[MetadataProbeBudget]
+		return v.GetNumberValue(), ok
+	}
+	if n, ok := budget(1); !ok || n != 3 {
+		t.Errorf("probe budget of b = %v %v, want 3", n, ok)
+	}
+	if _, ok := budget(0); ok {
+		t.Error("a carries a probe budget")
+	}
+	r1, err := b.Build(mk(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := health(r1); !slices.Equal(got, []core.HealthStatus{core.HealthStatus_UNKNOWN, core.HealthStatus_UNKNOWN}) {
+		t.Fatalf("healthy: %v", got)
+	}
+	r2, err := b.Build(mk(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &r2.Envoy)
+	if got := health(r2); !slices.Equal(got, []core.HealthStatus{core.HealthStatus_UNKNOWN, core.HealthStatus_DEGRADED}) {
+		t.Fatalf("derated: %v", got)
+	}
+	if r2.Envoy.Endpoints[0] == r1.Envoy.Endpoints[0] {
+		t.Fatal("a health change did not rebuild the assignment")
+	}
+	if err := r2.Envoy.Endpoints[0].ValidateAll(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -526,6 +645,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no region", func(c *Config) { c.Region = "" }, "Region is empty"},
 		{"bad policy", func(c *Config) { c.LBPolicy = "maglev" }, `LBPolicy "maglev" is unknown`},
 		{"small ring", func(c *Config) { c.RingSize = 64 }, "RingSize 64 is out of range"},
+		{"one choice", func(c *Config) { c.ChoiceCount = 1 }, "ChoiceCount 1 is out of range"},
 		{"hostname listener", func(c *Config) { c.ListenAddress = "localhost" }, "ListenAddress \"localhost\" is not an IP address"},
 		{"big port", func(c *Config) { c.ListenPort = 70000 }, "ListenPort 70000"},
 		{"negative timeout", func(c *Config) { c.RouteTimeout = -time.Second }, "RouteTimeout -1s is below 1ms"},
@@ -550,7 +670,7 @@ func TestConfigValidation(t *testing.T) {
 		})
 	}
 	got := mustBuilder(t, Config{Region: "r"}).Config()
-	want := Config{Region: "r", LBPolicy: LeastRequest, RingSize: 4096, ListenAddress: "0.0.0.0", ListenPort: 10000,
+	want := Config{Region: "r", LBPolicy: LeastRequest, ChoiceCount: 2, RingSize: 4096, ListenAddress: "0.0.0.0", ListenPort: 10000,
 		RouteTimeout: 600 * time.Second, ConnectTimeout: time.Second, NumRetries: 2, RetryBudgetPercent: 20,
 		RetryBudgetMinConcurrency: 3, MaxRequests: 65536, OutlierConsecutive5xx: 5, OutlierConsecutiveLocalOrigin: 1, OutlierInterval: 5 * time.Second,
 		OutlierBaseEjectionTime: 10 * time.Second, OutlierMaxEjectionPercent: 50, ModelHeader: "x-isobar-model", HopHeader: "x-isobar-hop",

@@ -18,9 +18,14 @@ type LBPolicy string
 
 // Supported load-balancing policies.
 const (
-	// LeastRequest is Envoy's weighted least-request (power of two choices over
-	// endpoint weights and in-flight requests). grpc-go ignores endpoint and
-	// locality weights under it.
+	// LeastRequest is written as the typed
+	// envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest
+	// in the cluster's load_balancing_policy, with Config.ChoiceCount or
+	// FULL_SCAN (Config.FullScan) and locality-weighted balancing. Identical
+	// healthy cells carry equal weights (regional/projection bands), so
+	// Envoy stays on its unweighted path: P2C or a full scan over active
+	// requests, shared across workers, and never its per-worker EDF
+	// schedule. grpc-go ignores endpoint and locality weights under it.
 	LeastRequest LBPolicy = "least_request"
 	// RingHash is a consistent-hash ring with XX_HASH. It is the policy under
 	// which grpc-go honours per-endpoint weights.
@@ -35,6 +40,9 @@ const (
 	minRingSize = 1024
 	maxRingSize = 8 * 1024 * 1024 // Envoy's and grpc-go's upper bound
 	maxNameLen  = 256
+	// maxChoiceCount bounds least_request's choice_count: beyond a few
+	// choices FULL_SCAN is the clearer setting.
+	maxChoiceCount = 100
 )
 
 // Config holds the values of an xDS server. The zero value of a field means
@@ -47,9 +55,17 @@ type Config struct {
 	// and Zone are both empty gets this zone.
 	Zone string
 
-	// LBPolicy is the cluster load-balancing policy: least_request (default),
-	// ring_hash or round_robin.
+	// LBPolicy is the cluster load-balancing policy: least_request (default,
+	// the typed LeastRequest policy), ring_hash or round_robin (the legacy
+	// lb_policy enum).
 	LBPolicy LBPolicy
+	// ChoiceCount is least_request's choice_count, the number of random
+	// hosts compared per pick. Default 2 (P2C); at least 2, at most 100.
+	// Ignored with FullScan.
+	ChoiceCount uint32
+	// FullScan makes least_request scan every host (selection_method
+	// FULL_SCAN) instead of ChoiceCount random choices. Default false.
+	FullScan bool
 	// RingSize is the minimum ring size under ring_hash. Default 4096; at
 	// least 1024 so endpoint weights survive the ring's quantisation.
 	RingSize uint64
@@ -158,6 +174,9 @@ func (c Config) withDefaults() Config {
 	if c.LBPolicy == "" {
 		c.LBPolicy = LeastRequest
 	}
+	if c.ChoiceCount == 0 {
+		c.ChoiceCount = 2
+	}
 	if c.RingSize == 0 {
 		c.RingSize = 4096
 	}
@@ -232,6 +251,10 @@ func (c Config) validate() error {
 	default:
 		return fmt.Errorf("%w: LBPolicy %q is unknown; use %q, %q or %q",
 			ErrInvalidConfig, c.LBPolicy, LeastRequest, RingHash, RoundRobin)
+	}
+	if c.ChoiceCount < 2 || c.ChoiceCount > maxChoiceCount {
+		return fmt.Errorf("%w: ChoiceCount %d is out of range; use 2 to %d (2 is power-of-two choices)",
+			ErrInvalidConfig, c.ChoiceCount, maxChoiceCount)
 	}
 	if c.RingSize < minRingSize || c.RingSize > maxRingSize {
 		return fmt.Errorf("%w: RingSize %d is out of range; use %d to %d (4096 is a good value)",

@@ -12,7 +12,8 @@
 //     EDS over ADS, the configured LB policy with locality weighting,
 //     outlier detection, circuit breakers with a retry budget, connect
 //     timeout) with its ClusterLoadAssignment (locality and endpoint
-//     weights, endpoint metadata under MetadataKey), plus Envoy-only
+//     weights, EDS health DEGRADED for endpoints under a hardware derate,
+//     endpoint metadata under MetadataKey), plus Envoy-only
 //     clusters built from the same endpoints: LocalClusterName (the
 //     localities of Config.Region only, always present, possibly empty),
 //     and per context class N of Config.ContextClasses ClassClusterName
@@ -23,7 +24,17 @@
 //     Proxyless gRPC nodes get, per model, an api_listener named after the
 //     model with the route inlined, and the main Clusters and
 //     ClusterLoadAssignments only. grpc-go honours endpoint weights only
-//     under ring_hash.
+//     under ring_hash, and drops DEGRADED endpoints.
+//   - The LB policy. By default (LeastRequest) every cluster carries the
+//     typed envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest
+//     in load_balancing_policy: choice_count Config.ChoiceCount (2), or
+//     selection_method FULL_SCAN (Config.FullScan), with locality-weighted
+//     balancing in its locality_lb_config; the message is validated before
+//     it is packed. Endpoint weights are capacity bands, equal for
+//     identical healthy cells (regional/projection), so Envoy picks by
+//     active requests on its unweighted path. RingHash and RoundRobin use
+//     the legacy lb_policy enum (tests that check weights through grpc-go
+//     use RingHash).
 //   - The routes, per model, in match order (all require Config.ModelHeader
 //     equal to the model; with a single model the same routes are repeated
 //     without that condition as a catch-all):

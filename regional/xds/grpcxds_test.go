@@ -210,3 +210,32 @@ func TestGRPCResolverAcceptsEveryPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestGRPCResolverAcceptsDegraded checks that grpc-go ACKs an assignment
+// with a DEGRADED endpoint under the default (typed least_request) policy.
+// grpc-go, unlike Envoy, drops DEGRADED endpoints (it keeps only HEALTHY
+// and UNKNOWN), so every RPC goes to the healthy one.
+func TestGRPCResolverAcceptsDegraded(t *testing.T) {
+	ts := startServer(t, testConfig())
+	b := startBackends(t, 2)
+	v, err := ts.xds.Push(State{Models: []Model{{Name: "m", Localities: []Locality{{Weight: 1, Endpoints: []Endpoint{
+		{CellID: "a", Host: "127.0.0.1", Port: uint32(b[0].Port), Weight: 100},
+		{CellID: "b", Host: "127.0.0.1", Port: uint32(b[1].Port), Weight: 100, Degraded: true},
+	}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := dialXDS(t, ts, "m")
+	for _, typ := range []string{resource.ListenerType, resource.ClusterType, resource.EndpointType} {
+		waitAck(t, ts.xds, typ, v)
+	}
+	got := split(t, healthpb.NewHealthClient(conn), 100)
+	if got[b[0].String()] != 100 {
+		t.Errorf("split %v, want every RPC on the healthy endpoint %s", got, b[0])
+	}
+	for _, typ := range []string{"listener", "route", "cluster", "endpoint"} {
+		if n := metricValue(t, ts.xds.m.nacks.WithLabelValues(typ)); n != 0 {
+			t.Errorf("grpc-go rejected %v %s responses", n, typ)
+		}
+	}
+}

@@ -24,6 +24,17 @@ type Endpoint struct {
 	// Weight is the load-balancing weight, at least 1. To drain an endpoint,
 	// remove it.
 	Weight uint32
+	// ProbeBudget, when not 0, marks an endpoint on probation after an
+	// error-rate penalty, published only for a bounded probe slot: a data
+	// plane should send it at most this many requests while the endpoint
+	// stays in the assignment. It is carried in
+	// filter_metadata["isobar"]["probe_budget"]. Stock Envoy ignores it;
+	// the control plane then bounds the probes only by closing the slot.
+	ProbeBudget uint32
+	// Degraded publishes the endpoint with EDS health DEGRADED (a hardware
+	// lead signal): Envoy sends it traffic only when the healthy hosts of
+	// its priority cannot carry the load. grpc-go drops DEGRADED endpoints.
+	Degraded bool
 	// MaxModelLen is the longest context the engine accepts, carried in
 	// filter_metadata["isobar"]["max_model_len"]; 0 means unknown and is
 	// left out.
