@@ -218,6 +218,7 @@ type engine struct {
 	ejections  int // times ejected
 	ejectUntil time.Duration
 	weight     uint32
+	degraded   bool              // pushed with EDS health DEGRADED
 	detected   bool              // the control plane knows it is dead
 	rtt        score.RTTEstimate // the regional prober's estimator
 }
@@ -783,13 +784,17 @@ func prefillRate(p sim.Profile) float64 {
 }
 
 // pending weight snapshots in flight to the ingress.
-type weightSnap struct{ w []uint32 }
+type weightSnap struct {
+	w        []uint32
+	degraded []bool // EDS health DEGRADED (a hardware derate)
+}
 
 func (f *fleet) applyWeights(k int) {
 	snap := f.pendingWeights[k]
 	delete(f.pendingWeights, k)
 	for i, w := range snap.w {
 		f.cells[i].weight = w
+		f.cells[i].degraded = snap.degraded[i]
 		if w == 0 {
 			f.markRemoved(i)
 		}

@@ -137,11 +137,15 @@ const hostSelectionAttempts = 3
 // host's weight is 1 for the baselines and isobar's pushed weight for
 // isobar-envoy (weight 0: not in the EDS set at all).
 func (f *fleet) pickEnvoy(r *request, i int) int {
+	useDegraded := f.degradedTierServes()
 	weight := func(e *engine) uint32 {
-		if f.spec.policy == IsobarEnvoy {
-			return e.weight
+		switch {
+		case f.spec.policy != IsobarEnvoy:
+			return 1
+		case e.degraded && !useDegraded:
+			return 0
 		}
-		return 1
+		return e.weight
 	}
 	members, healthy := 0, 0
 	for c, e := range f.cells {
@@ -175,6 +179,28 @@ func (f *fleet) pickEnvoy(r *request, i int) int {
 	return c
 }
 
+// overprovisioning is Envoy's default overprovisioning factor (1.4).
+const overprovisioning = 1.4
+
+// degradedTierServes reports whether Envoy would send traffic to the EDS
+// DEGRADED hosts of isobar's cluster: only when the healthy hosts, scaled
+// by the overprovisioning factor, cover less than the whole load
+// (load_balancer_impl.cc, recalculatePerPriorityState). The data plane
+// otherwise keeps them as a standby tier.
+func (f *fleet) degradedTierServes() bool {
+	members, healthy := 0, 0
+	for _, e := range f.cells {
+		if e.weight == 0 {
+			continue
+		}
+		members++
+		if !e.degraded {
+			healthy++
+		}
+	}
+	return members > 0 && overprovisioning*float64(healthy) < float64(members)
+}
+
 // pickIsobar is isobar's gateway pick (gateway/placement, the code
 // isobar gateway --lb isobar runs): among the endpoints with a pushed
 // weight, not ejected, not already tried by this request (the retry host
@@ -190,12 +216,13 @@ func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 		return f.spec.policy != IsobarCapability || e.maxModelLen == 0 || r.prompt+r.out <= e.maxModelLen
 	}
 	hosts := f.placeBuf[:0]
+	useDegraded := f.degradedTierServes()
 	for _, relax := range []int{0, 1, 2} {
 		hosts = hosts[:0]
 		found := false
 		for i, e := range f.cells {
 			h := placement.Host{}
-			eligible := e.weight > 0 && capable(i) &&
+			eligible := e.weight > 0 && capable(i) && (useDegraded || !e.degraded) &&
 				(relax >= 2 || e.ejectUntil <= f.now) &&
 				(relax >= 1 || !slices.Contains(r.tried, i))
 			if eligible {
@@ -305,6 +332,9 @@ func (f *fleet) tick() {
 			state = lifecycle.Failed
 		}
 		pc := projection.Cell{ID: e.id, State: state, Pressure: res.Pressure}
+		if res.Present[score.Thermal] {
+			pc.Thermal, pc.ThermalOK = res.Normalized[score.Thermal], true
+		}
 		if e.alive && w.requests > 0 {
 			pc.ErrorRate, pc.ErrorRequests, pc.ErrorOK = w.errRate, float64(w.requests), true
 		}
@@ -317,9 +347,9 @@ func (f *fleet) tick() {
 	if f.spec.policy.isobar() {
 		d := f.proj.Project(f.base.Add(f.now), pcells)
 		if d.Push {
-			snap := weightSnap{w: make([]uint32, len(d.Weights))}
+			snap := weightSnap{w: make([]uint32, len(d.Weights)), degraded: make([]bool, len(d.Weights))}
 			for i, w := range d.Weights {
-				snap.w[i] = w.Published
+				snap.w[i], snap.degraded[i] = w.Published, w.Degraded
 			}
 			k := f.nextSnap
 			f.nextSnap++
