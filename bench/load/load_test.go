@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,24 +107,12 @@ func TestSameSeedSameRequests(t *testing.T) {
 		return out
 	}
 	a, b, c := shapes(3), shapes(3), shapes(4)
-	if len(a) == 0 || !equal(a, b) {
+	if len(a) == 0 || !slices.Equal(a, b) {
 		t.Errorf("seed 3 twice: %v vs %v", a, b)
 	}
-	if equal(a, c) {
+	if slices.Equal(a, c) {
 		t.Errorf("seeds 3 and 4 sent the same prompts %v", a)
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestClassShapes checks the shapes without a server: multiturn

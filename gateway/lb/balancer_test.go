@@ -2,6 +2,7 @@ package lb
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -46,7 +47,7 @@ func TestRoundRobinEqualWeights(t *testing.T) {
 			if b.Weighted() {
 				t.Fatalf("Weighted() = true for %v", tt.weights)
 			}
-			if got := picks(t, b, len(tt.want), nil); !equalInts(got, tt.want) {
+			if got := picks(t, b, len(tt.want), nil); !slices.Equal(got, tt.want) {
 				t.Errorf("picks = %v, want %v", got, tt.want)
 			}
 		})
@@ -94,7 +95,7 @@ func TestRoundRobinWeightedEDF(t *testing.T) {
 			if !b.Weighted() {
 				t.Fatalf("Weighted() = false for %v", tt.weights)
 			}
-			if got := picks(t, b, len(tt.want), nil); !equalInts(got, tt.want) {
+			if got := picks(t, b, len(tt.want), nil); !slices.Equal(got, tt.want) {
 				t.Errorf("picks = %v, want %v", got, tt.want)
 			}
 		})
@@ -274,7 +275,7 @@ func TestLeastRequestEDFBias(t *testing.T) {
 			b := mustBalancer(t, p, 0)
 			active := Counts{0, 1}
 			b.Update([]uint32{1, 8}, active)
-			if got := picks(t, b, len(tt.want), active); !equalInts(got, tt.want) {
+			if got := picks(t, b, len(tt.want), active); !slices.Equal(got, tt.want) {
 				t.Errorf("picks = %v, want %v", got, tt.want)
 			}
 		})
@@ -286,21 +287,21 @@ func TestUpdateRebuilds(t *testing.T) {
 		b := mustBalancer(t, DefaultPolicy(RoundRobin), 0)
 		b.Update([]uint32{1, 1, 1}, nil)
 		// Unweighted from index 0: h0, h1; the index is now 2.
-		if got, want := picks(t, b, 2, nil), []int{0, 1}; !equalInts(got, want) {
+		if got, want := picks(t, b, 2, nil), []int{0, 1}; !slices.Equal(got, want) {
 			t.Fatalf("equal weights: picks = %v, want %v", got, want)
 		}
 		// Weights 1,1,4, 0 pre-picks: h2 at 1/4⁻, 1/2, 3/4, then the tie
 		// region at 1: h0@1-1e-13 (order 0), h1@1-1e-13 (order 1), then
 		// h2@1-6e-15.
 		b.Update([]uint32{1, 1, 4}, nil)
-		if got, want := picks(t, b, 6, nil), []int{2, 2, 2, 0, 1, 2}; !equalInts(got, want) {
+		if got, want := picks(t, b, 6, nil), []int{2, 2, 2, 0, 1, 2}; !slices.Equal(got, want) {
 			t.Fatalf("weights 1,1,4: picks = %v, want %v", got, want)
 		}
 		// Back to equal: the round-robin index survived both refreshes
 		// (rr_indexes_.insert keeps it) and EDF picks do not move it: 2%3,
 		// 3%3.
 		b.Update([]uint32{1, 1, 1}, nil)
-		if got, want := picks(t, b, 2, nil), []int{2, 0}; !equalInts(got, want) {
+		if got, want := picks(t, b, 2, nil), []int{2, 0}; !slices.Equal(got, want) {
 			t.Fatalf("equal again: picks = %v, want %v", got, want)
 		}
 	})
@@ -311,7 +312,7 @@ func TestUpdateRebuilds(t *testing.T) {
 		// Same weights again: a new schedule from the same seed, so the
 		// sequence starts over rather than continuing.
 		b.Update([]uint32{1, 2, 3}, nil)
-		if again := picks(t, b, 4, nil); !equalInts(first, again) {
+		if again := picks(t, b, 4, nil); !slices.Equal(first, again) {
 			t.Errorf("after Update picks = %v, want %v again", again, first)
 		}
 	})
@@ -328,7 +329,7 @@ func TestUpdateRebuilds(t *testing.T) {
 		} {
 			b := mustBalancer(t, DefaultPolicy(LeastRequest), 0)
 			b.Update([]uint32{1, 2}, tc.active)
-			if got := picks(t, b, 2, tc.active); !equalInts(got, tc.want) {
+			if got := picks(t, b, 2, tc.active); !slices.Equal(got, tc.want) {
 				t.Errorf("counts %v: picks = %v, want %v", tc.active, got, tc.want)
 			}
 		}

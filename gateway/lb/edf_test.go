@@ -3,6 +3,7 @@ package lb
 import (
 	"bufio"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,7 +93,7 @@ func TestEDF(t *testing.T) {
 			} else {
 				s = NewEDFWithPicks(hosts, w, uint32(tt.picks))
 			}
-			if got := edfPicks(t, s, w, len(tt.want)); !equalInts(got, tt.want) {
+			if got := edfPicks(t, s, w, len(tt.want)); !slices.Equal(got, tt.want) {
 				t.Errorf("picks = %v, want %v", got, tt.want)
 			}
 		})
@@ -132,7 +133,7 @@ func TestEDFWeightReadOnlyOnAdd(t *testing.T) {
 		got = append(got, h)
 	}
 	// h1@1 → 1.01, h1@1.01 → 1.02, h1@1.02 → 1.03 (h0 waits at 2).
-	if want := []int{1, 1, 1}; !equalInts(got, want) {
+	if want := []int{1, 1, 1}; !slices.Equal(got, want) {
 		t.Errorf("picks = %v, want %v", got, want)
 	}
 	if s.Len() != 2 {
@@ -196,7 +197,7 @@ func TestEDFVectors(t *testing.T) {
 			got[i], _ = s.PickAndAdd(weight)
 			made++
 		}
-		if !equalInts(got, want) {
+		if !slices.Equal(got, want) {
 			t.Errorf("line %d (picks %d, dynamic %v, weights %v):\n got  %v\n want %v", line, picks, dynamic, w, got, want)
 		}
 	}

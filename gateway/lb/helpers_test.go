@@ -74,15 +74,3 @@ func picks(t testing.TB, b *Balancer, n int, active Active) []int {
 	r.done()
 	return got
 }
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
