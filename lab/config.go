@@ -27,7 +27,8 @@ type Config struct {
 	// tenth of the requests are long (LongPrompt tokens, default 6000).
 	PromptTokens, PromptJitter, MaxTokens, LongPrompt int
 	// MaxInFlight bounds concurrent requests per region; arrivals beyond it
-	// are counted as shed. Default 256.
+	// are dropped at the client and counted as failures of cause
+	// client_drop (never as "shed", which is the plan's). Default 256.
 	MaxInFlight int
 	// Duration: run this long then stop; 0 runs until ctx ends.
 	Duration time.Duration

@@ -14,19 +14,83 @@ type Report struct {
 	Total   Summary                 `json:"total"`
 	Regions map[string]RegionReport `json:"regions"`
 	Globals []GlobalReport          `json:"globals,omitempty"`
-	// Shed counts arrivals dropped at the client because MaxInFlight
-	// requests were open; Abandoned counts requests cut off when the run
-	// ended (neither counted as failures).
-	Shed      int `json:"shed"`
+	// Shed counts requests the routing plan shed (a gateway's 429 with
+	// x-isobar-shed: plan), over every region: Total.Failures.ShedByPlan.
+	Shed int `json:"shed"`
+	// ClientDropped counts arrivals dropped at the client because
+	// MaxInFlight requests were open (Total.Failures.ClientDrop). They are
+	// failures: a user's request that was never served.
+	ClientDropped int `json:"client_dropped"`
+	// Abandoned counts requests cut off when the run ended; they are not
+	// counted in any summary.
 	Abandoned int `json:"abandoned"`
 }
 
-// Summary is request counts and TTFT percentiles (of successful requests).
+// Summary is request counts, failures by cause and TTFT percentiles (of
+// successful requests). Requests counts every arrival, client drops
+// included, so SuccessRate is what the region's users saw.
 type Summary struct {
 	Requests    int         `json:"requests"`
 	Succeeded   int         `json:"succeeded"`
 	SuccessRate float64     `json:"success_rate"`
+	Failures    Failures    `json:"failures"`
 	TTFTms      Percentiles `json:"ttft_ms"`
+}
+
+// Failures counts failed requests by cause (see the Cause constants).
+type Failures struct {
+	ShedByPlan     int `json:"shed_by_plan"`
+	Saturated      int `json:"saturated"`
+	EngineError    int `json:"engine_error"`
+	GatewayError   int `json:"gateway_error"`
+	TransportError int `json:"transport_error"`
+	Timeout        int `json:"timeout"`
+	ClientDrop     int `json:"client_drop"`
+}
+
+// add counts one failure of cause c.
+func (f *Failures) add(c string) {
+	switch c {
+	case CauseShedByPlan:
+		f.ShedByPlan++
+	case CauseSaturated:
+		f.Saturated++
+	case CauseEngineError:
+		f.EngineError++
+	case CauseGatewayError:
+		f.GatewayError++
+	case CauseTimeout:
+		f.Timeout++
+	case CauseClientDrop:
+		f.ClientDrop++
+	default:
+		f.TransportError++
+	}
+}
+
+// Total is the number of failures.
+func (f Failures) Total() int {
+	return f.ShedByPlan + f.Saturated + f.EngineError + f.GatewayError + f.TransportError + f.Timeout + f.ClientDrop
+}
+
+// String lists the non-zero causes, e.g. "shed_by_plan 3, engine_error 1",
+// or "none".
+func (f Failures) String() string {
+	var parts []string
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{CauseShedByPlan, f.ShedByPlan}, {CauseSaturated, f.Saturated}, {CauseEngineError, f.EngineError},
+		{CauseGatewayError, f.GatewayError}, {CauseTransport, f.TransportError}, {CauseTimeout, f.Timeout},
+		{CauseClientDrop, f.ClientDrop}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", c.name, c.n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // RegionReport is one region: its clients' requests (wherever served), the
@@ -77,6 +141,8 @@ func summarise(os []Outcome) Summary {
 		if o.OK {
 			s.Succeeded++
 			ttft = append(ttft, o.TTFT)
+		} else {
+			s.Failures.add(o.Cause)
 		}
 	}
 	if s.Requests > 0 {
@@ -96,7 +162,6 @@ func (l *Lab) Report() Report {
 			t := l.traffic[i]
 			os = t.Outcomes()
 			t.mu.Lock()
-			rep.Shed += t.shed
 			rep.Abandoned += t.abandoned
 			t.mu.Unlock()
 		}
@@ -131,6 +196,7 @@ func (l *Lab) Report() Report {
 		rep.Regions[r.Name] = rr
 	}
 	rep.Total = summarise(all)
+	rep.Shed, rep.ClientDropped = rep.Total.Failures.ShedByPlan, rep.Total.Failures.ClientDrop
 	for _, g := range l.Globals() {
 		rep.Globals = append(rep.Globals, GlobalReport{ID: g.ID(), Leader: g.IsLeader()})
 	}
@@ -166,6 +232,7 @@ func (l *Lab) render(out io.Writer) {
 		fmt.Fprintf(&b, "  routes: %s\n", routesLine(r))
 		fmt.Fprintf(&b, "  last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s\n",
 			s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded))
+		fmt.Fprintf(&b, "  failures (10 s): %s\n", s.Failures)
 		served := map[string]int{}
 		for _, o := range recent {
 			served[o.Cell]++
@@ -182,8 +249,8 @@ func (l *Lab) render(out io.Writer) {
 		_ = tw.Flush()
 	}
 	s := summarise(total)
-	fmt.Fprintf(&b, "\nall regions, last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s\n",
-		s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded))
+	fmt.Fprintf(&b, "\nall regions, last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s; failures: %s\n",
+		s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded), s.Failures)
 	_, _ = io.WriteString(out, b.String())
 }
 
