@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/global/optimize"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
@@ -73,6 +74,10 @@ type PlanConfig struct {
 	// DampStep: fraction of the way from the previous plan to the new
 	// optimum taken per cycle. Default 0.5.
 	DampStep float64
+	// LocalFill: a region's demand stays home while it is under
+	// LocalFill·capacity·Headroom; only the excess is spilled, nearest
+	// first (optimize.SolveLocalFirst). Default 0.9.
+	LocalFill float64
 }
 
 func (c *Config) withDefaults() {
@@ -119,6 +124,9 @@ func (c *Config) withDefaults() {
 	if c.Plan.DampStep == 0 {
 		c.Plan.DampStep = 0.5
 	}
+	if c.Plan.LocalFill == 0 {
+		c.Plan.LocalFill = optimize.DefaultLocalFill
+	}
 	c.Limits.withDefaults()
 }
 
@@ -145,6 +153,9 @@ func (c Config) validate() error {
 	}
 	if c.Plan.Headroom <= 0 || c.Plan.Headroom > 1 {
 		return fmt.Errorf("%w: headroom %v: want (0,1]", ErrInvalidConfig, c.Plan.Headroom)
+	}
+	if !(c.Plan.LocalFill > 0 && c.Plan.LocalFill <= 1) {
+		return fmt.Errorf("%w: local fill %v: want (0,1]", ErrInvalidConfig, c.Plan.LocalFill)
 	}
 	if c.Plan.DampStep <= 0 || c.Plan.DampStep > 1 {
 		return fmt.Errorf("%w: damp step %v: want (0,1]", ErrInvalidConfig, c.Plan.DampStep)

@@ -89,7 +89,7 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 			}
 			prob.Regions[i] = reg
 		}
-		target, err := optimize.Solve(prob)
+		target, err := optimize.SolveLocalFirst(prob, pl.cfg.LocalFill)
 		if err != nil {
 			continue // validated input cannot fail; a model without a solution gets no plan
 		}

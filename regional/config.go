@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"regexp"
 	"time"
@@ -192,8 +193,9 @@ func (c Config) validate() error {
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
-	if c.Global.SummaryInterval <= 0 || c.Global.NominalCellRPS <= 0 || c.Global.Headroom <= 0 || c.Global.Headroom > 1 {
-		return fmt.Errorf("%w: global: summary interval, nominal cell RPS must be > 0 and headroom in (0,1]", ErrInvalidConfig)
+	if c.Global.SummaryInterval <= 0 || c.Global.NominalCellRPS <= 0 || c.Global.Headroom <= 0 || c.Global.Headroom > 1 ||
+		c.Global.LocalFill < 0 || c.Global.LocalFill > 1 || math.IsNaN(c.Global.LocalFill) {
+		return fmt.Errorf("%w: global: summary interval, nominal cell RPS must be > 0, headroom in (0,1] and local fill in [0,1]", ErrInvalidConfig)
 	}
 	if a := c.Global.IngressAddress; a != "" {
 		if err := ingressAddress(a); err != nil {

@@ -54,8 +54,10 @@ type GlobalConfig struct {
 	// BackoffMin/Max bound the jittered reconnect backoff. Defaults 100 ms
 	// and 5 s.
 	BackoffMin, BackoffMax time.Duration
-	// Fallback optimiser parameters (the global's defaults).
-	Headroom, Beta, K, ShedPenaltyMs float64
+	// Fallback optimiser parameters (the global's defaults). LocalFill: a
+	// region's demand stays home while under LocalFill·capacity·Headroom
+	// (0: optimize.DefaultLocalFill).
+	Headroom, Beta, K, ShedPenaltyMs, LocalFill float64
 }
 
 func (g *GlobalConfig) withDefaults() {
@@ -300,7 +302,7 @@ func (s *syncer) fallback(now time.Time, self *isobarpb.RegionSummary) *RouteTab
 		}
 		mr := ModelRoutes{Routes: map[string]float64{s.region: 1}}
 		if n > 1 {
-			if pl, err := optimize.Solve(prob); err == nil {
+			if pl, err := optimize.SolveLocalFirst(prob, s.cfg.LocalFill); err == nil {
 				mr = ModelRoutes{Routes: map[string]float64{}, Shed: pl.Shed[selfIdx]}
 				for j, f := range pl.Fractions[selfIdx] {
 					if f >= 1e-4 {

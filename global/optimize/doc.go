@@ -3,7 +3,13 @@
 // RTT between regions, it decides which share of each region's demand is
 // served where, and which share is shed. It owns the problem (Problem,
 // Validate), the latency model, the objective (Cost), the solver (Solve),
-// the local-only baseline (LocalOnly) and plan damping (Damp).
+// the local-only baseline (LocalOnly), plan damping (Damp) and the routing
+// policy both tiers plan with (SolveLocalFirst): demand stays home while
+// a region's own headroom covers it, only the excess is placed by Solve,
+// nearest region with room first, and only what nobody can serve is shed.
+// Solve alone is the latency optimum, which spills at moderate load when
+// a remote region's marginal latency plus the RTT undercuts a loaded
+// home's.
 //
 // # Concurrency and contracts
 //

@@ -1,0 +1,114 @@
+package optimize
+
+import (
+	"fmt"
+	"math"
+)
+
+// DefaultLocalFill is the share of capacity·headroom a region fills with
+// its own demand before any of that demand leaves it (SolveLocalFirst).
+const DefaultLocalFill = 0.9
+
+// SolveLocalFirst is the routing policy of the design: keep each region's
+// demand local while its own headroom covers it, spill the rest to the
+// nearest regions with room, and shed only what no region can serve.
+//
+// It solves in two stages. First every up region i with capacity serves
+// l_i = min(d_i, fill·c_i·h) of its own demand at home, whatever the RTTs;
+// a region whose demand stays under fill·c_i·h keeps a local-only row even
+// when a remote region is idler (the latency model alone would send some
+// of it away once local load raises its marginal latency above a remote
+// one's plus the RTT). Then Solve places the residual demand d_i − l_i on
+// the residual capacities, c_j − l_j/h (the room left under c_j·h): the
+// cost of an option there is its RTT plus the engine's marginal latency,
+// so the excess goes to the nearest region with room first, stays home as
+// far as home has room, and is shed only where no region's marginal
+// latency stays under the shed penalty.
+//
+// fill is in (0, 1]; 0 means DefaultLocalFill. The plan's Load and CostMs
+// are evaluated on p; its Gap and Iterations are the residual solve's (0
+// when no demand is left over). By design the plan can cost more than
+// Solve's latency optimum: it trades modelled latency for locality. p must
+// be valid (see Validate).
+func SolveLocalFirst(p Problem, fill float64) (Plan, error) {
+	if err := p.Validate(); err != nil {
+		return Plan{}, err
+	}
+	if fill == 0 {
+		fill = DefaultLocalFill
+	}
+	if math.IsNaN(fill) || fill <= 0 || fill > 1 {
+		return Plan{}, invalid("local fill %v: want a share in (0, 1]", fill)
+	}
+	q := p.withDefaults()
+	n := len(q.Regions)
+	local := make([]float64, n)
+	res := q
+	res.Regions = make([]Region, n)
+	anyResidual := false
+	for i, r := range q.Regions {
+		res.Regions[i] = r
+		if r.Down {
+			continue
+		}
+		if r.CapacityRPS >= MinValue && r.DemandRPS >= MinValue {
+			local[i] = math.Min(r.DemandRPS, fill*r.CapacityRPS*q.Headroom)
+			res.Regions[i].DemandRPS = r.DemandRPS - local[i]
+			res.Regions[i].CapacityRPS = math.Max(0, r.CapacityRPS-local[i]/q.Headroom)
+		}
+		if res.Regions[i].DemandRPS >= MinValue {
+			anyResidual = true
+		}
+	}
+	pl := newPlan(n)
+	var rp Plan
+	if anyResidual {
+		if err := res.Validate(); err != nil {
+			return Plan{}, fmt.Errorf("optimize: residual problem: %w", err)
+		}
+		rp = solveModel(res, true)
+		pl.Iterations = rp.Iterations
+	}
+	for i, r := range q.Regions {
+		d := r.DemandRPS
+		switch {
+		case r.Down:
+			continue
+		case d < MinValue:
+			// No demand: the row a new request takes, home when home can
+			// serve (the local-first rule), else the residual plan's.
+			if r.CapacityRPS >= MinValue || !anyResidual {
+				if r.CapacityRPS >= MinValue {
+					pl.Fractions[i][i] = 1
+				} else {
+					pl.Shed[i] = 1
+				}
+				continue
+			}
+			copy(pl.Fractions[i], rp.Fractions[i])
+			pl.Shed[i] = rp.Shed[i]
+			continue
+		case local[i] >= d || !anyResidual || res.Regions[i].DemandRPS < MinValue:
+			if local[i] > 0 {
+				pl.Fractions[i][i] = local[i] / d
+			}
+			pl.Shed[i] = 1 - pl.Fractions[i][i]
+			continue
+		}
+		rd := res.Regions[i].DemandRPS
+		for j := range n {
+			pl.Fractions[i][j] = rp.Fractions[i][j] * rd / d
+		}
+		pl.Fractions[i][i] += local[i] / d
+		pl.Shed[i] = rp.Shed[i] * rd / d
+	}
+	m := compile(q)
+	m.finish(&pl)
+	// The gap that means something here is the residual solve's: how far
+	// the spill is from the best placement of the excess.
+	pl.Gap = 0
+	if anyResidual {
+		pl.Gap = rp.Gap
+	}
+	return pl, nil
+}
