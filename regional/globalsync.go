@@ -54,6 +54,11 @@ type GlobalConfig struct {
 	// BackoffMin/Max bound the jittered reconnect backoff. Defaults 100 ms
 	// and 5 s.
 	BackoffMin, BackoffMax time.Duration
+	// DemandTau is the time constant of the demand reported for planning
+	// (an exponentially weighted mean of the measured rate, each sample
+	// clipped to a Poisson upper bound above the estimate; see
+	// demandSmoother). Default 30 s; negative turns smoothing off.
+	DemandTau time.Duration
 	// Fallback optimiser parameters (the global's defaults). LocalFill: a
 	// region's demand stays home while under LocalFill·capacity·Headroom
 	// (0: optimize.DefaultLocalFill).
@@ -69,6 +74,9 @@ func (g *GlobalConfig) withDefaults() {
 	}
 	if g.NominalCellRPS == 0 {
 		g.NominalCellRPS = 1.3
+	}
+	if g.DemandTau == 0 {
+		g.DemandTau = 30 * time.Second
 	}
 	if g.DefaultEngineLatencyMs == 0 {
 		g.DefaultEngineLatencyMs = 300
@@ -126,6 +134,9 @@ type syncer struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	// smoother is owned by the summaries goroutine (buildSummary).
+	smoother *demandSmoother
+
 	incarnation string
 	seq         atomic.Uint64
 	latest      atomic.Pointer[isobarpb.RegionSummary]
@@ -140,6 +151,7 @@ func newSyncer(cfg GlobalConfig, region string, reg *Registry, etcd *clientv3.Cl
 	return &syncer{
 		cfg: cfg, region: region, reg: reg, etcd: etcd, gossip: g, demand: demand, dial: dial,
 		clock: clock, log: log.With("component", "globalsync"), metrics: m, incarnation: hex.EncodeToString(b[:]),
+		smoother: newDemandSmoother(cfg.DemandTau, reg.cfg.DataPlaneWindow),
 	}
 }
 
@@ -198,6 +210,7 @@ func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
 	case v.Demand != nil:
 		demand = v.Demand
 	}
+	demand = s.smoother.update(now, demand)
 	var rtt map[string]time.Duration
 	if s.gossip != nil {
 		rtt = s.gossip.RTT()

@@ -1,0 +1,83 @@
+package regional
+
+import (
+	"math"
+	"time"
+)
+
+// demandSmoother turns the measured ingress demand (requests/s per model,
+// each a rate over the last data-plane window) into the demand the region
+// reports for planning: an exponentially weighted mean with time constant
+// tau, robust to Poisson noise and to bursts.
+//
+// Each new sample is first clipped to an upper bound above the current
+// estimate, est + z·√(est/window) + floor: z standard deviations of a
+// Poisson rate measured over the window, so one noisy or bursty window
+// moves the estimate by at most a fraction of that bound, while a real,
+// sustained rise passes in a few windows (each clipped sample still pulls
+// the estimate up). Falls are not clipped: less demand never causes a
+// shed. A model that stops appearing decays toward 0 and is dropped below
+// minDemand.
+//
+// Owned by the syncer's summaries goroutine; not safe for concurrent use.
+type demandSmoother struct {
+	tau    time.Duration
+	window time.Duration
+	z      float64
+	floor  float64
+	est    map[string]float64
+	last   time.Time
+}
+
+// minDemand is the estimate below which a model's demand is dropped.
+const minDemand = 1e-3
+
+func newDemandSmoother(tau, window time.Duration) *demandSmoother {
+	return &demandSmoother{tau: tau, window: window, z: 3, floor: 0.5, est: map[string]float64{}}
+}
+
+// update folds the samples measured at now into the estimates and returns
+// a copy of them. A model seen for the first time starts at its sample.
+// With tau 0 the samples pass through unchanged.
+func (d *demandSmoother) update(now time.Time, raw map[string]float64) map[string]float64 {
+	if d.tau <= 0 {
+		return raw
+	}
+	dt := now.Sub(d.last)
+	if d.last.IsZero() || dt < 0 {
+		dt = 0
+	}
+	d.last = now
+	alpha := 1 - math.Exp(-dt.Seconds()/d.tau.Seconds())
+	w := max(d.window.Seconds(), 1)
+	for m, v := range raw {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			continue // validated downstream too; never folded in
+		}
+		e, ok := d.est[m]
+		if !ok {
+			d.est[m] = v
+			continue
+		}
+		upper := e + d.z*math.Sqrt(e/w) + d.floor
+		d.est[m] = e + alpha*(min(v, upper)-e)
+	}
+	for m, e := range d.est {
+		if _, ok := raw[m]; !ok {
+			e -= alpha * e
+			if e < minDemand {
+				delete(d.est, m)
+				continue
+			}
+			d.est[m] = e
+		}
+	}
+	if len(d.est) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(d.est))
+	for m, e := range d.est {
+		out[m] = e
+	}
+	return out
+}
