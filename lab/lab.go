@@ -59,6 +59,13 @@ type Lab struct {
 	delays map[string][2]time.Duration
 	admin  *admin
 
+	// started is when Start began (the report's time origin).
+	started time.Time
+	// plans records, per region, each distinct routing its controller had
+	// in force at a sample (notePlans), for the report.
+	plansMu sync.Mutex
+	plans   map[string][]PlanSeen
+
 	// routes maps a destination address to the WAN path that carries it,
 	// per source region (gateway forwarding, gossip, regional → global).
 	routeMu sync.RWMutex
@@ -119,11 +126,13 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		case <-runCtx.Done():
 			done = true
 		case <-tick.Chan():
+			l.notePlans()
 			if view {
 				l.render(deps.Out)
 			}
 		}
 	}
+	l.notePlans()
 	l.StopTraffic()
 	rep := l.Report()
 	if view {
@@ -155,7 +164,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 		deps.Clock = clockwork.NewRealClock()
 	}
 	l := &Lab{cfg: cfg, log: deps.Logger, clock: deps.Clock, dir: cfg.Dir, ctx: ctx, routes: map[string]map[string]string{},
-		paths: map[string]wanPath{}, delays: map[string][2]time.Duration{}}
+		paths: map[string]wanPath{}, delays: map[string][2]time.Duration{}, started: deps.Clock.Now()}
 	defer func() {
 		if err != nil {
 			l.Stop()
@@ -554,6 +563,7 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	if cfg.Fast {
 		rc.CycleInterval = 20 * time.Millisecond
 		rc.Global.SummaryInterval = 200 * time.Millisecond
+		rc.Global.DemandTau = 2 * time.Second
 	}
 	if !cfg.Insecure {
 		rc.TLS = regional.TLSFiles{Cert: rid.cert, Key: rid.key, CA: l.pki.ca}

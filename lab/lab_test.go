@@ -81,6 +81,9 @@ func TestLabMultiRegion(t *testing.T) {
 		if len(r.CellStates) != 2 {
 			t.Errorf("region %s cell states %v", name, r.CellStates)
 		}
+		if len(r.PlansSeen) == 0 || r.PlansSeen[len(r.PlansSeen)-1].Source != r.Routes.Source {
+			t.Errorf("region %s: plans seen %+v, want at least the one in force at the end (%+v)", name, r.PlansSeen, r.Routes)
+		}
 		t.Logf("%s: %+v served by %v routes %+v", name, r.Summary, r.ServedBy, r.Routes)
 	}
 	for _, name := range DefaultRegions() {

@@ -3,10 +3,14 @@ package lab
 import (
 	"fmt"
 	"io"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/isobar-mesh/isobar/regional"
 )
 
 // Report is the JSON written by --report.
@@ -105,6 +109,70 @@ type RegionReport struct {
 	CellStates map[string]CellState `json:"cell_states"`
 	// Routes in force at the end: source, epoch and per-model shares.
 	Routes RoutesReport `json:"routes"`
+	// PlansSeen lists each distinct routing the region had in force, as
+	// sampled every view interval (ViewEvery) and at the end, oldest first
+	// (at most maxPlansSeen). LocalOnly: every one of them sent all of the
+	// region's demand home and shed none.
+	PlansSeen []PlanSeen `json:"plans_seen"`
+	LocalOnly bool       `json:"local_only"`
+}
+
+// PlanSeen is one routing a region had in force.
+type PlanSeen struct {
+	// AtS is seconds since the lab started.
+	AtS float64 `json:"at_s"`
+	RoutesReport
+}
+
+// maxPlansSeen bounds the plans recorded per region.
+const maxPlansSeen = 10000
+
+// localOnly reports whether r sends every model wholly home, shedding none.
+func (r RoutesReport) localOnly(home string) bool {
+	for m, routes := range r.Models {
+		if r.Shed[m] > 0 {
+			return false
+		}
+		for d, f := range routes {
+			if d != home && f > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// routesReport renders a region's route table (nil: local routing, no
+// global).
+func routesReport(rt *regional.RouteTable) RoutesReport {
+	if rt == nil {
+		return RoutesReport{Source: "local"}
+	}
+	rr := RoutesReport{Source: rt.Source, Epoch: rt.Epoch, Models: map[string]map[string]float64{}, Shed: map[string]float64{}}
+	for m, mr := range rt.Models {
+		rr.Models[m] = maps.Clone(mr.Routes)
+		rr.Shed[m] = mr.Shed
+	}
+	return rr
+}
+
+// notePlans records each region's routing when it differs from the last
+// one recorded for that region.
+func (l *Lab) notePlans() {
+	now := l.clock.Now()
+	l.plansMu.Lock()
+	defer l.plansMu.Unlock()
+	if l.plans == nil {
+		l.plans = map[string][]PlanSeen{}
+	}
+	for _, r := range l.Regions() {
+		rr := routesReport(r.Ctrl.Routes())
+		seen := l.plans[r.Name]
+		if n := len(seen); n > 0 && reflect.DeepEqual(seen[n-1].RoutesReport, rr) || len(seen) >= maxPlansSeen {
+			continue
+		}
+		l.plans[r.Name] = append(seen, PlanSeen{AtS: now.Sub(l.started).Seconds(), RoutesReport: rr})
+	}
 }
 
 // CellReport is what one cell served for a region's clients.
@@ -185,13 +253,13 @@ func (l *Lab) Report() Report {
 		for _, c := range r.Ctrl.Registry().View().Cells {
 			rr.CellStates[c.ID] = CellState{State: c.State.String(), Weight: c.Weight.Published, Pressure: c.Score.Pressure}
 		}
-		rr.Routes = RoutesReport{Source: "local"}
-		if rt := r.Ctrl.Routes(); rt != nil {
-			rr.Routes = RoutesReport{Source: rt.Source, Epoch: rt.Epoch, Models: map[string]map[string]float64{}, Shed: map[string]float64{}}
-			for m, mr := range rt.Models {
-				rr.Routes.Models[m] = mr.Routes
-				rr.Routes.Shed[m] = mr.Shed
-			}
+		rr.Routes = routesReport(r.Ctrl.Routes())
+		l.plansMu.Lock()
+		rr.PlansSeen = slices.Clone(l.plans[r.Name])
+		l.plansMu.Unlock()
+		rr.LocalOnly = rr.Routes.localOnly(r.Name)
+		for _, p := range rr.PlansSeen {
+			rr.LocalOnly = rr.LocalOnly && p.localOnly(r.Name)
 		}
 		rep.Regions[r.Name] = rr
 	}
