@@ -233,9 +233,6 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 // readyTimeout bounds how long Start waits for the fleet to be ready.
 const readyTimeout = 2 * time.Minute
 
-// waitReady blocks until every region's gateway routes to all of its
-// cells and, with the global pair, every region routes on a plan — so the
-// traffic measures the fleet, not its start-up.
 // waitGateway blocks until r's gateway routes the default model to every
 // cell of r.
 func waitGateway(ctx context.Context, r *Region) error {
@@ -255,6 +252,9 @@ func waitGateway(ctx context.Context, r *Region) error {
 	return nil
 }
 
+// waitReady blocks until every region's gateway routes to all of its
+// cells and, with the global pair, every region routes on a plan — so the
+// traffic measures the fleet, not its start-up.
 func (l *Lab) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
