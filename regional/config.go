@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"regexp"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -17,6 +16,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/summary"
 )
 
 // Config holds the regional controller's settings. Zero fields take the
@@ -157,10 +157,8 @@ func (c *Config) withDefaults() {
 // ErrInvalidConfig is wrapped by every configuration error.
 var ErrInvalidConfig = errors.New("regional: invalid config")
 
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
 func (c Config) validate() error {
-	if !namePattern.MatchString(c.Region) {
+	if !summary.ValidName(c.Region) {
 		return fmt.Errorf("%w: region %q: want 1-128 characters of [A-Za-z0-9._-]", ErrInvalidConfig, c.Region)
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
