@@ -118,8 +118,8 @@ func waitDial(t *testing.T, addr string) {
 
 // TestProcessesSIGKILL runs the real binaries — regional controller, two
 // simulated engines with their exporter, two cellagents — and SIGKILLs one
-// engine process: its endpoint must leave the xDS client's assignment
-// within 1 s. Then SIGTERM of an agent takes its cell out cleanly
+// engine process: its endpoint must leave the xDS client's assignment (the
+// time is logged). Then SIGTERM of an agent takes its cell out cleanly
 // (Terminated, not Failed).
 func TestProcessesSIGKILL(t *testing.T) {
 	if testing.Short() {
@@ -191,8 +191,8 @@ func TestProcessesSIGKILL(t *testing.T) {
 }
 
 // TestGlobalPairSIGKILL runs two `isobar global` processes against an
-// embedded etcd and SIGKILLs the leader: the other process leads within
-// 3 s (lease TTL 1 s), with a higher fencing epoch.
+// embedded etcd and SIGKILLs the leader: the other process leads, with a
+// higher fencing epoch (the takeover time is logged; lease TTL 1 s).
 func TestGlobalPairSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
