@@ -1,8 +1,11 @@
 package optimize
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 )
 
 // DefaultLocalFill is the share of capacity·headroom a region fills with
@@ -111,4 +114,100 @@ func SolveLocalFirst(p Problem, fill float64) (Plan, error) {
 		pl.Gap = rp.Gap
 	}
 	return pl, nil
+}
+
+// Verdicts of an Explanation.
+const (
+	VerdictDown  = "down"
+	VerdictIdle  = "idle"
+	VerdictLocal = "local"
+	VerdictSpill = "spill"
+	VerdictShed  = "shed"
+)
+
+// Explanation says why a region's demand stayed, moved or was shed in a
+// local-first plan.
+type Explanation struct {
+	Region string
+	// Verdict is one of the Verdict constants: shed when any demand is
+	// shed, else spill when any leaves the region, else local (idle: no
+	// demand; down: not planned).
+	Verdict string
+	// Reason is a sentence with the figures behind the verdict.
+	Reason string
+}
+
+// ExplainLocalFirst explains pl, a plan SolveLocalFirst(p, fill) returned,
+// region by region: the local fill threshold against the demand, where
+// the excess went (destinations nearest first, with their RTT) and what
+// was shed because no region had room. p must be valid.
+func ExplainLocalFirst(p Problem, fill float64, pl Plan) ([]Explanation, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if fill == 0 {
+		fill = DefaultLocalFill
+	}
+	q := p.withDefaults()
+	n := len(q.Regions)
+	if len(pl.Fractions) != n || len(pl.Shed) != n {
+		return nil, invalid("plan has %d rows for %d regions", len(pl.Fractions), n)
+	}
+	out := make([]Explanation, n)
+	for i, r := range q.Regions {
+		e := Explanation{Region: r.Name}
+		d := r.DemandRPS
+		threshold := fill * r.CapacityRPS * q.Headroom
+		switch {
+		case r.Down:
+			e.Verdict, e.Reason = VerdictDown, "region down: its demand is not planned and it receives no traffic"
+		case d < MinValue:
+			e.Verdict, e.Reason = VerdictIdle, "no demand"
+		default:
+			home := pl.Fractions[i][i] * d
+			shed := pl.Shed[i] * d
+			type dest struct {
+				name     string
+				rps, rtt float64
+			}
+			var away []dest
+			for j, f := range pl.Fractions[i] {
+				if j != i && f*d >= MinValue {
+					away = append(away, dest{q.Regions[j].Name, f * d, q.RTTms[i][j]})
+				}
+			}
+			slices.SortFunc(away, func(a, b dest) int { return cmp.Compare(a.rtt, b.rtt) })
+			var b strings.Builder
+			if d <= threshold {
+				fmt.Fprintf(&b, "demand %.3g rps is within the local fill %.3g rps (%.0f %% of capacity %.3g × headroom %.3g): kept home",
+					d, threshold, 100*fill, r.CapacityRPS, q.Headroom)
+			} else {
+				fmt.Fprintf(&b, "demand %.3g rps exceeds the local fill %.3g rps (%.0f %% of capacity %.3g × headroom %.3g): %.3g rps served at home",
+					d, threshold, 100*fill, r.CapacityRPS, q.Headroom, home)
+			}
+			if len(away) > 0 {
+				b.WriteString("; the excess spilled nearest first:")
+				for k, a := range away {
+					if k > 0 {
+						b.WriteString(",")
+					}
+					fmt.Fprintf(&b, " %.3g rps to %s (RTT %.3g ms)", a.rps, a.name, a.rtt)
+				}
+			}
+			if shed >= MinValue {
+				fmt.Fprintf(&b, "; %.3g rps shed: no region had room left below the shed penalty (%.0f ms per request)", shed, q.ShedPenaltyMs)
+			}
+			e.Reason = b.String()
+			switch {
+			case shed >= MinValue:
+				e.Verdict = VerdictShed
+			case len(away) > 0:
+				e.Verdict = VerdictSpill
+			default:
+				e.Verdict = VerdictLocal
+			}
+		}
+		out[i] = e
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package optimize
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -149,5 +150,50 @@ func TestLocalFirstBadInput(t *testing.T) {
 	}
 	if pl.Fractions[2][2] != 0 || math.Abs(rowSum(pl, 2)-1) > 1e-9 {
 		t.Errorf("capacity-less region row %v shed %v", pl.Fractions[2], pl.Shed[2])
+	}
+}
+
+// Each region's explanation names its verdict and the figures behind it.
+func TestExplainLocalFirst(t *testing.T) {
+	p := Problem{
+		Regions: []Region{
+			{Name: "hot", DemandRPS: 150, CapacityRPS: 100, EngineLatencyMs: 300},
+			{Name: "near", DemandRPS: 20, CapacityRPS: 100, EngineLatencyMs: 300},
+			{Name: "far", DemandRPS: 20, CapacityRPS: 100, EngineLatencyMs: 300},
+			{Name: "quiet", CapacityRPS: 100, EngineLatencyMs: 300},
+			{Name: "gone", DemandRPS: 5, CapacityRPS: 100, EngineLatencyMs: 300, Down: true},
+		},
+		RTTms: [][]float64{
+			{0, 10, 150, 200, 200}, {10, 0, 150, 200, 200}, {150, 150, 0, 200, 200},
+			{200, 200, 200, 0, 200}, {200, 200, 200, 200, 0}},
+	}
+	pl, err := SolveLocalFirst(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := ExplainLocalFirst(p, 0, pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{VerdictSpill, VerdictLocal, VerdictLocal, VerdictIdle, VerdictDown}
+	for i, e := range ex {
+		t.Logf("%s: %s — %s", e.Region, e.Verdict, e.Reason)
+		if e.Region != p.Regions[i].Name || e.Verdict != want[i] {
+			t.Errorf("%s: verdict %s, want %s", e.Region, e.Verdict, want[i])
+		}
+	}
+	if r := ex[0].Reason; !strings.Contains(r, "exceeds the local fill 81 rps") || strings.Index(r, "to near") > strings.Index(r, "to far") {
+		t.Errorf("hot's reason %q: want the fill figure and near before far", r)
+	}
+
+	over := Problem{Regions: []Region{{Name: "a", DemandRPS: 300, CapacityRPS: 100, EngineLatencyMs: 300}},
+		RTTms: [][]float64{{0}}}
+	pl, _ = SolveLocalFirst(over, 0)
+	ex, _ = ExplainLocalFirst(over, 0, pl)
+	if ex[0].Verdict != VerdictShed || !strings.Contains(ex[0].Reason, "shed") {
+		t.Errorf("overloaded lone region: %+v", ex[0])
+	}
+	if _, err := ExplainLocalFirst(over, 0, Plan{}); !errors.Is(err, ErrInvalidProblem) {
+		t.Errorf("mismatched plan: %v", err)
 	}
 }
