@@ -78,6 +78,12 @@ type PlanConfig struct {
 	// LocalFill·capacity·Headroom; only the excess is spilled, nearest
 	// first (optimize.SolveLocalFirst). Default 0.9.
 	LocalFill float64
+	// LocalFillBand is the hysteresis on LocalFill: a region that kept all
+	// its demand home in the previous plan starts spilling only above
+	// (LocalFill+LocalFillBand)·capacity·Headroom (at most 0.97), one that
+	// spilled stops below LocalFill·capacity·Headroom. Default 0.05;
+	// negative turns it off.
+	LocalFillBand float64
 }
 
 func (c *Config) withDefaults() {
@@ -127,6 +133,9 @@ func (c *Config) withDefaults() {
 	if c.Plan.LocalFill == 0 {
 		c.Plan.LocalFill = optimize.DefaultLocalFill
 	}
+	if c.Plan.LocalFillBand == 0 {
+		c.Plan.LocalFillBand = 0.05
+	}
 	c.Limits.withDefaults()
 }
 
@@ -156,6 +165,9 @@ func (c Config) validate() error {
 	}
 	if !(c.Plan.LocalFill > 0 && c.Plan.LocalFill <= 1) {
 		return fmt.Errorf("%w: local fill %v: want (0,1]", ErrInvalidConfig, c.Plan.LocalFill)
+	}
+	if !(c.Plan.LocalFillBand <= 0.5) {
+		return fmt.Errorf("%w: local fill band %v: want at most 0.5 (negative: off)", ErrInvalidConfig, c.Plan.LocalFillBand)
 	}
 	if c.Plan.DampStep <= 0 || c.Plan.DampStep > 1 {
 		return fmt.Errorf("%w: damp step %v: want (0,1]", ErrInvalidConfig, c.Plan.DampStep)

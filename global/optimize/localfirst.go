@@ -34,14 +34,31 @@ const DefaultLocalFill = 0.9
 // Solve's latency optimum: it trades modelled latency for locality. p must
 // be valid (see Validate).
 func SolveLocalFirst(p Problem, fill float64) (Plan, error) {
+	fills := make([]float64, len(p.Regions))
+	for i := range fills {
+		fills[i] = fill
+	}
+	return SolveLocalFirstFills(p, fills)
+}
+
+// SolveLocalFirstFills is SolveLocalFirst with a fill share per region
+// (fills[i] for p.Regions[i]; 0 means DefaultLocalFill): the planner gives
+// a region that is not spilling a higher fill than one that is, so a
+// region near its threshold does not flap between local-only and spill.
+func SolveLocalFirstFills(p Problem, fills []float64) (Plan, error) {
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
 	}
-	if fill == 0 {
-		fill = DefaultLocalFill
+	if len(fills) != len(p.Regions) {
+		return Plan{}, invalid("%d local fills for %d regions", len(fills), len(p.Regions))
 	}
-	if math.IsNaN(fill) || fill <= 0 || fill > 1 {
-		return Plan{}, invalid("local fill %v: want a share in (0, 1]", fill)
+	fills = append([]float64(nil), fills...)
+	for i, f := range fills {
+		if f == 0 {
+			fills[i] = DefaultLocalFill
+		} else if math.IsNaN(f) || f <= 0 || f > 1 {
+			return Plan{}, invalid("local fill %v of region %q: want a share in (0, 1]", f, p.Regions[i].Name)
+		}
 	}
 	q := p.withDefaults()
 	n := len(q.Regions)
@@ -55,7 +72,7 @@ func SolveLocalFirst(p Problem, fill float64) (Plan, error) {
 			continue
 		}
 		if r.CapacityRPS >= MinValue && r.DemandRPS >= MinValue {
-			local[i] = math.Min(r.DemandRPS, fill*r.CapacityRPS*q.Headroom)
+			local[i] = math.Min(r.DemandRPS, fills[i]*r.CapacityRPS*q.Headroom)
 			res.Regions[i].DemandRPS = r.DemandRPS - local[i]
 			res.Regions[i].CapacityRPS = math.Max(0, r.CapacityRPS-local[i]/q.Headroom)
 		}
