@@ -26,7 +26,7 @@ FUZZ_TARGETS := \
 	./summary:FuzzValidate \
 	./regional/gossip:FuzzReceive \
 	./regional/gossip:FuzzDecodeMeta \
-	./global/optimize:FuzzSolve \
+	./optimize:FuzzSolve \
 	./regional:FuzzPlanTable \
 	./global:FuzzAcceptSummary \
 	./regional/xds:FuzzBuild \

@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
-	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
@@ -63,7 +63,7 @@ type Config struct {
 	Limits Limits
 }
 
-// PlanConfig parameterises the optimiser (see global/optimize).
+// PlanConfig parameterises the optimiser (see package optimize).
 type PlanConfig struct {
 	// Headroom: plan each region to at most capacity·Headroom. Default 0.9.
 	Headroom float64

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/optimize"
 )
 
 // workedExampleJSON is DESIGN.md §5: demand A 90, B 120, C 40 rps;
