@@ -12,12 +12,13 @@ import (
 //
 // Each new sample is first clipped to an upper bound above the current
 // estimate, est + z·√(est/window) + floor: z standard deviations of a
-// Poisson rate measured over the window, so one noisy or bursty window
-// moves the estimate by at most a fraction of that bound, while a real,
-// sustained rise passes in a few windows (each clipped sample still pulls
-// the estimate up). Falls are not clipped: less demand never causes a
-// shed. A model that stops appearing decays toward 0 and is dropped below
-// minDemand.
+// Poisson rate measured over the window, so one noisy or bursty sample
+// moves the estimate by at most a fraction of that bound. A rise that
+// holds (riseAfter samples in a row above the bound) is real: the sample
+// is taken unclipped and followed with the time constant tau/riseSpeedup,
+// so an overload is planned for within seconds, not minutes. Falls are
+// not clipped: less demand never causes a shed. A model that stops
+// appearing decays toward 0 and is dropped below minDemand.
 //
 // Owned by the syncer's summaries goroutine; not safe for concurrent use.
 type demandSmoother struct {
@@ -26,14 +27,22 @@ type demandSmoother struct {
 	z      float64
 	floor  float64
 	est    map[string]float64
+	above  map[string]int // consecutive samples above the bound
 	last   time.Time
 }
+
+// riseAfter samples in a row above the bound make a rise real; it is then
+// followed riseSpeedup times faster than tau.
+const (
+	riseAfter   = 3
+	riseSpeedup = 10
+)
 
 // minDemand is the estimate below which a model's demand is dropped.
 const minDemand = 1e-3
 
 func newDemandSmoother(tau, window time.Duration) *demandSmoother {
-	return &demandSmoother{tau: tau, window: window, z: 3, floor: 0.5, est: map[string]float64{}}
+	return &demandSmoother{tau: tau, window: window, z: 3, floor: 0.5, est: map[string]float64{}, above: map[string]int{}}
 }
 
 // update folds the samples measured at now into the estimates and returns
@@ -49,6 +58,7 @@ func (d *demandSmoother) update(now time.Time, raw map[string]float64) map[strin
 	}
 	d.last = now
 	alpha := 1 - math.Exp(-dt.Seconds()/d.tau.Seconds())
+	fast := 1 - math.Exp(-dt.Seconds()*riseSpeedup/d.tau.Seconds())
 	w := max(d.window.Seconds(), 1)
 	for m, v := range raw {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
@@ -60,13 +70,24 @@ func (d *demandSmoother) update(now time.Time, raw map[string]float64) map[strin
 			continue
 		}
 		upper := e + d.z*math.Sqrt(e/w) + d.floor
-		d.est[m] = e + alpha*(min(v, upper)-e)
+		if v <= upper {
+			d.above[m] = 0
+			d.est[m] = e + alpha*(v-e)
+			continue
+		}
+		d.above[m]++
+		if d.above[m] >= riseAfter {
+			d.est[m] = e + fast*(v-e) // a sustained rise: follow it
+		} else {
+			d.est[m] = e + alpha*(upper-e)
+		}
 	}
 	for m, e := range d.est {
 		if _, ok := raw[m]; !ok {
 			e -= alpha * e
 			if e < minDemand {
 				delete(d.est, m)
+				delete(d.above, m)
 				continue
 			}
 			d.est[m] = e
