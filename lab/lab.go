@@ -222,7 +222,11 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 		if cfg.NoTraffic {
 			break
 		}
-		t := newTraffic(cfg, r.Name, r.Gateway.Addr(), cfg.Seed+uint64(i), l.clock, l.log)
+		tcfg := cfg
+		if v, ok := cfg.RegionRPS[r.Name]; ok {
+			tcfg.RPS = v
+		}
+		t := newTraffic(tcfg, r.Name, r.Gateway.Addr(), cfg.Seed+uint64(i), l.clock, l.log)
 		t.start(ctx)
 		l.traffic = append(l.traffic, t)
 		l.onStop(t.stop)

@@ -109,7 +109,8 @@ func TestLabMultiRegion(t *testing.T) {
 
 func TestLabConfigErrors(t *testing.T) {
 	for _, cfg := range []Config{{Cells: -1}, {Cells: 100}, {RPS: -1}, {Duration: -time.Second},
-		{Regions: []string{"a", "a"}}, {LB: "random"}} {
+		{Regions: []string{"a", "a"}}, {LB: "random"},
+		{RegionRPS: map[string]float64{"nowhere": 1}}, {RegionRPS: map[string]float64{"us-east": -1}}} {
 		if err := Run(context.Background(), cfg, Deps{}); err == nil {
 			t.Errorf("Run(%+v) accepted a bad config", cfg)
 		}
