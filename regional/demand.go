@@ -14,9 +14,11 @@ import (
 // estimate, est + z·√(est/window) + floor: z standard deviations of a
 // Poisson rate measured over the window, so one noisy or bursty sample
 // moves the estimate by at most a fraction of that bound. A rise that
-// holds (riseAfter samples in a row above the bound) is real: the sample
-// is taken unclipped and followed with the time constant tau/riseSpeedup,
-// so an overload is planned for within seconds, not minutes. Falls are
+// holds above the bound for a whole window (successive samples of one
+// window overlap, so fewer would still be one noisy window) is real: the
+// sample is taken unclipped and followed with the time constant
+// tau/riseSpeedup, so an overload is planned for within about a window
+// and a few seconds, not minutes. Falls are
 // not clipped: less demand never causes a shed. A model that stops
 // appearing decays toward 0 and is dropped below minDemand.
 //
@@ -27,22 +29,18 @@ type demandSmoother struct {
 	z      float64
 	floor  float64
 	est    map[string]float64
-	above  map[string]int // consecutive samples above the bound
+	above  map[string]time.Time // since when the samples are above the bound
 	last   time.Time
 }
 
-// riseAfter samples in a row above the bound make a rise real; it is then
-// followed riseSpeedup times faster than tau.
-const (
-	riseAfter   = 3
-	riseSpeedup = 10
-)
+// riseSpeedup: a real rise is followed this many times faster than tau.
+const riseSpeedup = 10
 
 // minDemand is the estimate below which a model's demand is dropped.
 const minDemand = 1e-3
 
 func newDemandSmoother(tau, window time.Duration) *demandSmoother {
-	return &demandSmoother{tau: tau, window: window, z: 3, floor: 0.5, est: map[string]float64{}, above: map[string]int{}}
+	return &demandSmoother{tau: tau, window: window, z: 3, floor: 0.5, est: map[string]float64{}, above: map[string]time.Time{}}
 }
 
 // update folds the samples measured at now into the estimates and returns
@@ -71,12 +69,16 @@ func (d *demandSmoother) update(now time.Time, raw map[string]float64) map[strin
 		}
 		upper := e + d.z*math.Sqrt(e/w) + d.floor
 		if v <= upper {
-			d.above[m] = 0
+			delete(d.above, m)
 			d.est[m] = e + alpha*(v-e)
 			continue
 		}
-		d.above[m]++
-		if d.above[m] >= riseAfter {
+		since, ok := d.above[m]
+		if !ok {
+			since = now
+			d.above[m] = now
+		}
+		if now.Sub(since) >= d.window {
 			d.est[m] = e + fast*(v-e) // a sustained rise: follow it
 		} else {
 			d.est[m] = e + alpha*(upper-e)

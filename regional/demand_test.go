@@ -48,7 +48,7 @@ func TestDemandSmootherPoissonNoise(t *testing.T) {
 }
 
 // A one-window burst moves the estimate by a bounded step; a sustained
-// rise is followed within seconds; a fall is followed; a model that disappears decays
+// rise is followed once it has held for a window; a fall is followed; a model that disappears decays
 // and is dropped; bad samples are ignored.
 func TestDemandSmootherBurstsAndSteps(t *testing.T) {
 	d := newDemandSmoother(10*time.Second, 10*time.Second)
@@ -68,13 +68,20 @@ func TestDemandSmootherBurstsAndSteps(t *testing.T) {
 	if burst > 10+(upper-10)*(1-math.Exp(-0.1))+1e-9 {
 		t.Errorf("one burst window moved 10 to %v", burst)
 	}
-	// A sustained step from 10 to 40 rps is followed within seconds.
+	// A sustained step from 10 to 40 rps is followed once it has held for
+	// a window (10 s), within seconds after that.
 	var v float64
-	for range 15 {
+	for range 9 {
+		v = step(40)
+	}
+	if v > 15 {
+		t.Errorf("9 s after a step to 40 rps the estimate is already %v: a rise within one window is not yet real", v)
+	}
+	for range 11 {
 		v = step(40)
 	}
 	if v < 35 {
-		t.Errorf("15 s after a step to 40 rps the estimate is %v", v)
+		t.Errorf("20 s after a step to 40 rps the estimate is %v", v)
 	}
 	for range 60 {
 		v = step(40)
