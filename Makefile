@@ -26,7 +26,7 @@ FUZZ_TARGETS := \
 	./summary:FuzzValidate \
 	./regional/gossip:FuzzReceive \
 	./regional/gossip:FuzzDecodeMeta \
-	./global/optimize:FuzzSolve \
+	./optimize:FuzzSolve \
 	./regional:FuzzPlanTable \
 	./global:FuzzAcceptSummary \
 	./regional/xds:FuzzBuild \
@@ -45,7 +45,7 @@ FUZZ_TARGETS := \
 	./certs:FuzzParseCertificates \
 	./certs:FuzzParseKey
 
-.PHONY: help build test test-short run demo proto verify-genproto fix-genproto lint fmt verify tidy verify-tidy bench fuzz tools clean
+.PHONY: help build test test-short run proto verify-genproto fix-genproto lint fmt verify tidy verify-tidy bench fuzz tools clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'

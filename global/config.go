@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
@@ -62,7 +63,7 @@ type Config struct {
 	Limits Limits
 }
 
-// PlanConfig parameterises the optimiser (see global/optimize).
+// PlanConfig parameterises the optimiser (see package optimize).
 type PlanConfig struct {
 	// Headroom: plan each region to at most capacity·Headroom. Default 0.9.
 	Headroom float64
@@ -73,6 +74,16 @@ type PlanConfig struct {
 	// DampStep: fraction of the way from the previous plan to the new
 	// optimum taken per cycle. Default 0.5.
 	DampStep float64
+	// LocalFill: a region's demand stays home while it is under
+	// LocalFill·capacity·Headroom; only the excess is spilled, nearest
+	// first (optimize.SolveLocalFirst). Default 0.9.
+	LocalFill float64
+	// LocalFillBand is the hysteresis on LocalFill: a region that kept all
+	// its demand home in the previous plan starts spilling only above
+	// (LocalFill+LocalFillBand)·capacity·Headroom (at most 0.97), one that
+	// spilled stops below LocalFill·capacity·Headroom. Default 0.05;
+	// negative turns it off.
+	LocalFillBand float64
 }
 
 func (c *Config) withDefaults() {
@@ -119,6 +130,12 @@ func (c *Config) withDefaults() {
 	if c.Plan.DampStep == 0 {
 		c.Plan.DampStep = 0.5
 	}
+	if c.Plan.LocalFill == 0 {
+		c.Plan.LocalFill = optimize.DefaultLocalFill
+	}
+	if c.Plan.LocalFillBand == 0 {
+		c.Plan.LocalFillBand = 0.05
+	}
 	c.Limits.withDefaults()
 }
 
@@ -145,6 +162,12 @@ func (c Config) validate() error {
 	}
 	if c.Plan.Headroom <= 0 || c.Plan.Headroom > 1 {
 		return fmt.Errorf("%w: headroom %v: want (0,1]", ErrInvalidConfig, c.Plan.Headroom)
+	}
+	if !(c.Plan.LocalFill > 0 && c.Plan.LocalFill <= 1) {
+		return fmt.Errorf("%w: local fill %v: want (0,1]", ErrInvalidConfig, c.Plan.LocalFill)
+	}
+	if !(c.Plan.LocalFillBand <= 0.5) {
+		return fmt.Errorf("%w: local fill band %v: want at most 0.5 (negative: off)", ErrInvalidConfig, c.Plan.LocalFillBand)
 	}
 	if c.Plan.DampStep <= 0 || c.Plan.DampStep > 1 {
 		return fmt.Errorf("%w: damp step %v: want (0,1]", ErrInvalidConfig, c.Plan.DampStep)

@@ -4,7 +4,7 @@
 // Both members campaign on an etcd election (package election). The leader
 // accepts GlobalControl.Sync streams from regional controllers, keeps the
 // latest summary of each region with its age, and every cycle solves the
-// cross-region problem (package global/optimize) per model, damps the change
+// cross-region problem (package optimize) per model, damps the change
 // against the previous plan, writes the plan to etcd in a transaction
 // guarded by its election key's revision (the fencing epoch) and sends each
 // region its part. A standby answers Sync with FailedPrecondition naming

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/summary"
 )
@@ -264,4 +266,18 @@ func FuzzAcceptSummary(f *testing.F) {
 			t.Fatalf("%d regions held, limit %d", n, l.MaxRegions)
 		}
 	})
+}
+
+func TestPlanConfigLocalFill(t *testing.T) {
+	cfg := Config{Name: "g"}
+	cfg.withDefaults()
+	if cfg.Plan.LocalFill != optimize.DefaultLocalFill {
+		t.Errorf("default local fill %v, want %v", cfg.Plan.LocalFill, optimize.DefaultLocalFill)
+	}
+	for _, bad := range []float64{-0.5, 1.5, math.NaN()} {
+		cfg.Plan.LocalFill = bad
+		if err := cfg.validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("local fill %v: validate = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
 }

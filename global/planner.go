@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -89,7 +89,7 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 			}
 			prob.Regions[i] = reg
 		}
-		target, err := optimize.Solve(prob)
+		target, err := optimize.SolveLocalFirstFills(prob, pl.fills(model, live))
 		if err != nil {
 			continue // validated input cannot fail; a model without a solution gets no plan
 		}
@@ -99,7 +99,7 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 			demand[i] = prob.Regions[i].DemandRPS
 		}
 		if prev, ok := pl.prev[model]; ok && comparable(prev, live, demand) {
-			chosen = optimize.Damp(prob, prev.plan, target, pl.cfg.DampStep)
+			chosen = dampToward(prob, prev.plan, target, pl.cfg.DampStep)
 		}
 		pl.prev[model] = prevPlan{regions: live, demand: demand, plan: chosen}
 		st.costMs[model] = optimize.Cost(prob, chosen)
@@ -124,6 +124,84 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 		}
 	}
 	return out, st
+}
+
+// dampToward moves prev a step of the way to target, row by row (a convex
+// combination, so rows still sum to 1), and returns target itself when
+// the mix is not a valid plan for prob (a region loaded to capacity by a
+// sudden demand change), sheds more than target in any row, or is within
+// minRoute of it everywhere.
+//
+// optimize.Damp is not used: it keeps a plan no dearer than the previous
+// one and than local-only in the latency model, so it holds on to a
+// latency-cheaper spill the local-first target has dropped (a region
+// would never come back home) and falls back to local-only shedding
+// where the modelled marginal latency passes the shed penalty, even with
+// room elsewhere. Local-first trades modelled latency for locality on
+// purpose; the damping here only spreads a change over a few cycles.
+func dampToward(prob optimize.Problem, prev, target optimize.Plan, step float64) optimize.Plan {
+	n := len(target.Fractions)
+	if len(prev.Fractions) != n || len(prev.Shed) != n {
+		return target
+	}
+	mixed := optimize.Plan{Fractions: make([][]float64, n), Shed: make([]float64, n), Load: make([]float64, n)}
+	near := true
+	for i := range n {
+		if len(prev.Fractions[i]) != n {
+			return target
+		}
+		mixed.Fractions[i] = make([]float64, n)
+		for j := range n {
+			mixed.Fractions[i][j] = prev.Fractions[i][j] + step*(target.Fractions[i][j]-prev.Fractions[i][j])
+			near = near && math.Abs(mixed.Fractions[i][j]-target.Fractions[i][j]) < minRoute
+		}
+		mixed.Shed[i] = prev.Shed[i] + step*(target.Shed[i]-prev.Shed[i])
+		if mixed.Shed[i] > target.Shed[i]+minRoute {
+			return target
+		}
+		near = near && math.Abs(mixed.Shed[i]-target.Shed[i]) < minRoute
+	}
+	if near {
+		return target
+	}
+	cost := optimize.Cost(prob, mixed)
+	if math.IsInf(cost, 0) || math.IsNaN(cost) {
+		return target
+	}
+	mixed.CostMs = cost
+	for i := range n {
+		for j := range n {
+			mixed.Load[j] += mixed.Fractions[i][j] * prob.Regions[i].DemandRPS
+		}
+	}
+	return mixed
+}
+
+// maxHysteresisFill caps a local fill raised by the hysteresis band: at
+// 1 the home region would be planned at capacity·headroom itself.
+const maxHysteresisFill = 0.97
+
+// fills returns each live region's local fill share for model: LocalFill
+// for a region that spilled or shed in the previous plan, LocalFill plus
+// the hysteresis band for one that kept its demand home (or is new), so a
+// region hovering at its threshold does not flap.
+func (pl *planner) fills(model string, live []string) []float64 {
+	out := make([]float64, len(live))
+	prev, havePrev := pl.prev[model]
+	if havePrev && !slices.Equal(prev.regions, live) {
+		havePrev = false
+	}
+	for i := range live {
+		out[i] = pl.cfg.LocalFill
+		if pl.cfg.LocalFillBand <= 0 {
+			continue
+		}
+		spilling := havePrev && (prev.plan.Fractions[i][i] < 1-minRoute || prev.plan.Shed[i] >= minRoute)
+		if !spilling {
+			out[i] = min(max(pl.cfg.LocalFill, maxHysteresisFill), pl.cfg.LocalFill+pl.cfg.LocalFillBand)
+		}
+	}
+	return out
 }
 
 // comparable reports whether damping toward the new optimum makes sense:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -27,8 +28,12 @@ type Config struct {
 	// 512 ± 200 prompt tokens and 128 output tokens (baseline_mixed); a
 	// tenth of the requests are long (LongPrompt tokens, default 6000).
 	PromptTokens, PromptJitter, MaxTokens, LongPrompt int
+	// RegionRPS overrides RPS for the named regions (an overload run: one
+	// region driven hard, the others light).
+	RegionRPS map[string]float64
 	// MaxInFlight bounds concurrent requests per region; arrivals beyond it
-	// are counted as shed. Default 256.
+	// are dropped at the client and counted as failures of cause
+	// client_drop (never as "shed", which is the plan's). Default 256.
 	MaxInFlight int
 	// Duration: run this long then stop; 0 runs until ctx ends.
 	Duration time.Duration
@@ -172,6 +177,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: --cells %d: want 1..32 per region", ErrInvalidConfig, c.Cells)
 	case c.RPS < 0 || c.RPS > 1000:
 		return fmt.Errorf("%w: --rps %v: want 0..1000 per region", ErrInvalidConfig, c.RPS)
+	case c.badRegionRPS() != "":
+		return fmt.Errorf("%w: --region-rps %s: want a region of --regions and 0..1000", ErrInvalidConfig, c.badRegionRPS())
 	case c.Duration < 0:
 		return fmt.Errorf("%w: --duration must be >= 0", ErrInvalidConfig)
 	case c.PromptTokens < 1 || c.PromptJitter < 0 || c.PromptJitter >= c.PromptTokens:
@@ -227,4 +234,15 @@ type Deps struct {
 	// Out receives the live view. Default os.Stdout.
 	Out   io.Writer
 	Clock clockwork.Clock
+}
+
+// badRegionRPS names the first RegionRPS entry that is not a region of
+// the lab or not a rate in 0..1000, or returns "".
+func (c Config) badRegionRPS() string {
+	for name, v := range c.RegionRPS {
+		if !slices.Contains(c.Regions, name) || !(v >= 0 && v <= 1000) {
+			return fmt.Sprintf("%s=%v", name, v)
+		}
+	}
+	return ""
 }

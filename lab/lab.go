@@ -59,6 +59,13 @@ type Lab struct {
 	delays map[string][2]time.Duration
 	admin  *admin
 
+	// started is when Start began (the report's time origin).
+	started time.Time
+	// plans records, per region, each distinct routing its controller had
+	// in force at a sample (notePlans), for the report.
+	plansMu sync.Mutex
+	plans   map[string][]PlanSeen
+
 	// routes maps a destination address to the WAN path that carries it,
 	// per source region (gateway forwarding, gossip, regional → global).
 	routeMu sync.RWMutex
@@ -119,11 +126,13 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		case <-runCtx.Done():
 			done = true
 		case <-tick.Chan():
+			l.notePlans()
 			if view {
 				l.render(deps.Out)
 			}
 		}
 	}
+	l.notePlans()
 	l.StopTraffic()
 	rep := l.Report()
 	if view {
@@ -155,7 +164,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 		deps.Clock = clockwork.NewRealClock()
 	}
 	l := &Lab{cfg: cfg, log: deps.Logger, clock: deps.Clock, dir: cfg.Dir, ctx: ctx, routes: map[string]map[string]string{},
-		paths: map[string]wanPath{}, delays: map[string][2]time.Duration{}}
+		paths: map[string]wanPath{}, delays: map[string][2]time.Duration{}, started: deps.Clock.Now()}
 	defer func() {
 		if err != nil {
 			l.Stop()
@@ -213,7 +222,11 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 		if cfg.NoTraffic {
 			break
 		}
-		t := newTraffic(cfg, r.Name, r.Gateway.Addr(), cfg.Seed+uint64(i), l.clock, l.log)
+		tcfg := cfg
+		if v, ok := cfg.RegionRPS[r.Name]; ok {
+			tcfg.RPS = v
+		}
+		t := newTraffic(tcfg, r.Name, r.Gateway.Addr(), cfg.Seed+uint64(i), l.clock, l.log)
 		t.start(ctx)
 		l.traffic = append(l.traffic, t)
 		l.onStop(t.stop)
@@ -224,9 +237,6 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 // readyTimeout bounds how long Start waits for the fleet to be ready.
 const readyTimeout = 2 * time.Minute
 
-// waitReady blocks until every region's gateway routes to all of its
-// cells and, with the global pair, every region routes on a plan — so the
-// traffic measures the fleet, not its start-up.
 // waitGateway blocks until r's gateway routes the default model to every
 // cell of r.
 func waitGateway(ctx context.Context, r *Region) error {
@@ -246,6 +256,9 @@ func waitGateway(ctx context.Context, r *Region) error {
 	return nil
 }
 
+// waitReady blocks until every region's gateway routes to all of its
+// cells and, with the global pair, every region routes on a plan — so the
+// traffic measures the fleet, not its start-up.
 func (l *Lab) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
@@ -554,6 +567,7 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	if cfg.Fast {
 		rc.CycleInterval = 20 * time.Millisecond
 		rc.Global.SummaryInterval = 200 * time.Millisecond
+		rc.Global.DemandTau = 2 * time.Second
 	}
 	if !cfg.Insecure {
 		rc.TLS = regional.TLSFiles{Cert: rid.cert, Key: rid.key, CA: l.pki.ca}

@@ -45,14 +45,23 @@ func TestLabMultiRegion(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatalf("report is not JSON: %v\n%s", err, b)
 	}
-	for _, k := range []string{"total", "regions"} {
+	for _, k := range []string{"total", "regions", "shed", "client_dropped"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("report lacks %q", k)
 		}
 	}
+	if tot, _ := raw["total"].(map[string]any); tot["failures"] == nil {
+		t.Errorf("report's total lacks failures by cause: %v", raw["total"])
+	}
 	var rep Report
 	_ = json.Unmarshal(b, &rep)
-	t.Logf("total %+v shed %d abandoned %d", rep.Total, rep.Shed, rep.Abandoned)
+	t.Logf("total %+v shed %d client-dropped %d abandoned %d", rep.Total, rep.Shed, rep.ClientDropped, rep.Abandoned)
+	if rep.Shed != rep.Total.Failures.ShedByPlan || rep.ClientDropped != rep.Total.Failures.ClientDrop {
+		t.Errorf("shed %d / client_dropped %d disagree with the failures %+v", rep.Shed, rep.ClientDropped, rep.Total.Failures)
+	}
+	if f := rep.Total.Failures; f.Total() != rep.Total.Requests-rep.Total.Succeeded {
+		t.Errorf("failures by cause %+v sum to %d, want %d", f, f.Total(), rep.Total.Requests-rep.Total.Succeeded)
+	}
 	if rep.Total.Requests < 60 {
 		t.Fatalf("only %d requests", rep.Total.Requests)
 	}
@@ -72,6 +81,9 @@ func TestLabMultiRegion(t *testing.T) {
 		if len(r.CellStates) != 2 {
 			t.Errorf("region %s cell states %v", name, r.CellStates)
 		}
+		if len(r.PlansSeen) == 0 || r.PlansSeen[len(r.PlansSeen)-1].Source != r.Routes.Source {
+			t.Errorf("region %s: plans seen %+v, want at least the one in force at the end (%+v)", name, r.PlansSeen, r.Routes)
+		}
 		t.Logf("%s: %+v served by %v routes %+v", name, r.Summary, r.ServedBy, r.Routes)
 	}
 	for _, name := range DefaultRegions() {
@@ -88,7 +100,7 @@ func TestLabMultiRegion(t *testing.T) {
 	if len(rep.Globals) != 2 || leaders != 1 {
 		t.Errorf("globals %+v", rep.Globals)
 	}
-	for _, want := range []string{"us-east-cell-0", "eu-west", "routes:", "LEADER"} {
+	for _, want := range []string{"us-east-cell-0", "eu-west", "routes:", "LEADER", "failures (10 s):"} {
 		if !strings.Contains(view.String(), want) {
 			t.Errorf("live view lacks %q", want)
 		}
@@ -97,7 +109,8 @@ func TestLabMultiRegion(t *testing.T) {
 
 func TestLabConfigErrors(t *testing.T) {
 	for _, cfg := range []Config{{Cells: -1}, {Cells: 100}, {RPS: -1}, {Duration: -time.Second},
-		{Regions: []string{"a", "a"}}, {LB: "random"}} {
+		{Regions: []string{"a", "a"}}, {LB: "random"},
+		{RegionRPS: map[string]float64{"nowhere": 1}}, {RegionRPS: map[string]float64{"us-east": -1}}} {
 		if err := Run(context.Background(), cfg, Deps{}); err == nil {
 			t.Errorf("Run(%+v) accepted a bad config", cfg)
 		}
@@ -115,12 +128,14 @@ func TestLabKillCell(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Stop()
-	time.Sleep(3 * time.Second) // load before the kill; the clock is the test's subject here, not a synchronisation
+	// Counted, not timed: some load before the kill, then enough requests
+	// started after it for a 0.1 % resolution, however slow the machine.
+	awaitOutcomes(t, l, "load before the kill", func(o Outcome) bool { return true }, 300)
 	killed := time.Now()
 	if err := l.KillCell("us-east", 0); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(14 * time.Second) // load after the kill: enough requests for a 0.1 % resolution
+	awaitOutcomes(t, l, "load after the kill", func(o Outcome) bool { return o.Start.After(killed) }, 1500)
 	l.StopTraffic()
 	var total, ok, inFlight, after, afterOK int
 	failures := map[string]int{}
@@ -160,5 +175,29 @@ func TestLabKillCell(t *testing.T) {
 	cv, _ := l.Regions()[0].Ctrl.Registry().View().Cell(CellID("us-east", 0))
 	if cv.State.String() != "failed" {
 		t.Errorf("killed cell is %s", cv.State)
+	}
+}
+
+// awaitOutcomes polls the lab's finished requests until at least n of them
+// (over every region) satisfy match, bounded above by a generous deadline
+// that only a stuck lab reaches.
+func awaitOutcomes(t *testing.T, l *Lab, what string, match func(Outcome) bool, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		got := 0
+		for _, r := range l.Regions() {
+			for _, o := range l.Outcomes(r.Name) {
+				if match(o) {
+					got++
+				}
+			}
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d of %d requests finished before the deadline", what, got, n)
+		}
+		time.Sleep(250 * time.Millisecond) // polling a count, bounded above
 	}
 }

@@ -3,10 +3,14 @@ package lab
 import (
 	"fmt"
 	"io"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/isobar-mesh/isobar/regional"
 )
 
 // Report is the JSON written by --report.
@@ -14,19 +18,83 @@ type Report struct {
 	Total   Summary                 `json:"total"`
 	Regions map[string]RegionReport `json:"regions"`
 	Globals []GlobalReport          `json:"globals,omitempty"`
-	// Shed counts arrivals dropped at the client because MaxInFlight
-	// requests were open; Abandoned counts requests cut off when the run
-	// ended (neither counted as failures).
-	Shed      int `json:"shed"`
+	// Shed counts requests the routing plan shed (a gateway's 429 with
+	// x-isobar-shed: plan), over every region: Total.Failures.ShedByPlan.
+	Shed int `json:"shed"`
+	// ClientDropped counts arrivals dropped at the client because
+	// MaxInFlight requests were open (Total.Failures.ClientDrop). They are
+	// failures: a user's request that was never served.
+	ClientDropped int `json:"client_dropped"`
+	// Abandoned counts requests cut off when the run ended; they are not
+	// counted in any summary.
 	Abandoned int `json:"abandoned"`
 }
 
-// Summary is request counts and TTFT percentiles (of successful requests).
+// Summary is request counts, failures by cause and TTFT percentiles (of
+// successful requests). Requests counts every arrival, client drops
+// included, so SuccessRate is what the region's users saw.
 type Summary struct {
 	Requests    int         `json:"requests"`
 	Succeeded   int         `json:"succeeded"`
 	SuccessRate float64     `json:"success_rate"`
+	Failures    Failures    `json:"failures"`
 	TTFTms      Percentiles `json:"ttft_ms"`
+}
+
+// Failures counts failed requests by cause (see the Cause constants).
+type Failures struct {
+	ShedByPlan     int `json:"shed_by_plan"`
+	Saturated      int `json:"saturated"`
+	EngineError    int `json:"engine_error"`
+	GatewayError   int `json:"gateway_error"`
+	TransportError int `json:"transport_error"`
+	Timeout        int `json:"timeout"`
+	ClientDrop     int `json:"client_drop"`
+}
+
+// add counts one failure of cause c.
+func (f *Failures) add(c string) {
+	switch c {
+	case CauseShedByPlan:
+		f.ShedByPlan++
+	case CauseSaturated:
+		f.Saturated++
+	case CauseEngineError:
+		f.EngineError++
+	case CauseGatewayError:
+		f.GatewayError++
+	case CauseTimeout:
+		f.Timeout++
+	case CauseClientDrop:
+		f.ClientDrop++
+	default:
+		f.TransportError++
+	}
+}
+
+// Total is the number of failures.
+func (f Failures) Total() int {
+	return f.ShedByPlan + f.Saturated + f.EngineError + f.GatewayError + f.TransportError + f.Timeout + f.ClientDrop
+}
+
+// String lists the non-zero causes, e.g. "shed_by_plan 3, engine_error 1",
+// or "none".
+func (f Failures) String() string {
+	var parts []string
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{CauseShedByPlan, f.ShedByPlan}, {CauseSaturated, f.Saturated}, {CauseEngineError, f.EngineError},
+		{CauseGatewayError, f.GatewayError}, {CauseTransport, f.TransportError}, {CauseTimeout, f.Timeout},
+		{CauseClientDrop, f.ClientDrop}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", c.name, c.n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // RegionReport is one region: its clients' requests (wherever served), the
@@ -41,6 +109,70 @@ type RegionReport struct {
 	CellStates map[string]CellState `json:"cell_states"`
 	// Routes in force at the end: source, epoch and per-model shares.
 	Routes RoutesReport `json:"routes"`
+	// PlansSeen lists each distinct routing the region had in force, as
+	// sampled every view interval (ViewEvery) and at the end, oldest first
+	// (at most maxPlansSeen). LocalOnly: every one of them sent all of the
+	// region's demand home and shed none.
+	PlansSeen []PlanSeen `json:"plans_seen"`
+	LocalOnly bool       `json:"local_only"`
+}
+
+// PlanSeen is one routing a region had in force.
+type PlanSeen struct {
+	// AtS is seconds since the lab started.
+	AtS float64 `json:"at_s"`
+	RoutesReport
+}
+
+// maxPlansSeen bounds the plans recorded per region.
+const maxPlansSeen = 10000
+
+// localOnly reports whether r sends every model wholly home, shedding none.
+func (r RoutesReport) localOnly(home string) bool {
+	for m, routes := range r.Models {
+		if r.Shed[m] > 0 {
+			return false
+		}
+		for d, f := range routes {
+			if d != home && f > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// routesReport renders a region's route table (nil: local routing, no
+// global).
+func routesReport(rt *regional.RouteTable) RoutesReport {
+	if rt == nil {
+		return RoutesReport{Source: "local"}
+	}
+	rr := RoutesReport{Source: rt.Source, Epoch: rt.Epoch, Models: map[string]map[string]float64{}, Shed: map[string]float64{}}
+	for m, mr := range rt.Models {
+		rr.Models[m] = maps.Clone(mr.Routes)
+		rr.Shed[m] = mr.Shed
+	}
+	return rr
+}
+
+// notePlans records each region's routing when it differs from the last
+// one recorded for that region.
+func (l *Lab) notePlans() {
+	now := l.clock.Now()
+	l.plansMu.Lock()
+	defer l.plansMu.Unlock()
+	if l.plans == nil {
+		l.plans = map[string][]PlanSeen{}
+	}
+	for _, r := range l.Regions() {
+		rr := routesReport(r.Ctrl.Routes())
+		seen := l.plans[r.Name]
+		if n := len(seen); n > 0 && reflect.DeepEqual(seen[n-1].RoutesReport, rr) || len(seen) >= maxPlansSeen {
+			continue
+		}
+		l.plans[r.Name] = append(seen, PlanSeen{AtS: now.Sub(l.started).Seconds(), RoutesReport: rr})
+	}
 }
 
 // CellReport is what one cell served for a region's clients.
@@ -77,6 +209,8 @@ func summarise(os []Outcome) Summary {
 		if o.OK {
 			s.Succeeded++
 			ttft = append(ttft, o.TTFT)
+		} else {
+			s.Failures.add(o.Cause)
 		}
 	}
 	if s.Requests > 0 {
@@ -96,7 +230,6 @@ func (l *Lab) Report() Report {
 			t := l.traffic[i]
 			os = t.Outcomes()
 			t.mu.Lock()
-			rep.Shed += t.shed
 			rep.Abandoned += t.abandoned
 			t.mu.Unlock()
 		}
@@ -120,17 +253,18 @@ func (l *Lab) Report() Report {
 		for _, c := range r.Ctrl.Registry().View().Cells {
 			rr.CellStates[c.ID] = CellState{State: c.State.String(), Weight: c.Weight.Published, Pressure: c.Score.Pressure}
 		}
-		rr.Routes = RoutesReport{Source: "local"}
-		if rt := r.Ctrl.Routes(); rt != nil {
-			rr.Routes = RoutesReport{Source: rt.Source, Epoch: rt.Epoch, Models: map[string]map[string]float64{}, Shed: map[string]float64{}}
-			for m, mr := range rt.Models {
-				rr.Routes.Models[m] = mr.Routes
-				rr.Routes.Shed[m] = mr.Shed
-			}
+		rr.Routes = routesReport(r.Ctrl.Routes())
+		l.plansMu.Lock()
+		rr.PlansSeen = slices.Clone(l.plans[r.Name])
+		l.plansMu.Unlock()
+		rr.LocalOnly = rr.Routes.localOnly(r.Name)
+		for _, p := range rr.PlansSeen {
+			rr.LocalOnly = rr.LocalOnly && p.localOnly(r.Name)
 		}
 		rep.Regions[r.Name] = rr
 	}
 	rep.Total = summarise(all)
+	rep.Shed, rep.ClientDropped = rep.Total.Failures.ShedByPlan, rep.Total.Failures.ClientDrop
 	for _, g := range l.Globals() {
 		rep.Globals = append(rep.Globals, GlobalReport{ID: g.ID(), Leader: g.IsLeader()})
 	}
@@ -166,6 +300,7 @@ func (l *Lab) render(out io.Writer) {
 		fmt.Fprintf(&b, "  routes: %s\n", routesLine(r))
 		fmt.Fprintf(&b, "  last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s\n",
 			s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded))
+		fmt.Fprintf(&b, "  failures (10 s): %s\n", s.Failures)
 		served := map[string]int{}
 		for _, o := range recent {
 			served[o.Cell]++
@@ -182,8 +317,8 @@ func (l *Lab) render(out io.Writer) {
 		_ = tw.Flush()
 	}
 	s := summarise(total)
-	fmt.Fprintf(&b, "\nall regions, last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s\n",
-		s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded))
+	fmt.Fprintf(&b, "\nall regions, last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s; failures: %s\n",
+		s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded), s.Failures)
 	_, _ = io.WriteString(out, b.String())
 }
 

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -43,7 +45,6 @@ type traffic struct {
 
 	mu        sync.Mutex
 	outcomes  []Outcome
-	shed      int
 	abandoned int
 
 	cancel, cancelReqs context.CancelFunc
@@ -66,6 +67,61 @@ type Outcome struct {
 	// Error is the start of the answer of a failed request (or the
 	// transport error).
 	Error string
+	// Cause classifies a failure (one of the Cause constants); empty when
+	// OK.
+	Cause string
+}
+
+// Failure causes, as the client sees them.
+const (
+	// CauseShedByPlan: a gateway answered 429 because the routing plan
+	// shed this share of the demand.
+	CauseShedByPlan = "shed_by_plan"
+	// CauseSaturated: a gateway answered 429 because every endpoint was at
+	// its in-flight limit.
+	CauseSaturated = "saturated"
+	// CauseEngineError: an engine answered non-2xx (the gateway names the
+	// endpoint that answered), or its stream ended without [DONE].
+	CauseEngineError = "engine_error"
+	// CauseGatewayError: a gateway answered non-2xx itself, with no
+	// endpoint behind the answer (no route, no healthy upstream, upstream
+	// reset before headers).
+	CauseGatewayError = "gateway_error"
+	// CauseTransport: the client's connection to its gateway failed.
+	CauseTransport = "transport_error"
+	// CauseTimeout: the client or a gateway gave up waiting (504).
+	CauseTimeout = "timeout"
+	// CauseClientDrop: the arrival was dropped at the client because
+	// MaxInFlight requests were already open; it was never sent.
+	CauseClientDrop = "client_drop"
+)
+
+// Causes lists every failure cause in report order.
+func Causes() []string {
+	return []string{CauseShedByPlan, CauseSaturated, CauseEngineError, CauseGatewayError, CauseTransport, CauseTimeout, CauseClientDrop}
+}
+
+// classify names the cause of a failed request from what the client saw:
+// the transport error, or the status with the gateway's headers.
+func classify(err error, status int, h http.Header) string {
+	switch {
+	case err != nil:
+		var ne net.Error
+		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			return CauseTimeout
+		}
+		return CauseTransport
+	case status == http.StatusTooManyRequests && h.Get(gateway.ShedHeader) == "plan":
+		return CauseShedByPlan
+	case status == http.StatusTooManyRequests && h.Get(gateway.ShedHeader) != "":
+		return CauseSaturated
+	case status == http.StatusGatewayTimeout:
+		return CauseTimeout
+	case h.Get(gateway.EndpointHeader) != "" || h.Get(gateway.UpstreamEndpointHeader) != "":
+		return CauseEngineError
+	default:
+		return CauseGatewayError
+	}
 }
 
 func newTraffic(cfg Config, region, gw string, seed uint64, clock clockwork.Clock, log *slog.Logger) *traffic {
@@ -130,9 +186,8 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 		select {
 		case t.sem <- struct{}{}:
 		default:
-			t.mu.Lock()
-			t.shed++
-			t.mu.Unlock()
+			now := t.clock.Now()
+			t.record(Outcome{Start: now, End: now, Long: long, Cause: CauseClientDrop, Error: "dropped at the client: MaxInFlight requests open"})
 			continue
 		}
 		t.wg.Go(func() {
@@ -166,7 +221,7 @@ func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := t.client.Do(req)
 	if err != nil {
-		o.Error = err.Error()
+		o.Error, o.Cause = err.Error(), classify(err, 0, nil)
 		return
 	}
 	defer resp.Body.Close()
@@ -178,7 +233,7 @@ func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
 	o.Region = resp.Header.Get(gateway.RegionHeader)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-		o.Error = strings.TrimSpace(string(b))
+		o.Error, o.Cause = strings.TrimSpace(string(b)), classify(nil, resp.StatusCode, resp.Header)
 		return
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -195,6 +250,13 @@ func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
 			o.OK = true
 			return
 		}
+	}
+	// The stream ended without [DONE]: cut off by a timeout or a broken
+	// connection, or ended early by the engine.
+	if err := sc.Err(); err != nil {
+		o.Error, o.Cause = err.Error(), classify(err, 0, nil)
+	} else {
+		o.Error, o.Cause = "stream ended without [DONE]", CauseEngineError
 	}
 }
 

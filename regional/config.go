@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
-	"regexp"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -16,6 +16,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/summary"
 )
 
 // Config holds the regional controller's settings. Zero fields take the
@@ -156,10 +157,8 @@ func (c *Config) withDefaults() {
 // ErrInvalidConfig is wrapped by every configuration error.
 var ErrInvalidConfig = errors.New("regional: invalid config")
 
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
 func (c Config) validate() error {
-	if !namePattern.MatchString(c.Region) {
+	if !summary.ValidName(c.Region) {
 		return fmt.Errorf("%w: region %q: want 1-128 characters of [A-Za-z0-9._-]", ErrInvalidConfig, c.Region)
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
@@ -192,8 +191,9 @@ func (c Config) validate() error {
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
-	if c.Global.SummaryInterval <= 0 || c.Global.NominalCellRPS <= 0 || c.Global.Headroom <= 0 || c.Global.Headroom > 1 {
-		return fmt.Errorf("%w: global: summary interval, nominal cell RPS must be > 0 and headroom in (0,1]", ErrInvalidConfig)
+	if c.Global.SummaryInterval <= 0 || c.Global.NominalCellRPS <= 0 || c.Global.Headroom <= 0 || c.Global.Headroom > 1 ||
+		c.Global.LocalFill < 0 || c.Global.LocalFill > 1 || math.IsNaN(c.Global.LocalFill) {
+		return fmt.Errorf("%w: global: summary interval, nominal cell RPS must be > 0, headroom in (0,1] and local fill in [0,1]", ErrInvalidConfig)
 	}
 	if a := c.Global.IngressAddress; a != "" {
 		if err := ingressAddress(a); err != nil {

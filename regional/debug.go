@@ -27,6 +27,8 @@ type CellDebug struct {
 	Reason      string    `json:"reason"`
 	LastSeen    time.Time `json:"last_seen"`
 	Sequence    uint64    `json:"sequence"`
+	// Suspect: the heartbeat stream broke without a Terminated report.
+	Suspect bool `json:"suspect,omitempty"`
 	// Raw signals as reported, plus the controller's own RTT/jitter.
 	Raw map[string]float64 `json:"raw"`
 	// Normalised score, configured weight and contribution per present
@@ -75,7 +77,7 @@ func debugCell(cv CellView, sc score.Config) CellDebug {
 	d := CellDebug{
 		ID: cv.ID, Endpoint: cv.Endpoint, Model: cv.Model, MaxModelLen: cv.MaxModelLen,
 		State: cv.State.String(), StateSince: cv.StateSince, Reason: cv.Reason, LastSeen: cv.LastSeen,
-		Sequence: cv.Sequence, Raw: map[string]float64{}, Signals: map[string]SignalDebug{},
+		Sequence: cv.Sequence, Suspect: cv.Suspect, Raw: map[string]float64{}, Signals: map[string]SignalDebug{},
 		Pressure: cv.Score.Pressure, Fallback: cv.Fallback,
 		Weight: cv.Weight.Published, TargetWeight: cv.Weight.Target, Penalty: cv.Weight.Penalty,
 		Band: cv.Weight.Band, BandReason: cv.Weight.BandReason, Degraded: cv.Weight.Degraded,

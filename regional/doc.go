@@ -21,6 +21,15 @@
 //   - Each heartbeat stream runs on its gRPC handler goroutine and keeps its
 //     own per-stream state (sequence, ownership of its cell id).
 //
+// Failure detection has two paths. A heartbeat stream that ends without a
+// Terminated report (the agent process was killed, its host or link died)
+// is reported by its handler to the registry (StreamLost), which makes the
+// cell suspect: it keeps its lifecycle state but is projected with weight
+// 0 in the cycle that message triggers, so it leaves the xDS endpoints
+// without waiting for a tick. A heartbeat on a new stream (the agent
+// reconnected within the TTL) restores it; otherwise the TTL fails it as
+// before. A hung agent whose stream stays open is caught by the TTL alone.
+//
 // Limits (Config.Limits, limits.go) bound what peers can make the
 // controller hold: MaxCells cells (checked by the heartbeat service when a
 // stream claims a new cell id, and again by the registry loop), a token

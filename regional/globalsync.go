@@ -23,7 +23,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
-	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
@@ -54,8 +54,15 @@ type GlobalConfig struct {
 	// BackoffMin/Max bound the jittered reconnect backoff. Defaults 100 ms
 	// and 5 s.
 	BackoffMin, BackoffMax time.Duration
-	// Fallback optimiser parameters (the global's defaults).
-	Headroom, Beta, K, ShedPenaltyMs float64
+	// DemandTau is the time constant of the demand reported for planning
+	// (an exponentially weighted mean of the measured rate, each sample
+	// clipped to a Poisson upper bound above the estimate; see
+	// demandSmoother). Default 30 s; negative turns smoothing off.
+	DemandTau time.Duration
+	// Fallback optimiser parameters (the global's defaults). LocalFill: a
+	// region's demand stays home while under LocalFill·capacity·Headroom
+	// (0: optimize.DefaultLocalFill).
+	Headroom, Beta, K, ShedPenaltyMs, LocalFill float64
 }
 
 func (g *GlobalConfig) withDefaults() {
@@ -67,6 +74,9 @@ func (g *GlobalConfig) withDefaults() {
 	}
 	if g.NominalCellRPS == 0 {
 		g.NominalCellRPS = 1.3
+	}
+	if g.DemandTau == 0 {
+		g.DemandTau = 30 * time.Second
 	}
 	if g.DefaultEngineLatencyMs == 0 {
 		g.DefaultEngineLatencyMs = 300
@@ -124,6 +134,9 @@ type syncer struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	// smoother is owned by the summaries goroutine (buildSummary).
+	smoother *demandSmoother
+
 	incarnation string
 	seq         atomic.Uint64
 	latest      atomic.Pointer[isobarpb.RegionSummary]
@@ -138,6 +151,7 @@ func newSyncer(cfg GlobalConfig, region string, reg *Registry, etcd *clientv3.Cl
 	return &syncer{
 		cfg: cfg, region: region, reg: reg, etcd: etcd, gossip: g, demand: demand, dial: dial,
 		clock: clock, log: log.With("component", "globalsync"), metrics: m, incarnation: hex.EncodeToString(b[:]),
+		smoother: newDemandSmoother(cfg.DemandTau, reg.cfg.DataPlaneWindow),
 	}
 }
 
@@ -196,6 +210,7 @@ func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
 	case v.Demand != nil:
 		demand = v.Demand
 	}
+	demand = s.smoother.update(now, demand)
 	var rtt map[string]time.Duration
 	if s.gossip != nil {
 		rtt = s.gossip.RTT()
@@ -300,7 +315,7 @@ func (s *syncer) fallback(now time.Time, self *isobarpb.RegionSummary) *RouteTab
 		}
 		mr := ModelRoutes{Routes: map[string]float64{s.region: 1}}
 		if n > 1 {
-			if pl, err := optimize.Solve(prob); err == nil {
+			if pl, err := optimize.SolveLocalFirst(prob, s.cfg.LocalFill); err == nil {
 				mr = ModelRoutes{Routes: map[string]float64{}, Shed: pl.Shed[selfIdx]}
 				for j, f := range pl.Fractions[selfIdx] {
 					if f >= 1e-4 {

@@ -23,6 +23,7 @@ import (
 // heartbeatSink is what the heartbeat service needs from the registry.
 type heartbeatSink interface {
 	SubmitOrBlock(ctx context.Context, hb *isobarpb.CellHeartbeat) error
+	StreamLost(ctx context.Context, id, incarnation string, seq uint64) error
 	View() *View
 }
 
@@ -73,6 +74,13 @@ type streamState struct {
 	acked       bool
 	drainSent   bool
 	bucket      tokenBucket
+	// submitted: a heartbeat was handed to the registry; subInc and subSeq
+	// identify the last one; terminated: it reported Terminated (a clean
+	// goodbye, not a break).
+	submitted  bool
+	subInc     string
+	subSeq     uint64
+	terminated bool
 }
 
 // Heartbeat serves one cellagent's stream.
@@ -82,6 +90,7 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 	s.metrics.streams.Inc()
 	defer func() {
 		s.metrics.streams.Dec()
+		s.lost(st)
 		s.release(st)
 	}()
 	var cert *certs.Identity
@@ -128,12 +137,16 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 			}
 			continue
 		}
+		inc, seq := hb.GetIncarnation(), hb.GetSequence()
+		terminated := hb.GetState() == isobarpb.LifecycleState_LIFECYCLE_STATE_TERMINATED
 		if err := s.sink.SubmitOrBlock(ctx, hb); err != nil {
 			if errors.Is(err, ErrStopped) {
 				return status.Error(codes.Unavailable, "regional controller is shutting down")
 			}
 			return status.FromContextError(err).Err()
 		}
+		// The registry owns hb now; the stream keeps only copies.
+		st.submitted, st.subInc, st.subSeq, st.terminated = true, inc, seq, terminated
 		if err := s.ack(stream, st, hb); err != nil {
 			return err
 		}
@@ -209,6 +222,23 @@ func (s *heartbeatService) claim(st *streamState, id string) error {
 	}
 	st.cell = id
 	return nil
+}
+
+// lost reports the end of a stream that delivered heartbeats without a
+// Terminated report, so the registry can take the cell out of the load
+// balancer now rather than at the TTL. It runs before release, while the
+// stream still owns its cell id; the registry ignores it if a newer
+// heartbeat (a reconnect) got there first. The hand-off waits at most a
+// TTL: past that the TTL removes the cell anyway.
+func (s *heartbeatService) lost(st *streamState) {
+	if !st.submitted || st.terminated {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+	defer cancel()
+	if err := s.sink.StreamLost(ctx, st.cell, st.subInc, st.subSeq); err != nil && !errors.Is(err, ErrStopped) {
+		s.log.Warn("could not report a broken heartbeat stream; the TTL will fail the cell", "cell", st.cell, "err", err)
+	}
 }
 
 func (s *heartbeatService) release(st *streamState) {

@@ -107,6 +107,8 @@ func TestHeartbeatBadInput(t *testing.T) {
 		if ack, err := recvAck(t, s); err != nil || ack.Error != "" || ack.Interval.AsDuration() != 100*time.Millisecond {
 			t.Fatalf("first ack = %v, %v", ack, err)
 		}
+		// The ack precedes the registry's apply: await it.
+		waitCell(t, c, "soft", func(cv CellView) bool { return cv.Sequence == 1 })
 		cases := []struct {
 			name, reason, want string
 			mut                func(*isobarpb.CellHeartbeat)
@@ -164,6 +166,9 @@ func TestHeartbeatBadInput(t *testing.T) {
 		if _, err := recvAck(t, first); err != nil {
 			t.Fatal(err)
 		}
+		// The ack is sent when the heartbeat is handed to the registry,
+		// not when the registry has applied it: await the apply.
+		waitCell(t, c, "dup", nil)
 		second := openStream(t, cl)
 		_ = second.Send(heartbeat("dup", "127.0.0.1:2004", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1))
 		_, err := recvAck(t, second)

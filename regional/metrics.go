@@ -12,6 +12,7 @@ import (
 // so forgotten cells disappear from /metrics.
 type metrics struct {
 	heartbeats         prometheus.Counter
+	suspects           prometheus.Counter
 	rejected           *prometheus.CounterVec
 	streams            prometheus.Gauge
 	transitions        *prometheus.CounterVec
@@ -39,6 +40,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "isobar_regional_heartbeats_total",
 			Help: "Heartbeats accepted into the registry.",
+		}),
+		suspects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_suspect_cells_total",
+			Help: "Cells made suspect (weight 0) because their heartbeat stream broke without a Terminated report.",
 		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "isobar_regional_heartbeats_rejected_total",
@@ -109,7 +114,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused)
 	}
 	if reg != nil {
-		reg.MustRegister(m.skewed)
+		reg.MustRegister(m.skewed, m.suspects)
 	}
 	return m
 }

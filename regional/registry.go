@@ -38,6 +38,15 @@ type message struct {
 	drain  *drainRequest
 	routes *RouteTable
 	report *isobarpb.DataPlaneReport
+	lost   *streamLoss
+}
+
+// streamLoss says that the heartbeat stream which delivered a cell's
+// heartbeat (incarnation, sequence) ended without a Terminated report.
+type streamLoss struct {
+	id          string
+	incarnation string
+	sequence    uint64
 }
 
 type drainRequest struct {
@@ -73,6 +82,11 @@ type cell struct {
 	// leftLBAt is when the cell stopped being eligible for traffic; the
 	// failover histogram measures from here to the push that removed it.
 	leftLBAt time.Time
+	// suspect: the stream that delivered the last heartbeat broke without
+	// a Terminated report (the agent process died, or its host or link
+	// did). The cell keeps its lifecycle state but gets weight 0 until a
+	// heartbeat arrives again; the TTL still fails it.
+	suspect bool
 }
 
 // pushFunc builds, validates and serves an xDS state; it returns the
@@ -221,6 +235,17 @@ func (r *Registry) SetDrain(ctx context.Context, id string, drain bool) error {
 	}
 }
 
+// StreamLost tells the registry that the heartbeat stream which delivered
+// cell id's heartbeat (incarnation, seq) ended without a Terminated
+// report. If that heartbeat is still the cell's latest, the cell becomes
+// suspect: weight 0 from the next cycle, which this message triggers at
+// once, until a heartbeat arrives again or the TTL fails it. A loss
+// reported for an older heartbeat (the agent already reconnected) is
+// ignored.
+func (r *Registry) StreamLost(ctx context.Context, id, incarnation string, seq uint64) error {
+	return r.send(ctx, message{lost: &streamLoss{id: id, incarnation: incarnation, sequence: seq}})
+}
+
 func (r *Registry) submitProbes(ctx context.Context, res []probeResult) error {
 	return r.send(ctx, message{probes: res})
 }
@@ -279,8 +304,28 @@ func (r *Registry) apply(m message) bool {
 	case m.report != nil:
 		r.applyReport(now, m.report)
 		return false
+	case m.lost != nil:
+		return r.applyStreamLoss(now, m.lost)
 	}
 	return false
+}
+
+// applyStreamLoss makes a live cell suspect when the lost stream carried
+// its latest heartbeat, and reports whether that changed anything.
+func (r *Registry) applyStreamLoss(now time.Time, l *streamLoss) bool {
+	c := r.cells[l.id]
+	if c == nil || c.suspect || !c.state.Live() ||
+		c.hb.GetIncarnation() != l.incarnation || c.hb.GetSequence() != l.sequence {
+		return false
+	}
+	c.suspect = true
+	if c.state.Serving() || c.state == lifecycle.Draining {
+		c.leftLBAt = now
+	}
+	r.metrics.suspects.Inc()
+	r.log.Warn("heartbeat stream broke without a Terminated report; cell suspect until it reconnects or the TTL passes",
+		"cell", c.id, "state", c.state.String())
+	return true
 }
 
 // SetRoutes installs the cross-region routing for this region's ingress;
@@ -306,6 +351,11 @@ func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) boo
 	}
 	c.hb, c.lastSeen = hb, now // liveness runs on the receive time, never sent_at
 	r.noteSkew(now, c, hb)
+	restored := false
+	if c.suspect {
+		c.suspect, restored = false, true
+		r.log.Info("suspect cell heartbeats again; restored", "cell", c.id)
+	}
 	reported := lifecycle.FromProto(hb.GetState())
 	ev, _ := lifecycle.ReportEvent(reported)
 	next, err := lifecycle.Next(c.state, ev, c.drain)
@@ -318,7 +368,7 @@ func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) boo
 	if reason == "" {
 		reason = "agent reported " + reported.String()
 	}
-	return r.transition(now, c, next, reason)
+	return r.transition(now, c, next, reason) || restored
 }
 
 // claimEndpoint records that c advertises ep; a live cell already holding
@@ -370,8 +420,11 @@ func (r *Registry) transition(now time.Time, c *cell, next lifecycle.State, reas
 	prev := c.state
 	r.metrics.transitions.WithLabelValues(prev.String(), next.String()).Inc()
 	r.log.Info("cell state changed", "cell", c.id, "from", prev.String(), "to", next.String(), "reason", reason)
-	if next == lifecycle.Failed && (prev == lifecycle.Ready || prev == lifecycle.Draining) {
-		c.leftLBAt = now
+	if next == lifecycle.Failed && (prev == lifecycle.Ready || prev == lifecycle.Draining) && !c.suspect {
+		c.leftLBAt = now // a suspect cell left the load balancer already
+	}
+	if !next.Live() {
+		c.suspect = false
 	}
 	c.state, c.stateSince, c.reason = next, now, reason
 	return true
@@ -450,7 +503,7 @@ func (r *Registry) cycle(now time.Time) {
 		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, id)
 		res := r.cfg.Score.Score(scoreInput(c, dpRate, dpOK))
 		state := c.state
-		if c.conflict {
+		if c.conflict || c.suspect {
 			state = lifecycle.Failed // never in the load balancer
 		}
 		pc := projection.Cell{ID: id, State: state, Pressure: res.Pressure,
@@ -473,8 +526,8 @@ func (r *Registry) cycle(now time.Time) {
 			Signals: c.hb.GetSignals(), VLLM: sourceView(c.hb.GetVllm()), DCGM: sourceView(c.hb.GetDcgm()),
 			RTT: c.rtt, Jitter: c.jitter, RTTOK: c.rttOK, Score: res,
 			OperatorDrain: c.drain, Fallback: res.Fallback || !c.hb.GetDcgm().GetOk() || !c.hb.GetVllm().GetOk(),
-			EndpointConflict: c.conflict,
-			ClockSkew:        c.skew, ClockSkewKnown: c.skewKnown, ClockSkewed: c.skewed,
+			EndpointConflict: c.conflict, Suspect: c.suspect,
+			ClockSkew: c.skew, ClockSkewKnown: c.skewKnown, ClockSkewed: c.skewed,
 		})
 	}
 	d := r.proj.Project(now, pcells)

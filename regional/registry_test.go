@@ -286,3 +286,99 @@ func TestRegistryFallbackWhenDCGMDown(t *testing.T) {
 		}
 	}
 }
+
+// A heartbeat stream that breaks without a Terminated report makes the
+// cell suspect: weight 0 at once (no clock advance, so no TTL can be the
+// cause), restored by the next heartbeat within the TTL, and Failed at the
+// TTL when none comes. A loss reported for an older heartbeat than the
+// latest (the agent already reconnected) changes nothing.
+func TestRegistryStreamLossSuspect(t *testing.T) {
+	f := newRegFixture(t)
+	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+	f.send(heartbeat("a", "127.0.0.1:1001", ready, 0))
+	f.send(heartbeat("b", "127.0.0.1:1002", ready, 0))
+	f.waitView(func(v *View) bool {
+		return len(v.Cells) == 2 && v.Cells[0].Weight.Published > 0 && v.Cells[1].Weight.Published > 0
+	})
+	lose := func(id string) {
+		t.Helper()
+		cv, _ := f.reg.View().Cell(id)
+		if err := f.reg.StreamLost(context.Background(), id, cv.Incarnation, cv.Sequence); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The loss alone (the clock stands still) takes a out.
+	start := f.clock.Now()
+	lose("a")
+	f.awaitPush("a out, b in", func(w map[string]uint32) bool { return len(w) == 1 && w["b"] > 0 })
+	cv, _ := f.reg.View().Cell("a")
+	if !cv.Suspect || cv.State != lifecycle.Ready || cv.Weight.Published != 0 || f.clock.Since(start) != 0 {
+		t.Fatalf("a = suspect %v state %s weight %d after %v, want suspect, ready, 0, at once",
+			cv.Suspect, cv.State, cv.Weight.Published, f.clock.Since(start))
+	}
+	if got := testutil.ToFloat64(f.m.suspects); got != 1 {
+		t.Errorf("suspect_cells_total = %v, want 1", got)
+	}
+
+	// It reconnects within the TTL: restored.
+	f.tick()
+	f.send(heartbeat("a", "127.0.0.1:1001", ready, 0))
+	f.awaitPush("a back", func(w map[string]uint32) bool { return len(w) == 2 && w["a"] > 0 })
+	if cv, _ := f.reg.View().Cell("a"); cv.Suspect {
+		t.Fatal("a still suspect after a heartbeat")
+	}
+
+	// A stale loss (for a heartbeat older than the latest) is ignored.
+	if err := f.reg.StreamLost(context.Background(), "a", "i1", 1); err != nil {
+		t.Fatal(err)
+	}
+	f.tick()
+	if cv, _ := f.reg.View().Cell("a"); cv.Suspect {
+		t.Fatal("a loss reported for an old heartbeat made a suspect")
+	}
+
+	// Broken again, and no reconnect: Failed at the TTL, not before.
+	lose("a")
+	f.awaitPush("a out again", func(w map[string]uint32) bool { _, ok := w["a"]; return !ok })
+	lastSeen := func() time.Time { cv, _ := f.reg.View().Cell("a"); return cv.LastSeen }()
+	ttl := f.reg.cfg.TTL()
+	for f.clock.Since(lastSeen) < ttl-f.reg.cfg.CycleInterval {
+		f.send(heartbeat("b", "127.0.0.1:1002", ready, 0))
+		f.tick()
+		if cv, _ := f.reg.View().Cell("a"); cv.State != lifecycle.Ready || !cv.Suspect {
+			t.Fatalf("a is %s (suspect %v) %v after its last heartbeat, before the TTL %v", cv.State, cv.Suspect, f.clock.Since(lastSeen), ttl)
+		}
+	}
+	f.waitView(func(v *View) bool { c, _ := v.Cell("a"); return c.State == lifecycle.Failed })
+	if cv, _ := f.reg.View().Cell("a"); cv.Suspect {
+		t.Error("a Failed cell is still flagged suspect")
+	}
+	if got := testutil.ToFloat64(f.m.suspects); got != 2 {
+		t.Errorf("suspect_cells_total = %v, want 2", got)
+	}
+
+	// A cell that said goodbye (Terminated) is not made suspect.
+	f.send(heartbeat("b", "127.0.0.1:1002", isobarpb.LifecycleState_LIFECYCLE_STATE_TERMINATED, 0))
+	lose("b")
+	f.tick()
+	if cv, _ := f.reg.View().Cell("b"); cv.Suspect || cv.State != lifecycle.Terminated {
+		t.Errorf("terminated b = %s suspect %v", cv.State, cv.Suspect)
+	}
+}
+
+// awaitPush reads pushes until one's weights satisfy cond. Earlier pushes
+// (states offered before the event under test) are skipped.
+func (f *regFixture) awaitPush(what string, cond func(map[string]uint32) bool) {
+	f.t.Helper()
+	for {
+		select {
+		case st := <-f.push.pushed:
+			if cond(weights(st)) {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			f.t.Fatalf("no push with %s", what)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/summary"
 )
 
 // Heartbeat refusal classes. Each is a reason label of
@@ -69,7 +70,7 @@ func validateHeartbeat(hb *isobarpb.CellHeartbeat, region string) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidHeartbeat, fmt.Sprintf(format, a...))
 	}
-	if !namePattern.MatchString(hb.GetCellId()) {
+	if !summary.ValidName(hb.GetCellId()) {
 		return bad("cell_id %q: want 1-128 characters of [A-Za-z0-9._-]", truncate(hb.GetCellId()))
 	}
 	if hb.GetRegion() != region {

@@ -63,6 +63,9 @@ type CellView struct {
 	// EndpointConflict: another live cell advertises the same endpoint;
 	// this one is kept out of the load balancer.
 	EndpointConflict bool
+	// Suspect: the cell's heartbeat stream broke without a Terminated
+	// report; it has weight 0 until it heartbeats again or the TTL fails it.
+	Suspect bool
 	// ClockSkew is the last heartbeat's sent_at minus its receive time
 	// (ClockSkewKnown when it carried one); ClockSkewed: beyond
 	// Limits.MaxClockSkew.

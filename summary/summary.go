@@ -216,7 +216,9 @@ var ErrInvalid = errors.New("summary: invalid")
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-// ValidName reports whether s is a valid region name.
+// ValidName reports whether s is a valid region or cell name: 1–128
+// characters of letters, digits, '.', '_' and '-', starting with a letter
+// or digit. The regional controller checks cell ids with it too.
 func ValidName(s string) bool { return namePattern.MatchString(s) }
 
 // Validate checks a received summary: known shape, finite non-negative

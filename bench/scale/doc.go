@@ -27,7 +27,7 @@
 //     bytes/s: their sum over regions times the publish rate; for the flat
 //     topology the single controller's inbound, the heartbeats' marshalled
 //     bytes per second sent over the window;
-//   - optimiser solve time: global/optimize.Solve on an instance of the
+//   - optimiser solve time: optimize.Solve on an instance of the
 //     region count generated as the optimiser's own benchmarks do;
 //   - cell death to weight removed: a cell's TCP connection is closed under
 //     its stream (as when its agent is SIGKILLed) and the time until an xDS

@@ -144,11 +144,9 @@ func checkFigures(t *testing.T, p Point) {
 	if f.DeathsTimed != 3 {
 		t.Errorf("%d deaths timed, want 3", f.DeathsTimed)
 	}
-	// Death is detected by the TTL, so removal cannot beat it by more than
-	// one heartbeat interval (the phase of the last heartbeat).
-	if ttl := 1000.0; f.DeathToRemovedP50Ms < ttl-500-50 {
-		t.Errorf("death to removed P50 %.0f ms: faster than TTL %v ms less one interval", f.DeathToRemovedP50Ms, ttl)
-	}
+	// A broken stream makes the cell suspect at once (regional), so the
+	// removal no longer waits for the TTL; how fast it is goes to the
+	// report, not to an assertion here.
 	// Every offered heartbeat is ingested, give or take the window's edges.
 	if f.IngestHeartbeatsPerS < 0.5*f.OfferedHeartbeatsPerS || f.IngestHeartbeatsPerS > 1.5*f.OfferedHeartbeatsPerS {
 		t.Errorf("ingest %.1f hb/s, offered %.1f", f.IngestHeartbeatsPerS, f.OfferedHeartbeatsPerS)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/optimize"
 )
 
 // regionMap places n regions on a 2-D map (km) and gives the RTT between
@@ -35,7 +35,7 @@ func regionMap(seed uint64, n int) [][]float64 {
 }
 
 // solveProblem is a realistic instance of n regions, generated as
-// global/optimize's benchmarks generate theirs: capacities 50–500 rps,
+// optimize's benchmarks generate theirs: capacities 50–500 rps,
 // demand 30–110 % of capacity (some regions overloaded), engine latency
 // 200–400 ms, RTT from regionMap.
 func solveProblem(seed uint64, n int) optimize.Problem {

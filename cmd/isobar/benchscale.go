@@ -49,7 +49,7 @@ after a short warm-up, it measures over --window:
   global_inbound_bytes_per_s    hierarchical: summary bytes x regions x
                                 publish rate; flat: heartbeat bytes per
                                 second into the one controller
-  solve_ms                      global/optimize.Solve on an instance of R
+  solve_ms                      optimize.Solve on an instance of R
                                 regions generated as its benchmarks do
   death_to_removed_p50_ms/p99   --deaths times, a cell's TCP connection is
                                 closed under its stream (like SIGKILL) and

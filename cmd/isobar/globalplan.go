@@ -18,7 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/optimize"
 )
 
 // maxPlanInputBytes caps what `isobar global plan` reads.
@@ -28,8 +28,11 @@ const maxPlanInputBytes = 16 << 20
 const maxRegionNameBytes = 128
 
 type globalPlanFlags struct {
-	input  string
-	output string
+	input     string
+	output    string
+	policy    string
+	localFill float64
+	explain   bool
 }
 
 // newGlobalPlanCmd builds `isobar global plan`, the offline what-if of the
@@ -83,6 +86,17 @@ sends nothing. RTT is symmetric: give each pair once, in either direction
 (both directions must agree); a missing pair is unreachable.
 Unknown fields, duplicate keys or regions, and out-of-range numbers are errors.
 
+Policy (--policy). local-first (the default, what the global controller
+runs): each region keeps min(demand, fill * c * h) at home (--local-fill,
+default 0.9), and only the excess is placed by the cost above, on the room
+left: nearest region with room first; only what no region can serve below
+the shed penalty is shed. latency: the cost above alone, which at moderate
+load already moves demand to an idler remote region when its latency plus
+the RTT undercuts a loaded home's.
+
+--explain (local-first only) adds, per region, why its demand stayed, moved
+or was shed: a verdict (local, spill, shed, idle, down) and the figures.
+
 Output (--output json, the default): fractions (per ingress region, the
 non-zero shares by destination, 4 decimals, adding up to 1 with its shed),
 shed, cost_ms, local_only_cost_ms, load_rps, iterations (solver rounds) and
@@ -106,6 +120,9 @@ Exit status: 0 on success, 2 for a bad command line or bad input.`,
 	fl := cmd.Flags()
 	fl.StringVarP(&f.input, "input", "i", "", "problem as JSON: a file, or - for stdin (required)")
 	fl.StringVarP(&f.output, "output", "o", "json", "output format: json or text")
+	fl.StringVar(&f.policy, "policy", "local-first", "routing policy: local-first (what the global controller runs) or latency (the latency optimum alone)")
+	fl.Float64Var(&f.localFill, "local-fill", optimize.DefaultLocalFill, "local-first: share of capacity*headroom a region fills with its own demand before spilling, in (0, 1]")
+	fl.BoolVar(&f.explain, "explain", false, "say per region why its demand stayed, moved or was shed (local-first only)")
 	return cmd
 }
 
@@ -115,6 +132,15 @@ func (f *globalPlanFlags) run(cmd *cobra.Command) error {
 	}
 	if f.input == "" {
 		return usageError{errors.New("--input is required: a JSON file, or - for stdin")}
+	}
+	if f.policy != "local-first" && f.policy != "latency" {
+		return usageError{fmt.Errorf("--policy %q: want local-first or latency", f.policy)}
+	}
+	if f.explain && f.policy != "local-first" {
+		return usageError{errors.New("--explain explains the local-first policy: drop --policy latency")}
+	}
+	if !(f.localFill > 0 && f.localFill <= 1) {
+		return usageError{fmt.Errorf("--local-fill %v: want a share in (0, 1]", f.localFill)}
 	}
 	var r io.Reader
 	if f.input == "-" {
@@ -138,11 +164,27 @@ func (f *globalPlanFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--input %s: %w", f.input, err)}
 	}
-	pl, err := optimize.Solve(p)
+	var pl optimize.Plan
+	if f.policy == "latency" {
+		pl, err = optimize.Solve(p)
+	} else {
+		pl, err = optimize.SolveLocalFirst(p, f.localFill)
+	}
 	if err != nil {
 		return usageError{fmt.Errorf("--input %s: %w", f.input, err)}
 	}
 	out := renderPlan(p, pl)
+	out.Policy = f.policy
+	if f.explain {
+		ex, err := optimize.ExplainLocalFirst(p, f.localFill, pl)
+		if err != nil {
+			return usageError{fmt.Errorf("--input %s: %w", f.input, err)}
+		}
+		out.Explain = map[string]planExplanation{}
+		for _, e := range ex {
+			out.Explain[e.Region] = planExplanation{Verdict: e.Verdict, Reason: e.Reason}
+		}
+	}
 	w := cmd.OutOrStdout()
 	if f.output == "text" {
 		return writePlanText(w, p, pl, out)
@@ -512,6 +554,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // planOutput is the JSON output of `global plan`; field order is the
 // output's key order, maps come out sorted by key.
 type planOutput struct {
+	Policy          string                        `json:"policy"`
 	Fractions       map[string]map[string]float64 `json:"fractions"`
 	Shed            map[string]float64            `json:"shed"`
 	CostMs          float64                       `json:"cost_ms"`
@@ -519,6 +562,15 @@ type planOutput struct {
 	LoadRPS         map[string]float64            `json:"load_rps"`
 	Iterations      int                           `json:"iterations"`
 	Gap             float64                       `json:"gap"`
+	// Explain (with --explain): per region, why its demand stayed, moved
+	// or was shed.
+	Explain map[string]planExplanation `json:"explain,omitempty"`
+}
+
+// planExplanation is one region's verdict and its reason.
+type planExplanation struct {
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason"`
 }
 
 // fractionUnit is the resolution of printed shares.
@@ -630,7 +682,20 @@ func writePlanText(w io.Writer, p optimize.Problem, pl optimize.Plan, out planOu
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "cost %.3f ms per request (local-only %.3f ms), headroom %g, %d iterations, gap %.3g ms\n",
-		out.CostMs, out.LocalOnlyCostMs, p.Headroom, out.Iterations, out.Gap)
-	return err
+	if _, err := fmt.Fprintf(w, "cost %.3f ms per request (local-only %.3f ms), headroom %g, policy %s, %d iterations, gap %.3g ms\n",
+		out.CostMs, out.LocalOnlyCostMs, p.Headroom, out.Policy, out.Iterations, out.Gap); err != nil {
+		return err
+	}
+	if len(out.Explain) > 0 {
+		if _, err := fmt.Fprintln(w, "why:"); err != nil {
+			return err
+		}
+		for _, r := range p.Regions {
+			e := out.Explain[r.Name]
+			if _, err := fmt.Fprintf(w, "  %s: %s: %s\n", r.Name, e.Verdict, e.Reason); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/optimize"
 )
 
 // workedExampleJSON is DESIGN.md §5: demand A 90, B 120, C 40 rps;
@@ -82,13 +82,13 @@ func checkRows(t *testing.T, out planOutput) {
 
 func TestGlobalPlanWorkedExample(t *testing.T) {
 	path := writeTemp(t, workedExampleJSON("1.0"))
-	s, err := runPlan(t, "", "--input", path)
+	s, err := runPlan(t, "", "--input", path, "--policy", "latency")
 	if err != nil {
 		t.Fatalf("plan: %v", err)
 	}
 	// Stable key order.
 	last := -1
-	for _, key := range []string{`"fractions"`, `"shed"`, `"cost_ms"`, `"local_only_cost_ms"`, `"load_rps"`, `"iterations"`, `"gap"`} {
+	for _, key := range []string{`"policy"`, `"fractions"`, `"shed"`, `"cost_ms"`, `"local_only_cost_ms"`, `"load_rps"`, `"iterations"`, `"gap"`} {
 		at := strings.Index(s, key)
 		if at <= last {
 			t.Fatalf("key %s out of order in\n%s", key, s)
@@ -117,7 +117,7 @@ func TestGlobalPlanWorkedExample(t *testing.T) {
 	}
 
 	// The same problem twice gives the same bytes.
-	again, err := runPlan(t, "", "--input", path)
+	again, err := runPlan(t, "", "--input", path, "--policy", "latency")
 	if err != nil || again != s {
 		t.Errorf("second run differs (err %v)", err)
 	}
@@ -142,8 +142,54 @@ func TestGlobalPlanHeadroomStdin(t *testing.T) {
 	t.Logf("headroom 0.9: shed %.2f rps, loads %v", shed, out.LoadRPS)
 }
 
+// The default policy is the global controller's, local-first; --explain
+// says per region why its demand stayed, moved or was shed.
+func TestGlobalPlanLocalFirstExplain(t *testing.T) {
+	s, err := runPlan(t, workedExampleJSON("1"), "--input", "-", "--explain")
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	var out planOutput
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		t.Fatalf("%v\n%s", err, s)
+	}
+	t.Logf("\n%s", s)
+	if out.Policy != "local-first" || out.Fractions["a"]["a"] != 1 || out.Fractions["c"]["c"] != 1 {
+		t.Errorf("policy %q fractions %v: want local-first with a and c wholly home", out.Policy, out.Fractions)
+	}
+	if bc := out.Fractions["b"]["c"] * 120; bc < 10 || bc > 35 {
+		t.Errorf("b→c %.1f rps, want about 20", bc)
+	}
+	for region, verdict := range map[string]string{"a": "local", "b": "spill", "c": "local"} {
+		if e := out.Explain[region]; e.Verdict != verdict || e.Reason == "" {
+			t.Errorf("%s: explanation %+v, want verdict %s", region, e, verdict)
+		}
+	}
+	txt, err := runPlan(t, workedExampleJSON("1"), "--input", "-", "--explain", "--output", "text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"policy local-first", "why:", "b: spill: demand 120 rps exceeds the local fill 90 rps", "to c (RTT 30 ms)"} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("text output lacks %q:\n%s", want, txt)
+		}
+	}
+	for _, args := range [][]string{
+		{"--policy", "fastest"},
+		{"--policy", "latency", "--explain"},
+		{"--local-fill", "0"},
+		{"--local-fill", "1.5"},
+	} {
+		if _, err := runPlan(t, workedExampleJSON("1"), append([]string{"--input", "-"}, args...)...); err == nil {
+			t.Errorf("%v accepted", args)
+		} else if !errors.As(err, new(usageError)) {
+			t.Errorf("%v: %v is not a usage error", args, err)
+		}
+	}
+}
+
 func TestGlobalPlanText(t *testing.T) {
-	s, err := runPlan(t, workedExampleJSON("1"), "--input", "-", "--output", "text")
+	s, err := runPlan(t, workedExampleJSON("1"), "--input", "-", "--output", "text", "--policy", "latency")
 	if err != nil {
 		t.Fatalf("plan: %v", err)
 	}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strconv"
+
 	"github.com/spf13/cobra"
 
 	"github.com/isobar-mesh/isobar/lab"
@@ -9,6 +12,7 @@ import (
 func newLabCmd(ro *rootOpts) *cobra.Command {
 	var cfg lab.Config
 	var ef engineFlags
+	var regionRPS map[string]string
 	cmd := &cobra.Command{
 		Use:   "lab",
 		Short: "Run the embedded default: a simulated multi-region fleet with traffic and a live view",
@@ -37,10 +41,21 @@ lab issues the operator certificate operator-lab.pem next to its CA under
   isobar lab --regions us-east,eu-west --cells 2 --rps 3
   isobar lab --duration 30s --report lab.json
   isobar lab --gpu rtx-pro-6000 --model llama-3.1-70b-awq   # physics engine instead of the fitted 70b-awq profile
+  isobar lab --duration 120s --region-rps us-east=8 --rps 1   # overload one region, the others light
   isobar lab --dir run1 --admin-listen 127.0.0.1:9443   # then: isobar chaos run kill-cell --target 127.0.0.1:9443 \
       #   --tls-cert run1/pki/operator-lab.pem --tls-key run1/pki/operator-lab-key.pem --tls-ca run1/pki/ca.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			for name, v := range regionRPS {
+				rps, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return usageError{fmt.Errorf("--region-rps %s=%q: not a number", name, v)}
+				}
+				if cfg.RegionRPS == nil {
+					cfg.RegionRPS = map[string]float64{}
+				}
+				cfg.RegionRPS[name] = rps
+			}
 			if f := cmd.Flags(); ef.physics(f) {
 				if _, err := ef.resolve(f); err != nil {
 					return err
@@ -67,6 +82,7 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 	f.StringSliceVar(&cfg.Regions, "regions", lab.DefaultRegions(), "region names; the first hosts the global pair")
 	f.IntVar(&cfg.Cells, "cells", 3, "cells (simulated GPUs) per region")
 	f.Float64Var(&cfg.RPS, "rps", 0, "mean request rate per region (default: one per cell)")
+	f.StringToStringVar(&regionRPS, "region-rps", nil, "mean request rate of named regions, overriding --rps (e.g. us-east=8,eu-west=1)")
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 128, "output tokens per request")
 	f.DurationVar(&cfg.Duration, "duration", 0, "run this long, then stop (0: until Ctrl-C)")
 	f.StringVar(&cfg.Report, "report", "", "write the figures as JSON to this file when the run ends")
@@ -75,7 +91,7 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 	f.Float64Var(&cfg.TimeScale, "time-scale", 1, "multiply every simulated duration (0.1 runs 10x faster)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "cellagent heartbeat interval (default 500ms)")
 	f.DurationVar(&cfg.Jitter, "jitter", 0, "WAN jitter added to every inter-region path (default 2ms)")
-	f.StringVar(&cfg.LB, "lb", "xds", "gateway load balancing: xds (isobar's weights), rr or lr (baselines)")
+	f.StringVar(&cfg.LB, "lb", "isobar", "gateway load balancing: isobar (least expected TTFT among the endpoints isobar's weights admit), xds (the pushed cluster policy, as Envoy runs it), rr or lr (Envoy baselines)")
 	f.IntVar(&cfg.Globals, "globals", 0, "members of the global HA pair (default 2; 0 with one region)")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "turn mTLS off (default: every gRPC link and etcd use mTLS with identities from a run-local CA); logs a warning")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for the run's certificates and etcd data (default: a temporary one)")

@@ -27,7 +27,7 @@ func newRegionalCmd(ro *rootOpts) *cobra.Command {
 		Long: `Run one datacenter's regional controller.
 
 Cellagents stream heartbeats to --listen (gRPC CellRegistry); the controller
-tracks each cell's lifecycle, scores its pressure from 10 signals, projects
+tracks each cell's lifecycle, scores its pressure from 11 signals, projects
 endpoint weights and serves them over ADS on the same address to the
 region's Envoy (and isobar gateways, and proxyless gRPC clients).
 --http-listen serves /metrics, /debug/cells[/ID] and the drain API

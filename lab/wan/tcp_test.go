@@ -37,10 +37,11 @@ func rttStats(t *testing.T, c net.Conn, n int) []time.Duration {
 func median(s []time.Duration) time.Duration { return s[len(s)/2] }
 
 // TestRTTIsTwiceDelay: the round trip through a path with one-way delay d
-// to a TCP echo server takes 2d, a few ms of scheduling at most on top,
-// and never less. SetDelay changes it for the bytes sent after it.
+// to a TCP echo server never takes less than 2d. SetDelay changes it for
+// the bytes sent after it. How much scheduling adds on top depends on the
+// machine's load, so it is logged, not bounded; TestSetDelayExact checks
+// the exact delivery time on a fake clock.
 func TestRTTIsTwiceDelay(t *testing.T) {
-	const slack = 6 * time.Millisecond
 	srv := startEcho(t)
 	p := newProxy(t, Config{Target: srv.addr()}, Deps{})
 	c := dial(t, p.Addr())
@@ -52,9 +53,6 @@ func TestRTTIsTwiceDelay(t *testing.T) {
 		t.Logf("delay %v: RTT min %v median %v max %v", delay, rtts[0], median(rtts), rtts[len(rtts)-1])
 		if rtts[0] < 2*delay {
 			t.Errorf("delay %v: fastest RTT %v is below 2×delay", delay, rtts[0])
-		}
-		if m := median(rtts); m > 2*delay+slack {
-			t.Errorf("delay %v: median RTT %v exceeds 2×delay + %v", delay, m, slack)
 		}
 	}
 	if d, j := p.Delay(); d != 8*time.Millisecond || j != 0 {
@@ -120,7 +118,10 @@ func TestSetDelayExact(t *testing.T) {
 }
 
 // TestJitterSpreadsRTT: jitter spreads round-trip times over
-// 2×(delay ± jitter) around 2×delay; without it they are tight.
+// 2×(delay ± jitter) around 2×delay. Only the sides that machine load
+// cannot produce are checked: a spread at least the jitter, nothing faster
+// than 2×(delay-jitter), a median not below 2×delay-slack. That the RTT is
+// tight without jitter is TestSetDelayExact's, on a fake clock.
 func TestJitterSpreadsRTT(t *testing.T) {
 	const delay, jitter, slack = 10 * time.Millisecond, 8 * time.Millisecond, 6 * time.Millisecond
 	srv := startEcho(t)
@@ -134,9 +135,7 @@ func TestJitterSpreadsRTT(t *testing.T) {
 	// p10..p90 spread: robust to a scheduling outlier on a busy machine.
 	spread := func(s []time.Duration) time.Duration { return s[len(s)*9/10] - s[len(s)/10] }
 	t.Logf("no jitter: RTT %v..%v; jitter ±%v: RTT %v..%v median %v", steady[0], steady[len(steady)-1], jitter, jittered[0], jittered[len(jittered)-1], median(jittered))
-	if s := spread(steady); s > slack {
-		t.Errorf("RTT p10..p90 spread without jitter %v, want under %v", s, slack)
-	}
+	t.Logf("p10..p90 spread without jitter %v, with ±%v jitter %v", spread(steady), jitter, spread(jittered))
 	// Two uniform ±8 ms samples per round trip: p10..p90 is about 17 ms.
 	if s := spread(jittered); s < jitter {
 		t.Errorf("RTT p10..p90 spread with jitter ±%v is only %v", jitter, s)
@@ -144,8 +143,8 @@ func TestJitterSpreadsRTT(t *testing.T) {
 	if jittered[0] < 2*(delay-jitter) {
 		t.Errorf("fastest jittered RTT %v below 2×(delay-jitter) = %v", jittered[0], 2*(delay-jitter))
 	}
-	if m := median(jittered); m < 2*delay-slack || m > 2*delay+slack {
-		t.Errorf("median jittered RTT %v, want %v ± %v", m, 2*delay, slack)
+	if m := median(jittered); m < 2*delay-slack {
+		t.Errorf("median jittered RTT %v, want at least %v - %v", m, 2*delay, slack)
 	}
 }
 

@@ -1,9 +1,16 @@
-// Package optimize is the cross-region optimiser of the global controller:
+// Package optimize is the cross-region optimiser both tiers plan with (the
+// global controller each cycle, a region for its fallback plan):
 // given each region's ingress demand, capacity and engine latency and the
 // RTT between regions, it decides which share of each region's demand is
 // served where, and which share is shed. It owns the problem (Problem,
 // Validate), the latency model, the objective (Cost), the solver (Solve),
-// the local-only baseline (LocalOnly) and plan damping (Damp).
+// the local-only baseline (LocalOnly), plan damping (Damp) and the routing
+// policy both tiers plan with (SolveLocalFirst): demand stays home while
+// a region's own headroom covers it, only the excess is placed by Solve,
+// nearest region with room first, and only what nobody can serve is shed.
+// Solve alone is the latency optimum, which spills at moderate load when
+// a remote region's marginal latency plus the RTT undercuts a loaded
+// home's.
 //
 // # Concurrency and contracts
 //
@@ -116,7 +123,7 @@
 // MaxIterations rounds. Plan.Iterations counts the rounds.
 //
 // Measured (go test -run '^$' -bench Solve -benchtime 30x -count 3
-// ./global/optimize/, a shared 2-core machine with other work on it;
+// ./optimize/, a shared 2-core machine with other work on it;
 // random instances with regions on a 10,000 × 5,000 km map, RTT = 2 ms +
 // 1 ms per 100 km, capacity 50–500 rps, demand 30–110 % of capacity (70 %
 // on average), headroom 0.9; five seeds): 10 regions in 0.08–0.11 ms and

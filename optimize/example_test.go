@@ -3,7 +3,7 @@ package optimize_test
 import (
 	"fmt"
 
-	"github.com/isobar-mesh/isobar/global/optimize"
+	"github.com/isobar-mesh/isobar/optimize"
 )
 
 // The worked example of the design: B's 120 rps overload its 100 rps, and
