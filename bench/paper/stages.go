@@ -271,12 +271,8 @@ func (r *runner) calibration(ctx context.Context) error {
 }
 
 // sustainable reports whether policy p holds class c's SLO at rps.
-func (r *runner) sustainable(p Policy, c load.Class, rps float64, seed uint64) (bool, reqStats, error) {
-	return r.sustainableIn(runSpec{policy: p, seed: seed}, c, rps)
-}
-
-// sustainableIn is sustainable on the fleet spec describes (its requests
-// and until are filled in here).
+// sustainableIn reports whether the fleet spec describes holds class c's
+// SLO at rps (its requests and until are filled in here).
 func (r *runner) sustainableIn(spec runSpec, c load.Class, rps float64) (bool, reqStats, error) {
 	pl := r.plan
 	w := workload{mix: []mixPart{{c, 1}}, rps: rps, duration: pl.sloWarm + pl.sloDur + pl.sloCool, seed: spec.seed}
