@@ -270,7 +270,6 @@ func (r *runner) calibration(ctx context.Context) error {
 	return nil
 }
 
-// sustainable reports whether policy p holds class c's SLO at rps.
 // sustainableIn reports whether the fleet spec describes holds class c's
 // SLO at rps (its requests and until are filled in here).
 func (r *runner) sustainableIn(spec runSpec, c load.Class, rps float64) (bool, reqStats, error) {
