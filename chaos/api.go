@@ -168,6 +168,9 @@ type EndpointState struct {
 	Weight      uint32 `json:"weight"`
 	Priority    uint32 `json:"priority"`
 	MaxModelLen uint32 `json:"max_model_len,omitempty"`
+	// Degraded: the endpoint is published with EDS health DEGRADED (a
+	// hardware derate): Envoy keeps it as a standby tier.
+	Degraded bool `json:"degraded,omitempty"`
 }
 
 // GlobalState is one member of the global pair.

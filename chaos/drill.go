@@ -92,7 +92,7 @@ func Drills() []*Drill {
 			Needs: []FaultKind{FaultPartition}, Detects: "the global leader marks the region down", Reroutes: "the leader knows and no other region routes to it",
 			plan: planPartition, detected: regionsDown, rerouted: regionsAvoided},
 		{Name: "brownout", Summary: "a fraction of a region's GPUs throttle thermally",
-			Needs: []FaultKind{FaultThrottle}, Detects: "the throttled cells' pressure exceeds every healthy cell's", Reroutes: "their data-plane weight drops below every healthy cell's",
+			Needs: []FaultKind{FaultThrottle}, Detects: "the throttled cells' pressure exceeds every healthy cell's", Reroutes: "the data plane holds them as DEGRADED (or weighted below every healthy cell)",
 			plan: planCells(FaultThrottle), detected: throttledPressure, rerouted: throttledWeight},
 		{Name: "jitter", Summary: "added delay and jitter on every WAN path of one site",
 			Needs: []FaultKind{FaultWANDelay}, Detects: "gossip RTT from the site rises by the injected delay",
@@ -394,7 +394,7 @@ func throttledWeight(t *target, s *FleetState) bool {
 		return false
 	}
 	for _, id := range t.cells {
-		if e, ok := r.Endpoint(id); ok && e.Weight >= lo {
+		if e, ok := r.Endpoint(id); ok && !e.Degraded && e.Weight >= lo {
 			return false
 		}
 	}

@@ -234,7 +234,7 @@ func (l *Lab) State() chaos.FleetState {
 		if t := r.Gateway.Table(); t != nil {
 			for _, e := range t.Clusters[cluster].Endpoints {
 				rs.Endpoints = append(rs.Endpoints, chaos.EndpointState{Cell: e.Cell, Region: e.Region, Weight: e.Weight,
-					Priority: e.Priority, MaxModelLen: e.MaxModelLen})
+					Priority: e.Priority, MaxModelLen: e.MaxModelLen, Degraded: e.Degraded})
 			}
 		}
 		if rtt := r.Gossip.RTT(); len(rtt) > 0 {

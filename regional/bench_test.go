@@ -22,8 +22,10 @@ import (
 
 // BenchmarkCycle measures one control cycle at N cells: score every cell,
 // project weights, build and validate the xDS snapshot and set it in the
-// cache. Every iteration changes every cell's load so weights move and a
-// full push happens (the worst case; a quiet cycle pushes nothing).
+// cache. Weights follow slow facts, not load, so a cycle whose loads
+// change pushes nothing; every iteration changes every cell's load (new
+// signals for the scorer) and marks the routes new, which forces the full
+// build and push of a cycle that does publish (the worst case).
 func BenchmarkCycle(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("cells=%d", n), func(b *testing.B) {
@@ -50,6 +52,7 @@ func BenchmarkCycle(b *testing.B) {
 				for j, hb := range hbs {
 					hb.Signals.QueueDepth = &loads[(i+j)%2]
 				}
+				r.routesNew = true
 				clock.Advance(cfg.Projection.MinInterval)
 				now := clock.Now()
 				for _, c := range r.cells {

@@ -19,12 +19,14 @@ import (
 // registry view: score every cell (regional/score), project weights
 // (regional/projection) and build, validate and set the xDS snapshot
 // (regional/xds.Server.Push, on a server of its own so the live one's
-// clients see nothing). Every cycle alternates each cell's queue depth so
-// every weight moves and a full push happens (the worst case, as in
-// regional's BenchmarkCycle): even cycles score each cell's own signals,
-// odd ones a saturated copy (queue, TTFT, KV cache and GPU pinned high),
-// alternating per cell. A cycle whose push changed nothing is an error: it
-// would time a no-op. It runs at most samples cycles within budget
+// clients see nothing). Every cycle alternates each cell's signals and
+// its measured speed (capacity class) so every weight moves and a full
+// push happens (the worst case): even cycles score each cell's own signals
+// at full speed, odd ones a saturated copy (queue, TTFT, KV cache and GPU
+// pinned high) at a quarter speed, alternating per cell. Load signals
+// alone no longer move weights (they carry eligibility and capacity), so
+// the speed is what changes each band. A cycle whose push changed nothing
+// is an error: it would time a no-op. It runs at most samples cycles within budget
 // and returns each cycle's duration in ms.
 //
 // The mapping from a cell to the scorer's input mirrors the registry's:
@@ -64,6 +66,9 @@ func cycleCost(ctx context.Context, region string, view *regional.View, samples 
 		port, _ := strconv.ParseUint(portStr, 10, 32)
 		targets[i] = target{host, uint32(port)}
 	}
+	// The relative speed of a cell's own and saturated cycles: full speed
+	// and a quarter, two bands apart.
+	cycleSpeed := [2]float64{1, 0.25}
 	pcells := make([]projection.Cell, len(view.Cells))
 	now := view.At
 	version := ""
@@ -73,8 +78,9 @@ func cycleCost(ctx context.Context, region string, view *regional.View, samples 
 		now = now.Add(pcfg.MinInterval) // projection time, not wall time
 		t0 := clock.Now()
 		for j, c := range view.Cells {
-			res := scfg.Score(inputs[j][(i+j)%2])
-			pcells[j] = projection.Cell{ID: c.ID, State: c.State, Pressure: res.Pressure}
+			k := (i + j) % 2
+			res := scfg.Score(inputs[j][k])
+			pcells[j] = projection.Cell{ID: c.ID, State: c.State, Pressure: res.Pressure, Speed: cycleSpeed[k]}
 			if s := c.Signals; c.VLLM.OK && s != nil && s.ErrorRate != nil {
 				pcells[j].ErrorRate, pcells[j].ErrorOK, pcells[j].ErrorRequests = *s.ErrorRate, true, s.GetWindowRequests()
 			}
