@@ -37,7 +37,10 @@ func TestTracingAcrossGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = conn.Close()
-	srv.Stop()
+	// GracefulStop returns once every server goroutine has finished, so the
+	// server span has ended (its stats handler runs as the RPC finishes,
+	// which Stop does not wait for) before the flush below.
+	srv.GracefulStop()
 	shutdownTracing(tr) // flushes the batch
 	traces := map[string][]string{}
 	dec := json.NewDecoder(strings.NewReader(out.String()))
