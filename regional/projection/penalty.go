@@ -63,8 +63,9 @@ func (p *penalty) level() float64 {
 }
 
 // update advances the penalty to now given the cell's latest error rate and
-// reports whether it tripped anew.
-func (p *penalty) update(now time.Time, cfg PenaltyConfig, c Cell) bool {
+// reports whether it tripped anew. With allowTrip false a clear cell does
+// not trip whatever its error rate (the penalty cap is reached).
+func (p *penalty) update(now time.Time, cfg PenaltyConfig, c Cell, allowTrip bool) bool {
 	p.justCleared = false
 	need := cfg.MinRequests
 	if p.phase != phaseClear {
@@ -77,6 +78,9 @@ func (p *penalty) update(now time.Time, cfg PenaltyConfig, c Cell) bool {
 			if until := now.Add(p.hold); until.After(p.holdUntil) {
 				p.holdUntil = until
 			}
+			return false
+		}
+		if p.phase == phaseClear && !allowTrip {
 			return false
 		}
 		p.trips++

@@ -58,6 +58,13 @@ type PenaltyConfig struct {
 	// ClearAfter: a cell whose penalty cleared and that stays clean this
 	// long has its trip count reset. Default 30 s.
 	ClearAfter time.Duration
+	// MaxHeldPercent caps the cells under a penalty at once, as a share of
+	// the Ready cells, like Envoy's max_ejection_percent: a new trip that
+	// would pass it does not happen (the cell keeps its weight; the data
+	// plane's own outlier detection still applies), except that one cell
+	// may always be held. It keeps a fleet-wide error burst — an overload,
+	// a bad client — from emptying a region's load balancer. Default 50.
+	MaxHeldPercent float64
 }
 
 // DefaultConfig returns the documented defaults.
@@ -76,6 +83,7 @@ func DefaultConfig() Config {
 			BaseHold:       5 * time.Second,
 			MaxHold:        60 * time.Second,
 			ClearAfter:     30 * time.Second,
+			MaxHeldPercent: 50,
 		},
 		Derate: DerateConfig{On: 1, Off: 0.6, MinHold: 10 * time.Second},
 	}
@@ -97,6 +105,7 @@ func (c Config) Validate() error {
 		{"MinInterval must be >= 0", c.MinInterval >= 0},
 		{"DrainRamp must be >= 0", c.DrainRamp >= 0},
 		{"Penalty.ErrorThreshold must be in (0, 1)", p.ErrorThreshold > 0 && p.ErrorThreshold < 1},
+		{"Penalty.MaxHeldPercent must be in [0, 100]", p.MaxHeldPercent >= 0 && p.MaxHeldPercent <= 100},
 		{"Penalty.MinRequests must be >= 0", p.MinRequests >= 0},
 		{"Penalty.ProbeRequests must be >= 1", p.ProbeRequests >= 1},
 		{"Penalty.ProbeSlot must be > 0 and <= BaseHold", p.ProbeSlot > 0 && p.ProbeSlot <= p.BaseHold},
@@ -228,6 +237,17 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	urgentReason, driftReason := "", ""
 	targets := p.targets[:0]
 
+	// The penalty cap: cells held or on probation now, against the Ready
+	// cells.
+	held, ready := 0, 0
+	for _, c := range cells {
+		if c.State == lifecycle.Ready {
+			ready++
+		}
+		if st := p.cells[c.ID]; st != nil && st.pen.phase != phaseClear {
+			held++
+		}
+	}
 	for _, c := range cells {
 		st := p.cells[c.ID]
 		if st == nil {
@@ -235,7 +255,12 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 			p.cells[c.ID] = st
 		}
 		st.gen = p.gen
-		if st.pen.update(now, p.cfg.Penalty, c) {
+		wasClear := st.pen.phase == phaseClear
+		allowTrip := !wasClear || held == 0 || float64(held+1)*100 <= p.cfg.Penalty.MaxHeldPercent*float64(ready)
+		if st.pen.update(now, p.cfg.Penalty, c, allowTrip) {
+			if wasClear {
+				held++
+			}
 			d.NewTrips = append(d.NewTrips, c.ID)
 			if st.published > 0 && urgentReason == "" {
 				urgentReason = "penalty tripped on " + c.ID

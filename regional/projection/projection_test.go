@@ -2,6 +2,7 @@ package projection
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -431,5 +432,33 @@ func BenchmarkProject1000(b *testing.B) {
 	for b.Loop() {
 		now = now.Add(100 * time.Millisecond)
 		p.Project(now, cells)
+	}
+}
+
+// TestPenaltyCap: an error burst across a whole region (an overload, a bad
+// client) holds at most MaxHeldPercent of the Ready cells (one at least),
+// so it cannot empty the load balancer; the others keep their weight.
+func TestPenaltyCap(t *testing.T) {
+	for _, tc := range []struct {
+		cells, wantHeld int
+	}{{1, 1}, {3, 1}, {4, 2}, {9, 4}} {
+		p, err := New(DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cells []Cell
+		for i := range tc.cells {
+			cells = append(cells, Cell{ID: fmt.Sprintf("c%d", i), State: lifecycle.Ready, ErrorOK: true, ErrorRate: 1, ErrorRequests: 20})
+		}
+		d := p.Project(t0, cells)
+		held := 0
+		for _, w := range d.Weights {
+			if w.Published == 0 {
+				held++
+			}
+		}
+		if held != tc.wantHeld || len(d.NewTrips) != tc.wantHeld {
+			t.Errorf("%d failing cells: %d held (%d trips), want %d", tc.cells, held, len(d.NewTrips), tc.wantHeld)
+		}
 	}
 }
