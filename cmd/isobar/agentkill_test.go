@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/isobar-mesh/isobar/gateway"
 )
 
@@ -54,15 +51,7 @@ func TestAgentSIGKILLLeavesEDS(t *testing.T) {
 			"--vllm-url", "http://"+api+"/metrics", "--dcgm-url", "http://"+dcgm+"/metrics", "--insecure")
 	}
 
-	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl, NodeID: "agent-kill-test"},
-		gateway.WatchDeps{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := startWatcher(t, ctrl, "agent-kill-test")
 	// within is a liveness deadline far under the TTL: reaching it means
 	// the removal did not come from the broken stream.
 	wait := func(what string, within time.Duration, cond func(map[string]uint32) bool) gateway.Assignment {

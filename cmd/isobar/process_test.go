@@ -141,15 +141,7 @@ func TestProcessesSIGKILL(t *testing.T) {
 			"--vllm-url", "http://"+api+"/metrics", "--dcgm-url", "http://"+dcgm+"/metrics", "--insecure"))
 	}
 
-	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl, NodeID: "process-test"},
-		gateway.WatchDeps{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := startWatcher(t, ctrl, "process-test")
 	wait := func(what string, cond func(map[string]uint32) bool) gateway.Assignment {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -240,4 +232,20 @@ func TestGlobalPairSIGKILL(t *testing.T) {
 	if strings.HasPrefix(id2, name+"@") {
 		t.Errorf("new leader %s, want the other member", id2)
 	}
+}
+
+// startWatcher subscribes an independent xDS client (the gateway's ADS
+// watcher) to the controller at ctrl as node; it stops with the test.
+func startWatcher(t *testing.T, ctrl, node string) *gateway.Watcher {
+	t.Helper()
+	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl, NodeID: node},
+		gateway.WatchDeps{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return w
 }
