@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
@@ -115,6 +116,9 @@ func (p *picker) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 			break
 		}
 		if h.st.acquire(p.limit) {
+			if p.mode == LBIsobar {
+				h.st.spendProbe()
+			}
 			return h, pickOK
 		}
 		saturated = true
@@ -677,6 +681,16 @@ func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
 	return pr.hosts[j]
 }
 
+// placeable: --lb isobar's own limits on a host, beyond what Envoy
+// checks. A host whose probe budget is spent takes nothing more until the
+// controller publishes it again (count-bounded probation), and a host is
+// sent no prompt above what its rejection memory allows (contextMemory).
+// When they leave no host, the pick falls back to scan, which ignores
+// them: a request is never refused for a guess.
+func placeable(h *hostRT, q pickQuery) bool {
+	return !h.st.probeSpent() && (h.st.ctx == nil || h.st.ctx.fits(q.tokens, time.Unix(0, q.now)))
+}
+
 // place is --lb isobar within the chosen priority: least expected TTFT
 // (package placement) over the acceptable hosts of the source Envoy would
 // use — the priority's healthy hosts (its degraded ones when the priority
@@ -689,7 +703,7 @@ func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, in func(j int) b
 	hosts, inputs := s.placeHosts[:0], s.placeIn[:0]
 	defer func() { s.placeHosts, s.placeIn = hosts[:0], inputs[:0] }() // reused: s.mu is held
 	for j, h := range pr.hosts {
-		if !in(j) || localities && s.localityWeighted && pr.localities[pr.locOf[j]].weight == 0 || !p.accepts(h, q.exclude) {
+		if !in(j) || localities && s.localityWeighted && pr.localities[pr.locOf[j]].weight == 0 || !p.accepts(h, q.exclude) || !placeable(h, q) {
 			continue
 		}
 		hosts = append(hosts, h)

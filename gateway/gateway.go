@@ -299,7 +299,7 @@ func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
 			}
 		}
 	}
-	t := buildTable(&g.in, g.cfg.RouteName, g.cfg.Region, g.reg, &g.picker)
+	t := buildTable(&g.in, g.cfg.RouteName, g.cfg.Region, g.reg, &g.picker, g.clock.Now())
 	g.tbl.Store(t)
 	if old != nil {
 		for l := range old.labels {

@@ -49,6 +49,15 @@ type hostState struct {
 	// 0 or past: not ejected.
 	ejectedUntil atomic.Int64
 
+	// ctx is the address's rejection memory (--lb isobar), kept by the
+	// registry across the address's absence from EDS.
+	ctx *contextMemory
+	// probeArmed is set while the endpoint carries a probe budget
+	// (probation after an error-rate penalty); probeLeft is what is left of
+	// it. --lb isobar sends the endpoint no request once it is spent.
+	probeArmed atomic.Bool
+	probeLeft  atomic.Int64
+
 	mu          sync.Mutex
 	consecutive uint32    // consecutive failures (upstream 5xx, and local origin unless split)
 	localFails  uint32    // consecutive local-origin failures, when split
@@ -72,6 +81,36 @@ func (h *hostState) acquire(limit int64) bool {
 }
 
 func (h *hostState) release() { h.inflight.Add(-1) }
+
+// setProbeBudget applies the endpoint's published probe budget: a budget
+// arms the count once (a repeated push of the same probe slot does not
+// refill it); 0 disarms it.
+func (h *hostState) setProbeBudget(budget uint32) {
+	if budget == 0 {
+		h.probeArmed.Store(false)
+		return
+	}
+	if !h.probeArmed.Load() {
+		h.probeLeft.Store(int64(budget))
+		h.probeArmed.Store(true)
+	}
+}
+
+// probeSpent reports an armed probe budget with nothing left.
+func (h *hostState) probeSpent() bool { return h.probeArmed.Load() && h.probeLeft.Load() <= 0 }
+
+// spendProbe takes one request from an armed probe budget.
+func (h *hostState) spendProbe() {
+	if !h.probeArmed.Load() {
+		return
+	}
+	for {
+		n := h.probeLeft.Load()
+		if n <= 0 || h.probeLeft.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
 
 // recordSuccess resets the consecutive-failure count.
 func (h *hostState) recordSuccess() {
@@ -162,16 +201,20 @@ type hostRegistry struct {
 	mu       sync.Mutex
 	hosts    map[string]*hostState
 	clusters map[string]*clusterState
+	// memories are the rejection memories by address, kept while the
+	// address is listed or its memory has not expired.
+	memories map[string]*contextMemory
 }
 
 func newHostRegistry() *hostRegistry {
-	return &hostRegistry{hosts: make(map[string]*hostState), clusters: make(map[string]*clusterState)}
+	return &hostRegistry{hosts: make(map[string]*hostState), clusters: make(map[string]*clusterState),
+		memories: make(map[string]*contextMemory)}
 }
 
 // sync returns the state of each address and cluster name, creating what is
 // new and forgetting what is no longer listed (requests still holding a
 // forgotten state finish with it).
-func (r *hostRegistry) sync(addrs map[string]struct{}, clusters map[string]struct{}) (map[string]*hostState, map[string]*clusterState) {
+func (r *hostRegistry) sync(addrs map[string]struct{}, clusters map[string]struct{}, now time.Time) (map[string]*hostState, map[string]*clusterState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for a := range r.hosts {
@@ -179,9 +222,19 @@ func (r *hostRegistry) sync(addrs map[string]struct{}, clusters map[string]struc
 			delete(r.hosts, a)
 		}
 	}
+	for a, m := range r.memories {
+		if _, ok := addrs[a]; !ok && m.expired(now) {
+			delete(r.memories, a)
+		}
+	}
 	for a := range addrs {
 		if r.hosts[a] == nil {
-			r.hosts[a] = &hostState{addr: a}
+			m := r.memories[a]
+			if m == nil {
+				m = &contextMemory{}
+				r.memories[a] = m
+			}
+			r.hosts[a] = &hostState{addr: a, ctx: m}
 		}
 	}
 	for c := range r.clusters {

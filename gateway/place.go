@@ -66,6 +66,20 @@ func placementMetadata(ep, loc *core.Metadata) placementMeta {
 	return m
 }
 
+// maxProbeBudget bounds a believed probe budget: the controller's default
+// is 3; a larger budget than this is not a probe.
+const maxProbeBudget = 1 << 16
+
+// probeBudget reads an endpoint's xds.MetadataProbeBudget, 0 when absent
+// or not a whole number in [1, maxProbeBudget].
+func probeBudget(ep *core.Metadata) uint32 {
+	v, ok := metaNumber(ep.GetFilterMetadata()[xds.MetadataKey].GetFields(), xds.MetadataProbeBudget, maxProbeBudget)
+	if !ok || v < 1 || v != math.Trunc(v) {
+		return 0
+	}
+	return uint32(v)
+}
+
 // metaNumber returns fields[key] when it is a number in [0, limit].
 func metaNumber(fields map[string]*structpb.Value, key string, limit float64) (float64, bool) {
 	v, ok := fields[key].GetKind().(*structpb.Value_NumberValue)

@@ -394,6 +394,17 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens 
 		return a
 	}
 	a.resp, a.status = resp, resp.StatusCode
+	if h.st.ctx != nil {
+		switch {
+		case resp.StatusCode == http.StatusBadRequest:
+			// vLLM's answer to a prompt above its max_model_len; the
+			// gateway has already refused malformed bodies itself.
+			// (isobar_gateway_upstream_requests_total counts it as 4xx.)
+			h.st.ctx.refusedPrompt(tokens, g.clock.Now())
+		case resp.StatusCode < 300:
+			h.st.ctx.served(tokens)
+		}
+	}
 	kind := failNone
 	if resp.StatusCode >= 500 {
 		kind = fail5xx

@@ -497,6 +497,7 @@ func decodeAssignment(cla *endpoint.ClusterLoadAssignment) ([]Endpoint, error) {
 				LocalityWeight: loc.GetLoadBalancingWeight().GetValue(),
 				Priority:       loc.GetPriority(),
 				MaxModelLen:    maxLen,
+				ProbeBudget:    probeBudget(lb.GetMetadata()),
 				Degraded:       lb.GetHealthStatus() == core.HealthStatus_DEGRADED,
 
 				PrefillTokensPerSecond: place.prefillRate,

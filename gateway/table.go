@@ -76,7 +76,7 @@ type inputs struct {
 
 // buildTable links in to the registry's runtime state. region is this
 // gateway's region: endpoints of other (non-empty) regions are remote.
-func buildTable(in *inputs, routeName, region string, reg *hostRegistry, p *picker) *table {
+func buildTable(in *inputs, routeName, region string, reg *hostRegistry, p *picker, now time.Time) *table {
 	addrs := make(map[string]struct{})
 	names := make(map[string]struct{}, len(in.clusters))
 	for name, p := range in.clusters {
@@ -85,7 +85,7 @@ func buildTable(in *inputs, routeName, region string, reg *hostRegistry, p *pick
 			addrs[e.Address] = struct{}{}
 		}
 	}
-	hs, cs := reg.sync(addrs, names)
+	hs, cs := reg.sync(addrs, names, now)
 	t := &table{
 		view:     &Table{Clusters: make(map[string]ClusterView, len(in.clusters)), versions: in.versions},
 		clusters: make(map[string]*clusterRT, len(in.clusters)),
@@ -150,6 +150,7 @@ func buildCluster(name string, p *ClusterPolicy, eps []Endpoint, st *clusterStat
 	prios := make(map[uint32]*priorityRT)
 	for _, e := range eps {
 		h := &hostRT{ep: e, st: hs[e.Address], label: e.Cell, remote: e.Region != "" && e.Region != region}
+		h.st.setProbeBudget(e.ProbeBudget)
 		if h.label == "" {
 			h.label = e.Address
 		}

@@ -34,6 +34,11 @@ type Endpoint struct {
 	// MaxModelLen is the engine's context length from the metadata, 0 when
 	// unknown.
 	MaxModelLen uint32
+	// ProbeBudget is the endpoint's probe budget from the metadata
+	// (xds.MetadataProbeBudget), 0 when absent: on probation after an
+	// error-rate penalty, --lb isobar sends it at most this many requests
+	// while it stays in the assignment. Envoy ignores it.
+	ProbeBudget uint32
 	// Degraded: the endpoint's EDS health status is DEGRADED. Envoy (and
 	// the gateway) sends it traffic only in the share its priority's
 	// healthy endpoints cannot take.

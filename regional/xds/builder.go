@@ -100,10 +100,12 @@ type modelEntry struct {
 	canon        canonModel
 	cla          *endpoint.ClusterLoadAssignment
 
-	// The Envoy-only clusters, rebuilt with cla. classes and localClasses
-	// are bit masks over Config.ContextClasses of the classes present;
+	// The Envoy-only clusters, rebuilt with cla. sizes are the model's
+	// context classes (classSizes); classes and localClasses are bit masks
+	// over sizes of the classes present;
 	// clusters and assignments list the main cluster then the others in
 	// set order; subClusters memoises the Cluster of every name used.
+	sizes                 []uint32
 	classes, localClasses uint32
 	clusters              []*cluster.Cluster
 	assignments           []*endpoint.ClusterLoadAssignment
@@ -134,7 +136,10 @@ type endpointParts struct {
 	host     *endpoint.LbEndpoint_Endpoint
 	metadata *core.Metadata
 	lb       *endpoint.LbEndpoint
-	gen      uint64
+	// classLB is the LbEndpoint of the context-class clusters when the
+	// endpoint's ClassWeight differs from its Weight, else nil (lb serves).
+	classLB *endpoint.LbEndpoint
+	gen     uint64
 }
 
 // NewBuilder validates cfg (after applying defaults) and builds the
@@ -205,8 +210,8 @@ func (b *Builder) Build(st State) (*Resources, error) {
 		res.GRPC.Listeners = append(res.GRPC.Listeners, e.grpcListener)
 		res.GRPC.Clusters = append(res.GRPC.Clusters, e.cluster)
 		res.GRPC.Endpoints = append(res.GRPC.Endpoints, e.cla)
-		plans[i] = routePlan{model: m.name, shedPPM: m.shedPPM, classes: e.classes, localClasses: e.localClasses}
-		fmt.Fprintf(&key, "%s\x00%d\x00%d\x00%d\x00", m.name, m.shedPPM, e.classes, e.localClasses)
+		plans[i] = routePlan{model: m.name, shedPPM: m.shedPPM, sizes: e.sizes, classes: e.classes, localClasses: e.localClasses}
+		fmt.Fprintf(&key, "%s\x00%d\x00%v\x00%d\x00%d\x00", m.name, m.shedPPM, e.sizes, e.classes, e.localClasses)
 	}
 	if b.route == nil || b.routeKey != key.String() {
 		rc, err := b.buildRouteConfig(plans)
@@ -353,7 +358,8 @@ func (b *Builder) envoyRoute(name, cluster string, headers []*route.HeaderMatche
 type routePlan struct {
 	model                 string
 	shedPPM               uint32
-	classes, localClasses uint32 // bit i: Config.ContextClasses[i] is present
+	sizes                 []uint32 // the model's context classes
+	classes, localClasses uint32   // bit i: sizes[i] is present
 }
 
 // shedFault returns the per-route fault config that aborts ppm parts per
@@ -412,10 +418,10 @@ func rangeHeader(name string, start, end int64) *route.HeaderMatcher {
 // absent) to the class's cluster. A class takes the token needs above the
 // previous present class up to its own size, so a request goes to the
 // smallest present class that fits.
-func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*route.HeaderMatcher, mask uint32,
+func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*route.HeaderMatcher, sizes []uint32, mask uint32,
 	clusterName func(uint32) string, shed *anypb.Any) []*route.Route {
 	var prev int64
-	for i, n := range b.cfg.ContextClasses {
+	for i, n := range sizes {
 		if mask&(1<<i) == 0 {
 			continue
 		}
@@ -456,10 +462,10 @@ func (b *Builder) modelRoutes(routes []*route.Route, p routePlan, prefix string,
 		base = []*route.HeaderMatcher{model}
 	}
 	hop := append(slices.Clip(base), presentHeader(b.cfg.HopHeader))
-	routes = b.classRoutes(routes, prefix+"/hop", hop, p.localClasses,
+	routes = b.classRoutes(routes, prefix+"/hop", hop, p.sizes, p.localClasses,
 		func(n uint32) string { return LocalClassClusterName(p.model, n) }, nil)
 	routes = append(routes, b.envoyRoute(prefix+"/hop", LocalClusterName(p.model), hop, nil))
-	routes = b.classRoutes(routes, prefix, base, p.classes,
+	routes = b.classRoutes(routes, prefix, base, p.sizes, p.classes,
 		func(n uint32) string { return ClassClusterName(p.model, n) }, shed)
 	return append(routes, b.envoyRoute(prefix, ClusterName(p.model), base, shed)), nil
 }
@@ -674,13 +680,16 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 			if ep.Degraded {
 				health = core.HealthStatus_DEGRADED
 			}
-			if p.lb == nil || p.lb.GetLoadBalancingWeight().GetValue() != ep.Weight || p.lb.GetHealthStatus() != health {
-				lb := &endpoint.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(ep.Weight), HealthStatus: health}
-				if err := lb.ValidateAll(); err != nil {
+			var err error
+			if p.lb, err = p.lbEndpoint(p.lb, ep.Weight, health); err != nil {
+				return nil, wrap(err)
+			}
+			if cw := ep.ClassWeight; cw != 0 && cw != ep.Weight {
+				if p.classLB, err = p.lbEndpoint(p.classLB, cw, health); err != nil {
 					return nil, wrap(err)
 				}
-				lb.HostIdentifier, lb.Metadata = p.host, p.metadata
-				p.lb = lb
+			} else {
+				p.classLB = nil
 			}
 			lbs[j] = p.lb
 		}
@@ -697,6 +706,20 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 		}
 	}
 	return cla, nil
+}
+
+// lbEndpoint returns prev when it already carries weight and health, else
+// a new validated LbEndpoint of p's host and metadata.
+func (p *endpointParts) lbEndpoint(prev *endpoint.LbEndpoint, weight uint32, health core.HealthStatus) (*endpoint.LbEndpoint, error) {
+	if prev != nil && prev.GetLoadBalancingWeight().GetValue() == weight && prev.GetHealthStatus() == health {
+		return prev, nil
+	}
+	lb := &endpoint.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(weight), HealthStatus: health}
+	if err := lb.ValidateAll(); err != nil {
+		return nil, err
+	}
+	lb.HostIdentifier, lb.Metadata = p.host, p.metadata
+	return lb, nil
 }
 
 // newEndpointParts builds and validates the weight-independent pieces of

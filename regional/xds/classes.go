@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -45,16 +46,17 @@ func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry) error {
 	if e.subClusters == nil {
 		e.subClusters = make(map[string]*cluster.Cluster)
 	}
-	filters := make([]subFilter, 0, 1+2*len(b.cfg.ContextClasses))
+	sizes := b.classSizes(m, e.sizes)
+	filters := make([]subFilter, 0, 1+2*len(sizes))
 	filters = append(filters, subFilter{local: true})
 	var classes, localClasses uint32
-	for i, n := range b.cfg.ContextClasses {
+	for i, n := range sizes {
 		if b.anyEndpoint(m, subFilter{class: n}) {
 			classes |= 1 << i
 			filters = append(filters, subFilter{class: n})
 		}
 	}
-	for i, n := range b.cfg.ContextClasses {
+	for i, n := range sizes {
 		if b.anyEndpoint(m, subFilter{local: true, class: n}) {
 			localClasses |= 1 << i
 			filters = append(filters, subFilter{local: true, class: n})
@@ -94,8 +96,42 @@ func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry) error {
 		e.clusters = clusters
 	}
 	e.assignments = assignments
-	e.classes, e.localClasses = classes, localClasses
+	e.sizes, e.classes, e.localClasses = sizes, classes, localClasses
 	return nil
+}
+
+// maxDeclaredClasses bounds the context classes added for declared
+// max_model_len values, so that a model's classes fit a 32-bit mask
+// beside Config.ContextClasses (at most maxContextClasses). With classes
+// disabled (an empty Config.ContextClasses) none is added.
+const maxDeclaredClasses = 32 - maxContextClasses
+
+// classSizes returns m's context classes: Config.ContextClasses and every
+// max_model_len its endpoints declare (the smallest maxDeclaredClasses of
+// them), ascending and distinct. A declared limit is a class of its own so
+// that a cell at max_model_len N serves every prompt up to N through the
+// class cluster of N, rather than only the requests no class takes. prev
+// is returned when the result equals it.
+func (b *Builder) classSizes(m *canonModel, prev []uint32) []uint32 {
+	if len(b.cfg.ContextClasses) == 0 {
+		return nil // classes disabled
+	}
+	var declared []uint32
+	for i := range m.localities {
+		for _, ep := range m.localities[i].Endpoints {
+			if n := ep.MaxModelLen; n > 0 && !slices.Contains(b.cfg.ContextClasses, n) && !slices.Contains(declared, n) {
+				declared = append(declared, n)
+			}
+		}
+	}
+	slices.Sort(declared)
+	declared = declared[:min(len(declared), maxDeclaredClasses)]
+	sizes := append(slices.Clone(b.cfg.ContextClasses), declared...)
+	slices.Sort(sizes)
+	if slices.Equal(sizes, prev) {
+		return prev
+	}
+	return sizes
 }
 
 func (b *Builder) anyEndpoint(m *canonModel, f subFilter) bool {
@@ -146,14 +182,24 @@ func (b *Builder) buildSubAssignment(name string, m *canonModel, e *modelEntry, 
 			prio++
 			lastPrio = l.Priority
 		}
-		if kept == len(l.Endpoints) && prio == l.Priority {
+		classWeighted := false
+		if f.class > 0 {
+			for j := range l.Endpoints {
+				classWeighted = classWeighted || e.pos[i][j].classLB != nil && f.keep(b.cfg.Region, l, &l.Endpoints[j])
+			}
+		}
+		if kept == len(l.Endpoints) && prio == l.Priority && !classWeighted {
 			cla.Endpoints = append(cla.Endpoints, main)
 			continue
 		}
 		lbs := make([]*endpoint.LbEndpoint, 0, kept)
 		for j := range l.Endpoints {
 			if f.keep(b.cfg.Region, l, &l.Endpoints[j]) {
-				lbs = append(lbs, e.pos[i][j].lb)
+				lb := e.pos[i][j].lb
+				if f.class > 0 && e.pos[i][j].classLB != nil {
+					lb = e.pos[i][j].classLB
+				}
+				lbs = append(lbs, lb)
 			}
 		}
 		ll := &endpoint.LocalityLbEndpoints{

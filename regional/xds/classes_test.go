@@ -2,6 +2,7 @@ package xds
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -264,12 +265,69 @@ func TestContextClassesDisabledAndCustom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-prompt-tokens": "1001"})
-	if got := r.GetRoute().GetCluster(); got != ClassClusterName("m", 30000) {
-		t.Errorf("1001 tokens with classes 1000,30000 routed to %s", got)
+	// The declared max_model_len values (4096 of a, 32768 of b) are
+	// classes of their own beside the configured ones: 1001 tokens go to
+	// 4096, the smallest class that fits, where a serves too.
+	for tokens, want := range map[string]string{"1001": ClassClusterName("m", 4096), "4097": ClassClusterName("m", 30000),
+		"30001": ClassClusterName("m", 32768)} {
+		r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-prompt-tokens": tokens})
+		if got := r.GetRoute().GetCluster(); got != want {
+			t.Errorf("%s tokens with classes 1000,30000 and declared 4096,32768 routed to %s, want %s", tokens, got, want)
+		}
 	}
 	if got := cellsOf(claByName(&res.Envoy, ClassClusterName("m", 30000))); !slices.Equal(got, []string{"b", "region/eu"}) {
 		t.Errorf("class 30000 holds %v", got)
+	}
+}
+
+// A cell below its model's longest context carries ClassWeight in the
+// class clusters it fits and Weight in the main and local clusters; the
+// others carry Weight everywhere.
+func TestClassWeight(t *testing.T) {
+	st := State{Models: []Model{{Name: "m", Localities: []Locality{{Weight: 1, Endpoints: []Endpoint{
+		{CellID: "short", Host: "10.0.0.1", Port: 8000, Weight: 1, ClassWeight: 100, MaxModelLen: 1024},
+		{CellID: "long", Host: "10.0.0.2", Port: 8000, Weight: 100},
+	}}}}}}
+	b := mustBuilder(t, testConfig())
+	res, err := b.Build(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &res.Envoy)
+	weights := func(name string) map[string]uint32 {
+		out := map[string]uint32{}
+		for _, l := range claByName(&res.Envoy, name).GetEndpoints() {
+			for _, e := range l.GetLbEndpoints() {
+				id, _ := EndpointMetadata(e.GetMetadata())
+				out[id] = e.GetLoadBalancingWeight().GetValue()
+			}
+		}
+		return out
+	}
+	for name, want := range map[string]map[string]uint32{
+		ClusterName("m"):             {"short": 1, "long": 100},
+		LocalClusterName("m"):        {"short": 1, "long": 100},
+		ClassClusterName("m", 1024):  {"short": 100, "long": 100},
+		ClassClusterName("m", 4096):  {"long": 100},
+		ClassClusterName("m", 32768): {"long": 100},
+	} {
+		if got := weights(name); !maps.Equal(got, want) {
+			t.Errorf("%s weights %v, want %v", name, got, want)
+		}
+	}
+	r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-prompt-tokens": "1000"})
+	if got := r.GetRoute().GetCluster(); got != ClassClusterName("m", 1024) {
+		t.Errorf("1000 tokens routed to %s, want the declared class 1024", got)
+	}
+	// A rebuild with the same state reuses every assignment.
+	again, err := b.Build(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range res.Envoy.Endpoints {
+		if again.Envoy.Endpoints[i] != res.Envoy.Endpoints[i] {
+			t.Errorf("assignment %d rebuilt for an unchanged state", i)
+		}
 	}
 }
 

@@ -24,6 +24,13 @@ type Endpoint struct {
 	// Weight is the load-balancing weight, at least 1. To drain an endpoint,
 	// remove it.
 	Weight uint32
+	// ClassWeight, when not 0, is the endpoint's weight in the
+	// context-class clusters it fits (ClassClusterName), Weight staying its
+	// weight in the model's main and local clusters. A cell whose
+	// max_model_len is below its model's longest takes only the lowest
+	// weight in the main cluster, which carries requests of unknown size,
+	// and its capacity weight in the classes whose prompts it holds.
+	ClassWeight uint32
 	// ProbeBudget, when not 0, marks an endpoint on probation after an
 	// error-rate penalty, published only for a bounded probe slot: a data
 	// plane should send it at most this many requests while the endpoint

@@ -1,0 +1,142 @@
+package gateway
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+func TestContextMemoryCeiling(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var m contextMemory
+	if c := m.ceiling(t0); c != 0 || !m.fits(1<<20, t0) {
+		t.Fatalf("fresh memory: ceiling %d, want none", c)
+	}
+	m.served(300)
+	if c := m.ceiling(t0); c != 0 {
+		t.Fatalf("served only: ceiling %d, want none", c)
+	}
+	// A refusal with a smaller success known: only proven sizes.
+	m.refusedPrompt(5000, t0)
+	if c := m.ceiling(t0); c != 300 {
+		t.Fatalf("after a refusal at 5000 with 300 served: ceiling %d, want 300", c)
+	}
+	if m.fits(301, t0) || !m.fits(300, t0) {
+		t.Fatal("fits disagrees with the ceiling of 300")
+	}
+	// A larger refusal does not raise the smallest refused.
+	m.refusedPrompt(9000, t0.Add(time.Minute))
+	if c := m.ceiling(t0.Add(time.Minute)); c != 300 {
+		t.Fatalf("after a larger refusal: ceiling %d, want 300", c)
+	}
+	// Expiry counts from the last refusal and clears the memory.
+	at := t0.Add(time.Minute + contextMemoryTTL)
+	if m.expired(at.Add(-time.Nanosecond)) {
+		t.Fatal("expired before the TTL")
+	}
+	if c := m.ceiling(at); c != 0 || !m.expired(at) {
+		t.Fatalf("after the TTL: ceiling %d, want none", c)
+	}
+
+	// Nothing served yet: one below the smallest refused.
+	var n contextMemory
+	n.refusedPrompt(2000, t0)
+	if c := n.ceiling(t0); c != 1999 {
+		t.Fatalf("refused 2000, nothing served: ceiling %d, want 1999", c)
+	}
+	n.refusedPrompt(1, t0)
+	if c := n.ceiling(t0); c != 1 {
+		t.Fatalf("refused 1: ceiling %d, want the floor 1", c)
+	}
+}
+
+// With --lb isobar, an engine whose max_model_len nobody declared refuses
+// one long prompt (HTTP 400); the gateway remembers it and sends it no
+// more long prompts, while it keeps serving short ones. Sequential
+// requests: both engines idle, so every pick is a tie broken at random.
+func TestGatewayIsobarRemembersContextRefusal(t *testing.T) {
+	short := engine(t, model, 1024, nil, 0)
+	full := engine(t, model, 0, nil, 0)
+	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model,
+		endpointOf(t, "short", short.Addr(), 1, 0), endpointOf(t, "full", full.Addr(), 1, 0)))
+	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(3, 4)})
+	g.waitTable(t, "both endpoints", func(tb *Table) bool { return len(tb.Clusters[xds.ClusterName(model)].Endpoints) == 2 })
+	refused := 0
+	for i := range 16 {
+		r := g.completion(t, model, 8000, nil) // ~2,000 tokens: above 1024
+		switch {
+		case r.status == http.StatusBadRequest:
+			refused++
+			if refused > 1 {
+				t.Fatalf("long request %d refused again: the refusal was not remembered", i)
+			}
+		case r.status != http.StatusOK || r.endpoint != "full":
+			t.Fatalf("long request %d: status %d from %q", i, r.status, r.endpoint)
+		}
+	}
+	if refused == 0 {
+		t.Log("no long prompt drew the short engine: the memory was not exercised by this seed")
+	}
+	seen := map[string]int{}
+	for range 16 {
+		r := g.completion(t, model, 400, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("short request: status %d", r.status)
+		}
+		seen[r.endpoint]++
+	}
+	if seen["short"] == 0 {
+		t.Errorf("short prompts by endpoint %v: the short engine was dropped altogether", seen)
+	}
+}
+
+// --lb isobar sends an endpoint on probation at most its published probe
+// budget, counted from the push that armed it; a push without the budget
+// (the penalty cleared) returns it to the pick.
+func TestGatewayIsobarSpendsProbeBudget(t *testing.T) {
+	probed := engine(t, model, 0, nil, 0)
+	other := engine(t, model, 0, nil, 0)
+	pe := endpointOf(t, "probed", probed.Addr(), 1, 0)
+	oe := endpointOf(t, "other", other.Addr(), 1, 0)
+	pe.ProbeBudget = 2
+	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model, pe, oe))
+	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(5, 6)})
+	g.waitTable(t, "the probe budget", func(tb *Table) bool {
+		for _, e := range tb.Clusters[xds.ClusterName(model)].Endpoints {
+			if e.Cell == "probed" && e.ProbeBudget == 2 {
+				return true
+			}
+		}
+		return false
+	})
+	byEndpoint := map[string]int{}
+	for range 24 {
+		r := g.completion(t, model, 40, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("status %d", r.status)
+		}
+		byEndpoint[r.endpoint]++
+	}
+	if byEndpoint["probed"] > 2 {
+		t.Fatalf("the endpoint on probation got %d requests, budget 2 (%v)", byEndpoint["probed"], byEndpoint)
+	}
+	pe.ProbeBudget = 0
+	ctrl.push(oneModel(model, pe, oe))
+	g.waitTable(t, "the budget cleared", func(tb *Table) bool {
+		for _, e := range tb.Clusters[xds.ClusterName(model)].Endpoints {
+			if e.Cell == "probed" && e.ProbeBudget == 0 {
+				return true
+			}
+		}
+		return false
+	})
+	after := map[string]int{}
+	for range 24 {
+		after[g.completion(t, model, 40, nil).endpoint]++
+	}
+	if after["probed"] == 0 {
+		t.Errorf("after the penalty cleared the endpoint got nothing (%v)", after)
+	}
+}
