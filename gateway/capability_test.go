@@ -19,7 +19,7 @@ func TestContextMemoryCeiling(t *testing.T) {
 		t.Fatalf("served only: ceiling %d, want none", c)
 	}
 	// A refusal with a smaller success known: only proven sizes.
-	m.refusedPrompt(5000, t0)
+	m.refusedPrompt(5000, 0, t0)
 	if c := m.ceiling(t0); c != 300 {
 		t.Fatalf("after a refusal at 5000 with 300 served: ceiling %d, want 300", c)
 	}
@@ -27,7 +27,7 @@ func TestContextMemoryCeiling(t *testing.T) {
 		t.Fatal("fits disagrees with the ceiling of 300")
 	}
 	// A larger refusal does not raise the smallest refused.
-	m.refusedPrompt(9000, t0.Add(time.Minute))
+	m.refusedPrompt(9000, 0, t0.Add(time.Minute))
 	if c := m.ceiling(t0.Add(time.Minute)); c != 300 {
 		t.Fatalf("after a larger refusal: ceiling %d, want 300", c)
 	}
@@ -42,14 +42,48 @@ func TestContextMemoryCeiling(t *testing.T) {
 
 	// Nothing served yet: one below the smallest refused.
 	var n contextMemory
-	n.refusedPrompt(2000, t0)
+	n.refusedPrompt(2000, 0, t0)
 	if c := n.ceiling(t0); c != 1999 {
 		t.Fatalf("refused 2000, nothing served: ceiling %d, want 1999", c)
 	}
-	n.refusedPrompt(1, t0)
+	n.refusedPrompt(1, 0, t0)
 	if c := n.ceiling(t0); c != 1 {
 		t.Fatalf("refused 1: ceiling %d, want the floor 1", c)
 	}
+}
+
+// A refusal that states the engine's limit sets the ceiling to it, proven
+// sizes or not; the statement is vLLM's wording.
+func TestContextMemoryStatedLimit(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	body := []byte(`{"object":"error","message":"This model's maximum context length is 1024 tokens. However, you requested 6916 tokens (6900 in the messages, 16 in the completion).","type":"BadRequestError","code":400}`)
+	if n := statedContextLimit(body); n != 1024 {
+		t.Fatalf("stated limit %d, want 1024", n)
+	}
+	for _, b := range []string{"", "bad request", "maximum context length is -5 tokens", "maximum context length is 99999999999 tokens"} {
+		if n := statedContextLimit([]byte(b)); n != 0 {
+			t.Errorf("%q: stated limit %d, want none", b, n)
+		}
+	}
+	var m contextMemory
+	m.refusedPrompt(6916, 1024, t0)
+	if c := m.ceiling(t0); c != 1024 {
+		t.Fatalf("ceiling %d, want the stated 1024", c)
+	}
+	m.served(300)
+	if c := m.ceiling(t0); c != 1024 {
+		t.Fatalf("ceiling %d after a smaller success, want the stated 1024", c)
+	}
+}
+
+func FuzzStatedContextLimit(f *testing.F) {
+	f.Add([]byte("This model's maximum context length is 1024 tokens."))
+	f.Add([]byte("maximum context length is 0 tokens"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if n := statedContextLimit(b); n < 0 || n > 999999999 {
+			t.Fatalf("limit %d out of range", n)
+		}
+	})
 }
 
 // With --lb isobar, an engine whose max_model_len nobody declared refuses

@@ -397,10 +397,15 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens 
 	if h.st.ctx != nil {
 		switch {
 		case resp.StatusCode == http.StatusBadRequest:
-			// vLLM's answer to a prompt above its max_model_len; the
-			// gateway has already refused malformed bodies itself.
-			// (isobar_gateway_upstream_requests_total counts it as 4xx.)
-			h.st.ctx.refusedPrompt(tokens, g.clock.Now())
+			// vLLM's answer to a prompt above its max_model_len (the
+			// gateway has already refused malformed bodies itself), whose
+			// message states the limit; the body is relayed unchanged.
+			peek, _ := io.ReadAll(io.LimitReader(resp.Body, refusalPeekBytes))
+			resp.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
+			h.st.ctx.refusedPrompt(tokens, statedContextLimit(peek), g.clock.Now())
 		case resp.StatusCode < 300:
 			h.st.ctx.served(tokens)
 		}

@@ -41,6 +41,10 @@ type CellDebug struct {
 	// and the target the cell's state and slow signals alone would give.
 	Weight       uint32 `json:"weight"`
 	TargetWeight uint32 `json:"target_weight"`
+	// ClassWeight is the weight in the context-class clusters the cell
+	// fits when its max_model_len is below its model's longest (Weight is
+	// then 1, for the main cluster); absent otherwise.
+	ClassWeight uint32 `json:"class_weight,omitempty"`
 	// Band is the weight band behind the target ("full", "1/2", ...,
 	// "probe", "out") and BandReason why; Degraded: published with EDS
 	// health DEGRADED (a hardware derate). Load signals never move a band.
@@ -79,7 +83,7 @@ func debugCell(cv CellView, sc score.Config) CellDebug {
 		State: cv.State.String(), StateSince: cv.StateSince, Reason: cv.Reason, LastSeen: cv.LastSeen,
 		Sequence: cv.Sequence, Suspect: cv.Suspect, Raw: map[string]float64{}, Signals: map[string]SignalDebug{},
 		Pressure: cv.Score.Pressure, Fallback: cv.Fallback,
-		Weight: cv.Weight.Published, TargetWeight: cv.Weight.Target, Penalty: cv.Weight.Penalty,
+		Weight: cv.Weight.Published, TargetWeight: cv.Weight.Target, ClassWeight: cv.Weight.ClassWeight, Penalty: cv.Weight.Penalty,
 		Band: cv.Weight.Band, BandReason: cv.Weight.BandReason, Degraded: cv.Weight.Degraded,
 		Probation: cv.Weight.Probation, PenaltyTrips: cv.Weight.Trips, OperatorDrain: cv.OperatorDrain,
 		EndpointConflict: cv.EndpointConflict,

@@ -498,6 +498,13 @@ func (r *Registry) cycle(now time.Time) {
 	}
 	views := make([]CellView, 0, len(r.ids))
 	pcells := make([]projection.Cell, 0, len(r.ids))
+	// The longest context each model's cells declare (projection's
+	// ContextShare).
+	longest := map[string]uint32{}
+	for _, id := range r.ids {
+		cp := r.cells[id].hb.GetCapability()
+		longest[cp.GetModel()] = max(longest[cp.GetModel()], cp.GetMaxModelLen())
+	}
 	for _, id := range r.ids {
 		c := r.cells[id]
 		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, id)
@@ -508,6 +515,9 @@ func (r *Registry) cycle(now time.Time) {
 		}
 		pc := projection.Cell{ID: id, State: state, Pressure: res.Pressure,
 			Thermal: res.Normalized[score.Thermal], ThermalOK: res.Present[score.Thermal]}
+		if cp := c.hb.GetCapability(); cp.GetMaxModelLen() > 0 {
+			pc.ContextShare = float64(cp.GetMaxModelLen()) / float64(longest[cp.GetModel()])
+		}
 		if s := c.hb.GetSignals(); c.hb.GetVllm().GetOk() && s.ErrorRate != nil {
 			pc.ErrorRate, pc.ErrorOK = *s.ErrorRate, true
 			pc.ErrorRequests = s.GetWindowRequests()
@@ -601,7 +611,7 @@ func (r *Registry) buildState(views []CellView) xds.State {
 		}
 		l.Endpoints = append(l.Endpoints, xds.Endpoint{
 			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
-			Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
+			ClassWeight: v.Weight.ClassWeight, Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
 		})
 		r.lastPushed[v.ID] = v.Weight.Published
 	}

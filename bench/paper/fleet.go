@@ -90,6 +90,11 @@ type runSpec struct {
 	seed  uint64
 	// maxModelLen per cell (0: the model's full context).
 	maxModelLen []int
+	// declareCapability: the cells report their max_model_len to the
+	// control plane (vLLM's /v1/models), so isobar's data plane routes by
+	// it (the context-class clusters). Without it only isobar-capability
+	// knows them; isobar learns from the refusals.
+	declareCapability bool
 	// cells, when set, replaces the ground's cells: one engine per entry
 	// with its own site and profile (heterogeneous fleets).
 	cells []cellSpec
@@ -218,9 +223,22 @@ type engine struct {
 	ejections  int // times ejected
 	ejectUntil time.Duration
 	weight     uint32
-	degraded   bool              // pushed with EDS health DEGRADED
-	detected   bool              // the control plane knows it is dead
-	rtt        score.RTTEstimate // the regional prober's estimator
+	// classWeight is the pushed weight in the context-class clusters when
+	// it differs from weight (a cell below the model's longest context).
+	classWeight uint32
+	degraded    bool // pushed with EDS health DEGRADED
+	// probeLeft is what is left of the probe budget the control plane
+	// published with the cell's probation weight (-1: no budget, the cell
+	// is not on a probe slot). isobar's pick stops sending it requests at
+	// 0 (count-bounded probation, enforced by the data plane).
+	probeLeft int
+	// okNeed is the largest context (prompt + max tokens) the cell has
+	// served at the ingress, refusedNeed the smallest it refused as too
+	// long (HTTP 400; 0: none), statedLimit the limit its refusal stated;
+	// see ceiling.
+	okNeed, refusedNeed, statedLimit int
+	detected            bool              // the control plane knows it is dead
+	rtt                 score.RTTEstimate // the regional prober's estimator
 }
 
 // fleet is one run in progress. Single goroutine; no real clock: the GPU
@@ -249,6 +267,7 @@ type fleet struct {
 	// host, shared by every policy's accounting.
 	pool          *lb.Pool
 	hostW, lastW  []uint32
+	classPools    map[uint64]*classPool
 	active        lb.Counts
 	retriesActive int
 	ended         int // requests that have ended (success or failure)
@@ -310,6 +329,7 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 		dcgmAt:    make([]time.Duration, n),
 
 		pendingWeights: make(map[int]weightSnap),
+		classPools:     make(map[uint64]*classPool),
 	}
 	f.res.removedAt = make([]time.Duration, n)
 	f.res.fallbackAt = make([]time.Duration, n)
@@ -345,7 +365,7 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 			id: fmt.Sprintf("cell-%d", i), site: site, prof: prof,
 			b: b, gpu: g, alive: true, dcgmUp: true,
 			seqs: make(map[sim.SeqID]int), frontend: make(map[int]bool),
-			weight: projection.DefaultConfig().MaxWeight,
+			weight: projection.DefaultConfig().MaxWeight, probeLeft: -1,
 		}
 		if len(spec.maxModelLen) > 0 {
 			e.maxModelLen = spec.maxModelLen[i]
@@ -508,6 +528,9 @@ func (f *fleet) route(i int) {
 	r.attempts++
 	r.tried = append(r.tried, c)
 	f.active[c]++
+	if e.probeLeft > 0 {
+		e.probeLeft--
+	}
 	e.pendingTokens += r.prompt
 	r.pendingAt = c
 	e.transitTokens += r.prompt
@@ -655,15 +678,54 @@ func (f *fleet) reply(i, c int) {
 		f.ended++
 	case statusTooLong:
 		e.dpWin = append(e.dpWin, winEv{at: f.now, err: true, ttft: -1})
+		if need := r.prompt + r.out; e.refusedNeed == 0 || need < e.refusedNeed {
+			e.refusedNeed = need
+		}
+		// The refusal states the limit (vLLM's "maximum context length
+		// is N tokens"), as the engine's 400 does.
+		e.statedLimit = e.maxModelLen
 		r.end = f.now
 		f.ended++
 	default:
 		e.localFails = 0
+		e.okNeed = max(e.okNeed, r.prompt+r.out)
 		e.dpWin = append(e.dpWin, winEv{at: f.now, ttft: -1})
 		r.end = f.now
 		f.ended++
 	}
 	f.endRetry(r)
+}
+
+// ceiling is the largest context (prompt + max tokens) the ingress still
+// sends cell e once e has refused a request as too long (vLLM's HTTP 400),
+// or 0 while it has refused none: the limit the refusal stated; without
+// one, the largest it has served when that is below the smallest refused,
+// else one below the smallest refused. This is the gateway's rejection
+// memory (gateway/capability.go): it catches a max_model_len nobody
+// declared without waiting for the error-rate penalty, and keeps the cell
+// serving what it holds.
+func (e *engine) ceiling() int {
+	switch {
+	case e.refusedNeed == 0:
+		return 0
+	case e.statedLimit > 0:
+		return e.statedLimit
+	case e.okNeed > 0 && e.okNeed < e.refusedNeed:
+		return e.okNeed
+	default:
+		return max(e.refusedNeed-1, 1)
+	}
+}
+
+// fits reports whether the ingress may send cell e a request needing need
+// tokens of context: within its declared max_model_len when declared,
+// and within its learned ceiling.
+func (e *engine) fits(need int, declared bool) bool {
+	if declared && e.maxModelLen > 0 && need > e.maxModelLen {
+		return false
+	}
+	c := e.ceiling()
+	return c == 0 || need <= c
 }
 
 // localFailure is outlier detection's consecutive local-origin failure
@@ -769,6 +831,11 @@ func (f *fleet) inject(ft fault) {
 	}
 }
 
+// fullContext is the context of the grounds' models (max_position_embeddings
+// of Llama 3.1/3.3), which a cell at its model's full max_model_len
+// declares.
+const fullContext = 131072
+
 // capacityClassTokens is the prompt size a cell's prefill rate is
 // measured at: the rate its capacity class would carry.
 const capacityClassTokens = 2048
@@ -786,15 +853,26 @@ func prefillRate(p sim.Profile) float64 {
 // pending weight snapshots in flight to the ingress.
 type weightSnap struct {
 	w        []uint32
-	degraded []bool // EDS health DEGRADED (a hardware derate)
+	class    []uint32 // ClassWeight (0: as w)
+	degraded []bool   // EDS health DEGRADED (a hardware derate)
+	probe    []uint32 // probe budgets (0: none)
 }
 
 func (f *fleet) applyWeights(k int) {
 	snap := f.pendingWeights[k]
 	delete(f.pendingWeights, k)
 	for i, w := range snap.w {
-		f.cells[i].weight = w
-		f.cells[i].degraded = snap.degraded[i]
+		e := f.cells[i]
+		// A probe budget counts from the push that opens the slot: a
+		// repeated push of the same slot does not refill it.
+		switch b := snap.probe[i]; {
+		case b == 0:
+			e.probeLeft = -1
+		case e.probeLeft < 0 || e.weight == 0:
+			e.probeLeft = int(b)
+		}
+		e.weight, e.classWeight = w, snap.class[i]
+		e.degraded = snap.degraded[i]
 		if w == 0 {
 			f.markRemoved(i)
 		}

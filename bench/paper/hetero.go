@@ -43,9 +43,13 @@ func (r *runner) physicsCells(gpu string, n int) ([]cellSpec, error) {
 
 // hetero: 2×h200-sxm, 2×h100-sxm and 2×h100-sxm whose max_model_len is
 // 1024, in the nearest site, under baseline_mixed at 12 RPS, and the
-// highest sustainable rate by bisection. For the isobar policies it also
-// reports the mean pushed weight of the constrained cells over that of
-// the others (published: 1 : 134). Physics grounds only.
+// highest sustainable rate by bisection. Every cell declares its
+// max_model_len (vLLM's /v1/models), so isobar routes by it: the data
+// plane sends a request only to cells that hold it (the context-class
+// clusters). For the isobar policies it also reports the mean pushed
+// weight of the constrained cells in the model's main cluster (requests of
+// unknown size) over that of the others (published: 1 : 134). Physics
+// grounds only.
 func (r *runner) hetero(ctx context.Context) error {
 	h200, err := r.physicsCells("h200-sxm", 2)
 	if err != nil || h200 == nil {
@@ -70,7 +74,7 @@ func (r *runner) hetero(ctx context.Context) error {
 		r.digestOf(StageHetero, p, digest(reqs))
 		var wc, wo float64
 		var nc, no int
-		res, err := r.trialSpec(runSpec{policy: p, requests: reqs, until: w.duration + drain, seed: seed, maxModelLen: mml, cells: cells,
+		res, err := r.trialSpec(runSpec{policy: p, requests: reqs, until: w.duration + drain, seed: seed, maxModelLen: mml, cells: cells, declareCapability: true,
 			onTick: func(now time.Duration, sc []cellScore) {
 				if now < pl.sloWarm {
 					return
@@ -87,7 +91,7 @@ func (r *runner) hetero(ctx context.Context) error {
 			return err
 		}
 		st := summarise(res.requests, arrivedIn(pl.sloWarm, pl.sloWarm+pl.sloDur))
-		rate, err := r.bisect(ctx, runSpec{policy: p, seed: seed, maxModelLen: mml, cells: cells}, c)
+		rate, err := r.bisect(ctx, runSpec{policy: p, seed: seed, maxModelLen: mml, cells: cells, declareCapability: true}, c)
 		if err != nil {
 			return err
 		}

@@ -136,16 +136,50 @@ const hostSelectionAttempts = 3
 // host when fewer than half are healthy), through the Envoy algorithm. A
 // host's weight is 1 for the baselines and isobar's pushed weight for
 // isobar-envoy (weight 0: not in the EDS set at all).
+//
+// With declared capability (isobar-envoy in hetero) Envoy follows isobar's
+// routes: the request's context class (x-isobar-prompt-tokens: prompt plus
+// max_tokens) selects the class cluster of the cells whose max_model_len
+// holds it (every declared max_model_len is a class), where a cell below
+// its model's longest context has its ClassWeight; each such cluster has
+// its own load balancer (pools).
 func (f *fleet) pickEnvoy(r *request, i int) int {
 	useDegraded := f.degradedTierServes()
+	need := r.prompt + r.out
+	classRoutes := f.spec.policy == IsobarEnvoy && f.declared()
 	weight := func(e *engine) uint32 {
 		switch {
 		case f.spec.policy != IsobarEnvoy:
 			return 1
 		case e.degraded && !useDegraded:
 			return 0
+		case classRoutes && e.maxModelLen > 0 && need > e.maxModelLen:
+			return 0
+		case classRoutes && e.classWeight > 0:
+			return e.classWeight
 		}
 		return e.weight
+	}
+	pool := f.pool
+	lastW := &f.lastW
+	if classRoutes {
+		var mask uint64
+		for c, e := range f.cells {
+			if e.maxModelLen == 0 || need <= e.maxModelLen {
+				mask |= 1 << c
+			}
+		}
+		cp := f.classPools[mask]
+		if cp == nil {
+			pol, _ := f.spec.policy.envoy(f.cfg.DataPlane)
+			p, err := lb.NewPool(pol, f.cfg.DataPlane.Workers, keyed(f.spec.seed, saltLB, 1<<62+mask))
+			if err != nil {
+				return -1 // the policy built f.pool already: unreachable
+			}
+			cp = &classPool{pool: p}
+			f.classPools[mask] = cp
+		}
+		pool, lastW = cp.pool, &cp.lastW
 	}
 	members, healthy := 0, 0
 	for c, e := range f.cells {
@@ -163,15 +197,15 @@ func (f *fleet) pickEnvoy(r *request, i int) int {
 			f.hostW[c] = weight(e)
 		}
 	}
-	if !slices.Equal(f.hostW, f.lastW) {
-		f.pool.Update(f.hostW, f.active)
-		f.lastW = append(f.lastW[:0], f.hostW...)
+	if !slices.Equal(f.hostW, *lastW) {
+		pool.Update(f.hostW, f.active)
+		*lastW = append((*lastW)[:0], f.hostW...)
 	}
-	worker := int(r.worker % uint32(f.pool.Workers()))
+	worker := int(r.worker % uint32(pool.Workers()))
 	rnd := f.lbRand(i)
-	c, ok := f.pool.Pick(worker, rnd, f.active)
+	c, ok := pool.Pick(worker, rnd, f.active)
 	for k := 1; ok && k < hostSelectionAttempts && slices.Contains(r.tried, c); k++ {
-		c, ok = f.pool.Pick(worker, rnd, f.active)
+		c, ok = pool.Pick(worker, rnd, f.active)
 	}
 	if !ok {
 		return -1
@@ -181,6 +215,20 @@ func (f *fleet) pickEnvoy(r *request, i int) int {
 
 // overprovisioning is Envoy's default overprovisioning factor (1.4).
 const overprovisioning = 1.4
+
+// classPool is the load balancer of one class cluster of isobar-envoy
+// (see pickEnvoy), by the set of cells it holds.
+type classPool struct {
+	pool  *lb.Pool
+	lastW []uint32
+}
+
+// declared reports whether the cells' max_model_len reaches the control
+// plane and the routes: isobar-capability, and every isobar policy when
+// the run declares capability.
+func (f *fleet) declared() bool {
+	return f.spec.policy == IsobarCapability || f.spec.declareCapability && f.spec.policy.isobar()
+}
 
 // degradedTierServes reports whether Envoy would send traffic to the EDS
 // DEGRADED hosts of isobar's cluster: only when the healthy hosts, scaled
@@ -211,9 +259,10 @@ func (f *fleet) degradedTierServes() bool {
 // cell's prefill rate, plus a decode-contention term per request in
 // flight. Constraints are relaxed in that order when nothing is left.
 func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
+	declared := f.declared()
 	capable := func(c int) bool {
 		e := f.cells[c]
-		return f.spec.policy != IsobarCapability || e.maxModelLen == 0 || r.prompt+r.out <= e.maxModelLen
+		return e.fits(r.prompt+r.out, declared) && e.probeLeft != 0
 	}
 	hosts := f.placeBuf[:0]
 	useDegraded := f.degradedTierServes()
@@ -332,6 +381,9 @@ func (f *fleet) tick() {
 			state = lifecycle.Failed
 		}
 		pc := projection.Cell{ID: e.id, State: state, Pressure: res.Pressure}
+		if f.declared() && e.maxModelLen > 0 {
+			pc.ContextShare = float64(e.maxModelLen) / fullContext
+		}
 		if res.Present[score.Thermal] {
 			pc.Thermal, pc.ThermalOK = res.Normalized[score.Thermal], true
 		}
@@ -347,9 +399,10 @@ func (f *fleet) tick() {
 	if f.spec.policy.isobar() {
 		d := f.proj.Project(f.base.Add(f.now), pcells)
 		if d.Push {
-			snap := weightSnap{w: make([]uint32, len(d.Weights)), degraded: make([]bool, len(d.Weights))}
+			n := len(d.Weights)
+			snap := weightSnap{w: make([]uint32, n), class: make([]uint32, n), degraded: make([]bool, n), probe: make([]uint32, n)}
 			for i, w := range d.Weights {
-				snap.w[i], snap.degraded[i] = w.Published, w.Degraded
+				snap.w[i], snap.class[i], snap.degraded[i], snap.probe[i] = w.Published, w.ClassWeight, w.Degraded, w.ProbeBudget
 			}
 			k := f.nextSnap
 			f.nextSnap++

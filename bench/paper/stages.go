@@ -43,9 +43,7 @@ func stagePolicies(stage string) []Policy {
 		return []Policy{RR, LR, IsobarGPUOnly, Isobar, Oracle}
 	case StageLeadTime, StageTelemetryFailure:
 		return []Policy{RR, LR, Isobar}
-	case StageHetero:
-		return []Policy{RR, LR, Isobar, IsobarEnvoy, IsobarCapability, Oracle}
-	case StageCalibration, StageSLOThroughput, StageHomogeneous6, StageThrottled:
+	case StageCalibration, StageSLOThroughput, StageHetero, StageHomogeneous6, StageThrottled:
 		return []Policy{RR, LR, Isobar, IsobarEnvoy, Oracle}
 	default:
 		return []Policy{RR, LR, Isobar, Oracle}

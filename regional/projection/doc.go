@@ -24,9 +24,13 @@
 //   - the measured relative speed (capacity class), Cell.Speed: a hook;
 //     the registry has no measurement yet, so every cell counts as full
 //     speed;
-//   - capability is not a weight: a cell whose max_model_len is too small
-//     for a request is left out of that request's context-class cluster
-//     (regional/xds).
+//   - capability: a cell whose max_model_len is too small for a request is
+//     left out of that request's context-class cluster (regional/xds, where
+//     every declared max_model_len is a class of its own). A cell below its
+//     model's longest declared context (Cell.ContextShare < 1) publishes
+//     weight 1 in the model's main cluster, which takes requests of unknown
+//     size, and its band weight as Weight.ClassWeight in the class clusters
+//     whose prompts it holds.
 //
 // # Bands
 //

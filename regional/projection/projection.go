@@ -147,6 +147,13 @@ type Cell struct {
 	// 1 for the fastest class; 0 means unknown and counts as 1. Hook: the
 	// registry does not measure it yet, so every cell is full speed.
 	Speed float64
+	// ContextShare is the cell's declared max_model_len over the longest
+	// declared by its model's cells; 0 (unknown) or 1 counts as full. A
+	// cell below 1 cannot hold every prompt of its model: its Published
+	// weight, used in the model's main cluster (requests of unknown size),
+	// is 1, and its band weight is its ClassWeight, used in the
+	// context-class clusters whose prompts it holds.
+	ContextShare float64
 }
 
 // Weight is one cell's projected weight.
@@ -157,6 +164,11 @@ type Weight struct {
 	Published uint32
 	// Target is what the cell's state alone would give now.
 	Target uint32
+	// ClassWeight, when not 0, is the weight in the context-class clusters
+	// the cell fits, Published being 1: the cell's ContextShare is below 1
+	// (see Cell.ContextShare). It follows Published: 0 while the cell is
+	// out.
+	ClassWeight uint32
 	// Band names the band behind Target: "full", "1/2", "1/4", ...,
 	// "probe" (a probation probe slot) or "out"; BandReason says why.
 	Band       string
@@ -310,10 +322,15 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 		if d.Push {
 			st.published, st.degraded = t.weight, t.degraded && t.weight > 0
 		}
-		d.Weights = append(d.Weights, Weight{
+		w := Weight{
 			ID: c.ID, Published: st.published, Target: t.weight, Band: t.band, BandReason: t.reason,
 			Degraded: st.degraded, Penalty: st.pen.level(), Probation: st.pen.probation(), Trips: st.pen.trips,
-		})
+		}
+		if constrained(c) && st.published > 0 {
+			w.ClassWeight, w.Published = st.published, 1
+			w.BandReason += reasonConstrained
+		}
+		d.Weights = append(d.Weights, w)
 		if st.published > 0 && t.band == BandProbe {
 			d.Weights[len(d.Weights)-1].ProbeBudget = uint32(math.Ceil(p.cfg.Penalty.ProbeRequests))
 		}
@@ -332,7 +349,12 @@ const (
 	reasonProbeOpen    = "probation: probe slot open"
 	reasonProbeWaiting = "probation: probe slot closed, waiting for results or the next hold window"
 	reasonDegraded     = "; EDS health DEGRADED: "
+	reasonConstrained  = "; max_model_len below the model's longest: weight 1 in the main cluster, the band's in the context classes it holds"
 )
+
+// constrained reports a cell whose declared context is below its model's
+// longest.
+func constrained(c Cell) bool { return c.ContextShare > 0 && c.ContextShare < 1 }
 
 // target is the weight, health and band c should have from its state and
 // slow signals alone.

@@ -462,3 +462,37 @@ func TestPenaltyCap(t *testing.T) {
 		}
 	}
 }
+
+// A cell whose declared context is below its model's longest publishes 1
+// (the main cluster, requests of unknown size) and carries its band weight
+// as ClassWeight; identical full cells are unaffected. Out of the load
+// balancer it has neither.
+func TestConstrainedCellWeight(t *testing.T) {
+	p, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(100, 0)
+	cells := []Cell{
+		{ID: "full", State: lifecycle.Ready, ContextShare: 1},
+		{ID: "unknown", State: lifecycle.Ready},
+		{ID: "short", State: lifecycle.Ready, ContextShare: 1024.0 / 131072},
+	}
+	d := p.Project(now, cells)
+	for i, want := range []struct{ pub, class uint32 }{{100, 0}, {100, 0}, {1, 100}} {
+		if w := d.Weights[i]; w.Published != want.pub || w.ClassWeight != want.class {
+			t.Errorf("%s: published %d class %d, want %d and %d (%s)", w.ID, w.Published, w.ClassWeight, want.pub, want.class, w.BandReason)
+		}
+	}
+	if r := d.Weights[2].BandReason; !strings.Contains(r, "max_model_len") {
+		t.Errorf("the constrained cell's reason %q does not say why", r)
+	}
+	cells[2].State = lifecycle.Draining
+	for range 20 {
+		now = now.Add(time.Second)
+		d = p.Project(now, cells)
+	}
+	if w := d.Weights[2]; w.Published != 0 || w.ClassWeight != 0 {
+		t.Errorf("drained constrained cell: published %d class %d, want 0 and 0", w.Published, w.ClassWeight)
+	}
+}
