@@ -237,8 +237,38 @@ type engine struct {
 	// long (HTTP 400; 0: none), statedLimit the limit its refusal stated;
 	// see ceiling.
 	okNeed, refusedNeed, statedLimit int
-	detected            bool              // the control plane knows it is dead
-	rtt                 score.RTTEstimate // the regional prober's estimator
+	// detected: the control plane knows it is dead.
+	detected bool
+	// rtt is the regional prober's estimator.
+	rtt score.RTTEstimate
+	// slotHold: the ingress's own estimate of how long a request holds a
+	// batch slot on the cell (isobar's pick): an EWMA, weight
+	// slotHoldAlpha, of reply − first byte over the attempts that
+	// succeeded there; 0 until the first one.
+	slotHold time.Duration
+}
+
+// slotHoldAlpha is the weight of the newest sample in engine.slotHold:
+// about the last ten completions, a few seconds of a cell's traffic at
+// the rates the stages run, so the estimate follows the load's output
+// lengths without swinging on one long reply.
+const slotHoldAlpha = 0.1
+
+// observeSlotHold folds one successful attempt's reply − first byte into
+// e.slotHold. That span is the decode phase, which is most of the time a
+// request holds its batch slot (its prefill is a step or two); unlike
+// reply − send it leaves out the network, the frontend and the wait for
+// the slot itself, so a queue cannot inflate the estimate that measures
+// it.
+func (e *engine) observeSlotHold(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if e.slotHold <= 0 {
+		e.slotHold = d
+		return
+	}
+	e.slotHold += time.Duration(slotHoldAlpha * float64(d-e.slotHold))
 }
 
 // fleet is one run in progress. Single goroutine; no real clock: the GPU
@@ -690,6 +720,9 @@ func (f *fleet) reply(i, c int) {
 		e.localFails = 0
 		e.okNeed = max(e.okNeed, r.prompt+r.out)
 		e.dpWin = append(e.dpWin, winEv{at: f.now, ttft: -1})
+		if r.status == statusOK && r.first > 0 {
+			e.observeSlotHold(f.now - r.first)
+		}
 		r.end = f.now
 		f.ended++
 	}

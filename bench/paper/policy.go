@@ -257,7 +257,10 @@ func (f *fleet) degradedTierServes() bool {
 // measured (none for isobar-gpu-only), plus the prompt tokens the ingress
 // has sent there without a first token yet and this request's, over the
 // cell's prefill rate, plus a decode-contention term per request in
-// flight. Constraints are relaxed in that order when nothing is left.
+// flight, plus the wait for a batch slot once the requests in flight fill
+// the cell's MaxNumSeqs (its capacity class), at the slot-holding time the
+// ingress measures per cell (engine.slotHold). Constraints are relaxed in
+// that order when nothing is left.
 func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 	declared := f.declared()
 	capable := func(c int) bool {
@@ -277,7 +280,8 @@ func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 			if eligible {
 				found = true
 				h = placement.Host{Weight: e.weight, PendingPromptTokens: int64(e.pendingTokens),
-					PrefillTokensPerSecond: f.prefillRate[i], InFlight: int64(f.active[i])}
+					PrefillTokensPerSecond: f.prefillRate[i], InFlight: int64(f.active[i]),
+					Slots: int64(e.prof.MaxNumSeqs), ServiceTime: e.slotHold}
 				if f.spec.policy != IsobarGPUOnly {
 					h.RTT, h.Jitter = e.rtt.RTT, e.rtt.Jitter
 				}

@@ -10,6 +10,7 @@
 //	E[TTFT](h) = RTT(h) + JitterFactor × Jitter(h)
 //	           + (Pending(h) + P) / PrefillRate(h)
 //	           + DecodeCost × InFlight(h)
+//	           + max(0, InFlight(h) + 1 − Slots(h)) × ServiceTime(h) / Slots(h)
 //
 // where:
 //
@@ -26,6 +27,22 @@
 //   - InFlight: the host's requests in flight; each costs DecodeCost
 //     (default 1 ms), the contention its decode steps add to a new
 //     request's prefill.
+//   - Slots and ServiceTime: the engine's running-batch capacity (vLLM
+//     --max-num-seqs, a fact of its capacity class) and the mean time a
+//     request holds one of those slots there, as the caller measures it
+//     (the benchmark: an EWMA of reply − first byte per host). A request
+//     that arrives with InFlight requests on the host finds
+//     k = InFlight + 1 − Slots of them, itself included, without a slot
+//     (InFlight counts those still on the network or in the engine's
+//     frontend, which will want a slot before it). While the batch is
+//     full, Slots requests each hold a slot for ServiceTime on average,
+//     so one frees every ServiceTime/Slots and the k-th after
+//     k × ServiceTime / Slots: the wait a full host adds before the
+//     request's prefill can start. It is the term the prefill queue
+//     cannot show when the batch cap, not the prefill rate, is the
+//     bottleneck, and it grows with the queue, so a full host loses to
+//     one with a free slot unless that one is further away by more than
+//     the wait. Either unknown (0): no term.
 //
 // The host with the smallest E[TTFT] wins. Hosts within a relative 1e-9 of
 // the best are tied, and a tie is broken uniformly at random with the

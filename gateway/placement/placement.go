@@ -78,8 +78,17 @@ type Host struct {
 	// PrefillTokensPerSecond is the host's prefill rate; 0 when unknown
 	// (Config.DefaultPrefillTokensPerSecond applies).
 	PrefillTokensPerSecond float64
-	// InFlight is the host's requests in flight.
+	// InFlight is the host's requests in flight (this request's
+	// excluded).
 	InFlight int64
+	// Slots is the engine's running-batch capacity, the requests it
+	// serves at once (vLLM --max-num-seqs); 0 when unknown (no slot-wait
+	// term).
+	Slots int64
+	// ServiceTime is the mean time a request holds one of those slots on
+	// this host, as the caller measures it; 0 when unknown (no slot-wait
+	// term).
+	ServiceTime time.Duration
 }
 
 // Rand is the random source for tie-breaks. *math/rand/v2.Rand satisfies
@@ -96,8 +105,26 @@ func ExpectedTTFT(c Config, h Host, promptTokens int64) float64 {
 		rate = c.DefaultPrefillTokensPerSecond
 	}
 	tokens := float64(max(h.PendingPromptTokens, 0)) + float64(max(promptTokens, 0))
+	inFlight := max(h.InFlight, 0)
 	return max(h.RTT, 0).Seconds() + c.JitterFactor*max(h.Jitter, 0).Seconds() +
-		tokens/rate + float64(max(h.InFlight, 0))*c.DecodeCost.Seconds()
+		tokens/rate + float64(inFlight)*c.DecodeCost.Seconds() +
+		slotWait(inFlight, h.Slots, h.ServiceTime)
+}
+
+// slotWait is the slot-wait term of the package doc, in seconds: with
+// inFlight (>= 0) requests on a host of slots batch slots, each held for
+// serviceTime on average, a new request finds k = inFlight + 1 − slots
+// requests (itself included) without a slot; slots busy slots free one
+// every serviceTime/slots on average, so the k-th frees after
+// k × serviceTime / slots. 0 when k <= 0, and when slots or serviceTime
+// is unknown (<= 0). inFlight − slots cannot overflow once both are
+// known to be >= 0.
+func slotWait(inFlight, slots int64, serviceTime time.Duration) float64 {
+	if slots <= 0 || serviceTime <= 0 || inFlight < slots {
+		return 0
+	}
+	k := float64(inFlight-slots) + 1
+	return k * serviceTime.Seconds() / float64(slots)
 }
 
 // Pick returns the index of the eligible host with the least expected TTFT

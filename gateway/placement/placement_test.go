@@ -38,12 +38,77 @@ func TestExpectedTTFT(t *testing.T) {
 			PrefillTokensPerSecond: -1, InFlight: -2}, -3, 0},
 		{"infinite rate takes the default", Host{Weight: 1, PrefillTokensPerSecond: math.Inf(1)}, 20000, 1},
 		{"NaN rate takes the default", Host{Weight: 1, PrefillTokensPerSecond: math.NaN()}, 20000, 1},
+		// Slot wait: k = InFlight + 1 − Slots requests without a slot,
+		// one slot frees every ServiceTime/Slots.
+		{"free slot: no wait", Host{Weight: 1, InFlight: 7, Slots: 8, ServiceTime: 4 * time.Second}, 0, 0.007},
+		{"last slot taken: wait for one", Host{Weight: 1, InFlight: 8, Slots: 8, ServiceTime: 4 * time.Second}, 0,
+			0.008 + 1*4.0/8},
+		{"three ahead of nine slots", Host{Weight: 1, InFlight: 11, Slots: 9, ServiceTime: 4500 * time.Millisecond}, 0,
+			0.011 + 3*4.5/9},
+		{"slot wait adds to the rest", Host{Weight: 1, RTT: 10 * time.Millisecond, PendingPromptTokens: 1000,
+			PrefillTokensPerSecond: 10000, InFlight: 5, Slots: 4, ServiceTime: 2 * time.Second}, 1000,
+			0.010 + 0.2 + 0.005 + 2*2.0/4},
+		{"unknown slots: no slot term", Host{Weight: 1, InFlight: 20, ServiceTime: 4 * time.Second}, 0, 0.020},
+		{"unknown service time: no slot term", Host{Weight: 1, InFlight: 20, Slots: 4}, 0, 0.020},
+		{"negative slots and service time count as unknown", Host{Weight: 1, InFlight: 20, Slots: -4,
+			ServiceTime: -time.Second}, 0, 0.020},
+		{"one slot, nothing in flight: no wait", Host{Weight: 1, Slots: 1, ServiceTime: time.Second}, 0, 0},
+		{"one slot, one in flight: a whole hold", Host{Weight: 1, InFlight: 1, Slots: 1, ServiceTime: time.Second}, 0,
+			0.001 + 1},
+		{"negative in flight: no wait", Host{Weight: 1, InFlight: -5, Slots: 1, ServiceTime: time.Second}, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ExpectedTTFT(c, tc.h, tc.prompt); math.Abs(got-tc.want) > 1e-12 {
 				t.Errorf("ExpectedTTFT = %v s, want %v s", got, tc.want)
 			}
 		})
+	}
+}
+
+// A count at the edge of int64 must not wrap round to a negative wait.
+func TestSlotWaitDoesNotOverflow(t *testing.T) {
+	got := slotWait(math.MaxInt64, 1, time.Second)
+	if want := float64(math.MaxInt64); math.Abs(got-want) > want*1e-12 {
+		t.Errorf("slotWait(MaxInt64, 1, 1 s) = %v s, want %v s", got, want)
+	}
+	// One request without a slot (k = 1), not 0 from float rounding.
+	if got, want := slotWait(math.MaxInt64, math.MaxInt64, time.Second), 1/float64(math.MaxInt64); math.Abs(got-want) > want*1e-12 {
+		t.Errorf("slotWait(MaxInt64, MaxInt64, 1 s) = %v s, want %v s", got, want)
+	}
+}
+
+// The slot term moves a pick off a host whose batch is full: the near
+// host wins on network distance while it has a free slot, and loses to
+// the far one once its slots are taken.
+func TestPickSlotWaitMovesOffFullHost(t *testing.T) {
+	c := DefaultConfig()
+	const slots, hold = 9, 4500 * time.Millisecond
+	near := Host{Weight: 1, RTT: 4 * time.Millisecond, Slots: slots, ServiceTime: hold}
+	far := Host{Weight: 1, RTT: 40 * time.Millisecond, Slots: slots, ServiceTime: hold, InFlight: 2}
+	// near 8 in flight: 4 ms + 8 ms = 0.012 s; far: 40 ms + 2 ms = 0.042 s.
+	near.InFlight = 8
+	if got, _ := Pick(c, []Host{near, far}, 1000, &script{vals: []uint64{0}}); got != 0 {
+		t.Fatalf("near host with a free slot: Pick = %d, want 0", got)
+	}
+	// near 9 in flight: 4 ms + 9 ms + 1 × 4.5 s / 9 = 0.513 s against 0.042 s.
+	near.InFlight = 9
+	if got, _ := Pick(c, []Host{near, far}, 1000, &script{vals: []uint64{0}}); got != 1 {
+		t.Errorf("near host full: Pick = %d, want 1 (the far host with free slots)", got)
+	}
+	// Without the slot facts the full near host still wins (the term is
+	// what moves the pick).
+	near.Slots, far.Slots = 0, 0
+	if got, _ := Pick(c, []Host{near, far}, 1000, &script{vals: []uint64{0}}); got != 0 {
+		t.Errorf("no slot facts: Pick = %d, want 0", got)
+	}
+	// Both full: the shorter slot queue wins, weighed by each host's
+	// holding time: near 12 in flight, 4 over 9 slots of 1.8 s = 0.8 s;
+	// far 10, 2 over 9 slots of 4.5 s = 1 s.
+	near.Slots, far.Slots = slots, slots
+	near.InFlight, near.ServiceTime = 12, 1800*time.Millisecond
+	far.InFlight = 10
+	if got, _ := Pick(c, []Host{near, far}, 1000, &script{vals: []uint64{0}}); got != 0 {
+		t.Errorf("both full: Pick = %d, want 0 (its slots free sooner)", got)
 	}
 }
 
