@@ -714,6 +714,7 @@ func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, in func(j int) b
 			PendingPromptTokens:    h.st.pending.Load(),
 			PrefillTokensPerSecond: h.ep.PrefillTokensPerSecond,
 			InFlight:               h.st.inflight.Load(),
+			ServiceTime:            time.Duration(h.st.slotHold.Load()),
 		})
 	}
 	i, ok := placement.Pick(p.place, inputs, q.tokens, r)

@@ -57,6 +57,10 @@ type hostState struct {
 	// it. --lb isobar sends the endpoint no request once it is spent.
 	probeArmed atomic.Bool
 	probeLeft  atomic.Int64
+	// slotHold is an EWMA (weight slotHoldAlpha) of how long a successful
+	// request held its batch slot on the address, in nanoseconds; 0 until
+	// the first (--lb isobar's slot-wait term).
+	slotHold atomic.Int64
 
 	mu          sync.Mutex
 	consecutive uint32    // consecutive failures (upstream 5xx, and local origin unless split)
@@ -81,6 +85,27 @@ func (h *hostState) acquire(limit int64) bool {
 }
 
 func (h *hostState) release() { h.inflight.Add(-1) }
+
+// slotHoldAlpha is the weight of the newest sample in slotHold: about the
+// last ten completions (the bench's ingress uses the same).
+const slotHoldAlpha = 0.1
+
+// observeSlotHold folds one successful request's slot hold into slotHold.
+func (h *hostState) observeSlotHold(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	for {
+		old := h.slotHold.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + int64(slotHoldAlpha*float64(int64(d)-old))
+		}
+		if h.slotHold.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
 
 // setProbeBudget applies the endpoint's published probe budget: a budget
 // arms the count once (a repeated push of the same probe slot does not

@@ -200,6 +200,7 @@ type attempt struct {
 	err    error
 	cancel context.CancelFunc
 	closed bool
+	sent   time.Time // when the attempt was sent (injected clock)
 }
 
 // proxy sends the request to the cluster, retrying per the route's policy
@@ -326,7 +327,7 @@ type connectTimeoutKey struct{}
 // its end). It records the endpoint's outcome up to the response headers.
 func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens int64, rt *Route, cl *clusterRT, h *hostRT, n int) *attempt {
 	actx, cancel := context.WithCancel(context.WithValue(ctx, connectTimeoutKey{}, cl.policy.ConnectTimeout))
-	a := &attempt{h: h, tokens: tokens}
+	a := &attempt{h: h, tokens: tokens, sent: g.clock.Now()}
 	h.st.pending.Add(tokens)
 	cl.st.active.Add(1)
 	a.cancel = func() {
@@ -514,12 +515,20 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 	defer g.bufs.Put(bufp)
 	buf := *bufp
 	first := true
+	// The slot hold --lb isobar's pick prices: a streamed answer holds its
+	// batch slot from its first token to its end (the decode), an answer
+	// sent whole from the attempt's start.
+	holdFrom := a.sent
+	streamed := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			if first {
 				first = false
 				a.firstByte()
+				if streamed {
+					holdFrom = g.clock.Now()
+				}
 				g.m.ttft.WithLabelValues(model).Observe(g.clock.Since(start).Seconds())
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
@@ -530,6 +539,9 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 			}
 		}
 		if err == io.EOF {
+			if resp.StatusCode < 300 {
+				a.h.st.observeSlotHold(g.clock.Since(holdFrom))
+			}
 			return resp.StatusCode
 		}
 		if err != nil {
