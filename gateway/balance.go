@@ -681,6 +681,15 @@ func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
 	return pr.hosts[j]
 }
 
+// rate is the prefill rate the pick uses for a host whose metadata gives
+// r: r, else the configured default.
+func rate(c placement.Config, r float64) float64 {
+	if r > 0 {
+		return r
+	}
+	return c.DefaultPrefillTokensPerSecond
+}
+
 // placeable: --lb isobar's own limits on a host, beyond what Envoy
 // checks. A host whose probe budget is spent takes nothing more until the
 // controller publishes it again (count-bounded probation), and a host is
@@ -711,7 +720,7 @@ func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, in func(j int) b
 			Weight:                 h.ep.Weight,
 			RTT:                    h.ep.RTT,
 			Jitter:                 h.ep.Jitter,
-			PendingPromptTokens:    h.st.pending.Load(),
+			PendingPromptTokens:    h.st.pendingWork(time.Unix(0, q.now), rate(p.place, h.ep.PrefillTokensPerSecond)),
 			PrefillTokensPerSecond: h.ep.PrefillTokensPerSecond,
 			InFlight:               h.st.inflight.Load(),
 			ServiceTime:            time.Duration(h.st.slotHold.Load()),

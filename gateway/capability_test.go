@@ -174,3 +174,34 @@ func TestGatewayIsobarSpendsProbeBudget(t *testing.T) {
 		t.Errorf("after the penalty cleared the endpoint got nothing (%v)", after)
 	}
 }
+
+// The oldest pending prompt counts less as the host prefills it: from the
+// later of its send and the host's last first byte, at the prefill rate.
+func TestHostPendingWorkHeadProgress(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var h hostState
+	a1 := &attempt{tokens: 1000, sent: t0}
+	a2 := &attempt{tokens: 500, sent: t0.Add(10 * time.Millisecond)}
+	h.addPending(a1)
+	h.addPending(a2)
+	for _, tc := range []struct {
+		at   time.Duration
+		want int64
+	}{{0, 1500}, {25 * time.Millisecond, 1000}, {time.Second, 500}, {-time.Second, 1500}} {
+		if got := h.pendingWork(t0.Add(tc.at), 20000); got != tc.want {
+			t.Errorf("at %v: pending work %d, want %d", tc.at, got, tc.want)
+		}
+	}
+	if got := h.pendingWork(t0.Add(time.Second), 0); got != 1500 {
+		t.Errorf("unknown rate: pending work %d, want all 1500", got)
+	}
+	// a1's first byte at 1 s: a2 is the head, prefilling since then.
+	h.removePending(a1, t0.Add(time.Second))
+	if got := h.pendingWork(t0.Add(time.Second+10*time.Millisecond), 20000); got != 300 {
+		t.Errorf("after the head's first byte: pending work %d, want 300", got)
+	}
+	h.removePending(a2, t0.Add(2*time.Second))
+	if got := h.pendingWork(t0.Add(2*time.Second), 20000); got != 0 || h.pending.Load() != 0 {
+		t.Errorf("nothing pending: work %d, pending %d", got, h.pending.Load())
+	}
+}

@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/isobar-mesh/isobar/gateway/placement"
 )
 
 // failureKind classifies how an upstream attempt failed.
@@ -57,6 +60,12 @@ type hostState struct {
 	// it. --lb isobar sends the endpoint no request once it is spent.
 	probeArmed atomic.Bool
 	probeLeft  atomic.Int64
+	// headMu guards pendingQ and lastFirst: the attempts whose prompt
+	// tokens count in pending, oldest first, and when the last of them
+	// left it (see headProgress).
+	headMu    sync.Mutex
+	pendingQ  []*attempt
+	lastFirst time.Time
 	// slotHold is an EWMA (weight slotHoldAlpha) of how long a successful
 	// request held its batch slot on the address, in nanoseconds; 0 until
 	// the first (--lb isobar's slot-wait term).
@@ -85,6 +94,44 @@ func (h *hostState) acquire(limit int64) bool {
 }
 
 func (h *hostState) release() { h.inflight.Add(-1) }
+
+// addPending counts a's prompt tokens in the host's pending tokens.
+func (h *hostState) addPending(a *attempt) {
+	h.pending.Add(a.tokens)
+	h.headMu.Lock()
+	h.pendingQ = append(h.pendingQ, a)
+	h.headMu.Unlock()
+}
+
+// removePending takes a's prompt tokens out of the host's pending tokens
+// at now (its first byte, or its end).
+func (h *hostState) removePending(a *attempt, now time.Time) {
+	h.pending.Add(-a.tokens)
+	h.headMu.Lock()
+	if k := slices.Index(h.pendingQ, a); k >= 0 {
+		h.pendingQ = slices.Delete(h.pendingQ, k, k+1)
+	}
+	h.lastFirst = now
+	h.headMu.Unlock()
+}
+
+// pendingWork is the host's pending prompt tokens less the progress of the
+// oldest (placement.HeadProgress at rate tokens/s): it has been prefilling
+// since the later of its send and the host's last first byte.
+func (h *hostState) pendingWork(now time.Time, rate float64) int64 {
+	h.headMu.Lock()
+	defer h.headMu.Unlock()
+	n := h.pending.Load()
+	if len(h.pendingQ) == 0 {
+		return n
+	}
+	head := h.pendingQ[0]
+	from := head.sent
+	if h.lastFirst.After(from) {
+		from = h.lastFirst
+	}
+	return max(n-placement.HeadProgress(head.tokens, rate, now.Sub(from)), 0)
+}
 
 // slotHoldAlpha is the weight of the newest sample in slotHold: about the
 // last ten completions (the bench's ingress uses the same).

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
 
@@ -286,7 +287,11 @@ func TestGatewayIsobarPicksFewerPendingTokens(t *testing.T) {
 	ups := []*holdingUpstream{{release: make(chan struct{})}, {release: make(chan struct{})}}
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model,
 		endpointOf(t, "a", startHTTP(t, ups[0]), 1, 0), endpointOf(t, "b", startHTTP(t, ups[1]), 1, 0)))
-	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(11, 12)})
+	// A prefill rate of 1 token/s: the held prompts' head progress
+	// (placement.HeadProgress) stays negligible however slow the machine.
+	pc := placement.DefaultConfig()
+	pc.DefaultPrefillTokensPerSecond = 1
+	g := startGateway(t, ctrl, Config{LB: LBIsobar, Placement: pc}, Deps{Rand: newLockedRand(11, 12)})
 	var wg sync.WaitGroup
 	results := make([]result, 3)
 	send := func(i, promptBytes int) {

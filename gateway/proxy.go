@@ -200,7 +200,8 @@ type attempt struct {
 	err    error
 	cancel context.CancelFunc
 	closed bool
-	sent   time.Time // when the attempt was sent (injected clock)
+	sent   time.Time        // when the attempt was sent (injected clock)
+	now    func() time.Time // the gateway's clock
 }
 
 // proxy sends the request to the cluster, retrying per the route's policy
@@ -294,7 +295,7 @@ func (g *Gateway) backoff(ctx context.Context, p *RetryPolicy, n int) bool {
 // one. Idempotent.
 func (a *attempt) firstByte() {
 	if a.tokens != 0 {
-		a.h.st.pending.Add(-a.tokens)
+		a.h.st.removePending(a, a.now())
 		a.tokens = 0
 	}
 }
@@ -327,8 +328,8 @@ type connectTimeoutKey struct{}
 // its end). It records the endpoint's outcome up to the response headers.
 func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens int64, rt *Route, cl *clusterRT, h *hostRT, n int) *attempt {
 	actx, cancel := context.WithCancel(context.WithValue(ctx, connectTimeoutKey{}, cl.policy.ConnectTimeout))
-	a := &attempt{h: h, tokens: tokens, sent: g.clock.Now()}
-	h.st.pending.Add(tokens)
+	a := &attempt{h: h, tokens: tokens, sent: g.clock.Now(), now: g.clock.Now}
+	h.st.addPending(a)
 	cl.st.active.Add(1)
 	a.cancel = func() {
 		cancel()

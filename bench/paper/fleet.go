@@ -43,7 +43,8 @@ type request struct {
 	// pendingAt is the cell whose pending prompt tokens (at the ingress)
 	// count this request's prompt, or -1.
 	pendingAt    int
-	cell         int // the cell that served (or last refused) it
+	sentAt       time.Duration // when the attempt counted there was sent
+	cell         int           // the cell that served (or last refused) it
 	attempts     int
 	tried        []int
 	first, end   time.Duration // client-side first token and completion
@@ -241,6 +242,11 @@ type engine struct {
 	detected bool
 	// rtt is the regional prober's estimator.
 	rtt score.RTTEstimate
+	// pendingQ: the requests whose prompts count in pendingTokens, in the
+	// order they were sent; lastFirst: when the last of them left it (its
+	// first byte, or its end). See pendingWork.
+	pendingQ  []int
+	lastFirst time.Duration
 	// slotHold: the ingress's own estimate of how long a request holds a
 	// batch slot on the cell (isobar's pick): an EWMA, weight
 	// slotHoldAlpha, of reply − first byte over the attempts that
@@ -562,7 +568,8 @@ func (f *fleet) route(i int) {
 		e.probeLeft--
 	}
 	e.pendingTokens += r.prompt
-	r.pendingAt = c
+	e.pendingQ = append(e.pendingQ, i)
+	r.pendingAt, r.sentAt = c, f.now
 	e.transitTokens += r.prompt
 	e.transitN++
 	if e.maxModelLen > 0 && r.prompt+r.out > e.maxModelLen {
@@ -678,7 +685,12 @@ func (f *fleet) clearPending(i, c int) {
 	if r.pendingAt != c {
 		return
 	}
-	f.cells[c].pendingTokens -= r.prompt
+	e := f.cells[c]
+	e.pendingTokens -= r.prompt
+	if k := slices.Index(e.pendingQ, i); k >= 0 {
+		e.pendingQ = slices.Delete(e.pendingQ, k, k+1)
+	}
+	e.lastFirst = f.now
 	r.pendingAt = -1
 }
 

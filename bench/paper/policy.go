@@ -126,6 +126,21 @@ func (f *fleet) pick(i int) int {
 	}
 }
 
+// pendingWork is the prompt tokens cell c still has to prefill as the
+// ingress can tell (placement.HeadProgress, as the gateway counts them):
+// its pending prompt tokens (sent, no first byte yet) less the progress of
+// the oldest, which has been prefilling since the later of its send and the
+// last first byte from the cell, at the cell's prefill rate.
+func (f *fleet) pendingWork(c int) int {
+	e := f.cells[c]
+	if len(e.pendingQ) == 0 {
+		return e.pendingTokens
+	}
+	head := &f.reqs[e.pendingQ[0]]
+	done := placement.HeadProgress(int64(head.prompt), f.prefillRate[c], f.now-max(head.sentAt, e.lastFirst))
+	return e.pendingTokens - int(done)
+}
+
 // hostSelectionAttempts is the retry policy's
 // host_selection_retry_max_attempts (regional/xds sets 3): a retry that
 // lands on a host already tried picks again, up to this many times.
@@ -279,7 +294,7 @@ func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 				(relax >= 1 || !slices.Contains(r.tried, i))
 			if eligible {
 				found = true
-				h = placement.Host{Weight: e.weight, PendingPromptTokens: int64(e.pendingTokens),
+				h = placement.Host{Weight: e.weight, PendingPromptTokens: int64(f.pendingWork(i)),
 					PrefillTokensPerSecond: f.prefillRate[i], InFlight: int64(f.active[i]),
 					Slots: int64(e.prof.MaxNumSeqs), ServiceTime: e.slotHold}
 				if f.spec.policy != IsobarGPUOnly {

@@ -20,7 +20,11 @@
 //     allowance. Unknown: 0.
 //   - Pending: prompt tokens the caller has sent to the host that have not
 //     yet produced a first token — the prefill queue this request joins.
-//     The caller counts them itself, fresh for every request.
+//     The caller counts them itself, fresh for every request, less the
+//     progress of the oldest, which the host has been prefilling since the
+//     later of its send and the host's last first token (HeadProgress, at
+//     the host's prefill rate): otherwise a host one second into a long
+//     prompt looks as loaded as one that has not started it.
 //   - PrefillRate: the host's prefill throughput in tokens per second, from
 //     its capacity class; 0 or unknown takes
 //     Config.DefaultPrefillTokensPerSecond (default 20,000).

@@ -91,6 +91,28 @@ type Host struct {
 	ServiceTime time.Duration
 }
 
+// HeadProgress is how many of the oldest pending prompt's tokens a host has
+// prefilled after prefilling it for elapsed at rate tokens per second: the
+// caller subtracts it from the host's PendingPromptTokens. The oldest prompt
+// a caller has sent a host without a first token yet is the one the host
+// is prefilling; it has been at it since the later of its send and the
+// host's last first token to the caller. Counting it whole until its first
+// token would make a host busy with one long prompt look as loaded as one
+// that has not started it. The progress is at most prompt; a rate of 0 or
+// less (unknown) or a negative elapsed gives none. When the engine cannot
+// admit the prompt (its KV cache is full) it is not prefilling and the
+// estimate is high by at most that one prompt.
+func HeadProgress(prompt int64, rate float64, elapsed time.Duration) int64 {
+	if prompt <= 0 || !(rate > 0) || math.IsInf(rate, 1) || elapsed <= 0 {
+		return 0
+	}
+	done := rate * elapsed.Seconds()
+	if done >= float64(prompt) {
+		return prompt
+	}
+	return int64(done)
+}
+
 // Rand is the random source for tie-breaks. *math/rand/v2.Rand satisfies
 // it.
 type Rand interface {

@@ -221,3 +221,27 @@ func BenchmarkPick(b *testing.B) {
 		Pick(DefaultConfig(), hosts, 500, r)
 	}
 }
+
+func TestHeadProgress(t *testing.T) {
+	for _, tc := range []struct {
+		prompt  int64
+		rate    float64
+		elapsed time.Duration
+		want    int64
+	}{
+		{4000, 2000, time.Second, 2000},
+		{4000, 2000, 3 * time.Second, 4000}, // at most the prompt
+		{4000, 2000, 0, 0},
+		{4000, 2000, -time.Second, 0},
+		{4000, 0, time.Second, 0},
+		{4000, -5, time.Second, 0},
+		{4000, math.NaN(), time.Second, 0},
+		{4000, math.Inf(1), time.Second, 0},
+		{0, 2000, time.Second, 0},
+		{-3, 2000, time.Second, 0},
+	} {
+		if got := HeadProgress(tc.prompt, tc.rate, tc.elapsed); got != tc.want {
+			t.Errorf("HeadProgress(%d, %v, %v) = %d, want %d", tc.prompt, tc.rate, tc.elapsed, got, tc.want)
+		}
+	}
+}
