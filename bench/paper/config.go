@@ -96,6 +96,10 @@ type DataPlane struct {
 	// PushDelay is projection to weights in effect at the ingress (xDS
 	// push). Default 5 ms.
 	PushDelay time.Duration
+	// DecodeCost is isobar's pick's cost per request in flight
+	// (placement.Config.DecodeCost, isobar gateway --isobar-decode-cost).
+	// 0: placement's default (1 ms).
+	DecodeCost time.Duration
 }
 
 // DefaultDataPlane returns the documented defaults.

@@ -378,6 +378,9 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 	}
 	f.proj = proj
 	f.placement = placement.DefaultConfig()
+	if cfg.DataPlane.DecodeCost > 0 {
+		f.placement.DecodeCost = cfg.DataPlane.DecodeCost
+	}
 	if pol, ok := spec.policy.envoy(cfg.DataPlane); ok {
 		if f.pool, err = lb.NewPool(pol, cfg.DataPlane.Workers, keyed(spec.seed, saltLB, 1<<62)); err != nil {
 			return nil, err

@@ -24,6 +24,8 @@ type benchPaperFlags struct {
 	stages   string
 	parallel int
 	quiet    bool
+	// decodeCost: isobar's pick's cost per request in flight (0: default).
+	decodeCost time.Duration
 }
 
 func newBenchPaperCmd(ro *rootOpts) *cobra.Command {
@@ -80,6 +82,7 @@ pipeline check whose figures are noise.`,
 	fl.IntVar(&f.parallel, "parallel", 0, "(ground, seed) jobs run at once (default: the number of CPUs)")
 	fl.StringVar(&f.stages, "stages", "", "comma-separated stages to run (default all: "+strings.Join(paper.Stages(), ",")+")")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
+	fl.DurationVar(&f.decodeCost, "isobar-decode-cost", 0, "isobar's pick: cost per request in flight, as isobar gateway --isobar-decode-cost (default 1ms)")
 	return cmd
 }
 
@@ -95,6 +98,9 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 	}
 	if f.parallel < 0 {
 		return usageError{fmt.Errorf("--parallel %d: want at least 1", f.parallel)}
+	}
+	if f.decodeCost < 0 {
+		return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 1ms", f.decodeCost)}
 	}
 	grounds, err := paper.Grounds()
 	if err != nil {
@@ -113,6 +119,9 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 			}
 		}
 		grounds = pick
+	}
+	for i := range grounds {
+		grounds[i].DataPlane.DecodeCost = f.decodeCost
 	}
 	opt := paper.Options{Mode: paper.Full, Seed: f.seed, Seeds: f.seeds, Parallel: f.parallel}
 	switch {

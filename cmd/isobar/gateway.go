@@ -2,11 +2,14 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
 	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/regional"
 )
 
@@ -15,6 +18,7 @@ func newGatewayCmd(ro *rootOpts) *cobra.Command {
 	var (
 		cfg        gateway.Config
 		lb         string
+		decodeCost time.Duration
 		tlsFiles   regional.TLSFiles
 		serverName string
 		tf         transportFlags
@@ -37,9 +41,12 @@ schedule when the cluster is locality-weighted, then the cluster's policy
 (ROUND_ROBIN, LEAST_REQUEST with its choice_count, FULL_SCAN and
 active_request_bias, or RANDOM; an unknown one falls back to ROUND_ROBIN with
 a warning). --lb isobar picks the endpoint with the least expected time to
-first token: RTT + the prompt tokens the gateway has sent it and not yet seen
-answered, plus this request's, over its prefill rate + a cost per request in
-flight. --lb rr and --lb lr are Envoy's round robin and least request (two
+first token: RTT + 2 × jitter + the prompt tokens the gateway has sent it and
+not yet seen answered (less the oldest one's progress), plus this request's,
+over its prefill rate + the wait for a batch slot when the engine's slots are
+full + --isobar-decode-cost per request in flight; it sends an engine on
+probation no more than its probe budget, and an engine that refused a prompt
+as too long only what it holds. --lb rr and --lb lr are Envoy's round robin and least request (two
 choices) over all endpoints with equal weights, the baselines. Retries within the cluster's retry budget, passive
 outlier ejection, 429 load shedding (the route's shed share, or every
 endpoint at --max-inflight-per-endpoint) and the route and connect timeouts
@@ -74,6 +81,11 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 				return usageError{errors.New("--tls-server-name needs --tls-cert, --tls-key and --tls-ca")}
 			}
 			cfg.LB = gateway.LBMode(lb)
+			if decodeCost < 0 {
+				return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 1ms", decodeCost)}
+			}
+			cfg.Placement = placement.DefaultConfig()
+			cfg.Placement.DecodeCost = decodeCost
 			dial, err := regional.ControllerDialOptions(tlsFiles, cfg.Region)
 			if err != nil {
 				return err
@@ -99,6 +111,7 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 	f.StringVar(&cfg.Region, "region", "", "region this gateway serves; required")
 	f.StringVar(&cfg.NodeID, "node-id", "", "xDS node id and report identity (default isobar-gateway-<region>)")
 	f.StringVar(&lb, "lb", string(gateway.LBXDS), "load balancing: xds (as Envoy would on the pushed resources), isobar (least expected time to first token), rr (Envoy round-robin baseline) or lr (Envoy least-request baseline, two choices)")
+	f.DurationVar(&decodeCost, "isobar-decode-cost", placement.DefaultDecodeCost, "--lb isobar: expected TTFT added per request in flight on an endpoint (the decode steps a new prefill shares); a larger value spreads decodes, trading a little TTFT for E2E latency (docs/bench.md)")
 	f.IntVar(&cfg.MaxInflightPerEndpoint, "max-inflight-per-endpoint", 64, "requests in flight per endpoint above which it takes no more; all full: 429")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "extra address serving only /metrics; empty: none")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on shutdown, how long in-flight requests may finish (default 30s)")

@@ -20,6 +20,8 @@ func TestGatewayLBFlag(t *testing.T) {
 		// so that nothing is started.
 		{"isobar accepted", []string{"--lb", "isobar", "--max-inflight-per-endpoint", "-1"}, "MaxInflightPerEndpoint"},
 		{"xds accepted", []string{"--lb", "xds", "--max-inflight-per-endpoint", "-1"}, "MaxInflightPerEndpoint"},
+		{"negative decode cost", []string{"--lb", "isobar", "--isobar-decode-cost", "-1ms"}, "isobar-decode-cost"},
+		{"decode cost accepted", []string{"--lb", "isobar", "--isobar-decode-cost", "20ms", "--max-inflight-per-endpoint", "-1"}, "MaxInflightPerEndpoint"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
