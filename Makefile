@@ -43,7 +43,9 @@ FUZZ_TARGETS := \
 	./election:FuzzPrefixAndFence \
 	./certs:FuzzParseIdentity \
 	./certs:FuzzParseCertificates \
-	./certs:FuzzParseKey
+	./certs:FuzzParseKey \
+	./regional/capacity:FuzzObserve \
+	./gateway:FuzzStatedContextLimit
 
 .PHONY: help build test test-short run proto verify-genproto fix-genproto lint fmt verify tidy verify-tidy bench fuzz tools clean
 

@@ -69,6 +69,11 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	cfg.CycleInterval = 20 * time.Millisecond
 	cfg.Global.SummaryInterval = 100 * time.Millisecond
 	cfg.Global.IngressAddress = ingLn.Addr().String()
+	// The scenarios here are about planning on given capacities: pin each
+	// cell to the 1.3 rps prior (so much evidence needed that none of the
+	// measurement counts). The engines run 10x fast and would otherwise
+	// show ten times the prior.
+	cfg.Global.Capacity.EvidenceRequests = 1e12
 	ctrl, err := regional.New(cfg, regional.Deps{
 		GRPCListener: listen(t), HTTPListener: listen(t), Etcd: etcdClient(t, e), GlobalDialOptions: insecureDial, Gossip: node,
 		Demand: func() map[string]float64 { return map[string]float64{sim.DefaultModel: demand} },

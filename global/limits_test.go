@@ -281,3 +281,43 @@ func TestPlanConfigLocalFill(t *testing.T) {
 		}
 	}
 }
+
+// A summary whose capacity confidence (model or context class) is NaN,
+// infinite, negative or above 1 is refused as invalid (the reason label
+// the refusal counter uses) and not stored; one in [0,1] is accepted.
+func TestCapacityConfidenceRefused(t *testing.T) {
+	var l Limits
+	l.withDefaults()
+	svc := &syncService{store: newStore(), limits: l, regionTTL: time.Second,
+		skew: newSkewWatch(l, slog.New(slog.DiscardHandler), nil), clock: clockwork.NewFakeClockAt(limitsT0),
+		log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil)}
+	seq := uint64(0)
+	next := func() *isobarpb.RegionSummary {
+		seq++
+		sm := limitSummary("a", "x", seq, limitsT0)
+		sm.Models[0].ContextClasses = []*isobarpb.ContextClass{{MaxTokens: 4096, Cells: 1, CapacityRps: 10, CapacityConfidence: 0.5}}
+		return sm
+	}
+	for _, bad := range []float64{math.NaN(), math.Inf(1), -0.1, 1.5} {
+		for _, where := range []string{"model", "class"} {
+			sm := next()
+			if where == "model" {
+				sm.Models[0].CapacityConfidence = bad
+			} else {
+				sm.Models[0].ContextClasses[0].CapacityConfidence = bad
+			}
+			err := svc.accept("", sm, nil)
+			if !errors.Is(err, summary.ErrInvalid) || reason(err) != "invalid" || !strings.Contains(err.Error(), "capacity_confidence") {
+				t.Errorf("%s confidence %v: accept = %v (reason %q), want an invalid refusal naming capacity_confidence", where, bad, err, reason(err))
+			}
+		}
+	}
+	if n := len(svc.store.snapshot()); n != 0 {
+		t.Fatalf("%d summaries stored, want none", n)
+	}
+	ok := next()
+	ok.Models[0].CapacityConfidence = 1
+	if err := svc.accept("", ok, nil); err != nil {
+		t.Fatalf("confidence 1 refused: %v", err)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/isobar-mesh/isobar/global"
 	"github.com/isobar-mesh/isobar/lab/wan"
 	"github.com/isobar-mesh/isobar/regional"
+	"github.com/isobar-mesh/isobar/regional/capacity"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/sim"
@@ -561,13 +562,20 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 		rc.TTLGrace = 3 * cfg.HeartbeatInterval // short heartbeats, tolerant of a loaded machine
 	}
 	rc.Global.IngressAddress = gwLn.Addr().String()
-	// The profile's knee is ~1.3 RPS per cell in real time; a faster
-	// clock serves proportionally more.
+	// The capacity prior: the profile's knee is ~1.3 RPS per cell in real
+	// time; a faster clock serves proportionally more, and reaches the
+	// TTFT SLO proportionally sooner. Measurements replace the prior.
 	rc.Global.NominalCellRPS = 1.3 / cfg.TimeScale
+	rc.Global.Capacity.TTFTSLO = time.Duration(float64(capacity.DefaultTTFTSLO) * cfg.TimeScale)
 	if cfg.Fast {
 		rc.CycleInterval = 20 * time.Millisecond
 		rc.Global.SummaryInterval = 200 * time.Millisecond
 		rc.Global.DemandTau = 2 * time.Second
+		// Capacity stays at the prior: at the tests' time scales the
+		// scaled TTFT SLO (75 ms at 0.05) is below the unscaled wall-clock
+		// cost of a request on a loaded machine, so a measurement would
+		// read every cell as past its SLO.
+		rc.Global.Capacity.EvidenceRequests = 1e12
 	}
 	if !cfg.Insecure {
 		rc.TLS = regional.TLSFiles{Cert: rid.cert, Key: rid.key, CA: l.pki.ca}

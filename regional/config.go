@@ -195,6 +195,9 @@ func (c Config) validate() error {
 		c.Global.LocalFill < 0 || c.Global.LocalFill > 1 || math.IsNaN(c.Global.LocalFill) {
 		return fmt.Errorf("%w: global: summary interval, nominal cell RPS must be > 0, headroom in (0,1] and local fill in [0,1]", ErrInvalidConfig)
 	}
+	if err := c.Global.Capacity.Validate(); err != nil {
+		return fmt.Errorf("%w: global: %w", ErrInvalidConfig, err)
+	}
 	if a := c.Global.IngressAddress; a != "" {
 		if err := ingressAddress(a); err != nil {
 			return fmt.Errorf("%w: ingress address: %v", ErrInvalidConfig, err)

@@ -20,6 +20,11 @@
 //     mailbox: a burst of changes coalesces into one snapshot build.
 //   - Each heartbeat stream runs on its gRPC handler goroutine and keeps its
 //     own per-stream state (sequence, ownership of its cell id).
+//   - The summary goroutine (globalsync.go) owns the demand smoother and
+//     the capacity estimator (regional/capacity): each summary feeds the
+//     estimator every cell heartbeat the view shows for the first time, so
+//     a cell's capacity in the summary moves from the configured prior to
+//     what its engine shows.
 //
 // Failure detection has two paths. A heartbeat stream that ends without a
 // Terminated report (the agent process was killed, its host or link died)
@@ -50,7 +55,8 @@
 // identity and counted. Without TLS (isobar regional --insecure) nobody is
 // authenticated.
 //
-// Time is injected (clockwork.Clock); scoring, projection and lifecycle are
-// pure packages (regional/score, regional/projection, regional/lifecycle)
-// that take now as an argument.
+// Time is injected (clockwork.Clock); scoring, projection, lifecycle and
+// capacity estimation are pure packages (regional/score,
+// regional/projection, regional/lifecycle, regional/capacity) that take now
+// as an argument.
 package regional

@@ -25,6 +25,7 @@ import (
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/capacity"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/summary"
@@ -38,10 +39,16 @@ type GlobalConfig struct {
 	// SummaryInterval between summaries (to the leader and to gossip).
 	// Default 1 s.
 	SummaryInterval time.Duration
-	// NominalCellRPS is one healthy cell's capacity at SLO (requests/s),
-	// scaled down by its outlier penalty. Default 1.3 (the 70B-AWQ
-	// profile's knee).
+	// NominalCellRPS is the cold-start prior of one healthy cell's
+	// capacity at SLO (requests/s): a cell starts there and moves to what
+	// its engine shows as measurements arrive (Capacity, package
+	// regional/capacity); either is scaled down by the cell's outlier
+	// penalty. Default 1.3 (the 70B-AWQ profile's knee).
 	NominalCellRPS float64
+	// Capacity tunes the capacity estimator (TTFT SLO, smoothing,
+	// evidence); its PriorRPS is NominalCellRPS. Zero fields take the
+	// estimator's defaults.
+	Capacity capacity.Config
 	// IngressAddress (IP:port) is where other regions send traffic for
 	// this one; advertised in the summary.
 	IngressAddress string
@@ -73,8 +80,10 @@ func (g *GlobalConfig) withDefaults() {
 		g.SummaryInterval = time.Second
 	}
 	if g.NominalCellRPS == 0 {
-		g.NominalCellRPS = 1.3
+		g.NominalCellRPS = capacity.DefaultPriorRPS
 	}
+	g.Capacity.PriorRPS = g.NominalCellRPS
+	g.Capacity = g.Capacity.WithDefaults()
 	if g.DemandTau == 0 {
 		g.DemandTau = 30 * time.Second
 	}
@@ -134,8 +143,13 @@ type syncer struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	// smoother is owned by the summaries goroutine (buildSummary).
+	// smoother and capacity are owned by the summaries goroutine
+	// (buildSummary).
 	smoother *demandSmoother
+	capacity *capacity.Estimator
+	capSeen  map[string]seenKey // the last heartbeat observed per cell
+	// capLogged: the capacity last logged per model.
+	capLogged map[string]float64
 
 	incarnation string
 	seq         atomic.Uint64
@@ -148,11 +162,56 @@ func newSyncer(cfg GlobalConfig, region string, reg *Registry, etcd *clientv3.Cl
 	demand func() map[string]float64, dial []grpc.DialOption, clock clockwork.Clock, log *slog.Logger, m *metrics) *syncer {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
+	est, err := capacity.New(cfg.Capacity)
+	if err != nil {
+		// Config.validate checked it; a zero config takes the defaults.
+		est, _ = capacity.New(capacity.Config{PriorRPS: cfg.NominalCellRPS})
+	}
 	return &syncer{
 		cfg: cfg, region: region, reg: reg, etcd: etcd, gossip: g, demand: demand, dial: dial,
 		clock: clock, log: log.With("component", "globalsync"), metrics: m, incarnation: hex.EncodeToString(b[:]),
 		smoother: newDemandSmoother(cfg.DemandTau, reg.cfg.DataPlaneWindow),
+		capacity: est, capSeen: map[string]seenKey{}, capLogged: map[string]float64{},
 	}
+}
+
+// observeCapacity feeds the capacity estimator each cell heartbeat it
+// has not seen yet and forgets cells that left the registry. Owned by the
+// summaries goroutine.
+func (s *syncer) observeCapacity(v *View) {
+	rejected := s.capacity.Rejected()
+	live := make(map[string]bool, len(v.Cells))
+	for _, c := range v.Cells {
+		live[c.ID] = true
+		key := seenKey{c.Incarnation, c.Sequence}
+		if s.capSeen[c.ID] == key {
+			continue
+		}
+		s.capSeen[c.ID] = key
+		sig := c.Signals
+		if sig == nil || !c.VLLM.OK {
+			continue // missing measurements: the estimate holds
+		}
+		s.capacity.Observe(c.ID, c.LastSeen, capacity.Sample{
+			RequestRate: sig.RequestRate, Running: sig.Running, Waiting: sig.QueueDepth,
+			KVUsage: sig.KvCacheUsage, TTFTP95: sig.TtftP95Seconds,
+		})
+	}
+	for _, id := range s.capacity.Cells() {
+		if !live[id] {
+			s.capacity.Forget(id)
+			delete(s.capSeen, id)
+		}
+	}
+	if d := s.capacity.Rejected() - rejected; d > 0 {
+		s.metrics.capacityRejected.Add(float64(d))
+	}
+}
+
+// seenKey identifies one heartbeat of a cell.
+type seenKey struct {
+	incarnation string
+	sequence    uint64
 }
 
 // Routes returns the route table in force (nil before any).
@@ -186,6 +245,7 @@ func (s *syncer) summaries(ctx context.Context) {
 // buildSummary aggregates the registry's current view.
 func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
 	v := s.reg.View()
+	s.observeCapacity(v)
 	cells := make([]summary.Cell, 0, len(v.Cells))
 	served := map[string]float64{}
 	for _, c := range v.Cells {
@@ -194,7 +254,8 @@ func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
 			MaxModelLen: c.MaxModelLen,
 		}
 		if c.State == lifecycle.Ready {
-			sc.CapacityRPS = s.cfg.NominalCellRPS * (1 - c.Weight.Penalty)
+			e := s.capacity.Estimate(c.ID, now, 1-c.Weight.Penalty)
+			sc.CapacityRPS, sc.CapacityConfidence = e.RPS, e.Confidence
 		}
 		if sig := c.Signals; sig != nil && c.VLLM.OK {
 			sc.LoadRPS = sig.GetRequestRate()
@@ -215,10 +276,27 @@ func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
 	if s.gossip != nil {
 		rtt = s.gossip.RTT()
 	}
-	return summary.Aggregate(summary.Input{
+	sm := summary.Aggregate(summary.Input{
 		Region: s.region, Incarnation: s.incarnation, Sequence: s.seq.Add(1), Now: now, Cells: cells,
 		Demand: demand, RTT: rtt, IngressAddress: s.cfg.IngressAddress, DefaultEngineLatencyMs: s.cfg.DefaultEngineLatencyMs,
 	})
+	s.metrics.capacityRPS.Reset()
+	s.metrics.capacityConfidence.Reset()
+	for m := range s.capLogged {
+		if !slices.ContainsFunc(sm.GetModels(), func(ms *isobarpb.ModelSummary) bool { return ms.GetModel() == m }) {
+			delete(s.capLogged, m)
+		}
+	}
+	for _, m := range sm.GetModels() {
+		s.metrics.capacityRPS.WithLabelValues(m.GetModel()).Set(m.GetCapacityRps())
+		s.metrics.capacityConfidence.WithLabelValues(m.GetModel()).Set(m.GetCapacityConfidence())
+		if last, ok := s.capLogged[m.GetModel()]; !ok || math.Abs(m.GetCapacityRps()-last) > 0.1*last {
+			s.capLogged[m.GetModel()] = m.GetCapacityRps()
+			s.log.Info("capacity estimate changed", "model", m.GetModel(), "capacity_rps", m.GetCapacityRps(),
+				"confidence", m.GetCapacityConfidence(), "cells_ready", m.GetCellsReady(), "load_rps", m.GetLoadRps())
+		}
+	}
+	return sm
 }
 
 // install makes t the table in force and hands it to the registry.

@@ -29,6 +29,9 @@ type metrics struct {
 	reports            *prometheus.CounterVec
 	skewed             prometheus.Counter
 	planPeerRefused    *prometheus.CounterVec
+	capacityRejected   prometheus.Counter
+	capacityRPS        *prometheus.GaugeVec
+	capacityConfidence *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -107,8 +110,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "isobar_regional_plan_sources_refused_total",
 			Help: "Sync sessions closed because the server dialled as the global leader is not a global identity, by reason (not_mtls, not_global).",
 		}, []string{"reason"}),
+		capacityRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_regional_capacity_samples_rejected_total",
+			Help: "Heartbeat signals the capacity estimator ignored as bad input (NaN, negative, absurd, out of order).",
+		}),
+		capacityRPS: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "isobar_regional_capacity_rps",
+			Help: "Estimated capacity at SLO of the Ready cells (requests/s), as put in the last summary, by model.",
+		}, []string{"model"}),
+		capacityConfidence: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "isobar_regional_capacity_confidence",
+			Help: "Confidence in [0,1] that the capacity in the last summary is measured rather than the prior, by model.",
+		}, []string{"model"}),
 	}
 	if reg != nil {
+		reg.MustRegister(m.capacityRejected, m.capacityRPS, m.capacityConfidence)
 		reg.MustRegister(m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions,
 			m.unknownCells, m.projection, m.pushErrors, m.failover, m.penaltyTrips, m.probes,
 			m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused)

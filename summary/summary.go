@@ -25,6 +25,9 @@ type Cell struct {
 	Fallback bool
 	// CapacityRPS is the cell's estimated capacity at SLO (requests/s).
 	CapacityRPS float64
+	// CapacityConfidence in [0,1]: how far CapacityRPS is measured rather
+	// than the configured prior (0: the prior alone).
+	CapacityConfidence float64
 	// LoadRPS is the cell's completed requests/s.
 	LoadRPS float64
 	// TTFTP95 (seconds), ErrorRate and its request count over the agent's
@@ -133,8 +136,9 @@ func Aggregate(in Input) *isobarpb.RegionSummary {
 func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, classes []uint32) *isobarpb.ModelSummary {
 	ms := &isobarpb.ModelSummary{Model: name, DemandRps: finite(demand)}
 	var pressures, lowLoadTTFT []float64
-	var errWeighted, errRequests, kvFree float64
+	var errWeighted, errRequests, kvFree, confWeighted float64
 	var kvN int
+	clsConf := make([]float64, len(classes))
 	cls := make([]*isobarpb.ContextClass, len(classes))
 	for i, c := range classes {
 		cls[i] = &isobarpb.ContextClass{MaxTokens: c}
@@ -162,7 +166,9 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 			ms.FallbackCells++
 		}
 		capRPS := finite(c.CapacityRPS)
+		conf := clamp01(c.CapacityConfidence)
 		ms.CapacityRps += capRPS
+		confWeighted += conf * capRPS
 		p := clamp01(c.Pressure)
 		pressures = append(pressures, p)
 		if c.TTFTP95 != nil && isFinite(*c.TTFTP95) {
@@ -179,11 +185,20 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 			kvFree += 1 - clamp01(*c.KVUsage)
 			kvN++
 		}
-		for _, cl := range cls {
+		for i, cl := range cls {
 			if c.MaxModelLen == 0 || c.MaxModelLen >= cl.MaxTokens {
 				cl.Cells++
 				cl.CapacityRps += capRPS
+				clsConf[i] += conf * capRPS
 			}
+		}
+	}
+	if ms.CapacityRps > 0 {
+		ms.CapacityConfidence = clamp01(confWeighted / ms.CapacityRps)
+	}
+	for i, cl := range cls {
+		if cl.CapacityRps > 0 {
+			cl.CapacityConfidence = clamp01(clsConf[i] / cl.CapacityRps)
 		}
 	}
 	ms.ContextClasses = cls
@@ -304,6 +319,7 @@ func validateModel(m *isobarpb.ModelSummary) error {
 		{"engine_latency_ms", m.GetEngineLatencyMs(), 86_400_000},
 		{"pressure_min", m.GetPressureMin(), 1}, {"pressure_mean", m.GetPressureMean(), 1},
 		{"pressure_p90", m.GetPressureP90(), 1}, {"error_rate", m.GetErrorRate(), 1}, {"kv_headroom", m.GetKvHeadroom(), 1},
+		{"capacity_confidence", m.GetCapacityConfidence(), 1},
 	}
 	for _, r := range rates {
 		if !isFinite(r.v) || r.v < 0 || r.v > r.max {
@@ -324,6 +340,9 @@ func validateModel(m *isobarpb.ModelSummary) error {
 		prev = c.GetMaxTokens()
 		if !isFinite(c.GetCapacityRps()) || c.GetCapacityRps() < 0 || c.GetCapacityRps() > maxRate || c.GetCells() > maxCount {
 			return fmt.Errorf("model %s: context class %d: bad capacity", name, c.GetMaxTokens())
+		}
+		if cc := c.GetCapacityConfidence(); !isFinite(cc) || cc < 0 || cc > 1 {
+			return fmt.Errorf("model %s: context class %d: capacity_confidence is %v; want a finite value in [0, 1]", name, c.GetMaxTokens(), cc)
 		}
 	}
 	return nil

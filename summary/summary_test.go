@@ -32,7 +32,7 @@ func fleet(n int) Input {
 		}
 		cells[i] = Cell{
 			Model: "m", State: st, Pressure: float64(i%100) / 100, Fallback: i%7 == 0,
-			CapacityRPS: 1.3, LoadRPS: 1.0, TTFTP95: f64(0.3 + float64(i%50)/100),
+			CapacityRPS: 1.3, CapacityConfidence: float64(i%4) / 4, LoadRPS: 1.0, TTFTP95: f64(0.3 + float64(i%50)/100),
 			ErrorRate: f64(0.01), WindowRequests: f64(10), KVUsage: f64(0.4),
 			MaxModelLen: []uint32{8192, 32768}[i%2],
 		}
@@ -136,6 +136,15 @@ func TestValidateRejects(t *testing.T) {
 		"no time":             {func(s *isobarpb.RegionSummary) { s.At = nil }, "time"},
 		"NaN capacity":        {func(s *isobarpb.RegionSummary) { s.Models[0].CapacityRps = math.NaN() }, "capacity_rps"},
 		"negative demand":     {func(s *isobarpb.RegionSummary) { s.Models[0].DemandRps = -1 }, "demand_rps"},
+		"NaN confidence":      {func(s *isobarpb.RegionSummary) { s.Models[0].CapacityConfidence = math.NaN() }, "capacity_confidence"},
+		"negative confidence": {func(s *isobarpb.RegionSummary) { s.Models[0].CapacityConfidence = -0.1 }, "capacity_confidence"},
+		"confidence above 1":  {func(s *isobarpb.RegionSummary) { s.Models[0].CapacityConfidence = 1.5 }, "capacity_confidence"},
+		"class confidence Inf": {func(s *isobarpb.RegionSummary) {
+			s.Models[0].ContextClasses[0].CapacityConfidence = math.Inf(1)
+		}, "capacity_confidence"},
+		"class confidence negative": {func(s *isobarpb.RegionSummary) {
+			s.Models[0].ContextClasses[2].CapacityConfidence = -1
+		}, "capacity_confidence"},
 		"pressure above 1":    {func(s *isobarpb.RegionSummary) { s.Models[0].PressureP90 = 1.5 }, "pressure_p90"},
 		"error rate Inf":      {func(s *isobarpb.RegionSummary) { s.Models[0].ErrorRate = math.Inf(1) }, "error_rate"},
 		"duplicate model":     {func(s *isobarpb.RegionSummary) { s.Models = append(s.Models, s.Models[0]) }, "twice"},
@@ -160,6 +169,38 @@ func TestValidateRejects(t *testing.T) {
 				t.Fatalf("Validate = %v, want ErrInvalid mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The model's and each class's confidence is the capacity-weighted mean of
+// their Ready cells' confidences; bad cell values count as 0.
+func TestAggregateConfidence(t *testing.T) {
+	in := Input{
+		Region: "r", Incarnation: "i", Sequence: 1, Now: now,
+		Cells: []Cell{
+			{Model: "m", State: ready, CapacityRPS: 1, CapacityConfidence: 0.2, MaxModelLen: 8192},
+			{Model: "m", State: ready, CapacityRPS: 3, CapacityConfidence: 0.6, MaxModelLen: 32768},
+			{Model: "m", State: ready, CapacityRPS: 2, CapacityConfidence: math.NaN(), MaxModelLen: 32768},
+			{Model: "m", State: failed, CapacityRPS: 5, CapacityConfidence: 1},
+			{Model: "p", State: ready, CapacityRPS: 1.3},
+		},
+	}
+	s := Aggregate(in)
+	if err := Validate(s); err != nil {
+		t.Fatal(err)
+	}
+	m, p := s.Models[0], s.Models[1]
+	if want := (0.2*1 + 0.6*3) / 6; math.Abs(m.CapacityConfidence-want) > 1e-9 {
+		t.Errorf("model confidence = %v, want %v", m.CapacityConfidence, want)
+	}
+	if p.CapacityConfidence != 0 {
+		t.Errorf("prior-only model confidence = %v, want 0", p.CapacityConfidence)
+	}
+	want := map[uint32]float64{4096: 2.0 / 6, 8192: 2.0 / 6, 32768: 1.8 / 5, 131072: 0}
+	for _, c := range m.ContextClasses {
+		if math.Abs(c.CapacityConfidence-want[c.MaxTokens]) > 1e-9 {
+			t.Errorf("class %d confidence = %v, want %v", c.MaxTokens, c.CapacityConfidence, want[c.MaxTokens])
+		}
 	}
 }
 

@@ -35,7 +35,7 @@ func TestLayers(t *testing.T) {
 		pkgs = append(pkgs, p)
 	}
 	pure := map[string]bool{
-		"regional/score": true, "regional/lifecycle": true, "regional/projection": true,
+		"regional/score": true, "regional/lifecycle": true, "regional/projection": true, "regional/capacity": true,
 		"optimize": true, "summary": true,
 	}
 	ioImports := []string{"net", "net/http", "os", "log/slog", "google.golang.org/grpc", "github.com/prometheus/client_golang/prometheus"}

@@ -33,9 +33,12 @@ type ContextClass struct {
 	// Cells that can take a request of this size.
 	Cells uint32 `protobuf:"varint,2,opt,name=cells,proto3" json:"cells,omitempty"`
 	// Estimated capacity at SLO of those cells, requests/s.
-	CapacityRps   float64 `protobuf:"fixed64,3,opt,name=capacity_rps,json=capacityRps,proto3" json:"capacity_rps,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CapacityRps float64 `protobuf:"fixed64,3,opt,name=capacity_rps,json=capacityRps,proto3" json:"capacity_rps,omitempty"`
+	// Confidence in [0,1] that capacity_rps is measured rather than the
+	// configured prior (capacity-weighted mean over those cells).
+	CapacityConfidence float64 `protobuf:"fixed64,4,opt,name=capacity_confidence,json=capacityConfidence,proto3" json:"capacity_confidence,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ContextClass) Reset() {
@@ -89,6 +92,13 @@ func (x *ContextClass) GetCapacityRps() float64 {
 	return 0
 }
 
+func (x *ContextClass) GetCapacityConfidence() float64 {
+	if x != nil {
+		return x.CapacityConfidence
+	}
+	return 0
+}
+
 // ModelSummary is one served model's figures in a region. Its size does not
 // depend on the number of cells.
 type ModelSummary struct {
@@ -100,7 +110,9 @@ type ModelSummary struct {
 	CellsDraining   uint32 `protobuf:"varint,4,opt,name=cells_draining,json=cellsDraining,proto3" json:"cells_draining,omitempty"`
 	CellsFailed     uint32 `protobuf:"varint,5,opt,name=cells_failed,json=cellsFailed,proto3" json:"cells_failed,omitempty"`
 	CellsTerminated uint32 `protobuf:"varint,6,opt,name=cells_terminated,json=cellsTerminated,proto3" json:"cells_terminated,omitempty"`
-	// Estimated capacity at SLO (requests/s) of the Ready cells.
+	// Estimated capacity at SLO (requests/s) of the Ready cells, measured
+	// from what the engines show and blended with the configured per-cell
+	// prior by confidence (regional/capacity).
 	CapacityRps float64 `protobuf:"fixed64,7,opt,name=capacity_rps,json=capacityRps,proto3" json:"capacity_rps,omitempty"`
 	// Requests/s the cells are completing now.
 	LoadRps float64 `protobuf:"fixed64,8,opt,name=load_rps,json=loadRps,proto3" json:"load_rps,omitempty"`
@@ -122,8 +134,12 @@ type ModelSummary struct {
 	FallbackCells uint32 `protobuf:"varint,17,opt,name=fallback_cells,json=fallbackCells,proto3" json:"fallback_cells,omitempty"`
 	// Engine latency at low load (ms), for the optimiser's latency model.
 	EngineLatencyMs float64 `protobuf:"fixed64,18,opt,name=engine_latency_ms,json=engineLatencyMs,proto3" json:"engine_latency_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Confidence in [0,1] that capacity_rps is measured rather than the
+	// prior: the capacity-weighted mean of the Ready cells' confidences (0:
+	// the prior alone).
+	CapacityConfidence float64 `protobuf:"fixed64,19,opt,name=capacity_confidence,json=capacityConfidence,proto3" json:"capacity_confidence,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ModelSummary) Reset() {
@@ -278,6 +294,13 @@ func (x *ModelSummary) GetFallbackCells() uint32 {
 func (x *ModelSummary) GetEngineLatencyMs() float64 {
 	if x != nil {
 		return x.EngineLatencyMs
+	}
+	return 0
+}
+
+func (x *ModelSummary) GetCapacityConfidence() float64 {
+	if x != nil {
+		return x.CapacityConfidence
 	}
 	return 0
 }
@@ -712,12 +735,13 @@ var File_isobar_v1_global_proto protoreflect.FileDescriptor
 
 const file_isobar_v1_global_proto_rawDesc = "" +
 	"\n" +
-	"\x16isobar/v1/global.proto\x12\tisobar.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"f\n" +
+	"\x16isobar/v1/global.proto\x12\tisobar.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
 	"\fContextClass\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\rR\tmaxTokens\x12\x14\n" +
 	"\x05cells\x18\x02 \x01(\rR\x05cells\x12!\n" +
-	"\fcapacity_rps\x18\x03 \x01(\x01R\vcapacityRps\"\xa6\x05\n" +
+	"\fcapacity_rps\x18\x03 \x01(\x01R\vcapacityRps\x12/\n" +
+	"\x13capacity_confidence\x18\x04 \x01(\x01R\x12capacityConfidence\"\xd7\x05\n" +
 	"\fModelSummary\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12#\n" +
 	"\rcells_loading\x18\x02 \x01(\rR\fcellsLoading\x12\x1f\n" +
@@ -741,7 +765,8 @@ const file_isobar_v1_global_proto_rawDesc = "" +
 	"kvHeadroom\x12@\n" +
 	"\x0fcontext_classes\x18\x10 \x03(\v2\x17.isobar.v1.ContextClassR\x0econtextClasses\x12%\n" +
 	"\x0efallback_cells\x18\x11 \x01(\rR\rfallbackCells\x12*\n" +
-	"\x11engine_latency_ms\x18\x12 \x01(\x01R\x0fengineLatencyMs\"8\n" +
+	"\x11engine_latency_ms\x18\x12 \x01(\x01R\x0fengineLatencyMs\x12/\n" +
+	"\x13capacity_confidence\x18\x13 \x01(\x01R\x12capacityConfidence\"8\n" +
 	"\aPeerRTT\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x15\n" +
 	"\x06rtt_ms\x18\x02 \x01(\x01R\x05rttMs\"\x91\x02\n" +
