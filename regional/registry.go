@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,11 +113,17 @@ type Registry struct {
 	cycles     uint64
 	removals   []removal
 	lastPushed map[string]uint32    // weights in the last offered state
+	sentPlace  map[string]placeSent // drifting placement inputs in the last offered state
+	lastOffer  time.Time            // when the last state was offered
 	index      map[string]int       // id → position in ids, shared by views
 	routes     *RouteTable          // cross-region routing in force
 	routesNew  bool                 // routes changed since the last push
 	dpCells    map[string]*dpWindow // data-plane errors per cell
 	dpDemand   map[string]*dpWindow // ingress demand per data plane and model
+
+	// regionRTT returns the smoothed RTT to each remote region (gossip's
+	// probes); nil: none known. Set before Start.
+	regionRTT func() map[string]time.Duration
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -139,6 +146,7 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		cells:      make(map[string]*cell),
 		byEndpoint: make(map[string]string),
 		lastPushed: make(map[string]uint32),
+		sentPlace:  make(map[string]placeSent),
 		dpCells:    make(map[string]*dpWindow),
 		dpDemand:   make(map[string]*dpWindow),
 		done:       make(chan struct{}),
@@ -528,6 +536,8 @@ func (r *Registry) cycle(now time.Time) {
 			OperatorDrain: c.drain, Fallback: res.Fallback || !c.hb.GetDcgm().GetOk() || !c.hb.GetVllm().GetOk(),
 			EndpointConflict: c.conflict, Suspect: c.suspect,
 			ClockSkew: c.skew, ClockSkewKnown: c.skewKnown, ClockSkewed: c.skewed,
+			PrefillTokensPerSecond: c.hb.GetCapability().GetPrefillTokensPerS(),
+			MaxNumSeqs:             c.hb.GetCapability().GetMaxNumSeqs(),
 		})
 	}
 	d := r.proj.Project(now, pcells)
@@ -550,13 +560,68 @@ func (r *Registry) cycle(now time.Time) {
 	v.Demand = r.demand(now)
 	r.view.Store(v)
 	r.metrics.projection.Observe(time.Since(start).Seconds())
-	if d.Push || r.routesNew {
+	var rtts map[string]time.Duration
+	if r.regionRTT != nil {
+		rtts = r.regionRTT()
+	}
+	drift := now.Sub(r.lastOffer) >= placementRepush && r.placementDrift(views, rtts)
+	if d.Push || r.routesNew || drift {
 		r.routesNew = false
-		st := r.buildState(views)
+		st := r.buildState(views, rtts)
+		r.lastOffer = now
 		r.pub.offer(st, r.removals)
 		r.removals = nil
 	}
 }
+
+// placementRepush is the least time between two states offered only
+// because a measured round trip drifted (placementDrift): the data plane's
+// pick follows the path, not every probe.
+const placementRepush = 5 * time.Second
+
+// placeSent is a round trip and its jitter as last offered (0: unknown).
+type placeSent struct{ rtt, jitter time.Duration }
+
+// remotePlaceKey keys a remote region's locality in Registry.sentPlace.
+func remotePlaceKey(region string) string { return "region/" + region }
+
+// placementDrift reports whether the round trips the data plane's pick
+// reads moved materially (rttDrifted) from those last offered: a published
+// cell's probed RTT or jitter, or a remote region's gossip RTT.
+func (r *Registry) placementDrift(views []CellView, rtts map[string]time.Duration) bool {
+	for i := range views {
+		v := &views[i]
+		if v.Weight.Published == 0 {
+			continue
+		}
+		var want placeSent
+		if v.RTTOK {
+			want = placeSent{v.RTT, v.Jitter}
+		}
+		got := r.sentPlace[v.ID]
+		if rttDrifted(got.rtt, want.rtt) || rttDrifted(got.jitter, want.jitter) {
+			return true
+		}
+	}
+	for k, got := range r.sentPlace {
+		if region, ok := strings.CutPrefix(k, remotePlaceKey("")); ok && rttDrifted(got.rtt, rtts[region]) {
+			return true
+		}
+	}
+	return false
+}
+
+// rttDrifted: b became known or unknown (0), or differs from a by more
+// than a tenth of a and at least rttTolerance.
+func rttDrifted(a, b time.Duration) bool {
+	if (a > 0) != (b > 0) {
+		return true
+	}
+	return (b - a).Abs() > max(rttTolerance, a/10)
+}
+
+// rttTolerance is the least round-trip change that is worth a push.
+const rttTolerance = time.Millisecond
 
 // localityScale turns route fractions into integer locality weights.
 const localityScale = 1000
@@ -564,9 +629,12 @@ const localityScale = 1000
 // buildState turns the cells with a published weight into the xDS state:
 // per model, the local cells as one locality and, when the route table
 // sends a share of the model's demand to other regions, each such region's
-// ingress as another locality weighted by its share.
-func (r *Registry) buildState(views []CellView) xds.State {
+// ingress as another locality weighted by its share. Each local endpoint
+// carries its declared capacity and probed round trip, each remote
+// locality the gossip RTT to its region (rtts), for the data plane's pick.
+func (r *Registry) buildState(views []CellView, rtts map[string]time.Duration) xds.State {
 	clear(r.lastPushed)
+	clear(r.sentPlace)
 	byModel := map[string]*xds.Model{}
 	local := map[string]*xds.Locality{}
 	model := func(name string) *xds.Model {
@@ -599,11 +667,17 @@ func (r *Registry) buildState(views []CellView) xds.State {
 			local[v.Model] = l
 			model(v.Model)
 		}
-		l.Endpoints = append(l.Endpoints, xds.Endpoint{
+		ep := xds.Endpoint{
 			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
 			Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
-		})
+			PrefillTokensPerSecond: v.PrefillTokensPerSecond, MaxNumSeqs: v.MaxNumSeqs,
+		}
+		if v.RTTOK {
+			ep.RTT, ep.Jitter = v.RTT, v.Jitter
+		}
+		l.Endpoints = append(l.Endpoints, ep)
 		r.lastPushed[v.ID] = v.Weight.Published
+		r.sentPlace[v.ID] = placeSent{ep.RTT, ep.Jitter}
 	}
 	var remote map[string][]xds.Locality
 	shed := map[string]float64{}
@@ -639,10 +713,12 @@ func (r *Registry) buildState(views []CellView) xds.State {
 					continue // validated with the plan
 				}
 				port, _ := strconv.ParseUint(portStr, 10, 32)
+				rtt := min(max(rtts[d], 0), xds.MaxRTT)
 				remote[name] = append(remote[name], xds.Locality{
-					Region: d, Zone: d, Weight: w,
+					Region: d, Zone: d, Weight: w, RTT: rtt,
 					Endpoints: []xds.Endpoint{{CellID: "region/" + d, Host: host, Port: uint32(port), Weight: 1}},
 				})
+				r.sentPlace[remotePlaceKey(d)] = placeSent{rtt: rtt}
 				model(name)
 			}
 		}
