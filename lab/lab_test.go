@@ -208,7 +208,8 @@ func awaitOutcomes(t *testing.T, l *Lab, what string, match func(Outcome) bool, 
 
 // Each region's gateway learns what its pick needs from the controller:
 // every local endpoint's prefill rate (the engine profile's, in real time)
-// and, once probed, its round trip.
+// and, once the cells are probed, a round trip (on loopback their
+// locality's).
 func TestLabPushesPlacementInputs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a whole fleet")

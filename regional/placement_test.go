@@ -89,9 +89,10 @@ func (r *regionRTTs) get() map[string]time.Duration {
 
 // The xDS state carries what the data plane's pick needs: each local
 // endpoint's declared capacity (prefill rate, batch cap) from its
-// heartbeat and its probed RTT and jitter, and each remote locality the
-// gossip RTT to its region. A round trip that drifts materially is pushed
-// again (at most once per placementRepush); probe noise is not.
+// heartbeat, the local locality its cells' median probed RTT and jitter (a
+// cell that stands apart its own), and each remote locality the gossip RTT
+// to its region. A round trip that drifts materially is pushed again (at
+// most once per placementRepush); probe noise is not.
 func TestBuildStatePlacementInputs(t *testing.T) {
 	rtts := &regionRTTs{m: map[string]time.Duration{"r2": 60 * time.Millisecond}}
 	f := newFixtureWith(t, func(*Config) {}, func(r *Registry) { r.regionRTT = rtts.get })
@@ -119,7 +120,8 @@ func TestBuildStatePlacementInputs(t *testing.T) {
 		t.Fatalf("endpoint b = %+v, want nothing declared", eb)
 	}
 
-	// The first probe is pushed, within placementRepush.
+	// The first probe is pushed, within placementRepush, as the local
+	// locality's round trip: the median over the probed cells.
 	probe := func(id string, rtt, jitter time.Duration) {
 		t.Helper()
 		if err := f.reg.submitProbes(t.Context(), []probeResult{{id: id, rtt: rtt, jitter: jitter, ok: true}}); err != nil {
@@ -131,13 +133,31 @@ func TestBuildStatePlacementInputs(t *testing.T) {
 	if st, ok = f.tickUntilPush(cycles, a, b); !ok {
 		t.Fatal("the first probe of a was never pushed")
 	}
-	if got := endpointsOf(st)["a"]; got.RTT != 400*time.Microsecond || got.Jitter != 50*time.Microsecond || got.PrefillTokensPerSecond != 30000 {
-		t.Fatalf("endpoint a after its probe = %+v ", got)
+	if l := localityOf(t, st, "r1"); l.RTT != 400*time.Microsecond || l.Jitter != 50*time.Microsecond {
+		t.Fatalf("local locality RTT %v jitter %v, want a's 400µs and 50µs", l.RTT, l.Jitter)
+	}
+	if got := endpointsOf(st)["a"]; got.RTT != 0 || got.Jitter != 0 || got.PrefillTokensPerSecond != 30000 {
+		t.Fatalf("endpoint a after its probe = %+v, want its locality's round trip and its rate", got)
+	}
+	// A cell whose round trip stands apart from its locality's carries its
+	// own; the locality keeps the median.
+	probe("b", 5*time.Millisecond, 100*time.Microsecond)
+	if st, ok = f.tickUntilPush(cycles, a, b); !ok {
+		t.Fatal("b's distant round trip was never pushed")
+	}
+	if got := endpointsOf(st)["b"]; got.RTT != 5*time.Millisecond || got.Jitter != 100*time.Microsecond {
+		t.Fatalf("endpoint b = %+v, want its own 5ms round trip", got)
+	}
+	if got := endpointsOf(st)["a"]; got.RTT != 0 {
+		t.Errorf("endpoint a = %+v, want none of its own", got)
+	}
+	if l := localityOf(t, st, "r1"); l.RTT != 400*time.Microsecond || l.Jitter != 50*time.Microsecond {
+		t.Fatalf("local locality RTT %v jitter %v, want the median 400µs and 50µs", l.RTT, l.Jitter)
 	}
 	// Noise below the tolerance is not worth a push.
 	probe("a", 700*time.Microsecond, 80*time.Microsecond)
 	if st, ok = f.tickUntilPush(cycles, a, b); ok {
-		t.Fatalf("a sub-millisecond change was pushed: %+v", endpointsOf(st)["a"])
+		t.Fatalf("a sub-millisecond change was pushed: %+v", st)
 	}
 
 	// A remote locality carries the gossip RTT to its region.
@@ -153,8 +173,8 @@ func TestBuildStatePlacementInputs(t *testing.T) {
 	if l := localityOf(t, st, "r2"); l.RTT != 60*time.Millisecond || l.Jitter != 0 {
 		t.Fatalf("remote locality r2 RTT %v jitter %v, want 60ms and unknown", l.RTT, l.Jitter)
 	}
-	if l := localityOf(t, st, "r1"); l.RTT != 0 {
-		t.Errorf("local locality carries RTT %v; its endpoints carry their own", l.RTT)
+	if l := localityOf(t, st, "r1"); l.RTT != 700*time.Microsecond {
+		t.Errorf("local locality RTT %v, want its cells' median now, 700µs", l.RTT)
 	}
 	rtts.set("r2", 63*time.Millisecond) // within a tenth
 	if st, ok = f.tickUntilPush(cycles, a, b); ok {
@@ -214,5 +234,31 @@ func TestValidateHeartbeatCapacity(t *testing.T) {
 				t.Errorf("validateHeartbeat = %v, want invalid %v", err, tc.invalid)
 			}
 		})
+	}
+}
+
+func TestLocalPlacement(t *testing.T) {
+	cell := func(id string, rtt, jitter time.Duration, probed bool, weight uint32) CellView {
+		v := CellView{ID: id, RTT: rtt, Jitter: jitter, RTTOK: probed}
+		v.Weight.Published = weight
+		return v
+	}
+	us := time.Microsecond
+	loc, apart := localPlacement([]CellView{
+		cell("a", 100*us, 20*us, true, 100),
+		cell("b", 250*us, 100*us, true, 100),
+		cell("c", 1600*us, 1200*us, true, 100), // a noisy spike, within its jitter
+		cell("d", 9*time.Millisecond, 200*us, true, 100),
+		cell("e", 300*us, 50*us, false, 100),       // not probed
+		cell("f", 40*time.Millisecond, 0, true, 0), // not in the load balancer
+	})
+	if loc != (placeSent{250 * us, 100 * us}) {
+		t.Errorf("locality %+v, want the lower medians 250µs and 100µs", loc)
+	}
+	if len(apart) != 1 || apart["d"] != (placeSent{9 * time.Millisecond, 200 * us}) {
+		t.Errorf("cells apart %+v, want d alone", apart)
+	}
+	if loc, apart := localPlacement([]CellView{cell("e", 300*us, 0, false, 100)}); loc != (placeSent{}) || apart != nil {
+		t.Errorf("no probed cell: %+v %+v", loc, apart)
 	}
 }

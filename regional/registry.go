@@ -9,7 +9,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -574,67 +573,22 @@ func (r *Registry) cycle(now time.Time) {
 	}
 }
 
-// placementRepush is the least time between two states offered only
-// because a measured round trip drifted (placementDrift): the data plane's
-// pick follows the path, not every probe.
-const placementRepush = 5 * time.Second
-
-// placeSent is a round trip and its jitter as last offered (0: unknown).
-type placeSent struct{ rtt, jitter time.Duration }
-
-// remotePlaceKey keys a remote region's locality in Registry.sentPlace.
-func remotePlaceKey(region string) string { return "region/" + region }
-
-// placementDrift reports whether the round trips the data plane's pick
-// reads moved materially (rttDrifted) from those last offered: a published
-// cell's probed RTT or jitter, or a remote region's gossip RTT.
-func (r *Registry) placementDrift(views []CellView, rtts map[string]time.Duration) bool {
-	for i := range views {
-		v := &views[i]
-		if v.Weight.Published == 0 {
-			continue
-		}
-		var want placeSent
-		if v.RTTOK {
-			want = placeSent{v.RTT, v.Jitter}
-		}
-		got := r.sentPlace[v.ID]
-		if rttDrifted(got.rtt, want.rtt) || rttDrifted(got.jitter, want.jitter) {
-			return true
-		}
-	}
-	for k, got := range r.sentPlace {
-		if region, ok := strings.CutPrefix(k, remotePlaceKey("")); ok && rttDrifted(got.rtt, rtts[region]) {
-			return true
-		}
-	}
-	return false
-}
-
-// rttDrifted: b became known or unknown (0), or differs from a by more
-// than a tenth of a and at least rttTolerance.
-func rttDrifted(a, b time.Duration) bool {
-	if (a > 0) != (b > 0) {
-		return true
-	}
-	return (b - a).Abs() > max(rttTolerance, a/10)
-}
-
-// rttTolerance is the least round-trip change that is worth a push.
-const rttTolerance = time.Millisecond
-
 // localityScale turns route fractions into integer locality weights.
 const localityScale = 1000
 
 // buildState turns the cells with a published weight into the xDS state:
 // per model, the local cells as one locality and, when the route table
 // sends a share of the model's demand to other regions, each such region's
-// ingress as another locality weighted by its share. Each local endpoint
-// carries its declared capacity and probed round trip, each remote
-// locality the gossip RTT to its region (rtts), for the data plane's pick.
+// ingress as another locality weighted by its share. For the data plane's
+// pick, each local endpoint carries its declared capacity, the local
+// locality its cells' round trip (a cell whose own stands apart carries
+// it: localPlacement) and each remote locality the gossip RTT to its
+// region (rtts).
 func (r *Registry) buildState(views []CellView, rtts map[string]time.Duration) xds.State {
 	clear(r.lastPushed)
 	clear(r.sentPlace)
+	localRTT, apart := localPlacement(views)
+	r.sentPlace[localPlaceKey] = localRTT
 	byModel := map[string]*xds.Model{}
 	local := map[string]*xds.Locality{}
 	model := func(name string) *xds.Model {
@@ -663,7 +617,7 @@ func (r *Registry) buildState(views []CellView, rtts map[string]time.Duration) x
 		port, _ := strconv.ParseUint(portStr, 10, 32)
 		l := local[v.Model]
 		if l == nil {
-			l = &xds.Locality{Region: r.cfg.Region, Zone: r.cfg.Zone, Weight: localityScale}
+			l = &xds.Locality{Region: r.cfg.Region, Zone: r.cfg.Zone, Weight: localityScale, RTT: localRTT.rtt, Jitter: localRTT.jitter}
 			local[v.Model] = l
 			model(v.Model)
 		}
@@ -672,12 +626,12 @@ func (r *Registry) buildState(views []CellView, rtts map[string]time.Duration) x
 			Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
 			PrefillTokensPerSecond: v.PrefillTokensPerSecond, MaxNumSeqs: v.MaxNumSeqs,
 		}
-		if v.RTTOK {
-			ep.RTT, ep.Jitter = v.RTT, v.Jitter
+		if a, ok := apart[v.ID]; ok {
+			ep.RTT, ep.Jitter = a.rtt, a.jitter
+			r.sentPlace[v.ID] = a
 		}
 		l.Endpoints = append(l.Endpoints, ep)
 		r.lastPushed[v.ID] = v.Weight.Published
-		r.sentPlace[v.ID] = placeSent{ep.RTT, ep.Jitter}
 	}
 	var remote map[string][]xds.Locality
 	shed := map[string]float64{}
