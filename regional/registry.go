@@ -559,12 +559,15 @@ func (r *Registry) cycle(now time.Time) {
 	v.Demand = r.demand(now)
 	r.view.Store(v)
 	r.metrics.projection.Observe(time.Since(start).Seconds())
+	push := d.Push || r.routesNew
 	var rtts map[string]time.Duration
-	if r.regionRTT != nil {
-		rtts = r.regionRTT()
+	if push || now.Sub(r.lastOffer) >= placementRepush {
+		if r.regionRTT != nil {
+			rtts = r.regionRTT()
+		}
+		push = push || r.placementDrift(views, rtts)
 	}
-	drift := now.Sub(r.lastOffer) >= placementRepush && r.placementDrift(views, rtts)
-	if d.Push || r.routesNew || drift {
+	if push {
 		r.routesNew = false
 		st := r.buildState(views, rtts)
 		r.lastOffer = now
