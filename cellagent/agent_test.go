@@ -3,6 +3,7 @@ package cellagent
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/url"
 	"strings"
@@ -143,8 +144,9 @@ func TestAgentHeartbeatsAtInterval(t *testing.T) {
 	if hb.GetState() != stateReady || !hb.GetVllm().GetOk() || !hb.GetDcgm().GetOk() {
 		t.Fatalf("first heartbeat = %v", hb)
 	}
-	if c := hb.GetCapability(); c.GetModel() != "meta-llama/Llama-3.1-70B-Instruct" || c.GetMaxModelLen() != 8192 {
-		t.Errorf("capability = %v", c)
+	if c := hb.GetCapability(); c.GetModel() != "meta-llama/Llama-3.1-70B-Instruct" || c.GetMaxModelLen() != 8192 ||
+		c.GetPrefillTokensPerS() != 0 || c.GetMaxNumSeqs() != 0 {
+		t.Errorf("capability = %v (nothing declared)", c)
 	}
 	s := hb.GetSignals()
 	if s.GetQueueDepth() != 2 || s.GetRunning() != 7 || s.GetKvCacheUsage() != 0.35 || s.GetGpuUtil() != 0.12 || s.GetTemperatureCelsius() != 38 {
@@ -532,6 +534,10 @@ func TestNewAgentConfigErrors(t *testing.T) {
 		{"tls without ca", func(c *Config) { c.TLS = TLSFiles{Cert: "c.pem", Key: "k.pem"} }, "TLS.CA"},
 		{"tls key only", func(c *Config) { c.TLS = TLSFiles{Key: "k.pem", CA: "ca.pem"} }, "TLS.Cert"},
 		{"negative grace", func(c *Config) { c.StartupGrace = -time.Second }, "StartupGrace"},
+		{"negative prefill rate", func(c *Config) { c.PrefillTokensPerSecond = -1 }, "PrefillTokensPerSecond"},
+		{"NaN prefill rate", func(c *Config) { c.PrefillTokensPerSecond = math.NaN() }, "PrefillTokensPerSecond"},
+		{"absurd prefill rate", func(c *Config) { c.PrefillTokensPerSecond = 2 * MaxPrefillTokensPerSecond }, "PrefillTokensPerSecond"},
+		{"absurd batch cap", func(c *Config) { c.MaxNumSeqs = MaxMaxNumSeqs + 1 }, "MaxNumSeqs"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -587,5 +593,15 @@ func TestAdvertiseDefault(t *testing.T) {
 		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
 			t.Errorf("%s: %v", in, err)
 		}
+	}
+}
+
+// The capacity declared in the configuration rides in every heartbeat's
+// capability, beside what /v1/models says.
+func TestAgentHeartbeatCarriesDeclaredCapacity(t *testing.T) {
+	h := newHarness(t, func(_ *harness, c *Config) { c.PrefillTokensPerSecond, c.MaxNumSeqs = 30000, 12 })
+	hb := h.start()
+	if c := hb.GetCapability(); c.GetPrefillTokensPerS() != 30000 || c.GetMaxNumSeqs() != 12 || c.GetMaxModelLen() != 8192 {
+		t.Errorf("capability = %v, want 30000 tokens/s, 12 sequences and max_model_len 8192", c)
 	}
 }

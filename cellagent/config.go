@@ -123,7 +123,25 @@ type Config struct {
 	MetricsListen string
 	// TLS enables mutual TLS towards the controller. Default: plaintext.
 	TLS TLSFiles
+	// PrefillTokensPerSecond is the engine's prefill throughput in prompt
+	// tokens per second (its capacity class), as declared for the
+	// deployment: vLLM does not publish it. Sent in the heartbeat's
+	// capability; the controller hands it to the data plane, whose pick
+	// weighs queued prompt tokens by it. 0 (the default): unknown. Must be
+	// finite and at most MaxPrefillTokensPerSecond.
+	PrefillTokensPerSecond float64
+	// MaxNumSeqs is the engine's running-batch cap (vLLM --max-num-seqs),
+	// as declared for the deployment. Sent in the heartbeat's capability.
+	// 0 (the default): unknown. At most MaxMaxNumSeqs.
+	MaxNumSeqs uint32
 }
+
+// Bounds of the declared capacity (Config.PrefillTokensPerSecond and
+// Config.MaxNumSeqs): far above any engine; a larger value is a mistake.
+const (
+	MaxPrefillTokensPerSecond = 1e9
+	MaxMaxNumSeqs             = 1 << 20
+)
 
 // Deps holds the collaborators of an Agent. Every field may be nil.
 type Deps struct {
@@ -275,6 +293,13 @@ func (c Config) validate() error {
 	}
 	if c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin {
 		return fieldErr("BackoffMin", "want 0 < BackoffMin <= BackoffMax, got %v and %v", c.BackoffMin, c.BackoffMax)
+	}
+	if !(c.PrefillTokensPerSecond >= 0 && c.PrefillTokensPerSecond <= MaxPrefillTokensPerSecond) {
+		return fieldErr("PrefillTokensPerSecond", "want 0 (unknown) or a rate in prompt tokens per second up to %g, got %v",
+			float64(MaxPrefillTokensPerSecond), c.PrefillTokensPerSecond)
+	}
+	if c.MaxNumSeqs > MaxMaxNumSeqs {
+		return fieldErr("MaxNumSeqs", "want 0 (unknown) up to %d, got %d", MaxMaxNumSeqs, c.MaxNumSeqs)
 	}
 	if c.TLS.enabled() {
 		switch {

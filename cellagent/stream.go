@@ -244,11 +244,13 @@ func (a *Agent) buildHeartbeat(final bool) *isobarpb.CellHeartbeat {
 		a.recomputeLocked()
 	}
 	c := a.st.capability
+	capability := &isobarpb.Capability{Model: c.Model, MaxModelLen: c.MaxModelLen,
+		PrefillTokensPerS: a.cfg.PrefillTokensPerSecond, MaxNumSeqs: a.cfg.MaxNumSeqs}
 	return &isobarpb.CellHeartbeat{
 		CellId:      a.cfg.CellID,
 		Region:      a.cfg.Region,
 		Endpoint:    a.cfg.Advertise,
-		Capability:  &isobarpb.Capability{Model: c.Model, MaxModelLen: c.MaxModelLen},
+		Capability:  capability,
 		State:       a.st.lifecycle,
 		Signals:     a.st.signals().Proto(),
 		Vllm:        a.st.vllm.proto(),

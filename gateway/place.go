@@ -14,22 +14,32 @@ import (
 )
 
 // Keys of the isobar filter-metadata namespace (xds.MetadataKey) that the
-// --lb isobar pick reads. Each is optional: an absent, non-numeric,
-// negative or non-finite value counts as unknown.
+// --lb isobar pick reads, as the regional controller writes them. Each is
+// optional: an absent, non-numeric, negative, non-finite or absurd value
+// counts as unknown.
 const (
 	// MetadataPrefillRate is an endpoint's prefill rate in prompt tokens per
 	// second (its capacity class). Unknown: placement's
 	// DefaultPrefillTokensPerSecond (Config.Placement).
-	MetadataPrefillRate = "prefill_tokens_per_s"
+	MetadataPrefillRate = xds.MetadataPrefillRate
 	// MetadataRTT is the mean round trip to an endpoint in milliseconds, on
 	// the endpoint or on its locality (the endpoint's wins). Unknown: 0.
-	MetadataRTT = "rtt_ms"
+	MetadataRTT = xds.MetadataRTT
 	// MetadataJitter is that round trip's jitter (one standard deviation)
 	// in milliseconds, endpoint then locality. Unknown: 0.
-	MetadataJitter = "jitter_ms"
+	MetadataJitter = xds.MetadataJitter
+	// MetadataMaxNumSeqs is an endpoint's running-batch cap (vLLM
+	// --max-num-seqs): a whole number of sequences in [1, maxMetadataSeqs].
+	// Unknown: 0.
+	MetadataMaxNumSeqs = xds.MetadataMaxNumSeqs
 )
 
-// maxMetadataMillis bounds RTT and jitter from metadata (one hour).
+// maxMetadataSeqs bounds max_num_seqs from metadata (2^20 sequences, far
+// above any engine's batch).
+const maxMetadataSeqs = 1 << 20
+
+// maxMetadataMillis bounds RTT and jitter from metadata (one hour,
+// xds.MaxRTT).
 const maxMetadataMillis = 3600e3
 
 // maxPromptTokens is the largest x-isobar-prompt-tokens value believed
@@ -40,6 +50,9 @@ const maxPromptTokens = 1 << 20
 type placementMeta struct {
 	prefillRate float64
 	rtt, jitter time.Duration
+	// maxNumSeqs is the engine's batch-slot cap (0: unknown). It feeds the
+	// pick's slot term: requests beyond it queue for a slot.
+	maxNumSeqs int64
 }
 
 // placementMetadata reads the placement keys from an endpoint's metadata,
@@ -48,8 +61,11 @@ func placementMetadata(ep, loc *core.Metadata) placementMeta {
 	epf := ep.GetFilterMetadata()[xds.MetadataKey].GetFields()
 	locf := loc.GetFilterMetadata()[xds.MetadataKey].GetFields()
 	var m placementMeta
-	if v, ok := metaNumber(epf, MetadataPrefillRate, math.MaxFloat64); ok {
+	if v, ok := metaNumber(epf, MetadataPrefillRate, xds.MaxPrefillTokensPerSecond); ok {
 		m.prefillRate = v
+	}
+	if v, ok := metaNumber(epf, MetadataMaxNumSeqs, maxMetadataSeqs); ok && v >= 1 && v == math.Trunc(v) {
+		m.maxNumSeqs = int64(v)
 	}
 	for _, f := range []struct {
 		key string

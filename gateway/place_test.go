@@ -247,6 +247,13 @@ func TestPlacementMetadata(t *testing.T) {
 		{"the rate is the endpoint's only", nil, md(map[string]any{MetadataPrefillRate: 30000.0}), placementMeta{}},
 		{"bad values are unknown", md(map[string]any{MetadataPrefillRate: "fast", MetadataRTT: -3.0, MetadataJitter: 1e12}), nil,
 			placementMeta{}},
+		{"batch cap", md(map[string]any{MetadataMaxNumSeqs: 12.0}), nil, placementMeta{maxNumSeqs: 12}},
+		{"the batch cap is the endpoint's only", nil, md(map[string]any{MetadataMaxNumSeqs: 12.0}), placementMeta{}},
+		{"a batch cap of no sequence is unknown", md(map[string]any{MetadataMaxNumSeqs: 0.0}), nil, placementMeta{}},
+		{"a fractional batch cap is unknown", md(map[string]any{MetadataMaxNumSeqs: 2.5}), nil, placementMeta{}},
+		{"a negative batch cap is unknown", md(map[string]any{MetadataMaxNumSeqs: -12.0}), nil, placementMeta{}},
+		{"an absurd batch cap is unknown", md(map[string]any{MetadataMaxNumSeqs: 1e9}), nil, placementMeta{}},
+		{"an absurd rate is unknown", md(map[string]any{MetadataPrefillRate: 1e15, MetadataMaxNumSeqs: "many"}), nil, placementMeta{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := placementMetadata(tc.ep, tc.loc); got != tc.want {
@@ -400,5 +407,59 @@ func TestDecodeDegradedAndPlacementMetadata(t *testing.T) {
 	}
 	if eps[0].PrefillTokensPerSecond != 45000 || eps[0].RTT != 3*time.Millisecond {
 		t.Errorf("placement metadata %v %v, want 45000 tokens/s and 3ms", eps[0].PrefillTokensPerSecond, eps[0].RTT)
+	}
+}
+
+// Over real xDS from the regional controller's builder, the gateway reads
+// each endpoint's prefill rate, RTT and jitter, a remote locality's RTT
+// and jitter for its ingress endpoint, and leaves unknown what the
+// controller did not declare; the batch cap reaches the placement
+// metadata.
+func TestGatewayReadsControllerPlacementMetadata(t *testing.T) {
+	declared := endpointOf(t, "a", "127.0.0.1:18001", 1, 0)
+	declared.PrefillTokensPerSecond, declared.MaxNumSeqs = 30000, 12
+	declared.RTT, declared.Jitter = 400*time.Microsecond, 50*time.Microsecond
+	st := xds.State{Models: []xds.Model{{Name: model, Localities: []xds.Locality{
+		{Region: "r1", Zone: "z1", Weight: 750, Endpoints: []xds.Endpoint{declared, endpointOf(t, "b", "127.0.0.1:18002", 1, 0)}},
+		{Region: "r2", Zone: "r2", Weight: 250, RTT: 60 * time.Millisecond, Jitter: 2500 * time.Microsecond,
+			Endpoints: []xds.Endpoint{endpointOf(t, "region/r2", "127.0.0.2:19000", 1, 0)}},
+	}}}}
+	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
+	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{})
+	tb := g.waitTable(t, "three endpoints", func(tb *Table) bool { return len(tb.Clusters[xds.ClusterName(model)].Endpoints) == 3 })
+	type place struct {
+		rate        float64
+		rtt, jitter time.Duration
+	}
+	want := map[string]place{
+		"a":         {30000, 400 * time.Microsecond, 50 * time.Microsecond},
+		"b":         {},
+		"region/r2": {0, 60 * time.Millisecond, 2500 * time.Microsecond},
+	}
+	for _, e := range tb.Clusters[xds.ClusterName(model)].Endpoints {
+		if got := (place{e.PrefillTokensPerSecond, e.RTT, e.Jitter}); got != want[e.Cell] {
+			t.Errorf("endpoint %s: %+v, want %+v", e.Cell, got, want[e.Cell])
+		}
+	}
+
+	// The batch cap, which the table does not carry yet, from the same
+	// builder's assignment.
+	b, err := xds.NewBuilder(xds.Config{Region: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Build(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := map[string]int64{}
+	for _, loc := range res.Envoy.Endpoints[0].GetEndpoints() {
+		for _, lb := range loc.GetLbEndpoints() {
+			cell, _ := xds.EndpointMetadata(lb.GetMetadata())
+			seqs[cell] = placementMetadata(lb.GetMetadata(), loc.GetMetadata()).maxNumSeqs
+		}
+	}
+	if seqs["a"] != 12 || seqs["b"] != 0 || seqs["region/r2"] != 0 {
+		t.Errorf("batch caps %v, want a 12 and the others unknown", seqs)
 	}
 }

@@ -675,6 +675,12 @@ func (l *Lab) startAgent(r *Region, i int) (*cellagent.Agent, error) {
 		VLLMURL: "http://" + eng.Addr() + "/metrics", DCGMURL: "http://" + r.DCGM.Addr() + "/metrics",
 		DCGMGPU: fmt.Sprint(i), Interval: cfg.HeartbeatInterval,
 	}
+	// The engine's capacity as an operator would declare it for the
+	// deployment: its profile's prefill rate (in real time: a faster clock
+	// prefills proportionally more) and running-batch cap.
+	prof := eng.Profile()
+	ac.PrefillTokensPerSecond = min(prof.PrefillTokensPerSec/cfg.TimeScale, cellagent.MaxPrefillTokensPerSecond)
+	ac.MaxNumSeqs = uint32(min(prof.MaxNumSeqs, cellagent.MaxMaxNumSeqs))
 	var adeps cellagent.Deps
 	adeps.Logger = log.With("component", "cellagent")
 	if cfg.Insecure {

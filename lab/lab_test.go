@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/sim"
 )
 
 // memberlist's probe goroutine outlives Shutdown until its probe's ack
@@ -199,5 +203,45 @@ func awaitOutcomes(t *testing.T, l *Lab, what string, match func(Outcome) bool, 
 			t.Fatalf("%s: %d of %d requests finished before the deadline", what, got, n)
 		}
 		time.Sleep(250 * time.Millisecond) // polling a count, bounded above
+	}
+}
+
+// Each region's gateway learns what its pick needs from the controller:
+// every local endpoint's prefill rate (the engine profile's, in real time)
+// and, once the cells are probed, a round trip (on loopback their
+// locality's).
+func TestLabPushesPlacementInputs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a whole fleet")
+	}
+	const scale = 0.1
+	l, err := Start(context.Background(), Config{Regions: []string{"a", "b"}, Cells: 2, TimeScale: scale, Fast: true, NoTraffic: true}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop()
+	for _, r := range l.Regions() {
+		want := r.Engines[0].Profile().PrefillTokensPerSec / scale
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		tb, err := r.Gateway.WaitForTable(ctx, func(tb *gateway.Table) bool {
+			n := 0
+			for _, e := range tb.Clusters[xds.ClusterName(sim.DefaultModel)].Endpoints {
+				if e.Region == r.Name && e.PrefillTokensPerSecond == want && e.RTT > 0 {
+					n++
+				}
+			}
+			return n == len(r.Engines)
+		})
+		cancel()
+		if err != nil {
+			var eps []gateway.Endpoint
+			if tb := r.Gateway.Table(); tb != nil {
+				eps = tb.Clusters[xds.ClusterName(sim.DefaultModel)].Endpoints
+			}
+			t.Fatalf("region %s: endpoints never carried %v tokens/s and a probed RTT: %v; last %+v", r.Name, want, err, eps)
+		}
+		for _, e := range tb.Clusters[xds.ClusterName(sim.DefaultModel)].Endpoints {
+			t.Logf("%s: %s prefill %v tokens/s RTT %v jitter %v", r.Name, e.Cell, e.PrefillTokensPerSecond, e.RTT, e.Jitter)
+		}
 	}
 }

@@ -30,15 +30,17 @@ type Report struct {
 	Abandoned int `json:"abandoned"`
 }
 
-// Summary is request counts, failures by cause and TTFT percentiles (of
-// successful requests). Requests counts every arrival, client drops
-// included, so SuccessRate is what the region's users saw.
+// Summary is request counts, failures by cause and TTFT and end-to-end
+// latency percentiles (of successful requests, at the client). Requests
+// counts every arrival, client drops included, so SuccessRate is what the
+// region's users saw.
 type Summary struct {
 	Requests    int         `json:"requests"`
 	Succeeded   int         `json:"succeeded"`
 	SuccessRate float64     `json:"success_rate"`
 	Failures    Failures    `json:"failures"`
 	TTFTms      Percentiles `json:"ttft_ms"`
+	E2Ems       Percentiles `json:"e2e_ms"`
 }
 
 // Failures counts failed requests by cause (see the Cause constants).
@@ -204,11 +206,12 @@ type GlobalReport struct {
 
 func summarise(os []Outcome) Summary {
 	s := Summary{Requests: len(os)}
-	var ttft []time.Duration
+	var ttft, e2e []time.Duration
 	for _, o := range os {
 		if o.OK {
 			s.Succeeded++
 			ttft = append(ttft, o.TTFT)
+			e2e = append(e2e, o.End.Sub(o.Start))
 		} else {
 			s.Failures.add(o.Cause)
 		}
@@ -216,7 +219,7 @@ func summarise(os []Outcome) Summary {
 	if s.Requests > 0 {
 		s.SuccessRate = float64(s.Succeeded) / float64(s.Requests)
 	}
-	s.TTFTms = percentiles(ttft)
+	s.TTFTms, s.E2Ems = percentiles(ttft), percentiles(e2e)
 	return s
 }
 

@@ -275,7 +275,7 @@ func (t *traffic) Outcomes() []Outcome {
 	return append([]Outcome(nil), t.outcomes...)
 }
 
-// Percentiles are TTFT percentiles in milliseconds.
+// Percentiles are latency percentiles in milliseconds.
 type Percentiles struct {
 	P50 float64 `json:"p50"`
 	P95 float64 `json:"p95"`

@@ -71,6 +71,9 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	if deps.Gossip != nil {
+		reg.regionRTT = deps.Gossip.RTT // remote localities' round trips
+	}
 	if deps.Registerer != nil {
 		deps.Registerer.MustRegister(newCellCollector(reg.View, func() float64 {
 			return float64(deps.Clock.Now().UnixNano()) / 1e9

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/xds"
 )
 
 // FuzzValidateHeartbeat decodes arbitrary bytes as a heartbeat, as the gRPC
@@ -21,6 +22,10 @@ func FuzzValidateHeartbeat(f *testing.F) {
 	bad := proto.Clone(good).(*isobarpb.CellHeartbeat)
 	bad.Signals.KvCacheUsage = f64(math.NaN())
 	seed, _ = proto.Marshal(bad)
+	f.Add(seed)
+	badCap := proto.Clone(good).(*isobarpb.CellHeartbeat)
+	badCap.Capability.PrefillTokensPerS, badCap.Capability.MaxNumSeqs = math.Inf(1), math.MaxUint32
+	seed, _ = proto.Marshal(badCap)
 	f.Add(seed)
 	f.Add([]byte{0x0a, 0x01, 0x61})
 	f.Add([]byte{})
@@ -46,6 +51,10 @@ func FuzzValidateHeartbeat(f *testing.F) {
 			if p != nil && *p > 1.0001 {
 				t.Fatalf("accepted fraction %v", *p)
 			}
+		}
+		if c := hb.GetCapability(); !(c.GetPrefillTokensPerS() >= 0 && c.GetPrefillTokensPerS() <= xds.MaxPrefillTokensPerSecond) ||
+			c.GetMaxNumSeqs() > maxNumSeqsLimit {
+			t.Fatalf("accepted capability %v", c)
 		}
 		if hb.GetRegion() != "r1" || hb.GetSequence() == 0 {
 			t.Fatalf("accepted %v", &hb)

@@ -27,6 +27,13 @@ import (
 // newLimitedFixture is newRegFixture with cfg changed by mut.
 func newLimitedFixture(t *testing.T, mut func(*Config)) *regFixture {
 	t.Helper()
+	return newFixtureWith(t, mut, func(*Registry) {})
+}
+
+// newFixtureWith is newLimitedFixture with mutReg applied to the registry
+// before it starts.
+func newFixtureWith(t *testing.T, mut func(*Config), mutReg func(*Registry)) *regFixture {
+	t.Helper()
 	cfg := DefaultConfig("r1")
 	mut(&cfg)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -37,6 +44,7 @@ func newLimitedFixture(t *testing.T, mut func(*Config)) *regFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mutReg(reg)
 	if err := reg.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

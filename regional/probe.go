@@ -3,6 +3,7 @@ package regional
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"time"
 
@@ -53,6 +54,10 @@ func (p *prober) round(ctx context.Context) {
 			targets = append(targets, target{c.ID, c.Endpoint})
 		}
 	}
+	// Dial in a new order each round: the dials of one round share the
+	// process, and a fixed order would time the last cells' connects
+	// systematically slower (their completions are handled last).
+	rand.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
 	samples := make([]time.Duration, len(targets))
 	oks := make([]bool, len(targets))
 	var g errgroup.Group

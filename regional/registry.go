@@ -112,11 +112,17 @@ type Registry struct {
 	cycles     uint64
 	removals   []removal
 	lastPushed map[string]uint32    // weights in the last offered state
+	sentPlace  map[string]placeSent // drifting placement inputs in the last offered state
+	lastOffer  time.Time            // when the last state was offered
 	index      map[string]int       // id → position in ids, shared by views
 	routes     *RouteTable          // cross-region routing in force
 	routesNew  bool                 // routes changed since the last push
 	dpCells    map[string]*dpWindow // data-plane errors per cell
 	dpDemand   map[string]*dpWindow // ingress demand per data plane and model
+
+	// regionRTT returns the smoothed RTT to each remote region (gossip's
+	// probes); nil: none known. Set before Start.
+	regionRTT func() map[string]time.Duration
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -139,6 +145,7 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		cells:      make(map[string]*cell),
 		byEndpoint: make(map[string]string),
 		lastPushed: make(map[string]uint32),
+		sentPlace:  make(map[string]placeSent),
 		dpCells:    make(map[string]*dpWindow),
 		dpDemand:   make(map[string]*dpWindow),
 		done:       make(chan struct{}),
@@ -538,6 +545,8 @@ func (r *Registry) cycle(now time.Time) {
 			OperatorDrain: c.drain, Fallback: res.Fallback || !c.hb.GetDcgm().GetOk() || !c.hb.GetVllm().GetOk(),
 			EndpointConflict: c.conflict, Suspect: c.suspect,
 			ClockSkew: c.skew, ClockSkewKnown: c.skewKnown, ClockSkewed: c.skewed,
+			PrefillTokensPerSecond: c.hb.GetCapability().GetPrefillTokensPerS(),
+			MaxNumSeqs:             c.hb.GetCapability().GetMaxNumSeqs(),
 		})
 	}
 	d := r.proj.Project(now, pcells)
@@ -560,9 +569,18 @@ func (r *Registry) cycle(now time.Time) {
 	v.Demand = r.demand(now)
 	r.view.Store(v)
 	r.metrics.projection.Observe(time.Since(start).Seconds())
-	if d.Push || r.routesNew {
+	push := d.Push || r.routesNew
+	var rtts map[string]time.Duration
+	if push || now.Sub(r.lastOffer) >= placementRepush {
+		if r.regionRTT != nil {
+			rtts = r.regionRTT()
+		}
+		push = push || r.placementDrift(views, rtts)
+	}
+	if push {
 		r.routesNew = false
-		st := r.buildState(views)
+		st := r.buildState(views, rtts)
+		r.lastOffer = now
 		r.pub.offer(st, r.removals)
 		r.removals = nil
 	}
@@ -574,9 +592,16 @@ const localityScale = 1000
 // buildState turns the cells with a published weight into the xDS state:
 // per model, the local cells as one locality and, when the route table
 // sends a share of the model's demand to other regions, each such region's
-// ingress as another locality weighted by its share.
-func (r *Registry) buildState(views []CellView) xds.State {
+// ingress as another locality weighted by its share. For the data plane's
+// pick, each local endpoint carries its declared capacity, the local
+// locality its cells' round trip (a cell whose own stands apart carries
+// it: localPlacement) and each remote locality the gossip RTT to its
+// region (rtts).
+func (r *Registry) buildState(views []CellView, rtts map[string]time.Duration) xds.State {
 	clear(r.lastPushed)
+	clear(r.sentPlace)
+	localRTT, apart := localPlacement(views)
+	r.sentPlace[localPlaceKey] = localRTT
 	byModel := map[string]*xds.Model{}
 	local := map[string]*xds.Locality{}
 	model := func(name string) *xds.Model {
@@ -605,14 +630,20 @@ func (r *Registry) buildState(views []CellView) xds.State {
 		port, _ := strconv.ParseUint(portStr, 10, 32)
 		l := local[v.Model]
 		if l == nil {
-			l = &xds.Locality{Region: r.cfg.Region, Zone: r.cfg.Zone, Weight: localityScale}
+			l = &xds.Locality{Region: r.cfg.Region, Zone: r.cfg.Zone, Weight: localityScale, RTT: localRTT.rtt, Jitter: localRTT.jitter}
 			local[v.Model] = l
 			model(v.Model)
 		}
-		l.Endpoints = append(l.Endpoints, xds.Endpoint{
+		ep := xds.Endpoint{
 			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
 			ClassWeight: v.Weight.ClassWeight, Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
-		})
+			PrefillTokensPerSecond: v.PrefillTokensPerSecond, MaxNumSeqs: v.MaxNumSeqs,
+		}
+		if a, ok := apart[v.ID]; ok {
+			ep.RTT, ep.Jitter = a.rtt, a.jitter
+			r.sentPlace[v.ID] = a
+		}
+		l.Endpoints = append(l.Endpoints, ep)
 		r.lastPushed[v.ID] = v.Weight.Published
 	}
 	var remote map[string][]xds.Locality
@@ -649,10 +680,12 @@ func (r *Registry) buildState(views []CellView) xds.State {
 					continue // validated with the plan
 				}
 				port, _ := strconv.ParseUint(portStr, 10, 32)
+				rtt := min(max(rtts[d], 0), xds.MaxRTT)
 				remote[name] = append(remote[name], xds.Locality{
-					Region: d, Zone: d, Weight: w,
+					Region: d, Zone: d, Weight: w, RTT: rtt,
 					Endpoints: []xds.Endpoint{{CellID: "region/" + d, Host: host, Port: uint32(port), Weight: 1}},
 				})
+				r.sentPlace[remotePlaceKey(d)] = placeSent{rtt: rtt}
 				model(name)
 			}
 		}

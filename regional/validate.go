@@ -10,6 +10,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
@@ -63,6 +64,10 @@ func rejectReason(err error) string {
 // 64 Mi tokens; a larger value is corruption.
 const maxModelLenLimit = 64 << 20
 
+// maxNumSeqsLimit bounds max_num_seqs: no engine runs a batch of more than
+// 1 Mi sequences; a larger value is corruption.
+const maxNumSeqsLimit = 1 << 20
+
 // validateHeartbeat checks everything a heartbeat carries that does not
 // depend on other cells. It returns an error wrapping ErrInvalidHeartbeat
 // or ErrWrongRegion that names the offending field.
@@ -89,6 +94,13 @@ func validateHeartbeat(hb *isobarpb.CellHeartbeat, region string) error {
 		}
 		if c.GetMaxModelLen() > maxModelLenLimit {
 			return bad("cell %s: max_model_len %d exceeds %d", hb.GetCellId(), c.GetMaxModelLen(), maxModelLenLimit)
+		}
+		// !(x >= 0) also catches NaN.
+		if r := c.GetPrefillTokensPerS(); !(r >= 0) || r > xds.MaxPrefillTokensPerSecond {
+			return bad("cell %s: prefill_tokens_per_s %v: want 0 (unknown) up to %g", hb.GetCellId(), r, float64(xds.MaxPrefillTokensPerSecond))
+		}
+		if c.GetMaxNumSeqs() > maxNumSeqsLimit {
+			return bad("cell %s: max_num_seqs %d exceeds %d", hb.GetCellId(), c.GetMaxNumSeqs(), maxNumSeqsLimit)
 		}
 	}
 	if (st == lifecycle.Ready || st == lifecycle.Loading) && hb.GetCapability().GetModel() == "" {

@@ -71,6 +71,11 @@ type CellView struct {
 	// Limits.MaxClockSkew.
 	ClockSkew                   time.Duration
 	ClockSkewKnown, ClockSkewed bool
+
+	// PrefillTokensPerSecond and MaxNumSeqs are the engine's declared
+	// capacity from its heartbeat's capability (0: unknown).
+	PrefillTokensPerSecond float64
+	MaxNumSeqs             uint32
 }
 
 // SourceView is one telemetry source's health as last reported.

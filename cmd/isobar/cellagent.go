@@ -41,6 +41,9 @@ func cellagentFlagOf() map[string]string {
 		"TLS.Key":            "--tls-key",
 		"TLS.CA":             "--tls-ca",
 		"TLS.ServerName":     "--tls-server-name",
+
+		"PrefillTokensPerSecond": "--prefill-tokens-per-s",
+		"MaxNumSeqs":             "--max-num-seqs",
 	}
 }
 
@@ -109,6 +112,9 @@ report says so); 2 for a bad command line.`,
 	fl.StringVar(&f.cfg.TLS.Key, "tls-key", "", "client private key (PEM)")
 	fl.StringVar(&f.cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that verifies the controller")
 	fl.StringVar(&f.cfg.TLS.ServerName, "tls-server-name", "", "name to verify in the controller's certificate (default: host of --controller)")
+	fl.Float64Var(&f.cfg.PrefillTokensPerSecond, "prefill-tokens-per-s", 0, "the engine's prefill throughput in prompt tokens per second (its capacity class; vLLM does not publish it), "+
+		"sent to the controller for the gateway's pick; 0: unknown")
+	fl.Uint32Var(&f.cfg.MaxNumSeqs, "max-num-seqs", 0, "the engine's running-batch cap (its vLLM --max-num-seqs), sent to the controller; 0: unknown")
 	fl.BoolVar(&f.once, "once", false, "scrape once, print a report and exit (opens no gRPC connection: needs neither TLS nor --insecure)")
 	f.tf.add(cmd)
 	fl.StringVarP(&f.output, "output", "o", "json", "report format with --once: json or text")

@@ -92,6 +92,7 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "cellagent heartbeat interval (default 500ms)")
 	f.DurationVar(&cfg.Jitter, "jitter", 0, "WAN jitter added to every inter-region path (default 2ms)")
 	f.StringVar(&cfg.LB, "lb", "isobar", "gateway load balancing: isobar (least expected TTFT among the endpoints isobar's weights admit), xds (the pushed cluster policy, as Envoy runs it), rr or lr (Envoy baselines)")
+	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the traffic (arrivals, prompt sizes) and of the WAN jitter: the same seed replays the same arrivals")
 	f.IntVar(&cfg.Globals, "globals", 0, "members of the global HA pair (default 2; 0 with one region)")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "turn mTLS off (default: every gRPC link and etcd use mTLS with identities from a run-local CA); logs a warning")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for the run's certificates and etcd data (default: a temporary one)")

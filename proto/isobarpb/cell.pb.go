@@ -378,7 +378,14 @@ type Capability struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
 	// From /v1/models; 0 when unknown.
-	MaxModelLen   uint32 `protobuf:"varint,2,opt,name=max_model_len,json=maxModelLen,proto3" json:"max_model_len,omitempty"`
+	MaxModelLen uint32 `protobuf:"varint,2,opt,name=max_model_len,json=maxModelLen,proto3" json:"max_model_len,omitempty"`
+	// The engine's prefill throughput in prompt tokens per second (its
+	// capacity class), as the operator declares it for the deployment (vLLM
+	// does not publish it); 0 when unknown.
+	PrefillTokensPerS float64 `protobuf:"fixed64,3,opt,name=prefill_tokens_per_s,json=prefillTokensPerS,proto3" json:"prefill_tokens_per_s,omitempty"`
+	// The engine's running-batch cap (vLLM --max-num-seqs), as declared for
+	// the deployment; 0 when unknown.
+	MaxNumSeqs    uint32 `protobuf:"varint,4,opt,name=max_num_seqs,json=maxNumSeqs,proto3" json:"max_num_seqs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +430,20 @@ func (x *Capability) GetModel() string {
 func (x *Capability) GetMaxModelLen() uint32 {
 	if x != nil {
 		return x.MaxModelLen
+	}
+	return 0
+}
+
+func (x *Capability) GetPrefillTokensPerS() float64 {
+	if x != nil {
+		return x.PrefillTokensPerS
+	}
+	return 0
+}
+
+func (x *Capability) GetMaxNumSeqs() uint32 {
+	if x != nil {
+		return x.MaxNumSeqs
 	}
 	return 0
 }
@@ -692,11 +713,14 @@ const file_isobar_v1_cell_proto_rawDesc = "" +
 	"\fSourceHealth\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12=\n" +
-	"\flast_success\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vlastSuccess\"F\n" +
+	"\flast_success\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vlastSuccess\"\x99\x01\n" +
 	"\n" +
 	"Capability\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\"\n" +
-	"\rmax_model_len\x18\x02 \x01(\rR\vmaxModelLen\"\xd7\x03\n" +
+	"\rmax_model_len\x18\x02 \x01(\rR\vmaxModelLen\x12/\n" +
+	"\x14prefill_tokens_per_s\x18\x03 \x01(\x01R\x11prefillTokensPerS\x12 \n" +
+	"\fmax_num_seqs\x18\x04 \x01(\rR\n" +
+	"maxNumSeqs\"\xd7\x03\n" +
 	"\rCellHeartbeat\x12\x17\n" +
 	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x1a\n" +

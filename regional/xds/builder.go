@@ -29,13 +29,30 @@ import (
 
 // MetadataKey is the filter_metadata key under which every endpoint carries
 // its cell id ("cell", a string), when known its max_model_len
-// ("max_model_len", a number) and, during a probation probe slot, its probe
-// budget ("probe_budget", a number; see Endpoint.ProbeBudget).
+// ("max_model_len", a number), its placement inputs (MetadataPrefillRate,
+// MetadataMaxNumSeqs, MetadataRTT, MetadataJitter; numbers) and, during a
+// probation probe slot, its probe budget ("probe_budget", a number; see
+// Endpoint.ProbeBudget). A locality carries MetadataRTT and MetadataJitter
+// under the same key when known (Locality.RTT).
 const MetadataKey = "isobar"
 
 // MetadataProbeBudget is the key, under MetadataKey, of an endpoint's probe
 // budget (Endpoint.ProbeBudget).
 const MetadataProbeBudget = "probe_budget"
+
+// Keys, under MetadataKey, of the inputs of a data plane's least-expected-
+// TTFT pick. Each is written only when known.
+const (
+	// MetadataPrefillRate: Endpoint.PrefillTokensPerSecond, prompt tokens
+	// per second.
+	MetadataPrefillRate = "prefill_tokens_per_s"
+	// MetadataMaxNumSeqs: Endpoint.MaxNumSeqs, sequences.
+	MetadataMaxNumSeqs = "max_num_seqs"
+	// MetadataRTT: Endpoint.RTT or Locality.RTT, milliseconds.
+	MetadataRTT = "rtt_ms"
+	// MetadataJitter: Endpoint.Jitter or Locality.Jitter, milliseconds.
+	MetadataJitter = "jitter_ms"
+)
 
 // previousHostsPredicate is the name of Envoy's retry host predicate that
 // makes a retry pick a different endpoint.
@@ -127,6 +144,11 @@ type endpointKey struct {
 	port        uint32
 	maxModelLen uint32
 	probeBudget uint32
+	maxNumSeqs  uint32
+	prefillRate float64
+	// rttUS and jitterUS are Endpoint.RTT and Jitter in whole
+	// microseconds, as written.
+	rttUS, jitterUS int64
 }
 
 // endpointParts are the validated, immutable pieces of one endpoint, and
@@ -653,6 +675,9 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 			LoadBalancingWeight: wrapperspb.UInt32(l.Weight),
 			Priority:            l.Priority,
 		}
+		if fields := rttFields(l.RTT.Microseconds(), l.Jitter.Microseconds(), nil); fields != nil {
+			ll.Metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: {Fields: fields}}}
+		}
 		if err := ll.ValidateAll(); err != nil {
 			return nil, wrap(err)
 		}
@@ -660,7 +685,8 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 		pos[i] = make([]*endpointParts, len(l.Endpoints))
 		for j := range l.Endpoints {
 			ep := &l.Endpoints[j]
-			k := endpointKey{ep.CellID, ep.Host, ep.Port, ep.MaxModelLen, ep.ProbeBudget}
+			k := endpointKey{cell: ep.CellID, host: ep.Host, port: ep.Port, maxModelLen: ep.MaxModelLen, probeBudget: ep.ProbeBudget,
+				maxNumSeqs: ep.MaxNumSeqs, prefillRate: ep.PrefillTokensPerSecond, rttUS: ep.RTT.Microseconds(), jitterUS: ep.Jitter.Microseconds()}
 			var p *endpointParts
 			if i < len(e.pos) && j < len(e.pos[i]) && e.pos[i][j].key == k {
 				p = e.pos[i][j]
@@ -735,7 +761,7 @@ func newEndpointParts(k endpointKey) (*endpointParts, error) {
 	if err := host.ValidateAll(); err != nil {
 		return nil, err
 	}
-	fields := make(map[string]*structpb.Value, 3)
+	fields := make(map[string]*structpb.Value, 7)
 	fields["cell"] = structpb.NewStringValue(k.cell)
 	if k.maxModelLen > 0 {
 		fields["max_model_len"] = structpb.NewNumberValue(float64(k.maxModelLen))
@@ -743,11 +769,37 @@ func newEndpointParts(k endpointKey) (*endpointParts, error) {
 	if k.probeBudget > 0 {
 		fields[MetadataProbeBudget] = structpb.NewNumberValue(float64(k.probeBudget))
 	}
+	if k.prefillRate > 0 {
+		fields[MetadataPrefillRate] = structpb.NewNumberValue(k.prefillRate)
+	}
+	if k.maxNumSeqs > 0 {
+		fields[MetadataMaxNumSeqs] = structpb.NewNumberValue(float64(k.maxNumSeqs))
+	}
+	rttFields(k.rttUS, k.jitterUS, fields)
 	md := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: {Fields: fields}}}
 	if err := md.ValidateAll(); err != nil {
 		return nil, err
 	}
 	return &endpointParts{key: k, host: &endpoint.LbEndpoint_Endpoint{Endpoint: host}, metadata: md}, nil
+}
+
+// rttFields writes MetadataRTT and MetadataJitter, in milliseconds, into
+// fields (a new map when nil), each when known (above 0), and returns
+// fields: nil when nothing was written to a nil map.
+func rttFields(rttUS, jitterUS int64, fields map[string]*structpb.Value) map[string]*structpb.Value {
+	for _, f := range []struct {
+		key string
+		us  int64
+	}{{MetadataRTT, rttUS}, {MetadataJitter, jitterUS}} {
+		if f.us <= 0 {
+			continue
+		}
+		if fields == nil {
+			fields = make(map[string]*structpb.Value, 2)
+		}
+		fields[f.key] = structpb.NewNumberValue(float64(f.us) / 1e3)
+	}
+	return fields
 }
 
 // packValidated validates m, including every Any inside it, then packs it.

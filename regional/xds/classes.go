@@ -206,6 +206,7 @@ func (b *Builder) buildSubAssignment(name string, m *canonModel, e *modelEntry, 
 			Locality:            main.GetLocality(),
 			LoadBalancingWeight: wrapperspb.UInt32(l.Weight),
 			Priority:            prio,
+			Metadata:            main.GetMetadata(),
 		}
 		if err := ll.ValidateAll(); err != nil {
 			return nil, wrap(err)

@@ -13,7 +13,10 @@
 //     outlier detection, circuit breakers with a retry budget, connect
 //     timeout) with its ClusterLoadAssignment (locality and endpoint
 //     weights, EDS health DEGRADED for endpoints under a hardware derate,
-//     endpoint metadata under MetadataKey), plus Envoy-only
+//     endpoint metadata under MetadataKey: cell, max_model_len, the
+//     placement inputs prefill_tokens_per_s, max_num_seqs, rtt_ms and
+//     jitter_ms when known; locality metadata rtt_ms and jitter_ms for a
+//     remote region's locality), plus Envoy-only
 //     clusters built from the same endpoints: LocalClusterName (the
 //     localities of Config.Region only, always present, possibly empty),
 //     and per context class N of Config.ContextClasses ClassClusterName

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Endpoint is one serving address of a model: a local cell, or later a remote
@@ -46,7 +47,29 @@ type Endpoint struct {
 	// filter_metadata["isobar"]["max_model_len"]; 0 means unknown and is
 	// left out.
 	MaxModelLen uint32
+	// PrefillTokensPerSecond is the engine's prefill throughput in prompt
+	// tokens per second (its capacity class), carried in
+	// filter_metadata["isobar"]["prefill_tokens_per_s"]; 0 means unknown
+	// and is left out. At most MaxPrefillTokensPerSecond.
+	PrefillTokensPerSecond float64
+	// MaxNumSeqs is the engine's running-batch cap (vLLM --max-num-seqs),
+	// carried in filter_metadata["isobar"]["max_num_seqs"]; 0 means unknown
+	// and is left out.
+	MaxNumSeqs uint32
+	// RTT is the measured mean round trip from the region's data plane to
+	// the endpoint and Jitter its jitter (one standard deviation), carried
+	// in filter_metadata["isobar"]["rtt_ms"] and ["jitter_ms"] in
+	// milliseconds, to the microsecond. 0 (or under a microsecond) means
+	// unknown and is left out. Each at most MaxRTT.
+	RTT, Jitter time.Duration
 }
+
+// Bounds of the placement inputs of an Endpoint or Locality: far above any
+// real value; a larger one is refused as corrupt.
+const (
+	MaxPrefillTokensPerSecond = 1e9
+	MaxRTT                    = time.Hour
+)
 
 // Locality is a group of endpoints sharing a locality weight and priority.
 type Locality struct {
@@ -61,6 +84,12 @@ type Locality struct {
 	Priority uint32
 	// Endpoints are the serving addresses.
 	Endpoints []Endpoint
+	// RTT and Jitter are the measured round trip from the region's data
+	// plane to the locality (a remote region's ingress) and its jitter,
+	// carried in the locality's filter_metadata["isobar"]["rtt_ms"] and
+	// ["jitter_ms"], for endpoints that carry none of their own; as on
+	// Endpoint, 0 means unknown and is left out. Each at most MaxRTT.
+	RTT, Jitter time.Duration
 }
 
 // Model is one served model.
@@ -189,7 +218,7 @@ func localitiesEqual(a, b []Locality) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.Region != y.Region || x.Zone != y.Zone || x.Weight != y.Weight || x.Priority != y.Priority ||
-			!slices.Equal(x.Endpoints, y.Endpoints) {
+			x.RTT != y.RTT || x.Jitter != y.Jitter || !slices.Equal(x.Endpoints, y.Endpoints) {
 			return false
 		}
 	}
@@ -231,7 +260,7 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 	var total uint64
 	for li := range m.Localities {
 		in := &m.Localities[li]
-		l := Locality{Region: in.Region, Zone: in.Zone, Weight: in.Weight, Priority: in.Priority}
+		l := Locality{Region: in.Region, Zone: in.Zone, Weight: in.Weight, Priority: in.Priority, RTT: in.RTT, Jitter: in.Jitter}
 		if l.Region == "" {
 			l.Region = cfg.Region
 			if l.Zone == "" {
@@ -249,6 +278,9 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 		}
 		if l.Weight == 0 {
 			p.addf("%s: locality weight 0; a locality without weight gets no traffic, set at least 1 or remove it", where)
+		}
+		if err := checkRTT(l.RTT, l.Jitter); err != nil {
+			p.addf("%s: %v", where, err)
 		}
 		k := locKey{l.Region, l.Zone, l.Priority}
 		if _, dup := locs[k]; dup {
@@ -280,6 +312,14 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 			}
 			if e.Weight == 0 {
 				p.addf("%s: cell %q: weight 0; weights start at 1, remove the endpoint to drain it", where, e.CellID)
+			}
+			// !(x >= 0) also catches NaN.
+			if !(e.PrefillTokensPerSecond >= 0) || e.PrefillTokensPerSecond > MaxPrefillTokensPerSecond {
+				p.addf("%s: cell %q: prefill rate %v is out of range; use 0 (unknown) or tokens per second up to %g",
+					where, e.CellID, e.PrefillTokensPerSecond, float64(MaxPrefillTokensPerSecond))
+			}
+			if err := checkRTT(e.RTT, e.Jitter); err != nil {
+				p.addf("%s: cell %q: %v", where, e.CellID, err)
 			}
 			if err := checkName("cell id", e.CellID); err != nil {
 				p.addf("%s: endpoint %s: %v", where, e.Host, err)
@@ -334,6 +374,14 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 	})
 	cm.raw = copyLocalities(m.Localities)
 	return cm, true
+}
+
+// checkRTT checks a round trip and its jitter: each in [0, MaxRTT].
+func checkRTT(rtt, jitter time.Duration) error {
+	if rtt < 0 || rtt > MaxRTT || jitter < 0 || jitter > MaxRTT {
+		return fmt.Errorf("RTT %v or jitter %v is out of range; use durations in [0, %v] (0: unknown)", rtt, jitter, MaxRTT)
+	}
+	return nil
 }
 
 // locality names a locality in error messages; it is formatted only when a

@@ -1,0 +1,264 @@
+package regional
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/xds"
+)
+
+// endpointsOf flattens a state to cell → endpoint.
+func endpointsOf(st xds.State) map[string]xds.Endpoint {
+	out := map[string]xds.Endpoint{}
+	for _, m := range st.Models {
+		for _, l := range m.Localities {
+			for _, e := range l.Endpoints {
+				out[e.CellID] = e
+			}
+		}
+	}
+	return out
+}
+
+// localityOf returns the locality of region in st's first model.
+func localityOf(t *testing.T, st xds.State, region string) xds.Locality {
+	t.Helper()
+	for _, l := range st.Models[0].Localities {
+		if l.Region == region {
+			return l
+		}
+	}
+	t.Fatalf("no locality %s in %+v", region, st.Models[0].Localities)
+	return xds.Locality{}
+}
+
+// tickUntilPush runs up to n cycles, the cells of alive heartbeating
+// every other cycle, and returns the first state pushed.
+func (f *regFixture) tickUntilPush(n int, alive ...*isobarpb.CellHeartbeat) (xds.State, bool) {
+	f.t.Helper()
+	for i := range n {
+		select {
+		case st := <-f.push.pushed:
+			return st, true
+		default:
+		}
+		if i%2 == 0 {
+			for _, hb := range alive {
+				hb = proto.Clone(hb).(*isobarpb.CellHeartbeat)
+				hb.Sequence = 0
+				f.send(hb)
+			}
+		}
+		f.tick()
+	}
+	select {
+	case st := <-f.push.pushed:
+		return st, true
+	case <-time.After(100 * time.Millisecond):
+		return xds.State{}, false
+	}
+}
+
+// regionRTTs is a settable stand-in for gossip's RTT per region.
+type regionRTTs struct {
+	mu sync.Mutex
+	m  map[string]time.Duration
+}
+
+func (r *regionRTTs) set(region string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[region] = d
+}
+
+func (r *regionRTTs) get() map[string]time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]time.Duration, len(r.m))
+	for k, v := range r.m {
+		out[k] = v
+	}
+	return out
+}
+
+// The xDS state carries what the data plane's pick needs: each local
+// endpoint's declared capacity (prefill rate, batch cap) from its
+// heartbeat, the local locality its cells' median probed RTT and jitter (a
+// cell that stands apart its own), and each remote locality the gossip RTT
+// to its region. A round trip that drifts materially is pushed again (at
+// most once per placementRepush); probe noise is not.
+func TestBuildStatePlacementInputs(t *testing.T) {
+	rtts := &regionRTTs{m: map[string]time.Duration{"r2": 60 * time.Millisecond}}
+	f := newFixtureWith(t, func(*Config) {}, func(r *Registry) { r.regionRTT = rtts.get })
+	a := heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 0)
+	a.Capability.PrefillTokensPerS, a.Capability.MaxNumSeqs = 30000, 12
+	f.send(a)
+	st, ok := f.tickUntilPush(5)
+	if !ok {
+		t.Fatal("no push for the new cell")
+	}
+	got := endpointsOf(st)["a"]
+	if got.PrefillTokensPerSecond != 30000 || got.MaxNumSeqs != 12 || got.RTT != 0 || got.Jitter != 0 {
+		t.Fatalf("endpoint a = %+v, want 30000 tokens/s, 12 seqs, RTT unknown before any probe", got)
+	}
+	if cv, _ := f.reg.View().Cell("a"); cv.PrefillTokensPerSecond != 30000 || cv.MaxNumSeqs != 12 {
+		t.Errorf("view of a = %v tokens/s %d seqs", cv.PrefillTokensPerSecond, cv.MaxNumSeqs)
+	}
+	// A cell that declares nothing carries nothing.
+	b := heartbeat("b", "127.0.0.1:1002", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 0)
+	f.send(b)
+	if st, ok = f.tickUntilPush(5); !ok {
+		t.Fatal("no push for the second cell")
+	}
+	if eb := endpointsOf(st)["b"]; eb.PrefillTokensPerSecond != 0 || eb.MaxNumSeqs != 0 || eb.RTT != 0 {
+		t.Fatalf("endpoint b = %+v, want nothing declared", eb)
+	}
+
+	// The first probe is pushed, within placementRepush, as the local
+	// locality's round trip: the median over the probed cells.
+	probe := func(id string, rtt, jitter time.Duration) {
+		t.Helper()
+		if err := f.reg.submitProbes(t.Context(), []probeResult{{id: id, rtt: rtt, jitter: jitter, ok: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe("a", 400*time.Microsecond, 50*time.Microsecond)
+	cycles := int(placementRepush/f.reg.cfg.CycleInterval) + 5
+	if st, ok = f.tickUntilPush(cycles, a, b); !ok {
+		t.Fatal("the first probe of a was never pushed")
+	}
+	if l := localityOf(t, st, "r1"); l.RTT != 400*time.Microsecond || l.Jitter != 50*time.Microsecond {
+		t.Fatalf("local locality RTT %v jitter %v, want a's 400µs and 50µs", l.RTT, l.Jitter)
+	}
+	if got := endpointsOf(st)["a"]; got.RTT != 0 || got.Jitter != 0 || got.PrefillTokensPerSecond != 30000 {
+		t.Fatalf("endpoint a after its probe = %+v, want its locality's round trip and its rate", got)
+	}
+	// A cell whose round trip stands apart from its locality's carries its
+	// own; the locality keeps the median.
+	probe("b", 5*time.Millisecond, 100*time.Microsecond)
+	if st, ok = f.tickUntilPush(cycles, a, b); !ok {
+		t.Fatal("b's distant round trip was never pushed")
+	}
+	if got := endpointsOf(st)["b"]; got.RTT != 5*time.Millisecond || got.Jitter != 100*time.Microsecond {
+		t.Fatalf("endpoint b = %+v, want its own 5ms round trip", got)
+	}
+	if got := endpointsOf(st)["a"]; got.RTT != 0 {
+		t.Errorf("endpoint a = %+v, want none of its own", got)
+	}
+	if l := localityOf(t, st, "r1"); l.RTT != 400*time.Microsecond || l.Jitter != 50*time.Microsecond {
+		t.Fatalf("local locality RTT %v jitter %v, want the median 400µs and 50µs", l.RTT, l.Jitter)
+	}
+	// Noise below the tolerance is not worth a push.
+	probe("a", 700*time.Microsecond, 80*time.Microsecond)
+	if st, ok = f.tickUntilPush(cycles, a, b); ok {
+		t.Fatalf("a sub-millisecond change was pushed: %+v", st)
+	}
+
+	// A remote locality carries the gossip RTT to its region.
+	table := &RouteTable{Source: RoutesPlan, Epoch: 1, Sequence: 1,
+		Models:  map[string]ModelRoutes{"m": {Routes: map[string]float64{"r1": 0.75, "r2": 0.25}}},
+		Ingress: map[string]string{"r2": "127.0.0.2:9000"}}
+	if err := f.reg.SetRoutes(t.Context(), table); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok = f.tickUntilPush(5); !ok {
+		t.Fatal("no push for the routes")
+	}
+	if l := localityOf(t, st, "r2"); l.RTT != 60*time.Millisecond || l.Jitter != 0 {
+		t.Fatalf("remote locality r2 RTT %v jitter %v, want 60ms and unknown", l.RTT, l.Jitter)
+	}
+	if l := localityOf(t, st, "r1"); l.RTT != 700*time.Microsecond {
+		t.Errorf("local locality RTT %v, want its cells' median now, 700µs", l.RTT)
+	}
+	rtts.set("r2", 63*time.Millisecond) // within a tenth
+	if st, ok = f.tickUntilPush(cycles, a, b); ok {
+		t.Fatalf("a 5%% RTT change was pushed: %+v", localityOf(t, st, "r2"))
+	}
+	rtts.set("r2", 90*time.Millisecond)
+	if st, ok = f.tickUntilPush(cycles, a, b); !ok {
+		t.Fatal("a 50% RTT change was never pushed")
+	}
+	if l := localityOf(t, st, "r2"); l.RTT != 90*time.Millisecond {
+		t.Fatalf("remote locality r2 RTT %v, want 90ms", l.RTT)
+	}
+}
+
+func TestRTTDrifted(t *testing.T) {
+	for _, tc := range []struct {
+		a, b time.Duration
+		want bool
+	}{
+		{0, 0, false},
+		{0, time.Microsecond, true}, // became known
+		{time.Millisecond, 0, true}, // became unknown
+		{400 * time.Microsecond, 1300 * time.Microsecond, false},
+		{400 * time.Microsecond, 1500 * time.Microsecond, true},
+		{60 * time.Millisecond, 65 * time.Millisecond, false},
+		{60 * time.Millisecond, 67 * time.Millisecond, true},
+		{60 * time.Millisecond, 53 * time.Millisecond, true},
+	} {
+		if got := rttDrifted(tc.a, tc.b); got != tc.want {
+			t.Errorf("rttDrifted(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// A heartbeat whose declared capacity is not a number, negative or absurd
+// is refused, like any corrupt field.
+func TestValidateHeartbeatCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rate    float64
+		seqs    uint32
+		invalid bool
+	}{
+		{"unknown", 0, 0, false},
+		{"declared", 30000, 12, false},
+		{"NaN rate", math.NaN(), 0, true},
+		{"negative rate", -1, 0, true},
+		{"infinite rate", math.Inf(1), 0, true},
+		{"absurd rate", 1e12, 0, true},
+		{"absurd batch", 0, maxNumSeqsLimit + 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hb := heartbeat("a", "127.0.0.1:8000", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
+			hb.Capability.PrefillTokensPerS, hb.Capability.MaxNumSeqs = tc.rate, tc.seqs
+			err := validateHeartbeat(hb, "r1")
+			if got := errors.Is(err, ErrInvalidHeartbeat); got != tc.invalid {
+				t.Errorf("validateHeartbeat = %v, want invalid %v", err, tc.invalid)
+			}
+		})
+	}
+}
+
+func TestLocalPlacement(t *testing.T) {
+	cell := func(id string, rtt, jitter time.Duration, probed bool, weight uint32) CellView {
+		v := CellView{ID: id, RTT: rtt, Jitter: jitter, RTTOK: probed}
+		v.Weight.Published = weight
+		return v
+	}
+	us := time.Microsecond
+	loc, apart := localPlacement([]CellView{
+		cell("a", 100*us, 20*us, true, 100),
+		cell("b", 250*us, 100*us, true, 100),
+		cell("c", 1600*us, 1200*us, true, 100), // a noisy spike, within its jitter
+		cell("d", 9*time.Millisecond, 200*us, true, 100),
+		cell("e", 300*us, 50*us, false, 100),       // not probed
+		cell("f", 40*time.Millisecond, 0, true, 0), // not in the load balancer
+	})
+	if loc != (placeSent{250 * us, 100 * us}) {
+		t.Errorf("locality %+v, want the lower medians 250µs and 100µs", loc)
+	}
+	if len(apart) != 1 || apart["d"] != (placeSent{9 * time.Millisecond, 200 * us}) {
+		t.Errorf("cells apart %+v, want d alone", apart)
+	}
+	if loc, apart := localPlacement([]CellView{cell("e", 300*us, 0, false, 100)}); loc != (placeSent{}) || apart != nil {
+		t.Errorf("no probed cell: %+v %+v", loc, apart)
+	}
+}
