@@ -723,6 +723,7 @@ func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, in func(j int) b
 			PendingPromptTokens:    h.st.pendingWork(time.Unix(0, q.now), rate(p.place, h.ep.PrefillTokensPerSecond)),
 			PrefillTokensPerSecond: h.ep.PrefillTokensPerSecond,
 			InFlight:               h.st.inflight.Load(),
+			Slots:                  h.ep.MaxNumSeqs,
 			ServiceTime:            time.Duration(h.st.slotHold.Load()),
 		})
 	}

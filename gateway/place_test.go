@@ -430,20 +430,21 @@ func TestGatewayReadsControllerPlacementMetadata(t *testing.T) {
 	type place struct {
 		rate        float64
 		rtt, jitter time.Duration
+		slots       int64
 	}
 	want := map[string]place{
-		"a":         {30000, 400 * time.Microsecond, 50 * time.Microsecond},
+		"a":         {30000, 400 * time.Microsecond, 50 * time.Microsecond, 12},
 		"b":         {},
-		"region/r2": {0, 60 * time.Millisecond, 2500 * time.Microsecond},
+		"region/r2": {0, 60 * time.Millisecond, 2500 * time.Microsecond, 0},
 	}
 	for _, e := range tb.Clusters[xds.ClusterName(model)].Endpoints {
-		if got := (place{e.PrefillTokensPerSecond, e.RTT, e.Jitter}); got != want[e.Cell] {
+		if got := (place{e.PrefillTokensPerSecond, e.RTT, e.Jitter, e.MaxNumSeqs}); got != want[e.Cell] {
 			t.Errorf("endpoint %s: %+v, want %+v", e.Cell, got, want[e.Cell])
 		}
 	}
 
-	// The batch cap, which the table does not carry yet, from the same
-	// builder's assignment.
+	// The batch cap from the same builder's assignment, as the placement
+	// metadata reads it.
 	b, err := xds.NewBuilder(xds.Config{Region: "r1"})
 	if err != nil {
 		t.Fatal(err)

@@ -501,6 +501,7 @@ func decodeAssignment(cla *endpoint.ClusterLoadAssignment) ([]Endpoint, error) {
 				Degraded:       lb.GetHealthStatus() == core.HealthStatus_DEGRADED,
 
 				PrefillTokensPerSecond: place.prefillRate,
+				MaxNumSeqs:             place.maxNumSeqs,
 				RTT:                    place.rtt,
 				Jitter:                 place.jitter,
 			}

@@ -46,6 +46,9 @@ type Endpoint struct {
 	// PrefillTokensPerSecond is the engine's prefill rate from the
 	// metadata (MetadataPrefillRate), 0 when unknown.
 	PrefillTokensPerSecond float64
+	// MaxNumSeqs is the engine's batch-slot cap (vLLM max_num_seqs) from
+	// the metadata, 0 when unknown: --lb isobar's slot-wait term.
+	MaxNumSeqs int64
 	// RTT and Jitter are the round trip to the endpoint and its jitter from
 	// the endpoint's, else its locality's, metadata (MetadataRTT,
 	// MetadataJitter), 0 when unknown.
