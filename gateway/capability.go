@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/isobar-mesh/isobar/gateway/placement"
 )
 
 // contextMemoryTTL is how long the gateway remembers that an endpoint
@@ -87,19 +89,10 @@ func (m *contextMemory) refusedPrompt(tokens, limit int64, now time.Time) {
 func (m *contextMemory) ceiling(now time.Time) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	switch {
-	case m.refused == 0:
-		return 0
-	case now.Sub(m.refusedAt) >= contextMemoryTTL:
+	if m.refused != 0 && now.Sub(m.refusedAt) >= contextMemoryTTL {
 		m.refused, m.okTokens, m.stated = 0, 0, 0
-		return 0
-	case m.stated > 0:
-		return m.stated
-	case m.okTokens > 0 && m.okTokens < m.refused:
-		return m.okTokens
-	default:
-		return max(m.refused-1, 1)
 	}
+	return placement.ContextCeiling(m.okTokens, m.refused, m.stated)
 }
 
 // fits reports whether a prompt of tokens tokens is within the ceiling.

@@ -745,24 +745,11 @@ func (f *fleet) reply(i, c int) {
 }
 
 // ceiling is the largest context (prompt + max tokens) the ingress still
-// sends cell e once e has refused a request as too long (vLLM's HTTP 400),
-// or 0 while it has refused none: the limit the refusal stated; without
-// one, the largest it has served when that is below the smallest refused,
-// else one below the smallest refused. This is the gateway's rejection
-// memory (gateway/capability.go): it catches a max_model_len nobody
-// declared without waiting for the error-rate penalty, and keeps the cell
-// serving what it holds.
+// sends cell e, or 0 for no limit: the gateway's rejection memory
+// (gateway/capability.go, placement.ContextCeiling), which catches a
+// max_model_len nobody declared at its first refusal.
 func (e *engine) ceiling() int {
-	switch {
-	case e.refusedNeed == 0:
-		return 0
-	case e.statedLimit > 0:
-		return e.statedLimit
-	case e.okNeed > 0 && e.okNeed < e.refusedNeed:
-		return e.okNeed
-	default:
-		return max(e.refusedNeed-1, 1)
-	}
+	return int(placement.ContextCeiling(int64(e.okNeed), int64(e.refusedNeed), int64(e.statedLimit)))
 }
 
 // fits reports whether the ingress may send cell e a request needing need

@@ -138,7 +138,9 @@ const method = `Virtual-time simulation of the published flat topology (one ingr
 	`detection (eject on one local-origin failure, 10 s × times ejected, at most 50 %) as isobar's cluster; rr-plain (failover ` +
 	`stage) has health checks only, as the published baseline. Isobar policies: the real regional/score and regional/projection ` +
 	`every 500 ms heartbeat; isobar's ingress picks as isobar gateway --lb isobar does (gateway/placement: least expected ` +
-	`TTFT from its own pending prompt tokens per cell, the cell's prefill rate, RTT and jitter); isobar-envoy feeds isobar's ` +
+	`TTFT from its own pending prompt tokens per cell less the oldest one's progress, the cell's prefill rate, RTT and jitter, ` +
+	`the wait for a batch slot and 1 ms per request in flight; probe budgets counted; a refusal as too long remembered; ` +
+	`declared max_model_len honoured where declared); isobar-envoy feeds isobar's ` +
 	`weights to Envoy's LEAST_REQUEST. The oracle sends each request where its predicted TTFT, from the true state of every engine and the ` +
 	`network, is lowest.`
 

@@ -113,6 +113,28 @@ func HeadProgress(prompt int64, rate float64, elapsed time.Duration) int64 {
 	return int64(done)
 }
 
+// ContextCeiling is the rejection memory's rule: the largest request (in
+// context tokens) a caller should still send a host that has refused one
+// as too long, or 0 for no limit. served is the largest it has answered,
+// refused the smallest it refused (0: none), stated the limit a refusal
+// stated (vLLM's "maximum context length is N tokens"; 0: none). Without a
+// refusal there is no limit; a stated limit wins; else the largest served
+// when below the smallest refused; else one below the smallest refused.
+// So a context limit nobody declared is caught at its first refusal, and
+// the host keeps serving what it has shown it holds.
+func ContextCeiling(served, refused, stated int64) int64 {
+	switch {
+	case refused <= 0:
+		return 0
+	case stated > 0:
+		return stated
+	case served > 0 && served < refused:
+		return served
+	default:
+		return max(refused-1, 1)
+	}
+}
+
 // Rand is the random source for tie-breaks. *math/rand/v2.Rand satisfies
 // it.
 type Rand interface {

@@ -245,3 +245,19 @@ func TestHeadProgress(t *testing.T) {
 		}
 	}
 }
+
+func TestContextCeiling(t *testing.T) {
+	for _, tc := range []struct{ served, refused, stated, want int64 }{
+		{0, 0, 0, 0},        // nothing refused: no limit
+		{900, 0, 0, 0},      // served only: no limit
+		{300, 5000, 0, 300}, // proven size below the refusal
+		{0, 2000, 0, 1999},  // nothing proven: one below the refusal
+		{6000, 5000, 0, 4999},
+		{300, 5000, 1024, 1024}, // a stated limit wins
+		{0, 1, 0, 1},            // floor
+	} {
+		if got := ContextCeiling(tc.served, tc.refused, tc.stated); got != tc.want {
+			t.Errorf("ContextCeiling(%d, %d, %d) = %d, want %d", tc.served, tc.refused, tc.stated, got, tc.want)
+		}
+	}
+}
