@@ -301,9 +301,12 @@ type fleet struct {
 	// The stock-Envoy ingress (rr, lr): W workers' balancers, the host
 	// weights they were last refreshed with, and requests in flight per
 	// host, shared by every policy's accounting.
-	pool          *lb.Pool
-	hostW, lastW  []uint32
-	classPools    map[uint64]*classPool
+	pool         *lb.Pool
+	hostW, lastW []uint32
+	classPools   map[uint64]*classPool
+	// siteRTT: the round trip and jitter per site as the controller last
+	// pushed them (pushSiteRTT).
+	siteRTT       []siteRTT
 	active        lb.Counts
 	retriesActive int
 	ended         int // requests that have ended (success or failure)

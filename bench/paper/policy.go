@@ -298,7 +298,10 @@ func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 					PrefillTokensPerSecond: f.prefillRate[i], InFlight: int64(f.active[i]),
 					Slots: int64(e.prof.MaxNumSeqs), ServiceTime: e.slotHold}
 				if f.spec.policy != IsobarGPUOnly {
-					h.RTT, h.Jitter = e.rtt.RTT, e.rtt.Jitter
+					if f.siteRTT != nil { // none before the first tick
+						sr := f.siteRTT[e.site]
+						h.RTT, h.Jitter = sr.rtt, sr.jitter
+					}
 				}
 			}
 			hosts = append(hosts, h)
@@ -415,6 +418,7 @@ func (f *fleet) tick() {
 		}
 		scores = append(scores, cellScore{res: res, weight: e.weight, ttftP95: w.ttftP95, windowReq: w.requests, hwAlert: hardwareAlert(res)})
 	}
+	f.pushSiteRTT()
 	if f.spec.policy.isobar() {
 		d := f.proj.Project(f.base.Add(f.now), pcells)
 		if d.Push {
@@ -433,6 +437,60 @@ func (f *fleet) tick() {
 	f.tickBuf, f.pcells = scores, pcells
 	if f.spec.onTick != nil {
 		f.spec.onTick(f.now, scores)
+	}
+}
+
+// siteRTTRepush and siteRTTTolerance are the controller's rules for
+// re-pushing a round trip (regional/placement.go: placementRepush,
+// rttTolerance): when it moved by more than max(1 ms, a tenth), at most
+// every 5 s.
+const (
+	siteRTTRepush    = 5 * time.Second
+	siteRTTTolerance = time.Millisecond
+)
+
+// siteRTT is a round trip and jitter as pushed to the ingress.
+type siteRTT struct {
+	rtt, jitter time.Duration
+	at          time.Duration // when pushed
+}
+
+// pushSiteRTT updates the round trips the ingress has, as the regional
+// controller pushes them (regional/placement.go): each site is a locality
+// whose cells share a network, so it carries the median of its cells'
+// probed RTTs and jitters (per-cell probe noise would otherwise read as a
+// lasting preference), re-pushed when either drifts by more than
+// max(1 ms, a tenth) and at most every siteRTTRepush.
+func (f *fleet) pushSiteRTT() {
+	if f.siteRTT == nil {
+		f.siteRTT = make([]siteRTT, len(f.cfg.Topology.Sites))
+		for i := range f.siteRTT {
+			f.siteRTT[i].at = -siteRTTRepush
+		}
+	}
+	drift := func(a, b time.Duration) bool {
+		if (a > 0) != (b > 0) {
+			return true
+		}
+		return (b - a).Abs() > max(siteRTTTolerance, a/10)
+	}
+	for s := range f.siteRTT {
+		var rtts, jits []time.Duration
+		for _, e := range f.cells {
+			if e.site == s && e.rtt.N > 0 {
+				rtts, jits = append(rtts, e.rtt.RTT), append(jits, e.rtt.Jitter)
+			}
+		}
+		if len(rtts) == 0 {
+			continue
+		}
+		slices.Sort(rtts)
+		slices.Sort(jits)
+		want := siteRTT{rtt: rtts[(len(rtts)-1)/2], jitter: jits[(len(jits)-1)/2], at: f.now}
+		cur := &f.siteRTT[s]
+		if f.now-cur.at >= siteRTTRepush && (drift(cur.rtt, want.rtt) || drift(cur.jitter, want.jitter)) {
+			*cur = want
+		}
 	}
 }
 
