@@ -539,7 +539,7 @@ func (a *Agent) setVLLMLocked(s SourceStatus) {
 		if s.OK {
 			a.log.Info("vllm source recovered")
 		} else {
-			a.log.Warn("vllm source failed", "error", s.Error)
+			a.log.Warn("vllm source failed", "err", s.Error)
 		}
 	}
 	a.st.vllm = s
@@ -551,7 +551,7 @@ func (a *Agent) setDCGMLocked(s SourceStatus) {
 		if s.OK {
 			a.log.Info("dcgm source recovered")
 		} else {
-			a.log.Warn("dcgm source failed", "error", s.Error)
+			a.log.Warn("dcgm source failed", "err", s.Error)
 		}
 	}
 	a.st.dcgm = s
@@ -589,7 +589,7 @@ func (a *Agent) applyModelsLocked(ms ModelsSample, err error) {
 	if err != nil {
 		if msg := err.Error(); msg != a.st.modelsErr {
 			a.st.modelsErr = msg
-			a.log.Warn("reading /v1/models failed", "error", msg)
+			a.log.Warn("reading /v1/models failed", "err", msg)
 		}
 		return
 	}

@@ -77,7 +77,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 func (a *Agent) runStream(ctx context.Context) (acked, finalSent bool) {
 	cc, err := grpc.NewClient(a.cfg.ControllerAddr, a.dialOpts...)
 	if err != nil {
-		a.log.Error("heartbeat client cannot be built", "error", err)
+		a.log.Error("heartbeat client cannot be built", "err", err)
 		return false, false
 	}
 	defer cc.Close()
@@ -93,7 +93,7 @@ func (a *Agent) runStream(ctx context.Context) (acked, finalSent bool) {
 
 	stream, err := isobarpb.NewCellRegistryClient(cc).Heartbeat(sctx)
 	if err != nil {
-		a.log.Warn("heartbeat stream failed to open", "controller", a.cfg.ControllerAddr, "error", err)
+		a.log.Warn("heartbeat stream failed to open", "controller", a.cfg.ControllerAddr, "err", err)
 		return false, false
 	}
 	var gotAck atomic.Bool
@@ -174,14 +174,14 @@ func (a *Agent) streamEnded(err error) {
 		a.log.Warn("heartbeat stream closed by controller")
 		return
 	}
-	a.log.Warn("heartbeat stream broke", "error", err)
+	a.log.Warn("heartbeat stream broke", "err", err)
 }
 
 // finish writes the TERMINATED heartbeat, half-closes the stream and waits
 // for the controller to end it (bounded by the shutdown watchdog).
 func (a *Agent) finish(stream heartbeatStream, recvDone <-chan error) {
 	if err := a.send(stream, true); err != nil {
-		a.log.Warn("final heartbeat not sent", "error", err)
+		a.log.Warn("final heartbeat not sent", "err", err)
 	}
 	_ = stream.CloseSend()
 	<-recvDone
@@ -200,11 +200,11 @@ func (a *Agent) sendFinalOffline() {
 	defer cc.Close()
 	stream, err := isobarpb.NewCellRegistryClient(cc).Heartbeat(ctx)
 	if err != nil {
-		a.log.Warn("final heartbeat not sent", "error", err)
+		a.log.Warn("final heartbeat not sent", "err", err)
 		return
 	}
 	if err := a.send(stream, true); err != nil {
-		a.log.Warn("final heartbeat not sent", "error", err)
+		a.log.Warn("final heartbeat not sent", "err", err)
 		return
 	}
 	_ = stream.CloseSend()
@@ -268,7 +268,7 @@ func (a *Agent) buildHeartbeat(final bool) *isobarpb.CellHeartbeat {
 func (a *Agent) handleAck(ack *isobarpb.HeartbeatAck) {
 	if e := ack.GetError(); e != "" {
 		a.m.refused.Inc()
-		a.log.Warn("controller refused heartbeat", "sequence", ack.GetSequence(), "error", truncate(e, 512))
+		a.log.Warn("controller refused heartbeat", "sequence", ack.GetSequence(), "err", truncate(e, 512))
 	}
 	if iv := ack.GetInterval(); iv != nil {
 		if err := iv.CheckValid(); err != nil || iv.AsDuration() <= 0 {

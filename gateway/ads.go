@@ -55,7 +55,7 @@ func (s *subscription) run(ctx context.Context) {
 			backoff = s.min
 		}
 		wait := time.Duration(rand.Int64N(int64(backoff))) + 1 // full jitter in (0, backoff]
-		s.log.Info("xds stream ended; reconnecting", "type", s.label, "error", err, "retry_in", wait)
+		s.log.Info("xds stream ended; reconnecting", "type", s.label, "err", err, "retry_in", wait)
 		t := s.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -89,7 +89,7 @@ func (s *subscription) session(ctx context.Context) (got bool, err error) {
 		}
 		version := rec.lastVersion()
 		if err := s.apply(resp.Resources, version); err != nil {
-			s.log.Warn("xds update refused", "type", s.label, "version", version, "error", err, "nack_in", nackWait)
+			s.log.Warn("xds update refused", "type", s.label, "version", version, "err", err, "nack_in", nackWait)
 			// A server may resend a refused response at once, forever;
 			// waiting before each NACK bounds that loop's rate.
 			t := s.clock.NewTimer(nackWait)

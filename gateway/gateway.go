@@ -172,7 +172,7 @@ func (g *Gateway) Start(ctx context.Context, ln net.Listener) error {
 	go func() {
 		defer close(g.srvDone)
 		if err := g.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			g.log.Error("gateway http server failed", "error", err)
+			g.log.Error("gateway http server failed", "err", err)
 		}
 	}()
 	g.log.Info("gateway started", "listen", g.addr, "controller", g.cfg.Controller, "region", g.cfg.Region, "lb", string(g.cfg.LB))
@@ -206,7 +206,7 @@ func (g *Gateway) Stop() {
 	}
 	ctx, cancel := clockwork.WithTimeout(context.Background(), g.clock, g.cfg.DrainTimeout)
 	if err := g.srv.Shutdown(ctx); err != nil {
-		g.log.Warn("in-flight requests cut at the drain timeout", "error", err)
+		g.log.Warn("in-flight requests cut at the drain timeout", "err", err)
 		_ = g.srv.Close()
 	}
 	cancel()

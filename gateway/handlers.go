@@ -88,7 +88,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		go func() {
 			defer close(msrvDone)
 			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				g.log.Error("metrics server failed", "error", err)
+				g.log.Error("metrics server failed", "err", err)
 			}
 		}()
 	} else {

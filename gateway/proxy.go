@@ -557,7 +557,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 			g.rep.addEndpoint(a.h, true, false)
 			now := g.clock.Now()
 			a.h.st.recordFailure(now, cl.policy.Outlier, true, func() (int, int) { return cl.ejectedCount(a.h.st, now.UnixNano()) })
-			g.log.Debug("upstream stream broke after the response started", "endpoint", a.h.label, "error", err)
+			g.log.Debug("upstream stream broke after the response started", "endpoint", a.h.label, "err", err)
 			a.close()
 			panic(http.ErrAbortHandler)
 		}

@@ -196,7 +196,7 @@ func (r *reporter) run(ctx context.Context, conn grpc.ClientConnInterface) {
 			backoff = r.max
 		}
 		wait := time.Duration(rand.Int64N(int64(backoff))) + 1
-		r.log.Info("report stream ended; reconnecting", "error", err, "retry_in", wait)
+		r.log.Info("report stream ended; reconnecting", "err", err, "retry_in", wait)
 		t := r.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -233,7 +233,7 @@ func (r *reporter) session(ctx context.Context, conn grpc.ClientConnInterface) (
 			}
 			if msg := ack.GetError(); msg != "" {
 				r.m.reports.WithLabelValues("refused").Inc()
-				r.log.Warn("controller refused a report", "error", truncate(msg, 1024))
+				r.log.Warn("controller refused a report", "err", truncate(msg, 1024))
 			}
 		}
 	})

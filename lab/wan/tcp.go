@@ -202,7 +202,7 @@ func (p *Proxy) accept() {
 			// A transient failure (out of file descriptors): back off as
 			// net/http does.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			p.log.Warn("wan path accept failed", "error", err, "retry_in", backoff)
+			p.log.Warn("wan path accept failed", "err", err, "retry_in", backoff)
 			select {
 			case <-p.clock.After(backoff):
 				continue
@@ -278,7 +278,7 @@ func (p *Proxy) serve(ctx context.Context, c *tcpConn, target string) {
 	if err != nil {
 		if ctx.Err() == nil {
 			p.pm.dialFailed.Inc()
-			log.Warn("wan path cannot dial target", "target", target, "error", err)
+			log.Warn("wan path cannot dial target", "target", target, "err", err)
 		}
 		return
 	}
@@ -305,7 +305,7 @@ func (p *Proxy) serve(ctx context.Context, c *tcpConn, target string) {
 				c.mu.Lock()
 				c.reset = true
 				c.mu.Unlock()
-				log.Debug("wan connection aborted", "error", err)
+				log.Debug("wan connection aborted", "err", err)
 			}
 			return
 		}

@@ -210,7 +210,7 @@ func (u *UDPProxy) listen() {
 			if u.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			u.log.Debug("wan path read failed", "error", err)
+			u.log.Debug("wan path read failed", "err", err)
 			continue
 		}
 		if cut, _ := u.shape.gate(); cut {
@@ -260,7 +260,7 @@ func (u *UDPProxy) session(client netip.AddrPort) *udpSession {
 	}
 	if err != nil {
 		u.pm.dialFailed.Inc()
-		u.log.Warn("wan path cannot dial target", "target", u.target, "error", err)
+		u.log.Warn("wan path cannot dial target", "target", u.target, "err", err)
 		return nil
 	}
 	ctx, cancel := context.WithCancel(u.ctx)

@@ -121,7 +121,7 @@ func (s *Server) Push(st State) (string, error) {
 	s.m.buildDuration.Observe(s.clock.Since(start).Seconds())
 	if err != nil {
 		s.m.pushErrors.Inc()
-		s.log.Warn("xds push refused, previous snapshot kept", "error", err)
+		s.log.Warn("xds push refused, previous snapshot kept", "err", err)
 		return "", err
 	}
 	if p == nil {
