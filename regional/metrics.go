@@ -19,7 +19,6 @@ type metrics struct {
 	refusedTransitions prometheus.Counter
 	unknownCells       prometheus.Counter
 	projection         prometheus.Histogram
-	pushErrors         prometheus.Counter
 	failover           prometheus.Histogram
 	penaltyTrips       prometheus.Counter
 	probes             *prometheus.CounterVec
@@ -73,10 +72,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to score every cell and project weights, per cycle.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 12),
 		}),
-		pushErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "isobar_regional_push_errors_total",
-			Help: "xDS states refused by validation (the previous snapshot stays).",
-		}),
 		failover: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "isobar_regional_failover_seconds",
 			Help:    "From a serving cell's failure detection to the xDS push that removed it.",
@@ -126,7 +121,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.capacityRejected, m.capacityRPS, m.capacityConfidence)
 		reg.MustRegister(m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions,
-			m.unknownCells, m.projection, m.pushErrors, m.failover, m.penaltyTrips, m.probes,
+			m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.probes,
 			m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused)
 	}
 	if reg != nil {

@@ -77,8 +77,8 @@ func (p *publisher) run(ctx context.Context) {
 		}
 		v, err := p.push(*st)
 		if err != nil {
-			p.metrics.pushErrors.Inc()
-			p.log.Error("xDS push refused; the data plane keeps the previous snapshot", "err", err)
+			// The xDS server has logged and counted the refusal once
+			// (isobar_regional_xds_push_errors_total).
 			continue
 		}
 		p.version.Store(&v)
