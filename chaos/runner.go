@@ -160,13 +160,17 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	rep := &Report{Drill: d.Name, Detects: d.Detects, Reroutes: d.Reroutes}
 
 	r.say(o, "  load running through %d ingresses; %v before the injection", len(ingresses), o.Before)
+	early, _ := r.Fleet.State(ctx)
 	if !r.wait(ctx, o, load, o.Before, "before") {
 		return nil, ctx.Err()
 	}
 
-	// The baseline is the state just before the injection.
+	// The baseline is the state just before the injection, with each
+	// region's gossip RTTs the lower of then and the start of the load: one
+	// smoothed sample can carry a scheduling spike of a loaded machine.
 	if st, err := r.Fleet.State(ctx); err == nil {
 		t.before = st
+		minRTT(t.before, early)
 	}
 	// Inject.
 	t0 := clock.Now()
@@ -274,6 +278,26 @@ func (r *Runner) heal(ctx context.Context, o Options, faults []Fault, rep *Repor
 }
 
 // wait lets the load run for d, with a status line per second.
+// minRTT lowers each region's gossip RTT in st to the one in other, where
+// other has it.
+func minRTT(st, other *FleetState) {
+	if other == nil {
+		return
+	}
+	for i := range st.Regions {
+		rs := &st.Regions[i]
+		o, ok := other.Region(rs.Name)
+		if !ok {
+			continue
+		}
+		for peer, v := range rs.RTTms {
+			if w, ok := o.RTTms[peer]; ok && w < v {
+				rs.RTTms[peer] = w
+			}
+		}
+	}
+}
+
 func (r *Runner) wait(ctx context.Context, o Options, load *Load, d time.Duration, phase string) bool {
 	clock := r.clock()
 	end := clock.Now().Add(d)

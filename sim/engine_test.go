@@ -282,9 +282,16 @@ func TestVLLMMetricsExposition(t *testing.T) {
 	get(t, c, url(e, "/v1/models"))
 	get(t, c, url(e, "/health"))
 	get(t, c, url(e, "/no/such/path"))
-	mfs := scrape(t, c, url(e, "/metrics"))
-
 	engineLabels := map[string]string{"engine": "0", "model_name": DefaultModel}
+	// The scheduler counts a step's tokens once the step ends, which may
+	// be just after the last one reached the client: await the counters.
+	var mfs map[string]*dto.MetricFamily
+	eventually(t, "the generation tokens counted", func() bool {
+		mfs = scrape(t, c, url(e, "/metrics"))
+		v, _ := metricValue(mfs, "vllm:generation_tokens_total", engineLabels)
+		return v >= 6
+	})
+
 	want := []struct {
 		name    string
 		typ     dto.MetricType
