@@ -107,11 +107,19 @@ func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry) error {
 const maxDeclaredClasses = 32 - maxContextClasses
 
 // classSizes returns m's context classes: Config.ContextClasses and every
-// max_model_len its endpoints declare (the smallest maxDeclaredClasses of
-// them), ascending and distinct. A declared limit is a class of its own so
-// that a cell at max_model_len N serves every prompt up to N through the
-// class cluster of N, rather than only the requests no class takes. prev
-// is returned when the result equals it.
+// max_model_len its endpoints declare, ascending and distinct. A declared
+// limit is a class of its own so that a cell at max_model_len N serves
+// every prompt up to N through the class cluster of N, rather than only
+// the requests no class takes.
+//
+// A declared class stays once it has appeared (prev holds the model's
+// previous classes), even when no endpoint declares its size any more: its
+// cluster still holds every endpoint that fits, and a route never names a
+// cluster that a data plane receiving CDS before RDS has already dropped
+// (a capability that comes and goes would otherwise fail requests with
+// "cluster not found" for a moment). At most maxDeclaredClasses are kept:
+// the ones declared now first, smallest first, then the earlier ones,
+// smallest first. prev is returned when the result equals it.
 func (b *Builder) classSizes(m *canonModel, prev []uint32) []uint32 {
 	if len(b.cfg.ContextClasses) == 0 {
 		return nil // classes disabled
@@ -126,6 +134,14 @@ func (b *Builder) classSizes(m *canonModel, prev []uint32) []uint32 {
 	}
 	slices.Sort(declared)
 	declared = declared[:min(len(declared), maxDeclaredClasses)]
+	for _, n := range prev { // ascending
+		if len(declared) >= maxDeclaredClasses {
+			break
+		}
+		if !slices.Contains(b.cfg.ContextClasses, n) && !slices.Contains(declared, n) {
+			declared = append(declared, n)
+		}
+	}
 	sizes := append(slices.Clone(b.cfg.ContextClasses), declared...)
 	slices.Sort(sizes)
 	if slices.Equal(sizes, prev) {

@@ -449,3 +449,33 @@ func TestContextClassConfigValidation(t *testing.T) {
 		t.Error("Builder shares the caller's ContextClasses slice")
 	}
 }
+
+// A declared class outlives the declaration: when the only cell at
+// max_model_len 1024 comes back at its full context, the ctx-1024 cluster
+// and its routes stay (now with every cell), so no route ever names a
+// cluster a data plane has dropped.
+func TestDeclaredClassStays(t *testing.T) {
+	st := func(short uint32) State {
+		return State{Models: []Model{{Name: "m", Localities: []Locality{{Weight: 1, Endpoints: []Endpoint{
+			{CellID: "short", Host: "10.0.0.1", Port: 8000, Weight: 100, MaxModelLen: short},
+			{CellID: "long", Host: "10.0.0.2", Port: 8000, Weight: 100},
+		}}}}}}
+	}
+	b := mustBuilder(t, testConfig())
+	if _, err := b.Build(st(1024)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Build(st(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &res.Envoy)
+	cla := claByName(&res.Envoy, ClassClusterName("m", 1024))
+	if got := cellsOf(cla); !slices.Equal(got, []string{"long", "short"}) {
+		t.Fatalf("ctx-1024 after the declaration went: %v, want both cells", got)
+	}
+	r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-prompt-tokens": "1000"})
+	if got := r.GetRoute().GetCluster(); got != ClassClusterName("m", 1024) {
+		t.Errorf("1000 tokens routed to %s, want the kept class 1024", got)
+	}
+}
