@@ -31,7 +31,7 @@ func startLab(t *testing.T) (*lab.Lab, *chaos.Client) {
 }
 
 func quickOptions(t *testing.T) chaos.Options {
-	o := chaos.Options{Before: time.Second, During: 2 * time.Second, After: time.Second, MaxWait: 20 * time.Second,
+	o := chaos.Options{Before: time.Second, During: 2 * time.Second, After: time.Second, MaxWait: 60 * time.Second,
 		Settle: 60 * time.Second, Load: chaos.LoadConfig{RPS: 8, MaxTokens: 8}}
 	if testing.Verbose() {
 		o.Progress = os.Stderr
