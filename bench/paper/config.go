@@ -98,7 +98,7 @@ type DataPlane struct {
 	PushDelay time.Duration
 	// DecodeCost is isobar's pick's cost per request in flight
 	// (placement.Config.DecodeCost, isobar gateway --isobar-decode-cost).
-	// 0: placement's default (1 ms).
+	// 0: placement's default (25 ms).
 	DecodeCost time.Duration
 }
 

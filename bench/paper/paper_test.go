@@ -122,7 +122,7 @@ func TestSmokeReport(t *testing.T) {
 		}
 		if gname == GroundPhysics {
 			for _, want := range []struct{ stage, policy, fig string }{
-				{StageHetero, "rr", "e2e_p99_ms"}, {StageHetero, "isobar", "constrained_weight_ratio"},
+				{StageHetero, "rr", "e2e_p99_served_ms"}, {StageHetero, "isobar", "e2e_p99_ms"}, {StageHetero, "isobar", "constrained_weight_ratio"},
 				{StageHetero, "oracle", "sustainable_rps"}, {StageHomogeneous6, "lr", "e2e_p99_ms_at_20rps"},
 			} {
 				if a := g.Stages[want.stage][want.policy][want.fig]; a.Median == nil {

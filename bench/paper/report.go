@@ -385,14 +385,14 @@ func fmtFig(v *float64) string {
 
 var stageTitles = map[string]string{
 	StageCalibration:      "Calibration — baseline_mixed, 10 RPS",
-	StageSLOThroughput:    "SLO throughput — highest RPS with P95 TTFT ≤ tier-2 SLO and success ≥ 0.95 (bisection)",
+	StageSLOThroughput:    "SLO throughput — highest RPS at which 95 % of requests are answered within the tier-2 TTFT SLO (a failure counts as a miss; bisection)",
 	StageLeadTime:         "Hardware-telemetry lead time — thermal throttling and PCIe contention on each cell in turn, 10 RPS",
 	StageFailover:         "Failover — SIGKILL one engine under 10 RPS, each cell in turn",
 	StageBurst:            "Burst — adversarial_spike (10 RPS + 50-request bursts every 30 s)",
 	StageMismatch:         "Capability mismatch — nearest cell at max_model_len 1024; 10 RPS, 30 % long_context",
 	StageTelemetryFailure: "Telemetry failure — each cell's DCGM exporter down for 30 s, 10 RPS",
 	StageNetwork:          "Network-aware placement — P95 TTFT (ms) per phase; 20 ms jitter on the nearest site",
-	StageHetero:           "Heterogeneous fleet — 2×h200-sxm, 2×h100-sxm, 2×h100-sxm at max_model_len 1024; baseline_mixed at 12 RPS (physics grounds only)",
+	StageHetero:           "Heterogeneous fleet — 2×h200-sxm, 2×h100-sxm, 2×h100-sxm at max_model_len 1024; baseline_mixed at 12 RPS; E2E over every request, a failure counting as a miss (— where the percentile is a failed request), and over answered ones (_served) (physics grounds only)",
 	StageHomogeneous6:     "Homogeneous fleet — 6×h100-sxm; baseline_mixed at 12 and 20 RPS (physics grounds only)",
 	StageThrottled:        "Throttled GPUs — one cell per site at half clock; sustainable baseline_mixed RPS",
 }

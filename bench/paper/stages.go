@@ -279,7 +279,7 @@ func (r *runner) sustainableIn(spec runSpec, c load.Class, rps float64) (bool, r
 		return false, reqStats{}, err
 	}
 	st := summarise(res.requests, arrivedIn(pl.sloWarm, pl.sloWarm+pl.sloDur))
-	return st.n > 0 && st.success >= 0.95 && st.ttftP95 <= c.SLO, st, nil
+	return st.meetsSLO(c.SLO), st, nil
 }
 
 // bisect returns the highest rate (to the plan's resolution) at which

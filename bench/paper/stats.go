@@ -26,7 +26,33 @@ type reqStats struct {
 	n, ok                             int
 	ttft, e2e                         []time.Duration // of the successful ones, sorted
 	success                           float64
-	ttftP50, ttftP95, ttftP99, e2eP95 time.Duration
+	ttftP50, ttftP95, ttftP99, e2eP95 time.Duration // of the successful ones
+}
+
+// overAll is the nearest-rank q-quantile of sorted (the ok successful
+// requests' figures) over all n requests, a failed request counting as
+// later than any answer: a refusal is a miss, never a fast reply. ok is
+// false when the quantile falls on a failed request.
+func overAll(sorted []time.Duration, n int, q float64) (time.Duration, bool) {
+	if n <= 0 {
+		return 0, false
+	}
+	i := int(math.Ceil(q*float64(n))) - 1
+	i = max(0, min(i, n-1))
+	if i >= len(sorted) {
+		return 0, false
+	}
+	return sorted[i], true
+}
+
+// meetsSLO reports whether the requests hold a TTFT SLO: success >= 0.95
+// and the P95 TTFT over every request, failed ones counting as misses, at
+// most slo. So at least 95 % of the requests were answered within it (the
+// SLO attainment of DistServe): a policy cannot hold a rate by failing
+// its costliest requests fast.
+func (s reqStats) meetsSLO(slo time.Duration) bool {
+	p95, ok := overAll(s.ttft, s.n, 0.95)
+	return s.n > 0 && s.success >= 0.95 && ok && p95 <= slo
 }
 
 // summarise the requests keep selects.

@@ -46,7 +46,8 @@ times with efficiencies fitted on single-engine load curves only) and
 paper-fit (the frozen 70b-awq-flat profile, kept for continuity).
 
 Stages: calibration (baseline_mixed at 10 RPS), slo_throughput (per class,
-the highest RPS with P95 TTFT <= the tier-2 SLO and success >= 0.95, by
+the highest RPS at which 95 % of requests are answered within the tier-2
+TTFT SLO, a failed request counting as a miss, by
 bisection; warm-up and cool-down excluded), lead_time (thermal and PCIe
 stress on each cell in turn), failover (SIGKILL one engine under 10 RPS),
 burst (adversarial_spike), mismatch (one cell at max_model_len 1024; isobar
@@ -82,7 +83,7 @@ pipeline check whose figures are noise.`,
 	fl.IntVar(&f.parallel, "parallel", 0, "(ground, seed) jobs run at once (default: the number of CPUs)")
 	fl.StringVar(&f.stages, "stages", "", "comma-separated stages to run (default all: "+strings.Join(paper.Stages(), ",")+")")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
-	fl.DurationVar(&f.decodeCost, "isobar-decode-cost", 0, "isobar's pick: cost per request in flight, as isobar gateway --isobar-decode-cost (default 1ms)")
+	fl.DurationVar(&f.decodeCost, "isobar-decode-cost", 0, "isobar's pick: cost per request in flight, as isobar gateway --isobar-decode-cost (default 25ms)")
 	return cmd
 }
 
@@ -100,7 +101,7 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 		return usageError{fmt.Errorf("--parallel %d: want at least 1", f.parallel)}
 	}
 	if f.decodeCost < 0 {
-		return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 1ms", f.decodeCost)}
+		return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 25ms", f.decodeCost)}
 	}
 	grounds, err := paper.Grounds()
 	if err != nil {

@@ -82,7 +82,7 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 			}
 			cfg.LB = gateway.LBMode(lb)
 			if decodeCost < 0 {
-				return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 1ms", decodeCost)}
+				return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 25ms", decodeCost)}
 			}
 			cfg.Placement = placement.DefaultConfig()
 			cfg.Placement.DecodeCost = decodeCost
@@ -111,7 +111,7 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 	f.StringVar(&cfg.Region, "region", "", "region this gateway serves; required")
 	f.StringVar(&cfg.NodeID, "node-id", "", "xDS node id and report identity (default isobar-gateway-<region>)")
 	f.StringVar(&lb, "lb", string(gateway.LBXDS), "load balancing: xds (as Envoy would on the pushed resources), isobar (least expected time to first token), rr (Envoy round-robin baseline) or lr (Envoy least-request baseline, two choices)")
-	f.DurationVar(&decodeCost, "isobar-decode-cost", placement.DefaultDecodeCost, "--lb isobar: expected TTFT added per request in flight on an endpoint (the decode steps a new prefill shares); a larger value spreads decodes, trading a little TTFT for E2E latency (docs/bench.md)")
+	f.DurationVar(&decodeCost, "isobar-decode-cost", placement.DefaultDecodeCost, "--lb isobar: expected latency added per request in flight on an endpoint (each running sequence lengthens every step of this answer); smaller packs decodes onto the hosts with the least prefill queued, larger spreads them (gateway/placement/README.md)")
 	f.IntVar(&cfg.MaxInflightPerEndpoint, "max-inflight-per-endpoint", 64, "requests in flight per endpoint above which it takes no more; all full: 429")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "extra address serving only /metrics; empty: none")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on shutdown, how long in-flight requests may finish (default 30s)")

@@ -29,8 +29,14 @@
 //     its capacity class; 0 or unknown takes
 //     Config.DefaultPrefillTokensPerSecond (default 20,000).
 //   - InFlight: the host's requests in flight; each costs DecodeCost
-//     (default 1 ms), the contention its decode steps add to a new
-//     request's prefill.
+//     (default 25 ms): a running sequence lengthens every engine step (its
+//     per-sequence overhead and the attention over its context, ~0.2 ms
+//     for a 70B model on one GPU), and the new request shares one step
+//     per output token with it (~128 tokens). The term is about the
+//     request's whole answer, not only its first token: with the 1 ms a
+//     running sequence adds to the prefill alone, the pick packed decodes
+//     onto the hosts with the least prefill queued, and E2E P95 at light
+//     load ran 1.5× round-robin's (docs/bench.md).
 //   - Slots and ServiceTime: the engine's running-batch capacity (vLLM
 //     --max-num-seqs, a fact of its capacity class) and the mean time a
 //     request holds one of those slots there, as the caller measures it

@@ -13,8 +13,8 @@ import (
 // token soonest.
 func ExamplePick() {
 	hosts := []placement.Host{
-		{Weight: 1, PendingPromptTokens: 12000, PrefillTokensPerSecond: 40000, InFlight: 6}, // 0.35 s + 6 ms
-		{Weight: 1, PrefillTokensPerSecond: 8000, InFlight: 1},                              // 0.25 s + 1 ms
+		{Weight: 1, PendingPromptTokens: 12000, PrefillTokensPerSecond: 40000, InFlight: 6}, // 0.35 s + 6 × 25 ms
+		{Weight: 1, PrefillTokensPerSecond: 8000, InFlight: 1},                              // 0.25 s + 25 ms
 		{Weight: 1, RTT: 80 * time.Millisecond, Jitter: 10 * time.Millisecond},              // 0.1 s at 20k/s + 0.1 s
 	}
 	cfg := placement.DefaultConfig()
@@ -24,8 +24,8 @@ func ExamplePick() {
 	i, _ := placement.Pick(cfg, hosts, 2000, rand.New(rand.NewPCG(1, 2)))
 	fmt.Println("pick:", i)
 	// Output:
-	// host 0: 0.356 s
-	// host 1: 0.251 s
+	// host 0: 0.500 s
+	// host 1: 0.275 s
 	// host 2: 0.200 s
 	// pick: 2
 }

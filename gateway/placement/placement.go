@@ -19,9 +19,15 @@ const (
 	// DefaultJitterFactor turns a host's jitter (one standard deviation)
 	// into an allowance: mean + 2σ.
 	DefaultJitterFactor = 2.0
-	// DefaultDecodeCost is the added TTFT per request already in flight on
-	// the host (the decode steps a new prefill shares the engine with).
-	DefaultDecodeCost = time.Millisecond
+	// DefaultDecodeCost is the latency a request is expected to lose per
+	// request already in flight on the host: each running sequence makes
+	// every engine step longer (its per-sequence overhead and the
+	// attention over its context), and this request runs through one step
+	// per output token. For a 70B model on one GPU that is about 0.2 ms
+	// per running sequence per step (50 µs + 0.26 ms per 1,000 context
+	// tokens × ~600 tokens, sim's physics fit) times ~128 output tokens:
+	// 25 ms.
+	DefaultDecodeCost = 25 * time.Millisecond
 )
 
 // tieTolerance is the relative difference below which two expected TTFTs
@@ -35,8 +41,8 @@ type Config struct {
 	DefaultPrefillTokensPerSecond float64
 	// JitterFactor multiplies a host's jitter. Must be >= 0. Default 2.
 	JitterFactor float64
-	// DecodeCost is the expected TTFT added per request in flight on the
-	// host. Must be >= 0. Default 1 ms.
+	// DecodeCost is the expected latency added per request in flight on
+	// the host (see DefaultDecodeCost). Must be >= 0. Default 25 ms.
 	DecodeCost time.Duration
 }
 

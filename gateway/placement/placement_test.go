@@ -19,8 +19,16 @@ func (s *script) Uint64() uint64 {
 	return v
 }
 
-func TestExpectedTTFT(t *testing.T) {
+// formulaConfig is DefaultConfig with a 1 ms decode cost, the round
+// figure the formula tests below are written in.
+func formulaConfig() Config {
 	c := DefaultConfig()
+	c.DecodeCost = time.Millisecond
+	return c
+}
+
+func TestExpectedTTFT(t *testing.T) {
+	c := formulaConfig()
 	for _, tc := range []struct {
 		name   string
 		h      Host
@@ -81,7 +89,7 @@ func TestSlotWaitDoesNotOverflow(t *testing.T) {
 // host wins on network distance while it has a free slot, and loses to
 // the far one once its slots are taken.
 func TestPickSlotWaitMovesOffFullHost(t *testing.T) {
-	c := DefaultConfig()
+	c := formulaConfig()
 	const slots, hold = 9, 4500 * time.Millisecond
 	near := Host{Weight: 1, RTT: 4 * time.Millisecond, Slots: slots, ServiceTime: hold}
 	far := Host{Weight: 1, RTT: 40 * time.Millisecond, Slots: slots, ServiceTime: hold, InFlight: 2}
