@@ -706,9 +706,10 @@ func (r *Registry) buildState(views []CellView, rtts map[string]time.Duration) x
 			m.Localities = append(m.Localities, *l)
 		}
 		m.Localities = append(m.Localities, remote[n]...)
-		if len(m.Localities) == 0 {
-			continue
-		}
+		// A model with no locality left stays: its route and an empty
+		// cluster answer "no healthy upstream" (503, retryable) until a
+		// cell is back, rather than "no route" (404) while, say, every
+		// cell is briefly suspect.
 		st.Models = append(st.Models, *m)
 	}
 	return st

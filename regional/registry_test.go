@@ -385,3 +385,31 @@ func (f *regFixture) awaitPush(what string, cond func(map[string]uint32) bool) {
 		}
 	}
 }
+
+// A model whose every cell is briefly out (here: suspect) keeps its place
+// in the xDS state, with no locality, so the data plane answers 503 (no
+// healthy upstream, retryable) and not 404 (no route) until a cell is back.
+func TestRegistryModelStaysRoutableWithNoEndpoint(t *testing.T) {
+	f := newRegFixture(t)
+	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+	f.send(heartbeat("a", "127.0.0.1:1001", ready, 0))
+	f.awaitPush("a in", func(w map[string]uint32) bool { return w["a"] > 0 })
+	cv, _ := f.reg.View().Cell("a")
+	if err := f.reg.StreamLost(context.Background(), "a", cv.Incarnation, cv.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case st := <-f.push.pushed:
+			if len(weights(st)) != 0 {
+				continue
+			}
+			if len(st.Models) != 1 || st.Models[0].Name != "m" || len(st.Models[0].Localities) != 0 {
+				t.Fatalf("with every cell out, state = %+v; want model m with no locality", st.Models)
+			}
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatal("no push with a out")
+		}
+	}
+}
