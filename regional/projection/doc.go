@@ -1,6 +1,6 @@
 // Package projection turns each cell's lifecycle state and slow signals into
 // the integer endpoint weight and EDS health the data plane receives
-// (DESIGN.md §3, issue 13).
+// (docs/design.md §3.3, issue 13).
 //
 // # What a weight means
 //
