@@ -127,7 +127,7 @@ func TestClassifyStatus(t *testing.T) {
 	}
 }
 
-// vllmGauges renders a minimal vLLM page around the given gauge lines.
+// vllmGaugePage renders a minimal vLLM page around the given gauge lines.
 func vllmGaugePage(lines ...string) []byte {
 	var b strings.Builder
 	b.WriteString("# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n# TYPE vllm:num_requests_waiting gauge\n")

@@ -270,10 +270,8 @@ func TestKustomizationListsFiles(t *testing.T) {
 
 // ---- isobar command lines ----
 
-// cliFlags are the flags of the subcommands the deployment files run, as
-// `isobar <cmd> --help` prints them (cmd/isobar's certs_test.go also
-// parses every invocation with the real command tree). bool marks flags
-// that take no value; duration marks time.Duration values.
+// flagKind is what value a flag takes: a string, none (a boolean flag), a
+// time.Duration or a number.
 type flagKind int
 
 const (
@@ -285,6 +283,10 @@ const (
 
 var globalFlags = map[string]flagKind{"log-level": str, "log-format": str}
 
+// cliFlags are the flags of the subcommands the deployment files run, as
+// `isobar <cmd> --help` prints them (cmd/isobar's certs_test.go also
+// parses every invocation with the real command tree), with the kind of
+// value each takes.
 var cliFlags = map[string]map[string]flagKind{
 	"regional": {
 		"admin-token-file": str, "cell-capacity-rps": number, "cycle-interval": duration, "etcd-ca": str,
@@ -448,7 +450,7 @@ spec:
 
 // ---- metric names ----
 
-// goMetricNames returns every "isobar_..." string literal and every
+// goSources returns every "isobar_..." string literal and every
 // lower-case string literal in the repository's non-test Go sources.
 func goSources(t *testing.T) (metrics, literals map[string]bool) {
 	t.Helper()

@@ -1,5 +1,5 @@
 // Package global is the global controller: one member of the HA pair that
-// routes traffic between regions (DESIGN.md §5).
+// routes traffic between regions (docs/design.md §5).
 //
 // Both members campaign on an etcd election (package election). The leader
 // accepts GlobalControl.Sync streams from regional controllers, keeps the

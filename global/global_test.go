@@ -27,7 +27,7 @@ var exampleRTT = map[string]map[string]float64{
 	"c": {"a": 60, "b": 30},
 }
 
-// The worked example of DESIGN.md §5 through the real leader: B is
+// The worked example of docs/design.md §5.2 through the real leader: B is
 // overloaded, part of its demand moves to C (and A), nobody is planned
 // above capacity × headroom, and plans carry the fencing epoch.
 func TestWorkedExampleThroughLeader(t *testing.T) {

@@ -722,9 +722,6 @@ func stopCtx(stop func(context.Context) error) {
 	_ = stop(ctx)
 }
 
-// freeAddr returns a loopback address with a port that was free a moment
-// ago (memberlist binds UDP and TCP on one port, chosen before the WAN
-// paths that target it).
 // freeAddr reserves a loopback address for a gossip member, which binds it
 // later (the WAN proxies must know it first). It picks ports below the
 // kernels' ephemeral ranges (Linux 32768+, BSD/macOS 49152+), free for both

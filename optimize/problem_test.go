@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// threeRegions is the DESIGN.md §5 worked example: demand A 90, B 120,
+// threeRegions is the docs/design.md §5.2 worked example: demand A 90, B 120,
 // C 40 rps; capacity A 100, B 100, C 80 rps; L0 300 ms each; RTT A–B 20,
 // B–C 30, A–C 60 ms.
 func threeRegions(headroom float64) Problem {

@@ -241,7 +241,7 @@ func moved(p Problem, pl Plan, from, to int) float64 {
 	return pl.Fractions[from][to] * p.Regions[from].DemandRPS
 }
 
-// TestWorkedExample is DESIGN.md §5: local-only overloads B; the plan
+// TestWorkedExample is docs/design.md §5.2: local-only overloads B; the plan
 // moves B's excess to C because the RTT costs less than the queueing it
 // saves.
 func TestWorkedExample(t *testing.T) {

@@ -1,6 +1,6 @@
-// Package summary owns the compact regional summary of DESIGN.md §4: its
-// aggregation from the regional registry's cells and its validation on
-// receipt.
+// Package summary owns the compact regional summary of docs/design.md
+// §4.3: its aggregation from the regional registry's cells and its
+// validation on receipt.
 //
 // The summary's encoded size is bounded by the number of models, context
 // classes and regions — never by the number of cells — so the global

@@ -103,7 +103,7 @@ func outDist(mean float64) Dist {
 	return Dist{Mean: mean, StdDev: 0.75 * mean, Max: int(4 * mean)}
 }
 
-// Classes returns the eight workload classes of the evaluation (DESIGN §8),
+// Classes returns the eight workload classes of the evaluation (docs/design.md §8.3),
 // in order. Means and spreads are the published ones; see Dist for the
 // shape and docs/bench.md for the sources.
 func Classes() []Class {

@@ -85,7 +85,7 @@ func aggregate(vals []float64) Agg {
 	return Agg{Median: num(med), Min: num(s[0]), Max: num(s[len(s)-1]), N: len(s)}
 }
 
-// published holds the figures of the published system (DESIGN §1, §8).
+// published holds the figures of the published system (docs/design.md §8.3).
 func published() map[string]map[string]map[string]float64 {
 	return map[string]map[string]map[string]float64{
 		StageCalibration: {

@@ -40,7 +40,7 @@ func cellagentServers(t *testing.T) (vllm, dcgm *httptest.Server) {
 	return vllm, dcgm
 }
 
-// decodeOne decodes exactly one JSON object from out.
+// cellagentDecodeOne decodes exactly one JSON object from out.
 func cellagentDecodeOne(t *testing.T, out []byte) map[string]any {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(out))

@@ -13,7 +13,7 @@ import (
 	"github.com/isobar-mesh/isobar/optimize"
 )
 
-// workedExampleJSON is DESIGN.md §5: demand A 90, B 120, C 40 rps;
+// workedExampleJSON is docs/design.md §5.2: demand A 90, B 120, C 40 rps;
 // capacity 100, 100, 80; L0 300 ms; RTT A–B 20, B–C 30, A–C 60 ms.
 func workedExampleJSON(headroom string) string {
 	return `{"headroom": ` + headroom + `,

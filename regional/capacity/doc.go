@@ -7,7 +7,7 @@
 //
 // # Model
 //
-// From the heartbeats with request rate λ > 0 (DESIGN §5; docs/capacity.md
+// From the heartbeats with request rate λ > 0 (docs/design.md §5.1; docs/capacity.md
 // gives the derivation and its limits), with λ, T (TTFT P95) and K (KV
 // use) smoothed with time constant Tau:
 //

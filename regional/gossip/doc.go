@@ -2,7 +2,7 @@
 // the global controllers, which listen): it carries membership, the
 // round-trip time between regions and each region's compact RegionSummary,
 // so that a region can still route with spill-over when the global plan has
-// expired (DESIGN.md §5, static stability).
+// expired (docs/design.md §5.4, static stability).
 //
 // What it owns:
 //   - One memberlist node per controller. Node meta advertises role,

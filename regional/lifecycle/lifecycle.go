@@ -1,4 +1,4 @@
-// Package lifecycle is the replica lifecycle state machine of DESIGN.md §3:
+// Package lifecycle is the replica lifecycle state machine of docs/design.md §3.5:
 // Loading → Ready → Draining → Terminated, and any live state → Failed when
 // heartbeats stop for the TTL or the engine is unreachable.
 //

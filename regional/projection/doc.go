@@ -1,6 +1,6 @@
 // Package projection turns each cell's lifecycle state and slow signals into
 // the integer endpoint weight and EDS health the data plane receives
-// (DESIGN.md §3, issue 13).
+// (docs/design.md §3.3, issue 13).
 //
 // # What a weight means
 //
@@ -64,8 +64,9 @@
 // plane must count: during a slot Weight.ProbeBudget is N, published as
 // endpoint metadata filter_metadata["isobar"]["probe_budget"]
 // (xds.MetadataProbeBudget), and a data plane that honours it sends the
-// endpoint at most that many requests while the assignment holds it. No
-// data plane reads it yet (isobar's gateway is the natural first).
+// endpoint at most that many requests while the assignment holds it.
+// isobar's gateway honours it under --lb isobar (gateway/balance.go,
+// placeable); stock Envoy and the gateway's other modes ignore it.
 //
 // # Publishing
 //
