@@ -405,7 +405,7 @@ func Markdown(rep *Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# isobar bench paper — %s run\n\n", rep.Mode)
 	fmt.Fprintf(&b, "%s\n\nSeeds %v, %.0f s wall time. Figures are `median [min–max]` over the seeds. "+
-		"Published figures are the closest published system's (DESIGN §1).\n\n", rep.Method, rep.Seeds, rep.WallSeconds)
+		"Published figures are the closest published system's (docs/design.md §8).\n\n", rep.Method, rep.Seeds, rep.WallSeconds)
 	for _, gname := range groundOrder(rep.Grounds) {
 		gr := rep.Grounds[gname]
 		fmt.Fprintf(&b, "# Ground `%s` — profile `%s`\n\n%s\n\n", gname, gr.Profile.Name, gr.Knee)
