@@ -31,7 +31,7 @@ FUZZ_TARGETS := \
 	./global:FuzzAcceptSummary \
 	./regional/xds:FuzzBuild \
 	./regional/xds:FuzzStreamRequests \
-	./regional/xds:FuzzEndpointMetadata \
+	./xdscontract:FuzzEndpointMetadata \
 	./gateway:FuzzDecode \
 	./gateway:FuzzBodyModel \
 	./gateway:FuzzRouteMatch \

@@ -11,6 +11,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // stubUpstream answers every completion at once with a small JSON body, so
@@ -152,7 +153,7 @@ func BenchmarkMatchRoute(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	vh := &rcs[xds.RouteName].VirtualHosts[0]
+	vh := &rcs[xdscontract.RouteName].VirtualHosts[0]
 	h := mapView{"x-isobar-model": "m", "content-length": "100000"}
 	for b.Loop() {
 		if matchRoute(vh, "/v1/completions", h) == nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 func TestContextMemoryCeiling(t *testing.T) {
@@ -96,7 +97,7 @@ func TestGatewayIsobarRemembersContextRefusal(t *testing.T) {
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model,
 		endpointOf(t, "short", short.Addr(), 1, 0), endpointOf(t, "full", full.Addr(), 1, 0)))
 	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(3, 4)})
-	g.waitTable(t, "both endpoints", func(tb *Table) bool { return len(tb.Clusters[xds.ClusterName(model)].Endpoints) == 2 })
+	g.waitTable(t, "both endpoints", func(tb *Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 2 })
 	refused := 0
 	for i := range 16 {
 		r := g.completion(t, model, 8000, nil) // ~2,000 tokens: above 1024
@@ -138,7 +139,7 @@ func TestGatewayIsobarSpendsProbeBudget(t *testing.T) {
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model, pe, oe))
 	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(5, 6)})
 	g.waitTable(t, "the probe budget", func(tb *Table) bool {
-		for _, e := range tb.Clusters[xds.ClusterName(model)].Endpoints {
+		for _, e := range tb.Clusters[xdscontract.ClusterName(model)].Endpoints {
 			if e.Cell == "probed" && e.ProbeBudget == 2 {
 				return true
 			}
@@ -159,7 +160,7 @@ func TestGatewayIsobarSpendsProbeBudget(t *testing.T) {
 	pe.ProbeBudget = 0
 	ctrl.push(oneModel(model, pe, oe))
 	g.waitTable(t, "the budget cleared", func(tb *Table) bool {
-		for _, e := range tb.Clusters[xds.ClusterName(model)].Endpoints {
+		for _, e := range tb.Clusters[xdscontract.ClusterName(model)].Endpoints {
 			if e.Cell == "probed" && e.ProbeBudget == 0 {
 				return true
 			}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -15,7 +14,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
-	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // LBMode chooses how the gateway picks an endpoint within a cluster.
@@ -41,16 +40,16 @@ const (
 	// the cluster's endpoints with equal weights, ignoring localities and
 	// priorities.
 	LBLeastRequest LBMode = "lr"
-	// LBIsobar is isobar's own pick: a priority as in LBXDS, then, among
-	// its healthy endpoints (in localities of positive weight when the
-	// cluster is locality-weighted), the least expected time to first
-	// token (package placement) from the prompt tokens the gateway has
-	// sent to each endpoint and not yet seen answered, the request's own,
-	// the endpoint's prefill rate, RTT and jitter from the EDS metadata
-	// (MetadataPrefillRate, MetadataRTT, MetadataJitter) and its requests
-	// in flight. Weight gates eligibility only. A remote region's ingress
-	// competes as one endpoint: until the controller pushes its RTT (and
-	// prefill rate) in the metadata its RTT counts as 0, and only its
+	// LBIsobar is isobar's own pick: a priority as in LBXDS, then, among its
+	// healthy endpoints (in localities of positive weight when the cluster is
+	// locality-weighted), the least expected time to first token (package
+	// placement) from the prompt tokens the gateway has sent to each endpoint
+	// and not yet seen answered, the request's own, the endpoint's prefill
+	// rate, RTT and jitter from the EDS metadata
+	// (xdscontract.MetadataPrefillRate, MetadataRTT, MetadataJitter) and its
+	// requests in flight. Weight gates eligibility only. A remote region's
+	// ingress competes as one endpoint: until the controller pushes its RTT
+	// (and prefill rate) in the metadata its RTT counts as 0, and only its
 	// locality's weight (0: never) gates it.
 	LBIsobar LBMode = "isobar"
 )
@@ -77,13 +76,16 @@ type Config struct {
 	MaxInflightPerEndpoint int
 	// ModelHeader is the request header naming the model; when absent the
 	// JSON body's "model" is matched as if it were this header. Default
-	// "x-isobar-model", as in the regional controller's xds.Config.
+	// xdscontract.DefaultModelHeader ("x-isobar-model"), as in the regional
+	// controller. ModelHeader and HopHeader must pass
+	// xdscontract.CheckHeaders, as the controller's must.
 	ModelHeader string
 	// HopHeader marks requests forwarded from another region. Default
-	// "x-isobar-hop", as in the regional controller's xds.Config.
+	// xdscontract.DefaultHopHeader ("x-isobar-hop"), as in the regional
+	// controller.
 	HopHeader string
 	// RouteName is the RouteConfiguration the gateway serves from. Default
-	// xds.RouteName.
+	// xdscontract.RouteName.
 	RouteName string
 	// MaxBodyBytes caps a request body (HTTP 413 beyond). Default 16 MiB.
 	MaxBodyBytes int64
@@ -115,13 +117,13 @@ func (c Config) withDefaults() Config {
 		c.MaxInflightPerEndpoint = 64
 	}
 	if c.ModelHeader == "" {
-		c.ModelHeader = "x-isobar-model"
+		c.ModelHeader = xdscontract.DefaultModelHeader
 	}
 	if c.HopHeader == "" {
-		c.HopHeader = "x-isobar-hop"
+		c.HopHeader = xdscontract.DefaultHopHeader
 	}
 	if c.RouteName == "" {
-		c.RouteName = xds.RouteName
+		c.RouteName = xdscontract.RouteName
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 16 << 20
@@ -158,8 +160,8 @@ func (c Config) validate() error {
 		return bad("Region is empty; set it to this gateway's region (--region)")
 	}
 	for _, f := range []struct{ name, v string }{{"Region", c.Region}, {"NodeID", c.NodeID}} {
-		if len(f.v) > 256 || strings.ContainsFunc(f.v, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
-			return bad("%s %q must be 1 to 256 visible ASCII characters", f.name, f.v)
+		if err := xdscontract.CheckName(f.name, f.v); err != nil {
+			return bad("%v", err)
 		}
 	}
 	switch c.LB {
@@ -173,13 +175,8 @@ func (c Config) validate() error {
 	if c.MaxInflightPerEndpoint < 1 {
 		return bad("MaxInflightPerEndpoint %d is below 1", c.MaxInflightPerEndpoint)
 	}
-	for _, h := range []struct{ name, v string }{{"ModelHeader", c.ModelHeader}, {"HopHeader", c.HopHeader}} {
-		if h.v != strings.ToLower(h.v) || !validHeaderName(h.v) {
-			return bad("%s %q is not a lower-case HTTP header name", h.name, h.v)
-		}
-	}
-	if c.ModelHeader == c.HopHeader {
-		return bad("ModelHeader and HopHeader are both %q; they must differ", c.ModelHeader)
+	if err := xdscontract.CheckHeaders(c.ModelHeader, c.HopHeader); err != nil {
+		return bad("%v", err)
 	}
 	if c.MaxBodyBytes < 1 {
 		return bad("MaxBodyBytes %d is below 1", c.MaxBodyBytes)
@@ -196,19 +193,6 @@ func (c Config) validate() error {
 		return bad("MaxBackoff %v is below MinBackoff %v", c.MaxBackoff, c.MinBackoff)
 	}
 	return nil
-}
-
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // Deps holds a gateway's collaborators.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 const model = "m"
@@ -213,7 +214,7 @@ func TestConformanceContextClasses(t *testing.T) {
 		t.Errorf("long prompts by length: %v %v, want all 200 on big", byEP, byStatus)
 	}
 	// A short body announcing 5000 tokens goes by the header.
-	byEP, _ = g.spread(t, 100, 4, model, 40, map[string]string{xds.PromptTokensHeader: "5000"})
+	byEP, _ = g.spread(t, 100, 4, model, 40, map[string]string{xdscontract.PromptTokensHeader: "5000"})
 	if byEP["small"] != 0 || byEP["big"] != 100 {
 		t.Errorf("token header 5000: %v, want all on big", byEP)
 	}

@@ -1,18 +1,22 @@
 // Package gateway is isobar's HTTP data plane for places without Envoy (dev,
 // CI, benchmarks, the lab): `isobar gateway`. It consumes the ADS resources
 // the regional controller serves to Envoy and honours them as Envoy would.
+// The names, headers, metadata keys and validation it shares with the
+// controller are package xdscontract's; it imports nothing of the regional
+// controller.
 //
 // # What it owns
 //
 //   - xDS consumption. One state-of-the-world ADS stream per type (CDS, EDS,
 //     RDS; wildcard) on go-control-plane's ADS client, each with its own
 //     reconnect and full-jitter exponential backoff (subscription). A
-//     response is decoded and validated in full (ValidateAll including
-//     packed Anys, IP addresses, features the gateway cannot honour such as
-//     weighted clusters, query matchers or delay faults); a refused one is
-//     NACKed, counted and logged, NACKs are paced by the same backoff, and
-//     the previous resources of that type stay in use. Without its
-//     controller the gateway keeps routing on what it last accepted.
+//     response is decoded and validated in full (ValidateAll including packed
+//     Anys, by xdscontract.ValidateDeep; IP addresses; features the gateway
+//     cannot honour such as weighted clusters, query matchers or delay
+//     faults); a refused one is NACKed, counted and logged, NACKs are paced
+//     by the same backoff, and the previous resources of that type stay in
+//     use. Without its controller the gateway keeps routing on what it last
+//     accepted.
 //   - The routing table (Table, read-only, replaced on every accepted
 //     update): clusters (LB policy, locality weighting, choice count and
 //     active-request bias, connect timeout, max_requests, retry budget,
@@ -31,7 +35,7 @@
 //     client did not send it, and content-length is the body's length
 //     (chunked bodies included); the controller's routes turn it into a
 //     token need at 4 bytes per token when x-isobar-prompt-tokens is absent
-//     (see regional/xds). The route's fault abort sheds its share of
+//     (xdscontract.BytesPerToken). The route's fault abort sheds its share of
 //     requests with a JSON error of its status (429).
 //   - Load balancing (picker), with no weighted-random pick anywhere.
 //     LBXDS behaves as stock Envoy on the same resources, citing its
@@ -74,8 +78,8 @@
 //     request's tokens are x-isobar-prompt-tokens when that is one integer
 //     in [1, min(2^20, body bytes)], else ⌈body bytes / 4⌉. Prefill rate,
 //     RTT and jitter come from the endpoint's isobar metadata
-//     (MetadataPrefillRate, MetadataRTT, MetadataJitter; RTT and jitter
-//     also from the locality's), defaults when absent. LBRoundRobin and
+//     (xdscontract.MetadataPrefillRate, MetadataRTT, MetadataJitter; RTT and
+//     jitter also from the locality's), defaults when absent. LBRoundRobin and
 //     LBLeastRequest are the baselines: Envoy's ROUND_ROBIN and default
 //     LEAST_REQUEST (two choices) over all the cluster's endpoints with
 //     equal weights, ignoring localities and priorities. In every mode a

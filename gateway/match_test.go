@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // mapView is a header view over a plain map (lower-case names).
@@ -175,7 +176,7 @@ func FuzzRouteMatch(f *testing.F) {
 			h["x-isobar-model"] = model
 		}
 		if tokens != "" {
-			h[xds.PromptTokensHeader] = tokens
+			h[xdscontract.PromptTokensHeader] = tokens
 		}
 		if hop {
 			h["x-isobar-hop"] = hopVal

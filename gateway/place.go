@@ -10,37 +10,33 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
-// Keys of the isobar filter-metadata namespace (xds.MetadataKey) that the
-// --lb isobar pick reads, as the regional controller writes them. Each is
-// optional: an absent, non-numeric, negative, non-finite or absurd value
-// counts as unknown.
-const (
-	// MetadataPrefillRate is an endpoint's prefill rate in prompt tokens per
-	// second (its capacity class). Unknown: placement's
-	// DefaultPrefillTokensPerSecond (Config.Placement).
-	MetadataPrefillRate = xds.MetadataPrefillRate
-	// MetadataRTT is the mean round trip to an endpoint in milliseconds, on
-	// the endpoint or on its locality (the endpoint's wins). Unknown: 0.
-	MetadataRTT = xds.MetadataRTT
-	// MetadataJitter is that round trip's jitter (one standard deviation)
-	// in milliseconds, endpoint then locality. Unknown: 0.
-	MetadataJitter = xds.MetadataJitter
-	// MetadataMaxNumSeqs is an endpoint's running-batch cap (vLLM
-	// --max-num-seqs): a whole number of sequences in [1, maxMetadataSeqs].
-	// Unknown: 0.
-	MetadataMaxNumSeqs = xds.MetadataMaxNumSeqs
-)
+// The --lb isobar pick reads these keys of the isobar filter-metadata
+// namespace (xdscontract.MetadataKey), as the regional controller writes
+// them. Each is optional: an absent, non-numeric, negative, non-finite or
+// absurd value counts as unknown.
+//
+//   - xdscontract.MetadataPrefillRate, an endpoint's prefill rate in prompt
+//     tokens per second (its capacity class). Unknown: placement's
+//     DefaultPrefillTokensPerSecond (Config.Placement).
+//   - xdscontract.MetadataRTT, the mean round trip to an endpoint in
+//     milliseconds, on the endpoint or on its locality (the endpoint's
+//     wins). Unknown: 0.
+//   - xdscontract.MetadataJitter, that round trip's jitter (one standard
+//     deviation) in milliseconds, endpoint then locality. Unknown: 0.
+//   - xdscontract.MetadataMaxNumSeqs, an endpoint's running-batch cap (vLLM
+//     --max-num-seqs): a whole number of sequences in [1, maxMetadataSeqs].
+//     Unknown: 0.
 
 // maxMetadataSeqs bounds max_num_seqs from metadata (2^20 sequences, far
 // above any engine's batch).
 const maxMetadataSeqs = 1 << 20
 
-// maxMetadataMillis bounds RTT and jitter from metadata (one hour,
-// xds.MaxRTT).
-const maxMetadataMillis = 3600e3
+// maxMetadataMillis bounds RTT and jitter from metadata: xdscontract.MaxRTT
+// (one hour) in milliseconds.
+const maxMetadataMillis = float64(xdscontract.MaxRTT / time.Millisecond)
 
 // maxPromptTokens is the largest x-isobar-prompt-tokens value believed
 // (2^20, above every served context length); a larger one is absurd and the
@@ -58,19 +54,19 @@ type placementMeta struct {
 // placementMetadata reads the placement keys from an endpoint's metadata,
 // falling back to its locality's for RTT and jitter.
 func placementMetadata(ep, loc *core.Metadata) placementMeta {
-	epf := ep.GetFilterMetadata()[xds.MetadataKey].GetFields()
-	locf := loc.GetFilterMetadata()[xds.MetadataKey].GetFields()
+	epf := ep.GetFilterMetadata()[xdscontract.MetadataKey].GetFields()
+	locf := loc.GetFilterMetadata()[xdscontract.MetadataKey].GetFields()
 	var m placementMeta
-	if v, ok := metaNumber(epf, MetadataPrefillRate, xds.MaxPrefillTokensPerSecond); ok {
+	if v, ok := metaNumber(epf, xdscontract.MetadataPrefillRate, xdscontract.MaxPrefillTokensPerSecond); ok {
 		m.prefillRate = v
 	}
-	if v, ok := metaNumber(epf, MetadataMaxNumSeqs, maxMetadataSeqs); ok && v >= 1 && v == math.Trunc(v) {
+	if v, ok := metaNumber(epf, xdscontract.MetadataMaxNumSeqs, maxMetadataSeqs); ok && v >= 1 && v == math.Trunc(v) {
 		m.maxNumSeqs = int64(v)
 	}
 	for _, f := range []struct {
 		key string
 		dst *time.Duration
-	}{{MetadataRTT, &m.rtt}, {MetadataJitter, &m.jitter}} {
+	}{{xdscontract.MetadataRTT, &m.rtt}, {xdscontract.MetadataJitter, &m.jitter}} {
 		v, ok := metaNumber(epf, f.key, maxMetadataMillis)
 		if !ok {
 			v, ok = metaNumber(locf, f.key, maxMetadataMillis)
@@ -86,10 +82,10 @@ func placementMetadata(ep, loc *core.Metadata) placementMeta {
 // is 3; a larger budget than this is not a probe.
 const maxProbeBudget = 1 << 16
 
-// probeBudget reads an endpoint's xds.MetadataProbeBudget, 0 when absent
-// or not a whole number in [1, maxProbeBudget].
+// probeBudget reads an endpoint's xdscontract.MetadataProbeBudget, 0 when
+// absent or not a whole number in [1, maxProbeBudget].
 func probeBudget(ep *core.Metadata) uint32 {
-	v, ok := metaNumber(ep.GetFilterMetadata()[xds.MetadataKey].GetFields(), xds.MetadataProbeBudget, maxProbeBudget)
+	v, ok := metaNumber(ep.GetFilterMetadata()[xdscontract.MetadataKey].GetFields(), xdscontract.MetadataProbeBudget, maxProbeBudget)
 	if !ok || v < 1 || v != math.Trunc(v) {
 		return 0
 	}
@@ -107,13 +103,13 @@ func metaNumber(fields map[string]*structpb.Value, key string, limit float64) (f
 
 // promptTokens is a request's prompt size in tokens for the pick: the
 // x-isobar-prompt-tokens header when it holds one integer in [1,
-// min(maxPromptTokens, body bytes)] (a token is at least a byte of the
-// body), else the body estimate ⌈body bytes / xds.BytesPerToken⌉ (at least
+// min(maxPromptTokens, body bytes)] (a token is at least a byte of the body),
+// else the body estimate ⌈body bytes / xdscontract.BytesPerToken⌉ (at least
 // 1), the convention the controller's routes use. A client's bad header is
 // never trusted.
 func promptTokens(h http.Header, bodyLen int) int64 {
-	est := max(int64(bodyLen+xds.BytesPerToken-1)/xds.BytesPerToken, 1)
-	vals := h.Values(xds.PromptTokensHeader)
+	est := max(int64(bodyLen+xdscontract.BytesPerToken-1)/xdscontract.BytesPerToken, 1)
+	vals := h.Values(xdscontract.PromptTokensHeader)
 	if len(vals) != 1 {
 		return est
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // edsCluster is a minimal EDS cluster named name, changed by mod.
@@ -217,7 +218,7 @@ func TestPromptTokens(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
 			for _, v := range tc.headers {
-				h.Add(xds.PromptTokensHeader, v)
+				h.Add(xdscontract.PromptTokensHeader, v)
 			}
 			if got := promptTokens(h, tc.body); got != tc.want {
 				t.Errorf("promptTokens = %d, want %d", got, tc.want)
@@ -232,7 +233,7 @@ func TestPlacementMetadata(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{xds.MetadataKey: s}}
+		return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{xdscontract.MetadataKey: s}}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -240,20 +241,20 @@ func TestPlacementMetadata(t *testing.T) {
 		want    placementMeta
 	}{
 		{"absent", nil, nil, placementMeta{}},
-		{"endpoint", md(map[string]any{MetadataPrefillRate: 30000.0, MetadataRTT: 12.5, MetadataJitter: 2.0}), nil,
+		{"endpoint", md(map[string]any{xdscontract.MetadataPrefillRate: 30000.0, xdscontract.MetadataRTT: 12.5, xdscontract.MetadataJitter: 2.0}), nil,
 			placementMeta{prefillRate: 30000, rtt: 12500 * time.Microsecond, jitter: 2 * time.Millisecond}},
-		{"locality RTT, endpoint wins", md(map[string]any{MetadataRTT: 5.0}), md(map[string]any{MetadataRTT: 40.0, MetadataJitter: 3.0}),
+		{"locality RTT, endpoint wins", md(map[string]any{xdscontract.MetadataRTT: 5.0}), md(map[string]any{xdscontract.MetadataRTT: 40.0, xdscontract.MetadataJitter: 3.0}),
 			placementMeta{rtt: 5 * time.Millisecond, jitter: 3 * time.Millisecond}},
-		{"the rate is the endpoint's only", nil, md(map[string]any{MetadataPrefillRate: 30000.0}), placementMeta{}},
-		{"bad values are unknown", md(map[string]any{MetadataPrefillRate: "fast", MetadataRTT: -3.0, MetadataJitter: 1e12}), nil,
+		{"the rate is the endpoint's only", nil, md(map[string]any{xdscontract.MetadataPrefillRate: 30000.0}), placementMeta{}},
+		{"bad values are unknown", md(map[string]any{xdscontract.MetadataPrefillRate: "fast", xdscontract.MetadataRTT: -3.0, xdscontract.MetadataJitter: 1e12}), nil,
 			placementMeta{}},
-		{"batch cap", md(map[string]any{MetadataMaxNumSeqs: 12.0}), nil, placementMeta{maxNumSeqs: 12}},
-		{"the batch cap is the endpoint's only", nil, md(map[string]any{MetadataMaxNumSeqs: 12.0}), placementMeta{}},
-		{"a batch cap of no sequence is unknown", md(map[string]any{MetadataMaxNumSeqs: 0.0}), nil, placementMeta{}},
-		{"a fractional batch cap is unknown", md(map[string]any{MetadataMaxNumSeqs: 2.5}), nil, placementMeta{}},
-		{"a negative batch cap is unknown", md(map[string]any{MetadataMaxNumSeqs: -12.0}), nil, placementMeta{}},
-		{"an absurd batch cap is unknown", md(map[string]any{MetadataMaxNumSeqs: 1e9}), nil, placementMeta{}},
-		{"an absurd rate is unknown", md(map[string]any{MetadataPrefillRate: 1e15, MetadataMaxNumSeqs: "many"}), nil, placementMeta{}},
+		{"batch cap", md(map[string]any{xdscontract.MetadataMaxNumSeqs: 12.0}), nil, placementMeta{maxNumSeqs: 12}},
+		{"the batch cap is the endpoint's only", nil, md(map[string]any{xdscontract.MetadataMaxNumSeqs: 12.0}), placementMeta{}},
+		{"a batch cap of no sequence is unknown", md(map[string]any{xdscontract.MetadataMaxNumSeqs: 0.0}), nil, placementMeta{}},
+		{"a fractional batch cap is unknown", md(map[string]any{xdscontract.MetadataMaxNumSeqs: 2.5}), nil, placementMeta{}},
+		{"a negative batch cap is unknown", md(map[string]any{xdscontract.MetadataMaxNumSeqs: -12.0}), nil, placementMeta{}},
+		{"an absurd batch cap is unknown", md(map[string]any{xdscontract.MetadataMaxNumSeqs: 1e9}), nil, placementMeta{}},
+		{"an absurd rate is unknown", md(map[string]any{xdscontract.MetadataPrefillRate: 1e15, xdscontract.MetadataMaxNumSeqs: "many"}), nil, placementMeta{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := placementMetadata(tc.ep, tc.loc); got != tc.want {
@@ -366,7 +367,7 @@ func TestGatewayBadPromptHeaderUsesBodyEstimate(t *testing.T) {
 	} {
 		var h map[string]string
 		if tc.header != "" {
-			h = map[string]string{xds.PromptTokensHeader: tc.header}
+			h = map[string]string{xdscontract.PromptTokensHeader: tc.header}
 		}
 		wg.Go(func() {
 			if r := g.completion(t, model, promptBytes, h); r.status != http.StatusOK {
@@ -385,12 +386,12 @@ func TestGatewayBadPromptHeaderUsesBodyEstimate(t *testing.T) {
 
 // EDS DEGRADED is kept as a flag; the placement metadata is read.
 func TestDecodeDegradedAndPlacementMetadata(t *testing.T) {
-	md, err := structpb.NewStruct(map[string]any{"cell": "c1", MetadataPrefillRate: 45000.0, MetadataRTT: 3.0})
+	md, err := structpb.NewStruct(map[string]any{"cell": "c1", xdscontract.MetadataPrefillRate: 45000.0, xdscontract.MetadataRTT: 3.0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lbe := func(ip string, hs core.HealthStatus) *endpoint.LbEndpoint {
-		return &endpoint.LbEndpoint{HealthStatus: hs, Metadata: &core.Metadata{FilterMetadata: map[string]*structpb.Struct{xds.MetadataKey: md}},
+		return &endpoint.LbEndpoint{HealthStatus: hs, Metadata: &core.Metadata{FilterMetadata: map[string]*structpb.Struct{xdscontract.MetadataKey: md}},
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: &core.Address{Address: &core.Address_SocketAddress{
 				SocketAddress: &core.SocketAddress{Address: ip, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8000}}}}}}}
 	}
@@ -426,7 +427,7 @@ func TestGatewayReadsControllerPlacementMetadata(t *testing.T) {
 	}}}}
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
 	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{})
-	tb := g.waitTable(t, "three endpoints", func(tb *Table) bool { return len(tb.Clusters[xds.ClusterName(model)].Endpoints) == 3 })
+	tb := g.waitTable(t, "three endpoints", func(tb *Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 3 })
 	type place struct {
 		rate        float64
 		rtt, jitter time.Duration
@@ -437,7 +438,7 @@ func TestGatewayReadsControllerPlacementMetadata(t *testing.T) {
 		"b":         {},
 		"region/r2": {0, 60 * time.Millisecond, 2500 * time.Microsecond, 0},
 	}
-	for _, e := range tb.Clusters[xds.ClusterName(model)].Endpoints {
+	for _, e := range tb.Clusters[xdscontract.ClusterName(model)].Endpoints {
 		if got := (place{e.PrefillTokensPerSecond, e.RTT, e.Jitter, e.MaxNumSeqs}); got != want[e.Cell] {
 			t.Errorf("endpoint %s: %+v, want %+v", e.Cell, got, want[e.Cell])
 		}
@@ -456,7 +457,7 @@ func TestGatewayReadsControllerPlacementMetadata(t *testing.T) {
 	seqs := map[string]int64{}
 	for _, loc := range res.Envoy.Endpoints[0].GetEndpoints() {
 		for _, lb := range loc.GetLbEndpoints() {
-			cell, _ := xds.EndpointMetadata(lb.GetMetadata())
+			cell, _ := xdscontract.EndpointMetadata(lb.GetMetadata())
 			seqs[cell] = placementMetadata(lb.GetMetadata(), loc.GetMetadata()).maxNumSeqs
 		}
 	}

@@ -260,7 +260,7 @@ func (s *scanner) skipValue(depth int) bool {
 // with ModelHeader filled from the body's model when the client did not
 // send it, and content-length set to the body's length (also for chunked
 // requests, where Envoy would see no content-length). The routes turn the
-// length into a token need at xds.BytesPerToken bytes per token when
+// length into a token need at xdscontract.BytesPerToken bytes per token when
 // x-isobar-prompt-tokens is absent.
 type requestView struct {
 	r             *http.Request

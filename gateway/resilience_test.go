@@ -15,6 +15,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // gatedUpstream answers every request with status, after holding first
@@ -227,7 +228,7 @@ func TestLastConfigRetention(t *testing.T) {
 	}
 	ctrl2 := startControl(t, ctrl.addr, xds.Config{}, oneModel(model, endpointOf(t, "b", b.Addr(), 1, 4096)))
 	g.waitTable(t, "the new controller's assignment", func(tb *Table) bool {
-		eps := tb.Clusters[xds.ClusterName(model)].Endpoints
+		eps := tb.Clusters[xdscontract.ClusterName(model)].Endpoints
 		return len(eps) == 1 && eps[0].Cell == "b"
 	})
 	byEP, _ = g.spread(t, 50, 2, model, 10, nil)

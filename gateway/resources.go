@@ -29,7 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Envoy's defaults for fields the control plane may leave unset.
@@ -215,7 +215,7 @@ func unpack(a *anypb.Any, m proto.Message) error {
 	if err := a.UnmarshalTo(m); err != nil {
 		return invalid("%s: %v", a.GetTypeUrl(), err)
 	}
-	if err := xds.ValidateDeep(m); err != nil {
+	if err := xdscontract.ValidateDeep(m); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidResource, err)
 	}
 	return nil
@@ -244,7 +244,7 @@ func (d *decoder) decodeClusters(rs []*anypb.Any) (map[string]*ClusterPolicy, er
 		// policy the gateway knows in full by decodeLBPolicy.
 		lbp := c.GetLoadBalancingPolicy()
 		c.LoadBalancingPolicy = nil
-		if err := xds.ValidateDeep(&c); err != nil {
+		if err := xdscontract.ValidateDeep(&c); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidResource, err)
 		}
 		if err := lbp.ValidateAll(); lbp != nil && err != nil {
@@ -485,7 +485,7 @@ func decodeAssignment(cla *endpoint.ClusterLoadAssignment) ([]Endpoint, error) {
 			if port == 0 || port > 65535 {
 				return nil, invalid("ClusterLoadAssignment %q: endpoint %s: port %d out of range (named ports are not supported)", name, addr, port)
 			}
-			cell, maxLen := xds.EndpointMetadata(lb.GetMetadata())
+			cell, maxLen := xdscontract.EndpointMetadata(lb.GetMetadata())
 			place := placementMetadata(lb.GetMetadata(), loc.GetMetadata())
 			e := Endpoint{
 				Cell:           cell,

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 func builtSet(t testing.TB) xds.Set {
@@ -52,7 +53,7 @@ func TestDecodeControllerResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := clusters[xds.ClusterName("m")]
+	p := clusters[xdscontract.ClusterName("m")]
 	want := ClusterPolicy{Name: "isobar/m", ServiceName: "isobar/m", LBPolicy: "LEAST_REQUEST", LocalityWeighted: true, ChoiceCount: 2,
 		ActiveRequestBias: 1, ConnectTimeout: time.Second, MaxRequests: 65536, MaxRetries: 3,
 		RetryBudget: &RetryBudget{Percent: 20, MinConcurrency: 3},
@@ -70,19 +71,19 @@ func TestDecodeControllerResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	main := eps[xds.ClusterName("m")]
+	main := eps[xdscontract.ClusterName("m")]
 	if len(main) != 2 || main[0] != (Endpoint{Cell: "a", Address: "10.0.0.1:8000", Weight: 2, Region: "r1", LocalityWeight: 3, MaxModelLen: 8192}) ||
 		main[1] != (Endpoint{Cell: "region/r2", Address: "10.9.0.1:443", Weight: 1, Region: "r2", Zone: "r2", LocalityWeight: 1, Priority: 1}) {
 		t.Errorf("main assignment %+v", main)
 	}
-	if l := eps[xds.LocalClusterName("m")]; len(l) != 1 || l[0].Cell != "a" {
+	if l := eps[xdscontract.LocalClusterName("m")]; len(l) != 1 || l[0].Cell != "a" {
 		t.Errorf("local assignment %+v", l)
 	}
 	rcs, err := dec.decodeRoutes(anys(t, s.Routes))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := rcs[xds.RouteName]
+	rc := rcs[xdscontract.RouteName]
 	var mainRoute, hopRoute *Route
 	for i := range rc.VirtualHosts[0].Routes {
 		r := &rc.VirtualHosts[0].Routes[i]
@@ -99,7 +100,7 @@ func TestDecodeControllerResources(t *testing.T) {
 		len(mainRoute.Retry.StatusCodes) != 1 || mainRoute.Retry.StatusCodes[0] != 503 || mainRoute.Retry.BackoffBase != 25*time.Millisecond {
 		t.Errorf("main route %+v", mainRoute)
 	}
-	if hopRoute == nil || hopRoute.AbortPerMillion != 0 || hopRoute.Cluster != xds.LocalClusterName("m") {
+	if hopRoute == nil || hopRoute.AbortPerMillion != 0 || hopRoute.Cluster != xdscontract.LocalClusterName("m") {
 		t.Errorf("hop route %+v", hopRoute)
 	}
 }
@@ -217,7 +218,7 @@ func TestConfigValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.cfg.NodeID != "isobar-gateway-r1" || g.cfg.LB != LBXDS || g.cfg.MaxInflightPerEndpoint != 64 || g.cfg.RouteName != xds.RouteName {
+	if g.cfg.NodeID != "isobar-gateway-r1" || g.cfg.LB != LBXDS || g.cfg.MaxInflightPerEndpoint != 64 || g.cfg.RouteName != xdscontract.RouteName {
 		t.Errorf("defaults %+v", g.cfg)
 	}
 	g.Stop() // never started: returns at once

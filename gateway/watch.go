@@ -35,7 +35,7 @@ type Endpoint struct {
 	// unknown.
 	MaxModelLen uint32
 	// ProbeBudget is the endpoint's probe budget from the metadata
-	// (xds.MetadataProbeBudget), 0 when absent: on probation after an
+	// (xdscontract.MetadataProbeBudget), 0 when absent: on probation after an
 	// error-rate penalty, --lb isobar sends it at most this many requests
 	// while it stays in the assignment. Envoy ignores it.
 	ProbeBudget uint32
@@ -44,14 +44,14 @@ type Endpoint struct {
 	// healthy endpoints cannot take.
 	Degraded bool
 	// PrefillTokensPerSecond is the engine's prefill rate from the
-	// metadata (MetadataPrefillRate), 0 when unknown.
+	// metadata (xdscontract.MetadataPrefillRate), 0 when unknown.
 	PrefillTokensPerSecond float64
 	// MaxNumSeqs is the engine's batch-slot cap (vLLM max_num_seqs) from
 	// the metadata, 0 when unknown: --lb isobar's slot-wait term.
 	MaxNumSeqs int64
 	// RTT and Jitter are the round trip to the endpoint and its jitter from
-	// the endpoint's, else its locality's, metadata (MetadataRTT,
-	// MetadataJitter), 0 when unknown.
+	// the endpoint's, else its locality's, metadata
+	// (xdscontract.MetadataRTT, MetadataJitter), 0 when unknown.
 	RTT, Jitter time.Duration
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // xdsServer serves an xds.Server on addr ("127.0.0.1:0" for a new port).
@@ -81,7 +82,7 @@ func TestWatcherFollowsAndReconnects(t *testing.T) {
 	defer w.Stop()
 
 	a := waitWeights(t, w, map[string]uint32{"a": 10, "b": 20})
-	eps := a.Clusters[xds.ClusterName("m")]
+	eps := a.Clusters[xdscontract.ClusterName("m")]
 	if len(eps) != 2 || eps[0].Address != "127.0.0.1:8000" || eps[0].MaxModelLen != 4096 || eps[0].Region != "r1" {
 		t.Fatalf("decoded endpoints = %+v", eps)
 	}

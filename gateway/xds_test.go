@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // rawControl serves hand-made snapshots, bypassing xds.Server's checks, to
@@ -109,7 +110,7 @@ func TestNackKeepsPreviousResources(t *testing.T) {
 	raw.set(t, node, res.Envoy, func(s *xds.Set) {
 		r := s.Routes[0].GetVirtualHosts()[0].GetRoutes()[0]
 		r.GetRoute().ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: &route.WeightedCluster{
-			Clusters: []*route.WeightedCluster_ClusterWeight{{Name: xds.ClusterName(model), Weight: nil}}}}
+			Clusters: []*route.WeightedCluster_ClusterWeight{{Name: xdscontract.ClusterName(model), Weight: nil}}}}
 	})
 	waitFor(t, "the route NACK", func() bool {
 		return g.metric(t, "isobar_gateway_xds_nacks_total", map[string]string{"type": "route"}) >= 1

@@ -16,8 +16,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/chaos"
-	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/sim"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // maxAdminBody bounds an admin request body.
@@ -212,7 +212,7 @@ func (l *Lab) State() chaos.FleetState {
 			st.Etcd = "down"
 		}
 	}
-	cluster := xds.ClusterName(model)
+	cluster := xdscontract.ClusterName(model)
 	for _, r := range regions {
 		rs := chaos.RegionState{Name: r.Name, Ingress: r.ingress, Up: !down[r]}
 		if down[r] {

@@ -27,9 +27,9 @@ import (
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/capacity"
 	"github.com/isobar-mesh/isobar/regional/gossip"
-	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/summary"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Lab is a running fleet.
@@ -241,7 +241,7 @@ const readyTimeout = 2 * time.Minute
 // waitGateway blocks until r's gateway routes the default model to every
 // cell of r.
 func waitGateway(ctx context.Context, r *Region) error {
-	model := xds.ClusterName(sim.DefaultModel)
+	model := xdscontract.ClusterName(sim.DefaultModel)
 	_, err := r.Gateway.WaitForTable(ctx, func(t *gateway.Table) bool {
 		n := 0
 		for _, e := range t.Clusters[model].Endpoints {

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/isobar-mesh/isobar/gateway"
-	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/sim"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // memberlist's probe goroutine outlives Shutdown until its probe's ack
@@ -225,7 +225,7 @@ func TestLabPushesPlacementInputs(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		tb, err := r.Gateway.WaitForTable(ctx, func(tb *gateway.Table) bool {
 			n := 0
-			for _, e := range tb.Clusters[xds.ClusterName(sim.DefaultModel)].Endpoints {
+			for _, e := range tb.Clusters[xdscontract.ClusterName(sim.DefaultModel)].Endpoints {
 				if e.Region == r.Name && e.PrefillTokensPerSecond == want && e.RTT > 0 {
 					n++
 				}
@@ -236,11 +236,11 @@ func TestLabPushesPlacementInputs(t *testing.T) {
 		if err != nil {
 			var eps []gateway.Endpoint
 			if tb := r.Gateway.Table(); tb != nil {
-				eps = tb.Clusters[xds.ClusterName(sim.DefaultModel)].Endpoints
+				eps = tb.Clusters[xdscontract.ClusterName(sim.DefaultModel)].Endpoints
 			}
 			t.Fatalf("region %s: endpoints never carried %v tokens/s and a probed RTT: %v; last %+v", r.Name, want, err, eps)
 		}
-		for _, e := range tb.Clusters[xds.ClusterName(sim.DefaultModel)].Endpoints {
+		for _, e := range tb.Clusters[xdscontract.ClusterName(sim.DefaultModel)].Endpoints {
 			t.Logf("%s: %s prefill %v tokens/s RTT %v jitter %v", r.Name, e.Cell, e.PrefillTokensPerSecond, e.RTT, e.Jitter)
 		}
 	}

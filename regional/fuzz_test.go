@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
-	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // FuzzValidateHeartbeat decodes arbitrary bytes as a heartbeat, as the gRPC
@@ -52,7 +52,7 @@ func FuzzValidateHeartbeat(f *testing.F) {
 				t.Fatalf("accepted fraction %v", *p)
 			}
 		}
-		if c := hb.GetCapability(); !(c.GetPrefillTokensPerS() >= 0 && c.GetPrefillTokensPerS() <= xds.MaxPrefillTokensPerSecond) ||
+		if c := hb.GetCapability(); !(c.GetPrefillTokensPerS() >= 0 && c.GetPrefillTokensPerS() <= xdscontract.MaxPrefillTokensPerSecond) ||
 			c.GetMaxNumSeqs() > maxNumSeqsLimit {
 			t.Fatalf("accepted capability %v", c)
 		}

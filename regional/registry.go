@@ -19,6 +19,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Registry errors; test with errors.Is.
@@ -680,7 +681,7 @@ func (r *Registry) buildState(views []CellView, rtts map[string]time.Duration) x
 					continue // validated with the plan
 				}
 				port, _ := strconv.ParseUint(portStr, 10, 32)
-				rtt := min(max(rtts[d], 0), xds.MaxRTT)
+				rtt := min(max(rtts[d], 0), xdscontract.MaxRTT)
 				remote[name] = append(remote[name], xds.Locality{
 					Region: d, Zone: d, Weight: w, RTT: rtt,
 					Endpoints: []xds.Endpoint{{CellID: "region/" + d, Host: host, Port: uint32(port), Weight: 1}},

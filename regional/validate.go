@@ -10,8 +10,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
-	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/summary"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Heartbeat refusal classes. Each is a reason label of
@@ -96,8 +96,8 @@ func validateHeartbeat(hb *isobarpb.CellHeartbeat, region string) error {
 			return bad("cell %s: max_model_len %d exceeds %d", hb.GetCellId(), c.GetMaxModelLen(), maxModelLenLimit)
 		}
 		// !(x >= 0) also catches NaN.
-		if r := c.GetPrefillTokensPerS(); !(r >= 0) || r > xds.MaxPrefillTokensPerSecond {
-			return bad("cell %s: prefill_tokens_per_s %v: want 0 (unknown) up to %g", hb.GetCellId(), r, float64(xds.MaxPrefillTokensPerSecond))
+		if r := c.GetPrefillTokensPerS(); !(r >= 0) || r > xdscontract.MaxPrefillTokensPerSecond {
+			return bad("cell %s: prefill_tokens_per_s %v: want 0 (unknown) up to %g", hb.GetCellId(), r, float64(xdscontract.MaxPrefillTokensPerSecond))
 		}
 		if c.GetMaxNumSeqs() > maxNumSeqsLimit {
 			return bad("cell %s: max_num_seqs %d exceeds %d", hb.GetCellId(), c.GetMaxNumSeqs(), maxNumSeqsLimit)

@@ -11,7 +11,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/regional/score"
-	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 func newRegionalCmd(ro *rootOpts) *cobra.Command {
@@ -56,7 +56,7 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 					return usageError{err}
 				}
 			}
-			cfg.XDS.LBPolicy = xds.LBPolicy(lbPolicy)
+			cfg.XDS.LBPolicy = xdscontract.LBPolicy(lbPolicy)
 			if adminTokenFile != "" {
 				b, err := os.ReadFile(adminTokenFile)
 				if err != nil {

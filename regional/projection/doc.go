@@ -63,8 +63,8 @@
 // reach it (stock Envoy can do no better). For an exact bound the data
 // plane must count: during a slot Weight.ProbeBudget is N, published as
 // endpoint metadata filter_metadata["isobar"]["probe_budget"]
-// (xds.MetadataProbeBudget), and a data plane that honours it sends the
-// endpoint at most that many requests while the assignment holds it.
+// (xdscontract.MetadataProbeBudget), and a data plane that honours it sends
+// the endpoint at most that many requests while the assignment holds it.
 // isobar's gateway honours it under --lb isobar (gateway/balance.go,
 // placeable); stock Envoy and the gateway's other modes ignore it.
 //

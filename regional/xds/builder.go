@@ -25,42 +25,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-)
 
-// MetadataKey is the filter_metadata key under which every endpoint carries
-// its cell id ("cell", a string), when known its max_model_len
-// ("max_model_len", a number), its placement inputs (MetadataPrefillRate,
-// MetadataMaxNumSeqs, MetadataRTT, MetadataJitter; numbers) and, during a
-// probation probe slot, its probe budget ("probe_budget", a number; see
-// Endpoint.ProbeBudget). A locality carries MetadataRTT and MetadataJitter
-// under the same key when known (Locality.RTT).
-const MetadataKey = "isobar"
-
-// MetadataProbeBudget is the key, under MetadataKey, of an endpoint's probe
-// budget (Endpoint.ProbeBudget).
-const MetadataProbeBudget = "probe_budget"
-
-// Keys, under MetadataKey, of the inputs of a data plane's least-expected-
-// TTFT pick. Each is written only when known.
-const (
-	// MetadataPrefillRate: Endpoint.PrefillTokensPerSecond, prompt tokens
-	// per second.
-	MetadataPrefillRate = "prefill_tokens_per_s"
-	// MetadataMaxNumSeqs: Endpoint.MaxNumSeqs, sequences.
-	MetadataMaxNumSeqs = "max_num_seqs"
-	// MetadataRTT: Endpoint.RTT or Locality.RTT, milliseconds.
-	MetadataRTT = "rtt_ms"
-	// MetadataJitter: Endpoint.Jitter or Locality.Jitter, milliseconds.
-	MetadataJitter = "jitter_ms"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // previousHostsPredicate is the name of Envoy's retry host predicate that
 // makes a retry pick a different endpoint.
 const previousHostsPredicate = "envoy.retry_host_predicates.previous_hosts"
-
-// leastRequestPolicy is the extension name of Envoy's typed least-request
-// load-balancing policy.
-const leastRequestPolicy = "envoy.load_balancing_policies.least_request"
 
 // Set is the resources served to one kind of node. Resources are shared
 // between Sets and between successive builds and must not be modified.
@@ -75,9 +46,10 @@ type Set struct {
 type Resources struct {
 	// Envoy is served to Envoy and to isobar's gateway: one HTTP listener
 	// using RDS (fault filter, then router), one RouteConfiguration, and per
-	// model a main Cluster (ClusterName), a local-only Cluster
-	// (LocalClusterName) and one Cluster per context class that has an
-	// endpoint (ClassClusterName, LocalClassClusterName), each with its
+	// model a main Cluster (xdscontract.ClusterName), a local-only Cluster
+	// (xdscontract.LocalClusterName) and one Cluster per context class that
+	// has an endpoint (xdscontract.ClassClusterName,
+	// xdscontract.LocalClassClusterName), each with its
 	// ClusterLoadAssignment. See modelRoutes for the route order.
 	Envoy Set
 	// GRPC is served to proxyless gRPC clients: per model an api_listener
@@ -182,7 +154,7 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	if b.retryPredAny, err = packValidated(&previoushosts.PreviousHostsPredicate{}); err != nil {
 		return nil, err
 	}
-	if b.cfg.LBPolicy == LeastRequest {
+	if b.cfg.LBPolicy == xdscontract.LeastRequest {
 		if b.lbPolicy, err = b.buildLeastRequestPolicy(); err != nil {
 			return nil, err
 		}
@@ -201,7 +173,7 @@ func (b *Builder) Config() Config {
 }
 
 // Build validates st and returns the resources for it. On error (wrapping
-// ErrInvalidState or ErrInvalidResource) nothing is returned.
+// ErrInvalidState or xdscontract.ErrInvalidResource) nothing is returned.
 func (b *Builder) Build(st State) (*Resources, error) {
 	models, err := canonicalize(&b.cfg, st, b.models, &b.scratch)
 	if err != nil {
@@ -312,7 +284,7 @@ func (b *Builder) buildEnvoyListener() (*listener.Listener, error) {
 		StatPrefix: "isobar_ingress",
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
 			ConfigSource:    adsSource(),
-			RouteConfigName: RouteName,
+			RouteConfigName: xdscontract.RouteName,
 		}},
 		// The fault filter does nothing on its own: routes of a model
 		// with a shed share override it with a 429 abort.
@@ -326,7 +298,7 @@ func (b *Builder) buildEnvoyListener() (*listener.Listener, error) {
 		return nil, err
 	}
 	l := &listener.Listener{
-		Name: ListenerName,
+		Name: xdscontract.ListenerName,
 		Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
 			Protocol:      core.SocketAddress_TCP,
 			Address:       b.cfg.ListenAddress,
@@ -339,7 +311,7 @@ func (b *Builder) buildEnvoyListener() (*listener.Listener, error) {
 			}},
 		}},
 	}
-	return l, validateDeep(l)
+	return l, xdscontract.ValidateDeep(l)
 }
 
 // envoyRetryPolicy retries connect failures, refused streams, resets and
@@ -436,10 +408,10 @@ func rangeHeader(name string, start, end int64) *route.HeaderMatcher {
 }
 
 // classRoutes appends, for every class present in mask, a route on
-// PromptTokensHeader and one on content-length (when the token header is
-// absent) to the class's cluster. A class takes the token needs above the
-// previous present class up to its own size, so a request goes to the
-// smallest present class that fits.
+// xdscontract.PromptTokensHeader and one on content-length (when the token
+// header is absent) to the class's cluster. A class takes the token needs
+// above the previous present class up to its own size, so a request goes to
+// the smallest present class that fits.
 func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*route.HeaderMatcher, sizes []uint32, mask uint32,
 	clusterName func(uint32) string, shed *anypb.Any) []*route.Route {
 	var prev int64
@@ -453,13 +425,13 @@ func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*rout
 		byteLo := int64(0)
 		if prev > 0 {
 			tokenLo = prev + 1
-			byteLo = prev*BytesPerToken + 1
+			byteLo = prev*xdscontract.BytesPerToken + 1
 		}
 		name := prefix + "/ctx-" + strconv.FormatInt(size, 10)
 		routes = append(routes,
-			b.envoyRoute(name, cl, append(slices.Clip(base), rangeHeader(PromptTokensHeader, tokenLo, size+1)), shed),
-			b.envoyRoute(name+"/bytes", cl, append(slices.Clip(base), absentHeader(PromptTokensHeader),
-				rangeHeader("content-length", byteLo, size*BytesPerToken+1)), shed))
+			b.envoyRoute(name, cl, append(slices.Clip(base), rangeHeader(xdscontract.PromptTokensHeader, tokenLo, size+1)), shed),
+			b.envoyRoute(name+"/bytes", cl, append(slices.Clip(base), absentHeader(xdscontract.PromptTokensHeader),
+				rangeHeader("content-length", byteLo, size*xdscontract.BytesPerToken+1)), shed))
 		prev = size
 	}
 	return routes
@@ -485,11 +457,11 @@ func (b *Builder) modelRoutes(routes []*route.Route, p routePlan, prefix string,
 	}
 	hop := append(slices.Clip(base), presentHeader(b.cfg.HopHeader))
 	routes = b.classRoutes(routes, prefix+"/hop", hop, p.sizes, p.localClasses,
-		func(n uint32) string { return LocalClassClusterName(p.model, n) }, nil)
-	routes = append(routes, b.envoyRoute(prefix+"/hop", LocalClusterName(p.model), hop, nil))
+		func(n uint32) string { return xdscontract.LocalClassClusterName(p.model, n) }, nil)
+	routes = append(routes, b.envoyRoute(prefix+"/hop", xdscontract.LocalClusterName(p.model), hop, nil))
 	routes = b.classRoutes(routes, prefix, base, p.sizes, p.classes,
-		func(n uint32) string { return ClassClusterName(p.model, n) }, shed)
-	return append(routes, b.envoyRoute(prefix, ClusterName(p.model), base, shed)), nil
+		func(n uint32) string { return xdscontract.ClassClusterName(p.model, n) }, shed)
+	return append(routes, b.envoyRoute(prefix, xdscontract.ClusterName(p.model), base, shed)), nil
 }
 
 func (b *Builder) buildRouteConfig(plans []routePlan) (*route.RouteConfiguration, error) {
@@ -508,14 +480,14 @@ func (b *Builder) buildRouteConfig(plans []routePlan) (*route.RouteConfiguration
 		}
 	}
 	rc := &route.RouteConfiguration{
-		Name: RouteName,
+		Name: xdscontract.RouteName,
 		VirtualHosts: []*route.VirtualHost{{
 			Name:    "isobar_models",
 			Domains: []string{"*"},
 			Routes:  routes,
 		}},
 	}
-	return rc, validateDeep(rc)
+	return rc, xdscontract.ValidateDeep(rc)
 }
 
 // buildGRPCListener builds the api_listener a proxyless gRPC client loads
@@ -533,7 +505,7 @@ func (b *Builder) buildGRPCListener(model string) (*listener.Listener, error) {
 				Routes: []*route.Route{{
 					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
 					Action: &route.Route_Route{Route: &route.RouteAction{
-						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: ClusterName(model)},
+						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: xdscontract.ClusterName(model)},
 						MaxStreamDuration: &route.RouteAction_MaxStreamDuration{
 							MaxStreamDuration: durationpb.New(b.cfg.RouteTimeout),
 						},
@@ -552,14 +524,14 @@ func (b *Builder) buildGRPCListener(model string) (*listener.Listener, error) {
 		return nil, err
 	}
 	l := &listener.Listener{
-		Name:        GRPCListenerName(model),
+		Name:        xdscontract.GRPCListenerName(model),
 		ApiListener: &listener.ApiListener{ApiListener: hcmAny},
 	}
-	return l, validateDeep(l)
+	return l, xdscontract.ValidateDeep(l)
 }
 
 func (b *Builder) buildCluster(model string) (*cluster.Cluster, error) {
-	return b.buildNamedCluster(ClusterName(model), statName(model))
+	return b.buildNamedCluster(xdscontract.ClusterName(model), statName(model))
 }
 
 func (b *Builder) buildNamedCluster(name, altStatName string) (*cluster.Cluster, error) {
@@ -598,20 +570,20 @@ func (b *Builder) buildNamedCluster(name, altStatName string) (*cluster.Cluster,
 		},
 	}
 	switch b.cfg.LBPolicy {
-	case RingHash:
+	case xdscontract.RingHash:
 		c.LbPolicy = cluster.Cluster_RING_HASH
 		c.LbConfig = &cluster.Cluster_RingHashLbConfig_{RingHashLbConfig: &cluster.Cluster_RingHashLbConfig{
 			MinimumRingSize: wrapperspb.UInt64(b.cfg.RingSize),
 			HashFunction:    cluster.Cluster_RingHashLbConfig_XX_HASH,
 		}}
-	case RoundRobin:
+	case xdscontract.RoundRobin:
 		c.LbPolicy = cluster.Cluster_ROUND_ROBIN
 	default:
 		// lb_policy stays unset: Envoy uses load_balancing_policy when it
 		// is present.
 		c.LoadBalancingPolicy = b.lbPolicy
 	}
-	return c, validateDeep(c)
+	return c, xdscontract.ValidateDeep(c)
 }
 
 // buildLeastRequestPolicy builds the typed least-request policy shared by
@@ -637,9 +609,9 @@ func (b *Builder) buildLeastRequestPolicy() (*cluster.LoadBalancingPolicy, error
 		return nil, err
 	}
 	p := &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
-		TypedExtensionConfig: &core.TypedExtensionConfig{Name: leastRequestPolicy, TypedConfig: a},
+		TypedExtensionConfig: &core.TypedExtensionConfig{Name: xdscontract.LeastRequestExtension, TypedConfig: a},
 	}}}
-	return p, validateDeep(p)
+	return p, xdscontract.ValidateDeep(p)
 }
 
 // buildLoadAssignment builds and validates m's ClusterLoadAssignment,
@@ -653,9 +625,9 @@ func (b *Builder) buildLeastRequestPolicy() (*cluster.LoadBalancingPolicy, error
 // weight change costs one small message. The assignment holds no Any (a test
 // checks), so nothing is packed unseen.
 func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.ClusterLoadAssignment, error) {
-	name := ClusterName(m.name)
+	name := xdscontract.ClusterName(m.name)
 	wrap := func(err error) error {
-		return fmt.Errorf("%w: ClusterLoadAssignment %q: %w", ErrInvalidResource, name, err)
+		return fmt.Errorf("%w: ClusterLoadAssignment %q: %w", xdscontract.ErrInvalidResource, name, err)
 	}
 	if e.parts == nil {
 		e.parts = make(map[endpointKey]*endpointParts)
@@ -676,7 +648,7 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 			Priority:            l.Priority,
 		}
 		if fields := rttFields(l.RTT.Microseconds(), l.Jitter.Microseconds(), nil); fields != nil {
-			ll.Metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: {Fields: fields}}}
+			ll.Metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{xdscontract.MetadataKey: {Fields: fields}}}
 		}
 		if err := ll.ValidateAll(); err != nil {
 			return nil, wrap(err)
@@ -762,35 +734,35 @@ func newEndpointParts(k endpointKey) (*endpointParts, error) {
 		return nil, err
 	}
 	fields := make(map[string]*structpb.Value, 7)
-	fields["cell"] = structpb.NewStringValue(k.cell)
+	fields[xdscontract.MetadataCell] = structpb.NewStringValue(k.cell)
 	if k.maxModelLen > 0 {
-		fields["max_model_len"] = structpb.NewNumberValue(float64(k.maxModelLen))
+		fields[xdscontract.MetadataMaxModelLen] = structpb.NewNumberValue(float64(k.maxModelLen))
 	}
 	if k.probeBudget > 0 {
-		fields[MetadataProbeBudget] = structpb.NewNumberValue(float64(k.probeBudget))
+		fields[xdscontract.MetadataProbeBudget] = structpb.NewNumberValue(float64(k.probeBudget))
 	}
 	if k.prefillRate > 0 {
-		fields[MetadataPrefillRate] = structpb.NewNumberValue(k.prefillRate)
+		fields[xdscontract.MetadataPrefillRate] = structpb.NewNumberValue(k.prefillRate)
 	}
 	if k.maxNumSeqs > 0 {
-		fields[MetadataMaxNumSeqs] = structpb.NewNumberValue(float64(k.maxNumSeqs))
+		fields[xdscontract.MetadataMaxNumSeqs] = structpb.NewNumberValue(float64(k.maxNumSeqs))
 	}
 	rttFields(k.rttUS, k.jitterUS, fields)
-	md := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: {Fields: fields}}}
+	md := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{xdscontract.MetadataKey: {Fields: fields}}}
 	if err := md.ValidateAll(); err != nil {
 		return nil, err
 	}
 	return &endpointParts{key: k, host: &endpoint.LbEndpoint_Endpoint{Endpoint: host}, metadata: md}, nil
 }
 
-// rttFields writes MetadataRTT and MetadataJitter, in milliseconds, into
-// fields (a new map when nil), each when known (above 0), and returns
-// fields: nil when nothing was written to a nil map.
+// rttFields writes xdscontract.MetadataRTT and xdscontract.MetadataJitter, in
+// milliseconds, into fields (a new map when nil), each when known (above 0),
+// and returns fields: nil when nothing was written to a nil map.
 func rttFields(rttUS, jitterUS int64, fields map[string]*structpb.Value) map[string]*structpb.Value {
 	for _, f := range []struct {
 		key string
 		us  int64
-	}{{MetadataRTT, rttUS}, {MetadataJitter, jitterUS}} {
+	}{{xdscontract.MetadataRTT, rttUS}, {xdscontract.MetadataJitter, jitterUS}} {
 		if f.us <= 0 {
 			continue
 		}
@@ -804,12 +776,12 @@ func rttFields(rttUS, jitterUS int64, fields map[string]*structpb.Value) map[str
 
 // packValidated validates m, including every Any inside it, then packs it.
 func packValidated(m proto.Message) (*anypb.Any, error) {
-	if err := validateDeep(m); err != nil {
+	if err := xdscontract.ValidateDeep(m); err != nil {
 		return nil, err
 	}
 	a, err := anypb.New(m)
 	if err != nil {
-		return nil, fmt.Errorf("%w: pack %s: %w", ErrInvalidResource, m.ProtoReflect().Descriptor().FullName(), err)
+		return nil, fmt.Errorf("%w: pack %s: %w", xdscontract.ErrInvalidResource, m.ProtoReflect().Descriptor().FullName(), err)
 	}
 	return a, nil
 }

@@ -21,7 +21,12 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protopath"
+	"google.golang.org/protobuf/reflect/protorange"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 func mustBuilder(t testing.TB, cfg Config) *Builder {
@@ -50,7 +55,7 @@ func checkSet(t *testing.T, kind NodeKind, s *Set) {
 		all = append(all, r)
 	}
 	for _, r := range all {
-		if err := validateDeep(r); err != nil {
+		if err := xdscontract.ValidateDeep(r); err != nil {
 			t.Errorf("%s: validateDeep(%T): %v", kind, r, err)
 		}
 	}
@@ -136,7 +141,7 @@ func TestBuildShapes(t *testing.T) {
 	oneModel := State{Models: []Model{{Name: "m1", Localities: []Locality{local(ep("c1", "::ffff:10.0.0.1", 8000, 2))}}}}
 	tests := []struct {
 		name   string
-		policy LBPolicy
+		policy xdscontract.LBPolicy
 		state  State
 		models []string
 		// localities per model, in canonical order, as region/zone:weight:priority
@@ -144,9 +149,9 @@ func TestBuildShapes(t *testing.T) {
 	}{
 		{name: "one model least_request", state: oneModel, models: []string{"m1"},
 			localities: map[string][]string{"m1": {"us-east/us-east-1a:1:0"}}},
-		{name: "one model ring_hash", policy: RingHash, state: oneModel, models: []string{"m1"}},
-		{name: "one model round_robin", policy: RoundRobin, state: oneModel, models: []string{"m1"}},
-		{name: "two models three localities ring_hash", policy: RingHash, state: twoModels,
+		{name: "one model ring_hash", policy: xdscontract.RingHash, state: oneModel, models: []string{"m1"}},
+		{name: "one model round_robin", policy: xdscontract.RoundRobin, state: oneModel, models: []string{"m1"}},
+		{name: "two models three localities ring_hash", policy: xdscontract.RingHash, state: twoModels,
 			models: []string{"meta-llama/Llama-3.1-70B-Instruct-AWQ", "qwen/Qwen2.5-7B"},
 			localities: map[string][]string{
 				"meta-llama/Llama-3.1-70B-Instruct-AWQ": {"eu-west/eu-west-1b:20:0", "us-east/us-east-1a:1:0", "ap-south/:5:1"},
@@ -182,8 +187,8 @@ func TestBuildShapes(t *testing.T) {
 				t.Errorf("listener address = %v, want 0.0.0.0:10000", sa)
 			}
 			m := unpackHCM(t, l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig())
-			if m.GetRds().GetRouteConfigName() != RouteName || m.GetRds().GetConfigSource().GetAds() == nil {
-				t.Errorf("listener RDS = %v, want %s over ADS", m.GetRds(), RouteName)
+			if m.GetRds().GetRouteConfigName() != xdscontract.RouteName || m.GetRds().GetConfigSource().GetAds() == nil {
+				t.Errorf("listener RDS = %v, want %s over ADS", m.GetRds(), xdscontract.RouteName)
 			}
 
 			// Routes: per model 4 class routes and a fallback for forwarded
@@ -208,7 +213,7 @@ func TestBuildShapes(t *testing.T) {
 					t.Errorf("route %d headers = %v, want x-isobar-model == %q", i, h, name)
 				}
 				a := r.GetRoute()
-				if a.GetCluster() != ClusterName(name) || a.GetTimeout().AsDuration() != 600*time.Second {
+				if a.GetCluster() != xdscontract.ClusterName(name) || a.GetTimeout().AsDuration() != 600*time.Second {
 					t.Errorf("route %d action = cluster %q timeout %v", i, a.GetCluster(), a.GetTimeout().AsDuration())
 				}
 				if rp := a.GetRetryPolicy(); rp.GetNumRetries().GetValue() != 2 || !strings.Contains(rp.GetRetryOn(), "connect-failure") ||
@@ -217,29 +222,29 @@ func TestBuildShapes(t *testing.T) {
 				}
 			}
 			if ca := routeByName(rc, "catch_all"); n == 1 && (ca != routes[len(routes)-1] || len(ca.GetMatch().GetHeaders()) != 0 ||
-				ca.GetRoute().GetCluster() != ClusterName(tc.models[0])) {
+				ca.GetRoute().GetCluster() != xdscontract.ClusterName(tc.models[0])) {
 				t.Errorf("catch-all route = %v", ca)
 			}
 
 			for i, name := range tc.models {
-				c := clusterByName(&res.Envoy, ClusterName(name))
+				c := clusterByName(&res.Envoy, xdscontract.ClusterName(name))
 				if c != res.GRPC.Clusters[i] {
 					t.Errorf("cluster %d: the gRPC set does not share the Envoy set's main cluster", i)
 				}
-				if c.GetName() != ClusterName(name) || c.GetType() != cluster.Cluster_EDS || c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil {
+				if c.GetName() != xdscontract.ClusterName(name) || c.GetType() != cluster.Cluster_EDS || c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil {
 					t.Errorf("cluster %d = %s type %v", i, c.GetName(), c.GetType())
 				}
 				if strings.ContainsAny(c.GetAltStatName(), "./") {
 					t.Errorf("alt_stat_name %q has a dot or slash", c.GetAltStatName())
 				}
 				switch tc.policy {
-				case RingHash:
+				case xdscontract.RingHash:
 					rh := c.GetRingHashLbConfig()
 					if c.GetLbPolicy() != cluster.Cluster_RING_HASH || rh.GetHashFunction() != cluster.Cluster_RingHashLbConfig_XX_HASH ||
 						rh.GetMinimumRingSize().GetValue() != 4096 {
 						t.Errorf("cluster %d policy %v ring %v", i, c.GetLbPolicy(), rh)
 					}
-				case RoundRobin:
+				case xdscontract.RoundRobin:
 					if c.GetLbPolicy() != cluster.Cluster_ROUND_ROBIN {
 						t.Errorf("cluster %d policy %v", i, c.GetLbPolicy())
 					}
@@ -270,12 +275,12 @@ func TestBuildShapes(t *testing.T) {
 				}
 				gm := unpackHCM(t, gl.GetApiListener().GetApiListener())
 				gr := gm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute()
-				if gr.GetCluster() != ClusterName(name) || gr.GetMaxStreamDuration().GetMaxStreamDuration().AsDuration() != 600*time.Second {
+				if gr.GetCluster() != xdscontract.ClusterName(name) || gr.GetMaxStreamDuration().GetMaxStreamDuration().AsDuration() != 600*time.Second {
 					t.Errorf("grpc listener %d route = %v", i, gr)
 				}
 
 				cla := res.GRPC.Endpoints[i]
-				if cla.GetClusterName() != ClusterName(name) || claByName(&res.Envoy, ClusterName(name)) != cla {
+				if cla.GetClusterName() != xdscontract.ClusterName(name) || claByName(&res.Envoy, xdscontract.ClusterName(name)) != cla {
 					t.Errorf("assignment %d named %q", i, cla.GetClusterName())
 				}
 				if want, ok := tc.localities[name]; ok {
@@ -320,11 +325,11 @@ func TestBuildEndpointWeightsAndMetadata(t *testing.T) {
 	}
 	var got []row
 	for _, e := range lbs {
-		md := e.GetMetadata().GetFilterMetadata()[MetadataKey].GetFields()
+		md := e.GetMetadata().GetFilterMetadata()[xdscontract.MetadataKey].GetFields()
 		ml, has := md["max_model_len"]
 		got = append(got, row{md["cell"].GetStringValue(), e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress(),
 			e.GetLoadBalancingWeight().GetValue(), ml.GetNumberValue(), has})
-		cell, maxLen := EndpointMetadata(e.GetMetadata())
+		cell, maxLen := xdscontract.EndpointMetadata(e.GetMetadata())
 		if cell != md["cell"].GetStringValue() || float64(maxLen) != ml.GetNumberValue() {
 			t.Errorf("EndpointMetadata = %q %d, want %q %v", cell, maxLen, md["cell"].GetStringValue(), ml.GetNumberValue())
 		}
@@ -345,8 +350,8 @@ func TestBuildEndpointWeightsAndMetadata(t *testing.T) {
 func leastRequestOf(t *testing.T, c *cluster.Cluster) *leastrequest.LeastRequest {
 	t.Helper()
 	pols := c.GetLoadBalancingPolicy().GetPolicies()
-	if len(pols) != 1 || pols[0].GetTypedExtensionConfig().GetName() != leastRequestPolicy {
-		t.Fatalf("cluster %s load_balancing_policy %v, want one %s", c.GetName(), c.GetLoadBalancingPolicy(), leastRequestPolicy)
+	if len(pols) != 1 || pols[0].GetTypedExtensionConfig().GetName() != xdscontract.LeastRequestExtension {
+		t.Fatalf("cluster %s load_balancing_policy %v, want one %s", c.GetName(), c.GetLoadBalancingPolicy(), xdscontract.LeastRequestExtension)
 	}
 	var lr leastrequest.LeastRequest
 	if err := pols[0].GetTypedExtensionConfig().GetTypedConfig().UnmarshalTo(&lr); err != nil {
@@ -380,7 +385,7 @@ func TestLeastRequestPolicyOptions(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, c := range append(slices.Clone(res.Envoy.Clusters), res.GRPC.Clusters...) {
-				if err := validateDeep(c); err != nil {
+				if err := xdscontract.ValidateDeep(c); err != nil {
 					t.Fatal(err)
 				}
 				lr := leastRequestOf(t, c)
@@ -424,7 +429,7 @@ func TestBuildDegradedHealthAndProbeBudget(t *testing.T) {
 	checkSet(t, KindEnvoy, &rp.Envoy)
 	lbs := rp.Envoy.Endpoints[0].GetEndpoints()[0].GetLbEndpoints()
 	budget := func(i int) (float64, bool) {
-		v, ok := lbs[i].GetMetadata().GetFilterMetadata()[MetadataKey].GetFields()[MetadataProbeBudget]
+		v, ok := lbs[i].GetMetadata().GetFilterMetadata()[xdscontract.MetadataKey].GetFields()[xdscontract.MetadataProbeBudget]
 		return v.GetNumberValue(), ok
 	}
 	if n, ok := budget(1); !ok || n != 3 {
@@ -603,12 +608,12 @@ func TestBuildReusesUnchangedResources(t *testing.T) {
 	// A weight change in b rebuilds only b's assignments.
 	st.Models[1].Localities[0].Endpoints[2].Weight += 10
 	r3, _ := b.Build(st)
-	for _, name := range []string{ClusterName("a"), LocalClusterName("a"), ClassClusterName("a", 4096), LocalClassClusterName("a", 32768)} {
+	for _, name := range []string{xdscontract.ClusterName("a"), xdscontract.LocalClusterName("a"), xdscontract.ClassClusterName("a", 4096), xdscontract.LocalClassClusterName("a", 32768)} {
 		if x := claByName(&r3.Envoy, name); x == nil || x != claByName(&r1.Envoy, name) {
 			t.Errorf("weight change in b: assignment %s rebuilt or missing", name)
 		}
 	}
-	for _, name := range []string{ClusterName("b"), LocalClusterName("b"), ClassClusterName("b", 4096), LocalClassClusterName("b", 32768)} {
+	for _, name := range []string{xdscontract.ClusterName("b"), xdscontract.LocalClusterName("b"), xdscontract.ClassClusterName("b", 4096), xdscontract.LocalClassClusterName("b", 32768)} {
 		if x := claByName(&r3.Envoy, name); x == nil || x == claByName(&r1.Envoy, name) {
 			t.Errorf("weight change in b: assignment %s reused or missing", name)
 		}
@@ -624,7 +629,7 @@ func TestBuildReusesUnchangedResources(t *testing.T) {
 	// Mutating the input after Build does not leak into the cache.
 	st.Models[1].Localities[0].Endpoints[2].Weight = 1
 	r4, _ := b.Build(st)
-	if claByName(&r4.Envoy, ClusterName("b")) == claByName(&r3.Envoy, ClusterName("b")) {
+	if claByName(&r4.Envoy, xdscontract.ClusterName("b")) == claByName(&r3.Envoy, xdscontract.ClusterName("b")) {
 		t.Error("a caller-side mutation was not seen as a change")
 	}
 	// A new model changes routes, clusters and gRPC listeners, not the Envoy listener.
@@ -670,7 +675,7 @@ func TestConfigValidation(t *testing.T) {
 		})
 	}
 	got := mustBuilder(t, Config{Region: "r"}).Config()
-	want := Config{Region: "r", LBPolicy: LeastRequest, ChoiceCount: 2, RingSize: 4096, ListenAddress: "0.0.0.0", ListenPort: 10000,
+	want := Config{Region: "r", LBPolicy: xdscontract.LeastRequest, ChoiceCount: 2, RingSize: 4096, ListenAddress: "0.0.0.0", ListenPort: 10000,
 		RouteTimeout: 600 * time.Second, ConnectTimeout: time.Second, NumRetries: 2, RetryBudgetPercent: 20,
 		RetryBudgetMinConcurrency: 3, MaxRequests: 65536, OutlierConsecutive5xx: 5, OutlierConsecutiveLocalOrigin: 1, OutlierInterval: 5 * time.Second,
 		OutlierBaseEjectionTime: 10 * time.Second, OutlierMaxEjectionPercent: 50, ModelHeader: "x-isobar-model", HopHeader: "x-isobar-hop",
@@ -680,45 +685,19 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-func TestValidateDeepLooksInsideAny(t *testing.T) {
-	// An HttpConnectionManager without stat_prefix or route specifier:
-	// ValidateAll on the Listener passes, because it stops at the Any.
-	bad, err := anypb.New(&hcm.HttpConnectionManager{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &listener.Listener{Name: "x", ApiListener: &listener.ApiListener{ApiListener: bad}}
-	if err := l.ValidateAll(); err != nil {
-		t.Fatalf("precondition: Listener.ValidateAll = %v, want nil", err)
-	}
-	if err := validateDeep(l); !errors.Is(err, ErrInvalidResource) || !strings.Contains(err.Error(), "HttpConnectionManager") {
-		t.Fatalf("validateDeep = %v, want the HttpConnectionManager refused", err)
-	}
-	// An Any two levels down: a router filter whose config is a bad Router.
-	badRouter, _ := anypb.New(&router.Router{SuppressEnvoyHeaders: true, UpstreamHttpFilters: []*hcm.HttpFilter{{}}})
-	m := &hcm.HttpConnectionManager{StatPrefix: "s", RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{}},
-		HttpFilters: []*hcm.HttpFilter{{Name: wellknown.Router, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: badRouter}}}}
-	if err := m.ValidateAll(); err != nil {
-		t.Fatalf("precondition: HCM.ValidateAll = %v, want nil", err)
-	}
-	if err := validateDeep(m); err == nil {
-		t.Fatal("validateDeep passed a Router with an unnamed upstream filter")
-	}
-	// An Any of a type nobody linked in is refused.
-	unknown := &anypb.Any{TypeUrl: "type.googleapis.com/no.such.Type", Value: []byte{1}}
-	l2 := &listener.Listener{Name: "x", ApiListener: &listener.ApiListener{ApiListener: unknown}}
-	if err := validateDeep(l2); !errors.Is(err, ErrInvalidResource) {
-		t.Fatalf("validateDeep(unknown Any) = %v", err)
-	}
-}
-
 func TestAssignmentsHoldNoAny(t *testing.T) {
 	res, err := mustBuilder(t, testConfig()).Build(State{Models: []Model{fleet("m", 3)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	if err := walkAnys(res.Envoy.Endpoints[0].ProtoReflect(), func(*anypb.Any) error { n++; return nil }); err != nil || n != 0 {
+	err = protorange.Range(res.Envoy.Endpoints[0].ProtoReflect(), func(v protopath.Values) error {
+		if m, ok := v.Index(-1).Value.Interface().(protoreflect.Message); ok && m.Descriptor().FullName() == "google.protobuf.Any" {
+			n++
+		}
+		return nil
+	})
+	if err != nil || n != 0 {
 		t.Fatalf("assignment holds %d Any (err %v); buildLoadAssignment relies on ValidateAll alone", n, err)
 	}
 }
@@ -779,7 +758,7 @@ func TestCheckReferences(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkReferences(KindEnvoy, tc.set())
-			if !errors.Is(err, ErrInvalidResource) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, xdscontract.ErrInvalidResource) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("checkReferences = %v, want %q", err, tc.want)
 			}
 		})

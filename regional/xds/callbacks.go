@@ -11,6 +11,8 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // maxDetailLen bounds the NACK error detail kept and logged per stream.
@@ -131,8 +133,8 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 	}
 	if !st.hasNode && req.GetNode() != nil {
 		st.hasNode = true
-		st.nodeID = truncate(req.GetNode().GetId(), maxNameLen)
-		st.userAgent = truncate(req.GetNode().GetUserAgentName(), maxNameLen)
+		st.nodeID = truncate(req.GetNode().GetId(), xdscontract.MaxNameLen)
+		st.userAgent = truncate(req.GetNode().GetUserAgentName(), xdscontract.MaxNameLen)
 		st.kind = ClassifyNode(req.GetNode())
 	}
 	t := typeIndex(typeURL)

@@ -8,6 +8,8 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // subFilter selects the endpoints of one Envoy-only cluster of a model:
@@ -27,13 +29,13 @@ func (f subFilter) keep(region string, l *Locality, e *Endpoint) bool {
 func (f subFilter) names(model string) (name, alt string) {
 	switch {
 	case f.local && f.class == 0:
-		return LocalClusterName(model), statName(model) + "_local"
+		return xdscontract.LocalClusterName(model), statName(model) + "_local"
 	case f.local:
 		n := strconv.FormatUint(uint64(f.class), 10)
-		return LocalClassClusterName(model, f.class), statName(model) + "_local_ctx_" + n
+		return xdscontract.LocalClassClusterName(model, f.class), statName(model) + "_local_ctx_" + n
 	default:
 		n := strconv.FormatUint(uint64(f.class), 10)
-		return ClassClusterName(model, f.class), statName(model) + "_ctx_" + n
+		return xdscontract.ClassClusterName(model, f.class), statName(model) + "_ctx_" + n
 	}
 }
 
@@ -168,7 +170,7 @@ func (b *Builder) anyEndpoint(m *canonModel, f subFilter) bool {
 // from 0 without gaps, keeping their order.
 func (b *Builder) buildSubAssignment(name string, m *canonModel, e *modelEntry, f subFilter) (*endpoint.ClusterLoadAssignment, error) {
 	wrap := func(err error) error {
-		return fmt.Errorf("%w: ClusterLoadAssignment %q: %w", ErrInvalidResource, name, err)
+		return fmt.Errorf("%w: ClusterLoadAssignment %q: %w", xdscontract.ErrInvalidResource, name, err)
 	}
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
 	if err := cla.ValidateAll(); err != nil {

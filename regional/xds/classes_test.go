@@ -14,6 +14,8 @@ import (
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // matchRoute picks the first route of rc matching headers the way Envoy
@@ -60,7 +62,7 @@ func cellsOf(cla *endpoint.ClusterLoadAssignment) []string {
 	var out []string
 	for _, l := range cla.GetEndpoints() {
 		for _, e := range l.GetLbEndpoints() {
-			c, _ := EndpointMetadata(e.GetMetadata())
+			c, _ := xdscontract.EndpointMetadata(e.GetMetadata())
 			out = append(out, c)
 		}
 	}
@@ -88,16 +90,16 @@ func TestContextClassClusters(t *testing.T) {
 	checkSet(t, KindEnvoy, &res.Envoy)
 	checkSet(t, KindGRPC, &res.GRPC)
 	want := map[string][]string{
-		ClusterName("m"):                   {"a", "b", "region/eu"},
-		LocalClusterName("m"):              {"a", "b"},
-		ClassClusterName("m", 4096):        {"a", "b", "region/eu"},
-		ClassClusterName("m", 8192):        {"b", "region/eu"},
-		ClassClusterName("m", 32768):       {"b", "region/eu"},
-		ClassClusterName("m", 131072):      {"region/eu"},
-		LocalClassClusterName("m", 4096):   {"a", "b"},
-		LocalClassClusterName("m", 8192):   {"b"},
-		LocalClassClusterName("m", 32768):  {"b"},
-		LocalClassClusterName("m", 131072): nil, // no local endpoint fits: left out
+		xdscontract.ClusterName("m"):                   {"a", "b", "region/eu"},
+		xdscontract.LocalClusterName("m"):              {"a", "b"},
+		xdscontract.ClassClusterName("m", 4096):        {"a", "b", "region/eu"},
+		xdscontract.ClassClusterName("m", 8192):        {"b", "region/eu"},
+		xdscontract.ClassClusterName("m", 32768):       {"b", "region/eu"},
+		xdscontract.ClassClusterName("m", 131072):      {"region/eu"},
+		xdscontract.LocalClassClusterName("m", 4096):   {"a", "b"},
+		xdscontract.LocalClassClusterName("m", 8192):   {"b"},
+		xdscontract.LocalClassClusterName("m", 32768):  {"b"},
+		xdscontract.LocalClassClusterName("m", 131072): nil, // no local endpoint fits: left out
 	}
 	for name, cells := range want {
 		cla := claByName(&res.Envoy, name)
@@ -130,7 +132,7 @@ func TestContextClassClusters(t *testing.T) {
 		t.Errorf("%d Envoy clusters, want %d", n, len(want)-1)
 	}
 	// The gRPC set keeps one cluster per model.
-	if len(res.GRPC.Clusters) != 1 || res.GRPC.Clusters[0].GetName() != ClusterName("m") {
+	if len(res.GRPC.Clusters) != 1 || res.GRPC.Clusters[0].GetName() != xdscontract.ClusterName("m") {
 		t.Errorf("gRPC clusters = %v", res.GRPC.Clusters)
 	}
 }
@@ -147,26 +149,26 @@ func TestContextClassRoutes(t *testing.T) {
 		headers map[string]string
 		want    string
 	}{
-		{"small prompt by header", map[string]string{"x-isobar-prompt-tokens": "1"}, ClassClusterName("m", 4096)},
-		{"zero tokens", map[string]string{"x-isobar-prompt-tokens": "0"}, ClassClusterName("m", 4096)},
-		{"class edge", map[string]string{"x-isobar-prompt-tokens": "4096"}, ClassClusterName("m", 4096)},
-		{"just above", map[string]string{"x-isobar-prompt-tokens": "4097"}, ClassClusterName("m", 8192)},
-		{"mid class", map[string]string{"x-isobar-prompt-tokens": "20000"}, ClassClusterName("m", 32768)},
-		{"largest class", map[string]string{"x-isobar-prompt-tokens": "131072"}, ClassClusterName("m", 131072)},
-		{"beyond every class", map[string]string{"x-isobar-prompt-tokens": "131073"}, ClusterName("m")},
-		{"header wins over length", map[string]string{"x-isobar-prompt-tokens": "10", "content-length": "400000"}, ClassClusterName("m", 4096)},
-		{"garbage header", map[string]string{"x-isobar-prompt-tokens": "many", "content-length": "10"}, ClusterName("m")},
-		{"negative header", map[string]string{"x-isobar-prompt-tokens": "-3"}, ClusterName("m")},
-		{"length edge", map[string]string{"content-length": "16384"}, ClassClusterName("m", 4096)},
-		{"length above edge", map[string]string{"content-length": "16385"}, ClassClusterName("m", 8192)},
-		{"long body", map[string]string{"content-length": "500000"}, ClassClusterName("m", 131072)},
-		{"no size at all", map[string]string{}, ClusterName("m")},
-		{"other model", map[string]string{"x-isobar-model": "n", "x-isobar-prompt-tokens": "1"}, ClassClusterName("m", 4096)}, // catch-all: one model
-		{"forwarded small", map[string]string{"x-isobar-hop": "eu", "x-isobar-prompt-tokens": "100"}, LocalClassClusterName("m", 4096)},
-		{"forwarded mid", map[string]string{"x-isobar-hop": "eu", "x-isobar-prompt-tokens": "5000"}, LocalClassClusterName("m", 8192)},
-		{"forwarded by length", map[string]string{"x-isobar-hop": "eu", "content-length": "100000"}, LocalClassClusterName("m", 32768)},
-		{"forwarded too long for any local class", map[string]string{"x-isobar-hop": "eu", "x-isobar-prompt-tokens": "40000"}, LocalClusterName("m")},
-		{"forwarded no size", map[string]string{"x-isobar-hop": ""}, LocalClusterName("m")},
+		{"small prompt by header", map[string]string{"x-isobar-prompt-tokens": "1"}, xdscontract.ClassClusterName("m", 4096)},
+		{"zero tokens", map[string]string{"x-isobar-prompt-tokens": "0"}, xdscontract.ClassClusterName("m", 4096)},
+		{"class edge", map[string]string{"x-isobar-prompt-tokens": "4096"}, xdscontract.ClassClusterName("m", 4096)},
+		{"just above", map[string]string{"x-isobar-prompt-tokens": "4097"}, xdscontract.ClassClusterName("m", 8192)},
+		{"mid class", map[string]string{"x-isobar-prompt-tokens": "20000"}, xdscontract.ClassClusterName("m", 32768)},
+		{"largest class", map[string]string{"x-isobar-prompt-tokens": "131072"}, xdscontract.ClassClusterName("m", 131072)},
+		{"beyond every class", map[string]string{"x-isobar-prompt-tokens": "131073"}, xdscontract.ClusterName("m")},
+		{"header wins over length", map[string]string{"x-isobar-prompt-tokens": "10", "content-length": "400000"}, xdscontract.ClassClusterName("m", 4096)},
+		{"garbage header", map[string]string{"x-isobar-prompt-tokens": "many", "content-length": "10"}, xdscontract.ClusterName("m")},
+		{"negative header", map[string]string{"x-isobar-prompt-tokens": "-3"}, xdscontract.ClusterName("m")},
+		{"length edge", map[string]string{"content-length": "16384"}, xdscontract.ClassClusterName("m", 4096)},
+		{"length above edge", map[string]string{"content-length": "16385"}, xdscontract.ClassClusterName("m", 8192)},
+		{"long body", map[string]string{"content-length": "500000"}, xdscontract.ClassClusterName("m", 131072)},
+		{"no size at all", map[string]string{}, xdscontract.ClusterName("m")},
+		{"other model", map[string]string{"x-isobar-model": "n", "x-isobar-prompt-tokens": "1"}, xdscontract.ClassClusterName("m", 4096)}, // catch-all: one model
+		{"forwarded small", map[string]string{"x-isobar-hop": "eu", "x-isobar-prompt-tokens": "100"}, xdscontract.LocalClassClusterName("m", 4096)},
+		{"forwarded mid", map[string]string{"x-isobar-hop": "eu", "x-isobar-prompt-tokens": "5000"}, xdscontract.LocalClassClusterName("m", 8192)},
+		{"forwarded by length", map[string]string{"x-isobar-hop": "eu", "content-length": "100000"}, xdscontract.LocalClassClusterName("m", 32768)},
+		{"forwarded too long for any local class", map[string]string{"x-isobar-hop": "eu", "x-isobar-prompt-tokens": "40000"}, xdscontract.LocalClusterName("m")},
+		{"forwarded no size", map[string]string{"x-isobar-hop": ""}, xdscontract.LocalClusterName("m")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -196,7 +198,7 @@ func TestContextClassRoutes(t *testing.T) {
 	for tokens := int64(0); tokens <= 140000; tokens += 997 {
 		for _, h := range []map[string]string{
 			{"x-isobar-prompt-tokens": strconv.FormatInt(tokens, 10)},
-			{"content-length": strconv.FormatInt(tokens*BytesPerToken, 10)},
+			{"content-length": strconv.FormatInt(tokens*xdscontract.BytesPerToken, 10)},
 			{"x-isobar-hop": "x", "x-isobar-prompt-tokens": strconv.FormatInt(tokens, 10)},
 		} {
 			r := matchRoute(t, rc, h)
@@ -225,7 +227,7 @@ func TestLocalOnlyClusterRenumbersPriorities(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSet(t, KindEnvoy, &res.Envoy)
-	for _, name := range []string{LocalClusterName("m"), LocalClassClusterName("m", 8192)} {
+	for _, name := range []string{xdscontract.LocalClusterName("m"), xdscontract.LocalClassClusterName("m", 8192)} {
 		cla := claByName(&res.Envoy, name)
 		if len(cla.GetEndpoints()) != 1 || cla.GetEndpoints()[0].GetPriority() != 0 || cla.GetEndpoints()[0].GetLocality().GetRegion() != "us-east" {
 			t.Errorf("%s = %v, want the local locality alone at priority 0", name, cla)
@@ -239,11 +241,11 @@ func TestLocalOnlyClusterRenumbersPriorities(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSet(t, KindEnvoy, &res.Envoy)
-	if cla := claByName(&res.Envoy, LocalClusterName("m")); cla == nil || len(cla.GetEndpoints()) != 0 {
+	if cla := claByName(&res.Envoy, xdscontract.LocalClusterName("m")); cla == nil || len(cla.GetEndpoints()) != 0 {
 		t.Errorf("local cluster without local endpoints = %v, want present and empty", cla)
 	}
 	r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-model": "m", "x-isobar-hop": "us-west"})
-	if r.GetRoute().GetCluster() != LocalClusterName("m") {
+	if r.GetRoute().GetCluster() != xdscontract.LocalClusterName("m") {
 		t.Errorf("forwarded request routed to %s", r.GetRoute().GetCluster())
 	}
 }
@@ -268,14 +270,14 @@ func TestContextClassesDisabledAndCustom(t *testing.T) {
 	// The declared max_model_len values (4096 of a, 32768 of b) are
 	// classes of their own beside the configured ones: 1001 tokens go to
 	// 4096, the smallest class that fits, where a serves too.
-	for tokens, want := range map[string]string{"1001": ClassClusterName("m", 4096), "4097": ClassClusterName("m", 30000),
-		"30001": ClassClusterName("m", 32768)} {
+	for tokens, want := range map[string]string{"1001": xdscontract.ClassClusterName("m", 4096), "4097": xdscontract.ClassClusterName("m", 30000),
+		"30001": xdscontract.ClassClusterName("m", 32768)} {
 		r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-prompt-tokens": tokens})
 		if got := r.GetRoute().GetCluster(); got != want {
 			t.Errorf("%s tokens with classes 1000,30000 and declared 4096,32768 routed to %s, want %s", tokens, got, want)
 		}
 	}
-	if got := cellsOf(claByName(&res.Envoy, ClassClusterName("m", 30000))); !slices.Equal(got, []string{"b", "region/eu"}) {
+	if got := cellsOf(claByName(&res.Envoy, xdscontract.ClassClusterName("m", 30000))); !slices.Equal(got, []string{"b", "region/eu"}) {
 		t.Errorf("class 30000 holds %v", got)
 	}
 }
@@ -298,25 +300,25 @@ func TestClassWeight(t *testing.T) {
 		out := map[string]uint32{}
 		for _, l := range claByName(&res.Envoy, name).GetEndpoints() {
 			for _, e := range l.GetLbEndpoints() {
-				id, _ := EndpointMetadata(e.GetMetadata())
+				id, _ := xdscontract.EndpointMetadata(e.GetMetadata())
 				out[id] = e.GetLoadBalancingWeight().GetValue()
 			}
 		}
 		return out
 	}
 	for name, want := range map[string]map[string]uint32{
-		ClusterName("m"):             {"short": 1, "long": 100},
-		LocalClusterName("m"):        {"short": 1, "long": 100},
-		ClassClusterName("m", 1024):  {"short": 100, "long": 100},
-		ClassClusterName("m", 4096):  {"long": 100},
-		ClassClusterName("m", 32768): {"long": 100},
+		xdscontract.ClusterName("m"):             {"short": 1, "long": 100},
+		xdscontract.LocalClusterName("m"):        {"short": 1, "long": 100},
+		xdscontract.ClassClusterName("m", 1024):  {"short": 100, "long": 100},
+		xdscontract.ClassClusterName("m", 4096):  {"long": 100},
+		xdscontract.ClassClusterName("m", 32768): {"long": 100},
 	} {
 		if got := weights(name); !maps.Equal(got, want) {
 			t.Errorf("%s weights %v, want %v", name, got, want)
 		}
 	}
 	r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-prompt-tokens": "1000"})
-	if got := r.GetRoute().GetCluster(); got != ClassClusterName("m", 1024) {
+	if got := r.GetRoute().GetCluster(); got != xdscontract.ClassClusterName("m", 1024) {
 		t.Errorf("1000 tokens routed to %s, want the declared class 1024", got)
 	}
 	// A rebuild with the same state reuses every assignment.
@@ -429,7 +431,7 @@ func TestContextClassConfigValidation(t *testing.T) {
 				c.ContextClasses = append(c.ContextClasses, uint32(i+1))
 			}
 		}, "at most 16"},
-		{"reserved model header", func(c *Config) { c.ModelHeader = PromptTokensHeader }, "reserved"},
+		{"reserved model header", func(c *Config) { c.ModelHeader = xdscontract.PromptTokensHeader }, "reserved"},
 		{"reserved hop header", func(c *Config) { c.HopHeader = "content-length" }, "reserved"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -470,12 +472,12 @@ func TestDeclaredClassStays(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSet(t, KindEnvoy, &res.Envoy)
-	cla := claByName(&res.Envoy, ClassClusterName("m", 1024))
+	cla := claByName(&res.Envoy, xdscontract.ClassClusterName("m", 1024))
 	if got := cellsOf(cla); !slices.Equal(got, []string{"long", "short"}) {
 		t.Fatalf("ctx-1024 after the declaration went: %v, want both cells", got)
 	}
 	r := matchRoute(t, res.Envoy.Routes[0], map[string]string{"x-isobar-prompt-tokens": "1000"})
-	if got := r.GetRoute().GetCluster(); got != ClassClusterName("m", 1024) {
+	if got := r.GetRoute().GetCluster(); got != xdscontract.ClassClusterName("m", 1024) {
 		t.Errorf("1000 tokens routed to %s, want the kept class 1024", got)
 	}
 }

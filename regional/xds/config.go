@@ -6,40 +6,18 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// LBPolicy names the load-balancing policy written into every generated Cluster.
-type LBPolicy string
-
-// Supported load-balancing policies.
-const (
-	// LeastRequest is written as the typed
-	// envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest
-	// in the cluster's load_balancing_policy, with Config.ChoiceCount or
-	// FULL_SCAN (Config.FullScan) and locality-weighted balancing. Identical
-	// healthy cells carry equal weights (regional/projection bands), so
-	// Envoy stays on its unweighted path: P2C or a full scan over active
-	// requests, shared across workers, and never its per-worker EDF
-	// schedule. grpc-go ignores endpoint and locality weights under it.
-	LeastRequest LBPolicy = "least_request"
-	// RingHash is a consistent-hash ring with XX_HASH. It is the policy under
-	// which grpc-go honours per-endpoint weights.
-	RingHash LBPolicy = "ring_hash"
-	// RoundRobin is weighted round robin in Envoy; grpc-go honours only
-	// locality weights under it.
-	RoundRobin LBPolicy = "round_robin"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Bounds and defaults that are not configuration.
 const (
 	minRingSize = 1024
 	maxRingSize = 8 * 1024 * 1024 // Envoy's and grpc-go's upper bound
-	maxNameLen  = 256
 	// maxChoiceCount bounds least_request's choice_count: beyond a few
 	// choices FULL_SCAN is the clearer setting.
 	maxChoiceCount = 100
@@ -55,10 +33,11 @@ type Config struct {
 	// and Zone are both empty gets this zone.
 	Zone string
 
-	// LBPolicy is the cluster load-balancing policy: least_request (default,
-	// the typed LeastRequest policy), ring_hash or round_robin (the legacy
-	// lb_policy enum).
-	LBPolicy LBPolicy
+	// LBPolicy is the cluster load-balancing policy: xdscontract.LeastRequest
+	// (default: the typed least_request policy with ChoiceCount or
+	// FullScan), xdscontract.RingHash (with RingSize) or
+	// xdscontract.RoundRobin (both in the legacy lb_policy enum).
+	LBPolicy xdscontract.LBPolicy
 	// ChoiceCount is least_request's choice_count, the number of random
 	// hosts compared per pick. Default 2 (P2C); at least 2, at most 100.
 	// Ignored with FullScan.
@@ -117,11 +96,14 @@ type Config struct {
 	OutlierMaxEjectionPercent uint32
 
 	// ModelHeader is the request header that selects a model. Default
-	// "x-isobar-model". With a single model there is also a catch-all route.
+	// xdscontract.DefaultModelHeader ("x-isobar-model"). With a single
+	// model there is also a catch-all route. ModelHeader and HopHeader must
+	// pass xdscontract.CheckHeaders, as a data plane's must.
 	ModelHeader string
 	// HopHeader marks traffic forwarded from another region's data plane.
-	// Default "x-isobar-hop". Envoy routes requests carrying it (any value)
-	// to the model's local-only clusters: never forwarded again, never shed.
+	// Default xdscontract.DefaultHopHeader ("x-isobar-hop"). Envoy routes
+	// requests carrying it (any value) to the model's local-only clusters:
+	// never forwarded again, never shed.
 	HopHeader string
 
 	// ContextClasses are the context-length classes in tokens, strictly
@@ -130,7 +112,7 @@ type Config struct {
 	// and class the Envoy set holds a cluster of the endpoints whose
 	// max_model_len is at least the class (unknown counts as large enough),
 	// and routes send a request to the smallest class its prompt fits; see
-	// PromptTokensHeader. At most 16 classes, each at most 2^30.
+	// xdscontract.PromptTokensHeader. At most 16 classes, each at most 2^30.
 	ContextClasses []uint32
 }
 
@@ -172,7 +154,7 @@ func (d Deps) withDefaults() Deps {
 
 func (c Config) withDefaults() Config {
 	if c.LBPolicy == "" {
-		c.LBPolicy = LeastRequest
+		c.LBPolicy = xdscontract.LeastRequest
 	}
 	if c.ChoiceCount == 0 {
 		c.ChoiceCount = 2
@@ -220,10 +202,10 @@ func (c Config) withDefaults() Config {
 		c.OutlierMaxEjectionPercent = 50
 	}
 	if c.ModelHeader == "" {
-		c.ModelHeader = "x-isobar-model"
+		c.ModelHeader = xdscontract.DefaultModelHeader
 	}
 	if c.HopHeader == "" {
-		c.HopHeader = "x-isobar-hop"
+		c.HopHeader = xdscontract.DefaultHopHeader
 	}
 	if c.ContextClasses == nil {
 		c.ContextClasses = DefaultContextClasses()
@@ -238,19 +220,19 @@ func (c Config) validate() error {
 	if c.Region == "" {
 		return fmt.Errorf("%w: Region is empty; set it to this controller's region", ErrInvalidConfig)
 	}
-	if err := checkName("Region", c.Region); err != nil {
+	if err := xdscontract.CheckName("Region", c.Region); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.Zone != "" {
-		if err := checkName("Zone", c.Zone); err != nil {
+		if err := xdscontract.CheckName("Zone", c.Zone); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
 	switch c.LBPolicy {
-	case LeastRequest, RingHash, RoundRobin:
+	case xdscontract.LeastRequest, xdscontract.RingHash, xdscontract.RoundRobin:
 	default:
 		return fmt.Errorf("%w: LBPolicy %q is unknown; use %q, %q or %q",
-			ErrInvalidConfig, c.LBPolicy, LeastRequest, RingHash, RoundRobin)
+			ErrInvalidConfig, c.LBPolicy, xdscontract.LeastRequest, xdscontract.RingHash, xdscontract.RoundRobin)
 	}
 	if c.ChoiceCount < 2 || c.ChoiceCount > maxChoiceCount {
 		return fmt.Errorf("%w: ChoiceCount %d is out of range; use 2 to %d (2 is power-of-two choices)",
@@ -289,19 +271,8 @@ func (c Config) validate() error {
 	if c.OutlierMaxEjectionPercent > 100 {
 		return fmt.Errorf("%w: OutlierMaxEjectionPercent %d is above 100", ErrInvalidConfig, c.OutlierMaxEjectionPercent)
 	}
-	if err := checkHeaderName("ModelHeader", c.ModelHeader); err != nil {
+	if err := xdscontract.CheckHeaders(c.ModelHeader, c.HopHeader); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if err := checkHeaderName("HopHeader", c.HopHeader); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if strings.EqualFold(c.ModelHeader, c.HopHeader) {
-		return fmt.Errorf("%w: ModelHeader and HopHeader are both %q; they must differ", ErrInvalidConfig, c.ModelHeader)
-	}
-	for _, h := range []string{c.ModelHeader, c.HopHeader} {
-		if h == PromptTokensHeader || h == "content-length" {
-			return fmt.Errorf("%w: header %q is reserved for context-class routing; choose another ModelHeader/HopHeader", ErrInvalidConfig, h)
-		}
 	}
 	if len(c.ContextClasses) > maxContextClasses {
 		return fmt.Errorf("%w: ContextClasses has %d classes; use at most %d", ErrInvalidConfig, len(c.ContextClasses), maxContextClasses)
@@ -312,39 +283,6 @@ func (c Config) validate() error {
 		}
 		if i > 0 && n <= c.ContextClasses[i-1] {
 			return fmt.Errorf("%w: ContextClasses must be strictly increasing; %d follows %d", ErrInvalidConfig, n, c.ContextClasses[i-1])
-		}
-	}
-	return nil
-}
-
-// checkHeaderName accepts lower-case HTTP/2 header names that are not
-// pseudo-headers: Envoy and gRPC compare header names in lower case.
-func checkHeaderName(field, h string) error {
-	if len(h) > maxNameLen {
-		return fmt.Errorf("%s is longer than %d bytes", field, maxNameLen)
-	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' {
-			continue
-		}
-		return fmt.Errorf("%s %q is not a valid header name; use lower-case letters, digits, '-', '_' or '.'", field, h)
-	}
-	return nil
-}
-
-// checkName accepts names that are safe as xDS resource names, header values
-// and metric label values: 1 to 256 visible ASCII characters.
-func checkName(field, s string) error {
-	if s == "" {
-		return fmt.Errorf("%s is empty", field)
-	}
-	if len(s) > maxNameLen {
-		return fmt.Errorf("%s is longer than %d bytes", field, maxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c >= 0x7f {
-			return fmt.Errorf("%s %q contains byte 0x%02x; use visible ASCII without spaces", field, s, c)
 		}
 	}
 	return nil

@@ -3,6 +3,11 @@
 // snapshots and serves them over ADS to the region's Envoy, to isobar's
 // gateway and to proxyless gRPC clients.
 //
+// The names, request headers, metadata keys, LB policy names and resource
+// validation it writes by belong to package xdscontract, the contract it
+// shares with every data plane that consumes its resources; below, an
+// unqualified name such as ClusterName is xdscontract's.
+//
 // # What it owns
 //
 //   - The resource shapes (Builder). Envoy-like nodes get one HTTP Listener
@@ -56,8 +61,9 @@
 //     aborting that share (per million) of requests with 429.
 //   - Validation before anything is served: the input State (weights >= 1,
 //     IP hosts, no duplicate address or cell within a model, no duplicate
-//     locality or priority gap, names), ValidateAll on every resource and on
-//     every message packed in an Any, the snapshot's Consistent(), and a
+//     locality or priority gap, names by CheckName), ValidateAll on every
+//     resource and on every message packed in an Any (ValidateDeep), the
+//     snapshot's Consistent(), and a
 //     reference check (routes and inlined api_listener routes point at
 //     clusters of the same set; clusters and assignments pair up). A refused
 //     State is counted, logged, returned as an error, and the previous

@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Build a State into the two resource sets and name what each node kind
 // receives.
 func ExampleBuilder_Build() {
-	b, err := xds.NewBuilder(xds.Config{Region: "us-east", LBPolicy: xds.RingHash})
+	b, err := xds.NewBuilder(xds.Config{Region: "us-east", LBPolicy: xdscontract.RingHash})
 	if err != nil {
 		panic(err)
 	}
@@ -28,7 +29,7 @@ func ExampleBuilder_Build() {
 	cla := res.Envoy.Endpoints[0]
 	fmt.Println("cluster:", cla.GetClusterName(), "locality:", cla.GetEndpoints()[0].GetLocality().GetRegion())
 	for _, e := range cla.GetEndpoints()[0].GetLbEndpoints() {
-		cell, maxLen := xds.EndpointMetadata(e.GetMetadata())
+		cell, maxLen := xdscontract.EndpointMetadata(e.GetMetadata())
 		fmt.Println(" ", cell, e.GetLoadBalancingWeight().GetValue(), maxLen)
 	}
 	// Output:

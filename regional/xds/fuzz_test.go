@@ -13,7 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // byteReader hands out fuzz bytes; past the end it returns zeros.
@@ -99,7 +100,7 @@ func FuzzBuild(f *testing.F) {
 	f.Add([]byte{2, 0, 2, 1, 1, 2, 3, 0, 0, 0, 1, 0, 3, 0, 1, 1, 0x40, 0x1f, 0, 0, 2, 0, 0, 0})
 	f.Add([]byte("\x03\x01\x03\x02\x02\x02\x02\x00\x00\x00\x02\x04\x02\x01\x50\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00"))
 	f.Add([]byte{1, 0xff, 5, 'm', '\x7f', 'x', 'y', 'z', 1, 0, 0, 0, 0, 0, 0, 0, 1})
-	cfgs := []Config{testConfig(), {Region: "r", LBPolicy: RingHash}, {Region: "r", LBPolicy: RoundRobin},
+	cfgs := []Config{testConfig(), {Region: "r", LBPolicy: xdscontract.RingHash}, {Region: "r", LBPolicy: xdscontract.RoundRobin},
 		{Region: "eu-west", ContextClasses: []uint32{1, 8192}}}
 	builders := make([]*Builder, len(cfgs))
 	for i, c := range cfgs {
@@ -228,37 +229,6 @@ func FuzzStreamRequests(f *testing.F) {
 					t.Fatalf("unbounded metric label %q", lp.GetValue())
 				}
 			}
-		}
-	})
-}
-
-// FuzzEndpointMetadata checks that EndpointMetadata round-trips what the
-// builder writes and survives any metadata a data plane could receive.
-func FuzzEndpointMetadata(f *testing.F) {
-	f.Add("cell-1", 8192.0, true)
-	f.Add("", -1.0, true)
-	f.Add("c", 4294967296.0, true)
-	f.Add("c", 1.5, false)
-	f.Fuzz(func(t *testing.T, cell string, n float64, asNumber bool) {
-		v := structpb.NewStringValue(fmt.Sprint(n))
-		if asNumber {
-			v = structpb.NewNumberValue(n)
-		}
-		md := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			MetadataKey: {Fields: map[string]*structpb.Value{"cell": structpb.NewStringValue(cell), "max_model_len": v}},
-		}}
-		gotCell, gotLen := EndpointMetadata(md)
-		if gotCell != cell {
-			t.Fatalf("cell %q, want %q", gotCell, cell)
-		}
-		if gotLen != 0 && (!asNumber || float64(gotLen) != n) {
-			t.Fatalf("max_model_len %d from %v (number %v)", gotLen, n, asNumber)
-		}
-		if asNumber && n >= 1 && n <= 4294967295 && n == float64(uint32(n)) && gotLen != uint32(n) {
-			t.Fatalf("max_model_len %d, want %v", gotLen, n)
-		}
-		if c, l := EndpointMetadata(nil); c != "" || l != 0 {
-			t.Fatal("nil metadata read as non-empty")
 		}
 	})
 }

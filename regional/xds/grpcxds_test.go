@@ -14,6 +14,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	grpcxds "google.golang.org/grpc/xds"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // startBackends starts n gRPC servers on 127.0.0.1 serving the standard
@@ -65,7 +67,7 @@ func TestGRPCResolverHonoursWeights(t *testing.T) {
 		t.Skip("sends a few thousand RPCs")
 	}
 	cfg := testConfig()
-	cfg.LBPolicy = RingHash
+	cfg.LBPolicy = xdscontract.RingHash
 	ts := startServer(t, cfg)
 	backends := startBackends(t, 3)
 	const model = "meta-llama/Llama-3.1-8B-Instruct"
@@ -167,7 +169,7 @@ func TestGRPCResolverAcceptsEveryPolicy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends a few thousand RPCs")
 	}
-	for _, policy := range []LBPolicy{LeastRequest, RoundRobin, RingHash} {
+	for _, policy := range []xdscontract.LBPolicy{xdscontract.LeastRequest, xdscontract.RoundRobin, xdscontract.RingHash} {
 		t.Run(string(policy), func(t *testing.T) {
 			cfg := testConfig()
 			cfg.LBPolicy = policy
@@ -198,7 +200,7 @@ func TestGRPCResolverAcceptsEveryPolicy(t *testing.T) {
 					t.Errorf("grpc-go rejected %v %s responses", n, typ)
 				}
 			}
-			if policy != RoundRobin {
+			if policy != xdscontract.RoundRobin {
 				return // grpc-go ignores locality weights under least_request
 			}
 			got := split(t, client, 1000)

@@ -9,6 +9,8 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // placementState is a model with two local endpoints, one declaring its
@@ -32,7 +34,7 @@ func placementState() State {
 // other kinds are left out.
 func numbers(md *core.Metadata) map[string]float64 {
 	out := map[string]float64{}
-	for k, v := range md.GetFilterMetadata()[MetadataKey].GetFields() {
+	for k, v := range md.GetFilterMetadata()[xdscontract.MetadataKey].GetFields() {
 		if n, ok := v.GetKind().(*structpb.Value_NumberValue); ok {
 			out[k] = n.NumberValue
 		}
@@ -63,20 +65,20 @@ func TestBuildPlacementMetadata(t *testing.T) {
 	}
 	checkSet(t, KindEnvoy, &res.Envoy)
 	wantEP := map[string]map[string]float64{
-		"a":                    {"max_model_len": 32768, MetadataPrefillRate: 30000, MetadataMaxNumSeqs: 12, MetadataRTT: 0.4, MetadataJitter: 0.05},
+		"a":                    {"max_model_len": 32768, xdscontract.MetadataPrefillRate: 30000, xdscontract.MetadataMaxNumSeqs: 12, xdscontract.MetadataRTT: 0.4, xdscontract.MetadataJitter: 0.05},
 		"b":                    {},
 		"region/eu-west":       {},
 		"region/eu-west-short": {"max_model_len": 4096},
 	}
 	wantLoc := map[string]map[string]float64{
 		"us-east": {},
-		"eu-west": {MetadataRTT: 60, MetadataJitter: 2.5},
+		"eu-west": {xdscontract.MetadataRTT: 60, xdscontract.MetadataJitter: 2.5},
 	}
 	byName := map[string]*endpoint.ClusterLoadAssignment{}
 	for _, cla := range res.Envoy.Endpoints {
 		byName[cla.GetClusterName()] = cla
 	}
-	for _, name := range []string{ClusterName("m"), LocalClusterName("m"), ClassClusterName("m", 8192), LocalClassClusterName("m", 8192)} {
+	for _, name := range []string{xdscontract.ClusterName("m"), xdscontract.LocalClusterName("m"), xdscontract.ClassClusterName("m", 8192), xdscontract.LocalClassClusterName("m", 8192)} {
 		cla := byName[name]
 		if cla == nil {
 			t.Fatalf("no assignment %s among %d", name, len(byName))
@@ -88,7 +90,7 @@ func TestBuildPlacementMetadata(t *testing.T) {
 				t.Errorf("%s: locality %s metadata %v, want %v", name, region, got, wantLoc[region])
 			}
 			for _, lb := range loc.GetLbEndpoints() {
-				cell, _ := EndpointMetadata(lb.GetMetadata())
+				cell, _ := xdscontract.EndpointMetadata(lb.GetMetadata())
 				seen++
 				if got := numbers(lb.GetMetadata()); !sameNumbers(got, wantEP[cell]) {
 					t.Errorf("%s: endpoint %s metadata %v, want %v", name, cell, got, wantEP[cell])
@@ -99,7 +101,7 @@ func TestBuildPlacementMetadata(t *testing.T) {
 			t.Errorf("%s: no endpoint", name)
 		}
 	}
-	for _, loc := range byName[ClassClusterName("m", 8192)].GetEndpoints() {
+	for _, loc := range byName[xdscontract.ClassClusterName("m", 8192)].GetEndpoints() {
 		if loc.GetLocality().GetRegion() == "eu-west" && len(loc.GetLbEndpoints()) != 1 {
 			t.Errorf("class 8192 assignment's remote locality %v: want it cut to one endpoint", loc)
 		}
@@ -118,11 +120,11 @@ func TestBuildPlacementMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, loc := range res2.Envoy.Endpoints[0].GetEndpoints() {
-		if loc.GetLocality().GetRegion() == "eu-west" && numbers(loc.GetMetadata())[MetadataRTT] != 90 {
+		if loc.GetLocality().GetRegion() == "eu-west" && numbers(loc.GetMetadata())[xdscontract.MetadataRTT] != 90 {
 			t.Errorf("remote locality after the change: %v", numbers(loc.GetMetadata()))
 		}
 		for _, lb := range loc.GetLbEndpoints() {
-			if cell, _ := EndpointMetadata(lb.GetMetadata()); cell == "a" && numbers(lb.GetMetadata())[MetadataRTT] != 2 {
+			if cell, _ := xdscontract.EndpointMetadata(lb.GetMetadata()); cell == "a" && numbers(lb.GetMetadata())[xdscontract.MetadataRTT] != 2 {
 				t.Errorf("endpoint a after the change: %v", numbers(lb.GetMetadata()))
 			}
 		}
@@ -140,12 +142,12 @@ func TestValidatePlacementInputs(t *testing.T) {
 		{"negative rate", func(s *State) { s.Models[0].Localities[0].Endpoints[0].PrefillTokensPerSecond = -1 }},
 		{"infinite rate", func(s *State) { s.Models[0].Localities[0].Endpoints[0].PrefillTokensPerSecond = math.Inf(1) }},
 		{"absurd rate", func(s *State) {
-			s.Models[0].Localities[0].Endpoints[0].PrefillTokensPerSecond = 2 * MaxPrefillTokensPerSecond
+			s.Models[0].Localities[0].Endpoints[0].PrefillTokensPerSecond = 2 * xdscontract.MaxPrefillTokensPerSecond
 		}},
 		{"negative RTT", func(s *State) { s.Models[0].Localities[0].Endpoints[0].RTT = -time.Millisecond }},
-		{"absurd jitter", func(s *State) { s.Models[0].Localities[0].Endpoints[0].Jitter = MaxRTT + 1 }},
+		{"absurd jitter", func(s *State) { s.Models[0].Localities[0].Endpoints[0].Jitter = xdscontract.MaxRTT + 1 }},
 		{"negative locality RTT", func(s *State) { s.Models[0].Localities[1].RTT = -time.Millisecond }},
-		{"absurd locality jitter", func(s *State) { s.Models[0].Localities[1].Jitter = 2 * MaxRTT }},
+		{"absurd locality jitter", func(s *State) { s.Models[0].Localities[1].Jitter = 2 * xdscontract.MaxRTT }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := placementState()

@@ -18,6 +18,8 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // kinds lists the node kinds in snapshot order.
@@ -106,10 +108,10 @@ func (s *Server) Register(g *grpc.Server) {
 // Push builds, validates and serves st to every node kind. It returns the
 // version of the resulting snapshot, to pass to WaitForAck. A State that
 // fails validation is refused with an error wrapping ErrInvalidState (or
-// ErrInvalidResource) and the previous snapshot stays in place. A type's
-// version moves only when its content changed, so a weight change pushes
-// only EDS; a State equal to the previous one changes nothing and returns
-// the current version.
+// xdscontract.ErrInvalidResource) and the previous snapshot stays in place. A
+// type's version moves only when its content changed, so a weight change
+// pushes only EDS; a State equal to the previous one changes nothing and
+// returns the current version.
 func (s *Server) Push(st State) (string, error) {
 	s.pushMu.Lock()
 	defer s.pushMu.Unlock()
@@ -188,7 +190,7 @@ func (s *Server) prepare(st State) (*prepared, error) {
 			return nil, err
 		}
 		if err := p.snaps[i].Consistent(); err != nil {
-			return nil, fmt.Errorf("%w: %s snapshot is not consistent: %w", ErrInvalidResource, k, err)
+			return nil, fmt.Errorf("%w: %s snapshot is not consistent: %w", xdscontract.ErrInvalidResource, k, err)
 		}
 	}
 	return p, nil

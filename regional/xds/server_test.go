@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // testTimeout bounds every wait on a loopback event; reaching it is a failure.
@@ -128,7 +130,7 @@ func assignments(t *testing.T, rs []*anypb.Any) map[string]map[string]uint32 {
 		w := make(map[string]uint32)
 		for _, l := range cla.GetEndpoints() {
 			for _, e := range l.GetLbEndpoints() {
-				w[e.GetMetadata().GetFilterMetadata()[MetadataKey].GetFields()["cell"].GetStringValue()] = e.GetLoadBalancingWeight().GetValue()
+				w[e.GetMetadata().GetFilterMetadata()[xdscontract.MetadataKey].GetFields()["cell"].GetStringValue()] = e.GetLoadBalancingWeight().GetValue()
 			}
 		}
 		out[cla.GetClusterName()] = w
@@ -169,7 +171,7 @@ func TestADSClientReceivesWeightsAndUpdates(t *testing.T) {
 	}
 	want1 := setSize(State{Models: []Model{m}})
 	got := assignments(t, eds.fetch())
-	if w := got[ClusterName("m")]; len(got) != want1 || w["c1"] != 1 || w["c2"] != 2 || w["c3"] != 5 || len(w) != 3 {
+	if w := got[xdscontract.ClusterName("m")]; len(got) != want1 || w["c1"] != 1 || w["c2"] != 2 || w["c3"] != 5 || len(w) != 3 {
 		t.Fatalf("first assignment = %v, want %d assignments, main c1:1 c2:2 c3:5", got, want1)
 	}
 	if err := eds.c.Ack(); err != nil {
@@ -191,7 +193,7 @@ func TestADSClientReceivesWeightsAndUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = assignments(t, eds.fetch())
-	if w := got[ClusterName("m")]; len(w) != 2 || w["c1"] != 4 || w["c3"] != 5 {
+	if w := got[xdscontract.ClusterName("m")]; len(w) != 2 || w["c1"] != 4 || w["c3"] != 5 {
 		t.Fatalf("second assignment = %v, want c1:4 c3:5", got)
 	}
 	if err := eds.c.Ack(); err != nil {
@@ -264,7 +266,7 @@ func TestADSClientNackIsCountedLoggedOnceAndNotResent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := assignments(t, eds.fetch())[ClusterName("m")]["c1"]; w != 7 {
+	if w := assignments(t, eds.fetch())[xdscontract.ClusterName("m")]["c1"]; w != 7 {
 		t.Fatalf("response after NACK has weight %d, want the new 7 (the rejected version was resent)", w)
 	}
 	// Reject v2 as well, then a second NACK of the same version (the client
@@ -280,7 +282,7 @@ func TestADSClientNackIsCountedLoggedOnceAndNotResent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := assignments(t, eds.fetch())[ClusterName("m")]["c1"]; w != 8 {
+	if w := assignments(t, eds.fetch())[xdscontract.ClusterName("m")]["c1"]; w != 8 {
 		t.Fatalf("weight %d, want 8", w)
 	}
 	if err := eds.c.Ack(); err != nil {
@@ -415,8 +417,8 @@ func TestNodeKindsGetTheirSets(t *testing.T) {
 		return out
 	}
 	envoyLDS := newADSClient(t, conn, &core.Node{Id: "envoy-1", UserAgentName: "envoy"}, resource.ListenerType)
-	if got := names(envoyLDS.fetch()); len(got) != 1 || got[0] != ListenerName {
-		t.Errorf("envoy node got listeners %v, want [%s]", got, ListenerName)
+	if got := names(envoyLDS.fetch()); len(got) != 1 || got[0] != xdscontract.ListenerName {
+		t.Errorf("envoy node got listeners %v, want [%s]", got, xdscontract.ListenerName)
 	}
 	grpcLDS := newADSClient(t, conn, &core.Node{Id: "whatever-id", UserAgentName: "gRPC Go"}, resource.ListenerType)
 	got := names(grpcLDS.fetch())
@@ -492,7 +494,7 @@ func TestDeltaStreamIsServedAndCounted(t *testing.T) {
 	if err := stream.Send(&discovery.DeltaDiscoveryRequest{
 		Node:                   gatewayNode("delta"),
 		TypeUrl:                resource.EndpointType,
-		ResourceNamesSubscribe: []string{ClusterName("m")},
+		ResourceNamesSubscribe: []string{xdscontract.ClusterName("m")},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +502,7 @@ func TestDeltaStreamIsServedAndCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.GetResources()) != 1 || resp.GetResources()[0].GetName() != ClusterName("m") {
+	if len(resp.GetResources()) != 1 || resp.GetResources()[0].GetName() != xdscontract.ClusterName("m") {
 		t.Fatalf("delta response = %v", resp.GetResources())
 	}
 	if n := metricValue(t, ts.xds.m.streams); n != 1 {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Endpoint is one serving address of a model: a local cell, or later a remote
@@ -25,12 +27,12 @@ type Endpoint struct {
 	// Weight is the load-balancing weight, at least 1. To drain an endpoint,
 	// remove it.
 	Weight uint32
-	// ClassWeight, when not 0, is the endpoint's weight in the
-	// context-class clusters it fits (ClassClusterName), Weight staying its
+	// ClassWeight, when not 0, is the endpoint's weight in the context-class
+	// clusters it fits (xdscontract.ClassClusterName), Weight staying its
 	// weight in the model's main and local clusters. A cell whose
-	// max_model_len is below its model's longest takes only the lowest
-	// weight in the main cluster, which carries requests of unknown size,
-	// and its capacity weight in the classes whose prompts it holds.
+	// max_model_len is below its model's longest takes only the lowest weight
+	// in the main cluster, which carries requests of unknown size, and its
+	// capacity weight in the classes whose prompts it holds.
 	ClassWeight uint32
 	// ProbeBudget, when not 0, marks an endpoint on probation after an
 	// error-rate penalty, published only for a bounded probe slot: a data
@@ -50,7 +52,7 @@ type Endpoint struct {
 	// PrefillTokensPerSecond is the engine's prefill throughput in prompt
 	// tokens per second (its capacity class), carried in
 	// filter_metadata["isobar"]["prefill_tokens_per_s"]; 0 means unknown
-	// and is left out. At most MaxPrefillTokensPerSecond.
+	// and is left out. At most xdscontract.MaxPrefillTokensPerSecond.
 	PrefillTokensPerSecond float64
 	// MaxNumSeqs is the engine's running-batch cap (vLLM --max-num-seqs),
 	// carried in filter_metadata["isobar"]["max_num_seqs"]; 0 means unknown
@@ -60,16 +62,9 @@ type Endpoint struct {
 	// the endpoint and Jitter its jitter (one standard deviation), carried
 	// in filter_metadata["isobar"]["rtt_ms"] and ["jitter_ms"] in
 	// milliseconds, to the microsecond. 0 (or under a microsecond) means
-	// unknown and is left out. Each at most MaxRTT.
+	// unknown and is left out. Each at most xdscontract.MaxRTT.
 	RTT, Jitter time.Duration
 }
-
-// Bounds of the placement inputs of an Endpoint or Locality: far above any
-// real value; a larger one is refused as corrupt.
-const (
-	MaxPrefillTokensPerSecond = 1e9
-	MaxRTT                    = time.Hour
-)
 
 // Locality is a group of endpoints sharing a locality weight and priority.
 type Locality struct {
@@ -84,11 +79,11 @@ type Locality struct {
 	Priority uint32
 	// Endpoints are the serving addresses.
 	Endpoints []Endpoint
-	// RTT and Jitter are the measured round trip from the region's data
-	// plane to the locality (a remote region's ingress) and its jitter,
-	// carried in the locality's filter_metadata["isobar"]["rtt_ms"] and
-	// ["jitter_ms"], for endpoints that carry none of their own; as on
-	// Endpoint, 0 means unknown and is left out. Each at most MaxRTT.
+	// RTT and Jitter are the measured round trip from the region's data plane
+	// to the locality (a remote region's ingress) and its jitter, carried in
+	// the locality's filter_metadata["isobar"]["rtt_ms"] and ["jitter_ms"],
+	// for endpoints that carry none of their own; as on Endpoint, 0 means
+	// unknown and is left out. Each at most xdscontract.MaxRTT.
 	RTT, Jitter time.Duration
 }
 
@@ -176,7 +171,7 @@ func canonicalize(cfg *Config, st State, memo map[string]*modelEntry, sc *scratc
 	seen := make(map[string]struct{}, len(st.Models))
 	for i := range st.Models {
 		m := &st.Models[i]
-		if err := checkName("name", m.Name); err != nil {
+		if err := xdscontract.CheckName("name", m.Name); err != nil {
 			p.addf("model #%d: %v", i, err)
 			continue
 		}
@@ -268,11 +263,11 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 			}
 		}
 		where := locality{m.Name, l.Region, l.Zone, l.Priority}
-		if err := checkName("region", l.Region); err != nil {
+		if err := xdscontract.CheckName("region", l.Region); err != nil {
 			p.addf("%s: %v", where, err)
 		}
 		if l.Zone != "" {
-			if err := checkName("zone", l.Zone); err != nil {
+			if err := xdscontract.CheckName("zone", l.Zone); err != nil {
 				p.addf("%s: %v", where, err)
 			}
 		}
@@ -314,14 +309,14 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 				p.addf("%s: cell %q: weight 0; weights start at 1, remove the endpoint to drain it", where, e.CellID)
 			}
 			// !(x >= 0) also catches NaN.
-			if !(e.PrefillTokensPerSecond >= 0) || e.PrefillTokensPerSecond > MaxPrefillTokensPerSecond {
+			if !(e.PrefillTokensPerSecond >= 0) || e.PrefillTokensPerSecond > xdscontract.MaxPrefillTokensPerSecond {
 				p.addf("%s: cell %q: prefill rate %v is out of range; use 0 (unknown) or tokens per second up to %g",
-					where, e.CellID, e.PrefillTokensPerSecond, float64(MaxPrefillTokensPerSecond))
+					where, e.CellID, e.PrefillTokensPerSecond, float64(xdscontract.MaxPrefillTokensPerSecond))
 			}
 			if err := checkRTT(e.RTT, e.Jitter); err != nil {
 				p.addf("%s: cell %q: %v", where, e.CellID, err)
 			}
-			if err := checkName("cell id", e.CellID); err != nil {
+			if err := xdscontract.CheckName("cell id", e.CellID); err != nil {
 				p.addf("%s: endpoint %s: %v", where, e.Host, err)
 			} else if _, dup := cells[e.CellID]; dup {
 				p.addf("%s: cell %q: listed twice in the model", where, e.CellID)
@@ -376,10 +371,10 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 	return cm, true
 }
 
-// checkRTT checks a round trip and its jitter: each in [0, MaxRTT].
+// checkRTT checks a round trip and its jitter: each in [0, xdscontract.MaxRTT].
 func checkRTT(rtt, jitter time.Duration) error {
-	if rtt < 0 || rtt > MaxRTT || jitter < 0 || jitter > MaxRTT {
-		return fmt.Errorf("RTT %v or jitter %v is out of range; use durations in [0, %v] (0: unknown)", rtt, jitter, MaxRTT)
+	if rtt < 0 || rtt > xdscontract.MaxRTT || jitter < 0 || jitter > xdscontract.MaxRTT {
+		return fmt.Errorf("RTT %v or jitter %v is out of range; use durations in [0, %v] (0: unknown)", rtt, jitter, xdscontract.MaxRTT)
 	}
 	return nil
 }

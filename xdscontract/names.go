@@ -1,0 +1,41 @@
+package xdscontract
+
+import "strconv"
+
+// Resource names of the Envoy set. The proxyless gRPC set has one Listener
+// per model, named after the model (see GRPCListenerName).
+const (
+	// ListenerName is the name of the Envoy HTTP listener.
+	ListenerName = "isobar_http"
+	// RouteName is the name of the RouteConfiguration that the Envoy
+	// listener loads over RDS, and that a data plane serves from.
+	RouteName = "isobar_models"
+)
+
+// ClusterName is the name of the Cluster (and of its ClusterLoadAssignment)
+// that serves model: every endpoint, local and remote.
+func ClusterName(model string) string { return "isobar/" + model }
+
+// LocalClusterName is the Envoy-only cluster of model's local endpoints
+// (the localities of the server's own region). Requests carrying the hop
+// header go there. It is always present, empty when no local endpoint
+// serves the model.
+func LocalClusterName(model string) string { return ClusterName(model) + "/local" }
+
+// ClassClusterName is the Envoy-only cluster of model's endpoints, local and
+// remote, whose max_model_len is at least tokens (or unknown). It is present
+// only when it has an endpoint.
+func ClassClusterName(model string, tokens uint32) string {
+	return ClusterName(model) + "/ctx-" + strconv.FormatUint(uint64(tokens), 10)
+}
+
+// LocalClassClusterName is the Envoy-only cluster of model's local endpoints
+// whose max_model_len is at least tokens (or unknown), for forwarded
+// traffic. It is present only when it has an endpoint.
+func LocalClassClusterName(model string, tokens uint32) string {
+	return LocalClusterName(model) + "/ctx-" + strconv.FormatUint(uint64(tokens), 10)
+}
+
+// GRPCListenerName is the Listener name a proxyless gRPC client subscribes
+// to when it dials "xds:///" + model: the model name itself.
+func GRPCListenerName(model string) string { return model }

@@ -1,0 +1,87 @@
+package xdscontract
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+func TestValidateDeepLooksInsideAny(t *testing.T) {
+	// An HttpConnectionManager without stat_prefix or route specifier:
+	// ValidateAll on the Listener passes, because it stops at the Any.
+	bad, err := anypb.New(&hcm.HttpConnectionManager{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &listener.Listener{Name: "x", ApiListener: &listener.ApiListener{ApiListener: bad}}
+	if err := l.ValidateAll(); err != nil {
+		t.Fatalf("precondition: Listener.ValidateAll = %v, want nil", err)
+	}
+	if err := ValidateDeep(l); !errors.Is(err, ErrInvalidResource) || !strings.Contains(err.Error(), "HttpConnectionManager") {
+		t.Fatalf("validateDeep = %v, want the HttpConnectionManager refused", err)
+	}
+	// An Any two levels down: a router filter whose config is a bad Router.
+	badRouter, _ := anypb.New(&router.Router{SuppressEnvoyHeaders: true, UpstreamHttpFilters: []*hcm.HttpFilter{{}}})
+	m := &hcm.HttpConnectionManager{StatPrefix: "s", RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{}},
+		HttpFilters: []*hcm.HttpFilter{{Name: wellknown.Router, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: badRouter}}}}
+	if err := m.ValidateAll(); err != nil {
+		t.Fatalf("precondition: HCM.ValidateAll = %v, want nil", err)
+	}
+	if err := ValidateDeep(m); err == nil {
+		t.Fatal("validateDeep passed a Router with an unnamed upstream filter")
+	}
+	// An Any of a type nobody linked in is refused.
+	unknown := &anypb.Any{TypeUrl: "type.googleapis.com/no.such.Type", Value: []byte{1}}
+	l2 := &listener.Listener{Name: "x", ApiListener: &listener.ApiListener{ApiListener: unknown}}
+	if err := ValidateDeep(l2); !errors.Is(err, ErrInvalidResource) {
+		t.Fatalf("validateDeep(unknown Any) = %v", err)
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+	}{
+		{"us-east", ""},
+		{"meta-llama/Llama-3.1-8B-Instruct", ""},
+		{"", "Region is empty"},
+		{"a b", "visible ASCII"},
+		{"caf\xc3\xa9", "contains byte 0xc3"},
+		{strings.Repeat("x", MaxNameLen), ""},
+		{strings.Repeat("x", MaxNameLen+1), "longer than 256 bytes"},
+	} {
+		err := CheckName("Region", tc.in)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("CheckName(%q) = %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestCheckHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		model, hop, want string
+	}{
+		{DefaultModelHeader, DefaultHopHeader, ""},
+		{"x_model.v2", "hop", ""},
+		{"X-Model", DefaultHopHeader, `ModelHeader "X-Model" is not a valid header name`},
+		{DefaultModelHeader, "x-hop!", `HopHeader "x-hop!" is not a valid header name`},
+		{":path", DefaultHopHeader, "not a valid header name"},
+		{"", DefaultHopHeader, "ModelHeader is empty"},
+		{DefaultModelHeader, strings.Repeat("h", MaxNameLen+1), "HopHeader is longer"},
+		{DefaultModelHeader, DefaultModelHeader, "must differ"},
+		{PromptTokensHeader, DefaultHopHeader, "reserved for context-class routing"},
+		{DefaultModelHeader, "content-length", "reserved for context-class routing"},
+	} {
+		err := CheckHeaders(tc.model, tc.hop)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("CheckHeaders(%q, %q) = %v, want %q", tc.model, tc.hop, err, tc.want)
+		}
+	}
+}
