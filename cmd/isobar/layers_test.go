@@ -13,7 +13,11 @@ const module = "github.com/isobar-mesh/isobar"
 
 // TestLayers enforces the dependency rules of HOUSE_STYLE.md: pure packages
 // do no I/O, leaves import nothing of ours, roles do not reach into each
-// other, and only cmd and lab wire concrete roles together.
+// other, and only cmd and lab wire concrete roles together. The xDS contract
+// the regional controller and the gateway share is a leaf of its own,
+// xdscontract, so no package under gateway depends, even transitively, on
+// any package under regional (issue 14); likewise the optimiser both tiers
+// use is a leaf, optimize, so regional names no global package.
 func TestLayers(t *testing.T) {
 	out, err := exec.Command("go", "list", "-json", module+"/...").Output()
 	if err != nil {
@@ -22,6 +26,7 @@ func TestLayers(t *testing.T) {
 	type pkg struct {
 		ImportPath string
 		Imports    []string
+		Deps       []string
 	}
 	var pkgs []pkg
 	dec := json.NewDecoder(strings.NewReader(string(out)))
@@ -36,7 +41,7 @@ func TestLayers(t *testing.T) {
 	}
 	pure := map[string]bool{
 		"regional/score": true, "regional/lifecycle": true, "regional/projection": true, "regional/capacity": true,
-		"optimize": true, "summary": true,
+		"optimize": true, "summary": true, "xdscontract": true,
 	}
 	ioImports := []string{"net", "net/http", "os", "log/slog", "google.golang.org/grpc", "github.com/prometheus/client_golang/prometheus"}
 	// forbidden[a] lists packages a must not import (prefix match).
@@ -58,19 +63,21 @@ func TestLayers(t *testing.T) {
 		"summary":        {module + "/regional", module + "/global", module + "/election", module + "/sim", module + "/cellagent", module + "/gateway", module + "/lab"},
 		"election":       {module + "/"},
 		"optimize":       {module + "/"},
+		"xdscontract":    {module + "/"},
 		"sim":            others("/sim"),
 		"cellagent":      others("/cellagent"),
 		"regional":       others("/regional"),
 		"global":         others("/global"),
 		"gateway":        others("/gateway", "/election"),
 	}
-	// allowed overrides forbidden: the xDS resource names the gateway
-	// still takes from regional/xds (to be split into a package of its
-	// own). The optimiser both tiers use is a leaf of its own, optimize/,
-	// so regional needs nothing of global.
-	allowed := map[string][]string{
-		"gateway": {module + "/regional/xds"},
+	// forbiddenDeps[a] lists the trees (a package and every package under
+	// it) that a must not depend on, even transitively: go list's Deps, the
+	// non-test dependencies.
+	forbiddenDeps := map[string][]string{
+		"gateway":     {module + "/regional"},
+		"xdscontract": {module},
 	}
+	under := func(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
 	for _, p := range pkgs {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
 		switch path.Base(rel) {
@@ -90,15 +97,20 @@ func TestLayers(t *testing.T) {
 					continue
 				}
 				for _, bad := range rules {
-					if !strings.HasPrefix(imp, bad) || strings.HasPrefix(imp, module+"/"+rel) {
-						continue
-					}
-					ok := false
-					for _, a := range allowed[prefix] {
-						ok = ok || imp == a || strings.HasPrefix(imp, a+"/")
-					}
-					if !ok {
+					if strings.HasPrefix(imp, bad) && !strings.HasPrefix(imp, module+"/"+rel) {
 						t.Errorf("%s imports %s", rel, imp)
+					}
+				}
+			}
+		}
+		for prefix, rules := range forbiddenDeps {
+			if rel != prefix && !strings.HasPrefix(rel, prefix+"/") {
+				continue
+			}
+			for _, dep := range p.Deps {
+				for _, bad := range rules {
+					if under(dep, bad) && !under(dep, module+"/"+rel) {
+						t.Errorf("%s depends on %s", rel, dep)
 					}
 				}
 			}
