@@ -130,9 +130,12 @@ type state struct {
 	lifecycle   isobarpb.LifecycleState
 	reason      string
 	rearmBudget bool
-	lastVLLMOK  bool
-	lastDCGMOK  bool
-	lastScrape  time.Time
+	// healthTimeouts counts the consecutive /health probes that timed out
+	// while the engine was still counted reachable (Config.HealthTimeouts).
+	healthTimeouts int
+	lastVLLMOK     bool
+	lastDCGMOK     bool
+	lastScrape     time.Time
 }
 
 func (s *state) signals() Signals { return s.app.mergeHardware(s.hw) }
@@ -519,6 +522,21 @@ func (a *Agent) applyHealthLocked(hp engineProbe) {
 	prev := a.st.engine
 	if hp.seq < prev.seq {
 		return
+	}
+	if !hp.timedOut {
+		a.st.healthTimeouts = 0
+	} else if prev.reachable() {
+		a.st.healthTimeouts++
+		if a.st.healthTimeouts < a.cfg.HealthTimeouts {
+			// Tolerated: the engine answered the probe before; keep its
+			// phase until HealthTimeouts probes in a row go unanswered.
+			a.log.Warn("engine health probe timed out; the engine still counts as up",
+				"reason", hp.reason, "consecutive", a.st.healthTimeouts, "down_at", a.cfg.HealthTimeouts)
+			a.m.healthTimeouts.Inc()
+			prev.seq = hp.seq
+			a.st.engine = prev
+			return
+		}
 	}
 	a.st.engine = hp
 	if hp.reachable() {

@@ -18,9 +18,11 @@ import (
 // Defaults of Config. They are exported so that command-line help and other
 // packages (the lab) can show and reuse them.
 const (
-	DefaultInterval        = 500 * time.Millisecond
-	DefaultWindow          = 10 * time.Second
-	DefaultScrapeTimeout   = time.Second
+	DefaultInterval      = 500 * time.Millisecond
+	DefaultWindow        = 10 * time.Second
+	DefaultScrapeTimeout = time.Second
+	// DefaultHealthTimeouts is Config.HealthTimeouts' default.
+	DefaultHealthTimeouts  = 3
 	DefaultMaxBodyBytes    = 8 << 20
 	DefaultShutdownTimeout = 2 * time.Second
 	DefaultBackoffMin      = 100 * time.Millisecond
@@ -99,9 +101,18 @@ type Config struct {
 	// request rate are computed from counter deltas. Default 10s.
 	Window time.Duration
 	// ScrapeTimeout bounds each HTTP request (metrics, /health, /v1/models,
-	// dcgm). Default 1s. A /health probe that times out marks the engine
-	// FAILED.
+	// dcgm). Default 1s. See HealthTimeouts for a /health probe that times
+	// out.
 	ScrapeTimeout time.Duration
+	// HealthTimeouts is how many consecutive /health probes must time out
+	// before an engine that answered the probe before them counts as down
+	// (FAILED), as a liveness probe's failure threshold: a busy engine or
+	// a loaded machine can miss one deadline, and one miss taking a
+	// healthy cell out of the routes costs more than a hung engine served
+	// a few seconds longer. A refused or reset connection (a dead engine)
+	// counts at once, and so does a timeout when the engine was not
+	// answering already. Default 3; 1 makes every timeout count.
+	HealthTimeouts int
 	// MaxBodyBytes caps each response body read. Default 8 MiB.
 	MaxBodyBytes int64
 	// CompletionHandlers are the http_requests_total handler label values
@@ -191,6 +202,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ScrapeTimeout == 0 {
 		c.ScrapeTimeout = DefaultScrapeTimeout
+	}
+	if c.HealthTimeouts == 0 {
+		c.HealthTimeouts = DefaultHealthTimeouts
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
@@ -287,6 +301,9 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		return fieldErr("ShutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)
+	}
+	if c.HealthTimeouts < 0 {
+		return fieldErr("HealthTimeouts", "must be at least 1, got %d", c.HealthTimeouts)
 	}
 	if c.StartupGrace < 0 {
 		return fieldErr("StartupGrace", "must not be negative, got %v", c.StartupGrace)

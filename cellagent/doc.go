@@ -42,8 +42,11 @@
 // # Lifecycle and engine death
 //
 // /health answering 200 is READY, any other answer LOADING, and an engine
-// that refuses or resets the connection, or whose /health times out, FAILED
-// with the reason. A controller DRAIN command reports DRAINING until
+// that refuses or resets the connection FAILED with the reason. A /health
+// that times out is FAILED too, but an engine that was answering gets
+// Config.HealthTimeouts (default 3) consecutive timeouts first: a busy
+// engine or a loaded machine can miss one deadline (each tolerated miss is
+// logged and counted). A controller DRAIN command reports DRAINING until
 // UNDRAIN (FAILED still wins). Config.StartupGrace optionally reports an
 // engine that has never been reachable as LOADING for a while, since vLLM
 // only listens once its model is loaded.

@@ -110,9 +110,10 @@ func (p enginePhase) String() string {
 
 // engineProbe is the result of one /health probe.
 type engineProbe struct {
-	phase  enginePhase
-	reason string
-	seq    uint64 // order in which probes started; a later one wins
+	phase    enginePhase
+	reason   string
+	seq      uint64 // order in which probes started; a later one wins
+	timedOut bool   // the probe got no answer within the timeout
 }
 
 // reachable reports whether the engine's port answered.
@@ -123,7 +124,7 @@ func (p engineProbe) reachable() bool { return p.phase == phaseUp || p.phase == 
 func classifyHealth(status int, err error, timeout time.Duration) engineProbe {
 	switch {
 	case err != nil && isTimeout(err):
-		return engineProbe{phase: phaseDown, reason: fmt.Sprintf("health probe timed out after %v", timeout)}
+		return engineProbe{phase: phaseDown, reason: fmt.Sprintf("health probe timed out after %v", timeout), timedOut: true}
 	case err != nil:
 		return engineProbe{phase: phaseDown, reason: "engine unreachable: " + describeNetErr(err)}
 	case status == http.StatusOK:

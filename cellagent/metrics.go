@@ -28,6 +28,7 @@ type metrics struct {
 	reconnects     prometheus.Counter
 	commands       *prometheus.CounterVec
 	engineEvents   *prometheus.CounterVec
+	healthTimeouts prometheus.Counter
 	state          *prometheus.GaugeVec
 }
 
@@ -76,6 +77,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "isobar_cellagent_engine_watch_events_total",
 			Help: "Events of the persistent engine connection (closed, reset, dial_failed) that triggered an immediate health probe.",
 		}, []string{"event"}),
+		healthTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_cellagent_health_timeouts_tolerated_total",
+			Help: "Engine /health probes that timed out while the engine still counted as up (fewer in a row than --health-timeouts).",
+		}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "isobar_cellagent_lifecycle_state",
 			Help: "1 for the lifecycle state the agent reports, 0 for the others.",
@@ -90,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var errs []error
 	for _, c := range []prometheus.Collector{
 		m.scrapes, m.scrapeDuration, m.invalidValues, m.sourceUp, m.windowRestarts,
-		m.heartbeatsSent, m.refused, m.reconnects, m.commands, m.engineEvents, m.state,
+		m.heartbeatsSent, m.refused, m.reconnects, m.commands, m.engineEvents, m.healthTimeouts, m.state,
 	} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)

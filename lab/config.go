@@ -82,7 +82,7 @@ type Config struct {
 	// (the default) serves none. Needs mTLS: refused with Insecure.
 	AdminListen string
 	// Fast shortens every control-loop timer (tests): heartbeats 200 ms
-	// (TTL 800 ms), summaries and plans 200 ms, leases 2 s; the summary's
+	// (TTL 2 s), summaries and plans 200 ms, leases 2 s; the summary's
 	// capacity stays at the prior (no measurement counts).
 	Fast bool
 }

@@ -559,7 +559,14 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	rc.Listen, rc.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
 	rc.HeartbeatInterval, rc.TTLGrace = cfg.HeartbeatInterval, cfg.HeartbeatInterval
 	if cfg.Fast {
-		rc.TTLGrace = 3 * cfg.HeartbeatInterval // short heartbeats, tolerant of a loaded machine
+		// Short heartbeats, and a TTL (2 s) a loaded machine cannot reach
+		// by starving a goroutine: under -race on two busy cores the
+		// tests saw heartbeats 850–910 ms apart, which a TTL of 4
+		// intervals (800 ms) turned into cells flapping to Failed and
+		// back. An engine death is still reported at once (the agent's
+		// watch, the stream's break), so only silent-agent drills wait
+		// for it.
+		rc.TTLGrace = 2*time.Second - cfg.HeartbeatInterval
 	}
 	rc.Global.IngressAddress = gwLn.Addr().String()
 	// The capacity prior: the profile's knee is ~1.3 RPS per cell in real

@@ -32,6 +32,7 @@ func cellagentFlagOf() map[string]string {
 		"ScrapeInterval":     "--scrape-interval",
 		"Window":             "--window",
 		"ScrapeTimeout":      "--scrape-timeout",
+		"HealthTimeouts":     "--health-timeouts",
 		"MaxBodyBytes":       "--max-body-bytes",
 		"CompletionHandlers": "--completion-handlers",
 		"StartupGrace":       "--startup-grace",
@@ -103,6 +104,7 @@ report says so); 2 for a bad command line.`,
 	fl.DurationVar(&f.cfg.ScrapeInterval, "scrape-interval", 0, "scrape period (default: --interval)")
 	fl.DurationVar(&f.cfg.Window, "window", cellagent.DefaultWindow, "sliding window for TTFT P95, error rate and request rate")
 	fl.DurationVar(&f.cfg.ScrapeTimeout, "scrape-timeout", cellagent.DefaultScrapeTimeout, "timeout of each scrape and /health probe")
+	fl.IntVar(&f.cfg.HealthTimeouts, "health-timeouts", cellagent.DefaultHealthTimeouts, "consecutive /health probes that must time out before an engine that was answering counts as down (a refused or reset connection counts at once)")
 	fl.Int64Var(&f.cfg.MaxBodyBytes, "max-body-bytes", cellagent.DefaultMaxBodyBytes, "cap on each scraped response body")
 	fl.StringSliceVar(&f.cfg.CompletionHandlers, "completion-handlers", cellagent.DefaultCompletionHandlers(), "http_requests_total handler values counted for the error rate")
 	fl.DurationVar(&f.cfg.StartupGrace, "startup-grace", 0, "report an engine that was never reachable as LOADING, not FAILED, for this long (vLLM listens only once its model is loaded)")
