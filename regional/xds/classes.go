@@ -41,7 +41,8 @@ func (f subFilter) names(model string) (name, alt string) {
 
 // buildSubClusters rebuilds e's Envoy-only clusters from m and e's freshly
 // built main assignment: the local cluster (always), then the class
-// clusters and the local class clusters that have an endpoint. Their
+// clusters and the local class clusters that have an endpoint or had one
+// (see below). Their
 // assignments share the main assignment's LbEndpoints, and a locality kept
 // whole at the same priority is shared too.
 func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry) error {
@@ -52,16 +53,33 @@ func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry) error {
 	filters := make([]subFilter, 0, 1+2*len(sizes))
 	filters = append(filters, subFilter{local: true})
 	var classes, localClasses uint32
+	// A class cluster exists once the class has had an endpoint, and then
+	// stays, empty or not, for as long as the class does (classSizes): a
+	// data plane that gets the CDS update before the RDS update still
+	// finds every cluster a route it holds names (an empty one answers
+	// "no healthy upstream", as the main cluster would, never "cluster
+	// not found"). The masks say which classes have an endpoint now: only
+	// those get routes.
+	keep := func(f subFilter) bool {
+		name, _ := f.names(m.name)
+		return e.subClusters[name] != nil
+	}
 	for i, n := range sizes {
-		if b.anyEndpoint(m, subFilter{class: n}) {
+		f := subFilter{class: n}
+		if b.anyEndpoint(m, f) {
 			classes |= 1 << i
-			filters = append(filters, subFilter{class: n})
+			filters = append(filters, f)
+		} else if keep(f) {
+			filters = append(filters, f)
 		}
 	}
 	for i, n := range sizes {
-		if b.anyEndpoint(m, subFilter{local: true, class: n}) {
+		f := subFilter{local: true, class: n}
+		if b.anyEndpoint(m, f) {
 			localClasses |= 1 << i
-			filters = append(filters, subFilter{local: true, class: n})
+			filters = append(filters, f)
+		} else if keep(f) {
+			filters = append(filters, f)
 		}
 	}
 	clusters := make([]*cluster.Cluster, 0, 1+len(filters))

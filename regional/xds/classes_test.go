@@ -481,3 +481,43 @@ func TestDeclaredClassStays(t *testing.T) {
 		t.Errorf("1000 tokens routed to %s, want the kept class 1024", got)
 	}
 }
+
+// Make-before-break: once a class cluster has existed it stays while its
+// class does, even after every endpoint that fitted it left, so a data
+// plane that applies the new CDS before the new RDS never holds a route
+// naming a cluster it no longer has. The routes stop naming it at once.
+func TestClassClustersOutliveTheirEndpoints(t *testing.T) {
+	b := mustBuilder(t, testConfig())
+	first, err := b.Build(classState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, r := range first.Envoy.Routes[0].GetVirtualHosts()[0].GetRoutes() {
+		if c := r.GetRoute().GetCluster(); c != "" {
+			named[c] = true
+		}
+	}
+	// Every cell out: the model stays with no locality.
+	res, err := b.Build(State{Models: []Model{{Name: "m"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, KindEnvoy, &res.Envoy)
+	for c := range named {
+		if clusterByName(&res.Envoy, c) == nil || claByName(&res.Envoy, c) == nil {
+			t.Errorf("cluster %s, named by the previous routes, is gone", c)
+		}
+	}
+	for _, r := range res.Envoy.Routes[0].GetVirtualHosts()[0].GetRoutes() {
+		if c := r.GetRoute().GetCluster(); c != "" && c != xdscontract.ClusterName("m") && c != xdscontract.LocalClusterName("m") {
+			if cla := claByName(&res.Envoy, c); len(cla.GetEndpoints()) == 0 {
+				t.Errorf("route %q names the empty class cluster %s; want the main cluster", r.GetName(), c)
+			}
+		}
+	}
+	// A class no endpoint ever fitted still has no cluster.
+	if c := xdscontract.LocalClassClusterName("m", 131072); clusterByName(&res.Envoy, c) != nil {
+		t.Errorf("%s never had an endpoint, yet is present", c)
+	}
+}

@@ -27,7 +27,9 @@
 //     and per context class N of Config.ContextClasses ClassClusterName
 //     (endpoints whose max_model_len is >= N or unknown, local and remote)
 //     and LocalClassClusterName (the same, local only). A class cluster
-//     with no endpoint is left out. Filtered localities keep their weights;
+//     that never had an endpoint is left out; once it has had one it
+//     stays, empty or not, while its class does (make-before-break: a
+//     route a data plane still holds never names a missing cluster). Filtered localities keep their weights;
 //     emptied ones are dropped and priorities renumbered without gaps.
 //     Proxyless gRPC nodes get, per model, an api_listener named after the
 //     model with the route inlined, and the main Clusters and
