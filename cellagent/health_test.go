@@ -29,8 +29,12 @@ func TestHealthTimeoutsThreshold(t *testing.T) {
 		return a.st.engine.phase
 	}
 	up := func() engineProbe { return classifyHealth(200, nil, 0) }
-	timeout := func() engineProbe { return engineProbe{phase: phaseDown, reason: "health probe timed out after 1s", timedOut: true} }
-	refused := func() engineProbe { return engineProbe{phase: phaseDown, reason: "engine unreachable: connection refused"} }
+	timeout := func() engineProbe {
+		return engineProbe{phase: phaseDown, reason: "health probe timed out after 1s", timedOut: true}
+	}
+	refused := func() engineProbe {
+		return engineProbe{phase: phaseDown, reason: "engine unreachable: connection refused"}
+	}
 
 	// Never answered yet: a timeout counts at once.
 	if got := apply(timeout()); got != phaseDown {
