@@ -27,6 +27,7 @@ FUZZ_TARGETS := \
 	./regional/gossip:FuzzReceive \
 	./regional/gossip:FuzzDecodeMeta \
 	./optimize:FuzzSolve \
+	./optimize:FuzzParseInput \
 	./regional:FuzzPlanTable \
 	./global:FuzzAcceptSummary \
 	./regional/xds:FuzzBuild \
@@ -37,7 +38,6 @@ FUZZ_TARGETS := \
 	./gateway:FuzzRouteMatch \
 	./chaos:FuzzParseScenario \
 	./chaos:FuzzDecodeFault \
-	./cmd/isobar:FuzzGlobalPlanInput \
 	./cmd/isobar:FuzzStatusAnswers \
 	./election:FuzzCheckEndpoint \
 	./election:FuzzPrefixAndFence \
