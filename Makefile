@@ -38,7 +38,7 @@ FUZZ_TARGETS := \
 	./gateway:FuzzRouteMatch \
 	./chaos:FuzzParseScenario \
 	./chaos:FuzzDecodeFault \
-	./cmd/isobar:FuzzStatusAnswers \
+	./statusview:FuzzAnswers \
 	./election:FuzzCheckEndpoint \
 	./election:FuzzPrefixAndFence \
 	./certs:FuzzParseIdentity \

@@ -69,6 +69,10 @@ func TestLayers(t *testing.T) {
 		"regional":       others("/regional"),
 		"global":         others("/global"),
 		"gateway":        others("/gateway", "/election"),
+		// The status client reads the regional and global debug APIs in
+		// their own types; it must stay importable by the lab and cmd.
+		"statusview": {module + "/lab", module + "/sim", module + "/cellagent", module + "/gateway",
+			module + "/chaos", module + "/bench", module + "/election", module + "/cmd"},
 	}
 	// forbiddenDeps[a] lists the trees (a package and every package under
 	// it) that a must not depend on, even transitively: go list's Deps, the
