@@ -9,9 +9,9 @@ import (
 	"testing/iotest"
 )
 
-// workedExampleJSON is DESIGN.md §5 in the input format: demand A 90,
-// B 120, C 40 rps; capacity 100, 100, 80; L0 300 ms; RTT A–B 20, B–C 30,
-// A–C 60 ms.
+// workedExampleJSON is docs/design.md §5.2 in the input format: demand
+// A 90, B 120, C 40 rps; capacity 100, 100, 80; L0 300 ms; RTT A–B 20,
+// B–C 30, A–C 60 ms.
 func workedExampleJSON(headroom string) string {
 	return `{"headroom": ` + headroom + `,
   "regions": [
