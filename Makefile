@@ -27,6 +27,7 @@ FUZZ_TARGETS := \
 	./regional/gossip:FuzzReceive \
 	./regional/gossip:FuzzDecodeMeta \
 	./optimize:FuzzSolve \
+	./optimize:FuzzParseInput \
 	./regional:FuzzPlanTable \
 	./global:FuzzAcceptSummary \
 	./regional/xds:FuzzBuild \
@@ -37,8 +38,7 @@ FUZZ_TARGETS := \
 	./gateway:FuzzRouteMatch \
 	./chaos:FuzzParseScenario \
 	./chaos:FuzzDecodeFault \
-	./cmd/isobar:FuzzGlobalPlanInput \
-	./cmd/isobar:FuzzStatusAnswers \
+	./statusview:FuzzAnswers \
 	./election:FuzzCheckEndpoint \
 	./election:FuzzPrefixAndFence \
 	./certs:FuzzParseIdentity \

@@ -9,6 +9,9 @@
 // for regional ↔ global traffic and for gossip; mTLS on every gRPC link and
 // on etcd, from a development CA generated for the run; a steady mixed load
 // from clients local to each region; a live terminal view and a JSON report.
+// The live view reads the controllers in process, not over their debug
+// APIs; its routes line is statusview's summary, as `isobar status` prints
+// it.
 // With one region the lab runs without etcd and the global pair.
 //
 // Concurrency: Start builds everything and returns a *Lab; Stop tears it

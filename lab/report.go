@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/regional"
+	"github.com/isobar-mesh/isobar/statusview"
 )
 
 // Report is the JSON written by --report.
@@ -300,7 +301,7 @@ func (l *Lab) render(out io.Writer) {
 		total = append(total, recent...)
 		s := summarise(recent)
 		fmt.Fprintf(&b, "\n■ %s  controller %s  gateway %s\n", r.Name, r.Ctrl.HTTPAddr(), r.Gateway.Addr())
-		fmt.Fprintf(&b, "  routes: %s\n", routesLine(r))
+		fmt.Fprintf(&b, "  routes: %s\n", routesLine(r, now))
 		fmt.Fprintf(&b, "  last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s\n",
 			s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded))
 		fmt.Fprintf(&b, "  failures (10 s): %s\n", s.Failures)
@@ -325,41 +326,29 @@ func (l *Lab) render(out io.Writer) {
 	_, _ = io.WriteString(out, b.String())
 }
 
-func routesLine(r *Region) string {
+// routesLine summarises the region's routes in force as `isobar status`
+// does (statusview): the source, for a plan its epoch, sequence, leader
+// and remaining validity at now, then each model's shares by destination,
+// largest first, and the share shed.
+func routesLine(r *Region, now time.Time) string {
 	rt := r.Ctrl.Routes()
 	if rt == nil {
 		return "local only (no global)"
 	}
 	var parts []string
-	models := make([]string, 0, len(rt.Models))
-	for m := range rt.Models {
-		models = append(models, m)
-	}
-	slices.Sort(models)
-	for _, m := range models {
+	for _, m := range slices.Sorted(maps.Keys(rt.Models)) {
 		mr := rt.Models[m]
-		dests := make([]string, 0, len(mr.Routes))
-		for d := range mr.Routes {
-			dests = append(dests, d)
-		}
-		slices.Sort(dests)
-		var fr []string
-		for _, d := range dests {
-			fr = append(fr, fmt.Sprintf("%s %.2f", d, mr.Routes[d]))
-		}
+		part := statusview.Shares(mr.Routes, nil)
 		if mr.Shed > 0 {
-			fr = append(fr, fmt.Sprintf("shed %.2f", mr.Shed))
+			part += fmt.Sprintf(", shed %.4f", mr.Shed)
 		}
-		parts = append(parts, strings.Join(fr, ", "))
+		parts = append(parts, part)
 	}
-	head := rt.Source
-	if rt.Source == "plan" {
-		head = fmt.Sprintf("plan epoch %d", rt.Epoch)
-	}
+	line := statusview.RoutesSummary(*rt, &now)
 	if len(parts) == 0 {
-		return head
+		return line
 	}
-	return head + " → " + strings.Join(parts, " | ")
+	return line + " → " + strings.Join(parts, " | ")
 }
 
 func ms(v float64, n int) string {

@@ -12,10 +12,18 @@
 // a remote region's marginal latency plus the RTT undercuts a loaded
 // home's.
 //
+// It also owns the what-if format of `isobar global plan`: the JSON input
+// (ParseInput, ReadInput: strict, every error naming the offending field
+// by its JSON path and matching ErrInvalidInput) and the rounded plan it
+// prints (Report, NewReport: shares in whole units of 1e-4 that add up to
+// exactly 1 per region). The command only opens the file, calls these and
+// prints.
+//
 // # Concurrency and contracts
 //
-// Everything here is a pure function: no I/O, no clock, no logging, no
-// metrics, no package state. Inputs are never modified and results share
+// Everything here is a pure function: no I/O (ReadInput reads only the
+// io.Reader it is given), no clock, no logging, no metrics, no package
+// state. Inputs are never modified and results share
 // no memory with them, so any function may be called from any number of
 // goroutines at once. Solve alone starts goroutines, and joins each
 // before it goes on: from 128 regions on, one builds the pricing tables

@@ -1,0 +1,435 @@
+package optimize
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits of the JSON input.
+const (
+	// MaxInputBytes caps what ReadInput reads.
+	MaxInputBytes = 16 << 20
+	// MaxRegionNameBytes caps a region name in the input.
+	MaxRegionNameBytes = 128
+)
+
+// ErrInvalidInput is matched (errors.Is) by every error ParseInput and
+// ReadInput return for input that is not a valid problem: malformed or
+// oversized JSON, unknown fields, duplicate keys, out-of-range numbers.
+// Its message is the underlying one alone, which names the offending
+// field by its JSON path. ReadInput's reader errors do not match it.
+var ErrInvalidInput = errors.New("optimize: invalid input")
+
+// inputError marks an error as ErrInvalidInput without changing its text.
+type inputError struct{ err error }
+
+func (e inputError) Error() string        { return e.err.Error() }
+func (e inputError) Unwrap() error        { return e.err }
+func (e inputError) Is(target error) bool { return target == ErrInvalidInput }
+
+// ReadInput reads one JSON problem from r, at most MaxInputBytes, and
+// parses it with ParseInput. An error reading r is returned as is.
+func ReadInput(r io.Reader) (Problem, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxInputBytes+1))
+	if err != nil {
+		return Problem{}, err
+	}
+	if len(data) > MaxInputBytes {
+		return Problem{}, inputError{fmt.Errorf("larger than %d bytes", MaxInputBytes)}
+	}
+	return ParseInput(data)
+}
+
+// ParseInput parses and checks one problem in the JSON input format of
+// `isobar global plan`:
+//
+//	{"headroom": 0.9,
+//	 "regions": [{"name": "a", "demand_rps": 90, "capacity_rps": 100,
+//	              "engine_latency_ms": 300}, ...],
+//	 "rtt_ms": {"a": {"b": 20, "c": 60}, "b": {"c": 30}}}
+//
+// headroom (default 0.9) must be in [MinHeadroom, 1]. Optional "beta",
+// "k" (1 to MaxK) and "shed_penalty_ms" (above every engine_latency_ms)
+// change the model. Demand and capacity are 0 to MaxValue requests/s; a
+// region may be marked "down": true; a name is printable UTF-8 without
+// spaces, at most MaxRegionNameBytes. RTT is symmetric: each pair is
+// given once, in either direction (both directions must agree); a missing
+// pair is unreachable.
+//
+// It is strict: data must be exactly one JSON object, with no unknown
+// field, no repeated key at any depth, no duplicate region and every
+// number in range. The Problem it returns passes Validate, with RTTms
+// +Inf for every pair not given and the model parameters not given at
+// their defaults. Every error matches ErrInvalidInput and names the
+// offending field by its JSON path.
+func ParseInput(data []byte) (Problem, error) {
+	p, err := parseInput(data)
+	if err != nil {
+		return Problem{}, inputError{err}
+	}
+	return p, nil
+}
+
+// inputFields lists the top-level input fields.
+func inputFields() []string {
+	return []string{"headroom", "beta", "k", "shed_penalty_ms", "regions", "rtt_ms"}
+}
+
+// regionFields lists a region's input fields.
+func regionFields() []string {
+	return []string{"name", "demand_rps", "capacity_rps", "engine_latency_ms", "down"}
+}
+
+func parseInput(data []byte) (Problem, error) {
+	if err := checkJSONKeys(data); err != nil {
+		return Problem{}, err
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil || top == nil {
+		return Problem{}, fmt.Errorf("want a JSON object with %s", strings.Join(inputFields(), ", "))
+	}
+	for _, k := range sortedKeys(top) {
+		if !slices.Contains(inputFields(), k) {
+			return Problem{}, fmt.Errorf("unknown field %q (known: %s)", k, strings.Join(inputFields(), ", "))
+		}
+	}
+	p := Problem{
+		Headroom:      DefaultHeadroom,
+		Beta:          DefaultBeta,
+		K:             DefaultK,
+		ShedPenaltyMs: DefaultShedPenaltyMs,
+	}
+	for _, num := range []struct {
+		key    string
+		dst    *float64
+		lo, hi float64
+		want   string
+	}{
+		{"headroom", &p.Headroom, MinHeadroom, 1, "want 0 < headroom ≤ 1 (at least 0.001)"},
+		{"beta", &p.Beta, MinValue, MaxValue, fmt.Sprintf("want %g ≤ beta ≤ %g", MinValue, MaxValue)},
+		{"k", &p.K, 1, MaxK, fmt.Sprintf("want 1 ≤ k ≤ %g", MaxK)},
+		{"shed_penalty_ms", &p.ShedPenaltyMs, MinValue, MaxValue, fmt.Sprintf("want a penalty in ms, %g to %g", MinValue, MaxValue)},
+	} {
+		raw, ok := top[num.key]
+		if !ok {
+			continue
+		}
+		v, err := jsonNumber(raw, num.key)
+		if err != nil {
+			return Problem{}, err
+		}
+		if !(v >= num.lo && v <= num.hi) {
+			return Problem{}, fmt.Errorf("%s = %v: %s", num.key, v, num.want)
+		}
+		*num.dst = v
+	}
+	rawRegions, ok := top["regions"]
+	if !ok {
+		return Problem{}, errors.New("regions: missing: give at least one region")
+	}
+	var regions []json.RawMessage
+	if err := json.Unmarshal(rawRegions, &regions); err != nil || regions == nil {
+		return Problem{}, fmt.Errorf("regions: want an array of regions, got %s", jsonKind(rawRegions))
+	}
+	if len(regions) == 0 {
+		return Problem{}, errors.New("regions: empty: give at least one region")
+	}
+	if len(regions) > MaxRegions {
+		return Problem{}, fmt.Errorf("regions: %d regions, at most %d", len(regions), MaxRegions)
+	}
+	index := make(map[string]int, len(regions))
+	for i, raw := range regions {
+		r, err := parseRegion(raw, i, p.ShedPenaltyMs)
+		if err != nil {
+			return Problem{}, err
+		}
+		if k, dup := index[r.Name]; dup {
+			return Problem{}, fmt.Errorf("regions[%d].name %q: duplicate of regions[%d]", i, r.Name, k)
+		}
+		index[r.Name] = i
+		p.Regions = append(p.Regions, r)
+	}
+	rtt, err := parseRTT(top["rtt_ms"], index)
+	if err != nil {
+		return Problem{}, err
+	}
+	p.RTTms = rtt
+	if err := p.Validate(); err != nil {
+		return Problem{}, err // backstop: the checks above should catch everything
+	}
+	return p, nil
+}
+
+func parseRegion(raw json.RawMessage, i int, penalty float64) (Region, error) {
+	at := fmt.Sprintf("regions[%d]", i)
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return Region{}, fmt.Errorf("%s: want an object with %s, got %s", at, strings.Join(regionFields(), ", "), jsonKind(raw))
+	}
+	for _, k := range sortedKeys(fields) {
+		if !slices.Contains(regionFields(), k) {
+			return Region{}, fmt.Errorf("%s: unknown field %q (known: %s)", at, k, strings.Join(regionFields(), ", "))
+		}
+	}
+	var r Region
+	rawName, ok := fields["name"]
+	if !ok {
+		return r, fmt.Errorf("%s.name: missing", at)
+	}
+	if err := json.Unmarshal(rawName, &r.Name); err != nil || jsonKind(rawName) != "a string" {
+		return r, fmt.Errorf("%s.name: want a string, got %s", at, jsonKind(rawName))
+	}
+	if err := checkRegionName(r.Name); err != nil {
+		return r, fmt.Errorf("%s.name %q: %w", at, r.Name, err)
+	}
+	at = fmt.Sprintf("regions[%d] (%q)", i, r.Name)
+	for _, num := range []struct {
+		key     string
+		dst     *float64
+		zeroOK  bool
+		meaning string
+	}{
+		{"demand_rps", &r.DemandRPS, true, "requests/s of ingress demand"},
+		{"capacity_rps", &r.CapacityRPS, true, "requests/s served at SLO"},
+		{"engine_latency_ms", &r.EngineLatencyMs, false, "engine latency at low load, ms"},
+	} {
+		rawNum, ok := fields[num.key]
+		if !ok {
+			return r, fmt.Errorf("%s.%s: missing (%s)", at, num.key, num.meaning)
+		}
+		v, err := jsonNumber(rawNum, at+"."+num.key)
+		if err != nil {
+			return r, err
+		}
+		if !(v >= 0 && v <= MaxValue) || (!num.zeroOK && v == 0) {
+			lo := "0"
+			if !num.zeroOK {
+				lo = "above 0"
+			}
+			return r, fmt.Errorf("%s.%s = %v: want %s to %g (%s)", at, num.key, v, lo, MaxValue, num.meaning)
+		}
+		*num.dst = v
+	}
+	if r.EngineLatencyMs >= penalty {
+		return r, fmt.Errorf("%s.engine_latency_ms = %v: must be below shed_penalty_ms (%v), or shedding beats serving", at, r.EngineLatencyMs, penalty)
+	}
+	if rawDown, ok := fields["down"]; ok {
+		if err := json.Unmarshal(rawDown, &r.Down); err != nil || jsonKind(rawDown) != "a boolean" {
+			return r, fmt.Errorf("%s.down: want true or false, got %s", at, jsonKind(rawDown))
+		}
+	}
+	return r, nil
+}
+
+// checkRegionName refuses names that would garble a text table or logs.
+func checkRegionName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty: every region needs a name")
+	case len(name) > MaxRegionNameBytes:
+		return fmt.Errorf("longer than %d bytes", MaxRegionNameBytes)
+	case !utf8.ValidString(name):
+		return errors.New("not valid UTF-8")
+	}
+	for _, c := range name {
+		if !unicode.IsPrint(c) || unicode.IsSpace(c) {
+			return fmt.Errorf("contains %q: use printable characters without spaces", c)
+		}
+	}
+	return nil
+}
+
+// parseRTT builds the symmetric RTT matrix: +Inf where no pair is given,
+// 0 on the diagonal.
+func parseRTT(raw json.RawMessage, index map[string]int) ([][]float64, error) {
+	n := len(index)
+	rtt := make([][]float64, n)
+	given := make([][]bool, n)
+	for i := range rtt {
+		rtt[i] = make([]float64, n)
+		given[i] = make([]bool, n)
+		for j := range rtt[i] {
+			if i != j {
+				rtt[i][j] = math.Inf(1)
+			}
+		}
+	}
+	if raw == nil {
+		return rtt, nil
+	}
+	var outer map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &outer); err != nil || outer == nil {
+		return nil, fmt.Errorf("rtt_ms: want an object of objects, {\"a\": {\"b\": 20}}, got %s", jsonKind(raw))
+	}
+	for _, a := range sortedKeys(outer) {
+		i, ok := index[a]
+		if !ok {
+			return nil, fmt.Errorf("rtt_ms.%s: unknown region %q", a, a)
+		}
+		var inner map[string]json.RawMessage
+		if err := json.Unmarshal(outer[a], &inner); err != nil || inner == nil {
+			return nil, fmt.Errorf("rtt_ms.%s: want an object of RTTs by region, got %s", a, jsonKind(outer[a]))
+		}
+		for _, b := range sortedKeys(inner) {
+			at := fmt.Sprintf("rtt_ms.%s.%s", a, b)
+			j, ok := index[b]
+			if !ok {
+				return nil, fmt.Errorf("%s: unknown region %q", at, b)
+			}
+			v, err := jsonNumber(inner[b], at)
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case i == j && v != 0:
+				return nil, fmt.Errorf("%s = %v: the RTT of a region to itself is 0", at, v)
+			case !(v >= 0 && v <= MaxValue):
+				return nil, fmt.Errorf("%s = %v: want 0 to %g ms (leave a pair out when it is unreachable)", at, v, MaxValue)
+			case given[i][j] && rtt[i][j] != v:
+				return nil, fmt.Errorf("%s = %v but rtt_ms.%s.%s = %v: RTT is symmetric, give the pair once", at, v, b, a, rtt[i][j])
+			}
+			rtt[i][j], rtt[j][i] = v, v
+			given[i][j], given[j][i] = true, true
+		}
+	}
+	return rtt, nil
+}
+
+// jsonNumber decodes one JSON number, naming the field in its errors.
+func jsonNumber(raw json.RawMessage, at string) (float64, error) {
+	if k := jsonKind(raw); k != "a number" {
+		return 0, fmt.Errorf("%s: want a number, got %s", at, k)
+	}
+	var v float64
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return 0, fmt.Errorf("%s: %s is out of range", at, bytes.TrimSpace(raw))
+	}
+	return v, nil
+}
+
+// jsonKind names the kind of a raw JSON value, for error messages.
+func jsonKind(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return "nothing"
+	}
+	switch t[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
+// checkJSONKeys checks that data is exactly one JSON value and that no
+// object in it repeats a key (encoding/json would keep the last silently).
+// Errors name the path of the offending object.
+func checkJSONKeys(data []byte) error {
+	type frame struct {
+		obj     bool
+		path    string
+		keys    map[string]bool
+		wantKey bool   // object: the next token is a key or '}'
+		key     string // object: the key of the value being read
+		index   int    // array: the index of the value being read
+	}
+	var stack []*frame
+	values := 0 // complete top-level values
+	// done records that a value ended: its container moves on.
+	done := func() {
+		if len(stack) == 0 {
+			values++
+			return
+		}
+		if f := stack[len(stack)-1]; f.obj {
+			f.wantKey = true
+		} else {
+			f.index++
+		}
+	}
+	// childPath is the path of the value about to start.
+	childPath := func() string {
+		if len(stack) == 0 {
+			return ""
+		}
+		f := stack[len(stack)-1]
+		if !f.obj {
+			return fmt.Sprintf("%s[%d]", f.path, f.index)
+		}
+		if f.path == "" {
+			return f.key
+		}
+		return f.path + "." + f.key
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // ranges are checked, with the field's name, later
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("not valid JSON: %w", err)
+		}
+		if len(stack) == 0 && values > 0 {
+			return errors.New("not valid JSON: more than one value")
+		}
+		if len(stack) > 0 {
+			if f := stack[len(stack)-1]; f.obj && f.wantKey {
+				if key, ok := tok.(string); ok {
+					if f.keys[key] {
+						at := f.path
+						if at == "" {
+							at = "input"
+						}
+						return fmt.Errorf("%s: duplicate key %q", at, key)
+					}
+					f.keys[key] = true
+					f.key, f.wantKey = key, false
+					continue
+				}
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{obj: true, path: childPath(), keys: map[string]bool{}, wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{path: childPath()})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			done()
+		default:
+			done()
+		}
+	}
+	if values == 0 {
+		return errors.New("not valid JSON: empty input")
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
