@@ -256,6 +256,10 @@ func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
 		if c.State == lifecycle.Ready {
 			e := s.capacity.Estimate(c.ID, now, 1-c.Weight.Penalty)
 			sc.CapacityRPS, sc.CapacityConfidence = e.RPS, e.Confidence
+			if e.LowLoadTTFT > 0 {
+				t0 := e.LowLoadTTFT
+				sc.LowLoadTTFT = &t0
+			}
 		}
 		if sig := c.Signals; sig != nil && c.VLLM.OK {
 			sc.LoadRPS = sig.GetRequestRate()

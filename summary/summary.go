@@ -37,6 +37,10 @@ type Cell struct {
 	WindowRequests *float64
 	KVUsage        *float64
 	MaxModelLen    uint32
+	// LowLoadTTFT is the cell's learned TTFT at low load (seconds; the
+	// capacity estimator's T0, stable across windows), or nil when not
+	// learned yet. The model's engine latency is their median.
+	LowLoadTTFT *float64
 }
 
 // Input is everything one summary is built from.
@@ -135,7 +139,7 @@ func Aggregate(in Input) *isobarpb.RegionSummary {
 
 func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, classes []uint32) *isobarpb.ModelSummary {
 	ms := &isobarpb.ModelSummary{Model: name, DemandRps: finite(demand)}
-	var pressures, lowLoadTTFT []float64
+	var pressures, lowLoadTTFT, learnedT0 []float64
 	var errWeighted, errRequests, kvFree, confWeighted float64
 	var kvN int
 	clsConf := make([]float64, len(classes))
@@ -171,6 +175,9 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 		confWeighted += conf * capRPS
 		p := clamp01(c.Pressure)
 		pressures = append(pressures, p)
+		if c.LowLoadTTFT != nil && isFinite(*c.LowLoadTTFT) && *c.LowLoadTTFT > 0 {
+			learnedT0 = append(learnedT0, *c.LowLoadTTFT)
+		}
 		if c.TTFTP95 != nil && isFinite(*c.TTFTP95) {
 			ms.TtftP95Seconds = math.Max(ms.TtftP95Seconds, *c.TTFTP95)
 			if p <= lowLoadPressure {
@@ -218,8 +225,18 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 	if kvN > 0 {
 		ms.KvHeadroom = kvFree / float64(kvN)
 	}
+	// The engine latency the planner weighs: the median learned low-load
+	// TTFT of the cells, when any has one; else the median current TTFT
+	// P95 of the lightly loaded cells. A window's P95 at a low rate is the
+	// maximum of a handful of requests: between identical regions it
+	// differs by more than their RTTs, and the planner would spill to a
+	// farther region whose last window happened to be quicker.
 	ms.EngineLatencyMs = finite(defaultLatency)
-	if len(lowLoadTTFT) > 0 {
+	switch {
+	case len(learnedT0) > 0:
+		slices.Sort(learnedT0)
+		ms.EngineLatencyMs = 1000 * learnedT0[len(learnedT0)/2]
+	case len(lowLoadTTFT) > 0:
 		slices.Sort(lowLoadTTFT)
 		ms.EngineLatencyMs = 1000 * lowLoadTTFT[len(lowLoadTTFT)/2]
 	}

@@ -160,6 +160,9 @@ type Estimate struct {
 	// SLO and without a queue: times the evidence and freshness factors
 	// of the confidence, a floor of RPS.
 	ServedRPS float64
+	// LowLoadTTFT is the learned TTFT P95 at low load, T0 (seconds; 0
+	// before the first heartbeat with a TTFT).
+	LowLoadTTFT float64
 }
 
 // cellState is one cell's running estimate.
@@ -331,7 +334,11 @@ func (e *Estimator) Estimate(id string, now time.Time, derate float64) Estimate 
 	prior := e.cfg.PriorRPS
 	st := e.cells[id]
 	if st == nil || st.measured == 0 {
-		return Estimate{RPS: prior * derate}
+		out := Estimate{RPS: prior * derate}
+		if st != nil {
+			out.LowLoadTTFT = st.t0
+		}
+		return out
 	}
 	fresh := 1.0
 	if age := now.Sub(st.lastLoad); age > 0 {
@@ -345,5 +352,6 @@ func (e *Estimator) Estimate(id string, now time.Time, derate float64) Estimate 
 		Confidence:  c,
 		MeasuredRPS: st.measured,
 		ServedRPS:   st.served,
+		LowLoadTTFT: st.t0,
 	}
 }
