@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/quantile"
 )
 
 // Cell is what aggregation needs to know about one cell.
@@ -210,7 +211,7 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 			sum += p
 		}
 		ms.PressureMean = sum / float64(len(pressures))
-		ms.PressureP90 = pressures[min(len(pressures)-1, int(math.Ceil(0.9*float64(len(pressures))))-1)]
+		ms.PressureP90 = quantile.Sorted(pressures, 0.9)
 	}
 	if errRequests > 0 {
 		ms.ErrorRate = errWeighted / errRequests

@@ -11,10 +11,10 @@ import (
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 
+	"github.com/isobar-mesh/isobar/quantile"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
-	"github.com/isobar-mesh/isobar/sim"
 )
 
 // Policy is how the ingress spreads requests over the cells.
@@ -544,7 +544,7 @@ func (f *fleet) input(e *engine) (score.Input, window) {
 		}
 		if len(ttfts) > 0 {
 			slices.Sort(ttfts)
-			w.ttftP95 = sim.Percentile(ttfts, 0.95)
+			w.ttftP95 = quantile.Sorted(ttfts, 0.95)
 			in.TTFTP95 = score.Some(w.ttftP95.Seconds())
 		}
 	}
