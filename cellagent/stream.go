@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 type heartbeatStream = grpc.BidiStreamingClient[isobarpb.CellHeartbeat, isobarpb.HeartbeatAck]
@@ -268,7 +269,7 @@ func (a *Agent) buildHeartbeat(final bool) *isobarpb.CellHeartbeat {
 func (a *Agent) handleAck(ack *isobarpb.HeartbeatAck) {
 	if e := ack.GetError(); e != "" {
 		a.m.refused.Inc()
-		a.log.Warn("controller refused heartbeat", "sequence", ack.GetSequence(), "err", truncate(e, 512))
+		a.log.Warn("controller refused heartbeat", "sequence", ack.GetSequence(), "err", truncate.Marked(e, 512, "..."))
 	}
 	if iv := ack.GetInterval(); iv != nil {
 		if err := iv.CheckValid(); err != nil || iv.AsDuration() <= 0 {
@@ -306,11 +307,4 @@ func (a *Agent) handleAck(ack *isobarpb.HeartbeatAck) {
 	if kick {
 		a.kickHeartbeat()
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

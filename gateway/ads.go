@@ -13,6 +13,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // userAgent is the node user_agent_name the gateway and the Watcher send;
@@ -100,7 +102,7 @@ func (s *subscription) session(ctx context.Context) (got bool, err error) {
 			case <-t.Chan():
 			}
 			nackWait = min(2*nackWait, s.max)
-			if err := cl.Nack(truncate(err.Error(), 1024)); err != nil {
+			if err := cl.Nack(truncate.String(err.Error(), 1024)); err != nil {
 				return got, err
 			}
 			continue
@@ -111,13 +113,6 @@ func (s *subscription) session(ctx context.Context) (got bool, err error) {
 			return got, err
 		}
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // recordingConn wraps the gRPC connection so that the version_info of the

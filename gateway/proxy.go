@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // Response headers the gateway sets.
@@ -155,7 +157,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		rt = matchRoute(vh, r.URL.RequestURI(), view)
 	}
 	if rt == nil {
-		fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate(model, maxModelNameLen)))
+		fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
 		return
 	}
 	out.model = rt.Model

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // Bounds of one DataPlaneReport (dataplane.proto). What does not fit waits
@@ -233,7 +234,7 @@ func (r *reporter) session(ctx context.Context, conn grpc.ClientConnInterface) (
 			}
 			if msg := ack.GetError(); msg != "" {
 				r.m.reports.WithLabelValues("refused").Inc()
-				r.log.Warn("controller refused a report", "err", truncate(msg, 1024))
+				r.log.Warn("controller refused a report", "err", truncate.String(msg, 1024))
 			}
 		}
 	})

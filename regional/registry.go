@@ -405,7 +405,7 @@ func (r *Registry) applyDrain(now time.Time, req *drainRequest) error {
 	c := r.cells[req.id]
 	if c == nil {
 		r.metrics.unknownCells.Inc()
-		return fmt.Errorf("%w: %q", ErrUnknownCell, truncate(req.id))
+		return fmt.Errorf("%w: %q", ErrUnknownCell, trunc(req.id))
 	}
 	ev := lifecycle.DrainRequested
 	if !req.drain {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // Cell is what aggregation needs to know about one cell.
@@ -393,9 +394,5 @@ func clamp01(v float64) float64 {
 	return v
 }
 
-func trunc(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
+// trunc bounds outside input quoted in errors.
+func trunc(s string) string { return truncate.Marked(s, 64, "…") }

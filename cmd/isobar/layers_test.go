@@ -45,7 +45,7 @@ func TestLayers(t *testing.T) {
 	}
 	pure := map[string]bool{
 		"regional/score": true, "regional/lifecycle": true, "regional/projection": true, "regional/capacity": true,
-		"optimize": true, "summary": true, "xdscontract": true, "quantile": true,
+		"optimize": true, "summary": true, "xdscontract": true, "quantile": true, "truncate": true,
 	}
 	ioImports := []string{"net", "net/http", "os", "log/slog", "google.golang.org/grpc", "github.com/prometheus/client_golang/prometheus"}
 	// forbidden[a] lists packages a must not import (prefix match).
@@ -69,6 +69,7 @@ func TestLayers(t *testing.T) {
 		"optimize":       {module + "/"},
 		"xdscontract":    {module + "/"},
 		"quantile":       {module + "/"},
+		"truncate":       {module + "/"},
 		"sim":            others("/sim"),
 		"cellagent":      others("/cellagent"),
 		"regional":       others("/regional"),
