@@ -17,6 +17,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/truncate"
 )
 
@@ -274,11 +275,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // backoff waits a random time in [0, min(max, base·2^(n-1))) before retry
 // n, like Envoy's fully jittered back-off. It returns false if ctx ended.
 func (g *Gateway) backoff(ctx context.Context, p *RetryPolicy, n int) bool {
-	ceil := p.BackoffBase << min(n-1, 20)
-	if ceil <= 0 || ceil > p.BackoffMax {
-		ceil = p.BackoffMax
-	}
-	d := time.Duration(rand.Int64N(int64(ceil) + 1))
+	d := backoff.Policy{Min: p.BackoffBase, Max: p.BackoffMax, Jitter: backoff.Full}.Delay(n - 1)
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
