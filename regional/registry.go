@@ -530,7 +530,7 @@ func (r *Registry) cycle(now time.Time) {
 		if cp := c.hb.GetCapability(); cp.GetMaxModelLen() > 0 {
 			pc.ContextShare = float64(cp.GetMaxModelLen()) / float64(longest[cp.GetModel()])
 		}
-		if s := c.hb.GetSignals(); c.hb.GetVllm().GetOk() && s.ErrorRate != nil {
+		if s := c.hb.GetSignals(); c.hb.GetVllm().GetOk() && s != nil && s.ErrorRate != nil {
 			pc.ErrorRate, pc.ErrorOK = *s.ErrorRate, true
 			pc.ErrorRequests = s.GetWindowRequests()
 		}
