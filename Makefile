@@ -45,7 +45,8 @@ FUZZ_TARGETS := \
 	./certs:FuzzParseCertificates \
 	./certs:FuzzParseKey \
 	./regional/capacity:FuzzObserve \
-	./gateway:FuzzStatedContextLimit
+	./gateway:FuzzStatedContextLimit \
+	./truncate:FuzzTruncate
 
 .PHONY: help build test test-short run proto verify-genproto fix-genproto lint fmt verify tidy verify-tidy bench fuzz tools clean
 

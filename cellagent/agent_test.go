@@ -567,18 +567,6 @@ func TestNewAgentConfigErrors(t *testing.T) {
 	}
 }
 
-func TestBackoffDelay(t *testing.T) {
-	lo, hi := 100*time.Millisecond, 5*time.Second
-	for attempt := range 12 {
-		ceil := min(lo<<attempt, hi)
-		for range 50 {
-			if d := backoffDelay(attempt, lo, hi); d < 0 || d >= ceil {
-				t.Fatalf("attempt %d: delay %v outside [0, %v)", attempt, d, ceil)
-			}
-		}
-	}
-}
-
 // TestAdvertiseDefault: the endpoint defaults to the metrics URL's host:port.
 func TestAdvertiseDefault(t *testing.T) {
 	for in, want := range map[string]string{

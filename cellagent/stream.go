@@ -11,22 +11,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 type heartbeatStream = grpc.BidiStreamingClient[isobarpb.CellHeartbeat, isobarpb.HeartbeatAck]
-
-// backoffDelay is the wait before reconnect attempt number attempt (0 for
-// the first): full jitter over an exponentially growing ceiling,
-// uniform in [0, min(hi, lo·2^attempt)).
-func backoffDelay(attempt int, lo, hi time.Duration) time.Duration {
-	ceil := lo
-	for i := 0; i < attempt && ceil < hi; i++ {
-		ceil *= 2
-	}
-	ceil = min(ceil, hi)
-	return jitter(ceil)
-}
 
 // heartbeatLoop owns the controller stream: after the first scrape and a
 // random phase it opens a stream, heartbeats on it, and reopens it with
@@ -41,6 +31,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 	if !a.waitClock(ctx, jitter(a.currentInterval())) {
 		return
 	}
+	// The wait before reconnect attempt number attempt (0 for the first):
+	// full jitter, uniform in [0, min(BackoffMax, BackoffMin·2^attempt)).
+	reconnect := backoff.Policy{Min: a.cfg.BackoffMin, Max: a.cfg.BackoffMax, Jitter: backoff.Full}
 	attempt := 0
 	for {
 		acked, finalSent := a.runStream(ctx)
@@ -53,7 +46,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		if acked {
 			attempt = 0
 		}
-		d := backoffDelay(attempt, a.cfg.BackoffMin, a.cfg.BackoffMax)
+		d := reconnect.Delay(attempt)
 		attempt++
 		a.m.reconnects.Inc()
 		a.log.Debug("reconnecting heartbeat stream", "backoff", d, "attempt", attempt)
@@ -268,7 +261,7 @@ func (a *Agent) buildHeartbeat(final bool) *isobarpb.CellHeartbeat {
 func (a *Agent) handleAck(ack *isobarpb.HeartbeatAck) {
 	if e := ack.GetError(); e != "" {
 		a.m.refused.Inc()
-		a.log.Warn("controller refused heartbeat", "sequence", ack.GetSequence(), "err", truncate(e, 512))
+		a.log.Warn("controller refused heartbeat", "sequence", ack.GetSequence(), "err", truncate.Marked(e, 512, "..."))
 	}
 	if iv := ack.GetInterval(); iv != nil {
 		if err := iv.CheckValid(); err != nil || iv.AsDuration() <= 0 {
@@ -306,11 +299,4 @@ func (a *Agent) handleAck(ack *isobarpb.HeartbeatAck) {
 	if kick {
 		a.kickHeartbeat()
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

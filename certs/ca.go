@@ -574,16 +574,16 @@ func checkValidity(cert *x509.Certificate, now time.Time) error {
 func checkDNS(d string) error {
 	name := strings.TrimPrefix(d, "*.")
 	if name == "" || len(d) > 253 {
-		return fmt.Errorf("%w: DNS SAN %q: want a host name of at most 253 bytes", ErrInvalid, truncate(d))
+		return fmt.Errorf("%w: DNS SAN %q: want a host name of at most 253 bytes", ErrInvalid, trunc(d))
 	}
 	for _, label := range strings.Split(name, ".") {
 		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return fmt.Errorf("%w: DNS SAN %q: bad label %q", ErrInvalid, truncate(d), truncate(label))
+			return fmt.Errorf("%w: DNS SAN %q: bad label %q", ErrInvalid, trunc(d), trunc(label))
 		}
 		for i := 0; i < len(label); i++ {
 			c := label[i]
 			if !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_') {
-				return fmt.Errorf("%w: DNS SAN %q: bad character %q", ErrInvalid, truncate(d), c)
+				return fmt.Errorf("%w: DNS SAN %q: bad character %q", ErrInvalid, trunc(d), c)
 			}
 		}
 	}
@@ -596,7 +596,7 @@ func parseURIs(in []string) ([]*url.URL, error) {
 	for _, s := range in {
 		u, err := url.Parse(s)
 		if err != nil || u.Scheme == "" || (u.Host == "" && u.Opaque == "") || strings.ContainsAny(s, " \t\r\n") {
-			return nil, fmt.Errorf("%w: URI SAN %q: want an absolute URI such as %s", ErrInvalid, truncate(s), CellURI("<region>", "<id>"))
+			return nil, fmt.Errorf("%w: URI SAN %q: want an absolute URI such as %s", ErrInvalid, trunc(s), CellURI("<region>", "<id>"))
 		}
 		if u.Scheme == "spiffe" && u.Host == TrustDomain {
 			if _, err := ParseIdentity(s); err != nil {

@@ -42,7 +42,7 @@ func GRPCPeerName(ctx context.Context) string {
 		if id, err := PeerIdentity(c); err == nil {
 			return id.String()
 		}
-		return fmt.Sprintf("CN=%s at %s", truncate(c.Subject.CommonName), p.Addr)
+		return fmt.Sprintf("CN=%s at %s", trunc(c.Subject.CommonName), p.Addr)
 	}
 	if p.Addr != nil {
 		return "plaintext peer at " + p.Addr.String()

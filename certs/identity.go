@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // TrustDomain is the SPIFFE trust domain of every isobar identity.
@@ -121,23 +123,23 @@ func ParseIdentity(s string) (Identity, error) {
 	rest, ok := strings.CutPrefix(s, "spiffe://"+TrustDomain+"/")
 	if !ok {
 		if strings.Contains(s, "://") {
-			return Identity{}, fmt.Errorf("%w: %q is not under spiffe://%s/", ErrNotIdentity, truncate(s), TrustDomain)
+			return Identity{}, fmt.Errorf("%w: %q is not under spiffe://%s/", ErrNotIdentity, trunc(s), TrustDomain)
 		}
 		rest = s
 	}
 	kind, name, ok := strings.Cut(rest, "/")
 	if !ok {
-		return Identity{}, fmt.Errorf("%w: %q: want <kind>/<name>", ErrNotIdentity, truncate(s))
+		return Identity{}, fmt.Errorf("%w: %q: want <kind>/<name>", ErrNotIdentity, trunc(s))
 	}
 	id := Identity{Kind: Kind(kind), Name: name}
 	switch {
 	case id.Kind == KindCell:
 		return Identity{}, fmt.Errorf("%w: %w: %q is the older cell identity without a region; reissue it as region/<region>/cell/<id> (isobar certs issue --role cellagent --cell ID --region R)",
-			ErrNotIdentity, ErrInvalid, truncate(s))
+			ErrNotIdentity, ErrInvalid, trunc(s))
 	case id.Kind == KindRegion && strings.Contains(name, "/"):
 		region, cell, ok := strings.Cut(name, "/"+string(KindCell)+"/")
 		if !ok {
-			return Identity{}, fmt.Errorf("%w: %q: want region/<region> or region/<region>/cell/<id>", ErrNotIdentity, truncate(s))
+			return Identity{}, fmt.Errorf("%w: %q: want region/<region> or region/<region>/cell/<id>", ErrNotIdentity, trunc(s))
 		}
 		id = CellIdentity(region, cell)
 	}
@@ -202,7 +204,7 @@ func (id Identity) Leaf(dns []string, ips []net.IP) Leaf {
 // checkName accepts 1-128 bytes of [A-Za-z0-9._-] that are not "." or "..".
 func checkName(s string) error {
 	if s == "" || len(s) > maxNameLen {
-		return fmt.Errorf("%w: name %q: want 1-%d characters", ErrInvalid, truncate(s), maxNameLen)
+		return fmt.Errorf("%w: name %q: want 1-%d characters", ErrInvalid, trunc(s), maxNameLen)
 	}
 	if s == "." || s == ".." {
 		return fmt.Errorf("%w: name %q is not allowed", ErrInvalid, s)
@@ -212,19 +214,13 @@ func checkName(s string) error {
 		if (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' {
 			continue
 		}
-		return fmt.Errorf("%w: name %q: only letters, digits, '.', '_' and '-' are allowed", ErrInvalid, truncate(s))
+		return fmt.Errorf("%w: name %q: only letters, digits, '.', '_' and '-' are allowed", ErrInvalid, trunc(s))
 	}
 	return nil
 }
 
-// truncate bounds outside input quoted in error messages.
-func truncate(s string) string {
-	const max = 160
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "..."
-}
+// trunc bounds outside input quoted in error messages.
+func trunc(s string) string { return truncate.Marked(s, 160, "...") }
 
 // VerifiedIdentity returns the isobar identity of the peer's verified leaf
 // certificate in a TLS connection state: the one servers and clients

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/isobar-mesh/isobar/quantile"
 )
 
 // Percentiles in milliseconds.
@@ -167,13 +169,9 @@ func percentiles(ds []time.Duration) *Percentiles {
 	if len(ds) == 0 {
 		return nil
 	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	q := func(p float64) float64 {
-		i := int(math.Ceil(p*float64(len(s)))) - 1
-		i = max(0, min(i, len(s)-1))
-		return math.Round(float64(s[i])/float64(time.Microsecond)) / 1000
-	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	q := func(p float64) float64 { return *durMS(quantile.Sorted(s, p)) }
 	return &Percentiles{P50: q(0.50), P95: q(0.95), P99: q(0.99)}
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // Options time a drill. Zero fields take the defaults noted.
@@ -62,13 +64,6 @@ var ErrUnhealthy = errors.New("chaos: fleet not healthy")
 
 // maxErrorKinds bounds Report.Errors.
 const maxErrorKinds = 8
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
 
 // minRerouteWindow is the shortest window whose requests reroute_ms
 // describes.
@@ -353,9 +348,9 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1,
 			ph, name = &after, "after"
 		}
 		if !o.OK {
-			reason := fmt.Sprintf("%s: HTTP %d: %s", name, o.Status, truncate(o.Error, 120))
+			reason := fmt.Sprintf("%s: HTTP %d: %s", name, o.Status, truncate.Marked(o.Error, 120, "…"))
 			if o.Cell != "" {
-				reason = fmt.Sprintf("%s: HTTP %d from %s via %s: %s", name, o.Status, o.Cell, o.Ingress, truncate(o.Error, 120))
+				reason = fmt.Sprintf("%s: HTTP %d from %s via %s: %s", name, o.Status, o.Cell, o.Ingress, truncate.Marked(o.Error, 120, "…"))
 			}
 			if _, ok := rep.Errors[reason]; ok || len(rep.Errors) < maxErrorKinds {
 				if rep.Errors == nil {

@@ -376,7 +376,7 @@ func (c *Candidate) watchTerm(ctx context.Context, t *term) string {
 			g, err := c.cli.Get(gctx, key)
 			gcancel()
 			if err != nil {
-				retry = c.clock.After(bo.next())
+				retry = c.clock.After(bo.Next())
 				continue
 			}
 			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != epoch {
@@ -392,10 +392,10 @@ func (c *Candidate) watchTerm(ctx context.Context, t *term) string {
 				// key after a pause, then watch again. The session decides
 				// liveness meanwhile.
 				wch = nil
-				retry = c.clock.After(bo.next())
+				retry = c.clock.After(bo.Next())
 				continue
 			}
-			bo.reset()
+			bo.Reset()
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE || ev.Kv.CreateRevision != epoch {
 					return "key_lost"

@@ -132,24 +132,18 @@ func TestOverlapsPrefix(t *testing.T) {
 	}
 }
 
+// TestBackoff: the election's schedule draws each delay from [cur/2, cur],
+// cur doubling from the minimum to the maximum.
 func TestBackoff(t *testing.T) {
 	b := newBackoff(100*time.Millisecond, time.Second)
-	prevMax := time.Duration(0)
-	for i := range 10 {
-		d := b.next()
-		if d < b.cur/2 || d > b.cur {
-			t.Fatalf("step %d: %v outside [%v, %v]", i, d, b.cur/2, b.cur)
+	for i, c := range []time.Duration{100, 200, 400, 800, 1000, 1000, 1000, 1000, 1000, 1000} {
+		c *= time.Millisecond
+		if d := b.Next(); d < c/2 || d > c {
+			t.Fatalf("step %d: %v outside [%v, %v]", i, d, c/2, c)
 		}
-		if b.cur < prevMax || b.cur > time.Second {
-			t.Fatalf("step %d: cur %v", i, b.cur)
-		}
-		prevMax = b.cur
 	}
-	if b.cur != time.Second {
-		t.Fatalf("cur = %v after 10 steps, want the 1s cap", b.cur)
-	}
-	b.reset()
-	if d := b.next(); d > 100*time.Millisecond {
+	b.Reset()
+	if d := b.Next(); d < 50*time.Millisecond || d > 100*time.Millisecond {
 		t.Fatalf("after reset: %v", d)
 	}
 }

@@ -126,7 +126,7 @@ func observe(ctx context.Context, cli *clientv3.Client, prefix string, o observe
 	defer close(out)
 	bo := newBackoff(defaultMinBackoff, defaultMaxBackoff)
 	pause := func() bool {
-		t := o.clock.NewTimer(bo.next())
+		t := o.clock.NewTimer(bo.Next())
 		defer t.Stop()
 		select {
 		case <-t.Chan():
@@ -166,7 +166,7 @@ func observe(ctx context.Context, cli *clientv3.Client, prefix string, o observe
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 	}
 }
 

@@ -3,9 +3,10 @@ package election
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/isobar-mesh/isobar/backoff"
 )
 
 // Run is the HA loop. It campaigns; when elected it calls lead with a
@@ -69,7 +70,7 @@ func (c *Candidate) Run(ctx context.Context, lead func(ctx context.Context, l *L
 			if c.cli.Ctx().Err() != nil {
 				return ErrClientClosed
 			}
-			d := bo.next()
+			d := bo.Next()
 			c.log.Warn("campaign failed", "err", err, "retry_in_s", d.Seconds())
 			if !c.sleep(ctx, d) {
 				return nil
@@ -84,10 +85,10 @@ func (c *Candidate) Run(ctx context.Context, lead func(ctx context.Context, l *L
 			return nil
 		}
 		if c.clock.Since(started) >= c.cfg.MaxBackoff {
-			bo.reset()
+			bo.Reset()
 			continue
 		}
-		if !c.sleep(ctx, bo.next()) {
+		if !c.sleep(ctx, bo.Next()) {
 			return nil
 		}
 	}
@@ -142,22 +143,8 @@ func (c *Candidate) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// backoff is a jittered exponential back-off: each delay is drawn from
-// [cur/2, cur], cur doubling from min up to max.
-type backoff struct {
-	min, max, cur time.Duration
+// newBackoff is the election's retry schedule: each delay is drawn from
+// [cur/2, cur], cur doubling from lo up to hi.
+func newBackoff(lo, hi time.Duration) *backoff.Backoff {
+	return backoff.New(backoff.Policy{Min: lo, Max: hi, Jitter: backoff.Equal})
 }
-
-func newBackoff(lo, hi time.Duration) *backoff { return &backoff{min: lo, max: hi} }
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	half := b.cur / 2
-	return half + rand.N(b.cur-half+1)
-}
-
-func (b *backoff) reset() { b.cur = 0 }

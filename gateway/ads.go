@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -13,6 +12,9 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/isobar-mesh/isobar/backoff"
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // userAgent is the node user_agent_name the gateway and the Watcher send;
@@ -42,7 +44,7 @@ type subscription struct {
 
 // run serves the subscription until ctx ends.
 func (s *subscription) run(ctx context.Context) {
-	backoff := s.min
+	bo := backoff.New(backoff.Policy{Min: s.min, Max: s.max, Jitter: backoff.Full})
 	for ctx.Err() == nil {
 		got, err := s.session(ctx)
 		if s.connected != nil {
@@ -52,9 +54,9 @@ func (s *subscription) run(ctx context.Context) {
 			return
 		}
 		if got {
-			backoff = s.min
+			bo.Reset()
 		}
-		wait := time.Duration(rand.Int64N(int64(backoff))) + 1 // full jitter in (0, backoff]
+		wait := bo.Next()
 		s.log.Info("xds stream ended; reconnecting", "type", s.label, "err", err, "retry_in", wait)
 		t := s.clock.NewTimer(wait)
 		select {
@@ -63,7 +65,6 @@ func (s *subscription) run(ctx context.Context) {
 			return
 		case <-t.Chan():
 		}
-		backoff = min(2*backoff, s.max)
 	}
 }
 
@@ -77,7 +78,8 @@ func (s *subscription) session(ctx context.Context) (got bool, err error) {
 		return false, err
 	}
 	first := true
-	nackWait := s.min
+	// The wait before each NACK doubles from min to max; an ACK resets it.
+	nackPace := backoff.New(backoff.Policy{Min: s.min, Max: s.max, Jitter: backoff.None})
 	for {
 		resp, err := cl.Fetch()
 		if err != nil {
@@ -89,6 +91,7 @@ func (s *subscription) session(ctx context.Context) (got bool, err error) {
 		}
 		version := rec.lastVersion()
 		if err := s.apply(resp.Resources, version); err != nil {
+			nackWait := nackPace.Next()
 			s.log.Warn("xds update refused", "type", s.label, "version", version, "err", err, "nack_in", nackWait)
 			// A server may resend a refused response at once, forever;
 			// waiting before each NACK bounds that loop's rate.
@@ -99,25 +102,17 @@ func (s *subscription) session(ctx context.Context) (got bool, err error) {
 				return got, ctx.Err()
 			case <-t.Chan():
 			}
-			nackWait = min(2*nackWait, s.max)
-			if err := cl.Nack(truncate(err.Error(), 1024)); err != nil {
+			if err := cl.Nack(truncate.String(err.Error(), 1024)); err != nil {
 				return got, err
 			}
 			continue
 		}
-		nackWait = s.min
+		nackPace.Reset()
 		got = true
 		if err := cl.Ack(); err != nil {
 			return got, err
 		}
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // recordingConn wraps the gRPC connection so that the version_info of the

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/backoff"
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // Response headers the gateway sets.
@@ -155,7 +158,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		rt = matchRoute(vh, r.URL.RequestURI(), view)
 	}
 	if rt == nil {
-		fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate(model, maxModelNameLen)))
+		fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
 		return
 	}
 	out.model = rt.Model
@@ -272,11 +275,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // backoff waits a random time in [0, min(max, base·2^(n-1))) before retry
 // n, like Envoy's fully jittered back-off. It returns false if ctx ended.
 func (g *Gateway) backoff(ctx context.Context, p *RetryPolicy, n int) bool {
-	ceil := p.BackoffBase << min(n-1, 20)
-	if ceil <= 0 || ceil > p.BackoffMax {
-		ceil = p.BackoffMax
-	}
-	d := time.Duration(rand.Int64N(int64(ceil) + 1))
+	d := backoff.Policy{Min: p.BackoffBase, Max: p.BackoffMax, Jitter: backoff.Full}.Delay(n - 1)
 	if d <= 0 {
 		return ctx.Err() == nil
 	}

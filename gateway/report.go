@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -15,7 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // Bounds of one DataPlaneReport (dataplane.proto). What does not fit waits
@@ -183,19 +184,19 @@ func (r *reporter) take() (rep *isobarpb.DataPlaneReport, undo func()) {
 // run streams reports until ctx ends or, after flush is closed, the final
 // report has been sent (or could not be).
 func (r *reporter) run(ctx context.Context, conn grpc.ClientConnInterface) {
-	backoff := r.min
+	bo := backoff.New(backoff.Policy{Min: r.min, Max: r.max, Jitter: backoff.Full})
 	for ctx.Err() == nil {
 		sent, err := r.session(ctx, conn)
 		if errors.Is(err, errFlushed) || ctx.Err() != nil {
 			return
 		}
 		if sent {
-			backoff = r.min
+			bo.Reset()
 		}
 		if status.Code(err) == codes.Unimplemented {
-			backoff = r.max
+			bo.Saturate()
 		}
-		wait := time.Duration(rand.Int64N(int64(backoff))) + 1
+		wait := bo.Next()
 		r.log.Info("report stream ended; reconnecting", "err", err, "retry_in", wait)
 		t := r.clock.NewTimer(wait)
 		select {
@@ -207,7 +208,6 @@ func (r *reporter) run(ctx context.Context, conn grpc.ClientConnInterface) {
 			return
 		case <-t.Chan():
 		}
-		backoff = min(2*backoff, r.max)
 	}
 }
 
@@ -233,7 +233,7 @@ func (r *reporter) session(ctx context.Context, conn grpc.ClientConnInterface) (
 			}
 			if msg := ack.GetError(); msg != "" {
 				r.m.reports.WithLabelValues("refused").Inc()
-				r.log.Warn("controller refused a report", "err", truncate(msg, 1024))
+				r.log.Warn("controller refused a report", "err", truncate.String(msg, 1024))
 			}
 		}
 	})

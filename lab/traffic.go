@@ -11,7 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +19,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/quantile"
 	"github.com/isobar-mesh/isobar/sim"
 )
 
@@ -286,9 +287,9 @@ func percentiles(ds []time.Duration) Percentiles {
 	if len(ds) == 0 {
 		return Percentiles{}
 	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	ms := func(q float64) float64 { return float64(sim.Percentile(s, q)) / float64(time.Millisecond) }
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	ms := func(q float64) float64 { return float64(quantile.Sorted(s, q)) / float64(time.Millisecond) }
 	return Percentiles{P50: ms(0.50), P95: ms(0.95), P99: ms(0.99)}
 }
 

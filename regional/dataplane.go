@@ -33,9 +33,9 @@ func validateReport(r *isobarpb.DataPlaneReport, region string) error {
 	}
 	switch {
 	case r.GetNode() == "" || len(r.GetNode()) > 128:
-		return bad("node %q: want 1-128 bytes", truncate(r.GetNode()))
+		return bad("node %q: want 1-128 bytes", trunc(r.GetNode()))
 	case r.GetRegion() != region:
-		return bad("region %q: this controller serves %q", truncate(r.GetRegion()), region)
+		return bad("region %q: this controller serves %q", trunc(r.GetRegion()), region)
 	case !(r.GetIntervalSeconds() > 0) || r.GetIntervalSeconds() > maxReportInterval.Seconds():
 		return bad("interval_seconds %v: want (0, %v]", r.GetIntervalSeconds(), maxReportInterval.Seconds())
 	case len(r.GetEndpoints()) > maxReportEndpoints:
@@ -45,12 +45,12 @@ func validateReport(r *isobarpb.DataPlaneReport, region string) error {
 	}
 	for _, e := range r.GetEndpoints() {
 		if e.GetRequests() > maxReportCount || e.GetErrors() > e.GetRequests() || e.GetRejected() > e.GetRequests()-e.GetErrors() || len(e.GetCellId()) > 256 {
-			return bad("endpoint %q: errors %d + rejected %d exceed requests %d", truncate(e.GetCellId()), e.GetErrors(), e.GetRejected(), e.GetRequests())
+			return bad("endpoint %q: errors %d + rejected %d exceed requests %d", trunc(e.GetCellId()), e.GetErrors(), e.GetRejected(), e.GetRequests())
 		}
 	}
 	for _, d := range r.GetDemand() {
 		if d.GetModel() == "" || len(d.GetModel()) > 256 || d.GetRequests() > maxReportCount || d.GetShed() > d.GetRequests() {
-			return bad("demand for %q: shed %d of %d", truncate(d.GetModel()), d.GetShed(), d.GetRequests())
+			return bad("demand for %q: shed %d of %d", trunc(d.GetModel()), d.GetShed(), d.GetRequests())
 		}
 	}
 	return nil
@@ -89,7 +89,7 @@ func (s *dataPlaneService) Report(stream isobarpb.DataPlane_ReportServer) error 
 		}
 		if err := validateReport(r, s.region); err != nil {
 			s.metrics.reports.WithLabelValues("invalid").Inc()
-			s.log.Warn("data-plane report refused", "node", truncate(r.GetNode()), "err", err)
+			s.log.Warn("data-plane report refused", "node", trunc(r.GetNode()), "err", err)
 			if err := stream.Send(&isobarpb.DataPlaneAck{Error: err.Error()}); err != nil {
 				return err
 			}

@@ -170,7 +170,7 @@ func newHTTPHandler(reg *Registry, routes func() *RouteTable, sc score.Config, g
 		cv, ok := reg.View().Cell(r.PathValue("id"))
 		if !ok {
 			reg.metrics.unknownCells.Inc()
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown cell " + truncate(r.PathValue("id"))})
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown cell " + trunc(r.PathValue("id"))})
 			return
 		}
 		writeJSON(w, http.StatusOK, debugCell(cv, sc))

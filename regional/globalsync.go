@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/optimize"
@@ -413,23 +413,22 @@ func (s *syncer) fallback(now time.Time, self *isobarpb.RegionSummary) *RouteTab
 
 // run keeps a Sync session with the current leader.
 func (s *syncer) run(ctx context.Context) {
-	backoff := s.cfg.BackoffMin
+	bo := backoff.New(backoff.Policy{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax, Jitter: backoff.Full})
 	for ctx.Err() == nil {
 		got, err := s.session(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if got {
-			backoff = s.cfg.BackoffMin
+			bo.Reset()
 		}
-		wait := time.Duration(mrand.Int64N(int64(backoff)) + 1)
+		wait := bo.Next()
 		s.log.Debug("global session ended; retrying", "err", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.clock.After(wait):
 		}
-		backoff = min(2*backoff, s.cfg.BackoffMax)
 	}
 }
 

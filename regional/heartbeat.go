@@ -128,7 +128,7 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 		}
 		if err := s.check(st, hb, cert); err != nil {
 			s.metrics.rejected.WithLabelValues(rejectReason(err)).Inc()
-			s.log.Warn("heartbeat refused", "cell", truncate(hb.GetCellId()), "peer_identity", peerName(ctx), "err", err)
+			s.log.Warn("heartbeat refused", "cell", trunc(hb.GetCellId()), "peer_identity", peerName(ctx), "err", err)
 			if code := fatalCode(err); code != codes.OK {
 				return status.Error(code, err.Error())
 			}

@@ -44,10 +44,10 @@ func (s *heartbeatService) peerCell(ctx context.Context) (certs.Identity, error)
 // identityMatches checks a heartbeat against the stream's cell identity.
 func identityMatches(id certs.Identity, hb *isobarpb.CellHeartbeat) error {
 	if hb.GetCellId() != id.Name {
-		return fmt.Errorf("%w: cell %s presented a certificate for %s", ErrIdentityMismatch, truncate(hb.GetCellId()), id)
+		return fmt.Errorf("%w: cell %s presented a certificate for %s", ErrIdentityMismatch, trunc(hb.GetCellId()), id)
 	}
 	if hb.GetRegion() != id.Region {
-		return fmt.Errorf("%w: cell %s says region %q, its certificate is for %s", ErrIdentityRegion, id.Name, truncate(hb.GetRegion()), id)
+		return fmt.Errorf("%w: cell %s says region %q, its certificate is for %s", ErrIdentityRegion, id.Name, trunc(hb.GetRegion()), id)
 	}
 	return nil
 }

@@ -164,7 +164,7 @@ func (r *Registry) admitNewCell(hb *isobarpb.CellHeartbeat) bool {
 		return true
 	}
 	r.metrics.rejected.WithLabelValues(rejectReason(ErrTooManyCells)).Inc()
-	r.log.Warn("heartbeat for a new cell dropped: cell limit reached", "cell", truncate(hb.GetCellId()), "limit", r.cfg.Limits.MaxCells)
+	r.log.Warn("heartbeat for a new cell dropped: cell limit reached", "cell", trunc(hb.GetCellId()), "limit", r.cfg.Limits.MaxCells)
 	return false
 }
 

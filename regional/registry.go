@@ -405,7 +405,7 @@ func (r *Registry) applyDrain(now time.Time, req *drainRequest) error {
 	c := r.cells[req.id]
 	if c == nil {
 		r.metrics.unknownCells.Inc()
-		return fmt.Errorf("%w: %q", ErrUnknownCell, truncate(req.id))
+		return fmt.Errorf("%w: %q", ErrUnknownCell, trunc(req.id))
 	}
 	ev := lifecycle.DrainRequested
 	if !req.drain {
@@ -457,34 +457,38 @@ func (r *Registry) sweep(now time.Time) {
 	}
 }
 
-// scoreInput maps a heartbeat's signals to the scorer's input. Application
-// signals count only when the vLLM source is healthy, hardware signals only
-// when DCGM is: a missing source drops out and the scorer renormalises.
+// scoreInput is the scorer's input for c: its heartbeat's signals, the
+// probe's RTT and the data plane's error rate (dpOK when there is one),
+// through score.InputFrom.
 func scoreInput(c *cell, dpRate float64, dpOK bool) score.Input {
-	var in score.Input
-	s := c.hb.GetSignals()
+	r := reading(c.hb.GetSignals(), c.hb.GetVllm().GetOk(), c.hb.GetDcgm().GetOk(), c.rtt, c.jitter, c.rttOK)
+	if dpOK {
+		r.DataPlaneErrorRate = score.Some(dpRate)
+	}
+	return score.InputFrom(r)
+}
+
+// reading is the score.Reading of a heartbeat's signals s (a field is
+// present when it is set; nil s sets none), with the health of its
+// sources and the probe's RTT and jitter.
+func reading(s *isobarpb.Signals, vllmOK, dcgmOK bool, rtt, jitter time.Duration, rttOK bool) score.Reading {
 	opt := func(p *float64) score.Value {
 		if p == nil {
 			return score.Value{}
 		}
 		return score.Some(*p)
 	}
-	if c.hb.GetVllm().GetOk() {
-		in.QueueDepth, in.Running = opt(s.QueueDepth), opt(s.Running)
-		in.TTFTP95, in.ErrorRate, in.KVCache = opt(s.TtftP95Seconds), opt(s.ErrorRate), opt(s.KvCacheUsage)
+	r := score.Reading{AppOK: vllmOK, HardwareOK: dcgmOK, RTT: rtt, Jitter: jitter, RTTOK: rttOK}
+	if s == nil {
+		return r
 	}
-	if c.hb.GetDcgm().GetOk() {
-		in.GPUUtil, in.VRAM, in.SMActive, in.DRAMActive = opt(s.GpuUtil), opt(s.VramUsed), opt(s.SmActive), opt(s.DramActive)
-		in.TemperatureC = opt(s.TemperatureCelsius)
-		if s.ClockThrottleReasons != nil {
-			in.ThrottleReasons, in.ThrottleOK = *s.ClockThrottleReasons, true
-		}
+	r.QueueDepth, r.Running, r.TTFTP95, r.ErrorRate, r.KVCache = opt(s.QueueDepth), opt(s.Running), opt(s.TtftP95Seconds), opt(s.ErrorRate), opt(s.KvCacheUsage)
+	r.GPUUtil, r.VRAM, r.SMActive, r.DRAMActive = opt(s.GpuUtil), opt(s.VramUsed), opt(s.SmActive), opt(s.DramActive)
+	r.TemperatureC = opt(s.TemperatureCelsius)
+	if s.ClockThrottleReasons != nil {
+		r.ThrottleReasons, r.ThrottleOK = *s.ClockThrottleReasons, true
 	}
-	in.RTT, in.Jitter, in.RTTOK, in.JitterOK = c.rtt, c.jitter, c.rttOK, c.rttOK
-	if dpOK && (!in.ErrorRate.OK || dpRate > in.ErrorRate.V) {
-		in.ErrorRate = score.Some(dpRate)
-	}
-	return in
+	return r
 }
 
 // cycle scores every cell, projects weights, publishes a view and, when
@@ -526,7 +530,7 @@ func (r *Registry) cycle(now time.Time) {
 		if cp := c.hb.GetCapability(); cp.GetMaxModelLen() > 0 {
 			pc.ContextShare = float64(cp.GetMaxModelLen()) / float64(longest[cp.GetModel()])
 		}
-		if s := c.hb.GetSignals(); c.hb.GetVllm().GetOk() && s.ErrorRate != nil {
+		if s := c.hb.GetSignals(); c.hb.GetVllm().GetOk() && s != nil && s.ErrorRate != nil {
 			pc.ErrorRate, pc.ErrorOK = *s.ErrorRate, true
 			pc.ErrorRequests = s.GetWindowRequests()
 		}

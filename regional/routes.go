@@ -153,7 +153,7 @@ func planTable(p *isobarpb.RoutingPlan, region string, cur *RouteTable, now time
 		}
 		m := mp.GetModel()
 		if m == "" || len(m) > 256 {
-			return bad("model name %q", truncate(m))
+			return bad("model name %q", trunc(m))
 		}
 		if _, dup := t.Models[m]; dup {
 			return bad("model %s planned twice", m)

@@ -11,6 +11,7 @@ import (
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/summary"
+	"github.com/isobar-mesh/isobar/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
@@ -76,10 +77,10 @@ func validateHeartbeat(hb *isobarpb.CellHeartbeat, region string) error {
 		return fmt.Errorf("%w: %s", ErrInvalidHeartbeat, fmt.Sprintf(format, a...))
 	}
 	if !summary.ValidName(hb.GetCellId()) {
-		return bad("cell_id %q: want 1-128 characters of [A-Za-z0-9._-]", truncate(hb.GetCellId()))
+		return bad("cell_id %q: want 1-128 characters of [A-Za-z0-9._-]", trunc(hb.GetCellId()))
 	}
 	if hb.GetRegion() != region {
-		return fmt.Errorf("%w: cell %s says region %q, this controller serves %q", ErrWrongRegion, hb.GetCellId(), truncate(hb.GetRegion()), region)
+		return fmt.Errorf("%w: cell %s says region %q, this controller serves %q", ErrWrongRegion, hb.GetCellId(), trunc(hb.GetRegion()), region)
 	}
 	st := lifecycle.FromProto(hb.GetState())
 	if st == lifecycle.Unknown {
@@ -118,14 +119,14 @@ func validateHeartbeat(hb *isobarpb.CellHeartbeat, region string) error {
 func validateEndpoint(ep string) error {
 	host, port, err := net.SplitHostPort(ep)
 	if err != nil {
-		return fmt.Errorf("%q is not host:port", truncate(ep))
+		return fmt.Errorf("%q is not host:port", trunc(ep))
 	}
 	if _, err := netip.ParseAddr(host); err != nil {
-		return fmt.Errorf("%q: host must be an IP address (Envoy's EDS refuses names; resolve it in the agent with --advertise)", truncate(ep))
+		return fmt.Errorf("%q: host must be an IP address (Envoy's EDS refuses names; resolve it in the agent with --advertise)", trunc(ep))
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("%q: port must be 1-65535", truncate(ep))
+		return fmt.Errorf("%q: port must be 1-65535", trunc(ep))
 	}
 	return nil
 }
@@ -178,9 +179,5 @@ func validateSignals(cell string, s *isobarpb.Signals) error {
 	return nil
 }
 
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
+// trunc bounds outside input quoted in errors and logs.
+func trunc(s string) string { return truncate.Marked(s, 64, "…") }

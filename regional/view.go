@@ -78,6 +78,13 @@ type CellView struct {
 	MaxNumSeqs             uint32
 }
 
+// ScoreReading is the score.Reading of the cell as v shows it: its last
+// heartbeat's signals and sources and the probe's RTT and jitter. The data
+// plane's error rate, which the registry also scores, is not in the view.
+func (v CellView) ScoreReading() score.Reading {
+	return reading(v.Signals, v.VLLM.OK, v.DCGM.OK, v.RTT, v.Jitter, v.RTTOK)
+}
+
 // SourceView is one telemetry source's health as last reported.
 type SourceView struct {
 	OK          bool

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/isobar-mesh/isobar/quantile"
 )
 
 // TokenDist is a token-count distribution: normal with the given mean and
@@ -206,17 +208,7 @@ func summarize(d []time.Duration) (mean, p50, p95, p99 time.Duration) {
 	for _, v := range d {
 		sum += float64(v)
 	}
-	return time.Duration(sum / float64(len(d))), Percentile(d, 0.50), Percentile(d, 0.95), Percentile(d, 0.99)
-}
-
-// Percentile returns the nearest-rank q-quantile (0 < q <= 1) of sorted.
-func Percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	i = max(0, min(i, len(sorted)-1))
-	return sorted[i]
+	return time.Duration(sum / float64(len(d))), quantile.Sorted(d, 0.50), quantile.Sorted(d, 0.95), quantile.Sorted(d, 0.99)
 }
 
 // durHist is a histogram of durations at 100 µs resolution up to 10 s (with
@@ -257,7 +249,7 @@ func (h *durHist) quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
-	rank := int64(math.Ceil(q * float64(h.n)))
+	rank := int64(quantile.Rank(int(h.n), q)) + 1 // 1-based
 	var c int64
 	for i, k := range h.counts {
 		c += k

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // Cell is what aggregation needs to know about one cell.
@@ -217,7 +219,7 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 			sum += p
 		}
 		ms.PressureMean = sum / float64(len(pressures))
-		ms.PressureP90 = pressures[min(len(pressures)-1, int(math.Ceil(0.9*float64(len(pressures))))-1)]
+		ms.PressureP90 = quantile.Sorted(pressures, 0.9)
 	}
 	if errRequests > 0 {
 		ms.ErrorRate = errWeighted / errRequests
@@ -409,9 +411,5 @@ func clamp01(v float64) float64 {
 	return v
 }
 
-func trunc(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
+// trunc bounds outside input quoted in errors.
+func trunc(s string) string { return truncate.Marked(s, 64, "…") }

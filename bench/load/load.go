@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/quantile"
 )
 
 // Arrival processes.
@@ -441,13 +444,9 @@ func percentiles(vs []float64) *Percentiles {
 	if len(vs) == 0 {
 		return nil
 	}
-	s := append([]float64(nil), vs...)
-	sort.Float64s(s)
-	q := func(p float64) float64 {
-		i := int(math.Ceil(p*float64(len(s)))) - 1
-		return s[max(0, min(i, len(s)-1))]
-	}
-	return &Percentiles{P50: q(0.50), P95: q(0.95), P99: q(0.99)}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	return &Percentiles{P50: quantile.Sorted(s, 0.50), P95: quantile.Sorted(s, 0.95), P99: quantile.Sorted(s, 0.99)}
 }
 
 // summarize describes the records that started in the measured window.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/isobar-mesh/isobar/quantile"
 	"github.com/isobar-mesh/isobar/sim"
 )
 
@@ -110,7 +111,7 @@ func (r *runner) hetero(ctx context.Context) error {
 		f := Figures{
 			"requests": num(float64(st.n)), "success": num(st.success),
 			"e2e_p50_ms": allMS(0.5), "e2e_p99_ms": allMS(0.99),
-			"e2e_p50_served_ms": ms(durPercentile(st.e2e, 0.5)), "e2e_p99_served_ms": ms(durPercentile(st.e2e, 0.99)),
+			"e2e_p50_served_ms": ms(quantile.Of(st.e2e, 0.5)), "e2e_p99_served_ms": ms(quantile.Of(st.e2e, 0.99)),
 			"ttft_p95_ms": ms(st.ttftP95), "sustainable_rps": num(rate), "constrained_weight_ratio": nil,
 		}
 		if p.isobar() && no > 0 && nc > 0 && wo > 0 {
@@ -118,7 +119,7 @@ func (r *runner) hetero(ctx context.Context) error {
 		}
 		r.set(StageHetero, p, f)
 		r.progress(StageHetero, "%s: E2E P50 %.0f ms P99 %.0f ms, sustainable %.2f RPS", p,
-			float64(durPercentile(st.e2e, 0.5))/1e6, float64(durPercentile(st.e2e, 0.99))/1e6, rate)
+			float64(quantile.Of(st.e2e, 0.5))/1e6, float64(quantile.Of(st.e2e, 0.99))/1e6, rate)
 	}
 	return nil
 }
@@ -150,8 +151,8 @@ func (r *runner) homogeneous6(ctx context.Context) error {
 			at := "_at_" + fmtRate(rps)
 			f["success"+at] = num(st.success)
 			f["ttft_p95_ms"+at] = ms(st.ttftP95)
-			f["e2e_p50_ms"+at] = ms(durPercentile(st.e2e, 0.5))
-			f["e2e_p99_ms"+at] = ms(durPercentile(st.e2e, 0.99))
+			f["e2e_p50_ms"+at] = ms(quantile.Of(st.e2e, 0.5))
+			f["e2e_p99_ms"+at] = ms(quantile.Of(st.e2e, 0.99))
 		}
 		r.set(StageHomogeneous6, p, f)
 		r.progress(StageHomogeneous6, "%s: E2E P99 %.0f ms at 12 RPS", p, *f["e2e_p99_ms_at_12rps"])

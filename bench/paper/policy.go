@@ -11,10 +11,10 @@ import (
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 
+	"github.com/isobar-mesh/isobar/quantile"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
-	"github.com/isobar-mesh/isobar/sim"
 )
 
 // Policy is how the ingress spreads requests over the cells.
@@ -514,16 +514,17 @@ type window struct {
 	ttftP95  time.Duration
 }
 
-// input is what cell e's heartbeat carries, mapped as the regional
-// registry maps it (regional.scoreInput): application signals while the
-// engine answers, hardware ones while the DCGM exporter does, the probe's
-// RTT and jitter, and the data plane's error rate when it is higher.
+// input is what cell e's heartbeat carries, with the probe's RTT and
+// jitter and the data plane's error rate, mapped by score.InputFrom as the
+// regional registry maps it: application signals while the engine
+// answers, hardware ones while the DCGM exporter does, and the data
+// plane's error rate when it is higher.
 func (f *fleet) input(e *engine) (score.Input, window) {
 	from := f.now - f.cfg.DataPlane.Window
 	e.win = pruneWin(e.win, from)
 	e.dpWin = pruneWin(e.dpWin, from)
 	var w window
-	var in score.Input
+	r := score.Reading{AppOK: e.alive, HardwareOK: e.dcgmUp, RTT: e.rtt.RTT, Jitter: e.rtt.Jitter, RTTOK: true}
 	if e.alive {
 		var ttfts []time.Duration
 		errs := 0
@@ -537,28 +538,27 @@ func (f *fleet) input(e *engine) (score.Input, window) {
 			}
 		}
 		st := e.b.Stats()
-		in.QueueDepth, in.Running, in.KVCache = score.Some(float64(st.Waiting)), score.Some(float64(st.Running)), score.Some(st.KVUsage)
+		r.QueueDepth, r.Running, r.KVCache = score.Some(float64(st.Waiting)), score.Some(float64(st.Running)), score.Some(st.KVUsage)
 		if w.requests > 0 {
 			w.errRate = float64(errs) / float64(w.requests)
-			in.ErrorRate = score.Some(w.errRate)
+			r.ErrorRate = score.Some(w.errRate)
 		}
 		if len(ttfts) > 0 {
 			slices.Sort(ttfts)
-			w.ttftP95 = sim.Percentile(ttfts, 0.95)
-			in.TTFTP95 = score.Some(w.ttftP95.Seconds())
+			w.ttftP95 = quantile.Sorted(ttfts, 0.95)
+			r.TTFTP95 = score.Some(w.ttftP95.Seconds())
 		}
 	}
 	if e.dcgmUp {
 		g := e.gpu.GPUSample()
-		in.GPUUtil = score.Some(g.UtilPct / 100)
+		r.GPUUtil = score.Some(g.UtilPct / 100)
 		if t := g.FBUsedMiB + g.FBFreeMiB; t > 0 {
-			in.VRAM = score.Some(g.FBUsedMiB / t)
+			r.VRAM = score.Some(g.FBUsedMiB / t)
 		}
-		in.SMActive, in.DRAMActive = score.Some(g.SMActive), score.Some(g.DRAMActive)
-		in.TemperatureC = score.Some(g.GPUTempC)
-		in.ThrottleReasons, in.ThrottleOK = g.ThrottleReasons, true
+		r.SMActive, r.DRAMActive = score.Some(g.SMActive), score.Some(g.DRAMActive)
+		r.TemperatureC = score.Some(g.GPUTempC)
+		r.ThrottleReasons, r.ThrottleOK = g.ThrottleReasons, true
 	}
-	in.RTT, in.Jitter, in.RTTOK, in.JitterOK = e.rtt.RTT, e.rtt.Jitter, true, true
 	if n := len(e.dpWin); n > 0 {
 		errs := 0
 		for _, ev := range e.dpWin {
@@ -566,11 +566,9 @@ func (f *fleet) input(e *engine) (score.Input, window) {
 				errs++
 			}
 		}
-		if dp := float64(errs) / float64(n); !in.ErrorRate.OK || dp > in.ErrorRate.V {
-			in.ErrorRate = score.Some(dp)
-		}
+		r.DataPlaneErrorRate = score.Some(float64(errs) / float64(n))
 	}
-	return in, w
+	return score.InputFrom(r), w
 }
 
 func pruneWin(w []winEv, from time.Duration) []winEv {

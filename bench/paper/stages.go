@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/bench/load"
+	"github.com/isobar-mesh/isobar/quantile"
 	"github.com/isobar-mesh/isobar/sim"
 )
 
@@ -258,8 +259,8 @@ func (r *runner) calibration(ctx context.Context) error {
 			"routing_update_p50_ms": nil, "routing_update_p99_ms": nil,
 		}
 		if len(costs) > 0 {
-			f["routing_update_p50_ms"] = ms(durPercentile(costs, 0.5))
-			f["routing_update_p99_ms"] = ms(durPercentile(costs, 0.99))
+			f["routing_update_p50_ms"] = ms(quantile.Of(costs, 0.5))
+			f["routing_update_p99_ms"] = ms(quantile.Of(costs, 0.99))
 		}
 		r.set(StageCalibration, p, f)
 		r.progress(StageCalibration, "%s: success %.4f TTFT P50 %.0f ms P95 %.0f ms P99 %.0f ms E2E P95 %.0f ms",
@@ -505,7 +506,7 @@ func fleetBreach(rs []request, from, to, slo time.Duration) bool {
 				ttft = append(ttft, q.ttft())
 			}
 		}
-		if len(ttft) >= 20 && durPercentile(ttft, 0.95) > slo {
+		if len(ttft) >= 20 && quantile.Of(ttft, 0.95) > slo {
 			return true
 		}
 	}
@@ -557,8 +558,8 @@ func (r *runner) failover(ctx context.Context) error {
 		}
 		st := summarise(post, func(*request) bool { return true })
 		f := Figures{
-			"episodes": num(float64(episodes)), "reroute_p50_ms": ms(durPercentile(reroutes, 0.5)),
-			"reroute_p95_ms": ms(durPercentile(reroutes, 0.95)), "reroute_p99_ms": ms(durPercentile(reroutes, 0.99)),
+			"episodes": num(float64(episodes)), "reroute_p50_ms": ms(quantile.Of(reroutes, 0.5)),
+			"reroute_p95_ms": ms(quantile.Of(reroutes, 0.95)), "reroute_p99_ms": ms(quantile.Of(reroutes, 0.99)),
 			"never_rerouted": num(float64(never)), "post_kill_requests": num(float64(st.n)),
 			"post_kill_success": num(st.success), "post_kill_ttft_p95_ms": ms(st.ttftP95),
 			"in_flight_failed": num(float64(inflightFailed)),
@@ -568,7 +569,7 @@ func (r *runner) failover(ctx context.Context) error {
 		}
 		r.set(StageFailover, p, f)
 		r.progress(StageFailover, "%s: reroute P99 %.0f ms, post-kill success %.4f (%d requests)", p,
-			float64(durPercentile(reroutes, 0.99))/1e6, st.success, st.n)
+			float64(quantile.Of(reroutes, 0.99))/1e6, st.success, st.n)
 	}
 	return nil
 }
@@ -633,7 +634,7 @@ func (r *runner) burst(ctx context.Context) error {
 				}
 			}
 			if len(reactions) > 0 {
-				f["routing_reaction_p95_ms"] = ms(durPercentile(reactions, 0.95))
+				f["routing_reaction_p95_ms"] = ms(quantile.Of(reactions, 0.95))
 			}
 		}
 		r.set(StageBurst, p, f)
@@ -729,7 +730,7 @@ func (r *runner) telemetryFailure(ctx context.Context) error {
 			"fallback_engage_p50_ms": nil, "fallback_engage_max_ms": nil, "heartbeat_ms": ms(r.cfg.DataPlane.Heartbeat),
 		}
 		if p.isobar() && len(engage) > 0 {
-			f["fallback_engage_p50_ms"] = ms(durPercentile(engage, 0.5))
+			f["fallback_engage_p50_ms"] = ms(quantile.Of(engage, 0.5))
 			f["fallback_engage_max_ms"] = ms(slices.Max(engage))
 		}
 		r.set(StageTelemetryFailure, p, f)

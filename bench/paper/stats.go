@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/isobar-mesh/isobar/sim"
+	"github.com/isobar-mesh/isobar/quantile"
 )
 
 // Figures are one policy's results in one stage: snake_case names with
@@ -37,8 +37,7 @@ func overAll(sorted []time.Duration, n int, q float64) (time.Duration, bool) {
 	if n <= 0 {
 		return 0, false
 	}
-	i := int(math.Ceil(q*float64(n))) - 1
-	i = max(0, min(i, n-1))
+	i := quantile.Rank(n, q)
 	if i >= len(sorted) {
 		return 0, false
 	}
@@ -75,19 +74,13 @@ func summarise(rs []request, keep func(*request) bool) reqStats {
 	if s.n > 0 {
 		s.success = float64(s.ok) / float64(s.n)
 	}
-	s.ttftP50, s.ttftP95, s.ttftP99 = sim.Percentile(s.ttft, 0.50), sim.Percentile(s.ttft, 0.95), sim.Percentile(s.ttft, 0.99)
-	s.e2eP95 = sim.Percentile(s.e2e, 0.95)
+	s.ttftP50, s.ttftP95, s.ttftP99 = quantile.Sorted(s.ttft, 0.50), quantile.Sorted(s.ttft, 0.95), quantile.Sorted(s.ttft, 0.99)
+	s.e2eP95 = quantile.Sorted(s.e2e, 0.95)
 	return s
 }
 
 func arrivedIn(from, to time.Duration) func(*request) bool {
 	return func(r *request) bool { return r.arrive >= from && r.arrive < to }
-}
-
-func durPercentile(d []time.Duration, q float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return sim.Percentile(s, q)
 }
 
 func mean(v []float64) float64 {

@@ -54,7 +54,7 @@ func cycleCost(ctx context.Context, region string, view *regional.View, samples 
 	inputs := make([][2]score.Input, len(view.Cells))
 	targets := make([]target, len(view.Cells))
 	for i, c := range view.Cells {
-		own := scoreInput(c)
+		own := score.InputFrom(c.ScoreReading())
 		hot := own
 		hot.QueueDepth, hot.Running, hot.TTFTP95 = score.Some(64), score.Some(64), score.Some(5)
 		hot.KVCache, hot.GPUUtil, hot.SMActive, hot.DRAMActive = score.Some(1), score.Some(1), score.Some(1), score.Some(1)
@@ -107,32 +107,4 @@ func cycleCost(ctx context.Context, region string, view *regional.View, samples 
 		version = v
 	}
 	return out, nil
-}
-
-// scoreInput maps a cell as the registry sees it to the scorer's input.
-func scoreInput(c regional.CellView) score.Input {
-	var in score.Input
-	s := c.Signals
-	if s == nil {
-		return in
-	}
-	opt := func(p *float64) score.Value {
-		if p == nil {
-			return score.Value{}
-		}
-		return score.Some(*p)
-	}
-	if c.VLLM.OK {
-		in.QueueDepth, in.Running = opt(s.QueueDepth), opt(s.Running)
-		in.TTFTP95, in.ErrorRate, in.KVCache = opt(s.TtftP95Seconds), opt(s.ErrorRate), opt(s.KvCacheUsage)
-	}
-	if c.DCGM.OK {
-		in.GPUUtil, in.VRAM, in.SMActive, in.DRAMActive = opt(s.GpuUtil), opt(s.VramUsed), opt(s.SmActive), opt(s.DramActive)
-		in.TemperatureC = opt(s.TemperatureCelsius)
-		if s.ClockThrottleReasons != nil {
-			in.ThrottleReasons, in.ThrottleOK = *s.ClockThrottleReasons, true
-		}
-	}
-	in.RTT, in.Jitter, in.RTTOK, in.JitterOK = c.RTT, c.Jitter, c.RTTOK, c.RTTOK
-	return in
 }

@@ -117,7 +117,7 @@ func runPoint(ctx context.Context, cfg Config, deps Deps, spec pointSpec) (*Figu
 	}
 	r0 := p.regions[0]
 	cyc, err := cycleCost(ctx, r0.name, r0.ctrl.Registry().View(), cfg.CycleSamples, cfg.CycleBudget, p.clock)
-	f.CycleP50Ms, f.CycleP99Ms, f.CycleRuns = quantile(cyc, 0.5), quantile(cyc, 0.99), len(cyc)
+	f.CycleP50Ms, f.CycleP99Ms, f.CycleRuns = quantileNaN(cyc, 0.5), quantileNaN(cyc, 0.99), len(cyc)
 	if err != nil {
 		return f, err
 	}
@@ -126,11 +126,11 @@ func runPoint(ctx context.Context, cfg Config, deps Deps, spec pointSpec) (*Figu
 		if err != nil {
 			return f, err
 		}
-		f.SolveMs, f.SolveP99Ms = ptr(quantile(st, 0.5)), ptr(quantile(st, 0.99))
+		f.SolveMs, f.SolveP99Ms = ptr(quantileNaN(st, 0.5)), ptr(quantileNaN(st, 0.99))
 	}
 	deaths, err := p.timeDeaths(ctx)
-	f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathsTimed = quantile(deaths, 0.5), quantile(deaths, 0.99), len(deaths)
-	f.DeathToRemovedMaxMs = quantile(deaths, 1)
+	f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathsTimed = quantileNaN(deaths, 0.5), quantileNaN(deaths, 0.99), len(deaths)
+	f.DeathToRemovedMaxMs = quantileNaN(deaths, 1)
 	f.StreamErrors = p.counters.StreamErrors()
 	return f, err
 }

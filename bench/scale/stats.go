@@ -2,19 +2,18 @@ package scale
 
 import (
 	"math"
-	"slices"
 	"time"
+
+	"github.com/isobar-mesh/isobar/quantile"
 )
 
-// quantile is the q-quantile of xs (nearest rank); NaN when empty.
-func quantile(xs []float64, q float64) float64 {
+// quantileNaN is the nearest-rank q-quantile of xs; NaN when empty (the
+// report's "not measured").
+func quantileNaN(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
 	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
+	return quantile.Of(xs, q)
 }
 
 func mean(xs []float64) float64 {

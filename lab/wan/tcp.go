@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/backoff"
 )
 
 // Proxy is one emulated WAN path for TCP: it accepts on Config.Listen,
@@ -192,25 +194,25 @@ func (p *Proxy) OpenConns() int {
 
 func (p *Proxy) accept() {
 	defer p.wg.Done()
-	var backoff time.Duration
+	// A transient failure (out of file descriptors) backs off as net/http
+	// does: 5 ms doubling up to 1 s, no jitter.
+	bo := backoff.New(backoff.Policy{Min: 5 * time.Millisecond, Max: time.Second, Jitter: backoff.None})
 	for {
 		nc, err := p.ln.Accept()
 		if err != nil {
 			if p.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			// A transient failure (out of file descriptors): back off as
-			// net/http does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			p.log.Warn("wan path accept failed", "err", err, "retry_in", backoff)
+			wait := bo.Next()
+			p.log.Warn("wan path accept failed", "err", err, "retry_in", wait)
 			select {
-			case <-p.clock.After(backoff):
+			case <-p.clock.After(wait):
 				continue
 			case <-p.ctx.Done():
 				return
 			}
 		}
-		backoff = 0
+		bo.Reset()
 		p.track(nc)
 	}
 }

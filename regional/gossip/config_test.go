@@ -115,18 +115,3 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
-
-func TestBackoff(t *testing.T) {
-	b := newBackoff(100*time.Millisecond, time.Second)
-	caps := []time.Duration{100, 200, 400, 800, 1000, 1000}
-	for i, c := range caps {
-		c *= time.Millisecond
-		if d := b.next(); d < c/2 || d > c {
-			t.Errorf("wait %d = %v, want within [%v, %v]", i, d, c/2, c)
-		}
-	}
-	b.reset()
-	if d := b.next(); d > 100*time.Millisecond {
-		t.Errorf("after reset: %v", d)
-	}
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -297,18 +298,18 @@ func (n *Node) Changes() <-chan struct{} { return n.book.changed }
 // again if every other member has gone (a partition healed, the cluster
 // restarted). Attempts back off exponentially with jitter.
 func (n *Node) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
-	bo := newBackoff(n.cfg.JoinBackoffMin, n.cfg.JoinBackoffMax)
+	bo := backoff.New(backoff.Policy{Min: n.cfg.JoinBackoffMin, Max: n.cfg.JoinBackoffMax, Jitter: backoff.Equal})
 	for {
 		if n.book.othersAlive.Load() == 0 {
 			contacted, err := ml.Join(n.cfg.Join)
 			if n.book.othersAlive.Load() > 0 {
 				n.m.joins.WithLabelValues("ok").Inc()
 				n.log.Info("gossip joined", "contacted", contacted, "members", n.book.othersAlive.Load()+1)
-				bo.reset()
+				bo.Reset()
 				continue
 			}
 			n.m.joins.WithLabelValues("failed").Inc()
-			wait := bo.next()
+			wait := bo.Next()
 			n.log.Debug("gossip join failed", "seeds", n.cfg.Join, "contacted", contacted, "err", err, "retry_in", wait)
 			select {
 			case <-ctx.Done():

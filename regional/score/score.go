@@ -1,10 +1,13 @@
 // Package score turns one cell's raw signal vector into normalised signal
 // scores in [0,1] and a composite pressure in [0,1] (higher = more pressure).
 //
-// It is pure: no I/O, no logging, no metrics, no clock. The caller decides
-// which signals are present (a source that is down or stale contributes
-// nothing) and the scorer renormalises over what remains, so missing
-// telemetry never drops a cell. The formula of every signal is in README.md.
+// It is pure: no I/O, no logging, no metrics, no clock. InputFrom decides
+// which signals are present from a Reading of the cell's sources (a source
+// that is down contributes nothing; the data plane's error rate counts when
+// it is the higher) and the scorer renormalises over what remains, so
+// missing telemetry never drops a cell. The regional controller and
+// bench/paper both build their Input with InputFrom. The formula of every
+// signal is in README.md.
 // Pressure explains, alerts and feeds the regional summary; it does not move
 // endpoint weights (regional/projection derives those from slow signals).
 //

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/isobar-mesh/isobar/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
@@ -133,8 +134,8 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 	}
 	if !st.hasNode && req.GetNode() != nil {
 		st.hasNode = true
-		st.nodeID = truncate(req.GetNode().GetId(), xdscontract.MaxNameLen)
-		st.userAgent = truncate(req.GetNode().GetUserAgentName(), xdscontract.MaxNameLen)
+		st.nodeID = truncate.String(req.GetNode().GetId(), xdscontract.MaxNameLen)
+		st.userAgent = truncate.String(req.GetNode().GetUserAgentName(), xdscontract.MaxNameLen)
 		st.kind = ClassifyNode(req.GetNode())
 	}
 	t := typeIndex(typeURL)
@@ -157,7 +158,7 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 	}
 	s.m.nacks.WithLabelValues(label).Inc()
 	ts.nacked = ts.sentVersion
-	ts.nackDetail = truncate(req.GetErrorDetail().GetMessage(), maxDetailLen)
+	ts.nackDetail = truncate.String(req.GetErrorDetail().GetMessage(), maxDetailLen)
 	if ts.loggedNack != ts.sentVersion {
 		ts.loggedNack = ts.sentVersion
 		s.log.Warn("xds client rejected resources",
@@ -236,13 +237,6 @@ func (c callbacks) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryR
 
 // OnFetchResponse implements serverv3.Callbacks.
 func (c callbacks) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
 
 // WaitForAck blocks until some open stream has acknowledged typeURL at the
 // snapshot version (a value Push returned) or newer. A type that version
