@@ -21,6 +21,9 @@ const minRoute = 1e-4
 type planner struct {
 	cfg  PlanConfig
 	prev map[string]prevPlan
+	// verdicts holds, per model and region, the last verdict explained
+	// (optimize.Explanation.Verdict), to report changes only.
+	verdicts map[string]map[string]string
 }
 
 type prevPlan struct {
@@ -35,9 +38,20 @@ type planStats struct {
 	models      int
 	costMs      map[string]float64
 	localOnlyMs map[string]float64
+	// changes are the regions whose verdict (local, spill, shed, ...)
+	// changed for a model this cycle, with the reason.
+	changes []verdictChange
 }
 
-func newPlanner(cfg PlanConfig) *planner { return &planner{cfg: cfg, prev: map[string]prevPlan{}} }
+// verdictChange is one region's new verdict for one model, as
+// optimize.ExplainLocalFirst gives it for the solver's target plan.
+type verdictChange struct {
+	model, region, verdict, reason string
+}
+
+func newPlanner(cfg PlanConfig) *planner {
+	return &planner{cfg: cfg, prev: map[string]prevPlan{}, verdicts: map[string]map[string]string{}}
+}
 
 // plan solves every model over the live regions and returns the full plan
 // (without leader, epoch and sequence, which the caller sets).
@@ -93,6 +107,19 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 		if err != nil {
 			continue // validated input cannot fail; a model without a solution gets no plan
 		}
+		if ex, err := optimize.ExplainLocalFirst(prob, pl.cfg.LocalFill, target); err == nil {
+			seen := pl.verdicts[model]
+			if seen == nil {
+				seen = map[string]string{}
+				pl.verdicts[model] = seen
+			}
+			for _, e := range ex {
+				if seen[e.Region] != e.Verdict {
+					seen[e.Region] = e.Verdict
+					st.changes = append(st.changes, verdictChange{model: model, region: e.Region, verdict: e.Verdict, reason: e.Reason})
+				}
+			}
+		}
 		chosen := target
 		demand := make([]float64, len(live))
 		for i := range live {
@@ -121,6 +148,7 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 	for m := range pl.prev {
 		if !models[m] {
 			delete(pl.prev, m)
+			delete(pl.verdicts, m)
 		}
 	}
 	return out, st

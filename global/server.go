@@ -293,6 +293,9 @@ func (g *Server) cycle(ctx context.Context, l *election.Leadership) error {
 	now := g.deps.Clock.Now()
 	plan, st := g.planner.plan(now, g.store.snapshot(), g.cfg.RegionTTL, g.cfg.PlanTTL)
 	g.metrics.solve.Observe(time.Since(start).Seconds())
+	for _, c := range st.changes {
+		g.log.Info("plan verdict changed", "model", c.model, "region", c.region, "verdict", c.verdict, "why", c.reason)
+	}
 	g.metrics.regions.WithLabelValues("live").Set(float64(st.live))
 	g.metrics.regions.WithLabelValues("stale").Set(float64(st.stale))
 	g.seq++

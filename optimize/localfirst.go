@@ -12,6 +12,32 @@ import (
 // its own demand before any of that demand leaves it (SolveLocalFirst).
 const DefaultLocalFill = 0.9
 
+// EngineLatencyBand is the relative spread within which SolveLocalFirst
+// counts the regions' engine latencies as equal when it places the excess.
+const EngineLatencyBand = 0.25
+
+// equaliseLatencies gives every up region whose engine latency is within
+// EngineLatencyBand of the median of the up regions' latencies that
+// median, in place.
+func equaliseLatencies(rs []Region) {
+	var ls []float64
+	for _, r := range rs {
+		if !r.Down && r.EngineLatencyMs > 0 {
+			ls = append(ls, r.EngineLatencyMs)
+		}
+	}
+	if len(ls) < 2 {
+		return
+	}
+	slices.Sort(ls)
+	med := ls[len(ls)/2]
+	for i := range rs {
+		if l := rs[i].EngineLatencyMs; !rs[i].Down && l > 0 && math.Abs(l-med) <= EngineLatencyBand*med {
+			rs[i].EngineLatencyMs = med
+		}
+	}
+}
+
 // SolveLocalFirst is the routing policy of the design: keep each region's
 // demand local while its own headroom covers it, spill the rest to the
 // nearest regions with room, and shed only what no region can serve.
@@ -26,7 +52,12 @@ const DefaultLocalFill = 0.9
 // cost of an option there is its RTT plus the engine's marginal latency,
 // so the excess goes to the nearest region with room first, stays home as
 // far as home has room, and is shed only where no region's marginal
-// latency stays under the shed penalty.
+// latency stays under the shed penalty. In that solve, engine latencies
+// within EngineLatencyBand of each other count as equal (their median):
+// a region's measured low-load latency carries tens of milliseconds of
+// noise, as much as the RTT between neighbours, and the excess would
+// otherwise go to a farther region whose engines happened to look
+// quicker. A region more than the band away keeps its own.
 //
 // fill is in (0, 1]; 0 means DefaultLocalFill. The plan's Load and CostMs
 // are evaluated on p; its Gap and Iterations are the residual solve's (0
@@ -83,6 +114,7 @@ func SolveLocalFirstFills(p Problem, fills []float64) (Plan, error) {
 	pl := newPlan(n)
 	var rp Plan
 	if anyResidual {
+		equaliseLatencies(res.Regions)
 		if err := res.Validate(); err != nil {
 			return Plan{}, fmt.Errorf("optimize: residual problem: %w", err)
 		}

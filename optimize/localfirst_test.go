@@ -197,3 +197,37 @@ func TestExplainLocalFirst(t *testing.T) {
 		t.Errorf("mismatched plan: %v", err)
 	}
 }
+
+// Engine latencies a few tens of ms apart (low-load noise between
+// identical regions) do not decide the neighbour: the small excess of an
+// overloaded region goes to the nearer one even when the farther one
+// looks quicker; a region beyond EngineLatencyBand keeps its own latency.
+func TestLocalFirstNeighbourByRTTNotLatencyNoise(t *testing.T) {
+	p := Problem{
+		Regions: []Region{
+			{Name: "hot", DemandRPS: 4.6, CapacityRPS: 3.9, EngineLatencyMs: 350},
+			{Name: "near", DemandRPS: 1, CapacityRPS: 3.9, EngineLatencyMs: 380},
+			{Name: "far", DemandRPS: 1, CapacityRPS: 3.9, EngineLatencyMs: 330},
+		},
+		RTTms: [][]float64{{0, 60, 80}, {60, 0, 140}, {80, 140, 0}},
+	}
+	pl, err := SolveLocalFirst(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Fractions[0][1] <= pl.Fractions[0][2] {
+		t.Errorf("hot sends %.4f to near (60 ms) and %.4f to far (80 ms, 50 ms quicker engines): want the near region first",
+			pl.Fractions[0][1], pl.Fractions[0][2])
+	}
+	// Twice as slow is not noise: the far region, at half the latency,
+	// takes more than the near one.
+	p.Regions[1].EngineLatencyMs = 700
+	pl, err = SolveLocalFirst(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Fractions[0][2] <= pl.Fractions[0][1] {
+		t.Errorf("near at 700 ms: hot sends %.4f to near and %.4f to far; want the far, quicker region first",
+			pl.Fractions[0][1], pl.Fractions[0][2])
+	}
+}
