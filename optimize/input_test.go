@@ -4,22 +4,22 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"testing/iotest"
 )
 
-// workedExampleJSON is docs/design.md §5.2 in the input format: demand
+// workedExampleJSON is docs/design.md §5.2 in the input format
+// (testdata/worked-example.json, shared with cmd/isobar's tests): demand
 // A 90, B 120, C 40 rps; capacity 100, 100, 80; L0 300 ms; RTT A–B 20,
 // B–C 30, A–C 60 ms.
 func workedExampleJSON(headroom string) string {
-	return `{"headroom": ` + headroom + `,
-  "regions": [
-    {"name": "a", "demand_rps": 90, "capacity_rps": 100, "engine_latency_ms": 300},
-    {"name": "b", "demand_rps": 120, "capacity_rps": 100, "engine_latency_ms": 300},
-    {"name": "c", "demand_rps": 40, "capacity_rps": 80, "engine_latency_ms": 300}
-  ],
-  "rtt_ms": {"a": {"b": 20, "c": 60}, "b": {"c": 30}}}`
+	b, err := os.ReadFile("testdata/worked-example.json")
+	if err != nil {
+		panic(err) // a file of the repository
+	}
+	return strings.Replace(string(b), "HEADROOM", headroom, 1)
 }
 
 func TestParseInputWorkedExample(t *testing.T) {

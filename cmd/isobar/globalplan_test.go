@@ -13,16 +13,15 @@ import (
 	"github.com/isobar-mesh/isobar/optimize"
 )
 
-// workedExampleJSON is docs/design.md §5.2: demand A 90, B 120, C 40 rps;
-// capacity 100, 100, 80; L0 300 ms; RTT A–B 20, B–C 30, A–C 60 ms.
+// workedExampleJSON is docs/design.md §5.2 (optimize's
+// testdata/worked-example.json): demand A 90, B 120, C 40 rps; capacity
+// 100, 100, 80; L0 300 ms; RTT A–B 20, B–C 30, A–C 60 ms.
 func workedExampleJSON(headroom string) string {
-	return `{"headroom": ` + headroom + `,
-  "regions": [
-    {"name": "a", "demand_rps": 90, "capacity_rps": 100, "engine_latency_ms": 300},
-    {"name": "b", "demand_rps": 120, "capacity_rps": 100, "engine_latency_ms": 300},
-    {"name": "c", "demand_rps": 40, "capacity_rps": 80, "engine_latency_ms": 300}
-  ],
-  "rtt_ms": {"a": {"b": 20, "c": 60}, "b": {"c": 30}}}`
+	b, err := os.ReadFile("../../optimize/testdata/worked-example.json")
+	if err != nil {
+		panic(err) // a file of the repository
+	}
+	return strings.Replace(string(b), "HEADROOM", headroom, 1)
 }
 
 // runPlan runs `plan` in-process with args, stdin and captured output.
