@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"time"
@@ -34,17 +35,44 @@ var (
 // batch slot, KV blocks and budget remain. The head of the queue blocks the
 // ones behind it. A sequence whose prefill completes in a step samples its
 // first token at the end of that step.
+//
+// Automatic prefix caching follows vLLM's (v1 KVCacheManager): a sequence
+// added with AddBlocks names the hash chain of its prompt's full blocks;
+// a block whose computation completes is registered under its hash while
+// no other block holds that hash; at admission the longest run of leading
+// blocks found in the cache is reused (at most the prompt less one token,
+// as vLLM always computes the last prompt token) and only the rest is
+// prefilled. A block no sequence holds stays cached until a new
+// allocation evicts it, least recently freed first. Prefix-cache queries
+// and hits are counted in prompt tokens at every admission, as vLLM's
+// prefix_cache_queries and prefix_cache_hits counters are. Sequences
+// added with Add have no hashes: they neither reuse nor leave blocks.
 type Batcher struct {
 	p       Profile
 	blocks  int // KV blocks in total
-	free    int // KV blocks not held by a running sequence
+	free    int // KV blocks not held by a running sequence (cached ones included)
 	waiting []*bseq
 	running []*bseq
 	byID    map[SeqID]*bseq
 
-	preemptions int64
-	out         Step
-	sched       []sched
+	// The prefix cache: every registered block by hash, and the ones no
+	// sequence holds in eviction order (front = least recently freed).
+	cache     map[uint64]*kvBlock
+	evictable *list.List
+
+	preemptions  int64
+	prefixQuery  int64
+	prefixHit    int64
+	prefixEvicts int64
+	out          Step
+	sched        []sched
+}
+
+// kvBlock is one registered (hashed) KV block of the prefix cache.
+type kvBlock struct {
+	hash uint64
+	refs int           // running sequences holding it
+	lru  *list.Element // in evictable while refs == 0
 }
 
 type bseq struct {
@@ -55,8 +83,13 @@ type bseq struct {
 	target    int  // tokens to prefill: the prompt, or prompt+generated after a preemption
 	computed  int  // prefill progress towards target
 	decoding  bool // prefill complete
-	blocks    int  // KV blocks held
+	blocks    int  // KV blocks held (hashed and plain)
 	counted   bool // prompt tokens already reported
+	// hashes is the hash chain of the prompt's full blocks (nil: none);
+	// held are the registered blocks the sequence holds, blocks
+	// 0..len(held)-1 of its prompt.
+	hashes []uint64
+	held   []*kvBlock
 }
 
 type sched struct {
@@ -111,10 +144,21 @@ type TokenEvent struct {
 // BatcherStats is a snapshot of the scheduler state.
 type BatcherStats struct {
 	Running, Waiting int
-	// KVUsage is the fraction of KV blocks in use, 0–1.
+	// KVUsage is the fraction of KV blocks in use, 0–1 (cached blocks no
+	// sequence holds are free, as vLLM counts them).
 	KVUsage float64
 	// Preemptions counts preemptions since the Batcher was created.
 	Preemptions int64
+	// PrefixQueries and PrefixHits count, over every admission, the
+	// prompt tokens looked up in the prefix cache and those found there
+	// (vLLM's prefix_cache_queries and prefix_cache_hits). Only
+	// sequences added with block hashes are looked up.
+	PrefixQueries, PrefixHits int64
+	// PrefixEvictions counts cached blocks evicted to make room.
+	PrefixEvictions int64
+	// CachedBlocks is the number of blocks registered in the prefix cache
+	// (held or not).
+	CachedBlocks int
 }
 
 // NewBatcher returns an empty batcher for the profile, which must be valid.
@@ -123,15 +167,31 @@ func NewBatcher(p Profile) (*Batcher, error) {
 		return nil, err
 	}
 	n := p.KVCacheTokens / p.BlockSize
-	return &Batcher{p: p, blocks: n, free: n, byID: make(map[SeqID]*bseq)}, nil
+	return &Batcher{p: p, blocks: n, free: n, byID: make(map[SeqID]*bseq),
+		cache: make(map[uint64]*kvBlock), evictable: list.New()}, nil
 }
+
+// BlockSize returns the KV block size in tokens, the unit of the hash
+// chains AddBlocks takes.
+func (b *Batcher) BlockSize() int { return b.p.BlockSize }
 
 func (b *Batcher) blocksFor(tokens int) int {
 	return (tokens + b.p.BlockSize - 1) / b.p.BlockSize
 }
 
-// Add queues a sequence at the tail of the waiting queue.
+// Add queues a sequence at the tail of the waiting queue, without prefix
+// caching.
 func (b *Batcher) Add(id SeqID, promptTokens, maxTokens int) error {
+	return b.AddBlocks(id, promptTokens, maxTokens, nil)
+}
+
+// AddBlocks queues a sequence whose prompt's full blocks have the hash
+// chain hashes: hashes[i] names block i (tokens i×BlockSize up to
+// (i+1)×BlockSize) and everything before it, as vLLM's block hashes do,
+// so two prompts share block i's hash only if they share every token up
+// to its end. At most promptTokens/BlockSize hashes are used; the rest are
+// ignored. The Batcher keeps the slice; the caller must not change it.
+func (b *Batcher) AddBlocks(id SeqID, promptTokens, maxTokens int, hashes []uint64) error {
 	if promptTokens < 1 || maxTokens < 1 {
 		return fmt.Errorf("%w: prompt %d, max tokens %d", ErrBadSequence, promptTokens, maxTokens)
 	}
@@ -141,7 +201,10 @@ func (b *Batcher) Add(id SeqID, promptTokens, maxTokens int) error {
 	if need := b.blocksFor(promptTokens + maxTokens); need > b.blocks {
 		return fmt.Errorf("%w: %d tokens, cache holds %d", ErrExceedsKVCache, promptTokens+maxTokens, b.blocks*b.p.BlockSize)
 	}
-	q := &bseq{id: id, prompt: promptTokens, maxTokens: maxTokens, target: promptTokens}
+	if full := promptTokens / b.p.BlockSize; len(hashes) > full {
+		hashes = hashes[:full]
+	}
+	q := &bseq{id: id, prompt: promptTokens, maxTokens: maxTokens, target: promptTokens, hashes: hashes}
 	b.byID[id] = q
 	b.waiting = append(b.waiting, q)
 	return nil
@@ -155,8 +218,7 @@ func (b *Batcher) Abort(id SeqID) bool {
 		return false
 	}
 	delete(b.byID, id)
-	b.free += q.blocks
-	q.blocks = 0
+	b.release(q)
 	b.running = remove(b.running, q)
 	b.waiting = remove(b.waiting, q)
 	return true
@@ -183,7 +245,123 @@ func (b *Batcher) Stats() BatcherStats {
 		Waiting:     len(b.waiting),
 		KVUsage:     float64(b.blocks-b.free) / float64(b.blocks),
 		Preemptions: b.preemptions,
+
+		PrefixQueries:   b.prefixQuery,
+		PrefixHits:      b.prefixHit,
+		PrefixEvictions: b.prefixEvicts,
+		CachedBlocks:    len(b.cache),
 	}
+}
+
+// CachedPrefixTokens returns how many leading tokens of a prompt of
+// promptTokens tokens with the block hash chain hashes the prefix cache
+// would serve if it were admitted now (vLLM's rule: whole blocks, at most
+// the prompt less one token). It changes nothing; a router that knows the
+// engine's cache exactly (the benchmark's precise-prefix policy) reads
+// it.
+func (b *Batcher) CachedPrefixTokens(promptTokens int, hashes []uint64) int {
+	n := 0
+	for _, h := range hashes {
+		if _, ok := b.cache[h]; !ok {
+			break
+		}
+		n++
+	}
+	return min(n, b.maxHitBlocks(promptTokens)) * b.p.BlockSize
+}
+
+// maxHitBlocks is the most prompt blocks a hit may cover: vLLM computes at
+// least the prompt's last token, so a prompt of whole blocks reuses all
+// but its last.
+func (b *Batcher) maxHitBlocks(promptTokens int) int {
+	return (promptTokens - 1) / b.p.BlockSize
+}
+
+// lookup returns how many of q's leading blocks the cache holds (hits),
+// and how many of those no sequence holds (idle: counted as free now,
+// taken from the free pool by admission).
+func (b *Batcher) lookup(q *bseq) (hits, idle int) {
+	limit := min(len(q.hashes), b.maxHitBlocks(q.target))
+	for _, h := range q.hashes[:limit] {
+		blk, ok := b.cache[h]
+		if !ok {
+			break
+		}
+		hits++
+		if blk.refs == 0 {
+			idle++
+		}
+	}
+	return hits, idle
+}
+
+// admit gives q its need blocks: the hits leading cached blocks (taking
+// the idle ones off the eviction list) and need−hits fresh ones, and
+// starts its prefill after the cached tokens.
+func (b *Batcher) admit(q *bseq, hits, need int) {
+	q.held = q.held[:0]
+	for _, h := range q.hashes[:hits] {
+		blk := b.cache[h]
+		if blk.refs == 0 {
+			b.evictable.Remove(blk.lru)
+			blk.lru = nil
+			b.free--
+		}
+		blk.refs++
+		q.held = append(q.held, blk)
+	}
+	b.alloc(need - hits)
+	q.blocks = need
+	q.computed = hits * b.p.BlockSize
+	if len(q.hashes) > 0 {
+		b.prefixQuery += int64(q.target)
+		b.prefixHit += int64(q.computed)
+	}
+}
+
+// alloc takes n fresh blocks from the free pool, evicting the least
+// recently freed cached blocks when the uncached free blocks run out. The
+// caller has checked that n blocks are free.
+func (b *Batcher) alloc(n int) {
+	b.free -= n
+	for b.free < b.evictable.Len() {
+		blk := b.evictable.Remove(b.evictable.Front()).(*kvBlock)
+		delete(b.cache, blk.hash)
+		b.prefixEvicts++
+	}
+}
+
+// register makes q's prompt blocks whose computation has completed
+// findable in the cache. A hash another block already holds (the same
+// prefix computed at the same time by another sequence) stays with that
+// block: q's copy is plain, and so are all q's later blocks, as a chain
+// can only be found from its start.
+func (b *Batcher) register(q *bseq) {
+	done := min(q.computed/b.p.BlockSize, len(q.hashes))
+	for i := len(q.held); i < done; i++ {
+		h := q.hashes[i]
+		if _, ok := b.cache[h]; ok {
+			return
+		}
+		blk := &kvBlock{hash: h, refs: 1}
+		b.cache[h] = blk
+		q.held = append(q.held, blk)
+	}
+}
+
+// release returns q's blocks: plain ones to the free pool, registered
+// ones to the eviction list once no sequence holds them, newest last.
+func (b *Batcher) release(q *bseq) {
+	b.free += q.blocks - len(q.held)
+	for _, blk := range q.held {
+		blk.refs--
+		if blk.refs == 0 {
+			blk.lru = b.evictable.PushBack(blk)
+			b.free++
+		}
+	}
+	q.held = q.held[:0]
+	q.blocks = 0
 }
 
 // preemptLast frees the most recently admitted running sequence and puts it
@@ -192,8 +370,7 @@ func (b *Batcher) preemptLast() *bseq {
 	v := b.running[len(b.running)-1]
 	b.running[len(b.running)-1] = nil
 	b.running = b.running[:len(b.running)-1]
-	b.free += v.blocks
-	v.blocks = 0
+	b.release(v)
 	v.decoding = false
 	v.computed = 0
 	v.target = v.prompt + v.generated
@@ -227,7 +404,7 @@ func (b *Batcher) Step() Step {
 			need := b.blocksFor(q.prompt + q.generated)
 			for q.blocks < need {
 				if b.free > 0 {
-					b.free--
+					b.alloc(1)
 					q.blocks++
 					continue
 				}
@@ -252,11 +429,11 @@ func (b *Batcher) Step() Step {
 		} else {
 			need = b.blocksFor(q.prompt + q.maxTokens)
 		}
-		if need > b.free {
+		hits, idle := b.lookup(q)
+		if need-hits > b.free-idle {
 			break
 		}
-		b.free -= need
-		q.blocks = need
+		b.admit(q, hits, need)
 		b.waiting[0] = nil
 		b.waiting = b.waiting[1:]
 		b.running = append(b.running, q)
@@ -284,6 +461,7 @@ func (b *Batcher) Step() Step {
 			b.out.PrefillTokens += s.chunk
 			load.addChunk(q.computed, s.chunk)
 			q.computed += s.chunk
+			b.register(q)
 			if q.computed < q.target {
 				continue
 			}
@@ -299,8 +477,7 @@ func (b *Batcher) Step() Step {
 		if done {
 			finished = true
 			delete(b.byID, q.id)
-			b.free += q.blocks
-			q.blocks = 0
+			b.release(q)
 			q.id = 0
 			q.maxTokens = -1 // marks it for removal below
 		}
