@@ -43,7 +43,8 @@ var (
 // blocks found in the cache is reused (at most the prompt less one token,
 // as vLLM always computes the last prompt token) and only the rest is
 // prefilled. A block no sequence holds stays cached until a new
-// allocation evicts it, least recently freed first. Prefix-cache queries
+// allocation evicts it, least recently freed first (a sequence's tail
+// blocks before its head). Prefix-cache queries
 // and hits are counted in prompt tokens at every admission, as vLLM's
 // prefix_cache_queries and prefix_cache_hits counters are. Sequences
 // added with Add have no hashes: they neither reuse nor leave blocks.
@@ -350,10 +351,14 @@ func (b *Batcher) register(q *bseq) {
 }
 
 // release returns q's blocks: plain ones to the free pool, registered
-// ones to the eviction list once no sequence holds them, newest last.
+// ones to the eviction list once no sequence holds them. As vLLM's
+// free_blocks does, a sequence's blocks join the list tail first, so its
+// last blocks are evicted before its first and a shared head survives
+// longest.
 func (b *Batcher) release(q *bseq) {
 	b.free += q.blocks - len(q.held)
-	for _, blk := range q.held {
+	for i := len(q.held) - 1; i >= 0; i-- {
+		blk := q.held[i]
 		blk.refs--
 		if blk.refs == 0 {
 			blk.lru = b.evictable.PushBack(blk)
