@@ -8,7 +8,7 @@
 // For a request of P prompt tokens and each eligible host h (weight > 0):
 //
 //	E[TTFT](h) = RTT(h) + JitterFactor × Jitter(h)
-//	           + (Pending(h) + P) / PrefillRate(h)
+//	           + (Pending(h) + max(P − Cached(h), 1)) / PrefillRate(h)
 //	           + DecodeCost × InFlight(h)
 //	           + max(0, InFlight(h) + 1 − Slots(h)) × ServiceTime(h) / Slots(h)
 //
@@ -25,6 +25,11 @@
 //     later of its send and the host's last first token (HeadProgress, at
 //     the host's prefill rate): otherwise a host one second into a long
 //     prompt looks as loaded as one that has not started it.
+//   - Cached: the leading tokens of this prompt the host is expected to
+//     hold in its prefix cache (the caller's estimate: package
+//     gateway/prefix's approximate index, or an engine's exact cache).
+//     They are not prefilled again; the engine always computes the last
+//     prompt token (UncachedTokens). Unknown: 0.
 //   - PrefillRate: the host's prefill throughput in tokens per second, from
 //     its capacity class; 0 or unknown takes
 //     Config.DefaultPrefillTokensPerSecond (default 20,000).
@@ -54,7 +59,17 @@
 //     one with a free slot unless that one is further away by more than
 //     the wait. Either unknown (0): no term.
 //
-// The host with the smallest E[TTFT] wins. Hosts within a relative 1e-9 of
+// The host with the smallest E[TTFT] wins, unless affinity applies: when
+// Config.AffinityBand is positive and some eligible host has Cached > 0,
+// the hosts whose E[TTFT] is at most (1 + AffinityBand) × the smallest
+// compete on Cached first — the longest expected cached prefix wins,
+// equal prefixes go to the smaller E[TTFT]. A hot prefix cannot pile
+// onto one host: once that host's queue puts it beyond the band, the
+// request goes to the fastest host, whose cache then warms with that
+// prefix too. Without the band (pure prefix hashing) every request of a
+// prefix goes to one host whatever its queue.
+//
+// Otherwise the host with the smallest E[TTFT] wins. Hosts within a relative 1e-9 of
 // the best are tied, and a tie is broken uniformly at random with the
 // caller's random source (one draw per tie met, reservoir sampling), so
 // identical idle hosts share the load. A host of weight 0 is never

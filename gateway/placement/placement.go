@@ -28,6 +28,10 @@ const (
 	// tokens × ~600 tokens, sim's physics fit) times ~128 output tokens:
 	// 25 ms.
 	DefaultDecodeCost = 25 * time.Millisecond
+	// DefaultAffinityBand is the relative band of expected TTFT within
+	// which the pick prefers the host with the longest expected cached
+	// prefix: hosts up to 25 % slower than the best qualify.
+	DefaultAffinityBand = 0.25
 )
 
 // tieTolerance is the relative difference below which two expected TTFTs
@@ -44,6 +48,12 @@ type Config struct {
 	// DecodeCost is the expected latency added per request in flight on
 	// the host (see DefaultDecodeCost). Must be >= 0. Default 25 ms.
 	DecodeCost time.Duration
+	// AffinityBand: among the hosts whose expected TTFT is at most
+	// (1 + AffinityBand) × the best, the pick takes the one with the most
+	// expected cached prompt tokens (Host.CachedPromptTokens). 0 turns the
+	// preference off (cached tokens still shorten the expected prefill).
+	// Must be >= 0. Default 0.25.
+	AffinityBand float64
 }
 
 // DefaultConfig returns the documented defaults.
@@ -52,6 +62,7 @@ func DefaultConfig() Config {
 		DefaultPrefillTokensPerSecond: DefaultPrefillTokensPerSecond,
 		JitterFactor:                  DefaultJitterFactor,
 		DecodeCost:                    DefaultDecodeCost,
+		AffinityBand:                  DefaultAffinityBand,
 	}
 }
 
@@ -64,6 +75,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: JitterFactor %v must be a number >= 0", ErrInvalidConfig, c.JitterFactor)
 	case c.DecodeCost < 0:
 		return fmt.Errorf("%w: DecodeCost %v must be >= 0", ErrInvalidConfig, c.DecodeCost)
+	case !(c.AffinityBand >= 0) || math.IsInf(c.AffinityBand, 1):
+		return fmt.Errorf("%w: AffinityBand %v must be a number >= 0", ErrInvalidConfig, c.AffinityBand)
 	}
 	return nil
 }
@@ -95,6 +108,11 @@ type Host struct {
 	// this host, as the caller measures it; 0 when unknown (no slot-wait
 	// term).
 	ServiceTime time.Duration
+	// CachedPromptTokens are the leading tokens of this request's prompt
+	// the host is expected to hold in its prefix cache (a caller's
+	// approximate index, or the engine's exact cache): they are not
+	// prefilled again. 0 when unknown.
+	CachedPromptTokens int64
 }
 
 // HeadProgress is how many of the oldest pending prompt's tokens a host has
@@ -154,11 +172,19 @@ func ExpectedTTFT(c Config, h Host, promptTokens int64) float64 {
 	if !(rate > 0) || math.IsInf(rate, 1) {
 		rate = c.DefaultPrefillTokensPerSecond
 	}
-	tokens := float64(max(h.PendingPromptTokens, 0)) + float64(max(promptTokens, 0))
+	tokens := float64(max(h.PendingPromptTokens, 0)) + float64(UncachedTokens(promptTokens, h.CachedPromptTokens))
 	inFlight := max(h.InFlight, 0)
 	return max(h.RTT, 0).Seconds() + c.JitterFactor*max(h.Jitter, 0).Seconds() +
 		tokens/rate + float64(inFlight)*c.DecodeCost.Seconds() +
 		slotWait(inFlight, h.Slots, h.ServiceTime)
+}
+
+// UncachedTokens is how many of a prompt's tokens a host must prefill
+// when it holds cached of them: at least one (an engine always computes
+// the last prompt token), none for an empty prompt.
+func UncachedTokens(prompt, cached int64) int64 {
+	prompt = max(prompt, 0)
+	return max(prompt-max(cached, 0), min(prompt, 1))
 }
 
 // slotWait is the slot-wait term of the package doc, in seconds: with
@@ -180,14 +206,19 @@ func slotWait(inFlight, slots int64, serviceTime time.Duration) float64 {
 // Pick returns the index of the eligible host with the least expected TTFT
 // for a request of promptTokens tokens, ties broken by r (one r.Uint64()
 // per tied host met after the first), or -1 and false when no host has a
-// positive weight.
+// positive weight. With Config.AffinityBand > 0 and some host expected to
+// hold part of the prompt, the hosts within the band of the least
+// expected TTFT compete on their expected cached tokens first (see
+// Config.AffinityBand); the package doc gives the rule.
 func Pick(c Config, hosts []Host, promptTokens int64, r Rand) (int, bool) {
 	best, bestT := -1, math.Inf(1)
 	var tied uint64
+	cachedAny := false
 	for i := range hosts {
 		if hosts[i].Weight == 0 {
 			continue
 		}
+		cachedAny = cachedAny || hosts[i].CachedPromptTokens > 0
 		t := ExpectedTTFT(c, hosts[i], promptTokens)
 		switch {
 		case best < 0 || t < bestT-tieTolerance*bestT:
@@ -200,5 +231,38 @@ func Pick(c Config, hosts []Host, promptTokens int64, r Rand) (int, bool) {
 			bestT = min(bestT, t)
 		}
 	}
-	return best, best >= 0
+	if best < 0 || !cachedAny || !(c.AffinityBand > 0) {
+		return best, best >= 0
+	}
+	return pickInBand(c, hosts, promptTokens, bestT, r), true
+}
+
+// pickInBand is the affinity rule: among the eligible hosts whose expected
+// TTFT is within (1 + AffinityBand) × bestT, the most expected cached
+// tokens, then the least expected TTFT, then at random (as Pick).
+func pickInBand(c Config, hosts []Host, promptTokens int64, bestT float64, r Rand) int {
+	limit := bestT * (1 + c.AffinityBand) * (1 + tieTolerance)
+	best, bestC, bestT2 := -1, int64(-1), math.Inf(1)
+	var tied uint64
+	for i := range hosts {
+		if hosts[i].Weight == 0 {
+			continue
+		}
+		t := ExpectedTTFT(c, hosts[i], promptTokens)
+		if t > limit {
+			continue
+		}
+		cached := min(max(hosts[i].CachedPromptTokens, 0), max(promptTokens, 0))
+		switch {
+		case cached > bestC || cached == bestC && t < bestT2-tieTolerance*bestT2:
+			best, bestC, bestT2, tied = i, cached, t, 1
+		case cached == bestC && t <= bestT2+tieTolerance*bestT2:
+			tied++
+			if r.Uint64()%tied == 0 {
+				best = i
+			}
+			bestT2 = min(bestT2, t)
+		}
+	}
+	return best
 }

@@ -207,6 +207,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative jitter factor", func(c *Config) { c.JitterFactor = -1 }, false},
 		{"zero jitter factor", func(c *Config) { c.JitterFactor = 0 }, true},
 		{"negative decode cost", func(c *Config) { c.DecodeCost = -time.Millisecond }, false},
+		{"negative band", func(c *Config) { c.AffinityBand = -0.1 }, false},
+		{"NaN band", func(c *Config) { c.AffinityBand = math.NaN() }, false},
+		{"zero band", func(c *Config) { c.AffinityBand = 0 }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -267,5 +270,75 @@ func TestContextCeiling(t *testing.T) {
 		if got := ContextCeiling(tc.served, tc.refused, tc.stated); got != tc.want {
 			t.Errorf("ContextCeiling(%d, %d, %d) = %d, want %d", tc.served, tc.refused, tc.stated, got, tc.want)
 		}
+	}
+}
+
+func TestUncachedTokens(t *testing.T) {
+	for _, tc := range []struct{ prompt, cached, want int64 }{
+		{1000, 0, 1000}, {1000, 600, 400}, {1000, 1000, 1}, {1000, 5000, 1},
+		{1000, -5, 1000}, {0, 0, 0}, {-3, 10, 0},
+	} {
+		if got := UncachedTokens(tc.prompt, tc.cached); got != tc.want {
+			t.Errorf("UncachedTokens(%d, %d) = %d, want %d", tc.prompt, tc.cached, got, tc.want)
+		}
+	}
+}
+
+// TestPickAffinityBand: a host expected to hold the prompt's prefix wins
+// while its expected TTFT is within the band of the best, and loses once
+// it is further; the cached tokens shorten its expected prefill either
+// way.
+func TestPickAffinityBand(t *testing.T) {
+	c := formulaConfig()
+	c.AffinityBand = 0.25
+	// 10,000 tokens/s; a 2,000-token prompt of which host 1 holds 1,500.
+	mk := func(pending1 int64) []Host {
+		return []Host{
+			{Weight: 1, PrefillTokensPerSecond: 10000},
+			{Weight: 1, PrefillTokensPerSecond: 10000, PendingPromptTokens: pending1, CachedPromptTokens: 1500},
+			{Weight: 1, PrefillTokensPerSecond: 10000, PendingPromptTokens: 100},
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		pending1 int64
+		band     float64
+		want     int
+	}{
+		// Host 1: (pending + 500)/10,000 s; host 0: 0.2 s.
+		{"cache makes it fastest", 0, 0.25, 1},
+		{"slower but within the band", 1800, 0.25, 1},  // 0.23 s ≤ 0.25 s
+		{"beyond the band", 2200, 0.25, 0},             // 0.27 s > 0.25 s
+		{"no band: least expected TTFT", 1800, 0, 0},   // 0.23 s > 0.2 s
+		{"no band, cache still counts", 1000, 0, 1},    // 0.15 s
+		{"wide band", 5000, 3, 1},                      // 0.55 s ≤ 0.8 s
+		{"band holds no cached host", 100000, 0.25, 0}, // host 1 far out
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.AffinityBand = tc.band
+			got, ok := Pick(c, mk(tc.pending1), 2000, &script{vals: []uint64{0}})
+			if !ok || got != tc.want {
+				t.Fatalf("Pick = %d, %v; want %d", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// TestPickAffinityPrefersLongestPrefix: within the band the longest
+// expected prefix wins; equal prefixes go to the least expected TTFT; a
+// weight of 0 is never picked whatever it holds.
+func TestPickAffinityPrefersLongestPrefix(t *testing.T) {
+	c := formulaConfig()
+	hosts := []Host{
+		{Weight: 0, PrefillTokensPerSecond: 10000, CachedPromptTokens: 1900},
+		{Weight: 1, PrefillTokensPerSecond: 10000, PendingPromptTokens: 900, CachedPromptTokens: 800},
+		{Weight: 1, PrefillTokensPerSecond: 10000, PendingPromptTokens: 1300, CachedPromptTokens: 1200},
+		{Weight: 1, PrefillTokensPerSecond: 10000, PendingPromptTokens: 1200, CachedPromptTokens: 1200},
+		{Weight: 1, PrefillTokensPerSecond: 10000, PendingPromptTokens: 800},
+	}
+	// Expected: host1 0.21, host2 0.21, host3 0.20, host4 0.28; best 0.20.
+	got, ok := Pick(c, hosts, 2000, &script{vals: []uint64{0}})
+	if !ok || got != 3 {
+		t.Fatalf("Pick = %d, %v; want 3 (1,200 cached, faster than host 2)", got, ok)
 	}
 }
