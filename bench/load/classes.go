@@ -89,6 +89,11 @@ type Class struct {
 	DocPool  int
 	DocZipf  float64
 	Question Dist
+	// Tenants > 0: each prompt is one of Tenants system prompts (a Prompt
+	// sample, fixed per tenant), drawn uniformly, followed by a Question
+	// sample: every request of a tenant shares its system prompt as a
+	// prefix (tenant_prompts).
+	Tenants int
 	// SLO is the tier-2 TTFT P95 objective of the published evaluation
 	// for this class.
 	SLO time.Duration
@@ -129,10 +134,23 @@ func Classes() []Class {
 	}
 }
 
-// LookupClass returns the named class.
+// PrefixClasses returns the classes with shared prefixes beyond the eight
+// of the evaluation, for the prefix-affinity stage: tenant_prompts, the
+// shape of SGLang's generated-shared-prefix benchmark (bench_serving
+// --dataset-name generated-shared-prefix, its defaults: 64 groups, a
+// 2,048-token system prompt, 128-token questions, 256 output tokens), with
+// the evaluation's output spread (outDist).
+func PrefixClasses() []Class {
+	return []Class{
+		{Name: "tenant_prompts", Summary: "one of 64 tenants' 2048-token system prompts and a 128-token question, 256±192 out",
+			Prompt: Dist{Mean: 2048}, Question: Dist{Mean: 128}, Tenants: 64, Output: outDist(256), SLO: 3 * time.Second},
+	}
+}
+
+// LookupClass returns the named class, of Classes or PrefixClasses.
 func LookupClass(name string) (Class, error) {
 	var names []string
-	for _, c := range Classes() {
+	for _, c := range append(Classes(), PrefixClasses()...) {
 		if c.Name == name {
 			return c, nil
 		}
@@ -153,6 +171,55 @@ type Shape struct {
 	// shares with an earlier request of the same session: the previous
 	// turn's prompt, or the document. A prefix cache could skip them.
 	SharedPrefix int
+	// Segments is the prompt's content, in order: runs of tokens each
+	// named by a key, so two prompts hold the same tokens where they hold
+	// the same segment (a conversation's turn, a document, a tenant's
+	// system prompt). A request's own text is a segment no other holds.
+	// Their tokens sum to Prompt.
+	Segments []Segment
+}
+
+// Segment is a run of Tokens prompt tokens whose content Key names.
+type Segment struct {
+	Key    uint64
+	Tokens int
+}
+
+// BlockHashes returns the hash chain of the prompt's full blocks of size
+// tokens, as an engine's prefix cache keys them: block i's hash covers
+// the content of its tokens (segment keys and offsets) and, through its
+// parent's hash, everything before it. Prompts with the same leading
+// segments share the leading blocks those cover. nil when the prompt has
+// no full block or size < 1.
+func (s Shape) BlockHashes(size int) []uint64 {
+	if size < 1 || s.Prompt < size {
+		return nil
+	}
+	out := make([]uint64, 0, s.Prompt/size)
+	var h uint64
+	fill, seg, off := 0, 0, 0 // tokens in the current block; position in Segments
+	for seg < len(s.Segments) && len(out) < cap(out) {
+		sg := s.Segments[seg]
+		n := min(sg.Tokens-off, size-fill)
+		h = mix(h ^ mix(sg.Key^mix(uint64(off)<<20|uint64(n))))
+		fill, off = fill+n, off+n
+		if off >= sg.Tokens {
+			seg, off = seg+1, 0
+		}
+		if fill == size {
+			out = append(out, h)
+			fill = 0
+		}
+	}
+	return out
+}
+
+// mix is splitmix64's finaliser.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // Sampler draws request shapes of a class. Request i's draws come from a
@@ -179,6 +246,7 @@ type conversation struct {
 	id    uint64
 	turns int // turns sent
 	sum   int // prompt tokens of the turns sent
+	segs  []Segment
 }
 
 // Stream salts of the keyed sources.
@@ -186,7 +254,16 @@ const (
 	saltRequest = 0x15064a7
 	saltSession = 0x5e55
 	saltDoc     = 0xd0c
+	saltTenant  = 0x7e4a
+	// Content keys: what a segment's key is derived from.
+	contentTurn   = 1
+	contentDoc    = 2
+	contentOwn    = 3
+	contentTenant = 4
 )
+
+// contentKey names a segment's content: kind, then an id and index.
+func contentKey(kind, id, k uint64) uint64 { return mix(mix(kind<<56^id) ^ k) }
 
 // NewSampler returns a sampler of c's shapes seeded with seed.
 func NewSampler(c Class, seed uint64) *Sampler {
@@ -222,17 +299,33 @@ func (s *Sampler) Next(elapsed time.Duration) Shape {
 func (s *Sampler) At(i uint64, elapsed time.Duration) Shape {
 	c := s.c
 	r := s.key(saltRequest, i)
+	own := contentKey(contentOwn, s.seed, i)
 	switch {
 	case c.Turns > 1:
 		return s.turn(r)
 	case c.DocPool > 0:
-		return s.rag(r)
+		return s.rag(r, own)
+	case c.Tenants > 0:
+		return s.tenant(r, own)
 	case c.Alt != nil && c.ShiftEvery > 0 && (elapsed/c.ShiftEvery)%2 == 1:
 		p := c.Alt.Sample(r)
-		return Shape{Prompt: p, Output: c.AltOutput.Sample(r)}
+		return Shape{Prompt: p, Output: c.AltOutput.Sample(r), Segments: []Segment{{own, p}}}
 	}
 	p := c.Prompt.Sample(r)
-	return Shape{Prompt: p, Output: c.Output.Sample(r)}
+	return Shape{Prompt: p, Output: c.Output.Sample(r), Segments: []Segment{{own, p}}}
+}
+
+// tenant draws a tenant uniformly and a question: the tenant's system
+// prompt (fixed per tenant) is the shared prefix.
+func (s *Sampler) tenant(r *rand.Rand, own uint64) Shape {
+	c := s.c
+	tn := uint64(r.IntN(c.Tenants))
+	q := c.Question.Sample(r)
+	out := c.Output.Sample(r)
+	sp := c.Prompt.Sample(s.key(saltTenant, tn))
+	key := contentKey(contentTenant, s.seed, tn)
+	return Shape{Prompt: sp + q, Output: out, Session: tn + 1, SharedPrefix: sp,
+		Segments: []Segment{{key, sp}, {own, q}}}
 }
 
 // turn advances one of the open conversations, chosen by r.
@@ -247,19 +340,21 @@ func (s *Sampler) turn(r *rand.Rand) Shape {
 	cv := &s.open[k]
 	if cv.id == 0 || cv.turns >= c.Turns {
 		s.sessions++
-		*cv = conversation{id: s.sessions}
+		*cv = conversation{id: s.sessions, segs: cv.segs[:0]}
 	}
 	// The turn's size is keyed by (conversation, turn): the same
 	// conversation has the same turns whichever requests carry them.
 	t := c.Prompt.Sample(s.key(saltSession^cv.id, uint64(cv.turns)))
 	shared := cv.sum
+	cv.segs = append(cv.segs, Segment{contentKey(contentTurn, s.seed^cv.id, uint64(cv.turns)), t})
 	cv.turns++
 	cv.sum += t
-	return Shape{Prompt: cv.sum, Output: out, Turn: cv.turns, Session: cv.id, SharedPrefix: shared}
+	return Shape{Prompt: cv.sum, Output: out, Turn: cv.turns, Session: cv.id, SharedPrefix: shared,
+		Segments: append([]Segment(nil), cv.segs...)}
 }
 
 // rag draws a document by popularity and a question about it.
-func (s *Sampler) rag(r *rand.Rand) Shape {
+func (s *Sampler) rag(r *rand.Rand, own uint64) Shape {
 	c := s.c
 	doc := s.zipf.Uint64() // uses r: s.zipf wraps the keyed source
 	q := c.Question.Sample(r)
@@ -270,5 +365,6 @@ func (s *Sampler) rag(r *rand.Rand) Shape {
 		shared = dl
 	}
 	s.seenDoc[doc] = true
-	return Shape{Prompt: dl + q, Output: out, Session: doc + 1, SharedPrefix: shared}
+	return Shape{Prompt: dl + q, Output: out, Session: doc + 1, SharedPrefix: shared,
+		Segments: []Segment{{contentKey(contentDoc, s.seed, doc), dl}, {own, q}}}
 }

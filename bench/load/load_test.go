@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -210,11 +211,11 @@ func TestSamplerKeyed(t *testing.T) {
 	}
 	b := NewSampler(c, 9)
 	for _, i := range []uint64{49, 3, 17, 0} {
-		if got := b.At(i, 0); got != seq[i] {
+		if got := b.At(i, 0); !reflect.DeepEqual(got, seq[i]) {
 			t.Errorf("At(%d) = %+v, Next gave %+v", i, got, seq[i])
 		}
 	}
-	if NewSampler(c, 10).At(3, 0) == seq[3] {
+	if reflect.DeepEqual(NewSampler(c, 10).At(3, 0), seq[3]) {
 		t.Error("another seed drew the same shape")
 	}
 }
@@ -285,5 +286,67 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := LookupClass("nope"); err == nil || !strings.Contains(err.Error(), "baseline_mixed") {
 		t.Errorf("LookupClass: %v", err)
+	}
+}
+
+// TestBlockHashesShareWhatPromptsShare: turns of a conversation share
+// the earlier turns' blocks, requests about one document share its
+// blocks, a tenant's requests share its system prompt, and nothing else
+// is shared.
+func TestBlockHashesShareWhatPromptsShare(t *testing.T) {
+	common := func(a, b []uint64) int {
+		n := 0
+		for n < min(len(a), len(b)) && a[n] == b[n] {
+			n++
+		}
+		return n
+	}
+	for _, name := range []string{"multiturn", "rag_multidoc", "tenant_prompts", "baseline_mixed"} {
+		t.Run(name, func(t *testing.T) {
+			s := NewSampler(class(t, name), 5)
+			type seen struct {
+				sh Shape
+				bh []uint64
+			}
+			last := map[uint64]seen{}
+			checked := 0
+			for i := range 400 {
+				sh := s.Next(0)
+				sum := 0
+				for _, sg := range sh.Segments {
+					sum += sg.Tokens
+				}
+				if sum != sh.Prompt {
+					t.Fatalf("request %d: segments hold %d tokens, prompt %d", i, sum, sh.Prompt)
+				}
+				bh := sh.BlockHashes(16)
+				if len(bh) != sh.Prompt/16 {
+					t.Fatalf("request %d: %d blocks for %d tokens", i, len(bh), sh.Prompt)
+				}
+				if prev, ok := last[sh.Session]; ok && sh.Session != 0 {
+					want := min(sh.SharedPrefix, prev.sh.Prompt) / 16
+					if name == "multiturn" {
+						want = prev.sh.Prompt / 16 // the previous turn is this one's prefix
+						if sh.Turn == 1 {
+							want = 0
+						}
+					}
+					if got := common(prev.bh, bh); got != want {
+						t.Fatalf("request %d (session %d): shares %d blocks with the last of its session, want %d", i, sh.Session, got, want)
+					}
+					checked++
+				}
+				if prev, ok := last[0]; ok && sh.Session == 0 && len(bh) > 0 && len(prev.bh) > 0 {
+					if c := common(prev.bh, bh); c != 0 {
+						t.Fatalf("request %d shares %d blocks with an unrelated prompt", i, c)
+					}
+					checked++
+				}
+				last[sh.Session] = seen{sh, bh}
+			}
+			if checked == 0 {
+				t.Fatal("nothing compared")
+			}
+		})
 	}
 }
