@@ -258,7 +258,7 @@ func (w workload) generate(p sim.Profile) []request {
 	add := func(r *rand.Rand, at time.Duration, c int, idx uint64, burst bool) {
 		sh := samplers[c].At(idx, at)
 		out = append(out, request{arrive: at, prompt: sh.Prompt, out: sh.Output, class: c, burst: burst,
-			session: sh.Session, shared: sh.SharedPrefix,
+			session: sh.Session, shared: sh.SharedPrefix, blocks: sh.BlockHashes(p.BlockSize),
 			frontend: p.FrontendDelay(r), worker: r.Uint32(), cell: -1, pendingAt: -1})
 	}
 	if w.rps > 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
+	"github.com/isobar-mesh/isobar/gateway/prefix"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/sim"
@@ -38,8 +39,14 @@ type request struct {
 	worker      uint32 // the Envoy worker thread that takes it (mod workers)
 	session     uint64 // conversation or document (load.Shape.Session)
 	shared      int    // prompt tokens shared with an earlier request of the session
-	retrying    bool   // holds a slot of the retry budget
-	gen         int    // output tokens generated in the current attempt
+	// blocks is the hash chain of the prompt's full KV blocks
+	// (load.Shape.BlockHashes), which the engines' prefix cache keys.
+	blocks []uint64
+	// work is the prompt tokens the ingress expects the attempt's cell to
+	// prefill: the prompt less what the policy expects it to hold cached.
+	work     int
+	retrying bool // holds a slot of the retry budget
+	gen      int  // output tokens generated in the current attempt
 	// pendingAt is the cell whose pending prompt tokens (at the ingress)
 	// count this request's prompt, or -1.
 	pendingAt    int
@@ -99,6 +106,10 @@ type runSpec struct {
 	// cells, when set, replaces the ground's cells: one engine per entry
 	// with its own site and profile (heterogeneous fleets).
 	cells []cellSpec
+	// prefixCache: the engines run automatic prefix caching (the
+	// prefix stage); otherwise every prompt is prefilled whole, as with
+	// vLLM's --no-enable-prefix-caching.
+	prefixCache bool
 	// onTick is called after every control-plane tick (isobar and the
 	// monitoring scorer of the baselines) with the cells' scores.
 	onTick func(now time.Duration, scores []cellScore)
@@ -132,6 +143,12 @@ type runResult struct {
 	fallbackAt []time.Duration
 	// updateCost: wall time of each control-plane scoring+projection pass.
 	updateCost []time.Duration
+	// prefixQueries and prefixHits: the engines' prefix-cache counters
+	// (prompt tokens looked up, found) at the end of the run.
+	prefixQueries, prefixHits int64
+	// cellPrefill: prompt tokens each cell's engine computed (its prefill
+	// work, cache hits excluded).
+	cellPrefill []int64
 }
 
 // event kinds of the simulation.
@@ -252,6 +269,8 @@ type engine struct {
 	// slotHoldAlpha, of reply − first byte over the attempts that
 	// succeeded there; 0 until the first one.
 	slotHold time.Duration
+	// prefilled: prompt tokens the engine computed (every incarnation).
+	prefilled int64
 }
 
 // slotHoldAlpha is the weight of the newest sample in engine.slotHold:
@@ -317,14 +336,18 @@ type fleet struct {
 	placement   placement.Config
 	prefillRate []float64
 	placeBuf    []placement.Host
-	scorer      score.Config
-	proj        *projection.Projector
-	res         runResult
-	nextSeq     sim.SeqID
-	pcells      []projection.Cell
-	tickBuf     []cellScore
-	killedAt    []time.Duration
-	dcgmAt      []time.Duration
+	// The prefix-aware policies: isobar-affinity's index of the blocks
+	// sent to each cell, and prefix-hash's ring.
+	prefixIdx *prefix.Index[int]
+	ring      ring
+	scorer    score.Config
+	proj      *projection.Projector
+	res       runResult
+	nextSeq   sim.SeqID
+	pcells    []projection.Cell
+	tickBuf   []cellScore
+	killedAt  []time.Duration
+	dcgmAt    []time.Duration
 	// pendingWeights are weight snapshots on their way to the ingress,
 	// keyed by the evWeights event's a.
 	pendingWeights map[int]weightSnap
@@ -383,6 +406,15 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 	f.placement = placement.DefaultConfig()
 	if cfg.DataPlane.DecodeCost > 0 {
 		f.placement.DecodeCost = cfg.DataPlane.DecodeCost
+	}
+	if !spec.policy.affinity() {
+		f.placement.AffinityBand = 0
+	}
+	switch spec.policy {
+	case IsobarAffinity:
+		f.prefixIdx = newPrefixIndex()
+	case PrefixHash:
+		f.ring = newRing(n)
 	}
 	if pol, ok := spec.policy.envoy(cfg.DataPlane); ok {
 		if f.pool, err = lb.NewPool(pol, cfg.DataPlane.Workers, keyed(spec.seed, saltLB, 1<<62)); err != nil {
@@ -491,6 +523,12 @@ func (f *fleet) run() (runResult, error) {
 		}
 	}
 	f.res.requests = f.reqs
+	for _, e := range f.cells {
+		st := e.b.Stats()
+		f.res.prefixQueries += st.PrefixQueries
+		f.res.prefixHits += st.PrefixHits
+		f.res.cellPrefill = append(f.res.cellPrefill, e.prefilled)
+	}
 	return f.res, nil
 }
 
@@ -573,7 +611,8 @@ func (f *fleet) route(i int) {
 	if e.probeLeft > 0 {
 		e.probeLeft--
 	}
-	e.pendingTokens += r.prompt
+	f.sent(c, r)
+	e.pendingTokens += r.work
 	e.pendingQ = append(e.pendingQ, i)
 	r.pendingAt, r.sentAt = c, f.now
 	e.transitTokens += r.prompt
@@ -618,7 +657,11 @@ func (f *fleet) join(i, c, inc int) error {
 	e.frontendTokens -= r.prompt
 	id := f.nextSeq
 	f.nextSeq++
-	if err := e.b.Add(id, r.prompt, r.out); err != nil {
+	var blocks []uint64
+	if f.spec.prefixCache {
+		blocks = r.blocks
+	}
+	if err := e.b.AddBlocks(id, r.prompt, r.out, blocks); err != nil {
 		if !errors.Is(err, sim.ErrExceedsKVCache) {
 			return err
 		}
@@ -646,6 +689,7 @@ func (f *fleet) startStep(c int) {
 	d := time.Duration(float64(s.Duration) * e.gpu.StepMultiplier(f.clock.Now()))
 	e.stepping, e.stepStart, e.stepEnd = true, f.now, f.now+d
 	e.tokens = append(e.tokens[:0], s.Tokens...)
+	e.prefilled += int64(s.PrefillTokens)
 	prefill := 0.0
 	if s.Duration > 0 {
 		prefill = min(float64(s.PrefillDuration)/float64(s.Duration), 1)
@@ -692,7 +736,7 @@ func (f *fleet) clearPending(i, c int) {
 		return
 	}
 	e := f.cells[c]
-	e.pendingTokens -= r.prompt
+	e.pendingTokens -= r.work
 	if k := slices.Index(e.pendingQ, i); k >= 0 {
 		e.pendingQ = slices.Delete(e.pendingQ, k, k+1)
 	}

@@ -66,7 +66,7 @@ const (
 
 // Policies lists every policy, in report order.
 func Policies() []Policy {
-	return []Policy{RR, RRPlain, LR, Isobar, IsobarEnvoy, IsobarGPUOnly, IsobarCapability, Oracle}
+	return []Policy{RR, RRPlain, LR, Isobar, IsobarEnvoy, IsobarGPUOnly, IsobarCapability, IsobarAffinity, PrefixHash, PrecisePrefix, Oracle}
 }
 
 // ParsePolicy returns the named policy.
@@ -83,10 +83,13 @@ func ParsePolicy(s string) (Policy, error) {
 	return "", fmt.Errorf("paper: unknown policy %q: want one of %s", s, strings.Join(names, ", "))
 }
 
-func (p Policy) isobar() bool { return strings.HasPrefix(string(p), "isobar") }
+// isobar: the policy runs isobar's control loop (its pushed weights).
+// precise-prefix is isobar-affinity with an exact cache.
+func (p Policy) isobar() bool { return strings.HasPrefix(string(p), "isobar") || p == PrecisePrefix }
 
-// healthChecked: the stock-Envoy baselines run active health checks.
-func (p Policy) healthChecked() bool { return p == RR || p == RRPlain || p == LR }
+// healthChecked: the stock-Envoy baselines and the naive prefix router run
+// active health checks.
+func (p Policy) healthChecked() bool { return p == RR || p == RRPlain || p == LR || p == PrefixHash }
 
 // resilient: retries, a retry budget and outlier detection, which an
 // operator configures on stock Envoy as on isobar's cluster.
@@ -121,6 +124,8 @@ func (f *fleet) pick(i int) int {
 		return f.pickEnvoy(r, i)
 	case f.spec.policy == Oracle:
 		return f.pickOracle(r)
+	case f.spec.policy == PrefixHash:
+		return f.pickHash(r, i)
 	default:
 		return f.pickIsobar(r, f.lbRand(i))
 	}
@@ -137,7 +142,7 @@ func (f *fleet) pendingWork(c int) int {
 		return e.pendingTokens
 	}
 	head := &f.reqs[e.pendingQ[0]]
-	done := placement.HeadProgress(int64(head.prompt), f.prefillRate[c], f.now-max(head.sentAt, e.lastFirst))
+	done := placement.HeadProgress(int64(head.work), f.prefillRate[c], f.now-max(head.sentAt, e.lastFirst))
 	return e.pendingTokens - int(done)
 }
 
@@ -296,7 +301,7 @@ func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 				found = true
 				h = placement.Host{Weight: e.weight, PendingPromptTokens: int64(f.pendingWork(i)),
 					PrefillTokensPerSecond: f.prefillRate[i], InFlight: int64(f.active[i]),
-					Slots: int64(e.prof.MaxNumSeqs), ServiceTime: e.slotHold}
+					Slots: int64(e.prof.MaxNumSeqs), ServiceTime: e.slotHold, CachedPromptTokens: f.cachedTokens(i, r)}
 				if f.spec.policy != IsobarGPUOnly {
 					if f.siteRTT != nil { // none before the first tick
 						sr := f.siteRTT[e.site]
@@ -346,7 +351,11 @@ func (f *fleet) predictTTFT(c int, r *request) time.Duration {
 	e := f.cells[c]
 	p := e.prof
 	net := 2 * f.meanOneWay(e.site)
-	ahead := e.b.QueuedPrefillTokens() + e.frontendTokens + e.transitTokens + r.prompt
+	own := r.prompt
+	if f.spec.prefixCache {
+		own = int(placement.UncachedTokens(int64(r.prompt), int64(e.b.CachedPrefixTokens(r.prompt, r.blocks))))
+	}
+	ahead := e.b.QueuedPrefillTokens() + e.frontendTokens + e.transitTokens + own
 	st := e.b.Stats()
 	ctx := 0
 	if st.Running > 0 {

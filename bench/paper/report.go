@@ -292,6 +292,7 @@ func (r *runner) runStages(ctx context.Context, stages []string) error {
 		StageFailover: r.failover, StageBurst: r.burst, StageMismatch: r.mismatch,
 		StageTelemetryFailure: r.telemetryFailure, StageNetwork: r.network,
 		StageHetero: r.hetero, StageHomogeneous6: r.homogeneous6, StageThrottled: r.throttled,
+		StagePrefix: r.prefixAffinity,
 	}
 	for _, s := range Stages() {
 		if !slices.Contains(stages, s) {
@@ -395,6 +396,7 @@ var stageTitles = map[string]string{
 	StageHetero:           "Heterogeneous fleet — 2×h200-sxm, 2×h100-sxm, 2×h100-sxm at max_model_len 1024; baseline_mixed at 12 RPS; E2E over every request, a failure counting as a miss (— where the percentile is a failed request), and over answered ones (_served) (physics grounds only)",
 	StageHomogeneous6:     "Homogeneous fleet — 6×h100-sxm; baseline_mixed at 12 and 20 RPS (physics grounds only)",
 	StageThrottled:        "Throttled GPUs — one cell per site at half clock; sustainable baseline_mixed RPS",
+	StagePrefix:           "Prefix-cache affinity — every engine with vLLM's automatic prefix caching; sustainable RPS per class (bisection, as SLO throughput), the engines' prefix-cache hit rate (tokens) at that rate, and on rag_multidoc at 75 % of isobar-affinity's sustainable rate the busiest cell's requests over the mean, TTFT P99 and success (pile-up)",
 }
 
 // Markdown renders the report: per ground, each stage's table (median

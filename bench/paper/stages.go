@@ -28,7 +28,7 @@ const (
 // Stages lists every stage in run order.
 func Stages() []string {
 	return []string{StageCalibration, StageSLOThroughput, StageLeadTime, StageFailover, StageBurst,
-		StageMismatch, StageTelemetryFailure, StageNetwork, StageHetero, StageHomogeneous6, StageThrottled}
+		StageMismatch, StageTelemetryFailure, StageNetwork, StageHetero, StageHomogeneous6, StageThrottled, StagePrefix}
 }
 
 // stagePolicies are the policies each stage compares. The oracle runs
@@ -42,6 +42,8 @@ func stagePolicies(stage string) []Policy {
 		return []Policy{RR, LR, Isobar, IsobarCapability, Oracle}
 	case StageNetwork:
 		return []Policy{RR, LR, IsobarGPUOnly, Isobar, Oracle}
+	case StagePrefix:
+		return []Policy{RR, LR, Isobar, IsobarAffinity, PrefixHash, PrecisePrefix, Oracle}
 	case StageLeadTime, StageTelemetryFailure:
 		return []Policy{RR, LR, Isobar}
 	case StageCalibration, StageSLOThroughput, StageHetero, StageHomogeneous6, StageThrottled:

@@ -22,6 +22,7 @@ type benchPaperFlags struct {
 	seeds    int
 	grounds  string
 	stages   string
+	classes  string
 	parallel int
 	quiet    bool
 	// decodeCost: isobar's pick's cost per request in flight (0: default).
@@ -82,6 +83,7 @@ pipeline check whose figures are noise.`,
 	fl.StringVar(&f.grounds, "grounds", "", "comma-separated grounds to run (default both: "+paper.GroundPhysics+","+paper.GroundPaperFit+")")
 	fl.IntVar(&f.parallel, "parallel", 0, "(ground, seed) jobs run at once (default: the number of CPUs)")
 	fl.StringVar(&f.stages, "stages", "", "comma-separated stages to run (default all: "+strings.Join(paper.Stages(), ",")+")")
+	fl.StringVar(&f.classes, "classes", "", "comma-separated workload classes for slo_throughput and prefix_affinity (default: each stage's own)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fl.DurationVar(&f.decodeCost, "isobar-decode-cost", 0, "isobar's pick: cost per request in flight, as isobar gateway --isobar-decode-cost (default 25ms)")
 	return cmd
@@ -143,6 +145,11 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 			if !found {
 				return usageError{fmt.Errorf("--stages: unknown stage %q: want some of %s", s, strings.Join(paper.Stages(), ","))}
 			}
+		}
+	}
+	if f.classes != "" {
+		for _, c := range strings.Split(f.classes, ",") {
+			opt.Classes = append(opt.Classes, strings.TrimSpace(c))
 		}
 	}
 	start := time.Now()
