@@ -34,6 +34,7 @@ FUZZ_TARGETS := \
 	./regional/xds:FuzzStreamRequests \
 	./xdscontract:FuzzEndpointMetadata \
 	./gateway:FuzzDecode \
+	./gateway:FuzzPromptText \
 	./gateway/prefix:FuzzIndex \
 	./gateway:FuzzBodyModel \
 	./gateway:FuzzRouteMatch \

@@ -10,6 +10,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
+	"github.com/isobar-mesh/isobar/gateway/prefix"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Envoy's defaults for priority and locality health.
@@ -86,6 +88,9 @@ type picker struct {
 	limit int64   // in-flight cap per endpoint
 	rand  lb.Rand // safe for concurrent use
 	place placement.Config
+	// prefix is --lb isobar's view of what each address's prefix cache
+	// holds (nil: no affinity).
+	prefix *prefix.Index[string]
 }
 
 // pickQuery is one pick's input.
@@ -96,6 +101,9 @@ type pickQuery struct {
 	now     int64 // Unix nanoseconds, for ejection deadlines
 	// tokens is the request's prompt size (--lb isobar).
 	tokens int64
+	// chain is the prompt's block hash chain (--lb isobar with prefix
+	// affinity; nil: none).
+	chain []uint64
 	// redraws is the route's host_selection_retry_max_attempts: how often
 	// a pick the predicate (or the in-flight cap) rejects is drawn again.
 	redraws uint32
@@ -681,6 +689,20 @@ func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
 	return pr.hosts[j]
 }
 
+// cachedTokens is how many tokens of a prompt with the block hash chain
+// the address is expected to hold in its prefix cache (package prefix's
+// index; 0 without one).
+func (p *picker) cachedTokens(addr string, chain []uint64) int64 {
+	if p.prefix == nil || len(chain) == 0 {
+		return 0
+	}
+	return int64(p.prefix.Match(addr, chain)) * tokensPerBlock
+}
+
+// tokensPerBlock is the prompt tokens of one prefix block:
+// prefix.BlockBytes at xdscontract.BytesPerToken.
+const tokensPerBlock = prefix.BlockBytes / xdscontract.BytesPerToken
+
 // rate is the prefill rate the pick uses for a host whose metadata gives
 // r: r, else the configured default.
 func rate(c placement.Config, r float64) float64 {
@@ -725,6 +747,7 @@ func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, in func(j int) b
 			InFlight:               h.st.inflight.Load(),
 			Slots:                  h.ep.MaxNumSeqs,
 			ServiceTime:            time.Duration(h.st.slotHold.Load()),
+			CachedPromptTokens:     p.cachedTokens(h.ep.Address, q.chain),
 		})
 	}
 	i, ok := placement.Pick(p.place, inputs, q.tokens, r)

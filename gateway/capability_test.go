@@ -90,13 +90,15 @@ func FuzzStatedContextLimit(f *testing.F) {
 // With --lb isobar, an engine whose max_model_len nobody declared refuses
 // one long prompt (HTTP 400); the gateway remembers it and sends it no
 // more long prompts, while it keeps serving short ones. Sequential
-// requests: both engines idle, so every pick is a tie broken at random.
+// requests: both engines idle, so every pick is a tie broken at random
+// (prefix affinity off: the prompts are all the same text, which would
+// otherwise stick to the endpoint that served it first).
 func TestGatewayIsobarRemembersContextRefusal(t *testing.T) {
 	short := engine(t, model, 1024, nil, 0)
 	full := engine(t, model, 0, nil, 0)
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model,
 		endpointOf(t, "short", short.Addr(), 1, 0), endpointOf(t, "full", full.Addr(), 1, 0)))
-	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(3, 4)})
+	g := startGateway(t, ctrl, Config{LB: LBIsobar, NoPrefixAffinity: true}, Deps{Rand: newLockedRand(3, 4)})
 	g.waitTable(t, "both endpoints", func(tb *Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 2 })
 	refused := 0
 	for i := range 16 {

@@ -67,6 +67,10 @@ type Config struct {
 	NodeID string
 	// LB is the load-balancing mode: xds (default), rr, lr or isobar.
 	LB LBMode
+	// NoPrefixAffinity turns off --lb isobar's prefix affinity: the
+	// gateway then keeps no index of the prompt blocks it sent each
+	// endpoint, and the pick ignores prefix caches.
+	NoPrefixAffinity bool
 	// Placement holds the constants of the isobar pick (LBIsobar). Zero:
 	// placement.DefaultConfig().
 	Placement placement.Config

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/isobar-mesh/isobar/gateway/prefix"
 )
 
 // Gateway is an HTTP data plane that routes OpenAI-compatible requests as
@@ -76,6 +78,11 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
 	var err error
+	if cfg.LB == LBIsobar && !cfg.NoPrefixAffinity {
+		if g.picker.prefix, err = prefix.New[string](prefix.DefaultConfig()); err != nil {
+			return nil, err
+		}
+	}
 	if g.m, err = newMetrics(deps.Registerer, newStateCollector(g)); err != nil {
 		return nil, err
 	}

@@ -348,7 +348,9 @@ func TestGatewayIsobarPicksFewerPendingTokens(t *testing.T) {
 func TestGatewayBadPromptHeaderUsesBodyEstimate(t *testing.T) {
 	up := &holdingUpstream{release: make(chan struct{})}
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model, endpointOf(t, "a", startHTTP(t, up), 1, 0)))
-	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(1, 1)})
+	// Every request has the same prompt: without affinity off, its cached
+	// prefix would shorten the pending count after the first.
+	g := startGateway(t, ctrl, Config{LB: LBIsobar, NoPrefixAffinity: true}, Deps{Rand: newLockedRand(1, 1)})
 	const promptBytes = 2000
 	bodyLen := len(fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":1}`, model, strings.Repeat("a", promptBytes)))
 	estimate := int64((bodyLen + 3) / 4)

@@ -18,6 +18,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/backoff"
+	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/truncate"
 )
 
@@ -190,7 +191,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 	}
 	tokens := promptTokens(r.Header, len(body))
-	out.status = g.proxy(ctx, w, r, body, tokens, rt, cl, out.model, start, func() { shed("saturated") })
+	out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), rt, cl, out.model, start, func() { shed("saturated") })
 }
 
 // attempt is one upstream try.
@@ -210,7 +211,7 @@ type attempt struct {
 // proxy sends the request to the cluster, retrying per the route's policy
 // within the cluster's budget, and relays the answer. It returns the status
 // sent; saturated is called before a 429 for saturation is written.
-func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, tokens int64, rt *Route,
+func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, tokens int64, chain []uint64, rt *Route,
 	cl *clusterRT, model string, start time.Time, saturated func()) int {
 	var tried []*hostRT
 	var last *attempt
@@ -231,7 +232,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if cl.st.active.Load() >= int64(cl.policy.MaxRequests) {
 			return g.relayFailure(w, last, http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open")
 		}
-		q := pickQuery{now: g.clock.Now().UnixNano(), tokens: tokens}
+		q := pickQuery{now: g.clock.Now().UnixNano(), tokens: tokens, chain: chain}
 		if rt.Retry.PreviousHosts {
 			q.exclude, q.redraws = tried, rt.Retry.HostSelectionRetries
 		}
@@ -245,7 +246,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return g.relayFailure(w, last, http.StatusServiceUnavailable, "no healthy upstream")
 		}
 		tried = append(tried, h)
-		a := g.try(ctx, r, body, tokens, rt, cl, h, n)
+		a := g.try(ctx, r, body, g.sendTokens(h, tokens, chain), rt, cl, h, n)
 		if a.kind == failNone && !rt.Retry.retriesStatus(a.resp.StatusCode) {
 			return g.relay(ctx, w, a, cl, model, start)
 		}
@@ -270,6 +271,18 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return g.relayFailure(w, a, 0, "")
 		}
 	}
+}
+
+// sendTokens is the prompt tokens an attempt to h adds to h's pending
+// count: with prefix affinity, those h is not expected to hold cached;
+// the prompt's blocks are then recorded as sent to h.
+func (g *Gateway) sendTokens(h *hostRT, tokens int64, chain []uint64) int64 {
+	if g.picker.prefix == nil || len(chain) == 0 {
+		return tokens
+	}
+	n := placement.UncachedTokens(tokens, g.picker.cachedTokens(h.ep.Address, chain))
+	g.picker.prefix.Record(h.ep.Address, chain, 0)
+	return n
 }
 
 // backoff waits a random time in [0, min(max, base·2^(n-1))) before retry

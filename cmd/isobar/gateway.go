@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,12 +17,14 @@ import (
 // newGatewayCmd builds `isobar gateway`.
 func newGatewayCmd(ro *rootOpts) *cobra.Command {
 	var (
-		cfg        gateway.Config
-		lb         string
-		decodeCost time.Duration
-		tlsFiles   regional.TLSFiles
-		serverName string
-		tf         transportFlags
+		cfg          gateway.Config
+		lb           string
+		decodeCost   time.Duration
+		affinity     bool
+		affinityBand float64
+		tlsFiles     regional.TLSFiles
+		serverName   string
+		tf           transportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -84,8 +87,13 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 			if decodeCost < 0 {
 				return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 25ms", decodeCost)}
 			}
+			if !(affinityBand >= 0) || math.IsInf(affinityBand, 1) {
+				return usageError{fmt.Errorf("--affinity-band %v: want a number >= 0, e.g. 0.25", affinityBand)}
+			}
 			cfg.Placement = placement.DefaultConfig()
 			cfg.Placement.DecodeCost = decodeCost
+			cfg.Placement.AffinityBand = affinityBand
+			cfg.NoPrefixAffinity = !affinity
 			dial, err := regional.ControllerDialOptions(tlsFiles, cfg.Region)
 			if err != nil {
 				return err
@@ -112,6 +120,8 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 	f.StringVar(&cfg.NodeID, "node-id", "", "xDS node id and report identity (default isobar-gateway-<region>)")
 	f.StringVar(&lb, "lb", string(gateway.LBXDS), "load balancing: xds (as Envoy would on the pushed resources), isobar (least expected time to first token), rr (Envoy round-robin baseline) or lr (Envoy least-request baseline, two choices)")
 	f.DurationVar(&decodeCost, "isobar-decode-cost", placement.DefaultDecodeCost, "--lb isobar: expected latency added per request in flight on an endpoint (each running sequence lengthens every step of this answer); smaller packs decodes onto the hosts with the least prefill queued, larger spreads them (gateway/placement/README.md)")
+	f.BoolVar(&affinity, "prefix-affinity", true, "--lb isobar: keep an index of the prompt blocks sent to each endpoint and count its expected cached prefix as saved prefill (gateway/prefix)")
+	f.Float64Var(&affinityBand, "affinity-band", placement.DefaultAffinityBand, "--lb isobar with --prefix-affinity: among endpoints whose expected TTFT is within this fraction of the best, prefer the longest expected cached prefix; 0: no preference")
 	f.IntVar(&cfg.MaxInflightPerEndpoint, "max-inflight-per-endpoint", 64, "requests in flight per endpoint above which it takes no more; all full: 429")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "extra address serving only /metrics; empty: none")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on shutdown, how long in-flight requests may finish (default 30s)")
