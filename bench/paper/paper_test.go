@@ -386,3 +386,61 @@ func TestVerdict(t *testing.T) {
 		t.Errorf("aggregate = %+v", a)
 	}
 }
+
+// TestPrefixPolicies runs multiturn at one rate with prefix caching on:
+// the prefix-aware policies find more of the prompts cached than isobar
+// without affinity; prefix-hash keeps every turn of a conversation on
+// one cell; without prefix caching nothing is found.
+func TestPrefixPolicies(t *testing.T) {
+	cfg, err := PhysicsConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := workload{mix: []mixPart{{class("multiturn"), 1}}, rps: 12, duration: 40 * time.Second, seed: 3}
+	reqs := w.generate(cfg.Profile)
+	hits := map[Policy]float64{}
+	for _, p := range []Policy{Isobar, IsobarAffinity, PrefixHash, PrecisePrefix} {
+		f, err := newFleet(cfg, runSpec{policy: p, requests: reqs, until: w.duration + drain, seed: 3, prefixCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := f.run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hits[p] = deref(hitRate(res))
+		if p == PrefixHash {
+			// A turn that shares the hashed blocks (the first 128
+			// tokens) with the previous one goes to its cell.
+			cell, same := map[uint64]int{}, 0
+			for _, q := range res.requests {
+				if c, ok := cell[q.session]; ok && q.attempts == 1 && q.shared >= prefixHashBlocks*16 {
+					if c != q.cell {
+						t.Fatalf("prefix-hash: session %d moved from cell %d to %d", q.session, c, q.cell)
+					}
+					same++
+				}
+				cell[q.session] = q.cell
+			}
+			if same == 0 {
+				t.Fatal("prefix-hash: no turn checked")
+			}
+		}
+	}
+	for _, p := range []Policy{IsobarAffinity, PrefixHash, PrecisePrefix} {
+		if !(hits[p] > hits[Isobar]+0.2) {
+			t.Errorf("%s hit rate %.3f, isobar's %.3f: want well above", p, hits[p], hits[Isobar])
+		}
+	}
+	f, err := newFleet(cfg, runSpec{policy: IsobarAffinity, requests: reqs, until: w.duration + drain, seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.prefixQueries != 0 || res.prefixHits != 0 {
+		t.Fatalf("prefix caching off: %d queries, %d hits", res.prefixQueries, res.prefixHits)
+	}
+}

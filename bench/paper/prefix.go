@@ -181,8 +181,12 @@ func prefixClasses() []load.Class {
 func (r *runner) prefixAffinity(ctx context.Context) error {
 	pl := r.plan
 	classes := prefixClasses()
+	only := pl.prefixClasses
 	if len(r.opt.Classes) > 0 {
-		classes = slices.DeleteFunc(classes, func(c load.Class) bool { return !slices.Contains(r.opt.Classes, c.Name) })
+		only = r.opt.Classes
+	}
+	if len(only) > 0 {
+		classes = slices.DeleteFunc(classes, func(c load.Class) bool { return !slices.Contains(only, c.Name) })
 	}
 	pols := stagePolicies(StagePrefix)
 	figs := map[Policy]Figures{}

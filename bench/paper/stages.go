@@ -75,6 +75,7 @@ type plan struct {
 	sloCool             time.Duration
 	sloIters            int
 	sloClasses          []string // empty: all
+	prefixClasses       []string // empty: all of prefixClasses
 	episodeCells        []int
 	episodeSeeds        int
 	leadObserve         time.Duration
@@ -102,8 +103,9 @@ func planFor(m Mode, cells int) (plan, error) {
 	case Smoke:
 		return plan{seeds: 2, calibWarm: 5 * time.Second, calibDur: 20 * time.Second,
 			sloWarm: 5 * time.Second, sloDur: 20 * time.Second, sloCool: 5 * time.Second, sloIters: 3,
-			sloClasses:   []string{"baseline_mixed", "adversarial_spike"},
-			episodeCells: []int{cells - 1}, episodeSeeds: 1, leadObserve: 30 * time.Second,
+			sloClasses:    []string{"baseline_mixed", "adversarial_spike"},
+			prefixClasses: []string{"multiturn", "baseline_mixed"},
+			episodeCells:  []int{cells - 1}, episodeSeeds: 1, leadObserve: 30 * time.Second,
 			burstDur: 35 * time.Second, mismatchDur: 30 * time.Second, netPhase: 15 * time.Second}, nil
 	}
 	return plan{}, fmt.Errorf("paper: unknown mode %q: want full, quick or smoke", m)
