@@ -70,13 +70,23 @@
 //     the priority (and healthy or degraded) the same way, then the least
 //     expected time to first token among those hosts, across its
 //     localities of positive weight (package placement: RTT + 2 × jitter +
-//     (pending prompt tokens + this prompt) / prefill rate + 1 ms per
-//     request in flight, ties at random). The gateway counts each
+//     (pending prompt tokens + this prompt's uncached tokens) / prefill
+//     rate + Config.Placement.DecodeCost (25 ms) per request in flight +
+//     the wait for a batch slot, ties at random; with prefix affinity, the
+//     longest expected cached prefix among the hosts within
+//     Config.Placement.AffinityBand of the best). The gateway counts each
 //     address's pending prompt tokens itself: an attempt adds its
-//     request's tokens when it is sent and takes them back at its first
-//     response body byte, or when it fails or ends without one. A
+//     request's uncached tokens when it is sent and takes them back at its
+//     first response body byte, or when it fails or ends without one. A
 //     request's tokens are x-isobar-prompt-tokens when that is one integer
-//     in [1, min(2^20, body bytes)], else ⌈body bytes / 4⌉. Prefill rate,
+//     in [1, min(2^20, body bytes)], else ⌈body bytes / 4⌉. Prefix
+//     affinity (on unless Config.NoPrefixAffinity) hashes the prompt text
+//     (a completions prompt string, or the chat messages' roles and text
+//     in order; token-id prompts and prompt lists get none) into 64-byte
+//     blocks (package prefix), expects an address to hold the leading
+//     blocks of the prompts it was sent (an index bounded per address and
+//     in all, least recently sent evicted first), and records a prompt's
+//     blocks against the address each attempt goes to. Prefill rate,
 //     RTT and jitter come from the endpoint's isobar metadata
 //     (xdscontract.MetadataPrefillRate, MetadataRTT, MetadataJitter; RTT and
 //     jitter also from the locality's), defaults when absent. LBRoundRobin and
