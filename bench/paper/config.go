@@ -100,6 +100,10 @@ type DataPlane struct {
 	// (placement.Config.DecodeCost, isobar gateway --isobar-decode-cost).
 	// 0: placement's default (25 ms).
 	DecodeCost time.Duration
+	// AffinityBand is isobar-affinity's and precise-prefix's band
+	// (placement.Config.AffinityBand, isobar gateway --affinity-band).
+	// Nil: placement's default (0.25).
+	AffinityBand *float64 `json:",omitempty"`
 }
 
 // DefaultDataPlane returns the documented defaults.

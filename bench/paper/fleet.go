@@ -407,6 +407,9 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 	if cfg.DataPlane.DecodeCost > 0 {
 		f.placement.DecodeCost = cfg.DataPlane.DecodeCost
 	}
+	if b := cfg.DataPlane.AffinityBand; b != nil {
+		f.placement.AffinityBand = *b
+	}
 	if !spec.policy.affinity() {
 		f.placement.AffinityBand = 0
 	}

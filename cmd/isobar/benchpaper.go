@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,19 +13,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/isobar-mesh/isobar/bench/paper"
+	"github.com/isobar-mesh/isobar/gateway/placement"
 )
 
 type benchPaperFlags struct {
-	out      string
-	quick    bool
-	smoke    bool
-	seed     uint64
-	seeds    int
-	grounds  string
-	stages   string
-	classes  string
-	parallel int
-	quiet    bool
+	out          string
+	quick        bool
+	smoke        bool
+	seed         uint64
+	seeds        int
+	grounds      string
+	stages       string
+	classes      string
+	affinityBand float64
+	parallel     int
+	quiet        bool
 	// decodeCost: isobar's pick's cost per request in flight (0: default).
 	decodeCost time.Duration
 }
@@ -85,6 +88,7 @@ pipeline check whose figures are noise.`,
 	fl.StringVar(&f.stages, "stages", "", "comma-separated stages to run (default all: "+strings.Join(paper.Stages(), ",")+")")
 	fl.StringVar(&f.classes, "classes", "", "comma-separated workload classes for slo_throughput and prefix_affinity (default: each stage's own)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
+	fl.Float64Var(&f.affinityBand, "affinity-band", placement.DefaultAffinityBand, "isobar-affinity's and precise-prefix's band, as isobar gateway --affinity-band")
 	fl.DurationVar(&f.decodeCost, "isobar-decode-cost", 0, "isobar's pick: cost per request in flight, as isobar gateway --isobar-decode-cost (default 25ms)")
 	return cmd
 }
@@ -125,6 +129,12 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 	}
 	for i := range grounds {
 		grounds[i].DataPlane.DecodeCost = f.decodeCost
+		if cmd.Flags().Changed("affinity-band") {
+			if !(f.affinityBand >= 0) || math.IsInf(f.affinityBand, 1) {
+				return usageError{fmt.Errorf("--affinity-band %v: want a number >= 0", f.affinityBand)}
+			}
+			grounds[i].DataPlane.AffinityBand = &f.affinityBand
+		}
 	}
 	opt := paper.Options{Mode: paper.Full, Seed: f.seed, Seeds: f.seeds, Parallel: f.parallel}
 	switch {
