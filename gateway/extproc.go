@@ -229,7 +229,9 @@ func (s *epStream) headersOnly() bool {
 	return s.reqMode == filterpb.ProcessingMode_NONE || s.reqMode == filterpb.ProcessingMode_STREAMED
 }
 
-func (s *epStream) fullDuplex() bool { return s.reqMode == filterpb.ProcessingMode_FULL_DUPLEX_STREAMED }
+func (s *epStream) fullDuplex() bool {
+	return s.reqMode == filterpb.ProcessingMode_FULL_DUPLEX_STREAMED
+}
 
 // requestHeaders reads the request's headers and subset hint. A request
 // without a body, or in a headers-only mode, is decided now; in BUFFERED
@@ -678,6 +680,9 @@ type replyRecorder struct {
 	body []byte
 }
 
-func (r *replyRecorder) Header() http.Header         { return r.h }
-func (r *replyRecorder) WriteHeader(int)             {}
-func (r *replyRecorder) Write(b []byte) (int, error) { r.body = append(r.body, b...); return len(b), nil }
+func (r *replyRecorder) Header() http.Header { return r.h }
+func (r *replyRecorder) WriteHeader(int)     {}
+func (r *replyRecorder) Write(b []byte) (int, error) {
+	r.body = append(r.body, b...)
+	return len(b), nil
+}
