@@ -187,7 +187,15 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 	}
 	call := &epCall{t: t, s: s, cancel: cancel}
 	t.Cleanup(cancel)
-	err = s.Send(&extprocpb.ProcessingRequest{
+	// A Send on a stream the picker ended says io.EOF; Recv says why.
+	sendMsg := func(m *extprocpb.ProcessingRequest) error {
+		err := s.Send(m)
+		if errors.Is(err, io.EOF) {
+			_, err = s.Recv()
+		}
+		return err
+	}
+	err = sendMsg(&extprocpb.ProcessingRequest{
 		Request:         &extprocpb.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocpb.HttpHeaders{Headers: hm, EndOfStream: r.body == nil}},
 		MetadataContext: md,
 		ProtocolConfig:  &extprocpb.ProtocolConfiguration{RequestBodyMode: r.mode, ResponseBodyMode: filterpb.ProcessingMode_STREAMED},
@@ -199,7 +207,7 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 	if r.mode == filterpb.ProcessingMode_FULL_DUPLEX_STREAMED && r.body != nil {
 		half := len(r.body) / 2
 		for i, part := range [][]byte{r.body[:half], r.body[half:]} {
-			if err := s.Send(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
+			if err := sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
 				RequestBody: &extprocpb.HttpBody{Body: part, EndOfStream: i == 1}}}); err != nil {
 				return call, err
 			}
@@ -242,7 +250,7 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 			t.Fatalf("FULL_DUPLEX_STREAMED: the body came back as %d bytes, want the %d sent", len(back), len(r.body))
 		}
 	case r.mode == filterpb.ProcessingMode_STREAMED && r.body != nil:
-		if err := s.Send(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
+		if err := sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
 			RequestBody: &extprocpb.HttpBody{Body: r.body, EndOfStream: true}}}); err != nil {
 			return call, err
 		}
@@ -254,7 +262,7 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 			t.Fatalf("STREAMED: answer %v to a body chunk, want it let through", resp)
 		}
 	case !headersOnly: // BUFFERED, BUFFERED_PARTIAL
-		if err := s.Send(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
+		if err := sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
 			RequestBody: &extprocpb.HttpBody{Body: r.body, EndOfStream: true}}}); err != nil {
 			return call, err
 		}
