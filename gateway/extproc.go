@@ -79,9 +79,7 @@ func (x *extProc) Process(srv extprocpb.ExternalProcessor_ProcessServer) error {
 	ctx := srv.Context()
 	if x.mtls {
 		if err := authorizeGateway(ctx, x.g.cfg.Region); err != nil {
-			x.m.streamErrors.WithLabelValues("forbidden").Inc()
-			x.log.Warn("ext_proc stream refused", "peer_identity", certs.GRPCPeerName(ctx), "err", err)
-			return status.Error(codes.PermissionDenied, err.Error())
+			return x.refuse(ctx, err)
 		}
 	}
 	x.m.streams.Inc()
@@ -95,7 +93,7 @@ func (x *extProc) Process(srv extprocpb.ExternalProcessor_ProcessServer) error {
 			case codes.Canceled:
 				return nil // the proxy reset the stream: the HTTP stream is over
 			case codes.ResourceExhausted: // a message over the server's size limit
-				return x.refuse(fmt.Errorf("%w: %v", errExtProcTooLarge, err))
+				return x.refuse(ctx, fmt.Errorf("%w: %v", errExtProcTooLarge, err))
 			}
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -103,19 +101,25 @@ func (x *extProc) Process(srv extprocpb.ExternalProcessor_ProcessServer) error {
 			return err
 		}
 		if err := s.handle(req); err != nil {
-			return x.refuse(err)
+			return x.refuse(ctx, err)
 		}
 	}
 }
 
 // refuse ends a stream for err: the one place the stream's errors meet
-// gRPC codes. Input errors are counted by reason and logged at debug
-// (outside input must not flood the log); anything else (a failed Send:
-// the proxy went away) is returned as it is.
-func (x *extProc) refuse(err error) error {
+// gRPC codes. Refusals are counted by reason; a refused identity is
+// logged as a warning with the peer's identity (as the regional
+// controller logs its refusals), input errors at debug (outside input
+// must not flood the log). Anything else (a failed Send: the proxy went
+// away) is returned as it is.
+func (x *extProc) refuse(ctx context.Context, err error) error {
 	var reason string
 	var code codes.Code
 	switch {
+	case errors.Is(err, errNotGatewayPeer):
+		x.m.streamErrors.WithLabelValues("forbidden").Inc()
+		x.log.Warn("ext_proc stream refused", "peer_identity", certs.GRPCPeerName(ctx), "err", err)
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, errExtProcTooLarge):
 		reason, code = "too_large", codes.ResourceExhausted
 	case errors.Is(err, errExtProcMalformed):
