@@ -1,5 +1,5 @@
-// Package deploy holds isobar's deployment files (Envoy bootstrap,
-// Kubernetes manifests, systemd units, Prometheus configuration and
+// Package deploy holds isobar's deployment files (Envoy bootstraps,
+// without and with the endpoint picker; Kubernetes manifests, systemd units, Prometheus configuration and
 // alerts, Grafana dashboard; see README.md) and the Go code that reads
 // them back for checking.
 //
@@ -7,10 +7,12 @@
 //
 //   - The files under this directory. They use only real subcommands and
 //     flags of the isobar binary, and only metric names the code exports;
-//     deploy_test.go checks both, validates the Envoy bootstrap against
-//     Envoy's protos (including every typed Any inside it), and checks the
-//     manifests' internal references (ConfigMaps, Service selectors and
-//     ports, the bootstrap ConfigMap's copy of envoy/bootstrap.yaml).
+//     deploy_test.go checks both, validates the Envoy bootstraps against
+//     Envoy's protos (including every typed Any inside them), checks how
+//     envoy/picker.yaml routes a picked request and its fallback
+//     (envoy_picker_test.go), and checks the manifests' internal
+//     references (ConfigMaps, Service selectors and ports, the bootstrap
+//     ConfigMap's copy of envoy/bootstrap.yaml).
 //   - Invocations, which extracts every isobar command line from the
 //     Kubernetes manifests and systemd units with placeholders replaced by
 //     example values, so that the command tree in cmd/isobar can parse them.

@@ -8,6 +8,8 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	dcv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/resource_monitors/downstream_connections/v3"
@@ -24,6 +26,7 @@ import (
 var _ = []proto.Message{
 	(*routerv3.Router)(nil), (*hcmv3.HttpConnectionManager)(nil), (*dcv3.DownstreamConnectionsConfig)(nil),
 	(*tlsv3.UpstreamTlsContext)(nil), (*httpv3.HttpProtocolOptions)(nil),
+	(*extprocv3.ExternalProcessor)(nil), (*headermutationv3.HeaderMutation)(nil),
 }
 
 // parseBootstrap converts YAML to JSON and unmarshals it strictly (unknown
@@ -88,7 +91,12 @@ func validateDeep(m proto.Message) (int, error) {
 
 func readBootstrap(t *testing.T) []byte {
 	t.Helper()
-	data, err := fs.ReadFile(deployFS(), "envoy/bootstrap.yaml")
+	return readEnvoy(t, "envoy/bootstrap.yaml")
+}
+
+func readEnvoy(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := fs.ReadFile(deployFS(), name)
 	if err != nil {
 		t.Fatal(err)
 	}

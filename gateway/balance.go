@@ -74,6 +74,7 @@ const (
 	pickOK        pickResult = iota
 	pickNoHost               // no healthy endpoint (503)
 	pickSaturated            // every candidate at the in-flight cap (429)
+	pickOverflow             // the cluster's circuit breaker is open (503)
 )
 
 // globalRand is math/rand/v2's goroutine-safe generator as an lb.Rand.
@@ -107,6 +108,9 @@ type pickQuery struct {
 	// redraws is the route's host_selection_retry_max_attempts: how often
 	// a pick the predicate (or the in-flight cap) rejects is drawn again.
 	redraws uint32
+	// strict makes exclude a hard limit (the ext_proc subset hint): scan
+	// never falls back to an excluded host.
+	strict bool
 }
 
 // pick chooses a host of c and takes one of its in-flight slots; the
@@ -170,13 +174,17 @@ func (p *picker) choose(c *clusterRT, q pickQuery) (*hostRT, bool) {
 // scan is the fallback when the balancer's draws found no acceptable host:
 // the acceptable host with the fewest requests in flight (the first in EDS
 // order on ties), healthy ones first, then ejected ones, then, when only
-// tried hosts are left, tried ones. saturated reports that some host was
-// left out only for its cap.
+// tried hosts are left, tried ones (not when q.strict). saturated reports
+// that some host was left out only for its cap.
 func (p *picker) scan(c *clusterRT, q pickQuery) (best *hostRT, saturated bool) {
-	for _, step := range []struct {
+	steps := []struct {
 		exclude      []*hostRT
 		allowEjected bool
-	}{{q.exclude, false}, {q.exclude, true}, {nil, true}} {
+	}{{q.exclude, false}, {q.exclude, true}, {nil, true}}
+	if q.strict {
+		steps = steps[:2]
+	}
+	for _, step := range steps {
 		var bestN int64
 		for _, h := range c.all {
 			if h.ep.Weight == 0 || slices.Contains(step.exclude, h) || (!step.allowEjected && h.st.ejected(q.now)) {

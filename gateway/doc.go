@@ -142,6 +142,21 @@
 //     could not be sent roll into the next report; Stop sends a final one.
 //   - Metrics (isobar_gateway_*) on the injected registry, per-endpoint
 //     series dropped when the endpoint leaves the configuration.
+//   - The endpoint picker (Picker, `isobar picker`; docs/picker.md): the
+//     Gateway API Inference Extension's Endpoint Picker Protocol over
+//     Envoy's ext_proc, so that a stock Envoy gets this package's pick. A
+//     Picker owns a Gateway whose HTTP listener serves only /health and
+//     /metrics, and a gRPC server (ext_proc, gRPC health). Per stream (one
+//     HTTP request) it routes as handleGenerate does, picks with
+//     chooseEndpoint (the proxy's own choice; the subset hint
+//     envoy.lb.subset_hint as a strict exclusion) and counts the request
+//     with startAttempt (in flight until the stream ends, prompt tokens
+//     pending until the first response body chunk), and answers with the
+//     header x-gateway-destination-endpoint and the dynamic metadata
+//     envoy.lb, or an immediate response with the gateway's JSON error.
+//     With mTLS only this region's gateway identity may open a stream.
+//     Bad input closes the stream with InvalidArgument or
+//     ResourceExhausted, counted in isobar_picker_stream_errors_total.
 //
 // # Concurrency
 //
@@ -163,7 +178,13 @@
 // get Config.DrainTimeout, then their connections are closed), sends the
 // final report (bounded by one report interval), cancels the streams and
 // waits for every goroutine. Watcher, the EDS subscription alone, runs one
-// goroutine between Start and Stop the same way.
+// goroutine between Start and Stop the same way. A Picker adds, between
+// Start and Stop, the gRPC server's Serve goroutine, one handler goroutine
+// per ext_proc stream (the only one touching that stream's state; it
+// shares the host and cluster atomics with the rest) and a goroutine that
+// turns gRPC health SERVING once the table is ready; its Stop drains the
+// streams for Config.DrainTimeout, cuts what is left, then stops its
+// Gateway.
 //
 // # Contracts
 //

@@ -229,14 +229,14 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		release()
 	}()
 	for n := 1; ; n++ {
-		if cl.st.active.Load() >= int64(cl.policy.MaxRequests) {
-			return g.relayFailure(w, last, http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open")
-		}
-		q := pickQuery{now: g.clock.Now().UnixNano(), tokens: tokens, chain: chain}
+		q := pickQuery{tokens: tokens, chain: chain}
 		if rt.Retry.PreviousHosts {
 			q.exclude, q.redraws = tried, rt.Retry.HostSelectionRetries
 		}
-		h, res := g.picker.pick(cl, q)
+		h, res := g.chooseEndpoint(cl, q)
+		if res == pickOverflow {
+			return g.relayFailure(w, last, http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open")
+		}
 		if h == nil {
 			if res == pickSaturated && last == nil {
 				saturated()
@@ -246,7 +246,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return g.relayFailure(w, last, http.StatusServiceUnavailable, "no healthy upstream")
 		}
 		tried = append(tried, h)
-		a := g.try(ctx, r, body, g.sendTokens(h, tokens, chain), rt, cl, h, n)
+		a := g.try(ctx, r, body, tokens, g.sendTokens(h, tokens, chain), rt, cl, h, n)
 		if a.kind == failNone && !rt.Retry.retriesStatus(a.resp.StatusCode) {
 			return g.relay(ctx, w, a, cl, model, start)
 		}
@@ -283,6 +283,34 @@ func (g *Gateway) sendTokens(h *hostRT, tokens int64, chain []uint64) int64 {
 	n := placement.UncachedTokens(tokens, g.picker.cachedTokens(h.ep.Address, chain))
 	g.picker.prefix.Record(h.ep.Address, chain, 0)
 	return n
+}
+
+// chooseEndpoint is the one choice of an endpoint for a request that both
+// data planes make: the HTTP proxy for each attempt, and the ext_proc picker
+// (extproc.go) once per stream. The cluster's circuit breaker first (its
+// attempts in flight against max_requests: pickOverflow), then the pick of
+// Config.LB (picker.pick) at the clock's now, which takes one of the chosen
+// host's in-flight slots. On pickOK the caller owns that slot and passes it
+// to startAttempt, whose close gives it back.
+func (g *Gateway) chooseEndpoint(cl *clusterRT, q pickQuery) (*hostRT, pickResult) {
+	if cl.st.active.Load() >= int64(cl.policy.MaxRequests) {
+		return nil, pickOverflow
+	}
+	q.now = g.clock.Now().UnixNano()
+	return g.picker.pick(cl, q)
+}
+
+// startAttempt counts an attempt of tokens prompt tokens on h, whose
+// in-flight slot chooseEndpoint took: its tokens in h's pending count until
+// its firstByte, and one in the cluster's active count until its close,
+// which also gives the slot back. The proxy (try) and the ext_proc picker
+// both count a request through it, so the two account alike.
+func (g *Gateway) startAttempt(cl *clusterRT, h *hostRT, tokens int64) *attempt {
+	a := &attempt{h: h, tokens: tokens, sent: g.clock.Now(), now: g.clock.Now}
+	h.st.addPending(a)
+	cl.st.active.Add(1)
+	a.cancel = func() { cl.st.active.Add(-1) }
+	return a
 }
 
 // backoff waits a random time in [0, min(max, base·2^(n-1))) before retry
@@ -335,17 +363,18 @@ func (a *attempt) close() {
 type connectTimeoutKey struct{}
 
 // try sends one attempt to h, holding h's in-flight slot (taken by pick)
-// and the cluster's active count until the attempt is closed, and its
-// prompt tokens in h's pending count until its first response byte (or
-// its end). It records the endpoint's outcome up to the response headers.
-func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens int64, rt *Route, cl *clusterRT, h *hostRT, n int) *attempt {
+// and the cluster's active count until the attempt is closed, and pending
+// (its prompt tokens h is expected to prefill: tokens less the prefix h
+// probably holds) in h's pending count until its first response byte (or
+// its end). It records the endpoint's outcome up to the response headers,
+// the context memory with the whole prompt's tokens.
+func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens, pending int64, rt *Route, cl *clusterRT, h *hostRT, n int) *attempt {
 	actx, cancel := context.WithCancel(context.WithValue(ctx, connectTimeoutKey{}, cl.policy.ConnectTimeout))
-	a := &attempt{h: h, tokens: tokens, sent: g.clock.Now(), now: g.clock.Now}
-	h.st.addPending(a)
-	cl.st.active.Add(1)
+	a := g.startAttempt(cl, h, pending)
+	inactive := a.cancel
 	a.cancel = func() {
 		cancel()
-		cl.st.active.Add(-1)
+		inactive()
 	}
 	out, err := http.NewRequestWithContext(actx, r.Method, "http://"+h.ep.Address+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {

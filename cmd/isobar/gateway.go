@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -16,16 +17,7 @@ import (
 
 // newGatewayCmd builds `isobar gateway`.
 func newGatewayCmd(ro *rootOpts) *cobra.Command {
-	var (
-		cfg          gateway.Config
-		lb           string
-		decodeCost   time.Duration
-		affinity     bool
-		affinityBand float64
-		tlsFiles     regional.TLSFiles
-		serverName   string
-		tf           transportFlags
-	)
+	var d dataPlaneFlags
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Go data plane: route OpenAI-compatible requests as the regional controller's xDS says",
@@ -47,7 +39,11 @@ a warning). --lb isobar picks the endpoint with the least expected time to
 first token: RTT + 2 × jitter + the prompt tokens the gateway has sent it and
 not yet seen answered (less the oldest one's progress), plus this request's,
 over its prefill rate + the wait for a batch slot when the engine's slots are
-full + --isobar-decode-cost per request in flight; it sends an engine on
+full + --isobar-decode-cost per request in flight; with --prefix-affinity
+(on), the prompt tokens an endpoint probably holds in its prefix cache (an
+index of the prompt blocks sent to it) count as saved prefill, and among the
+endpoints within --affinity-band of the best the longest cached prefix wins;
+it sends an engine on
 probation no more than its probe budget, and an engine that refused a prompt
 as too long only what it holds. --lb rr and --lb lr are Envoy's round robin and least request (two
 choices) over all endpoints with equal weights, the baselines. Retries within the cluster's retry budget, passive
@@ -66,47 +62,16 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
   isobar gateway --controller 127.0.0.1:18000 --region us-east --listen 127.0.0.1:8080 --insecure   # plain text, development only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := tf.check(tlsFiles.Enabled()); err != nil {
-				return err
-			}
-			if err := checkDurationFlags(cmd.Flags()); err != nil {
-				return err
-			}
-			log, err := ro.logger()
+			log, dial, err := d.setup(cmd, ro)
 			if err != nil {
 				return err
-			}
-			tf.warn(log)
-			if err := tlsFiles.Validate(); err != nil {
-				return usageError{err}
-			}
-			if serverName != "" && !tlsFiles.Enabled() {
-				return usageError{errors.New("--tls-server-name needs --tls-cert, --tls-key and --tls-ca")}
-			}
-			cfg.LB = gateway.LBMode(lb)
-			if decodeCost < 0 {
-				return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 25ms", decodeCost)}
-			}
-			if !(affinityBand >= 0) || math.IsInf(affinityBand, 1) {
-				return usageError{fmt.Errorf("--affinity-band %v: want a number >= 0, e.g. 0.25", affinityBand)}
-			}
-			cfg.Placement = placement.DefaultConfig()
-			cfg.Placement.DecodeCost = decodeCost
-			cfg.Placement.AffinityBand = affinityBand
-			cfg.NoPrefixAffinity = !affinity
-			dial, err := regional.ControllerDialOptions(tlsFiles, cfg.Region)
-			if err != nil {
-				return err
-			}
-			if serverName != "" {
-				dial = append(dial, grpc.WithAuthority(serverName))
 			}
 			tr, err := ro.tracing(cmd.Context(), "gateway")
 			if err != nil {
 				return err
 			}
 			defer shutdownTracing(tr)
-			err = gateway.Run(cmd.Context(), cfg, gateway.Deps{Logger: log, DialOptions: append(dial, tr.dial...)})
+			err = gateway.Run(cmd.Context(), d.cfg, gateway.Deps{Logger: log, DialOptions: append(dial, tr.dial...)})
 			if errors.Is(err, gateway.ErrInvalidConfig) {
 				return usageError{err}
 			}
@@ -114,25 +79,89 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Controller, "controller", "", "regional controller gRPC address host:port (ADS and reports); required")
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP address to serve the OpenAI API, /health and /metrics on")
-	f.StringVar(&cfg.Region, "region", "", "region this gateway serves; required")
-	f.StringVar(&cfg.NodeID, "node-id", "", "xDS node id and report identity (default isobar-gateway-<region>)")
-	f.StringVar(&lb, "lb", string(gateway.LBXDS), "load balancing: xds (as Envoy would on the pushed resources), isobar (least expected time to first token), rr (Envoy round-robin baseline) or lr (Envoy least-request baseline, two choices)")
-	f.DurationVar(&decodeCost, "isobar-decode-cost", placement.DefaultDecodeCost, "--lb isobar: expected latency added per request in flight on an endpoint (each running sequence lengthens every step of this answer); smaller packs decodes onto the hosts with the least prefill queued, larger spreads them (gateway/placement/README.md)")
-	f.BoolVar(&affinity, "prefix-affinity", true, "--lb isobar: keep an index of the prompt blocks sent to each endpoint and count its expected cached prefix as saved prefill (gateway/prefix)")
-	f.Float64Var(&affinityBand, "affinity-band", placement.DefaultAffinityBand, "--lb isobar with --prefix-affinity: among endpoints whose expected TTFT is within this fraction of the best, prefer the longest expected cached prefix; 0: no preference")
-	f.IntVar(&cfg.MaxInflightPerEndpoint, "max-inflight-per-endpoint", 64, "requests in flight per endpoint above which it takes no more; all full: 429")
-	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "extra address serving only /metrics; empty: none")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on shutdown, how long in-flight requests may finish (default 30s)")
-	f.DurationVar(&cfg.ReportInterval, "report-interval", 0, "period of the reports to the controller (default 1s)")
-	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 0, "largest request body accepted, larger: 413 (default 16 MiB)")
-	f.StringVar(&cfg.ModelHeader, "model-header", "", `request header naming the model, as in the controller (default "x-isobar-model")`)
-	f.StringVar(&cfg.HopHeader, "hop-header", "", `header marking requests forwarded from another region, as in the controller (default "x-isobar-hop")`)
-	f.StringVar(&tlsFiles.Cert, "tls-cert", "", "client certificate (PEM) with identity spiffe://isobar/gateway/<region> (isobar certs issue --role gateway) for mTLS to the controller; with --tls-key and --tls-ca")
-	f.StringVar(&tlsFiles.Key, "tls-key", "", "client private key (PEM)")
-	f.StringVar(&tlsFiles.CA, "tls-ca", "", "CA bundle (PEM) that verifies the controller")
-	f.StringVar(&serverName, "tls-server-name", "", "name to verify in the controller's certificate (default: host of --controller)")
-	tf.add(cmd)
+	f.StringVar(&d.cfg.Listen, "listen", "127.0.0.1:8080", "HTTP address to serve the OpenAI API, /health and /metrics on")
+	f.StringVar(&d.cfg.MetricsListen, "metrics-listen", "", "extra address serving only /metrics; empty: none")
+	d.add(cmd, string(gateway.LBXDS), "client certificate (PEM) with identity spiffe://isobar/gateway/<region> (isobar certs issue --role gateway) for mTLS to the controller; with --tls-key and --tls-ca")
 	return cmd
+}
+
+// dataPlaneFlags are the flags `isobar gateway` and `isobar picker` share:
+// the controller they read xDS from and report to, the region, the pick,
+// the request limits, and the mTLS files of the region's gateway identity.
+type dataPlaneFlags struct {
+	cfg          gateway.Config
+	lb           string
+	decodeCost   time.Duration
+	affinity     bool
+	affinityBand float64
+	tlsFiles     regional.TLSFiles
+	serverName   string
+	tf           transportFlags
+}
+
+// add registers the shared flags on cmd: --lb defaults to lbDefault, and
+// certHelp says what --tls-cert is for.
+func (d *dataPlaneFlags) add(cmd *cobra.Command, lbDefault, certHelp string) {
+	f := cmd.Flags()
+	f.StringVar(&d.cfg.Controller, "controller", "", "regional controller gRPC address host:port (ADS and reports); required")
+	f.StringVar(&d.cfg.Region, "region", "", "region this data plane serves; required")
+	f.StringVar(&d.cfg.NodeID, "node-id", "", "xDS node id and report identity (default isobar-"+cmd.Name()+"-<region>)")
+	f.StringVar(&d.lb, "lb", lbDefault, "load balancing: xds (as Envoy would on the pushed resources), isobar (least expected time to first token), rr (Envoy round-robin baseline) or lr (Envoy least-request baseline, two choices)")
+	f.DurationVar(&d.decodeCost, "isobar-decode-cost", placement.DefaultDecodeCost, "--lb isobar: expected latency added per request in flight on an endpoint (each running sequence lengthens every step of this answer); smaller packs decodes onto the hosts with the least prefill queued, larger spreads them (gateway/placement/README.md)")
+	f.BoolVar(&d.affinity, "prefix-affinity", true, "--lb isobar: keep an index of the prompt blocks sent to each endpoint and count its expected cached prefix as saved prefill (gateway/prefix)")
+	f.Float64Var(&d.affinityBand, "affinity-band", placement.DefaultAffinityBand, "--lb isobar with --prefix-affinity: among endpoints whose expected TTFT is within this fraction of the best, prefer the longest expected cached prefix; 0: no preference")
+	f.IntVar(&d.cfg.MaxInflightPerEndpoint, "max-inflight-per-endpoint", 64, "requests in flight per endpoint above which it takes no more; all full: 429")
+	f.DurationVar(&d.cfg.DrainTimeout, "drain-timeout", 0, "on shutdown, how long requests in flight may finish (default 30s)")
+	f.DurationVar(&d.cfg.ReportInterval, "report-interval", 0, "period of the reports to the controller (default 1s)")
+	f.Int64Var(&d.cfg.MaxBodyBytes, "max-body-bytes", 0, "largest request body accepted; larger: 413 from the gateway, a ResourceExhausted stream from the picker (default 16 MiB)")
+	f.StringVar(&d.cfg.ModelHeader, "model-header", "", `request header naming the model, as in the controller (default "x-isobar-model")`)
+	f.StringVar(&d.cfg.HopHeader, "hop-header", "", `header marking requests forwarded from another region, as in the controller (default "x-isobar-hop")`)
+	f.StringVar(&d.tlsFiles.Cert, "tls-cert", "", certHelp)
+	f.StringVar(&d.tlsFiles.Key, "tls-key", "", "private key (PEM) of --tls-cert")
+	f.StringVar(&d.tlsFiles.CA, "tls-ca", "", "CA bundle (PEM) that verifies the controller (and, for the picker, its clients)")
+	f.StringVar(&d.serverName, "tls-server-name", "", "name to verify in the controller's certificate (default: host of --controller)")
+	d.tf.add(cmd)
+}
+
+// setup checks the shared flags and returns the process logger and the
+// dial options to the controller: mTLS pinned to the region's controller
+// identity (regional.ControllerDialOptions), or plain text with
+// --insecure. A bad command line is a usageError.
+func (d *dataPlaneFlags) setup(cmd *cobra.Command, ro *rootOpts) (*slog.Logger, []grpc.DialOption, error) {
+	if err := d.tf.check(d.tlsFiles.Enabled()); err != nil {
+		return nil, nil, err
+	}
+	if err := checkDurationFlags(cmd.Flags()); err != nil {
+		return nil, nil, err
+	}
+	log, err := ro.logger()
+	if err != nil {
+		return nil, nil, err
+	}
+	d.tf.warn(log)
+	if err := d.tlsFiles.Validate(); err != nil {
+		return nil, nil, usageError{err}
+	}
+	if d.serverName != "" && !d.tlsFiles.Enabled() {
+		return nil, nil, usageError{errors.New("--tls-server-name needs --tls-cert, --tls-key and --tls-ca")}
+	}
+	d.cfg.LB = gateway.LBMode(d.lb)
+	if d.decodeCost < 0 {
+		return nil, nil, usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 25ms", d.decodeCost)}
+	}
+	if !(d.affinityBand >= 0) || math.IsInf(d.affinityBand, 1) {
+		return nil, nil, usageError{fmt.Errorf("--affinity-band %v: want a number >= 0, e.g. 0.25", d.affinityBand)}
+	}
+	d.cfg.Placement = placement.DefaultConfig()
+	d.cfg.Placement.DecodeCost = d.decodeCost
+	d.cfg.Placement.AffinityBand = d.affinityBand
+	d.cfg.NoPrefixAffinity = !d.affinity
+	dial, err := regional.ControllerDialOptions(d.tlsFiles, d.cfg.Region)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.serverName != "" {
+		dial = append(dial, grpc.WithAuthority(d.serverName))
+	}
+	return log, dial, nil
 }

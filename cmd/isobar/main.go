@@ -104,6 +104,7 @@ across regions.`,
 		newCertsCmd(opts),
 		newStatusCmd(opts),
 		newGatewayCmd(opts),
+		newPickerCmd(opts),
 		newChaosCmd(opts),
 		newBenchCmd(opts),
 	)
