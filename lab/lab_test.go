@@ -111,10 +111,31 @@ func TestLabMultiRegion(t *testing.T) {
 	}
 }
 
+// TestLabConfigDefaults: the steady workload is the default, and the
+// multiturn one takes its documented shape.
+func TestLabConfigDefaults(t *testing.T) {
+	var c Config
+	c.withDefaults()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Workload != WorkloadSteady || c.Sessions != 16 || c.Turns != 8 || c.TurnTokens != 256 || c.TurnJitter != 64 {
+		t.Fatalf("defaults %+v", c)
+	}
+	m := Config{Workload: WorkloadMultiturn, Sessions: 256}
+	m.withDefaults()
+	if err := m.validate(); err != nil {
+		t.Fatalf("multiturn with 256 sessions: %v", err)
+	}
+}
+
 func TestLabConfigErrors(t *testing.T) {
 	for _, cfg := range []Config{{Cells: -1}, {Cells: 100}, {RPS: -1}, {Duration: -time.Second},
 		{Regions: []string{"a", "a"}}, {LB: "random"},
-		{RegionRPS: map[string]float64{"nowhere": 1}}, {RegionRPS: map[string]float64{"us-east": -1}}} {
+		{RegionRPS: map[string]float64{"nowhere": 1}}, {RegionRPS: map[string]float64{"us-east": -1}},
+		{Workload: "bursty"}, {Workload: WorkloadMultiturn, Sessions: -1}, {Workload: WorkloadMultiturn, Sessions: 1000},
+		{Workload: WorkloadMultiturn, Turns: 65}, {Workload: WorkloadMultiturn, TurnTokens: 10, TurnJitter: 10},
+		{Workload: WorkloadMultiturn, TurnTokens: 40000}} {
 		if err := Run(context.Background(), cfg, Deps{}); err == nil {
 			t.Errorf("Run(%+v) accepted a bad config", cfg)
 		}
