@@ -24,7 +24,7 @@ type Report struct {
 	// (the regions' PrefixCache added up).
 	PrefixCache PrefixCacheReport       `json:"prefix_cache"`
 	Regions     map[string]RegionReport `json:"regions"`
-	Globals []GlobalReport          `json:"globals,omitempty"`
+	Globals     []GlobalReport          `json:"globals,omitempty"`
 	// Shed counts requests the routing plan shed (a gateway's 429 with
 	// x-isobar-shed: plan), over every region: Total.Failures.ShedByPlan.
 	Shed int `json:"shed"`
