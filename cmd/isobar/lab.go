@@ -90,7 +90,7 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 	f := cmd.Flags()
 	f.StringSliceVar(&cfg.Regions, "regions", lab.DefaultRegions(), "region names; the first hosts the global pair")
 	f.IntVar(&cfg.Cells, "cells", 3, "cells (simulated GPUs) per region")
-	f.Float64Var(&cfg.RPS, "rps", 0, "mean request rate per region (default: one per cell)")
+	f.Float64Var(&cfg.RPS, "rps", 0, "mean request rate per region (default: one per cell); with --workload multiturn, the rate sessions reach when replies are quick")
 	f.StringToStringVar(&regionRPS, "region-rps", nil, "mean request rate of named regions, overriding --rps (e.g. us-east=8,eu-west=1)")
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 128, "output tokens per request")
 	f.StringVar(&cfg.Workload, "workload", lab.WorkloadSteady, fmt.Sprintf("client traffic, one of %v: steady (Poisson single completions, distinct prompts) or multiturn (chat sessions whose turns extend their history)", lab.Workloads()))
