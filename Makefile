@@ -23,6 +23,7 @@ FUZZ_TARGETS := \
 	./cellagent:FuzzParseModels \
 	./sim:FuzzParseGenRequest \
 	./sim:FuzzParseFaultRequest \
+	./sim:FuzzPromptBlockHashes \
 	./summary:FuzzValidate \
 	./regional/gossip:FuzzReceive \
 	./regional/gossip:FuzzDecodeMeta \

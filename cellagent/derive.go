@@ -80,6 +80,11 @@ func counterReset(prev, cur VLLMSample) bool {
 		cur.Completions.Errors < prev.Completions.Errors) {
 		return true
 	}
+	for _, c := range [][2]*float64{{prev.PrefixQueries, cur.PrefixQueries}, {prev.PrefixHits, cur.PrefixHits}} {
+		if c[0] != nil && (c[1] == nil || *c[1] < *c[0]) {
+			return true
+		}
+	}
 	if prev.TTFT != nil {
 		if cur.TTFT == nil || !prev.TTFT.sameLayout(cur.TTFT) {
 			return true
@@ -101,7 +106,9 @@ func counterReset(prev, cur VLLMSample) bool {
 // The caller must have checked counterReset(base, latest) is false.
 //
 // TTFT P95 and error rate are absent when the window saw no request;
-// window requests and request rate are then 0.
+// window requests and request rate are then 0. The prefix-cache hit rate
+// is the hits delta over the queries delta (both in prompt tokens), absent
+// when the window queried nothing (no admission, or prefix caching off).
 func Derive(base *VLLMSample, latest VLLMSample, elapsed time.Duration) Signals {
 	s := Signals{
 		QueueDepth:   latest.QueueDepth,
@@ -136,6 +143,18 @@ func Derive(base *VLLMSample, latest VLLMSample, elapsed time.Duration) Signals 
 		s.WindowRequests = ptr(total)
 		if total > 0 {
 			s.ErrorRate = ptr(errs / total)
+		}
+	}
+	if latest.PrefixQueries != nil && latest.PrefixHits != nil &&
+		((base.PrefixQueries != nil && base.PrefixHits != nil) || cumulative) {
+		var bq, bh float64
+		if !cumulative {
+			bq, bh = *base.PrefixQueries, *base.PrefixHits
+		}
+		queries := max(*latest.PrefixQueries-bq, 0)
+		hits := min(max(*latest.PrefixHits-bh, 0), queries)
+		if queries > 0 {
+			s.PrefixCacheHitRate = ptr(hits / queries)
 		}
 	}
 	if !cumulative && latest.RequestSuccess != nil && base.RequestSuccess != nil && elapsed > 0 {

@@ -171,6 +171,7 @@ func TestCounterResetDetectsEachCounter(t *testing.T) {
 		p.observeTTFT(0.1, 0.2)
 		p.respond("2xx", 5)
 		p.respond("5xx", 2)
+		p.admit(900, 300)
 		s, _ := ParseVLLM(p.render(), VLLMOptions{})
 		return s
 	}
@@ -185,6 +186,9 @@ func TestCounterResetDetectsEachCounter(t *testing.T) {
 		{"histogram gone", func(s *VLLMSample) { s.TTFT = nil }},
 		{"layout changed", func(s *VLLMSample) { s.TTFT.Buckets = s.TTFT.Buckets[1:] }},
 		{"http series gone", func(s *VLLMSample) { s.Completions = nil }},
+		{"prefix queries down", func(s *VLLMSample) { *s.PrefixQueries-- }},
+		{"prefix hits down", func(s *VLLMSample) { *s.PrefixHits-- }},
+		{"prefix counters gone", func(s *VLLMSample) { s.PrefixQueries, s.PrefixHits = nil, nil }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,6 +202,61 @@ func TestCounterResetDetectsEachCounter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWindowPrefixCacheHitRate: the hit rate is the hits delta over the
+// queries delta; absent when the window looked nothing up (no admission,
+// or prefix caching off); never outside [0,1]; restarted with the window
+// when the engine restarts.
+func TestWindowPrefixCacheHitRate(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	var p enginePage
+	p.admit(100000, 90000) // a history of hits
+	w := window{span: 10 * time.Second}
+	w.add(t0, mustParse(t, p))
+	p.admit(4000, 1000)
+	w.add(t0.Add(time.Second), mustParse(t, p))
+	quarter := 0.25
+	wantVal(t, "PrefixCacheHitRate", w.derive().PrefixCacheHitRate, &quarter)
+
+	// No admission since the window's start: absent, not 0.
+	idle := window{span: 10 * time.Second}
+	idle.add(t0, mustParse(t, p))
+	idle.add(t0.Add(time.Second), mustParse(t, p))
+	wantVal(t, "PrefixCacheHitRate (idle)", idle.derive().PrefixCacheHitRate, nil)
+
+	// Prefix caching off: the counters stay at 0.
+	var off enginePage
+	off.respond("2xx", 5)
+	w0 := window{span: 10 * time.Second}
+	w0.add(t0, mustParse(t, off))
+	off.respond("2xx", 5)
+	w0.add(t0.Add(time.Second), mustParse(t, off))
+	wantVal(t, "PrefixCacheHitRate (off)", w0.derive().PrefixCacheHitRate, nil)
+
+	// The engine restarts: counters fall, the window restarts from there.
+	var fresh enginePage
+	fresh.admit(500, 0)
+	if !w.add(t0.Add(2*time.Second), mustParse(t, fresh)) {
+		t.Fatal("prefix counters falling not taken as a reset")
+	}
+	wantVal(t, "PrefixCacheHitRate (after reset)", w.derive().PrefixCacheHitRate, nil)
+	fresh.admit(1000, 500)
+	w.add(t0.Add(3*time.Second), mustParse(t, fresh))
+	half := 0.5
+	sig := w.derive()
+	wantVal(t, "PrefixCacheHitRate (from the reset sample)", sig.PrefixCacheHitRate, &half)
+	checkSignalsInRange(t, sig)
+
+	// The older names (vLLM 0.8) are read when the current ones are
+	// absent.
+	legacy := []byte("# TYPE vllm:gpu_prefix_cache_queries_total counter\nvllm:gpu_prefix_cache_queries_total{engine=\"0\"} 40\n" +
+		"# TYPE vllm:gpu_prefix_cache_hits_total counter\nvllm:gpu_prefix_cache_hits_total{engine=\"0\"} 10\n")
+	s, err := ParseVLLM(legacy, VLLMOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantVal(t, "PrefixCacheHitRate (legacy names)", Derive(nil, s, 0).PrefixCacheHitRate, &quarter)
 }
 
 // TestWindowSpan: the base is the newest sample at or before now−span.

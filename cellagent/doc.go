@@ -8,8 +8,9 @@
 //     selector picks this cell's by index or UUID) or from NVML (build tag
 //     nvml);
 //   - deriving the cell's signal vector (Signals): counts raw, utilisations
-//     as fractions in [0,1], TTFT P95, error rate, request rate and window
-//     requests from counter and histogram deltas over a sliding window;
+//     as fractions in [0,1], TTFT P95, error rate, request rate, window
+//     requests and the prefix-cache hit rate from counter and histogram
+//     deltas over a sliding window;
 //   - observing the engine's lifecycle (READY, LOADING, FAILED; DRAINING on
 //     the controller's command; TERMINATED on shutdown);
 //   - streaming heartbeats to the regional controller (CellRegistry.Heartbeat).
@@ -24,8 +25,14 @@
 // handlers of http_requests_total, whose status label may be grouped ("2xx",
 // as prometheus-fastapi-instrumentator does by default) or exact ("200").
 // Window requests is that denominator and request rate the growth of
-// vllm:request_success_total per second. When the window saw no request, TTFT
-// P95 and error rate are absent, never 0. The window holds the samples of the
+// vllm:request_success_total per second. The prefix-cache hit rate is the
+// growth of vllm:prefix_cache_hits_total over that of
+// vllm:prefix_cache_queries_total (prompt tokens found cached over those
+// looked up; vLLM 0.8's vllm:gpu_prefix_cache_* names are read when the
+// current ones are absent); a page whose hits exceed its queries has both
+// dropped as invalid. When the window saw no request, TTFT P95 and error
+// rate are absent, never 0, and so is the hit rate when the window looked
+// nothing up (prefix caching off, or no admission). The window holds the samples of the
 // last Config.Window plus the newest one before it. Any cumulative value that
 // decreases (an engine restart) restarts the window from that sample, so a
 // delta is never negative; a failed scrape clears it.

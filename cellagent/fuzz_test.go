@@ -22,6 +22,8 @@ func FuzzParseVLLM(f *testing.F) {
 	f.Add([]byte("vllm:num_requests_waiting NaN\nvllm:kv_cache_usage_perc -Inf\n"))
 	f.Add([]byte("# TYPE vllm:time_to_first_token_seconds histogram\nvllm:time_to_first_token_seconds_bucket{le=\"1\"} 5\nvllm:time_to_first_token_seconds_count 3\n"))
 	f.Add([]byte("# TYPE http_requests_total counter\nhttp_requests_total{handler=\"/v1/completions\",status=\"5xx\"} 1e308\nhttp_requests_total{handler=\"/v1/completions\",status=\"2xx\"} 1e308\n"))
+	f.Add([]byte("# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{engine=\"0\"} 100\nvllm:prefix_cache_queries_total{engine=\"1\"} NaN\n# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{engine=\"0\"} 101\n"))
+	f.Add([]byte("vllm:gpu_prefix_cache_queries_total 1e308\nvllm:gpu_prefix_cache_hits_total 1e308\nvllm:prefix_cache_hits_total -1\n"))
 	f.Add([]byte{})
 	base, err := ParseVLLM(readFixture(f, "vllm_v1_dp2.prom"), VLLMOptions{})
 	if err != nil {
@@ -56,6 +58,14 @@ func checkSample(t *testing.T, s VLLMSample) {
 		if v != nil && (math.IsNaN(*v) || math.IsInf(*v, 0) || *v < 0) {
 			t.Fatalf("%s = %v", name, *v)
 		}
+	}
+	for name, v := range map[string]*float64{"prefix queries": s.PrefixQueries, "prefix hits": s.PrefixHits} {
+		if v != nil && (math.IsNaN(*v) || math.IsInf(*v, 0) || *v < 0) {
+			t.Fatalf("%s = %v", name, *v)
+		}
+	}
+	if s.PrefixQueries != nil && s.PrefixHits != nil && *s.PrefixHits > *s.PrefixQueries {
+		t.Fatalf("prefix hits %v above queries %v", *s.PrefixHits, *s.PrefixQueries)
 	}
 	if v := s.KVCacheUsage; v != nil && !(*v >= 0 && *v <= 1) {
 		t.Fatalf("kv = %v", *v)

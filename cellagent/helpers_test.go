@@ -26,6 +26,15 @@ type enginePage struct {
 	TTFT             []float64
 	Success          float64
 	HTTP             map[string]float64 // status label → count on /v1/chat/completions
+	// PrefixQueries and PrefixHits are the prefix-cache counters, in
+	// prompt tokens.
+	PrefixQueries, PrefixHits float64
+}
+
+// admit counts prompt tokens looked up in the prefix cache and those hit.
+func (p *enginePage) admit(queried, hit float64) {
+	p.PrefixQueries += queried
+	p.PrefixHits += hit
 }
 
 func (p *enginePage) observeTTFT(vs ...float64) { p.TTFT = append(p.TTFT, vs...) }
@@ -71,6 +80,12 @@ func (p enginePage) render() []byte {
 	w("# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.")
 	w("# TYPE vllm:kv_cache_usage_perc gauge")
 	w("vllm:kv_cache_usage_perc{%s} %s", l, kv)
+	w("# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.")
+	w("# TYPE vllm:prefix_cache_queries_total counter")
+	w("vllm:prefix_cache_queries_total{%s} %s", l, pyFloat(p.PrefixQueries))
+	w("# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.")
+	w("# TYPE vllm:prefix_cache_hits_total counter")
+	w("vllm:prefix_cache_hits_total{%s} %s", l, pyFloat(p.PrefixHits))
 	w("# HELP vllm:request_success_total Count of successfully processed requests.")
 	w("# TYPE vllm:request_success_total counter")
 	w(`vllm:request_success_total{engine="0",finished_reason="stop",model_name=%q} %s`, model, pyFloat(p.Success))

@@ -43,6 +43,7 @@ func TestParseVLLMFixtures(t *testing.T) {
 		p95, errRate           float64
 		model                  string
 		ttftCount, ttftBuckets float64
+		prefixQ, prefixH       *float64
 	}{
 		{
 			// vLLM v1, two data-parallel engines, grouped status codes.
@@ -52,6 +53,7 @@ func TestParseVLLMFixtures(t *testing.T) {
 			// rank 950 falls in (0.75, 1.0] holding 40 of which 10 are needed.
 			p95: 0.75 + 0.25*10.0/40.0, errRate: 0.015,
 			model: "meta-llama/Llama-3.1-70B-Instruct", ttftCount: 1000, ttftBuckets: 23,
+			prefixQ: ptr(812345.0 + 712345), prefixH: ptr(301223.0 + 201223),
 		},
 		{
 			// Older engine: no engine label, gpu_cache_usage_perc, exact codes.
@@ -88,7 +90,14 @@ func TestParseVLLMFixtures(t *testing.T) {
 			if s.Model != tc.model {
 				t.Errorf("Model = %q, want %q", s.Model, tc.model)
 			}
+			wantVal(t, "PrefixQueries", s.PrefixQueries, tc.prefixQ)
+			wantVal(t, "PrefixHits", s.PrefixHits, tc.prefixH)
 			sig := Derive(nil, s, 0)
+			var hitRate *float64
+			if tc.prefixQ != nil {
+				hitRate = ptr(*tc.prefixH / *tc.prefixQ)
+			}
+			wantVal(t, "PrefixCacheHitRate", sig.PrefixCacheHitRate, hitRate)
 			wantVal(t, "TTFTP95Seconds", sig.TTFTP95Seconds, &tc.p95)
 			wantVal(t, "ErrorRate", sig.ErrorRate, &tc.errRate)
 			wantVal(t, "WindowRequests", sig.WindowRequests, &tc.total)
@@ -136,6 +145,8 @@ func vllmGaugePage(lines ...string) []byte {
 	b.WriteString("# HELP vllm:request_success_total Count of successfully processed requests.\n# TYPE vllm:request_success_total counter\n")
 	b.WriteString("# HELP http_requests_total Total number of requests by method, status and handler.\n# TYPE http_requests_total counter\n")
 	b.WriteString("# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.\n# TYPE vllm:time_to_first_token_seconds histogram\n")
+	b.WriteString("# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n# TYPE vllm:prefix_cache_queries_total counter\n")
+	b.WriteString("# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n# TYPE vllm:prefix_cache_hits_total counter\n")
 	for _, l := range lines {
 		b.WriteString(l + "\n")
 	}
@@ -164,6 +175,11 @@ func TestParseVLLMInvalidValues(t *testing.T) {
 		{"NaN bucket", []string{
 			`vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} NaN`,
 			`vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4`}, "TTFT", "NaN"},
+		{"NaN prefix queries", []string{`vllm:prefix_cache_queries_total{` + m + `} NaN`}, "PrefixQueries", "NaN"},
+		{"negative prefix hits", []string{`vllm:prefix_cache_hits_total{` + m + `} -5`}, "PrefixHits", "negative"},
+		{"prefix hits exceed queries", []string{
+			`vllm:prefix_cache_queries_total{` + m + `} 100`,
+			`vllm:prefix_cache_hits_total{` + m + `} 160`}, "PrefixHits", "exceeds vllm:prefix_cache_queries_total"},
 		{"engines disagree on buckets", []string{
 			`vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 1`,
 			`vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4`,
@@ -179,6 +195,7 @@ func TestParseVLLMInvalidValues(t *testing.T) {
 			present := map[string]bool{
 				"QueueDepth": s.QueueDepth != nil, "Running": s.Running != nil, "KVCacheUsage": s.KVCacheUsage != nil,
 				"RequestSuccess": s.RequestSuccess != nil, "Completions": s.Completions != nil, "TTFT": s.TTFT != nil,
+				"PrefixQueries": s.PrefixQueries != nil, "PrefixHits": s.PrefixHits != nil,
 			}
 			if present[tc.absent] {
 				t.Errorf("%s present, want dropped", tc.absent)
@@ -420,6 +437,7 @@ func checkSignalsInRange(t testing.TB, s Signals) {
 	for name, v := range map[string]*float64{
 		"kv_cache_usage": s.KVCacheUsage, "error_rate": s.ErrorRate, "gpu_util": s.GPUUtil,
 		"vram_used": s.VRAMUsed, "sm_active": s.SMActive, "dram_active": s.DRAMActive,
+		"prefix_cache_hit_rate": s.PrefixCacheHitRate,
 	} {
 		if v != nil && (math.IsNaN(*v) || *v < 0 || *v > 1) {
 			t.Errorf("%s = %v, want a fraction in [0,1]", name, *v)

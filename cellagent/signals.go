@@ -27,6 +27,7 @@ type Signals struct {
 	ClockThrottleReasons *uint64  `json:"clock_throttle_reasons,omitempty"`
 	RequestRate          *float64 `json:"request_rate,omitempty"`
 	WindowRequests       *float64 `json:"window_requests,omitempty"`
+	PrefixCacheHitRate   *float64 `json:"prefix_cache_hit_rate,omitempty"`
 }
 
 // Proto returns the signals as the wire message.
@@ -46,6 +47,7 @@ func (s Signals) Proto() *isobarpb.Signals {
 		ClockThrottleReasons: s.ClockThrottleReasons,
 		RequestRate:          s.RequestRate,
 		WindowRequests:       s.WindowRequests,
+		PrefixCacheHitRate:   s.PrefixCacheHitRate,
 	}
 }
 

@@ -35,6 +35,12 @@ const (
 	vllmTTFT           = "vllm:time_to_first_token_seconds"
 	vllmRequestSuccess = "vllm:request_success_total"
 	httpRequests       = "http_requests_total"
+	// Prefix-cache counters in prompt tokens (vLLM v1), and the names
+	// vLLM 0.8 used before deprecating them.
+	vllmPrefixQueries       = "vllm:prefix_cache_queries_total"
+	vllmPrefixHits          = "vllm:prefix_cache_hits_total"
+	vllmPrefixQueriesLegacy = "vllm:gpu_prefix_cache_queries_total"
+	vllmPrefixHitsLegacy    = "vllm:gpu_prefix_cache_hits_total"
 )
 
 // Bucket is one cumulative histogram bucket.
@@ -100,6 +106,12 @@ type VLLMSample struct {
 	// Completions are the cumulative http_requests_total counts on the
 	// completion handlers; nil when the page has no http_requests_total.
 	Completions *StatusCounts
+	// PrefixQueries and PrefixHits are the cumulative
+	// vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total
+	// (or the older vllm:gpu_prefix_cache_*), in prompt tokens looked up
+	// and found cached. A page whose hits exceed its queries has both
+	// dropped as invalid.
+	PrefixQueries, PrefixHits *float64
 	// Model is the model_name label of the vllm: series, if any.
 	Model string
 	// Invalid describes each value dropped as invalid.
@@ -138,9 +150,26 @@ func ParseVLLM(page []byte, opts VLLMOptions) (VLLMSample, error) {
 	s.TTFT = sumHistogram(mfs[vllmTTFT], &iv)
 	s.RequestSuccess = sumCounts(mfs[vllmRequestSuccess], &iv)
 	s.Completions = completionCounts(mfs[httpRequests], handlers, &iv)
+	s.PrefixQueries, s.PrefixHits = prefixCounts(mfs, &iv)
 	s.Model = modelName(mfs)
 	s.Invalid = iv
 	return s, nil
+}
+
+// prefixCounts sums the prefix-cache counters over engines, under the
+// current names or, when a page has neither, the deprecated ones. Hits
+// above queries cannot happen on a sound engine: both are dropped.
+func prefixCounts(mfs map[string]*dto.MetricFamily, iv *invalids) (queries, hits *float64) {
+	qName, hName := vllmPrefixQueries, vllmPrefixHits
+	if mfs[qName] == nil && mfs[hName] == nil {
+		qName, hName = vllmPrefixQueriesLegacy, vllmPrefixHitsLegacy
+	}
+	queries, hits = sumCounts(mfs[qName], iv), sumCounts(mfs[hName], iv)
+	if queries != nil && hits != nil && *hits > *queries {
+		iv.add(hName, *hits, fmt.Sprintf("exceeds %s %s", qName, fmtFloat(*queries)))
+		return nil, nil
+	}
+	return queries, hits
 }
 
 // parseText runs the Prometheus text parser over page.

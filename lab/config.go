@@ -31,6 +31,26 @@ type Config struct {
 	// RegionRPS overrides RPS for the named regions (an overload run: one
 	// region driven hard, the others light).
 	RegionRPS map[string]float64
+	// Workload is the clients' traffic. WorkloadSteady (the default):
+	// Poisson arrivals at RPS of single streaming completions of
+	// PromptTokens ± PromptJitter tokens (a tenth LongPrompt), each
+	// prompt distinct random words, so prompts share no prefix by
+	// accident. WorkloadMultiturn: Sessions chat conversations per region
+	// open at once, each of up to Turns turns of TurnTokens ± TurnJitter
+	// user tokens, each turn's request carrying the whole history so far
+	// (so it shares the previous turn's prompt as a prefix), a session's
+	// turns starting at RPS/Sessions on average but never before the
+	// previous reply (sessions.go).
+	Workload string
+	// Sessions is the multiturn conversations each region keeps open.
+	// Default 16; at most MaxInFlight.
+	Sessions int
+	// Turns is the most turns of a multiturn conversation; each draws its
+	// length in 1..Turns. Default 8.
+	Turns int
+	// TurnTokens ± TurnJitter is the length of a multiturn user message.
+	// Default 256 ± 64.
+	TurnTokens, TurnJitter int
 	// MaxInFlight bounds concurrent requests per region; arrivals beyond it
 	// are dropped at the client and counted as failures of cause
 	// client_drop (never as "shed", which is the plan's). Default 256.
@@ -87,6 +107,15 @@ type Config struct {
 	Fast bool
 }
 
+// Workloads of Config.Workload.
+const (
+	WorkloadSteady    = "steady"
+	WorkloadMultiturn = "multiturn"
+)
+
+// Workloads lists the workloads, the default first.
+func Workloads() []string { return []string{WorkloadSteady, WorkloadMultiturn} }
+
 // DefaultRegions are the lab's regions unless told otherwise.
 func DefaultRegions() []string { return []string{"us-east", "us-west", "eu-west"} }
 
@@ -118,6 +147,18 @@ func (c *Config) withDefaults() {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 256
+	}
+	if c.Workload == "" {
+		c.Workload = WorkloadSteady
+	}
+	if c.Sessions == 0 {
+		c.Sessions = 16
+	}
+	if c.Turns == 0 {
+		c.Turns = 8
+	}
+	if c.TurnTokens == 0 {
+		c.TurnTokens, c.TurnJitter = 256, 64
 	}
 	if c.ViewEvery == 0 {
 		c.ViewEvery = time.Second
@@ -186,6 +227,17 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: prompt tokens %d ± %d: want jitter < tokens", ErrInvalidConfig, c.PromptTokens, c.PromptJitter)
 	case c.MaxTokens < 1:
 		return fmt.Errorf("%w: max tokens must be >= 1", ErrInvalidConfig)
+	case !slices.Contains(Workloads(), c.Workload):
+		return fmt.Errorf("%w: --workload %q: want one of %v", ErrInvalidConfig, c.Workload, Workloads())
+	case c.Sessions < 1 || c.Sessions > c.MaxInFlight:
+		return fmt.Errorf("%w: --sessions %d: want 1..%d per region", ErrInvalidConfig, c.Sessions, c.MaxInFlight)
+	case c.Turns < 1 || c.Turns > 64:
+		return fmt.Errorf("%w: --turns %d: want 1..64", ErrInvalidConfig, c.Turns)
+	case c.TurnTokens < 1 || c.TurnJitter < 0 || c.TurnJitter >= c.TurnTokens:
+		return fmt.Errorf("%w: turn tokens %d ± %d: want jitter < tokens", ErrInvalidConfig, c.TurnTokens, c.TurnJitter)
+	case c.TurnTokens+c.TurnJitter+chatTemplateTokens+c.MaxTokens > sim.DefaultMaxModelLen:
+		return fmt.Errorf("%w: a first turn of %d+%d tokens and %d output tokens exceeds the engines' context of %d",
+			ErrInvalidConfig, c.TurnTokens, c.TurnJitter, c.MaxTokens, sim.DefaultMaxModelLen)
 	case c.TimeScale <= 0:
 		return fmt.Errorf("%w: --time-scale must be > 0", ErrInvalidConfig)
 	case c.LB != "isobar" && c.LB != "xds" && c.LB != "rr" && c.LB != "lr":

@@ -7,15 +7,30 @@
 // gateway (the region's ingress) and a gossip member; emulated WAN paths
 // (lab/wan) with delay and jitter between regions, for forwarded requests,
 // for regional ↔ global traffic and for gossip; mTLS on every gRPC link and
-// on etcd, from a development CA generated for the run; a steady mixed load
-// from clients local to each region; a live terminal view and a JSON report.
+// on etcd, from a development CA generated for the run; load from clients
+// local to each region; a live terminal view and a JSON report.
+//
+// The load (Config.Workload) is steady by default: Poisson arrivals of
+// single streaming completions of mixed sizes, each prompt distinct random
+// words drawn from the request's own seeded source (so prompts share no
+// prefix by accident and a seed replays the same text). The multiturn
+// workload keeps Config.Sessions chat conversations open per region, each
+// of up to Config.Turns turns whose requests carry the whole history (user
+// messages and the assistant's streamed replies), so each turn's prompt
+// extends the previous one's and the engines' prefix caches can reuse it.
+// The report adds, per region and in total, the engines' prefix-cache
+// queries, hits and hit rate, read from every engine's /metrics when it is
+// made; the live view shows each cell's windowed hit rate as its
+// cellagent reports it.
 // The live view reads the controllers in process, not over their debug
 // APIs; its routes line is statusview's summary, as `isobar status` prints
 // it.
 // With one region the lab runs without etcd and the global pair.
 //
 // Concurrency: Start builds everything and returns a *Lab; Stop tears it
-// down in reverse order and joins every goroutine. The traffic drivers run
-// one goroutine per in-flight request, bounded per region; their statistics
-// are guarded by a mutex and read by the view and the report.
+// down in reverse order and joins every goroutine. The steady traffic
+// drivers run one goroutine per in-flight request, bounded per region
+// (MaxInFlight); the multiturn ones one goroutine per session slot, each
+// with at most one request in flight. Their statistics are guarded by a
+// mutex and read by the view and the report.
 package lab

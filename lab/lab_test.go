@@ -49,7 +49,7 @@ func TestLabMultiRegion(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatalf("report is not JSON: %v\n%s", err, b)
 	}
-	for _, k := range []string{"total", "regions", "shed", "client_dropped"} {
+	for _, k := range []string{"total", "regions", "shed", "client_dropped", "prefix_cache"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("report lacks %q", k)
 		}
@@ -66,6 +66,11 @@ func TestLabMultiRegion(t *testing.T) {
 	if f := rep.Total.Failures; f.Total() != rep.Total.Requests-rep.Total.Succeeded {
 		t.Errorf("failures by cause %+v sum to %d, want %d", f, f.Total(), rep.Total.Requests-rep.Total.Succeeded)
 	}
+	// Every engine is read; the steady workload's prompts are distinct, so
+	// nothing is found in the prefix caches.
+	if pc := rep.PrefixCache; pc.Engines != 6 || pc.Unread != 0 || pc.QueriesTokens == 0 || pc.HitsTokens != 0 {
+		t.Errorf("prefix cache %+v: want 6 engines read, queries and no hit", pc)
+	}
 	if rep.Total.Requests < 60 {
 		t.Fatalf("only %d requests", rep.Total.Requests)
 	}
@@ -81,6 +86,9 @@ func TestLabMultiRegion(t *testing.T) {
 			if n > 0 {
 				served[reg] = true
 			}
+		}
+		if r.PrefixCache.Engines != 2 {
+			t.Errorf("region %s prefix cache %+v: want its 2 engines", name, r.PrefixCache)
 		}
 		if len(r.CellStates) != 2 {
 			t.Errorf("region %s cell states %v", name, r.CellStates)
@@ -104,17 +112,38 @@ func TestLabMultiRegion(t *testing.T) {
 	if len(rep.Globals) != 2 || leaders != 1 {
 		t.Errorf("globals %+v", rep.Globals)
 	}
-	for _, want := range []string{"us-east-cell-0", "eu-west", "routes:", "LEADER", "failures (10 s):"} {
+	for _, want := range []string{"us-east-cell-0", "eu-west", "routes:", "LEADER", "failures (10 s):", "PREFIX HIT", "steady"} {
 		if !strings.Contains(view.String(), want) {
 			t.Errorf("live view lacks %q", want)
 		}
 	}
 }
 
+// TestLabConfigDefaults: the steady workload is the default, and the
+// multiturn one takes its documented shape.
+func TestLabConfigDefaults(t *testing.T) {
+	var c Config
+	c.withDefaults()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Workload != WorkloadSteady || c.Sessions != 16 || c.Turns != 8 || c.TurnTokens != 256 || c.TurnJitter != 64 {
+		t.Fatalf("defaults %+v", c)
+	}
+	m := Config{Workload: WorkloadMultiturn, Sessions: 256}
+	m.withDefaults()
+	if err := m.validate(); err != nil {
+		t.Fatalf("multiturn with 256 sessions: %v", err)
+	}
+}
+
 func TestLabConfigErrors(t *testing.T) {
 	for _, cfg := range []Config{{Cells: -1}, {Cells: 100}, {RPS: -1}, {Duration: -time.Second},
 		{Regions: []string{"a", "a"}}, {LB: "random"},
-		{RegionRPS: map[string]float64{"nowhere": 1}}, {RegionRPS: map[string]float64{"us-east": -1}}} {
+		{RegionRPS: map[string]float64{"nowhere": 1}}, {RegionRPS: map[string]float64{"us-east": -1}},
+		{Workload: "bursty"}, {Workload: WorkloadMultiturn, Sessions: -1}, {Workload: WorkloadMultiturn, Sessions: 1000},
+		{Workload: WorkloadMultiturn, Turns: 65}, {Workload: WorkloadMultiturn, TurnTokens: 10, TurnJitter: 10},
+		{Workload: WorkloadMultiturn, TurnTokens: 40000}} {
 		if err := Run(context.Background(), cfg, Deps{}); err == nil {
 			t.Errorf("Run(%+v) accepted a bad config", cfg)
 		}

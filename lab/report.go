@@ -4,21 +4,27 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"reflect"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/isobar-mesh/isobar/cellagent"
 	"github.com/isobar-mesh/isobar/regional"
+	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/statusview"
 )
 
 // Report is the JSON written by --report.
 type Report struct {
-	Total   Summary                 `json:"total"`
-	Regions map[string]RegionReport `json:"regions"`
-	Globals []GlobalReport          `json:"globals,omitempty"`
+	Total Summary `json:"total"`
+	// PrefixCache is every engine's automatic prefix caching over the run
+	// (the regions' PrefixCache added up).
+	PrefixCache PrefixCacheReport       `json:"prefix_cache"`
+	Regions     map[string]RegionReport `json:"regions"`
+	Globals     []GlobalReport          `json:"globals,omitempty"`
 	// Shed counts requests the routing plan shed (a gateway's 429 with
 	// x-isobar-shed: plan), over every region: Total.Failures.ShedByPlan.
 	Shed int `json:"shed"`
@@ -118,6 +124,86 @@ type RegionReport struct {
 	// region's demand home and shed none.
 	PlansSeen []PlanSeen `json:"plans_seen"`
 	LocalOnly bool       `json:"local_only"`
+	// PrefixCache is the automatic prefix caching of the region's own
+	// engines, whichever region's clients they served (unlike the request
+	// figures above, which follow the clients).
+	PrefixCache PrefixCacheReport `json:"prefix_cache"`
+}
+
+// PrefixCacheReport is what engines' prefix caches did, read from each
+// engine's /metrics when the report is made (an engine restarted during
+// the run counts from its restart, as its counters do).
+type PrefixCacheReport struct {
+	// QueriesTokens and HitsTokens are vllm:prefix_cache_queries_total
+	// and vllm:prefix_cache_hits_total: prompt tokens looked up in the
+	// prefix cache at admission, and those found cached.
+	QueriesTokens int64 `json:"queries_tokens"`
+	HitsTokens    int64 `json:"hits_tokens"`
+	// HitRate is HitsTokens / QueriesTokens (0 with no queries).
+	HitRate float64 `json:"hit_rate"`
+	// Engines counts the engines read; Unread those whose /metrics could
+	// not be read (killed or down at the end).
+	Engines int `json:"engines"`
+	Unread  int `json:"unread,omitempty"`
+}
+
+// add counts one engine's counters, or an unread engine.
+func (p *PrefixCacheReport) add(o PrefixCacheReport) {
+	p.QueriesTokens += o.QueriesTokens
+	p.HitsTokens += o.HitsTokens
+	p.Engines += o.Engines
+	p.Unread += o.Unread
+	p.HitRate = 0
+	if p.QueriesTokens > 0 {
+		p.HitRate = float64(p.HitsTokens) / float64(p.QueriesTokens)
+	}
+}
+
+// prefixScrapeTimeout bounds the read of one engine's /metrics.
+const prefixScrapeTimeout = 5 * time.Second
+
+// maxMetricsPage caps an engine's /metrics page read for the report.
+const maxMetricsPage = 4 << 20
+
+// prefixCache reads the prefix-cache counters of engines from their
+// /metrics, with the cellagent's parser; an engine that cannot be read
+// counts as unread.
+func prefixCache(engines []*sim.Engine) PrefixCacheReport {
+	c := &http.Client{Timeout: prefixScrapeTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	var rep PrefixCacheReport
+	for _, e := range engines {
+		q, h, err := readPrefixCounters(c, e.Addr())
+		if err != nil {
+			rep.add(PrefixCacheReport{Unread: 1})
+			continue
+		}
+		rep.add(PrefixCacheReport{QueriesTokens: q, HitsTokens: h, Engines: 1})
+	}
+	return rep
+}
+
+// readPrefixCounters scrapes one engine at addr.
+func readPrefixCounters(c *http.Client, addr string) (queries, hits int64, err error) {
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("lab: %s/metrics: status %d", addr, resp.StatusCode)
+	}
+	page, err := io.ReadAll(io.LimitReader(resp.Body, maxMetricsPage))
+	if err != nil {
+		return 0, 0, err
+	}
+	s, err := cellagent.ParseVLLM(page, cellagent.VLLMOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	if s.PrefixQueries == nil || s.PrefixHits == nil {
+		return 0, 0, fmt.Errorf("lab: %s/metrics: no prefix-cache counters", addr)
+	}
+	return int64(*s.PrefixQueries), int64(*s.PrefixHits), nil
 }
 
 // PlanSeen is one routing a region had in force.
@@ -224,7 +310,8 @@ func summarise(os []Outcome) Summary {
 	return s
 }
 
-// Report returns the figures so far.
+// Report returns the figures so far. It reads every engine's /metrics for
+// the prefix-cache figures.
 func (l *Lab) Report() Report {
 	rep := Report{Regions: map[string]RegionReport{}}
 	var all []Outcome
@@ -265,6 +352,8 @@ func (l *Lab) Report() Report {
 		for _, p := range rr.PlansSeen {
 			rr.LocalOnly = rr.LocalOnly && p.localOnly(r.Name)
 		}
+		rr.PrefixCache = prefixCache(r.Engines)
+		rep.PrefixCache.add(rr.PrefixCache)
 		rep.Regions[r.Name] = rr
 	}
 	rep.Total = summarise(all)
@@ -280,8 +369,12 @@ func (l *Lab) Report() Report {
 func (l *Lab) render(out io.Writer) {
 	var b strings.Builder
 	b.WriteString("\x1b[H\x1b[2J")
-	fmt.Fprintf(&b, "isobar lab — %d regions × %d cells, %.1f RPS per region, LB %s   (Ctrl-C to stop)\n",
-		len(l.regions), l.cfg.Cells, l.cfg.RPS, l.cfg.LB)
+	workload := l.cfg.Workload
+	if workload == WorkloadMultiturn {
+		workload += fmt.Sprintf(" (%d sessions)", l.cfg.Sessions)
+	}
+	fmt.Fprintf(&b, "isobar lab — %d regions × %d cells, %.1f RPS per region, %s, LB %s   (Ctrl-C to stop)\n",
+		len(l.regions), l.cfg.Cells, l.cfg.RPS, workload, l.cfg.LB)
 	for _, g := range l.Globals() {
 		role := "standby"
 		if g.IsLeader() {
@@ -310,13 +403,17 @@ func (l *Lab) render(out io.Writer) {
 			served[o.Cell]++
 		}
 		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  CELL\tSTATE\tPRESSURE\tWEIGHT\tSERVED/10s\tFALLBACK\tREASON")
+		fmt.Fprintln(tw, "  CELL\tSTATE\tPRESSURE\tWEIGHT\tSERVED/10s\tPREFIX HIT\tFALLBACK\tREASON")
 		for _, c := range r.Ctrl.Registry().View().Cells {
 			fb := ""
 			if c.Fallback {
 				fb = "yes"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%d\t%d\t%s\t%s\n", c.ID, c.State, c.Score.Pressure, c.Weight.Published, served[c.ID], fb, c.Reason)
+			hit := "-"
+			if c.Signals != nil && c.Signals.PrefixCacheHitRate != nil {
+				hit = fmt.Sprintf("%.0f%%", 100*c.Signals.GetPrefixCacheHitRate())
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%d\t%d\t%s\t%s\t%s\n", c.ID, c.State, c.Score.Pressure, c.Weight.Published, served[c.ID], hit, fb, c.Reason)
 		}
 		_ = tw.Flush()
 	}

@@ -32,8 +32,10 @@ const drainTimeout = 30 * time.Second
 // recentWindow is what the live view summarises.
 const recentWindow = 10 * time.Second
 
-// traffic is one region's clients: Poisson arrivals sent to the region's
-// gateway, streaming, with TTFT measured at the client.
+// traffic is one region's clients, sending streaming requests to the
+// region's gateway and measuring TTFT at the client: Poisson arrivals of
+// single completions (WorkloadSteady), or chat sessions (WorkloadMultiturn,
+// sessions.go).
 type traffic struct {
 	cfg     Config
 	region  string
@@ -65,6 +67,9 @@ type Outcome struct {
 	// Cell and Region that served it (from the gateway's headers).
 	Cell, Region string
 	Long         bool
+	// Turn is the request's turn in its multiturn session (1 for the
+	// first); 0 in the steady workload.
+	Turn int
 	// Error is the start of the answer of a failed request (or the
 	// transport error).
 	Error string
@@ -163,6 +168,7 @@ func (t *traffic) stop() {
 			<-drained
 		}
 		t.cancelReqs()
+		t.client.CloseIdleConnections()
 	})
 }
 
@@ -171,8 +177,12 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 		<-ctx.Done()
 		return
 	}
+	if t.cfg.Workload == WorkloadMultiturn {
+		t.sessions(ctx, reqCtx)
+		return
+	}
 	rng := rand.New(rand.NewPCG(t.seed, 0x15ba4))
-	for ctx.Err() == nil {
+	for n := uint64(0); ctx.Err() == nil; n++ {
 		gap := time.Duration(rng.ExpFloat64() / t.cfg.RPS * float64(time.Second))
 		select {
 		case <-ctx.Done():
@@ -193,18 +203,60 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 		}
 		t.wg.Go(func() {
 			defer func() { <-t.sem }()
-			t.one(reqCtx, prompt, long)
+			// The text comes from the request's own source, seeded by its
+			// arrival number: distinct per request, the same per seed,
+			// and drawn off the arrivals' source so arrivals and sizes
+			// replay as before.
+			text := promptText(rand.New(rand.NewPCG(t.seed, textStream+n)), prompt)
+			body, _ := json.Marshal(map[string]any{
+				"model": sim.DefaultModel, "prompt": text,
+				"max_tokens": t.cfg.MaxTokens, "stream": true,
+			})
+			t.send(reqCtx, "/v1/completions", body, Outcome{Long: long}, nil)
 		})
 	}
 }
 
-// one sends a streaming completion through the gateway.
-func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
-	body, _ := json.Marshal(map[string]any{
-		"model": sim.DefaultModel, "prompt": strings.Repeat("abcd", promptTokens),
-		"max_tokens": t.cfg.MaxTokens, "stream": true,
-	})
-	o := Outcome{Start: t.clock.Now(), Long: long}
+// textStream is the PCG stream (plus the arrival number) of the steady
+// workload's prompt text.
+const textStream = 0x7e47 << 32
+
+// promptWords are what the lab's prompts are made of: common words, so
+// that the text reads like text. Two prompts' first 64 bytes (their first
+// 16-token block, about 12 words) coincide with odds below 1 in 10^20.
+var promptWords = [...]string{
+	"the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
+	"he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you", "were", "their",
+	"one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when", "will", "would", "who", "so", "no",
+	"region", "cell", "engine", "token", "cache", "prefix", "route", "model", "latency", "traffic", "queue", "block", "batch", "request", "reply", "plan",
+}
+
+// promptText returns random words from rng, exactly 4×tokens bytes: the
+// simulated engines count one token per 4 bytes, so the prompt is tokens
+// tokens long.
+func promptText(rng *rand.Rand, tokens int) string {
+	n := tokens * 4
+	var b strings.Builder
+	b.Grow(n + 16)
+	for b.Len() < n {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(promptWords[rng.IntN(len(promptWords))])
+	}
+	return b.String()[:n]
+}
+
+// maxReplyBytes bounds the reply text a client keeps (a multiturn
+// session sends it back as the assistant's message).
+const maxReplyBytes = 64 << 10
+
+// send posts one streaming request through the gateway and records its
+// outcome (o carries what the caller knows: Long, Turn). With reply set,
+// the streamed text (choices[0].delta.content or .text) is appended to
+// it, at most maxReplyBytes. It reports whether the request succeeded.
+func (t *traffic) send(ctx context.Context, path string, body []byte, o Outcome, reply *strings.Builder) (ok bool) {
+	o.Start = t.clock.Now()
 	defer func() {
 		o.End = t.clock.Now()
 		if !o.OK && ctx.Err() != nil {
@@ -214,8 +266,9 @@ func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
 			return
 		}
 		t.record(o)
+		ok = o.OK
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.gateway+"/v1/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.gateway+path, bytes.NewReader(body))
 	if err != nil {
 		return
 	}
@@ -251,6 +304,9 @@ func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
 			o.OK = true
 			return
 		}
+		if reply != nil {
+			appendDelta(reply, line[len("data: "):])
+		}
 	}
 	// The stream ended without [DONE]: cut off by a timeout or a broken
 	// connection, or ended early by the engine.
@@ -259,6 +315,30 @@ func (t *traffic) one(ctx context.Context, promptTokens int, long bool) {
 	} else {
 		o.Error, o.Cause = "stream ended without [DONE]", CauseEngineError
 	}
+	return false
+}
+
+// appendDelta appends the text of one SSE chunk (chat delta content or
+// completion text) to reply, keeping it within maxReplyBytes. A chunk that
+// is not a completion chunk adds nothing.
+func appendDelta(reply *strings.Builder, data string) {
+	var chunk struct {
+		Choices []struct {
+			Text  string `json:"text"`
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal([]byte(data), &chunk) != nil || len(chunk.Choices) == 0 {
+		return
+	}
+	c := chunk.Choices[0]
+	text := c.Delta.Content + c.Text
+	if room := maxReplyBytes - reply.Len(); len(text) > room {
+		text = text[:max(room, 0)]
+	}
+	reply.WriteString(text)
 }
 
 func (t *traffic) record(o Outcome) {

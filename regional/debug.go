@@ -113,6 +113,7 @@ func debugCell(cv CellView, sc score.Config) CellDebug {
 		put("power_watts", s.PowerWatts)
 		put("request_rate", s.RequestRate)
 		put("window_requests", s.WindowRequests)
+		put("prefix_cache_hit_rate", s.PrefixCacheHitRate)
 		if s.ClockThrottleReasons != nil {
 			d.Raw["clock_throttle_reasons"] = float64(*s.ClockThrottleReasons)
 		}

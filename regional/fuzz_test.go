@@ -27,6 +27,10 @@ func FuzzValidateHeartbeat(f *testing.F) {
 	badCap.Capability.PrefillTokensPerS, badCap.Capability.MaxNumSeqs = math.Inf(1), math.MaxUint32
 	seed, _ = proto.Marshal(badCap)
 	f.Add(seed)
+	badRate := proto.Clone(good).(*isobarpb.CellHeartbeat)
+	badRate.Signals.PrefixCacheHitRate = f64(1.5)
+	seed, _ = proto.Marshal(badRate)
+	f.Add(seed)
 	f.Add([]byte{0x0a, 0x01, 0x61})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -42,12 +46,12 @@ func FuzzValidateHeartbeat(f *testing.F) {
 		}
 		s := hb.GetSignals()
 		for _, p := range []*float64{s.QueueDepth, s.Running, s.TtftP95Seconds, s.ErrorRate, s.KvCacheUsage,
-			s.GpuUtil, s.VramUsed, s.SmActive, s.DramActive, s.PowerWatts, s.RequestRate, s.WindowRequests} {
+			s.GpuUtil, s.VramUsed, s.SmActive, s.DramActive, s.PowerWatts, s.RequestRate, s.WindowRequests, s.PrefixCacheHitRate} {
 			if p != nil && (math.IsNaN(*p) || math.IsInf(*p, 0) || *p < 0) {
 				t.Fatalf("accepted bad signal %v", *p)
 			}
 		}
-		for _, p := range []*float64{s.ErrorRate, s.KvCacheUsage, s.GpuUtil, s.VramUsed, s.SmActive, s.DramActive} {
+		for _, p := range []*float64{s.ErrorRate, s.KvCacheUsage, s.GpuUtil, s.VramUsed, s.SmActive, s.DramActive, s.PrefixCacheHitRate} {
 			if p != nil && *p > 1.0001 {
 				t.Fatalf("accepted fraction %v", *p)
 			}

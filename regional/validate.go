@@ -156,6 +156,7 @@ func validateSignals(cell string, s *isobarpb.Signals) error {
 		{"power_watts", s.PowerWatts, false},
 		{"request_rate", s.RequestRate, false},
 		{"window_requests", s.WindowRequests, false},
+		{"prefix_cache_hit_rate", s.PrefixCacheHitRate, true},
 	}
 	for _, f := range fields {
 		if f.v == nil {

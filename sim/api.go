@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // fillerWords are the deterministic output: token k of choice i is
@@ -196,8 +197,8 @@ func (in *instance) handleGenerate(chat bool) http.HandlerFunc {
 			return
 		}
 		maxLen, _ := e.maxModelLen()
-		for _, p := range req.promptTokens {
-			if msg := contextError(p, req.maxTokens, maxLen); msg != "" {
+		for _, p := range req.prompts {
+			if msg := contextError(p.tokens, req.maxTokens, maxLen); msg != "" {
 				e.m.badRequests.WithLabelValues(reasonContextLen).Inc()
 				writeError(w, http.StatusBadRequest, msg)
 				return
@@ -217,18 +218,37 @@ func (in *instance) handleGenerate(chat bool) http.HandlerFunc {
 				return
 			}
 		}
-		notify := make(chan struct{}, 1)
-		seqs := in.sched.submit(req.promptTokens, req.maxTokens, arrival, notify)
+		seqs := in.sched.submit(e.sequences(req.prompts, req.maxTokens, arrival))
 		resp := genResponse{ID: "cmpl-" + e.newID(), Object: "text_completion", Created: arrival.Unix(), Model: e.cfg.Model}
 		if chat {
 			resp.ID, resp.Object = "chatcmpl-"+e.newID(), "chat.completion"
 		}
 		if req.stream {
-			in.stream(w, r, req, resp, seqs, notify)
+			in.stream(w, r, req, resp, seqs)
 			return
 		}
 		in.respond(w, r, req, resp, seqs)
 	}
+}
+
+// sequences turns a request's prompts into the sequences the scheduler
+// runs, one per prompt, sharing one notify channel. With prefix caching on
+// each gets its prompt's block hash chain (tokens.go); either way each
+// prompt's source (its text, ids or messages) is dropped here, so a
+// request keeps no copy of its prompt while it runs.
+func (e *Engine) sequences(prompts []prompt, maxTokens int, arrival time.Time) []*seqState {
+	notify := make(chan struct{}, 1)
+	out := make([]*seqState, len(prompts))
+	for i := range prompts {
+		p := &prompts[i]
+		q := &seqState{prompt: p.tokens, maxTokens: maxTokens, arrival: arrival, done: make(chan struct{}), notify: notify}
+		if !e.cfg.DisablePrefixCaching {
+			q.hashes = p.blockHashes(e.prof.BlockSize)
+		}
+		p.release()
+		out[i] = q
+	}
+	return out
 }
 
 // contextError returns vLLM's message for a request that does not fit the
@@ -300,7 +320,8 @@ func (in *instance) respond(w http.ResponseWriter, r *http.Request, req genReque
 
 // stream writes one SSE event per token as the scheduler publishes it,
 // flushing each, then [DONE].
-func (in *instance) stream(w http.ResponseWriter, r *http.Request, req genRequest, resp genResponse, seqs []*seqState, notify chan struct{}) {
+func (in *instance) stream(w http.ResponseWriter, r *http.Request, req genRequest, resp genResponse, seqs []*seqState) {
+	notify := seqs[0].notify
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")

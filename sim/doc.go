@@ -8,7 +8,12 @@
 //   - Batcher is the pure continuous-batching timing model (no clock, no
 //     goroutines): FCFS waiting queue, a running batch capped by MaxNumSeqs
 //     and the KV cache, chunked prefill under a per-step token budget, one
-//     token per decoding sequence per step, optional vLLM-style preemption.
+//     token per decoding sequence per step, optional vLLM-style preemption,
+//     and automatic prefix caching as vLLM's v1 KV cache manager does it
+//     (AddBlocks takes the hash chain of the prompt's full blocks; cached
+//     leading blocks are reused, the last prompt token is always computed,
+//     freed blocks stay cached until evicted least recently freed first;
+//     Stats counts prefix-cache queries and hits in prompt tokens).
 //     Step duration = StepBase + DecodePerSeq × decodes + AttnPerKToken ×
 //     context/1000 + prefill tokens ÷ PrefillTokensPerSec (see Profile) for
 //     the fitted profiles, or the roofline of a physics profile.
@@ -34,7 +39,15 @@
 //   - Engine serves the OpenAI API (/v1/completions, /v1/chat/completions
 //     with SSE streaming), /v1/models (with max_model_len), /health and
 //     /metrics with vLLM's metric names, labels and buckets, driven by one
-//     scheduler goroutine that steps a Batcher on the injected clock.
+//     scheduler goroutine that steps a Batcher on the injected clock. It
+//     derives each prompt's token ids and block hashes from the request
+//     (see Tokenizer below) and hands them to the Batcher, so prefix
+//     caching is on unless EngineConfig.DisablePrefixCaching (vLLM's
+//     --no-enable-prefix-caching) is set; vllm:prefix_cache_queries_total
+//     and vllm:prefix_cache_hits_total (labels model_name and engine, like
+//     the other vllm: series) count the prompt tokens looked up at each
+//     admission and those found cached, as vLLM v1 does, and stay at 0
+//     with caching off.
 //   - GPU models one GPU's DCGM fields from the steps its engine reports;
 //     DCGMExporter serves any number of GPUs in dcgm-exporter's format.
 //   - Admin is the fault API (kill, restart, hang, slow_start,
@@ -107,12 +120,31 @@
 // isobar_sim_bad_requests_total{reason}; unknown OpenAI fields are ignored.
 // Admin requests without a bearer token get 401, with a wrong one 403
 // (constant-time comparison), both counted in
-// isobar_sim_admin_auth_failures_total{reason}. Both parsers are fuzzed.
+// isobar_sim_admin_auth_failures_total{reason}. Both parsers, and the
+// tokenizer and block hasher behind prefix caching, are fuzzed.
 //
-// Tokenizer: a text prompt of n bytes counts ceil(n/4) tokens (send 4N bytes
-// for N tokens); token-id prompts count their length; a chat request counts
+// # Tokenizer
+//
+// A text prompt of n bytes counts ceil(n/4) tokens (send 4N bytes for N
+// tokens); token-id prompts count their length; a chat request counts
 // ceil(bytes/4) of each message's content plus 4 tokens per message.
 // max_tokens defaults to 128 (DefaultMaxTokens) and generation always runs
 // to max_tokens (finish_reason "length"), emitting deterministic filler
 // words.
+//
+// The token ids behind those counts are deterministic, so the same prefix
+// text always gives the same KV blocks (tokens.go): each 4-byte chunk of
+// text, from the text's start, is one token whose id is FNV-1a 32 of the
+// chunk; a chat request renders each message on its own with a fixed
+// template (start-header, role, end-header, content, end-of-turn: Llama
+// 3's special ids), so a conversation whose history grows shares its
+// earlier messages as a prefix; token-id prompts are their ids. Every full
+// block of BlockSize tokens (16 in every built-in profile) is named by
+// FNV-1a 64 of its parent block's hash and its token ids, as vLLM's
+// hash(parent_hash, block_tokens). The handler computes the chain once a
+// request has passed its checks (empty prompts and prompts over
+// max_model_len keep their 400s), in time linear in the prompt, and drops
+// the prompt's text as soon as the chain is built; the Batcher holds the
+// chain (8 bytes per 16 tokens) while the sequence runs and the hashes of
+// cached blocks until they are evicted.
 package sim

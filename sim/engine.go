@@ -78,6 +78,11 @@ type EngineConfig struct {
 	// MaxBodyBytes caps request bodies (HTTP 413 beyond). Default
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// DisablePrefixCaching turns automatic prefix caching off (vLLM's
+	// --no-enable-prefix-caching): sequences are added without block
+	// hashes, so nothing is reused and vllm:prefix_cache_* stay at 0.
+	// Default false: on, as in vLLM v1.
+	DisablePrefixCaching bool
 }
 
 func (c EngineConfig) withDefaults() EngineConfig {
@@ -444,6 +449,10 @@ type EngineStats struct {
 	// GeneratedTokens counts output tokens since the current incarnation
 	// started.
 	GeneratedTokens int64
+	// PrefixQueries and PrefixHits are the current incarnation's
+	// vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total
+	// (prompt tokens looked up in the prefix cache, and found there).
+	PrefixQueries, PrefixHits int64
 }
 
 // current returns the running incarnation, or nil.

@@ -306,6 +306,8 @@ func TestVLLMMetricsExposition(t *testing.T) {
 		{"vllm:prompt_tokens_total", dto.MetricType_COUNTER, nil},
 		{"vllm:generation_tokens_total", dto.MetricType_COUNTER, nil},
 		{"vllm:num_preemptions_total", dto.MetricType_COUNTER, nil},
+		{"vllm:prefix_cache_queries_total", dto.MetricType_COUNTER, nil},
+		{"vllm:prefix_cache_hits_total", dto.MetricType_COUNTER, nil},
 		{"vllm:request_success_total", dto.MetricType_COUNTER, nil},
 	}
 	for _, w := range want {

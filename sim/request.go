@@ -28,11 +28,32 @@ var errBadRequest = errors.New("sim: bad request")
 type genRequest struct {
 	model        string
 	chat         bool
-	promptTokens []int // one entry per prompt (chat: exactly one)
+	prompts      []prompt // one entry per prompt (chat: exactly one)
 	maxTokens    int
 	stream       bool
 	includeUsage bool
 }
+
+// prompt is one parsed prompt: its token count and the source its token
+// ids are derived from (tokens.go): msgs for a chat request, else ids
+// when it was given as token ids, else text. The handler drops the source
+// once it has the prompt's block hashes.
+type prompt struct {
+	tokens int
+	text   string
+	ids    []int64
+	msgs   []chatTurn
+}
+
+// chatTurn is one chat message: its role and its content's text, as one
+// string or the text of each part.
+type chatTurn struct {
+	role  string
+	parts []string
+}
+
+// release drops the prompt's source, keeping its count.
+func (p *prompt) release() { p.text, p.ids, p.msgs = "", nil, nil }
 
 type wireRequest struct {
 	Model               string          `json:"model"`
@@ -46,10 +67,6 @@ type wireRequest struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 }
-
-// textTokens is the simulator's tokenizer: ceil(bytes/4). A client that
-// wants N prompt tokens sends 4N bytes of text.
-func textTokens(s []byte) int { return (len(s) + 3) / 4 }
 
 // parseGenRequest decodes a /v1/completions (chat=false) or
 // /v1/chat/completions (chat=true) body. Unknown fields are ignored, as the
@@ -83,11 +100,11 @@ func parseGenRequest(body []byte, chat bool) (genRequest, error) {
 	}
 	var err error
 	if chat {
-		var n int
-		n, err = chatTokens(w.Messages)
-		r.promptTokens = []int{n}
+		var p prompt
+		p, err = chatPrompt(w.Messages)
+		r.prompts = []prompt{p}
 	} else {
-		r.promptTokens, err = promptTokens(w.Prompt)
+		r.prompts, err = completionPrompts(w.Prompt)
 	}
 	if err != nil {
 		return genRequest{}, err
@@ -95,10 +112,9 @@ func parseGenRequest(body []byte, chat bool) (genRequest, error) {
 	return r, nil
 }
 
-// promptTokens counts the tokens of each prompt in a completions request:
-// a string, a list of strings, a list of token ids, or a list of lists of
-// token ids.
-func promptTokens(raw json.RawMessage) ([]int, error) {
+// completionPrompts parses the prompts of a completions request: a string,
+// a list of strings, a list of token ids, or a list of lists of token ids.
+func completionPrompts(raw json.RawMessage) ([]prompt, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, fmt.Errorf("%w: prompt is required", errBadRequest)
@@ -112,7 +128,7 @@ func promptTokens(raw json.RawMessage) ([]int, error) {
 		if s == "" {
 			return nil, fmt.Errorf("%w: prompt cannot be empty", errBadRequest)
 		}
-		return []int{textTokens([]byte(s))}, nil
+		return []prompt{{tokens: textTokens(s), text: s}}, nil
 	case '[':
 	default:
 		return nil, fmt.Errorf("%w: prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids", errBadRequest)
@@ -133,7 +149,7 @@ func promptTokens(raw json.RawMessage) ([]int, error) {
 		if len(items) > maxPromptsPerRequest {
 			return nil, fmt.Errorf("%w: at most %d prompts per request", errBadRequest, maxPromptsPerRequest)
 		}
-		out := make([]int, len(items))
+		out := make([]prompt, len(items))
 		for i, it := range items {
 			var s string
 			if err := json.Unmarshal(it, &s); err != nil {
@@ -142,14 +158,14 @@ func promptTokens(raw json.RawMessage) ([]int, error) {
 			if s == "" {
 				return nil, fmt.Errorf("%w: prompt[%d] cannot be empty", errBadRequest, i)
 			}
-			out[i] = textTokens([]byte(s))
+			out[i] = prompt{tokens: textTokens(s), text: s}
 		}
 		return out, nil
 	case '[': // list of lists of token ids
 		if len(items) > maxPromptsPerRequest {
 			return nil, fmt.Errorf("%w: at most %d prompts per request", errBadRequest, maxPromptsPerRequest)
 		}
-		out := make([]int, len(items))
+		out := make([]prompt, len(items))
 		for i, it := range items {
 			var ids []int64
 			if err := json.Unmarshal(it, &ids); err != nil {
@@ -158,7 +174,7 @@ func promptTokens(raw json.RawMessage) ([]int, error) {
 			if err := checkIDs(ids); err != nil {
 				return nil, fmt.Errorf("%w: prompt[%d]: %v", errBadRequest, i, err)
 			}
-			out[i] = len(ids)
+			out[i] = prompt{tokens: len(ids), ids: ids}
 		}
 		return out, nil
 	default: // one list of token ids
@@ -169,7 +185,7 @@ func promptTokens(raw json.RawMessage) ([]int, error) {
 		if err := checkIDs(ids); err != nil {
 			return nil, fmt.Errorf("%w: prompt: %v", errBadRequest, err)
 		}
-		return []int{len(ids)}, nil
+		return []prompt{{tokens: len(ids), ids: ids}}, nil
 	}
 }
 
@@ -195,51 +211,57 @@ type wirePart struct {
 	Text string `json:"text"`
 }
 
-// chatTokens counts a chat request's prompt: per message, ceil(content
-// bytes / 4) plus 4 tokens of template overhead. Content is a string or a
-// list of parts whose "text" fields count.
-func chatTokens(raw json.RawMessage) (int, error) {
+// chatPrompt parses a chat request's messages into one prompt. It counts,
+// per message, ceil(content bytes / 4) plus 4 tokens of template overhead
+// (tokens.go renders the template). Content is a string or a list of
+// parts whose "text" fields count.
+func chatPrompt(raw json.RawMessage) (prompt, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return 0, fmt.Errorf("%w: messages is required", errBadRequest)
+		return prompt{}, fmt.Errorf("%w: messages is required", errBadRequest)
 	}
 	var msgs []wireMessage
 	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return 0, fmt.Errorf("%w: messages must be a list of {role, content} objects: %v", errBadRequest, err)
+		return prompt{}, fmt.Errorf("%w: messages must be a list of {role, content} objects: %v", errBadRequest, err)
 	}
 	if len(msgs) == 0 {
-		return 0, fmt.Errorf("%w: messages cannot be empty", errBadRequest)
+		return prompt{}, fmt.Errorf("%w: messages cannot be empty", errBadRequest)
 	}
 	if len(msgs) > maxMessages {
-		return 0, fmt.Errorf("%w: at most %d messages", errBadRequest, maxMessages)
+		return prompt{}, fmt.Errorf("%w: at most %d messages", errBadRequest, maxMessages)
 	}
-	total := 0
+	p := prompt{msgs: make([]chatTurn, len(msgs))}
 	for i, m := range msgs {
 		if m.Role == "" {
-			return 0, fmt.Errorf("%w: messages[%d].role is required", errBadRequest, i)
+			return prompt{}, fmt.Errorf("%w: messages[%d].role is required", errBadRequest, i)
 		}
+		turn := chatTurn{role: m.Role}
 		c := bytes.TrimSpace(m.Content)
-		n := 0
 		switch {
 		case len(c) == 0 || bytes.Equal(c, []byte("null")):
 		case c[0] == '"':
 			var s string
 			if err := json.Unmarshal(c, &s); err != nil {
-				return 0, fmt.Errorf("%w: messages[%d].content: %v", errBadRequest, i, err)
+				return prompt{}, fmt.Errorf("%w: messages[%d].content: %v", errBadRequest, i, err)
 			}
-			n = textTokens([]byte(s))
+			turn.parts = []string{s}
 		case c[0] == '[':
 			var parts []wirePart
 			if err := json.Unmarshal(c, &parts); err != nil {
-				return 0, fmt.Errorf("%w: messages[%d].content must be a string or a list of parts", errBadRequest, i)
+				return prompt{}, fmt.Errorf("%w: messages[%d].content must be a string or a list of parts", errBadRequest, i)
 			}
-			for _, p := range parts {
-				n += textTokens([]byte(p.Text))
+			turn.parts = make([]string, len(parts))
+			for j, part := range parts {
+				turn.parts[j] = part.Text
 			}
 		default:
-			return 0, fmt.Errorf("%w: messages[%d].content must be a string or a list of parts", errBadRequest, i)
+			return prompt{}, fmt.Errorf("%w: messages[%d].content must be a string or a list of parts", errBadRequest, i)
 		}
-		total += n + chatTokensPerMessage
+		for _, part := range turn.parts {
+			p.tokens += textTokens(part)
+		}
+		p.tokens += chatTokensPerMessage
+		p.msgs[i] = turn
 	}
-	return total, nil
+	return p, nil
 }

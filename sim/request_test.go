@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -53,19 +54,24 @@ func TestParseGenRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(r.promptTokens) != len(tt.prompts) {
-				t.Fatalf("prompts = %v, want %v", r.promptTokens, tt.prompts)
-			}
-			for i := range tt.prompts {
-				if r.promptTokens[i] != tt.prompts[i] {
-					t.Fatalf("prompts = %v, want %v", r.promptTokens, tt.prompts)
-				}
+			got := tokenCounts(r)
+			if !slices.Equal(got, tt.prompts) {
+				t.Fatalf("prompts = %v, want %v", got, tt.prompts)
 			}
 			if r.maxTokens != tt.maxTokens || r.stream != tt.stream || r.includeUsage != tt.usage {
 				t.Fatalf("got %+v", r)
 			}
 		})
 	}
+}
+
+// tokenCounts lists the token count of each of r's prompts.
+func tokenCounts(r genRequest) []int {
+	out := make([]int, len(r.prompts))
+	for i, p := range r.prompts {
+		out[i] = p.tokens
+	}
+	return out
 }
 
 func TestContextErrorMatchesVLLM(t *testing.T) {
@@ -108,10 +114,10 @@ func FuzzParseGenRequest(f *testing.F) {
 			}
 			return
 		}
-		if len(r.promptTokens) == 0 || r.maxTokens < 1 {
+		if len(r.prompts) == 0 || r.maxTokens < 1 {
 			t.Fatalf("accepted request with no prompt or max tokens: %+v", r)
 		}
-		for _, n := range r.promptTokens {
+		for _, n := range tokenCounts(r) {
 			if n < 1 && !chat {
 				t.Fatalf("accepted empty prompt: %+v", r)
 			}

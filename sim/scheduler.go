@@ -14,14 +14,16 @@ import (
 // not accumulate into the model's step times.
 const maxCatchUp = 20 * time.Millisecond
 
-// seqState is one sequence in flight. The scheduler goroutine owns every
-// field except tokens, done and notify, which it publishes to the HTTP
-// handler: tokens is stored before notify is signalled, and err and finish
-// are written before done is closed.
+// seqState is one sequence in flight. The HTTP handler builds it
+// (Engine.sequences) and hands it over with submit; from then on the
+// scheduler goroutine owns every field except tokens, done and notify,
+// which it publishes to the handler: tokens is stored before notify is
+// signalled, and err and finish are written before done is closed.
 type seqState struct {
 	id        SeqID
 	prompt    int
 	maxTokens int
+	hashes    []uint64  // the prompt's block hash chain (nil: no prefix caching); the Batcher's once added
 	arrival   time.Time // request arrival at the API server
 	enqueued  time.Time // joined the waiting queue
 	admitted  time.Time
@@ -43,7 +45,8 @@ func signal(ch chan struct{}) {
 
 // scheduler drives the Batcher of one engine incarnation with the clock.
 // Handlers hand work over through submit and abort (non-blocking, under
-// mu); only the run goroutine touches the Batcher and live.
+// mu); only the run goroutine touches the Batcher, live and the prefix
+// totals.
 type scheduler struct {
 	e     *Engine
 	b     *Batcher
@@ -60,6 +63,8 @@ type scheduler struct {
 	wake   chan struct{}
 
 	live map[SeqID]*seqState
+	// The Batcher's prefix-cache totals last added to the counters.
+	prefixQueries, prefixHits int64
 }
 
 func newScheduler(e *Engine, vm *vllmMetrics) *scheduler {
@@ -74,22 +79,21 @@ func newScheduler(e *Engine, vm *vllmMetrics) *scheduler {
 	}
 }
 
-// submit queues sequences (one per prompt) for a request. The returned
-// states are shared with the caller as described on seqState.
-func (s *scheduler) submit(prompts []int, maxTokens int, arrival time.Time, notify chan struct{}) []*seqState {
+// submit queues a request's sequences (one per prompt, built by
+// Engine.sequences), naming them and stamping their enqueue time. From
+// then on they are shared with the caller as described on seqState; it
+// returns qs.
+func (s *scheduler) submit(qs []*seqState) []*seqState {
 	now := s.clock.Now()
-	out := make([]*seqState, len(prompts))
 	s.mu.Lock()
-	for i, p := range prompts {
+	for _, q := range qs {
 		s.nextID++
-		q := &seqState{id: s.nextID, prompt: p, maxTokens: maxTokens, arrival: arrival, enqueued: now,
-			done: make(chan struct{}), notify: notify}
-		out[i] = q
+		q.id, q.enqueued = s.nextID, now
 		s.inbox = append(s.inbox, q)
 	}
 	s.mu.Unlock()
 	signal(s.wake)
-	return out
+	return qs
 }
 
 // abort drops the sequences of a request whose client went away.
@@ -115,7 +119,9 @@ func (s *scheduler) drain() {
 	s.inbox, s.aborts = nil, nil
 	s.mu.Unlock()
 	for _, q := range in {
-		if err := s.b.Add(q.id, q.prompt, q.maxTokens); err != nil {
+		err := s.b.AddBlocks(q.id, q.prompt, q.maxTokens, q.hashes)
+		q.hashes = nil // the Batcher holds the chain now
+		if err != nil {
 			q.err = err
 			close(q.done)
 			continue
@@ -136,14 +142,19 @@ func (s *scheduler) drain() {
 	}
 }
 
-// publish updates the gauges and the snapshot.
+// publish updates the gauges, the prefix-cache counters and the snapshot.
 func (s *scheduler) publish() {
 	st := s.b.Stats()
 	s.vm.running.Set(float64(st.Running))
 	s.vm.waiting.Set(float64(st.Waiting))
 	s.vm.kvUsage.Set(st.KVUsage)
+	// The Batcher counts at admission; the counters follow its totals.
+	s.vm.prefixQueries.Add(float64(st.PrefixQueries - s.prefixQueries))
+	s.vm.prefixHits.Add(float64(st.PrefixHits - s.prefixHits))
+	s.prefixQueries, s.prefixHits = st.PrefixQueries, st.PrefixHits
 	s.mu.Lock()
 	s.snap.Running, s.snap.Waiting, s.snap.KVUsage = st.Running, st.Waiting, st.KVUsage
+	s.snap.PrefixQueries, s.snap.PrefixHits = st.PrefixQueries, st.PrefixHits
 	s.mu.Unlock()
 }
 

@@ -36,6 +36,7 @@ type vllmMetrics struct {
 
 	running, waiting, kvUsage                   prometheus.Gauge
 	preemptions, promptTokens, generationTokens prometheus.Counter
+	prefixQueries, prefixHits                   prometheus.Counter
 	success                                     map[string]prometheus.Counter
 	ttft, itl, e2e, queue, prefill, decode      prometheus.Observer
 	inference                                   prometheus.Observer
@@ -81,6 +82,10 @@ func newVLLMMetrics(model string, maxModelLen int) *vllmMetrics {
 	m.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
 	m.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
 	m.kvUsage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+	// Counted in prompt tokens at every admission, as vLLM v1 counts them;
+	// they stay at 0 with prefix caching off (vLLM registers them anyway).
+	m.prefixQueries = counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.")
+	m.prefixHits = counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.")
 	m.preemptions = counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.")
 	m.promptTokens = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
 	m.generationTokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")

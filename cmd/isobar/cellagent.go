@@ -237,7 +237,7 @@ func writeOnceText(w io.Writer, r cellagent.OnceReport) error {
 		{"gpu_util", sig.GPUUtil}, {"vram_used", sig.VRAMUsed},
 		{"sm_active", sig.SMActive}, {"dram_active", sig.DRAMActive},
 		{"temperature_celsius", sig.TemperatureCelsius}, {"power_watts", sig.PowerWatts},
-		{"request_rate", sig.RequestRate},
+		{"request_rate", sig.RequestRate}, {"prefix_cache_hit_rate", sig.PrefixCacheHitRate},
 	} {
 		v := "-"
 		if row.v != nil {

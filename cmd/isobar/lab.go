@@ -26,7 +26,15 @@ to each region. A live view refreshes every second; Ctrl-C shuts everything
 down cleanly.
 
 With --duration the lab runs headless for that long; --report writes the
-figures as JSON.
+figures as JSON, with each region's and the fleet's prefix-cache queries,
+hits and hit rate read from the engines at the end.
+
+--workload steady (the default) sends Poisson arrivals of single
+completions, each prompt distinct random words; --workload multiturn runs
+--sessions chat conversations per region at once, each of up to --turns
+turns of ~256-token user messages, every turn's request carrying the whole
+history (user messages and the assistant's replies), so each turn's prompt
+extends the previous one's and the engines' prefix caches can reuse it.
 
 The simulated engines follow the fitted 70b-awq profile unless --profile
 names another, or --gpu and --model select the physics engine of a
@@ -40,6 +48,7 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 		Example: `  isobar lab
   isobar lab --regions us-east,eu-west --cells 2 --rps 3
   isobar lab --duration 30s --report lab.json
+  isobar lab --workload multiturn --sessions 32 --duration 120s --report mt.json   # chat sessions: prefix-cache reuse
   isobar lab --gpu rtx-pro-6000 --model llama-3.1-70b-awq   # physics engine instead of the fitted 70b-awq profile
   isobar lab --duration 120s --region-rps us-east=8 --rps 1   # overload one region, the others light
   isobar lab --dir run1 --admin-listen 127.0.0.1:9443   # then: isobar chaos run kill-cell --target 127.0.0.1:9443 \
@@ -81,9 +90,12 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 	f := cmd.Flags()
 	f.StringSliceVar(&cfg.Regions, "regions", lab.DefaultRegions(), "region names; the first hosts the global pair")
 	f.IntVar(&cfg.Cells, "cells", 3, "cells (simulated GPUs) per region")
-	f.Float64Var(&cfg.RPS, "rps", 0, "mean request rate per region (default: one per cell)")
+	f.Float64Var(&cfg.RPS, "rps", 0, "mean request rate per region (default: one per cell); with --workload multiturn, the rate sessions reach when replies are quick")
 	f.StringToStringVar(&regionRPS, "region-rps", nil, "mean request rate of named regions, overriding --rps (e.g. us-east=8,eu-west=1)")
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 128, "output tokens per request")
+	f.StringVar(&cfg.Workload, "workload", lab.WorkloadSteady, fmt.Sprintf("client traffic, one of %v: steady (Poisson single completions, distinct prompts) or multiturn (chat sessions whose turns extend their history)", lab.Workloads()))
+	f.IntVar(&cfg.Sessions, "sessions", 16, "multiturn: conversations open at once per region; each starts its turns at --rps/--sessions on average, never before the last reply")
+	f.IntVar(&cfg.Turns, "turns", 8, "multiturn: most turns of a conversation (each draws 1..--turns)")
 	f.DurationVar(&cfg.Duration, "duration", 0, "run this long, then stop (0: until Ctrl-C)")
 	f.StringVar(&cfg.Report, "report", "", "write the figures as JSON to this file when the run ends")
 	f.BoolVar(&cfg.View, "view", false, "draw the live view even with --duration")

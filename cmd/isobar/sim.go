@@ -117,6 +117,7 @@ func newSimEngineCmd(opts *rootOpts) *cobra.Command {
 	cfg.DCGM.DriverVersion = sim.DefaultDCGMDriverVersion
 	ef := engineFlags{servedModel: true}
 	var served string
+	prefixCaching := true
 	cmd := &cobra.Command{
 		Use:   "engine",
 		Short: "Run one simulated vLLM engine and its dcgm-exporter until SIGINT/SIGTERM",
@@ -132,7 +133,14 @@ and model (see isobar sim sweep --help), with --tp GPUs per engine and the
 --kv-dtype KV cache; the dcgm-exporter then reports the catalogue GPU.
 Without --gpu, --model is only the served model name; with it, --model
 names the catalogue model, which is also the served name unless
---served-model-name is given.`,
+--served-model-name is given.
+
+Automatic prefix caching is on, as in vLLM v1: a prompt's token ids come
+from its text (one token per 4 bytes), and full 16-token blocks a previous
+prompt computed are reused; vllm:prefix_cache_queries_total and
+vllm:prefix_cache_hits_total count the prompt tokens looked up and found.
+--enable-prefix-caching=false turns it off (vLLM's
+--no-enable-prefix-caching).`,
 		Example: `  isobar sim engine --listen 127.0.0.1:8000
   isobar sim engine --gpu rtx-pro-6000 --model llama-3.1-70b-awq
   isobar sim engine --gpu h100-sxm --model llama-3.3-70b-fp8 --tp 2 --kv-dtype fp8`,
@@ -160,6 +168,7 @@ names the catalogue model, which is also the served name unless
 			if f.Changed("served-model-name") || cfg.Engine.CustomProfile != nil {
 				cfg.Engine.Model = served
 			}
+			cfg.Engine.DisablePrefixCaching = !prefixCaching
 			if err := cfg.Engine.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -193,6 +202,7 @@ names the catalogue model, which is also the served name unless
 	f.IntVar(&cfg.Engine.GPUIndex, "gpu-index", 0, "index of the simulated GPU (dcgm label gpu)")
 	f.StringVar(&cfg.Engine.GPUUUID, "gpu-uuid", "", "UUID of the simulated GPU (default derived from --seed and --gpu-index)")
 	f.DurationVar(&cfg.Engine.StartupDelay, "startup-delay", 0, "time (model time) the engine stays Loading after start")
+	f.BoolVar(&prefixCaching, "enable-prefix-caching", true, "automatic prefix caching, on as in vLLM v1; =false turns it off (vLLM's --no-enable-prefix-caching)")
 	f.StringVar(&cfg.DCGM.Hostname, "hostname", cfg.DCGM.Hostname, "dcgm-exporter Hostname label")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", sim.DefaultShutdownTimeout, "bound on the graceful shutdown")
 	return cmd

@@ -159,7 +159,7 @@ func TestSimEngineEngineFlagErrors(t *testing.T) {
 		}
 	}
 	code, out, _ := runSimCLI(t, "engine", "--help")
-	for _, want := range []string{"--gpu", "--served-model-name", "--kv-dtype", "physics engine"} {
+	for _, want := range []string{"--gpu", "--served-model-name", "--kv-dtype", "physics engine", "--enable-prefix-caching"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("engine --help (exit %d) lacks %q", code, want)
 		}

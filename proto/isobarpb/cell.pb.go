@@ -177,8 +177,13 @@ type Signals struct {
 	// Requests seen on the completion handlers over the window (the error-rate
 	// denominator), so the controller can judge how much evidence it has.
 	WindowRequests *float64 `protobuf:"fixed64,14,opt,name=window_requests,json=windowRequests,proto3,oneof" json:"window_requests,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Prefix-cache hit rate over the window, a fraction in [0,1]: the growth
+	// of vllm:prefix_cache_hits_total over that of
+	// vllm:prefix_cache_queries_total (prompt tokens found cached over those
+	// looked up). Unset when the window looked nothing up.
+	PrefixCacheHitRate *float64 `protobuf:"fixed64,15,opt,name=prefix_cache_hit_rate,json=prefixCacheHitRate,proto3,oneof" json:"prefix_cache_hit_rate,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Signals) Reset() {
@@ -305,6 +310,13 @@ func (x *Signals) GetRequestRate() float64 {
 func (x *Signals) GetWindowRequests() float64 {
 	if x != nil && x.WindowRequests != nil {
 		return *x.WindowRequests
+	}
+	return 0
+}
+
+func (x *Signals) GetPrefixCacheHitRate() float64 {
+	if x != nil && x.PrefixCacheHitRate != nil {
+		return *x.PrefixCacheHitRate
 	}
 	return 0
 }
@@ -671,7 +683,7 @@ var File_isobar_v1_cell_proto protoreflect.FileDescriptor
 
 const file_isobar_v1_cell_proto_rawDesc = "" +
 	"\n" +
-	"\x14isobar/v1/cell.proto\x12\tisobar.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x06\n" +
+	"\x14isobar/v1/cell.proto\x12\tisobar.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\a\n" +
 	"\aSignals\x12$\n" +
 	"\vqueue_depth\x18\x01 \x01(\x01H\x00R\n" +
 	"queueDepth\x88\x01\x01\x12\x1d\n" +
@@ -692,7 +704,8 @@ const file_isobar_v1_cell_proto_rawDesc = "" +
 	"powerWatts\x88\x01\x01\x129\n" +
 	"\x16clock_throttle_reasons\x18\f \x01(\x04H\vR\x14clockThrottleReasons\x88\x01\x01\x12&\n" +
 	"\frequest_rate\x18\r \x01(\x01H\fR\vrequestRate\x88\x01\x01\x12,\n" +
-	"\x0fwindow_requests\x18\x0e \x01(\x01H\rR\x0ewindowRequests\x88\x01\x01B\x0e\n" +
+	"\x0fwindow_requests\x18\x0e \x01(\x01H\rR\x0ewindowRequests\x88\x01\x01\x126\n" +
+	"\x15prefix_cache_hit_rate\x18\x0f \x01(\x01H\x0eR\x12prefixCacheHitRate\x88\x01\x01B\x0e\n" +
 	"\f_queue_depthB\n" +
 	"\n" +
 	"\b_runningB\x13\n" +
@@ -709,7 +722,8 @@ const file_isobar_v1_cell_proto_rawDesc = "" +
 	"\f_power_wattsB\x19\n" +
 	"\x17_clock_throttle_reasonsB\x0f\n" +
 	"\r_request_rateB\x12\n" +
-	"\x10_window_requests\"s\n" +
+	"\x10_window_requestsB\x18\n" +
+	"\x16_prefix_cache_hit_rate\"s\n" +
 	"\fSourceHealth\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12=\n" +
