@@ -12,11 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/bench/load"
 	"github.com/isobar-mesh/isobar/gateway"
 )
 
@@ -113,6 +115,9 @@ type Load struct {
 	failed   int
 	shed     int
 	sent     int
+	// textSeed numbers the requests' prompt texts: each is distinct, so
+	// an engine's prefix cache finds nothing shared by accident.
+	textSeed atomic.Uint64
 
 	cancel, cancelReqs context.CancelFunc
 	arrivalsWG, wg     sync.WaitGroup
@@ -190,7 +195,7 @@ func refused(err error) bool {
 func (l *Load) one(ctx context.Context, order []Ingress, prompt int, long bool) (o Outcome) {
 	o = Outcome{Start: l.clock.Now(), Home: order[0].Region, Prompt: prompt, Long: long}
 	body, _ := json.Marshal(map[string]any{
-		"model": l.cfg.Model, "prompt": strings.Repeat("abcd", prompt), "max_tokens": l.cfg.MaxTokens, "stream": true,
+		"model": l.cfg.Model, "prompt": load.PromptText(rand.New(rand.NewPCG(l.textSeed.Add(1), 0x7e47)), prompt), "max_tokens": l.cfg.MaxTokens, "stream": true,
 	})
 	defer func() { o.End = l.clock.Now() }()
 	var resp *http.Response

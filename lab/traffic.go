@@ -18,6 +18,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/bench/load"
 	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/quantile"
 	"github.com/isobar-mesh/isobar/sim"
@@ -221,31 +222,8 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 // workload's prompt text.
 const textStream = 0x7e47 << 32
 
-// promptWords are what the lab's prompts are made of: common words, so
-// that the text reads like text. Two prompts' first 64 bytes (their first
-// 16-token block, about 12 words) coincide with odds below 1 in 10^20.
-var promptWords = [...]string{
-	"the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
-	"he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you", "were", "their",
-	"one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when", "will", "would", "who", "so", "no",
-	"region", "cell", "engine", "token", "cache", "prefix", "route", "model", "latency", "traffic", "queue", "block", "batch", "request", "reply", "plan",
-}
-
-// promptText returns random words from rng, exactly 4×tokens bytes: the
-// simulated engines count one token per 4 bytes, so the prompt is tokens
-// tokens long.
-func promptText(rng *rand.Rand, tokens int) string {
-	n := tokens * 4
-	var b strings.Builder
-	b.Grow(n + 16)
-	for b.Len() < n {
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(promptWords[rng.IntN(len(promptWords))])
-	}
-	return b.String()[:n]
-}
+// promptText is load.PromptText: random words, exactly 4×tokens bytes.
+func promptText(rng *rand.Rand, tokens int) string { return load.PromptText(rng, tokens) }
 
 // maxReplyBytes bounds the reply text a client keeps (a multiturn
 // session sends it back as the assistant's message).

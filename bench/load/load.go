@@ -323,10 +323,11 @@ func (r *run) launch(ctx context.Context, seq int, sh Shape, burst bool) {
 }
 
 // body builds the request: a text of exactly sh.Prompt tokens by the
-// 4-bytes-per-token estimate OpenAI-compatible servers' routers use (a
-// real tokenizer counts these 4-letter words close to one token each).
+// 4-bytes-per-token estimate OpenAI-compatible servers' routers use, words
+// drawn per segment (Shape.Text), so the requests of a conversation,
+// document or tenant share their text as a prefix and nothing else does.
 func (r *run) body(sh Shape) ([]byte, string) {
-	text := strings.Repeat("tok ", sh.Prompt)
+	text := sh.Text()
 	out := sh.Output
 	if r.cfg.MaxOutput > 0 {
 		out = r.cfg.MaxOutput

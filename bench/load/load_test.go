@@ -350,3 +350,33 @@ func TestBlockHashesShareWhatPromptsShare(t *testing.T) {
 		})
 	}
 }
+
+// TestShapeText: a prompt's text is 4 bytes per token, and the turns of a
+// conversation share their text where they share segments.
+func TestShapeText(t *testing.T) {
+	s := NewSampler(class(t, "multiturn"), 2)
+	last := map[uint64]string{}
+	shared := 0
+	for range 200 {
+		sh := s.Next(0)
+		text := sh.Text()
+		if len(text) != 4*sh.Prompt {
+			t.Fatalf("%d bytes for %d tokens", len(text), sh.Prompt)
+		}
+		if prev, ok := last[sh.Session]; ok && sh.Turn > 1 {
+			if !strings.HasPrefix(text, prev) {
+				t.Fatalf("session %d turn %d does not start with the previous turn's prompt", sh.Session, sh.Turn)
+			}
+			shared++
+		}
+		last[sh.Session] = text
+	}
+	if shared == 0 {
+		t.Fatal("no later turn compared")
+	}
+	a := NewSampler(class(t, "baseline_mixed"), 2)
+	x, y := a.Next(0).Text(), a.Next(0).Text()
+	if x[:64] == y[:64] {
+		t.Fatal("two prefix-free prompts share their first block")
+	}
+}

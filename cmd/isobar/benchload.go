@@ -43,9 +43,12 @@ the summary (success, TTFT and end-to-end P50/P95/P99 over the window after
 written as JSON. The same --seed sends the same requests at the same
 offsets, whatever the server does.
 
-Prompts are "tok " repeated: 4 bytes per token by the estimate isobar's data
-plane and simulator use; the prompt length is also sent in the
-x-isobar-prompt-tokens header.`,
+Prompts are random words, 4 bytes per token by the estimate isobar's data
+plane and simulator use, drawn per content segment: the turns of a
+multiturn conversation, the questions about one rag_multidoc document and a
+tenant_prompts tenant's requests share their text as a prefix (as a prefix
+cache would see it), and nothing else does. The prompt length is also sent
+in the x-isobar-prompt-tokens header.`,
 		Example: `  isobar bench load --url http://127.0.0.1:8080 --rps 10 --duration 60s
   isobar bench load --url http://127.0.0.1:8000 --class long_context --rps 2 --arrival constant \
       --ndjson requests.ndjson --report summary.json
