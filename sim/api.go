@@ -344,18 +344,16 @@ func (in *instance) stream(w http.ResponseWriter, r *http.Request, req genReques
 		return rc.Flush() == nil
 	}
 	fail := func() { in.sched.abort(seqs) }
-	if req.chat {
-		for i := range seqs {
-			resp.Choices = []chatChoice{{Index: i, Delta: &chatMessage{Role: "assistant", Content: ""}}}
-			if !send(resp) {
-				fail()
-				return
-			}
-		}
-	} else if err := rc.Flush(); err != nil {
+	if err := rc.Flush(); err != nil {
 		fail()
 		return
 	}
+	// A chat stream's first chunk of each choice carries the role, sent
+	// with the choice's first engine output as vLLM's serving_chat.py does
+	// (its first_iteration branch runs inside the loop over the engine's
+	// outputs), so a client's time to first byte is its time to first
+	// token, as with completions.
+	roleSent := make([]bool, len(seqs))
 	length := finishLength
 	sent := make([]int, len(seqs))
 	remaining := len(seqs)
@@ -373,6 +371,14 @@ func (in *instance) stream(w http.ResponseWriter, r *http.Request, req genReques
 				return
 			}
 			n := int(q.tokens.Load())
+			if req.chat && n > 0 && !roleSent[i] {
+				roleSent[i] = true
+				resp.Choices = []chatChoice{{Index: i, Delta: &chatMessage{Role: "assistant", Content: ""}}}
+				if !send(resp) {
+					fail()
+					return
+				}
+			}
 			for sent[i] < n {
 				sent[i]++
 				var fr *string

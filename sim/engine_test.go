@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -197,6 +198,52 @@ func TestChatStreaming(t *testing.T) {
 	if text != " the engine streams simulated" || *got[4].Choices[0].FinishReason != "length" {
 		t.Fatalf("text %q, last %+v", text, got[4].Choices[0])
 	}
+}
+
+// TestChatRoleChunkWaitsForFirstToken: the role chunk leaves with the
+// first token, as vLLM's serving_chat.py sends it, so a client's first
+// byte is its first token: when it arrives the engine has generated one.
+func TestChatRoleChunkWaitsForFirstToken(t *testing.T) {
+	t.Parallel()
+	clk := clockwork.NewFakeClock()
+	cfg := tinyConfig()
+	// One prompt token per second of prefill: the first token takes
+	// seconds of engine time, in which a role chunk sent at once would
+	// arrive with nothing generated.
+	p := ProfileTinyFast()
+	p.PrefillTokensPerSec = 1
+	cfg.CustomProfile = &p
+	e := startEngine(t, cfg, Deps{Clock: clk})
+	req, _ := http.NewRequest(http.MethodPost, url(e, "/v1/chat/completions"),
+		strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":true}`))
+	resp, err := newClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make(chan int64, 1)
+	go func() {
+		for range sseEvents(resp.Body) {
+			first <- e.Stats().GeneratedTokens
+			return
+		}
+		close(first)
+	}()
+	// The engine's clock moves only here; the first chunk cannot leave
+	// before a step has produced a token.
+	for range 1_000_000 {
+		select {
+		case n, ok := <-first:
+			if !ok || n < 1 {
+				t.Fatalf("first chunk with %d tokens generated (stream ended: %v)", n, !ok)
+			}
+			return
+		default:
+		}
+		clk.Advance(time.Millisecond)
+		runtime.Gosched()
+	}
+	t.Fatal("no chunk after 1,000 s of engine time")
 }
 
 func TestRequestErrors(t *testing.T) {
