@@ -49,11 +49,6 @@ const prefixHashBlocks = 8
 // ringPoints is the points per cell on PrefixHash's ring.
 const ringPoints = 100
 
-// prefixAware reports whether the policy routes by prefix.
-func (p Policy) prefixAware() bool {
-	return p == IsobarAffinity || p == PrefixHash || p == PrecisePrefix
-}
-
 // affinity reports whether the policy uses the affinity band.
 func (p Policy) affinity() bool { return p == IsobarAffinity || p == PrecisePrefix }
 
