@@ -209,7 +209,7 @@ func (in *instance) handleGenerate(chat bool) http.HandlerFunc {
 			writeError(w, status, "Simulated engine failure (injected fault).")
 			return
 		}
-		if d := e.frontendDelay(); d > 0 {
+		if d := e.frontendDelay(body); d > 0 {
 			t := e.clock.NewTimer(d)
 			select {
 			case <-t.Chan():

@@ -62,8 +62,10 @@ type EngineConfig struct {
 	// frontend latency, StartupDelay, slow starts, fault lead times and the
 	// GPU's time constants. 0.05 runs 20x faster than real time. Default 1.
 	TimeScale float64
-	// Seed seeds the engine's random choices (frontend jitter, error
-	// injection, response ids) and the default GPU UUID. Default 0.
+	// Seed seeds the engine's random choices (error injection, response
+	// ids) and the default GPU UUID. Default 0. A request's frontend
+	// latency is drawn from its body instead (see frontendDelay), so it is
+	// the same on every engine.
 	Seed int64
 	// GPUIndex is the simulated GPU's index (dcgm-exporter label gpu).
 	GPUIndex int

@@ -2,7 +2,9 @@ package sim
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
+	"math/rand/v2"
 	"time"
 )
 
@@ -153,13 +155,23 @@ func (e *Engine) injectError() (int, bool) {
 	return 0, false
 }
 
-// frontendDelay draws a request's frontend latency (real time).
-func (e *Engine) frontendDelay() time.Duration {
-	e.mu.Lock()
-	d := e.prof.FrontendDelay(e.rng)
-	e.mu.Unlock()
-	return e.scaled(d)
+// frontendDelay draws a request's frontend latency (real time) from a
+// source keyed by the request's body (FNV-1a), not by the engine's own
+// sequence: the same request draws the same latency on any engine, on a
+// retry, and in a later run, whichever requests came before it. So two
+// runs of the lab that replay the same requests (isobar lab --seed) under
+// different load balancers see the same per-request draws, as isobar bench
+// paper's requests do (common random numbers), and their TTFT differs by
+// the placement only. The distribution is unchanged: distinct requests
+// draw independently.
+func (e *Engine) frontendDelay(body []byte) time.Duration {
+	h := fnv.New64a()
+	h.Write(body)
+	return e.scaled(e.prof.FrontendDelay(rand.New(rand.NewPCG(h.Sum64(), frontendSalt))))
 }
+
+// frontendSalt is the second word of the frontend draws' PCG seed.
+const frontendSalt = 0xf707_e7d0
 
 // newID returns a random hex id for responses.
 func (e *Engine) newID() string {

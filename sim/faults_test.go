@@ -595,3 +595,43 @@ func TestAdminAppliesFaults(t *testing.T) {
 		t.Fatalf("admin bad requests = %v, want 7", got)
 	}
 }
+
+// TestFrontendDelayKeyedByRequest: a request's frontend latency depends on
+// its body only — the same on engines of different seeds and on a repeat —
+// so runs that replay the same requests under different load balancers
+// see the same draws; distinct requests still draw distinct latencies from
+// the profile's distribution (FrontendLatency plus an exponential).
+func TestFrontendDelayKeyedByRequest(t *testing.T) {
+	mk := func(seed int64) *Engine {
+		e, err := NewEngine(EngineConfig{Name: fmt.Sprintf("fe-%d", seed), Profile: Profile70BAWQ, Seed: seed}, Deps{Logger: testLogger(t), Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, b := mk(1), mk(2)
+	p := a.Profile()
+	seen := map[time.Duration]bool{}
+	var sum time.Duration
+	const n = 2000
+	for i := range n {
+		body := []byte(fmt.Sprintf(`{"model":"m","prompt":"request %d","max_tokens":16}`, i))
+		d := a.frontendDelay(body)
+		if d2, d3 := b.frontendDelay(body), a.frontendDelay(body); d2 != d || d3 != d {
+			t.Fatalf("request %d: %v, %v on another engine, %v again: want one latency", i, d, d2, d3)
+		}
+		if d < p.FrontendLatency {
+			t.Fatalf("request %d: %v below the fixed %v", i, d, p.FrontendLatency)
+		}
+		seen[d] = true
+		sum += d - p.FrontendLatency
+	}
+	if len(seen) < n*9/10 {
+		t.Fatalf("%d distinct latencies over %d requests: the draws are not per request", len(seen), n)
+	}
+	// The exponential part's mean, within 10 % (its standard error over
+	// 2,000 draws is about 2 %).
+	if m := sum / n; m < p.FrontendJitter*9/10 || m > p.FrontendJitter*11/10 {
+		t.Fatalf("mean extra latency %v, want about %v", m, p.FrontendJitter)
+	}
+}
