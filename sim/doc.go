@@ -82,6 +82,12 @@
 // noise. docs/bench.md ("The physics engine") gives the formula, the
 // catalogue's sources, the fit and measured curves.
 //
+// A fitted profile's random frontend latency is drawn per request from a
+// source keyed by the request's body, not from the engine's own sequence:
+// the same request draws the same latency on any engine and in any run, so
+// lab runs that replay the same requests (isobar lab --seed) under
+// different load balancers share their draws.
+//
 // # Time
 //
 // Every model duration (profile costs, frontend latency, slow starts, fault
