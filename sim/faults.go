@@ -165,6 +165,9 @@ func (e *Engine) injectError() (int, bool) {
 // the placement only. The distribution is unchanged: distinct requests
 // draw independently.
 func (e *Engine) frontendDelay(body []byte) time.Duration {
+	if e.prof.FrontendJitter <= 0 { // fixed: no draw, no need to hash the body
+		return e.scaled(e.prof.FrontendLatency)
+	}
 	h := fnv.New64a()
 	h.Write(body)
 	return e.scaled(e.prof.FrontendDelay(rand.New(rand.NewPCG(h.Sum64(), frontendSalt))))
