@@ -48,6 +48,8 @@ func rejectReason(err error) string {
 		return "identity_region"
 	case errors.Is(err, ErrNoCellIdentity):
 		return "no_identity"
+	case errors.Is(err, ErrEndpointNotAllowed):
+		return "endpoint_not_allowed"
 	case errors.Is(err, ErrOversized):
 		return "oversized"
 	case errors.Is(err, ErrTooManyCells):
