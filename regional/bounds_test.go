@@ -230,6 +230,18 @@ func TestEndpointConflictClears(t *testing.T) {
 			t.Fatalf("a after moving = %+v, want routable", c)
 		}
 	})
+	t.Run("one address written another way", func(t *testing.T) {
+		f := newRegFixture(t)
+		f.send(heartbeat("a", "10.0.0.5:8000", ready, 0))
+		f.send(heartbeat("b", "[::ffff:10.0.0.5]:8000", ready, 0))
+		f.send(heartbeat("c", "[2001:db8::1]:8000", ready, 0))
+		f.send(heartbeat("d", "[2001:0db8:0::1]:8000", ready, 0))
+		for _, id := range []string{"b", "d"} {
+			if c, _ := f.reg.View().Cell(id); !c.EndpointConflict {
+				t.Errorf("%s = %+v, want a conflict: its endpoint is another cell's written differently", id, c)
+			}
+		}
+	})
 	t.Run("holder fails and comes back", func(t *testing.T) {
 		f := conflicted(t)
 		// a goes silent: after its TTL it is Failed and b takes the endpoint.

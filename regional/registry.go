@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -362,7 +363,7 @@ func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) boo
 	// its next heartbeat once the holder is gone (not live, forgotten or
 	// moved).
 	changed := false
-	if r.byEndpoint[hb.GetEndpoint()] != c.id {
+	if r.byEndpoint[endpointKey(hb.GetEndpoint())] != c.id {
 		changed = r.claimEndpoint(c, hb.GetEndpoint())
 	}
 	c.hb, c.lastSeen = hb, now // liveness runs on the receive time, never sent_at
@@ -410,13 +411,14 @@ func (r *Registry) boundSignals(c *cell, hb *isobarpb.CellHeartbeat) {
 // a conflict clears on the claimant's first heartbeat after the holder
 // goes.
 func (r *Registry) claimEndpoint(c *cell, ep string) bool {
-	if c.hb != nil && r.byEndpoint[c.hb.GetEndpoint()] == c.id {
-		delete(r.byEndpoint, c.hb.GetEndpoint())
+	if c.hb != nil && r.byEndpoint[endpointKey(c.hb.GetEndpoint())] == c.id {
+		delete(r.byEndpoint, endpointKey(c.hb.GetEndpoint()))
 	}
 	was := c.conflict
-	holder, taken := r.byEndpoint[ep]
+	key := endpointKey(ep)
+	holder, taken := r.byEndpoint[key]
 	if taken && holder != c.id {
-		if h := r.cells[holder]; h != nil && h.state.Live() && h.hb.GetEndpoint() == ep {
+		if h := r.cells[holder]; h != nil && h.state.Live() && endpointKey(h.hb.GetEndpoint()) == key {
 			if !c.conflict {
 				r.metrics.rejected.WithLabelValues("endpoint_conflict").Inc()
 				r.log.Warn("cell advertises an endpoint another live cell holds; keeping it out of the load balancer",
@@ -426,12 +428,24 @@ func (r *Registry) claimEndpoint(c *cell, ep string) bool {
 			return !was
 		}
 	}
-	r.byEndpoint[ep] = c.id
+	r.byEndpoint[key] = c.id
 	c.conflict = false
 	if was {
 		r.log.Info("endpoint conflict cleared: the other claimant is gone", "cell", c.id, "endpoint", ep, "previous_holder", holder)
 	}
 	return was
+}
+
+// endpointKey is ep in canonical form, so that one address written two
+// ways (10.0.0.5:8000 and [::ffff:10.0.0.5]:8000, or IPv6 with and without
+// leading zeros) is one claim. ep was validated as IP:port; anything else
+// is its own key.
+func endpointKey(ep string) string {
+	ap, err := netip.ParseAddrPort(ep)
+	if err != nil {
+		return ep
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port()).String()
 }
 
 func (r *Registry) applyDrain(now time.Time, req *drainRequest) error {
@@ -482,8 +496,8 @@ func (r *Registry) sweep(now time.Time) {
 		case !c.state.Live() && now.Sub(c.stateSince) >= r.cfg.ForgetAfter && now.Sub(c.lastSeen) >= r.cfg.ForgetAfter:
 			delete(r.cells, id)
 			delete(r.dpCells, id)
-			if c.hb != nil && r.byEndpoint[c.hb.GetEndpoint()] == id {
-				delete(r.byEndpoint, c.hb.GetEndpoint())
+			if c.hb != nil && r.byEndpoint[endpointKey(c.hb.GetEndpoint())] == id {
+				delete(r.byEndpoint, endpointKey(c.hb.GetEndpoint()))
 			}
 			r.idsDirty = true
 		}
