@@ -30,6 +30,7 @@ FUZZ_TARGETS := \
 	./optimize:FuzzSolve \
 	./optimize:FuzzParseInput \
 	./regional:FuzzPlanTable \
+	./regional:FuzzParseEndpointMap \
 	./global:FuzzAcceptSummary \
 	./regional/xds:FuzzBuild \
 	./regional/xds:FuzzStreamRequests \

@@ -64,6 +64,16 @@ type Config struct {
 	// spiffe://isobar/gateway/<Region>, and the global leader dialled
 	// spiffe://isobar/global/<name> (see identity.go).
 	TLS TLSFiles
+	// EndpointBinding: how a cell's advertised endpoint is checked against
+	// its certificate (endpointbind.go). Empty: BindSAN with TLS (the
+	// endpoint's IP must be an IP SAN of the cell's certificate), BindOff
+	// without, decided when the controller starts, so a Config from
+	// DefaultConfig that gets TLS later is strict. BindSAN and BindMapping
+	// need TLS.
+	EndpointBinding EndpointBinding
+	// EndpointMap: the cell-id → prefixes map of BindMapping (required by
+	// it, refused with another mode). ParseEndpointMap builds it.
+	EndpointMap *EndpointMap
 
 	Score      score.Config
 	Projection projection.Config
@@ -186,6 +196,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max message size %d: want at least 1024 bytes", ErrInvalidConfig, c.MaxMessageBytes)
 	}
 	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	if err := c.validateEndpointBinding(); err != nil {
 		return err
 	}
 	if err := c.Limits.validate(); err != nil {

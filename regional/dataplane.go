@@ -13,18 +13,33 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/summary"
 )
 
-// ErrInvalidReport is wrapped by every refused data-plane report.
-var ErrInvalidReport = errors.New("regional: invalid data-plane report")
+// Data-plane report refusals; test with errors.Is.
+var (
+	// ErrInvalidReport is wrapped by every refused data-plane report.
+	ErrInvalidReport = errors.New("regional: invalid data-plane report")
+	// ErrReportOutOfRange (with ErrInvalidReport): a count implies more
+	// than summary.MaxRateRPS over the report's interval.
+	ErrReportOutOfRange = errors.New("regional: data-plane report count beyond the rate bound")
+)
 
 // Report limits.
 const (
 	maxReportEndpoints = 4096
 	maxReportModels    = 64
-	maxReportCount     = 1 << 40
 	maxReportInterval  = time.Minute
 )
+
+// maxReportRequests is the most requests a report over interval seconds
+// may count: summary.MaxRateRPS (the shared bound a summary's demand is
+// checked against) over the interval, an interval under a second counting
+// as a second as demand() does. At most 6e10 (a minute), so sums of
+// counts stay exact in float64.
+func maxReportRequests(interval float64) uint64 {
+	return uint64(summary.MaxRateRPS * math.Max(interval, 1))
+}
 
 // validateReport checks a data-plane report for this region.
 func validateReport(r *isobarpb.DataPlaneReport, region string) error {
@@ -43,14 +58,25 @@ func validateReport(r *isobarpb.DataPlaneReport, region string) error {
 	case len(r.GetDemand()) > maxReportModels:
 		return bad("%d models, at most %d", len(r.GetDemand()), maxReportModels)
 	}
+	limit := maxReportRequests(r.GetIntervalSeconds())
+	outOfRange := func(what string, n uint64) error {
+		return fmt.Errorf("%w: %w: %s: %d requests in %v s is above %g requests/s", ErrInvalidReport, ErrReportOutOfRange,
+			what, n, r.GetIntervalSeconds(), float64(summary.MaxRateRPS))
+	}
 	for _, e := range r.GetEndpoints() {
-		if e.GetRequests() > maxReportCount || e.GetErrors() > e.GetRequests() || e.GetRejected() > e.GetRequests()-e.GetErrors() || len(e.GetCellId()) > 256 {
+		if e.GetErrors() > e.GetRequests() || e.GetRejected() > e.GetRequests()-e.GetErrors() || len(e.GetCellId()) > 256 {
 			return bad("endpoint %q: errors %d + rejected %d exceed requests %d", trunc(e.GetCellId()), e.GetErrors(), e.GetRejected(), e.GetRequests())
+		}
+		if e.GetRequests() > limit {
+			return outOfRange(fmt.Sprintf("endpoint %q", trunc(e.GetCellId())), e.GetRequests())
 		}
 	}
 	for _, d := range r.GetDemand() {
-		if d.GetModel() == "" || len(d.GetModel()) > 256 || d.GetRequests() > maxReportCount || d.GetShed() > d.GetRequests() {
+		if d.GetModel() == "" || len(d.GetModel()) > 256 || d.GetShed() > d.GetRequests() {
 			return bad("demand for %q: shed %d of %d", trunc(d.GetModel()), d.GetShed(), d.GetRequests())
+		}
+		if d.GetRequests() > limit {
+			return outOfRange(fmt.Sprintf("demand for %q", trunc(d.GetModel())), d.GetRequests())
 		}
 	}
 	return nil
@@ -88,7 +114,11 @@ func (s *dataPlaneService) Report(stream isobarpb.DataPlane_ReportServer) error 
 			return err
 		}
 		if err := validateReport(r, s.region); err != nil {
-			s.metrics.reports.WithLabelValues("invalid").Inc()
+			result := "invalid"
+			if errors.Is(err, ErrReportOutOfRange) {
+				result = "out_of_range"
+			}
+			s.metrics.reports.WithLabelValues(result).Inc()
 			s.log.Warn("data-plane report refused", "node", trunc(r.GetNode()), "err", err)
 			if err := stream.Send(&isobarpb.DataPlaneAck{Error: err.Error()}); err != nil {
 				return err

@@ -42,12 +42,17 @@
 // the gRPC receive size. Plans are bounded in models, routes and ingress
 // addresses. Liveness (TTL), staleness and plan validity run on the
 // controller's own clock at receipt; a cell's sent_at only raises the
-// clock-skew flag.
+// clock-skew flag. Heartbeat signals and report counts are bounded by the
+// bounds a summary is validated against (summary/bounds.go): a finite
+// signal above its bound is capped per cell and counted, a report beyond
+// the rate bound refused, so whatever is accepted can be published.
 //
 // Authorisation (identity.go): with Config.TLS every client is known by the
 // isobar URI identity of its verified certificate, never by a common name
 // or DNS SAN. Heartbeats come only from spiffe://isobar/region/<region>/cell/<id>
-// of this region, for that cell id and region; xDS and DataPlane reports
+// of this region, for that cell id and region, advertising an endpoint the
+// certificate allows (endpointbind.go: an IP SAN by default, a prefix of
+// the endpoint map with mapping, any with off); xDS and DataPlane reports
 // only from spiffe://isobar/gateway/<region> of this region; plans are taken
 // only from a global leader whose server certificate is
 // spiffe://isobar/global/<name> (checked on the Sync stream before any

@@ -44,7 +44,17 @@ func FuzzValidateHeartbeat(f *testing.F) {
 		if validateHeartbeat(&hb, "r1") != nil {
 			return
 		}
+		if hb.GetRegion() != "r1" || hb.GetSequence() == 0 {
+			t.Fatalf("accepted %v", &hb)
+		}
+		if c := hb.GetCapability(); !(c.GetPrefillTokensPerS() >= 0 && c.GetPrefillTokensPerS() <= xdscontract.MaxPrefillTokensPerSecond) ||
+			c.GetMaxNumSeqs() > maxNumSeqsLimit {
+			t.Fatalf("accepted capability %v", c)
+		}
 		s := hb.GetSignals()
+		if s == nil {
+			return
+		}
 		for _, p := range []*float64{s.QueueDepth, s.Running, s.TtftP95Seconds, s.ErrorRate, s.KvCacheUsage,
 			s.GpuUtil, s.VramUsed, s.SmActive, s.DramActive, s.PowerWatts, s.RequestRate, s.WindowRequests, s.PrefixCacheHitRate} {
 			if p != nil && (math.IsNaN(*p) || math.IsInf(*p, 0) || *p < 0) {
@@ -56,12 +66,12 @@ func FuzzValidateHeartbeat(f *testing.F) {
 				t.Fatalf("accepted fraction %v", *p)
 			}
 		}
-		if c := hb.GetCapability(); !(c.GetPrefillTokensPerS() >= 0 && c.GetPrefillTokensPerS() <= xdscontract.MaxPrefillTokensPerSecond) ||
-			c.GetMaxNumSeqs() > maxNumSeqsLimit {
-			t.Fatalf("accepted capability %v", c)
-		}
-		if hb.GetRegion() != "r1" || hb.GetSequence() == 0 {
-			t.Fatalf("accepted %v", &hb)
+		// What the registry keeps is within the shared bounds.
+		clampSignals(s)
+		for _, f := range signalFields(s) {
+			if *f.v != nil && **f.v > f.max {
+				t.Fatalf("signal %s = %v after clamping, above its bound %v", f.name, **f.v, f.max)
+			}
 		}
 	})
 }
@@ -82,9 +92,15 @@ func FuzzValidateReport(f *testing.F) {
 		if len(data) > 1<<16 || proto.Unmarshal(data, &r) != nil || validateReport(&r, "r1") != nil {
 			return
 		}
+		limit := maxReportRequests(r.GetIntervalSeconds())
 		for _, e := range r.GetEndpoints() {
-			if e.GetErrors() > e.GetRequests() || e.GetRejected() > e.GetRequests()-e.GetErrors() {
+			if e.GetErrors() > e.GetRequests() || e.GetRejected() > e.GetRequests()-e.GetErrors() || e.GetRequests() > limit {
 				t.Fatalf("accepted %v", e)
+			}
+		}
+		for _, d := range r.GetDemand() {
+			if d.GetRequests() > limit { // the shared rate bound (summary.MaxRateRPS)
+				t.Fatalf("accepted demand %v over %v s", d, r.GetIntervalSeconds())
 			}
 		}
 		if !(r.GetIntervalSeconds() > 0) {

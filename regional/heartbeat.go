@@ -39,6 +39,7 @@ type heartbeatService struct {
 	interval time.Duration
 	ttl      time.Duration
 	mtls     bool
+	binding  endpointBinder
 	maxBytes int
 	limits   Limits
 	sink     heartbeatSink
@@ -62,6 +63,7 @@ func newHeartbeatService(cfg Config, sink heartbeatSink, clock clockwork.Clock, 
 	return &heartbeatService{
 		region: cfg.Region, interval: cfg.HeartbeatInterval, ttl: cfg.TTL(), mtls: cfg.TLS.Enabled(), limits: cfg.Limits,
 		sink: sink, clock: clock, log: log, metrics: m, owners: make(map[string]*streamOwner),
+		binding: endpointBinder{mode: cfg.endpointBinding(), m: cfg.EndpointMap},
 	}
 }
 
@@ -94,6 +96,7 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 		s.release(st)
 	}()
 	var cert *certs.Identity
+	var grant endpointGrant
 	if s.mtls {
 		id, err := s.peerCell(ctx)
 		if err != nil {
@@ -102,6 +105,7 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 			return status.Error(codes.PermissionDenied, err.Error())
 		}
 		cert = &id
+		grant = s.binding.grant(ctx, id)
 	}
 	for {
 		hb, err := stream.Recv()
@@ -126,7 +130,7 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 			}
 			continue
 		}
-		if err := s.check(st, hb, cert); err != nil {
+		if err := s.check(st, hb, cert, grant); err != nil {
 			s.metrics.rejected.WithLabelValues(rejectReason(err)).Inc()
 			s.log.Warn("heartbeat refused", "cell", trunc(hb.GetCellId()), "peer_identity", peerName(ctx), "err", err)
 			if code := fatalCode(err); code != codes.OK {
@@ -155,8 +159,9 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 
 // check validates hb in the context of its stream.
 // With mTLS, cert is the stream's verified cell identity: a heartbeat for
-// any other cell id or region is refused before anything else is looked at.
-func (s *heartbeatService) check(st *streamState, hb *isobarpb.CellHeartbeat, cert *certs.Identity) error {
+// any other cell id or region is refused before anything else is looked at,
+// and grant (what the certificate allows) must allow the endpoint.
+func (s *heartbeatService) check(st *streamState, hb *isobarpb.CellHeartbeat, cert *certs.Identity, grant endpointGrant) error {
 	if cert != nil {
 		if err := identityMatches(*cert, hb); err != nil {
 			return err
@@ -164,6 +169,11 @@ func (s *heartbeatService) check(st *streamState, hb *isobarpb.CellHeartbeat, ce
 	}
 	if err := validateHeartbeat(hb, s.region); err != nil {
 		return err
+	}
+	if cert != nil {
+		if err := s.binding.allow(grant, hb.GetEndpoint()); err != nil {
+			return err
+		}
 	}
 	id := hb.GetCellId()
 	if st.cell != "" && st.cell != id {
@@ -185,7 +195,8 @@ func (s *heartbeatService) check(st *streamState, hb *isobarpb.CellHeartbeat, ce
 // fatalCode says which refusals end the stream.
 func fatalCode(err error) codes.Code {
 	switch {
-	case errors.Is(err, ErrIdentityMismatch), errors.Is(err, ErrIdentityRegion), errors.Is(err, ErrNoCellIdentity):
+	case errors.Is(err, ErrIdentityMismatch), errors.Is(err, ErrIdentityRegion), errors.Is(err, ErrNoCellIdentity),
+		errors.Is(err, ErrEndpointNotAllowed):
 		return codes.PermissionDenied
 	case errors.Is(err, ErrDuplicateCell):
 		return codes.AlreadyExists

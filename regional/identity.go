@@ -13,7 +13,10 @@ import (
 // its verified certificate's URI SAN, never by a common name or DNS SAN:
 //
 //   - CellRegistry.Heartbeat: a cell of this region, heartbeating only
-//     for its own cell id and region (peerCell, identityMatches);
+//     for its own cell id and region (peerCell, identityMatches), and
+//     advertising only an endpoint its certificate allows: an IP SAN by
+//     default, a prefix of --endpoint-map-file with mapping, anything with
+//     off (endpointbind.go);
 //   - xDS (ADS and the per-type services) and DataPlane.Report: a gateway
 //     of this region, spiffe://isobar/gateway/<region> (gatewayPeer);
 //   - the global leader a region dials: a global identity (checkLeader in

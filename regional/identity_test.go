@@ -50,11 +50,12 @@ func newIDPKI(t *testing.T, opts ...certs.Option) *idPKI {
 	return p
 }
 
-// issue writes a leaf for id (with a 127.0.0.1 SAN for servers).
+// issue writes a leaf for id (with a 127.0.0.1 SAN for servers, and for
+// cells, which advertise endpoints on 127.0.0.1: the endpoint binding).
 func (p *idPKI) issue(name string, id certs.Identity) (certFile, keyFile string) {
 	p.t.Helper()
 	var ips []net.IP
-	if id.Kind == certs.KindRegion || id.Kind == certs.KindGlobal {
+	if id.Kind == certs.KindRegion || id.Kind == certs.KindGlobal || id.Kind == certs.KindCell {
 		ips = []net.IP{net.ParseIP("127.0.0.1")}
 	}
 	return p.issueLeaf(name, id.Leaf(nil, ips))

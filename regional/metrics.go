@@ -31,6 +31,7 @@ type metrics struct {
 	capacityRejected   prometheus.Counter
 	capacityRPS        *prometheus.GaugeVec
 	capacityConfidence *prometheus.GaugeVec
+	signalsClamped     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -99,7 +100,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"source"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "isobar_regional_dataplane_reports_total",
-			Help: "Data-plane reports received, by result (accepted, invalid; forbidden: a report stream refused because its certificate is not a gateway of this region).",
+			Help: "Data-plane reports received, by result (accepted, invalid; out_of_range: a count above the shared rate bound over its interval; forbidden: a report stream refused because its certificate is not a gateway of this region).",
 		}, []string{"result"}),
 		planPeerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "isobar_regional_plan_sources_refused_total",
@@ -124,8 +125,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.probes,
 			m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused)
 	}
+	m.signalsClamped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_regional_signals_clamped_total",
+		Help: "Heartbeat signals above their bound (summary/bounds.go) capped at it, by signal; the cell's heartbeat is kept.",
+	}, []string{"field"})
 	if reg != nil {
-		reg.MustRegister(m.skewed, m.suspects)
+		reg.MustRegister(m.skewed, m.suspects, m.signalsClamped)
 	}
 	return m
 }

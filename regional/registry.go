@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -76,6 +77,8 @@ type cell struct {
 	jitter     time.Duration
 	rttOK      bool
 	conflict   bool
+	// clamped: the last heartbeat carried signals beyond their bounds.
+	clamped bool
 	// skew is sent_at minus the receive time of the last heartbeat
 	// (skewKnown when it carried one); skewed: beyond MaxClockSkew.
 	skew              time.Duration
@@ -354,8 +357,14 @@ func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) boo
 		r.cells[c.id] = c
 		r.idsDirty = true
 	}
-	if c.hb == nil || c.hb.GetEndpoint() != hb.GetEndpoint() {
-		r.claimEndpoint(c, hb.GetEndpoint())
+	r.boundSignals(c, hb)
+	// Claim the endpoint whenever c does not hold it: a new or moved
+	// endpoint, and a cell in conflict, which takes the endpoint over on
+	// its next heartbeat once the holder is gone (not live, forgotten or
+	// moved).
+	changed := false
+	if r.byEndpoint[endpointKey(hb.GetEndpoint())] != c.id {
+		changed = r.claimEndpoint(c, hb.GetEndpoint())
 	}
 	c.hb, c.lastSeen = hb, now // liveness runs on the receive time, never sent_at
 	r.noteSkew(now, c, hb)
@@ -376,29 +385,67 @@ func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) boo
 	if reason == "" {
 		reason = "agent reported " + reported.String()
 	}
-	return r.transition(now, c, next, reason) || restored
+	return r.transition(now, c, next, reason) || restored || changed
 }
 
-// claimEndpoint records that c advertises ep; a live cell already holding
-// ep keeps it and c is marked conflicting.
-func (r *Registry) claimEndpoint(c *cell, ep string) {
-	if c.hb != nil && r.byEndpoint[c.hb.GetEndpoint()] == c.id {
-		delete(r.byEndpoint, c.hb.GetEndpoint())
+// boundSignals caps hb's signals at the shared bounds (clampSignals),
+// counts each capped signal and logs when a cell starts sending values
+// beyond them. The registry owns hb.
+func (r *Registry) boundSignals(c *cell, hb *isobarpb.CellHeartbeat) {
+	capped := clampSignals(hb.GetSignals())
+	for _, f := range capped {
+		r.metrics.signalsClamped.WithLabelValues(f).Inc()
 	}
-	holder, taken := r.byEndpoint[ep]
+	if len(capped) > 0 && !c.clamped {
+		r.log.Warn("cell reports signals beyond their bounds; capped at the bound (summary/bounds.go), check its agent and engine",
+			"cell", c.id, "fields", capped)
+	}
+	c.clamped = len(capped) > 0
+}
+
+// claimEndpoint records that c advertises ep and reports whether c's
+// conflict flag changed. A live cell already holding ep keeps it and c is
+// marked conflicting; a holder that is no longer live (Failed, Terminated)
+// or forgotten, or that moved to another endpoint, gives ep up to c.
+// Called for every heartbeat of a cell that does not hold its endpoint, so
+// a conflict clears on the claimant's first heartbeat after the holder
+// goes.
+func (r *Registry) claimEndpoint(c *cell, ep string) bool {
+	if c.hb != nil && r.byEndpoint[endpointKey(c.hb.GetEndpoint())] == c.id {
+		delete(r.byEndpoint, endpointKey(c.hb.GetEndpoint()))
+	}
+	was := c.conflict
+	key := endpointKey(ep)
+	holder, taken := r.byEndpoint[key]
 	if taken && holder != c.id {
-		if h := r.cells[holder]; h != nil && h.state.Live() {
+		if h := r.cells[holder]; h != nil && h.state.Live() && endpointKey(h.hb.GetEndpoint()) == key {
 			if !c.conflict {
 				r.metrics.rejected.WithLabelValues("endpoint_conflict").Inc()
 				r.log.Warn("cell advertises an endpoint another live cell holds; keeping it out of the load balancer",
 					"cell", c.id, "endpoint", ep, "holder", holder)
 			}
 			c.conflict = true
-			return
+			return !was
 		}
 	}
-	r.byEndpoint[ep] = c.id
+	r.byEndpoint[key] = c.id
 	c.conflict = false
+	if was {
+		r.log.Info("endpoint conflict cleared: the other claimant is gone", "cell", c.id, "endpoint", ep, "previous_holder", holder)
+	}
+	return was
+}
+
+// endpointKey is ep in canonical form, so that one address written two
+// ways (10.0.0.5:8000 and [::ffff:10.0.0.5]:8000, or IPv6 with and without
+// leading zeros) is one claim. ep was validated as IP:port; anything else
+// is its own key.
+func endpointKey(ep string) string {
+	ap, err := netip.ParseAddrPort(ep)
+	if err != nil {
+		return ep
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port()).String()
 }
 
 func (r *Registry) applyDrain(now time.Time, req *drainRequest) error {
@@ -449,8 +496,8 @@ func (r *Registry) sweep(now time.Time) {
 		case !c.state.Live() && now.Sub(c.stateSince) >= r.cfg.ForgetAfter && now.Sub(c.lastSeen) >= r.cfg.ForgetAfter:
 			delete(r.cells, id)
 			delete(r.dpCells, id)
-			if c.hb != nil && r.byEndpoint[c.hb.GetEndpoint()] == id {
-				delete(r.byEndpoint, c.hb.GetEndpoint())
+			if c.hb != nil && r.byEndpoint[endpointKey(c.hb.GetEndpoint())] == id {
+				delete(r.byEndpoint, endpointKey(c.hb.GetEndpoint()))
 			}
 			r.idsDirty = true
 		}

@@ -48,6 +48,8 @@ func rejectReason(err error) string {
 		return "identity_region"
 	case errors.Is(err, ErrNoCellIdentity):
 		return "no_identity"
+	case errors.Is(err, ErrEndpointNotAllowed):
+		return "endpoint_not_allowed"
 	case errors.Is(err, ErrOversized):
 		return "oversized"
 	case errors.Is(err, ErrTooManyCells):
@@ -131,38 +133,51 @@ func validateEndpoint(ep string) error {
 	return nil
 }
 
+// signalField is one float signal of a heartbeat with its bound: the
+// largest value the controller keeps (summary/bounds.go, shared with the
+// summary so that a kept value can always be published). fraction: the
+// value is a fraction, and more than 1.0001 is corrupt rather than large.
+type signalField struct {
+	name     string
+	v        **float64
+	max      float64
+	fraction bool
+}
+
+// signalFields lists s's float signals with their bounds; the names are
+// the field label of isobar_regional_signals_clamped_total (a fixed set).
+func signalFields(s *isobarpb.Signals) []signalField {
+	return []signalField{
+		{"queue_depth", &s.QueueDepth, summary.MaxSignal, false},
+		{"running", &s.Running, summary.MaxSignal, false},
+		{"ttft_p95_seconds", &s.TtftP95Seconds, summary.MaxTTFTSeconds, false},
+		{"error_rate", &s.ErrorRate, 1, true},
+		{"kv_cache_usage", &s.KvCacheUsage, 1, true},
+		{"gpu_util", &s.GpuUtil, 1, true},
+		{"vram_used", &s.VramUsed, 1, true},
+		{"sm_active", &s.SmActive, 1, true},
+		{"dram_active", &s.DramActive, 1, true},
+		{"power_watts", &s.PowerWatts, summary.MaxSignal, false},
+		{"request_rate", &s.RequestRate, summary.MaxRateRPS, false},
+		{"window_requests", &s.WindowRequests, summary.MaxSignal, false},
+		{"prefix_cache_hit_rate", &s.PrefixCacheHitRate, 1, true},
+	}
+}
+
 // validateSignals refuses non-finite or impossible values rather than let
 // them reach the scorer: a cellagent drops bad values itself, so one that
-// arrives here is a bug or an attack.
+// arrives here is a bug or an attack. A finite value above its bound is
+// not refused here: clampSignals caps it, per cell, when the registry
+// takes the heartbeat.
 func validateSignals(cell string, s *isobarpb.Signals) error {
 	if s == nil {
 		return nil
 	}
-	type field struct {
-		name     string
-		v        *float64
-		fraction bool
-	}
-	fields := []field{
-		{"queue_depth", s.QueueDepth, false},
-		{"running", s.Running, false},
-		{"ttft_p95_seconds", s.TtftP95Seconds, false},
-		{"error_rate", s.ErrorRate, true},
-		{"kv_cache_usage", s.KvCacheUsage, true},
-		{"gpu_util", s.GpuUtil, true},
-		{"vram_used", s.VramUsed, true},
-		{"sm_active", s.SmActive, true},
-		{"dram_active", s.DramActive, true},
-		{"power_watts", s.PowerWatts, false},
-		{"request_rate", s.RequestRate, false},
-		{"window_requests", s.WindowRequests, false},
-		{"prefix_cache_hit_rate", s.PrefixCacheHitRate, true},
-	}
-	for _, f := range fields {
-		if f.v == nil {
+	for _, f := range signalFields(s) {
+		if *f.v == nil {
 			continue
 		}
-		v := *f.v
+		v := **f.v
 		switch {
 		case math.IsNaN(v) || math.IsInf(v, 0):
 			return fmt.Errorf("%w: cell %s: signal %s is %v; want a finite number", ErrInvalidHeartbeat, cell, f.name, v)
@@ -170,8 +185,6 @@ func validateSignals(cell string, s *isobarpb.Signals) error {
 			return fmt.Errorf("%w: cell %s: signal %s is negative (%v)", ErrInvalidHeartbeat, cell, f.name, v)
 		case f.fraction && v > 1.0001:
 			return fmt.Errorf("%w: cell %s: signal %s is %v; want a fraction in [0,1]", ErrInvalidHeartbeat, cell, f.name, v)
-		case v > 1e12:
-			return fmt.Errorf("%w: cell %s: signal %s is implausibly large (%v)", ErrInvalidHeartbeat, cell, f.name, v)
 		}
 	}
 	if t := s.TemperatureCelsius; t != nil && (math.IsNaN(*t) || *t < -50 || *t > 200) {
@@ -182,3 +195,24 @@ func validateSignals(cell string, s *isobarpb.Signals) error {
 
 // trunc bounds outside input quoted in errors and logs.
 func trunc(s string) string { return truncate.Marked(s, 64, "…") }
+
+// clampSignals caps each of s's signals at its bound (signalFields) and
+// returns the names of those it capped. A cell reporting, say, a TTFT P95
+// of 1e5 s keeps its heartbeat (state, endpoint) with TTFT 86,400 s, the
+// most the summary carries: the cell scores as slow as it can, and its
+// region's summary stays valid. It changes s: call it on a message the
+// caller owns (the registry, after Submit).
+func clampSignals(s *isobarpb.Signals) []string {
+	if s == nil {
+		return nil
+	}
+	var capped []string
+	for _, f := range signalFields(s) {
+		if *f.v != nil && **f.v > f.max {
+			hi := f.max
+			*f.v = &hi
+			capped = append(capped, f.name)
+		}
+	}
+	return capped
+}

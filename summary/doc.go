@@ -6,6 +6,12 @@
 // classes and regions — never by the number of cells — so the global
 // controller's inbound traffic does not grow with the fleet.
 //
-// Aggregate and Validate are pure functions (now is passed in) and safe
-// for concurrent use. The package is a leaf: it imports only the protocol.
+// bounds.go is the one set of bounds shared by what the regional
+// controller accepts (heartbeat signals, data-plane reports) and what a
+// summary may carry: Aggregate saturates every aggregate at them, so its
+// output always passes Validate. ValidateAt also refuses summaries dated
+// beyond MaxFutureSkew ahead of the receiver's clock.
+//
+// Aggregate, Validate and ValidateAt are pure functions (now is passed in)
+// and safe for concurrent use. The package is a leaf: it imports only the protocol.
 package summary

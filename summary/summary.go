@@ -74,9 +74,6 @@ const (
 	MaxRegions        = 4096
 	maxNameLen        = 128
 	maxModelNameLen   = 256
-	maxCount          = 1 << 24
-	maxRate           = 1e9
-	maxRTTms          = 60_000
 )
 
 // DefaultContextClasses are the context-length classes used when Input
@@ -108,7 +105,7 @@ func Aggregate(in Input) *isobarpb.RegionSummary {
 	}
 	names := make([]string, 0, len(byModel))
 	for m := range byModel {
-		if m != "" {
+		if m != "" && len(m) <= maxModelNameLen {
 			names = append(names, m)
 		}
 	}
@@ -134,13 +131,13 @@ func Aggregate(in Input) *isobarpb.RegionSummary {
 		peers = peers[:MaxRegions]
 	}
 	for _, r := range peers {
-		s.Rtt = append(s.Rtt, &isobarpb.PeerRTT{Region: r, RttMs: float64(in.RTT[r]) / float64(time.Millisecond)})
+		s.Rtt = append(s.Rtt, &isobarpb.PeerRTT{Region: r, RttMs: saturate(float64(in.RTT[r])/float64(time.Millisecond), MaxRTTMs)})
 	}
 	return s
 }
 
 func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, classes []uint32) *isobarpb.ModelSummary {
-	ms := &isobarpb.ModelSummary{Model: name, DemandRps: finite(demand)}
+	ms := &isobarpb.ModelSummary{Model: name, DemandRps: saturate(demand, MaxRateRPS)}
 	var pressures, lowLoadTTFT, learnedT0 []float64
 	var errWeighted, errRequests, kvFree, confWeighted float64
 	var kvN int
@@ -163,7 +160,7 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 			ms.CellsTerminated++
 		}
 		if c.State == isobarpb.LifecycleState_LIFECYCLE_STATE_READY || c.State == isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING {
-			ms.LoadRps += finite(c.LoadRPS)
+			ms.LoadRps += saturate(c.LoadRPS, MaxRateRPS)
 		}
 		if c.State != isobarpb.LifecycleState_LIFECYCLE_STATE_READY {
 			continue
@@ -171,24 +168,26 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 		if c.Fallback {
 			ms.FallbackCells++
 		}
-		capRPS := finite(c.CapacityRPS)
+		capRPS := saturate(c.CapacityRPS, MaxRateRPS)
 		conf := clamp01(c.CapacityConfidence)
 		ms.CapacityRps += capRPS
 		confWeighted += conf * capRPS
 		p := clamp01(c.Pressure)
 		pressures = append(pressures, p)
 		if c.LowLoadTTFT != nil && isFinite(*c.LowLoadTTFT) && *c.LowLoadTTFT > 0 {
-			learnedT0 = append(learnedT0, *c.LowLoadTTFT)
+			learnedT0 = append(learnedT0, saturate(*c.LowLoadTTFT, MaxTTFTSeconds))
 		}
 		if c.TTFTP95 != nil && isFinite(*c.TTFTP95) {
-			ms.TtftP95Seconds = math.Max(ms.TtftP95Seconds, *c.TTFTP95)
+			ttft := saturate(*c.TTFTP95, MaxTTFTSeconds)
+			ms.TtftP95Seconds = math.Max(ms.TtftP95Seconds, ttft)
 			if p <= lowLoadPressure {
-				lowLoadTTFT = append(lowLoadTTFT, *c.TTFTP95)
+				lowLoadTTFT = append(lowLoadTTFT, ttft)
 			}
 		}
 		if c.ErrorRate != nil && c.WindowRequests != nil && isFinite(*c.ErrorRate) && isFinite(*c.WindowRequests) {
-			errWeighted += clamp01(*c.ErrorRate) * *c.WindowRequests
-			errRequests += *c.WindowRequests
+			w := saturate(*c.WindowRequests, MaxSignal)
+			errWeighted += clamp01(*c.ErrorRate) * w
+			errRequests += w
 		}
 		if c.KVUsage != nil && isFinite(*c.KVUsage) {
 			kvFree += 1 - clamp01(*c.KVUsage)
@@ -209,7 +208,15 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 		if cl.CapacityRps > 0 {
 			cl.CapacityConfidence = clamp01(clsConf[i] / cl.CapacityRps)
 		}
+		// Sums over many cells saturate at the bounds Validate checks
+		// (bounds.go): the summary says "at least this much".
+		cl.CapacityRps = saturate(cl.CapacityRps, MaxRateRPS)
+		cl.Cells = min(cl.Cells, MaxCells)
 	}
+	ms.CapacityRps = saturate(ms.CapacityRps, MaxRateRPS)
+	ms.LoadRps = saturate(ms.LoadRps, MaxRateRPS)
+	ms.CellsLoading, ms.CellsReady, ms.CellsDraining = min(ms.CellsLoading, MaxCells), min(ms.CellsReady, MaxCells), min(ms.CellsDraining, MaxCells)
+	ms.CellsFailed, ms.CellsTerminated, ms.FallbackCells = min(ms.CellsFailed, MaxCells), min(ms.CellsTerminated, MaxCells), min(ms.FallbackCells, MaxCells)
 	ms.ContextClasses = cls
 	if len(pressures) > 0 {
 		slices.Sort(pressures)
@@ -218,11 +225,11 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 		for _, p := range pressures {
 			sum += p
 		}
-		ms.PressureMean = sum / float64(len(pressures))
+		ms.PressureMean = clamp01(sum / float64(len(pressures)))
 		ms.PressureP90 = quantile.Sorted(pressures, 0.9)
 	}
 	if errRequests > 0 {
-		ms.ErrorRate = errWeighted / errRequests
+		ms.ErrorRate = clamp01(errWeighted / errRequests)
 	}
 	if kvN > 0 {
 		ms.KvHeadroom = kvFree / float64(kvN)
@@ -233,20 +240,26 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 	// maximum of a handful of requests: between identical regions it
 	// differs by more than their RTTs, and the planner would spill to a
 	// farther region whose last window happened to be quicker.
-	ms.EngineLatencyMs = finite(defaultLatency)
+	ms.EngineLatencyMs = saturate(defaultLatency, MaxEngineLatencyMs)
 	switch {
 	case len(learnedT0) > 0:
 		slices.Sort(learnedT0)
-		ms.EngineLatencyMs = 1000 * learnedT0[len(learnedT0)/2]
+		ms.EngineLatencyMs = saturate(1000*learnedT0[len(learnedT0)/2], MaxEngineLatencyMs)
 	case len(lowLoadTTFT) > 0:
 		slices.Sort(lowLoadTTFT)
-		ms.EngineLatencyMs = 1000 * lowLoadTTFT[len(lowLoadTTFT)/2]
+		ms.EngineLatencyMs = saturate(1000*lowLoadTTFT[len(lowLoadTTFT)/2], MaxEngineLatencyMs)
 	}
 	return ms
 }
 
-// ErrInvalid is wrapped by every Validate error; test with errors.Is.
-var ErrInvalid = errors.New("summary: invalid")
+// Validation errors; test with errors.Is.
+var (
+	// ErrInvalid is wrapped by every Validate and ValidateAt error.
+	ErrInvalid = errors.New("summary: invalid")
+	// ErrFuture is wrapped (with ErrInvalid) by ValidateAt's refusal of a
+	// summary dated more than MaxFutureSkew after the receiver's clock.
+	ErrFuture = errors.New("summary: dated in the future")
+)
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
@@ -306,10 +319,27 @@ func Validate(s *isobarpb.RegionSummary) error {
 			return bad("region %s: rtt to itself", s.GetRegion())
 		case peers[r.GetRegion()]:
 			return bad("region %s: rtt to %s listed twice", s.GetRegion(), r.GetRegion())
-		case !isFinite(r.GetRttMs()) || r.GetRttMs() < 0 || r.GetRttMs() > maxRTTms:
-			return bad("region %s: rtt to %s is %v ms; want a finite value in [0, %d]", s.GetRegion(), r.GetRegion(), r.GetRttMs(), maxRTTms)
+		case !isFinite(r.GetRttMs()) || r.GetRttMs() < 0 || r.GetRttMs() > MaxRTTMs:
+			return bad("region %s: rtt to %s is %v ms; want a finite value in [0, %d]", s.GetRegion(), r.GetRegion(), r.GetRttMs(), MaxRTTMs)
 		}
 		peers[r.GetRegion()] = true
+	}
+	return nil
+}
+
+// ValidateAt is Validate for a summary received at now (the receiver's
+// clock): it also refuses one dated more than MaxFutureSkew ahead, with an
+// error wrapping ErrFuture and ErrInvalid. A summary from the future would
+// otherwise win Newer over its region's real ones until that time passes.
+// Receivers (global intake, gossip) call this one; Validate is for checks
+// that have no clock (an Aggregate's own output, fuzzing).
+func ValidateAt(s *isobarpb.RegionSummary, now time.Time) error {
+	if err := Validate(s); err != nil {
+		return err
+	}
+	if at := s.GetAt().AsTime(); at.Sub(now) > MaxFutureSkew {
+		return fmt.Errorf("%w: %w: region %s: time %s is %v ahead of this clock (%s), beyond the %v allowed; check the region's clock (NTP)",
+			ErrInvalid, ErrFuture, s.GetRegion(), at.Format(time.RFC3339Nano), at.Sub(now).Round(time.Millisecond), now.Format(time.RFC3339Nano), MaxFutureSkew)
 	}
 	return nil
 }
@@ -321,7 +351,7 @@ func validateModel(m *isobarpb.ModelSummary) error {
 	}
 	counts := []uint32{m.GetCellsLoading(), m.GetCellsReady(), m.GetCellsDraining(), m.GetCellsFailed(), m.GetCellsTerminated(), m.GetFallbackCells()}
 	for _, c := range counts {
-		if c > maxCount {
+		if c > MaxCells {
 			return fmt.Errorf("model %s: cell count %d implausible", name, c)
 		}
 	}
@@ -333,9 +363,9 @@ func validateModel(m *isobarpb.ModelSummary) error {
 		v     float64
 		max   float64
 	}{
-		{"capacity_rps", m.GetCapacityRps(), maxRate}, {"load_rps", m.GetLoadRps(), maxRate},
-		{"demand_rps", m.GetDemandRps(), maxRate}, {"ttft_p95_seconds", m.GetTtftP95Seconds(), 86400},
-		{"engine_latency_ms", m.GetEngineLatencyMs(), 86_400_000},
+		{"capacity_rps", m.GetCapacityRps(), MaxRateRPS}, {"load_rps", m.GetLoadRps(), MaxRateRPS},
+		{"demand_rps", m.GetDemandRps(), MaxRateRPS}, {"ttft_p95_seconds", m.GetTtftP95Seconds(), MaxTTFTSeconds},
+		{"engine_latency_ms", m.GetEngineLatencyMs(), MaxEngineLatencyMs},
 		{"pressure_min", m.GetPressureMin(), 1}, {"pressure_mean", m.GetPressureMean(), 1},
 		{"pressure_p90", m.GetPressureP90(), 1}, {"error_rate", m.GetErrorRate(), 1}, {"kv_headroom", m.GetKvHeadroom(), 1},
 		{"capacity_confidence", m.GetCapacityConfidence(), 1},
@@ -357,7 +387,7 @@ func validateModel(m *isobarpb.ModelSummary) error {
 			return fmt.Errorf("model %s: context classes must have ascending max_tokens > 0", name)
 		}
 		prev = c.GetMaxTokens()
-		if !isFinite(c.GetCapacityRps()) || c.GetCapacityRps() < 0 || c.GetCapacityRps() > maxRate || c.GetCells() > maxCount {
+		if !isFinite(c.GetCapacityRps()) || c.GetCapacityRps() < 0 || c.GetCapacityRps() > MaxRateRPS || c.GetCells() > MaxCells {
 			return fmt.Errorf("model %s: context class %d: bad capacity", name, c.GetMaxTokens())
 		}
 		if cc := c.GetCapacityConfidence(); !isFinite(cc) || cc < 0 || cc > 1 {
@@ -393,13 +423,6 @@ func Newer(a, b *isobarpb.RegionSummary) bool {
 }
 
 func isFinite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
-func finite(v float64) float64 {
-	if !isFinite(v) || v < 0 {
-		return 0
-	}
-	return v
-}
 
 func clamp01(v float64) float64 {
 	switch {

@@ -131,12 +131,15 @@ SAN and, unless --server or --client is given, the uses it needs:
 --name defaults to the cell id (cellagent), the region (regional) or
 gateway-R (gateway). --identity KIND/NAME (or region/R/cell/ID) gives the
 identity directly instead of --role. A server certificate needs a --dns or
---ip SAN for every address clients dial it by.
+--ip SAN for every address clients dial it by. A cellagent certificate
+needs an --ip SAN for the IP it advertises as its endpoint: with mTLS the
+regional controller refuses any other (--endpoint-binding=san, its
+default; mapping or off relax it).
 
 It refuses to replace existing files unless --force; a replacement is
 atomic (rename), so a process never reads half a file.`,
 		Example: `  isobar certs issue --dir pki --role regional --region us-east --dns isobar-regional --ip 127.0.0.1
-  isobar certs issue --dir pki --role cellagent --cell gpu0 --region us-east
+  isobar certs issue --dir pki --role cellagent --cell gpu0 --region us-east --ip 10.0.0.7
   isobar certs issue --dir pki --role global --name g1 --dns isobar-global --ip 10.0.0.5
   isobar certs issue --dir pki --role operator --name alice
   isobar certs issue --dir pki --name envoy --identity gateway/us-east --ttl 720h`,
@@ -286,6 +289,9 @@ func (f *certsIssueFlags) run(cmd *cobra.Command, ro *rootOpts) error {
 		return certsError(err)
 	}
 	fmt.Fprintf(ro.stdout, "issued %s\n  %s\n  %s\n", f.name, certPath, keyPath)
+	if roleID != nil && roleID.Kind == certs.KindCell && len(leaf.IPs) == 0 {
+		fmt.Fprintf(ro.stderr, "note: %s has no --ip SAN; a regional controller with mTLS (--endpoint-binding=san, the default) refuses every endpoint it advertises unless it runs with --endpoint-binding=mapping or off\n", f.name)
+	}
 	return certs.Describe(ro.stdout, is.Cert, time.Now(), "  ")
 }
 

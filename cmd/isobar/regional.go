@@ -17,6 +17,7 @@ import (
 func newRegionalCmd(ro *rootOpts) *cobra.Command {
 	cfg := regional.DefaultConfig("")
 	var weights, lbPolicy, adminTokenFile string
+	var endpointBinding, endpointMapFile string
 	var ef etcdFlags
 	var tf transportFlags
 	var gossipListen, gossipKeyFile string
@@ -57,6 +58,16 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 				}
 			}
 			cfg.XDS.LBPolicy = xdscontract.LBPolicy(lbPolicy)
+			cfg.EndpointBinding = regional.EndpointBinding(endpointBinding)
+			if endpointMapFile != "" {
+				b, err := os.ReadFile(endpointMapFile)
+				if err != nil {
+					return fmt.Errorf("--endpoint-map-file: %w", err)
+				}
+				if cfg.EndpointMap, err = regional.ParseEndpointMap(string(b)); err != nil {
+					return usageError{fmt.Errorf("--endpoint-map-file %s: %w", endpointMapFile, err)}
+				}
+			}
 			if adminTokenFile != "" {
 				b, err := os.ReadFile(adminTokenFile)
 				if err != nil {
@@ -114,6 +125,8 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 	f.StringVar(&weights, "score-weights", "", "override signal weights, e.g. queue=0.3,rtt=0 (signals: "+signalList()+")")
 	f.StringVar(&lbPolicy, "lb-policy", "least_request", "cluster LB policy in xDS: least_request, ring_hash or round_robin")
 	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding the bearer token required by the drain API")
+	f.StringVar(&endpointBinding, "endpoint-binding", "", "how a cell's advertised endpoint is checked against its certificate: san (its IP must be an IP SAN of the cell's certificate; the default with mTLS), mapping (an IP SAN, or a prefix --endpoint-map-file lists for the cell), off (any endpoint; the default with --insecure)")
+	f.StringVar(&endpointMapFile, "endpoint-map-file", "", "with --endpoint-binding=mapping: lines of <cell-id glob> <IP or CIDR>... (e.g. '* 10.244.0.0/16' for a pod network); '#' comments")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "certificate (PEM) with identity spiffe://isobar/region/<region> (isobar certs issue --role regional), served to cellagents and gateways and presented to the global leader")
 	f.StringVar(&cfg.TLS.Key, "tls-key", "", "key (PEM) of --tls-cert")
 	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that client certificates and the global leader's must chain to")
