@@ -22,6 +22,7 @@ import (
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/sim"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // testTimeout bounds every wait on a condition.
@@ -462,3 +463,16 @@ func (f *fakeIngress) counts() (int, map[string]int) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// testHopKey is the hop key of tests whose gateways take forwarded
+// requests.
+var testHopKey = []byte("0123456789abcdef0123456789abcdef")
+
+// provenHop returns the headers of a request forwarded by region's gateway
+// holding testHopKey, proven at the real clock's now (the proof stays
+// valid for the default HopMaxSkew, longer than any test).
+func provenHop(t testing.TB, region string) map[string]string {
+	t.Helper()
+	tok := hopAuth{key: testHopKey, skew: time.Minute}.token(region, time.Now())
+	return map[string]string{xdscontract.DefaultHopHeader: region, xdscontract.HopAuthHeader: tok}
+}

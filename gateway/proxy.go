@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/truncate"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Response headers the gateway sets.
@@ -102,10 +104,20 @@ type outcome struct {
 
 func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	start := g.clock.Now()
+	// Admission first: a gateway that holds its limit reads nothing more.
+	if g.inflight.Add(1) > int64(g.cfg.MaxInflightRequests) {
+		g.inflight.Add(-1)
+		g.m.overloadRefused.Inc()
+		g.m.requests.WithLabelValues("unknown", statusClass(http.StatusServiceUnavailable)).Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds %d requests, its limit; retry later", g.cfg.MaxInflightRequests))
+		return
+	}
+	defer g.inflight.Add(-1)
 	g.m.inflight.Inc()
 	defer g.m.inflight.Dec()
 	out := outcome{model: "unknown"}
-	hop := len(r.Header.Values(g.cfg.HopHeader)) > 0
+	hop := false // set once the hop header's proof is checked
 	defer func() {
 		g.m.requests.WithLabelValues(out.model, statusClass(out.status)).Inc()
 		g.m.duration.WithLabelValues(out.model).Observe(g.clock.Since(start).Seconds())
@@ -131,16 +143,23 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, msg)
 	}
 
+	// The body arrives within the server's ReadTimeout (set when the
+	// request began) or is cut; the deadline is lifted once it is in, so
+	// that the server's background read does not end a long answer.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
-			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			fail(http.StatusRequestTimeout, "timeout", fmt.Sprintf("request body not received within %v", g.cfg.ReadTimeout))
+		default:
+			fail(http.StatusBadRequest, "unreadable", "could not read the request body")
 		}
-		fail(http.StatusBadRequest, "unreadable", "could not read the request body")
 		return
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	model := r.Header.Get(g.cfg.ModelHeader)
 	if model == "" {
 		if model, err = bodyModel(body); err != nil {
@@ -153,6 +172,9 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
 		return
 	}
+	// Only an authenticated isobar gateway's request keeps the hop header
+	// (hop.go); anyone else's is routed, shed and counted as a client's.
+	hop, _ = g.trustHop(r.Header, t.internalOnly)
 	view := newRequestView(r, g.cfg.ModelHeader, model, len(body))
 	var rt *Route
 	if vh := selectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
@@ -190,8 +212,37 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = clockwork.WithTimeout(ctx, g.clock, rt.Timeout)
 		defer cancel()
 	}
+	defer cutStalledWrites(ctx, w)()
 	tokens := promptTokens(r.Header, len(body))
 	out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), rt, cl, out.model, start, func() { shed("saturated") })
+}
+
+// stallGrace is how long a write may still take once the request's context
+// has ended (its route timeout, or the client gone): enough for an error
+// answer to reach a client that reads, not for a stalled reader to keep
+// its slot.
+const stallGrace = time.Second
+
+// cutStalledWrites arranges that when ctx ends, a write to w blocked on a
+// client that does not read fails within stallGrace (a write deadline:
+// http.ResponseController.SetWriteDeadline), so that the handler returns
+// and its slots are freed. Call the returned func before the handler
+// returns: it lifts the deadline again if it was set, so that a
+// keep-alive connection is not poisoned for its next request. Write
+// deadlines are real time: the net package knows no other clock.
+func cutStalledWrites(ctx context.Context, w http.ResponseWriter) (stop func()) {
+	rc := http.NewResponseController(w)
+	cut := make(chan struct{})
+	stopAfter := context.AfterFunc(ctx, func() {
+		defer close(cut)
+		_ = rc.SetWriteDeadline(time.Now().Add(stallGrace))
+	})
+	return func() {
+		if !stopAfter() {
+			<-cut
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
+	}
 }
 
 // attempt is one upstream try.
@@ -386,8 +437,12 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 	out.Host = r.Host
 	out.ContentLength = int64(len(body))
 	out.Header.Set(AttemptHeader, strconv.Itoa(n))
+	out.Header.Del(xdscontract.HopAuthHeader) // never shown to a cell
 	if h.remote {
 		out.Header.Set(g.cfg.HopHeader, g.cfg.Region)
+		if tok := g.hop.token(g.cfg.Region, g.clock.Now()); tok != "" {
+			out.Header.Set(xdscontract.HopAuthHeader, tok)
+		}
 	}
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {

@@ -439,8 +439,9 @@ func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*rout
 
 // modelRoutes appends the routes of one model, in match order:
 //
-//  1. forwarded traffic (hop header present), by context class, to the
-//     local class clusters, then to the local cluster; never shed;
+//  1. forwarded traffic (hop header present: only isobar's, as the
+//     header is internal-only), by context class, to the local class
+//     clusters, then to the local cluster; never shed;
 //  2. client traffic by context class (token header, else content-length)
 //     to the class clusters, with the shed fault;
 //  3. the rest to the model's main cluster, with the shed fault.
@@ -481,6 +482,16 @@ func (b *Builder) buildRouteConfig(plans []routePlan) (*route.RouteConfiguration
 	}
 	rc := &route.RouteConfiguration{
 		Name: xdscontract.RouteName,
+		// The hop routes above serve forwarded traffic unshed; only isobar
+		// may mark a request forwarded. Envoy removes these headers from
+		// every request it finds external before it matches a route
+		// (route.proto internal_only_headers; conn_manager_utility.cc
+		// mutateRequestHeaders → cleanInternalHeaders), so a client cannot
+		// reach a hop route. Which requests are internal is the listener's
+		// use_remote_address and internal_address_config: docs/design.md
+		// §6.1 says what an operator sets. isobar's gateway and picker honour
+		// the list, trusting only a valid hop proof.
+		InternalOnlyHeaders: xdscontract.InternalHeaders(b.cfg.HopHeader),
 		VirtualHosts: []*route.VirtualHost{{
 			Name:    "isobar_models",
 			Domains: []string{"*"},
