@@ -419,12 +419,13 @@ func sseEvents(r io.Reader, fn func(data string) bool) error {
 // fakeIngress stands in for another region's ingress gateway: it answers
 // every completion itself and records the hop header it was sent.
 type fakeIngress struct {
-	srv  *http.Server
-	addr string
-	mu   sync.Mutex
-	n    int
-	hops map[string]int
-	done chan struct{}
+	srv    *http.Server
+	addr   string
+	mu     sync.Mutex
+	n      int
+	hops   map[string]int
+	proofs []string
+	done   chan struct{}
 }
 
 func startIngress(t testing.TB) *fakeIngress {
@@ -436,6 +437,7 @@ func startIngress(t testing.TB) *fakeIngress {
 		f.mu.Lock()
 		f.n++
 		f.hops[r.Header.Get("x-isobar-hop")]++
+		f.proofs = append(f.proofs, r.Header.Values(xdscontract.HopAuthHeader)...)
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set(EndpointHeader, "far-cell")
@@ -460,6 +462,13 @@ func (f *fakeIngress) counts() (int, map[string]int) {
 		out[k] = v
 	}
 	return f.n, out
+}
+
+// proofList returns the hop proofs the ingress received.
+func (f *fakeIngress) proofList() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.proofs...)
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

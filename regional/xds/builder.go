@@ -282,6 +282,19 @@ func (b *Builder) buildEnvoyListener() (*listener.Listener, error) {
 	manager := &hcm.HttpConnectionManager{
 		CodecType:  hcm.HttpConnectionManager_AUTO,
 		StatPrefix: "isobar_ingress",
+		// The ingress is the edge: whether a request is internal (keeps the
+		// route configuration's internal_only_headers, the hop header among
+		// them) is decided by the TCP peer, not by a client's
+		// x-forwarded-for, and no peer is internal (an explicit, empty
+		// internal_address_config; Envoy's implicit default trusted RFC 1918
+		// peers before 1.36). So no client request reaches a hop route
+		// through Envoy; forwarded requests arriving here are served as
+		// client traffic (docs/design.md §6.1). See Envoy's "HTTP header
+		// sanitizing" and http_connection_manager.proto use_remote_address,
+		// internal_address_config; conn_manager_utility.cc
+		// mutateRequestHeaders.
+		UseRemoteAddress:      wrapperspb.Bool(true),
+		InternalAddressConfig: &hcm.HttpConnectionManager_InternalAddressConfig{},
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: xdscontract.RouteName,
