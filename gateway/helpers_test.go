@@ -193,6 +193,12 @@ type testGateway struct {
 // holds routes and the assignments of every cluster.
 func startGateway(t testing.TB, ctrl *control, cfg Config, deps Deps) *testGateway {
 	t.Helper()
+	return startGatewayOn(t, ctrl, cfg, deps, listen(t, "127.0.0.1:0"))
+}
+
+// startGatewayOn is startGateway serving on ln.
+func startGatewayOn(t testing.TB, ctrl *control, cfg Config, deps Deps, ln net.Listener) *testGateway {
+	t.Helper()
 	cfg.Controller = ctrl.addr
 	if cfg.Region == "" {
 		cfg.Region = "r1"
@@ -213,7 +219,7 @@ func startGateway(t testing.TB, ctrl *control, cfg Config, deps Deps) *testGatew
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Start(context.Background(), listen(t, "127.0.0.1:0")); err != nil {
+	if err := g.Start(context.Background(), ln); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Stop)

@@ -110,6 +110,9 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		g.m.overloadRefused.Inc()
 		g.m.requests.WithLabelValues("unknown", statusClass(http.StatusServiceUnavailable)).Inc()
 		w.Header().Set("Retry-After", "1")
+		// Closing the connection spares reading the body: net/http would
+		// otherwise drain it before answering (chunkWriter.writeHeader).
+		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds %d requests, its limit; retry later", g.cfg.MaxInflightRequests))
 		return
 	}
@@ -153,6 +156,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		case errors.As(err, &tooBig):
 			fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
 			fail(http.StatusRequestTimeout, "timeout", fmt.Sprintf("request body not received within %v", g.cfg.ReadTimeout))
 		default:
 			fail(http.StatusBadRequest, "unreadable", "could not read the request body")
