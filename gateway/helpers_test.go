@@ -199,6 +199,15 @@ func startGateway(t testing.TB, ctrl *control, cfg Config, deps Deps) *testGatew
 // startGatewayOn is startGateway serving on ln.
 func startGatewayOn(t testing.TB, ctrl *control, cfg Config, deps Deps, ln net.Listener) *testGateway {
 	t.Helper()
+	tg := launchGateway(t, ctrl, cfg, deps, ln)
+	tg.waitTable(t, "initial configuration", func(tb *Table) bool { return tb.Ready() })
+	return tg
+}
+
+// launchGateway starts a gateway against ctrl on ln, not waiting for its
+// configuration.
+func launchGateway(t testing.TB, ctrl *control, cfg Config, deps Deps, ln net.Listener) *testGateway {
+	t.Helper()
 	cfg.Controller = ctrl.addr
 	if cfg.Region == "" {
 		cfg.Region = "r1"
@@ -225,9 +234,7 @@ func startGatewayOn(t testing.TB, ctrl *control, cfg Config, deps Deps, ln net.L
 	t.Cleanup(g.Stop)
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}
 	t.Cleanup(tr.CloseIdleConnections)
-	tg := &testGateway{Gateway: g, reg: reg, client: &http.Client{Transport: tr}, url: "http://" + g.Addr()}
-	tg.waitTable(t, "initial configuration", func(tb *Table) bool { return tb.Ready() })
-	return tg
+	return &testGateway{Gateway: g, reg: reg, client: &http.Client{Transport: tr}, url: "http://" + g.Addr()}
 }
 
 func (g *testGateway) waitTable(t testing.TB, what string, cond func(*Table) bool) *Table {
