@@ -38,6 +38,7 @@ FUZZ_TARGETS := \
 	./gateway:FuzzPromptText \
 	./gateway/prefix:FuzzIndex \
 	./gateway:FuzzBodyModel \
+	./gateway:FuzzHopProof \
 	./gateway:FuzzRouteMatch \
 	./chaos:FuzzParseScenario \
 	./chaos:FuzzDecodeFault \

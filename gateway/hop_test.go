@@ -140,3 +140,31 @@ func TestHopProofCheck(t *testing.T) {
 		t.Error("a gateway without a key made a proof")
 	}
 }
+
+// The proof check takes any header value without panicking, and accepts
+// only the proof made for that region with the key, within the skew.
+func FuzzHopProof(f *testing.F) {
+	now := time.Unix(1_700_000_000, 0)
+	h := hopAuth{key: testHopKey, skew: 2 * time.Minute}
+	f.Add("eu", h.token("eu", now))
+	f.Add("eu", "v1.1700000000.")
+	f.Add("", "v1..")
+	f.Add("us", "v1.-1."+strings.Repeat("A", 43))
+	f.Fuzz(func(t *testing.T, region, proof string) {
+		got := h.check(region, proof, now)
+		if got == "" && proof != h.token(region, now) {
+			// The only other accepted proofs are those of other seconds
+			// within the skew, made with the key.
+			ok := false
+			for d := -h.skew; d <= h.skew; d += time.Second {
+				if proof == h.token(region, now.Add(d)) {
+					ok = true
+					break
+				}
+			}
+			if !ok {
+				t.Fatalf("accepted %q for region %q", proof, region)
+			}
+		}
+	})
+}

@@ -44,7 +44,9 @@ func largeCells() int {
 func TestDataPlanesFollowLargeRegion(t *testing.T) {
 	n := largeCells()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{ContextClasses: []uint32{4096, 8192, 32768}}, largeRegion(n))
-	all := func(tb *Table) bool { return tb != nil && len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == n }
+	all := func(tb *Table) bool {
+		return tb != nil && len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == n
+	}
 
 	// A generous deadline: decoding and checking the whole EDS is slow under
 	// -race on a busy machine; this is no timing assert.
@@ -74,6 +76,10 @@ func TestDataPlanesFollowLargeRegion(t *testing.T) {
 	}
 	if limit != float64(xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells)) {
 		t.Errorf("receive limit %v, want the controller's default cap's %d", limit, xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells))
+	}
+	// The controller's whole default cap fits, under the alert threshold.
+	if full := size / float64(n) * xdscontract.DefaultMaxCells; full > xdsNearLimitFraction*limit {
+		t.Errorf("a %d-cell region's EDS (%.1f MiB at this size per cell) is above %.0f%% of the receive limit", xdscontract.DefaultMaxCells, full/(1<<20), 100*xdsNearLimitFraction)
 	}
 	if tl := g.metric(t, "isobar_gateway_xds_responses_too_large_total", nil); tl != 0 {
 		t.Errorf("%v responses too large", tl)
