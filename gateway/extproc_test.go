@@ -137,9 +137,9 @@ func completionBody(model string, n int) []byte {
 
 // epAnswer is what the picker answered the request phase.
 type epAnswer struct {
-	dest      string // DestinationEndpointHeader set by the mutation; "" none
-	mdDest    string // the envoy.lb dynamic metadata's endpoint
-	removed   bool   // DestinationEndpointHeader removed
+	dest      string   // DestinationEndpointHeader set by the mutation; "" none
+	mdDest    string   // the envoy.lb dynamic metadata's endpoint
+	removed   bool     // DestinationEndpointHeader removed
 	hop       string   // the hop header set
 	removes   []string // the headers removed
 	clear     bool     // clear_route_cache
