@@ -191,10 +191,12 @@ func TestStalledReaderIsCutAtRouteTimeout(t *testing.T) {
 	waitFor(t, "the stream in flight", func() bool {
 		return g.metric(t, "isobar_gateway_upstream_inflight_requests", map[string]string{"endpoint": "s"}) == 1
 	})
+	started := time.Now()
 	waitFor(t, "the stalled stream cut", func() bool {
 		return g.metric(t, "isobar_gateway_inflight_requests", nil) == 0 &&
 			g.metric(t, "isobar_gateway_upstream_inflight_requests", map[string]string{"endpoint": "s"}) == 0
 	})
+	t.Logf("stalled reader (route timeout 2s): request and upstream slots freed %.1fs after the stream started", time.Since(started).Seconds())
 }
 
 // blockingUpstream holds every request until release is closed (or the
