@@ -93,7 +93,7 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 	f.StringVar(&d.cfg.MetricsListen, "metrics-listen", "", "extra address serving only /metrics; empty: none")
 	f.IntVar(&d.cfg.MaxInflightRequests, "max-inflight", 4096, "completion requests held at once; one more is answered 503 before its body is read")
 	f.DurationVar(&d.cfg.ReadTimeout, "read-timeout", 60*time.Second, "time to receive a request's headers and body; a slower body is answered 408 and its connection closed")
-	f.DurationVar(&d.cfg.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "time to receive a request's headers (at most --read-timeout)")
+	f.DurationVar(&d.cfg.ReadHeaderTimeout, "read-header-timeout", 0, "time to receive a request's headers, at most --read-timeout (default the lesser of 10s and --read-timeout)")
 	f.DurationVar(&d.cfg.IdleTimeout, "idle-timeout", 120*time.Second, "how long a keep-alive connection may wait for its next request")
 	d.add(cmd, string(gateway.LBXDS), "client certificate (PEM) with identity spiffe://isobar/gateway/<region> (isobar certs issue --role gateway) for mTLS to the controller; with --tls-key and --tls-ca")
 	return cmd
