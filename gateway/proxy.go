@@ -111,8 +111,11 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		g.m.requests.WithLabelValues("unknown", statusClass(http.StatusServiceUnavailable)).Inc()
 		w.Header().Set("Retry-After", "1")
 		// Closing the connection spares reading the body: net/http would
-		// otherwise drain it before answering (chunkWriter.writeHeader).
+		// otherwise drain it before answering (chunkWriter.writeHeader),
+		// and a read deadline in the past keeps the body's Close from
+		// draining it afterwards (body.Close reads up to 256 KiB).
 		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds %d requests, its limit; retry later", g.cfg.MaxInflightRequests))
 		return
 	}
