@@ -277,3 +277,34 @@ func TestInflightCapAnswers503(t *testing.T) {
 		t.Errorf("after the burst: %d", r.status)
 	}
 }
+
+// A request whose headers name its model and length is routed, and shed
+// by the plan, before its body is read: a client cannot make the gateway
+// wait for (or hold) the body of a request the plan refuses.
+func TestShedBeforeBody(t *testing.T) {
+	a := engine(t, model, 4096, nil, 0)
+	st := oneModel(model, endpointOf(t, "a", a.Addr(), 1, 4096))
+	st.Models[0].Shed = 1
+	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
+	g := startGateway(t, ctrl, Config{}, Deps{})
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, rawRequest(1<<20)); err != nil { // the body never comes
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(testTimeout)) // a test bound only
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer before the body: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get(ShedHeader) != "plan" {
+		t.Errorf("answer %d (%s %q), want the plan's 429", resp.StatusCode, ShedHeader, resp.Header.Get(ShedHeader))
+	}
+	if n := g.metric(t, "isobar_gateway_shed_total", map[string]string{"reason": "fault"}); n != 1 {
+		t.Errorf("shed count %v, want 1", n)
+	}
+}

@@ -110,12 +110,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		g.m.overloadRefused.Inc()
 		g.m.requests.WithLabelValues("unknown", statusClass(http.StatusServiceUnavailable)).Inc()
 		w.Header().Set("Retry-After", "1")
-		// Closing the connection spares reading the body: net/http would
-		// otherwise drain it before answering (chunkWriter.writeHeader),
-		// and a read deadline in the past keeps the body's Close from
-		// draining it afterwards (body.Close reads up to 256 KiB).
-		w.Header().Set("Connection", "close")
-		_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+		abandonBody(w)
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds %d requests, its limit; retry later", g.cfg.MaxInflightRequests))
 		return
 	}
@@ -149,6 +144,59 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, msg)
 	}
 
+	// route matches the request (model, body length) and settles what the
+	// plan says of it: its model label, its demand, the route's shed share.
+	// false: it has been answered.
+	var (
+		t  *table
+		rt *Route
+	)
+	route := func(model string, bodyLen int) bool {
+		if t = g.tbl.Load(); t == nil || t.vhosts == nil {
+			fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
+			return false
+		}
+		// Only an authenticated isobar gateway's request keeps the hop
+		// header (hop.go); anyone else's is routed, shed and counted as a
+		// client's.
+		hop, _ = g.trustHop(r.Header, t.internalOnly)
+		view := newRequestView(r, g.cfg.ModelHeader, model, bodyLen)
+		if vh := selectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
+			rt = matchRoute(vh, r.URL.RequestURI(), view)
+		}
+		if rt == nil {
+			fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
+			return false
+		}
+		out.model = rt.Model
+		if out.model == "" {
+			out.model = t.soleModel
+		}
+		if out.model == "" {
+			out.model = "unknown"
+		}
+		if !hop {
+			g.rep.addDemand(out.model)
+		}
+		if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
+			if rt.AbortStatus == http.StatusTooManyRequests {
+				shed("fault")
+			}
+			fail(rt.AbortStatus, "", "request shed by the routing plan; retry later")
+			return false
+		}
+		return true
+	}
+	// With the model in its header and the body's length declared, the
+	// route and the plan's shed share are settled before the body is read:
+	// a request refused there is never read.
+	headerModel := r.Header.Get(g.cfg.ModelHeader)
+	early := headerModel != "" && r.ContentLength >= 0 && r.ContentLength <= g.cfg.MaxBodyBytes
+	if early && !route(headerModel, int(r.ContentLength)) {
+		abandonBody(w)
+		return
+	}
+
 	// The body arrives within the server's ReadTimeout (set when the
 	// request began) or is cut; the deadline is lifted once it is in, so
 	// that the server's background read does not end a long answer.
@@ -167,46 +215,17 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	model := r.Header.Get(g.cfg.ModelHeader)
-	if model == "" {
-		if model, err = bodyModel(body); err != nil {
-			fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
+	if !early {
+		model := headerModel
+		if model == "" {
+			if model, err = bodyModel(body); err != nil {
+				fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
+				return
+			}
+		}
+		if !route(model, len(body)) {
 			return
 		}
-	}
-	t := g.tbl.Load()
-	if t == nil || t.vhosts == nil {
-		fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
-		return
-	}
-	// Only an authenticated isobar gateway's request keeps the hop header
-	// (hop.go); anyone else's is routed, shed and counted as a client's.
-	hop, _ = g.trustHop(r.Header, t.internalOnly)
-	view := newRequestView(r, g.cfg.ModelHeader, model, len(body))
-	var rt *Route
-	if vh := selectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
-		rt = matchRoute(vh, r.URL.RequestURI(), view)
-	}
-	if rt == nil {
-		fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
-		return
-	}
-	out.model = rt.Model
-	if out.model == "" {
-		out.model = t.soleModel
-	}
-	if out.model == "" {
-		out.model = "unknown"
-	}
-	if !hop {
-		g.rep.addDemand(out.model)
-	}
-	if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
-		if rt.AbortStatus == http.StatusTooManyRequests {
-			shed("fault")
-		}
-		fail(rt.AbortStatus, "", "request shed by the routing plan; retry later")
-		return
 	}
 	cl := t.clusters[rt.Cluster]
 	if cl == nil {
@@ -222,6 +241,17 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	defer cutStalledWrites(ctx, w)()
 	tokens := promptTokens(r.Header, len(body))
 	out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), rt, cl, out.model, start, func() { shed("saturated") })
+}
+
+// abandonBody makes the answer being written the connection's last, its
+// request body unread: "Connection: close" spares net/http draining the
+// body before the answer (chunkWriter.writeHeader), and a read deadline in
+// the past keeps the body's Close from draining it afterwards (body.Close
+// reads up to 256 KiB), so a slow body holds nothing. Call it before the
+// answer is written.
+func abandonBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
 }
 
 // stallGrace is how long a write may still take once the request's context
