@@ -32,7 +32,9 @@
 //     max_model_len), /health (200 once routes, clusters and endpoints
 //     arrived) and /metrics (Deps.Gatherer). A completion request is
 //     admitted first: past Config.MaxInflightRequests it is answered 503
-//     before its body is read. Its headers and body must arrive within
+//     before its body is read. When its headers name its model and declare
+//     its length, it is routed, counted and shed by the plan before the
+//     body is read too. Its headers and body must arrive within
 //     Config.ReadTimeout (else 408, connection closed); the deadline is then
 //     lifted, and the route's timeout bounds the rest: when it ends, a
 //     write blocked on a client that does not read fails within a second
