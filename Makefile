@@ -39,6 +39,7 @@ FUZZ_TARGETS := \
 	./gateway:FuzzPromptText \
 	./gateway/prefix:FuzzIndex \
 	./gateway:FuzzBodyModel \
+	./gateway:FuzzHopProof \
 	./gateway:FuzzRouteMatch \
 	./chaos:FuzzParseScenario \
 	./chaos:FuzzDecodeFault \

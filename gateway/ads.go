@@ -11,6 +11,9 @@ import (
 	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/isobar-mesh/isobar/backoff"
@@ -40,6 +43,12 @@ type subscription struct {
 	// connected reports the stream going up (true) or down (false); may be
 	// nil.
 	connected func(bool)
+	// maxMsg is the largest response received (grpc.MaxCallRecvMsgSize);
+	// 0: gRPC's default 4 MiB.
+	maxMsg int
+	// size, when set, is told the encoded size of every response received
+	// and whether a stream broke on one above maxMsg (n is then 0).
+	size func(n int, tooLarge bool)
 }
 
 // run serves the subscription until ctx ends.
@@ -72,7 +81,7 @@ func (s *subscription) run(ctx context.Context) {
 func (s *subscription) session(ctx context.Context) (got bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rec := &recordingConn{ClientConnInterface: s.conn}
+	rec := &recordingConn{ClientConnInterface: s.conn, maxMsg: s.maxMsg, size: s.size}
 	cl := sotw.NewADSClient(sctx, s.node, s.typeURL)
 	if err := cl.InitConnect(rec); err != nil {
 		return false, err
@@ -83,6 +92,11 @@ func (s *subscription) session(ctx context.Context) (got bool, err error) {
 	for {
 		resp, err := cl.Fetch()
 		if err != nil {
+			if status.Code(err) == codes.ResourceExhausted && s.size != nil {
+				s.size(0, true)
+				s.log.Error("xds response above the receive limit; the stream reconnects and the last configuration stays in use: set --xds-max-cells to the controller's --max-cells",
+					"type", s.label, "limit_bytes", s.maxMsg, "err", err)
+			}
 			return got, err
 		}
 		if first && s.connected != nil {
@@ -116,15 +130,22 @@ func (s *subscription) session(ctx context.Context) (got bool, err error) {
 }
 
 // recordingConn wraps the gRPC connection so that the version_info of the
-// responses the ADS client receives can be read: the client's Response
-// carries only the resources.
+// responses the ADS client receives can be read (the client's Response
+// carries only the resources), their sizes measured, and the stream opened
+// with the receive limit (go-control-plane's client takes no call
+// options).
 type recordingConn struct {
 	grpc.ClientConnInterface
+	maxMsg  int
+	size    func(n int, tooLarge bool)
 	mu      sync.Mutex
 	version string
 }
 
 func (c *recordingConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if c.maxMsg > 0 {
+		opts = append(opts, grpc.MaxCallRecvMsgSize(c.maxMsg))
+	}
 	st, err := c.ClientConnInterface.NewStream(ctx, desc, method, opts...)
 	if err != nil {
 		return nil, err
@@ -146,6 +167,9 @@ type recordingStream struct {
 func (s *recordingStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if r, ok := m.(*discovery.DiscoveryResponse); ok && err == nil {
+		if s.c.size != nil {
+			s.c.size(proto.Size(r), false)
+		}
 		s.c.mu.Lock()
 		s.c.version = r.GetVersionInfo()
 		s.c.mu.Unlock()

@@ -86,13 +86,48 @@ type Config struct {
 	ModelHeader string
 	// HopHeader marks requests forwarded from another region. Default
 	// xdscontract.DefaultHopHeader ("x-isobar-hop"), as in the regional
-	// controller.
+	// controller. It is trusted only with a valid proof made with HopKey
+	// (hop.go); from anyone else it is removed before routing.
 	HopHeader string
+	// HopKey is the secret every region's gateways and pickers share to
+	// prove a forwarded request (xdscontract.HopAuthHeader), at least
+	// MinHopKeyBytes bytes. Empty: this gateway trusts no hop header (every
+	// request is a client's: routed, shed and counted as such) and its own
+	// forwarded requests carry no proof.
+	HopKey []byte
+	// HopMaxSkew is how far a hop proof's issue time may be from this
+	// gateway's clock, either way: the clock skew allowed between regions,
+	// and the window in which a proof seen on the wire can be replayed.
+	// Default 2 min.
+	HopMaxSkew time.Duration
 	// RouteName is the RouteConfiguration the gateway serves from. Default
 	// xdscontract.RouteName.
 	RouteName string
 	// MaxBodyBytes caps a request body (HTTP 413 beyond). Default 16 MiB.
 	MaxBodyBytes int64
+	// MaxInflightRequests caps the completion requests the gateway holds
+	// at once, from arrival to the last response byte; one more is answered
+	// 503 at once, before its body is read, and counted in
+	// isobar_gateway_overload_refused_total. Default 4096.
+	MaxInflightRequests int
+	// ReadTimeout bounds the reading of a request, headers and body: a body
+	// not received whole in time is answered 408 and its connection closed
+	// (http.Server.ReadTimeout; lifted once the body is in, so that a
+	// streamed answer is bounded by its route's timeout instead). Default
+	// 60 s.
+	ReadTimeout time.Duration
+	// ReadHeaderTimeout bounds the reading of a request's headers. Default
+	// 10 s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request. Default 120 s.
+	IdleTimeout time.Duration
+	// MaxXDSMessageBytes is the largest xDS response the gateway receives
+	// (gRPC's MaxCallRecvMsgSize on its ADS streams). Default
+	// xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells): sized
+	// for the largest region the controller admits by default; size it with
+	// MaxXDSMessageBytes(the controller's --max-cells) when that is raised.
+	MaxXDSMessageBytes int
 	// DrainTimeout bounds how long Stop lets in-flight requests finish
 	// before closing their connections. Default 30 s.
 	DrainTimeout time.Duration
@@ -131,6 +166,24 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 16 << 20
+	}
+	if c.HopMaxSkew == 0 {
+		c.HopMaxSkew = 2 * time.Minute
+	}
+	if c.MaxInflightRequests == 0 {
+		c.MaxInflightRequests = 4096
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = 60 * time.Second
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = min(10*time.Second, c.ReadTimeout)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
+	if c.MaxXDSMessageBytes == 0 {
+		c.MaxXDSMessageBytes = xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells)
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 30 * time.Second
@@ -185,10 +238,23 @@ func (c Config) validate() error {
 	if c.MaxBodyBytes < 1 {
 		return bad("MaxBodyBytes %d is below 1", c.MaxBodyBytes)
 	}
+	if n := len(c.HopKey); n > 0 && n < MinHopKeyBytes {
+		return bad("HopKey has %d bytes; use at least %d random bytes (e.g. head -c 32 /dev/urandom > hop.key), the same on every region's gateways", n, MinHopKeyBytes)
+	}
+	if c.MaxInflightRequests < 1 {
+		return bad("MaxInflightRequests %d is below 1", c.MaxInflightRequests)
+	}
+	if c.MaxXDSMessageBytes < 4<<20 {
+		return bad("MaxXDSMessageBytes %d is below gRPC's default 4 MiB; leave it zero for the default", c.MaxXDSMessageBytes)
+	}
+	if c.ReadHeaderTimeout > c.ReadTimeout {
+		return bad("ReadHeaderTimeout %v is above ReadTimeout %v, which covers the headers too", c.ReadHeaderTimeout, c.ReadTimeout)
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"DrainTimeout", c.DrainTimeout}, {"ReportInterval", c.ReportInterval}, {"MinBackoff", c.MinBackoff}, {"MaxBackoff", c.MaxBackoff}} {
+	}{{"DrainTimeout", c.DrainTimeout}, {"ReportInterval", c.ReportInterval}, {"MinBackoff", c.MinBackoff}, {"MaxBackoff", c.MaxBackoff},
+		{"HopMaxSkew", c.HopMaxSkew}, {"ReadTimeout", c.ReadTimeout}, {"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"IdleTimeout", c.IdleTimeout}} {
 		if d.v < time.Millisecond {
 			return bad("%s %v is below 1ms; leave it zero for the default", d.name, d.v)
 		}

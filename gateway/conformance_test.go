@@ -79,7 +79,7 @@ func TestConformanceLocalityWeightsPlanChangeAndHop(t *testing.T) {
 	a, b := engine(t, model, 4096, nil, 0), engine(t, model, 4096, nil, 0)
 	ing := startIngress(t)
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{Region: "r1"}, regionState(t, a.Addr(), b.Addr(), ing.addr, 800, 200))
-	g := startGateway(t, ctrl, Config{Region: "r1"}, Deps{})
+	g := startGateway(t, ctrl, Config{Region: "r1", HopKey: testHopKey}, Deps{})
 
 	const n = 2000
 	check := func(what string, wantRemote, tol float64) {
@@ -127,7 +127,7 @@ func TestConformanceLocalityWeightsPlanChangeAndHop(t *testing.T) {
 	// forwarded, even with the remote locality at 99 %.
 	ctrl.push(regionState(t, a.Addr(), b.Addr(), ing.addr, 10, 990))
 	before, _ := ing.counts()
-	byEP, byStatus := g.spread(t, 300, 4, model, 40, map[string]string{"x-isobar-hop": "r3"})
+	byEP, byStatus := g.spread(t, 300, 4, model, 40, provenHop(t, "r3"))
 	after, _ := ing.counts()
 	if after != before || byStatus[http.StatusOK] != 300 || byEP["a"]+byEP["b"] != 300 {
 		t.Errorf("hop requests: ingress got %d, statuses %v, endpoints %v; want all 300 served by a and b", after-before, byStatus, byEP)
@@ -162,7 +162,7 @@ func TestConformanceShed(t *testing.T) {
 	st := oneModel(model, endpointOf(t, "a", a.Addr(), 1, 4096))
 	st.Models[0].Shed = 0.3
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	g := startGateway(t, ctrl, Config{}, Deps{})
+	g := startGateway(t, ctrl, Config{HopKey: testHopKey}, Deps{})
 	const n = 1000
 	_, byStatus := g.spread(t, n, 4, model, 40, nil)
 	shed := byStatus[http.StatusTooManyRequests]
@@ -186,7 +186,7 @@ func TestConformanceShed(t *testing.T) {
 	if got := r.header.Get(ShedHeader); got != "plan" {
 		t.Errorf("plan shed's %s header = %q, want plan", ShedHeader, got)
 	}
-	_, byStatus = g.spread(t, 300, 4, model, 40, map[string]string{"x-isobar-hop": "r2"})
+	_, byStatus = g.spread(t, 300, 4, model, 40, provenHop(t, "r2"))
 	if byStatus[http.StatusOK] != 300 {
 		t.Errorf("forwarded requests: statuses %v, want all 300 served", byStatus)
 	}

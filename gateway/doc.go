@@ -16,7 +16,11 @@
 //     faults); a refused one is NACKed, counted and logged, NACKs are paced
 //     by the same backoff, and the previous resources of that type stay in
 //     use. Without its controller the gateway keeps routing on what it last
-//     accepted.
+//     accepted. The streams receive responses up to
+//     Config.MaxXDSMessageBytes (xdscontract.MaxXDSMessageBytes of the
+//     controller's cell cap); each response's size is exported, one above
+//     75 % of the limit is counted and warned about, and a stream broken by
+//     one above it is counted (isobar_gateway_xds_responses_*).
 //   - The routing table (Table, read-only, replaced on every accepted
 //     update): clusters (LB policy, locality weighting, choice count and
 //     active-request bias, connect timeout, max_requests, retry budget,
@@ -26,8 +30,20 @@
 //   - The proxy. POST /v1/completions and /v1/chat/completions; GET
 //     /v1/models (the models the routes name, with the largest known
 //     max_model_len), /health (200 once routes, clusters and endpoints
-//     arrived) and /metrics (Deps.Gatherer). A request body is read once,
-//     capped at Config.MaxBodyBytes (413), and kept for retries. The route
+//     arrived) and /metrics (Deps.Gatherer). A completion request is
+//     admitted first: past Config.MaxInflightRequests it is answered 503
+//     before its body is read. When its headers name its model and declare
+//     its length, it is routed, counted and shed by the plan before the
+//     body is read too. Its headers and body must arrive within
+//     Config.ReadTimeout (else 408, connection closed); the deadline is then
+//     lifted, and the route's timeout bounds the rest: when it ends, a
+//     write blocked on a client that does not read fails within a second
+//     (a write deadline), freeing the request's slots. Idle keep-alive
+//     connections close after Config.IdleTimeout. A request body is read
+//     once, capped at Config.MaxBodyBytes (413), and kept for retries. The
+//     hop header is trusted only with a valid proof made with Config.HopKey
+//     (hop.go); otherwise it, the proof and the route configuration's
+//     internal_only_headers are removed before the route is matched. The route
 //     is matched as Envoy matches: virtual host by Host, then the first
 //     route whose path and header matchers (exact, prefix, suffix,
 //     contains, RE2 regex, present, int64 range, invert, ignore case) all
@@ -130,15 +146,16 @@
 //   - Streaming: response bodies are relayed chunk by chunk, each flushed as
 //     it arrives; TTFT is the time from arrival to the first body byte.
 //   - Forwarding: a request sent to an endpoint of another region carries
-//     Config.HopHeader set to Config.Region, so the next gateway serves it
-//     locally. Responses carry EndpointHeader (cell id, or the remote
+//     Config.HopHeader set to Config.Region and, with Config.HopKey, a fresh
+//     proof (xdscontract.HopAuthHeader), so the next gateway serves it
+//     locally; no cell is ever sent a proof. Responses carry EndpointHeader (cell id, or the remote
 //     ingress address) and RegionHeader; a forwarded response's own
 //     EndpointHeader is passed on as UpstreamEndpointHeader.
 //   - Reports: a DataPlane.Report stream to the controller, one report per
 //     Config.ReportInterval with per-endpoint deltas (requests; errors =
 //     connect failures, resets, timeouts and 5xx; rejected = 4xx) and the
-//     client-originated demand per model (requests without the hop header
-//     that matched a route) with the share refused with 429. Deltas that
+//     client-originated demand per model (requests without a proven hop
+//     header that matched a route) with the share refused with 429. Deltas that
 //     could not be sent roll into the next report; Stop sends a final one.
 //   - Metrics (isobar_gateway_*) on the injected registry, per-endpoint
 //     series dropped when the endpoint leaves the configuration.

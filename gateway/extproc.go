@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/truncate"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // The classes of a stream's failure. refuse maps each to its gRPC code
@@ -362,11 +364,15 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 		model = m
 	}
 	v.model = model
-	hop := len(v.hdr.Values(g.cfg.HopHeader)) > 0
 	t := g.tbl.Load()
 	if t == nil || t.vhosts == nil {
 		return s.refuseRequest("unavailable", http.StatusServiceUnavailable, "the picker has no route configuration yet", nil)
 	}
+	// As the gateway: the hop header counts only with a valid proof
+	// (hop.go); otherwise it is removed here and from Envoy's copy of the
+	// request (with the route recomputed), so that neither this pick nor
+	// Envoy's route treats the request as forwarded.
+	hop, removed := g.trustHop(v.hdr, t.internalOnly)
 	var rt *Route
 	if vh := selectVirtualHost(t.vhosts, strings.ToLower(v.authority)); vh != nil {
 		rt = matchRoute(vh, v.path, v)
@@ -434,9 +440,16 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 	set := []*core.HeaderValueOption{overwrite(DestinationEndpointHeader, h.ep.Address)}
 	if h.remote {
 		set = append(set, overwrite(g.cfg.HopHeader, g.cfg.Region))
+		if tok := g.hop.token(g.cfg.Region, g.clock.Now()); tok != "" {
+			set = append(set, overwrite(xdscontract.HopAuthHeader, tok))
+		}
+		// Set, not removed: this picker forwards it now.
+		removed = slices.DeleteFunc(removed, func(h string) bool { return h == g.cfg.HopHeader || h == xdscontract.HopAuthHeader })
+	} else if hop {
+		removed = append(removed, xdscontract.HopAuthHeader) // never shown to a cell
 	}
 	return decision{
-		common: &extprocpb.CommonResponse{HeaderMutation: &extprocpb.HeaderMutation{SetHeaders: set}, ClearRouteCache: true},
+		common: &extprocpb.CommonResponse{HeaderMutation: &extprocpb.HeaderMutation{SetHeaders: set, RemoveHeaders: removed}, ClearRouteCache: true},
 		md: &structpb.Struct{Fields: map[string]*structpb.Value{
 			DestinationEndpointNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 				DestinationEndpointHeader: structpb.NewStringValue(h.ep.Address)}})}},

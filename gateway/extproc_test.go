@@ -137,11 +137,12 @@ func completionBody(model string, n int) []byte {
 
 // epAnswer is what the picker answered the request phase.
 type epAnswer struct {
-	dest      string // DestinationEndpointHeader set by the mutation; "" none
-	mdDest    string // the envoy.lb dynamic metadata's endpoint
-	removed   bool   // DestinationEndpointHeader removed
-	hop       string // the hop header set
-	clear     bool   // clear_route_cache
+	dest      string   // DestinationEndpointHeader set by the mutation; "" none
+	mdDest    string   // the envoy.lb dynamic metadata's endpoint
+	removed   bool     // DestinationEndpointHeader removed
+	hop       string   // the hop header set
+	removes   []string // the headers removed
+	clear     bool     // clear_route_cache
 	immediate *extprocpb.ImmediateResponse
 }
 
@@ -302,6 +303,7 @@ func (c *epCall) read(common *extprocpb.CommonResponse, md *structpb.Struct) {
 			c.ans.hop = string(h.GetHeader().GetRawValue())
 		}
 	}
+	c.ans.removes = common.GetHeaderMutation().GetRemoveHeaders()
 	c.ans.removed = slices.Contains(common.GetHeaderMutation().GetRemoveHeaders(), DestinationEndpointHeader)
 	c.ans.mdDest = md.GetFields()[DestinationEndpointNamespace].GetStructValue().GetFields()[DestinationEndpointHeader].GetStringValue()
 }

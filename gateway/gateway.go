@@ -36,6 +36,8 @@ type Gateway struct {
 	dialOpts  []grpc.DialOption
 	dec       decoder
 	bufs      sync.Pool
+	hop       hopAuth
+	inflight  atomic.Int64 // completion requests held, against Config.MaxInflightRequests
 
 	tbl atomic.Pointer[table]
 
@@ -73,6 +75,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		picker:  picker{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), rand: deps.Rand, place: cfg.Placement},
 		dec:     decoder{modelHeader: cfg.ModelHeader},
 		reg:     newHostRegistry(),
+		hop:     hopAuth{key: cfg.HopKey, skew: cfg.HopMaxSkew},
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -86,6 +89,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.m, err = newMetrics(deps.Registerer, newStateCollector(g)); err != nil {
 		return nil, err
 	}
+	g.m.xdsRespLimit.Set(float64(cfg.MaxXDSMessageBytes))
 	g.rep = newReporter(cfg, g.clock, g.log, g.m)
 	if deps.Transport != nil {
 		g.transport = deps.Transport
@@ -166,6 +170,8 @@ func (g *Gateway) Start(ctx context.Context, ln net.Listener) error {
 				}
 				g.m.xdsConnected.WithLabelValues(label).Set(v)
 			},
+			maxMsg: g.cfg.MaxXDSMessageBytes,
+			size:   func(n int, tooLarge bool) { g.xdsSize(label, n, tooLarge) },
 		}
 		g.wg.Go(func() { sub.run(bctx) })
 	}
@@ -174,7 +180,10 @@ func (g *Gateway) Start(ctx context.Context, ln net.Listener) error {
 		defer close(g.repDone)
 		g.rep.run(bctx, conn)
 	}()
-	g.srv = &http.Server{Handler: g.handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+	// ReadTimeout covers headers and body; handleGenerate lifts it once the
+	// body is in (a streamed answer is bounded by its route's timeout).
+	g.srv = &http.Server{Handler: g.handler, ReadHeaderTimeout: g.cfg.ReadHeaderTimeout, ReadTimeout: g.cfg.ReadTimeout,
+		IdleTimeout: g.cfg.IdleTimeout, ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
 	g.srvDone = make(chan struct{})
 	go func() {
 		defer close(g.srvDone)
@@ -183,7 +192,25 @@ func (g *Gateway) Start(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	g.log.Info("gateway started", "listen", g.addr, "controller", g.cfg.Controller, "region", g.cfg.Region, "lb", string(g.cfg.LB))
+	if len(g.cfg.HopKey) == 0 {
+		g.log.Info("no hop key: requests forwarded from other regions are served as client traffic (shed, counted, forwarded again); give every region's gateways the same --hop-key-file to serve them as forwarded")
+	}
 	return nil
+}
+
+// xdsSize records the size of a response of type label, or a stream broken
+// by one above the limit, and warns when one nears the limit.
+func (g *Gateway) xdsSize(label string, n int, tooLarge bool) {
+	if tooLarge {
+		g.m.xdsTooLarge.WithLabelValues(label).Inc()
+		return
+	}
+	g.m.xdsRespBytes.WithLabelValues(label).Set(float64(n))
+	if float64(n) > xdsNearLimitFraction*float64(g.cfg.MaxXDSMessageBytes) {
+		g.m.xdsNearLimit.WithLabelValues(label).Inc()
+		g.log.Warn("xds response near the receive limit; raise --xds-max-cells (and the controller's --max-cells) before the region grows past it",
+			"type", label, "bytes", n, "limit_bytes", g.cfg.MaxXDSMessageBytes)
+	}
 }
 
 // Addr returns the address Start listens on ("" before Start).

@@ -22,6 +22,7 @@ import (
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/sim"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // testTimeout bounds every wait on a condition.
@@ -192,6 +193,21 @@ type testGateway struct {
 // holds routes and the assignments of every cluster.
 func startGateway(t testing.TB, ctrl *control, cfg Config, deps Deps) *testGateway {
 	t.Helper()
+	return startGatewayOn(t, ctrl, cfg, deps, listen(t, "127.0.0.1:0"))
+}
+
+// startGatewayOn is startGateway serving on ln.
+func startGatewayOn(t testing.TB, ctrl *control, cfg Config, deps Deps, ln net.Listener) *testGateway {
+	t.Helper()
+	tg := launchGateway(t, ctrl, cfg, deps, ln)
+	tg.waitTable(t, "initial configuration", func(tb *Table) bool { return tb.Ready() })
+	return tg
+}
+
+// launchGateway starts a gateway against ctrl on ln, not waiting for its
+// configuration.
+func launchGateway(t testing.TB, ctrl *control, cfg Config, deps Deps, ln net.Listener) *testGateway {
+	t.Helper()
 	cfg.Controller = ctrl.addr
 	if cfg.Region == "" {
 		cfg.Region = "r1"
@@ -212,15 +228,13 @@ func startGateway(t testing.TB, ctrl *control, cfg Config, deps Deps) *testGatew
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Start(context.Background(), listen(t, "127.0.0.1:0")); err != nil {
+	if err := g.Start(context.Background(), ln); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Stop)
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}
 	t.Cleanup(tr.CloseIdleConnections)
-	tg := &testGateway{Gateway: g, reg: reg, client: &http.Client{Transport: tr}, url: "http://" + g.Addr()}
-	tg.waitTable(t, "initial configuration", func(tb *Table) bool { return tb.Ready() })
-	return tg
+	return &testGateway{Gateway: g, reg: reg, client: &http.Client{Transport: tr}, url: "http://" + g.Addr()}
 }
 
 func (g *testGateway) waitTable(t testing.TB, what string, cond func(*Table) bool) *Table {
@@ -418,12 +432,13 @@ func sseEvents(r io.Reader, fn func(data string) bool) error {
 // fakeIngress stands in for another region's ingress gateway: it answers
 // every completion itself and records the hop header it was sent.
 type fakeIngress struct {
-	srv  *http.Server
-	addr string
-	mu   sync.Mutex
-	n    int
-	hops map[string]int
-	done chan struct{}
+	srv    *http.Server
+	addr   string
+	mu     sync.Mutex
+	n      int
+	hops   map[string]int
+	proofs []string
+	done   chan struct{}
 }
 
 func startIngress(t testing.TB) *fakeIngress {
@@ -435,6 +450,7 @@ func startIngress(t testing.TB) *fakeIngress {
 		f.mu.Lock()
 		f.n++
 		f.hops[r.Header.Get("x-isobar-hop")]++
+		f.proofs = append(f.proofs, r.Header.Values(xdscontract.HopAuthHeader)...)
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set(EndpointHeader, "far-cell")
@@ -461,4 +477,24 @@ func (f *fakeIngress) counts() (int, map[string]int) {
 	return f.n, out
 }
 
+// proofList returns the hop proofs the ingress received.
+func (f *fakeIngress) proofList() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.proofs...)
+}
+
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// testHopKey is the hop key of tests whose gateways take forwarded
+// requests.
+var testHopKey = []byte("0123456789abcdef0123456789abcdef")
+
+// provenHop returns the headers of a request forwarded by region's gateway
+// holding testHopKey, proven at the real clock's now (the proof stays
+// valid for the default HopMaxSkew, longer than any test).
+func provenHop(t testing.TB, region string) map[string]string {
+	t.Helper()
+	tok := hopAuth{key: testHopKey, skew: time.Minute}.token(region, time.Now())
+	return map[string]string{xdscontract.DefaultHopHeader: region, xdscontract.HopAuthHeader: tok}
+}

@@ -28,7 +28,18 @@ type metrics struct {
 	xdsConnected     *prometheus.GaugeVec   // type
 	reports          *prometheus.CounterVec // result
 	lbFallbacks      prometheus.Counter
+	untrustedHops    *prometheus.CounterVec // reason
+	overloadRefused  prometheus.Counter
+	xdsRespBytes     *prometheus.GaugeVec // type
+	xdsRespLimit     prometheus.Gauge
+	xdsNearLimit     *prometheus.CounterVec // type
+	xdsTooLarge      *prometheus.CounterVec // type
 }
+
+// xdsNearLimitFraction is the share of Config.MaxXDSMessageBytes above
+// which an accepted response is counted (and warned about) as near the
+// limit: the region is growing towards what its data planes can take.
+const xdsNearLimitFraction = 0.75
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
@@ -80,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 		}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "isobar_gateway_bad_requests_total",
-			Help: "Client requests refused before routing, by reason: too_large, unreadable, malformed.",
+			Help: "Client requests refused before routing, by reason: too_large, unreadable, timeout (body not received within the read timeout), malformed.",
 		}, []string{"reason"}),
 		xdsUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "isobar_gateway_xds_updates_total",
@@ -103,7 +114,36 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 		Name: "isobar_gateway_lb_policy_fallbacks_total",
 		Help: "Clusters whose pushed load-balancing policy the gateway does not know, replaced by ROUND_ROBIN (Envoy's default); counted per cluster per accepted CDS update.",
 	})
+	m.untrustedHops = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_gateway_untrusted_hop_headers_total",
+		Help: "Requests carrying the hop header or its proof without a valid proof, served as client traffic with both removed, by reason: no_key (this data plane has no hop key), missing, malformed, bad_signature, stale.",
+	}, []string{"reason"})
+	m.overloadRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_gateway_overload_refused_total",
+		Help: "Completion requests answered 503 on arrival because the gateway held MaxInflightRequests (--max-inflight) already.",
+	})
+	m.xdsRespBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "isobar_gateway_xds_response_bytes",
+		Help: "Size of the last xDS response received, by type; alert when it nears isobar_gateway_xds_response_limit_bytes.",
+	}, []string{"type"})
+	m.xdsRespLimit = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "isobar_gateway_xds_response_limit_bytes",
+		Help: "Largest xDS response the gateway receives (MaxXDSMessageBytes); a larger one breaks the stream.",
+	})
+	m.xdsNearLimit = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_gateway_xds_responses_near_limit_total",
+		Help: "xDS responses received above 75% of the receive limit, by type: raise --xds-max-cells (and the controller's --max-cells) before the region grows past it.",
+	}, []string{"type"})
+	m.xdsTooLarge = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_gateway_xds_responses_too_large_total",
+		Help: "xDS streams broken by a response above the receive limit, by type; the gateway keeps its last configuration. Set --xds-max-cells to the controller's --max-cells.",
+	}, []string{"type"})
+	for _, r := range hopReasons {
+		m.untrustedHops.WithLabelValues(r)
+	}
 	for _, t := range xdsTypeLabels {
+		m.xdsNearLimit.WithLabelValues(t)
+		m.xdsTooLarge.WithLabelValues(t)
 		m.xdsUpdates.WithLabelValues(t)
 		m.xdsNacks.WithLabelValues(t)
 		m.xdsConnected.WithLabelValues(t)
@@ -114,7 +154,8 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration,
 			m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks,
-			m.xdsConnected, m.reports, m.lbFallbacks, collector} {
+			m.xdsConnected, m.reports, m.lbFallbacks, m.untrustedHops, m.overloadRefused, m.xdsRespBytes, m.xdsRespLimit,
+			m.xdsNearLimit, m.xdsTooLarge, collector} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("gateway: register metrics: %w", err)
 			}

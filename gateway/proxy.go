@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/truncate"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Response headers the gateway sets.
@@ -102,10 +104,21 @@ type outcome struct {
 
 func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	start := g.clock.Now()
+	// Admission first: a gateway that holds its limit reads nothing more.
+	if g.inflight.Add(1) > int64(g.cfg.MaxInflightRequests) {
+		g.inflight.Add(-1)
+		g.m.overloadRefused.Inc()
+		g.m.requests.WithLabelValues("unknown", statusClass(http.StatusServiceUnavailable)).Inc()
+		w.Header().Set("Retry-After", "1")
+		abandonBody(w)
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds %d requests, its limit; retry later", g.cfg.MaxInflightRequests))
+		return
+	}
+	defer g.inflight.Add(-1)
 	g.m.inflight.Inc()
 	defer g.m.inflight.Dec()
 	out := outcome{model: "unknown"}
-	hop := len(r.Header.Values(g.cfg.HopHeader)) > 0
+	hop := false // set once the hop header's proof is checked
 	defer func() {
 		g.m.requests.WithLabelValues(out.model, statusClass(out.status)).Inc()
 		g.m.duration.WithLabelValues(out.model).Observe(g.clock.Since(start).Seconds())
@@ -131,53 +144,88 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, msg)
 	}
 
+	// route matches the request (model, body length) and settles what the
+	// plan says of it: its model label, its demand, the route's shed share.
+	// false: it has been answered.
+	var (
+		t  *table
+		rt *Route
+	)
+	route := func(model string, bodyLen int) bool {
+		if t = g.tbl.Load(); t == nil || t.vhosts == nil {
+			fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
+			return false
+		}
+		// Only an authenticated isobar gateway's request keeps the hop
+		// header (hop.go); anyone else's is routed, shed and counted as a
+		// client's.
+		hop, _ = g.trustHop(r.Header, t.internalOnly)
+		view := newRequestView(r, g.cfg.ModelHeader, model, bodyLen)
+		if vh := selectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
+			rt = matchRoute(vh, r.URL.RequestURI(), view)
+		}
+		if rt == nil {
+			fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
+			return false
+		}
+		out.model = rt.Model
+		if out.model == "" {
+			out.model = t.soleModel
+		}
+		if out.model == "" {
+			out.model = "unknown"
+		}
+		if !hop {
+			g.rep.addDemand(out.model)
+		}
+		if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
+			if rt.AbortStatus == http.StatusTooManyRequests {
+				shed("fault")
+			}
+			fail(rt.AbortStatus, "", "request shed by the routing plan; retry later")
+			return false
+		}
+		return true
+	}
+	// With the model in its header and the body's length declared, the
+	// route and the plan's shed share are settled before the body is read:
+	// a request refused there is never read.
+	headerModel := r.Header.Get(g.cfg.ModelHeader)
+	early := headerModel != "" && r.ContentLength >= 0 && r.ContentLength <= g.cfg.MaxBodyBytes
+	if early && !route(headerModel, int(r.ContentLength)) {
+		abandonBody(w)
+		return
+	}
+
+	// The body arrives within the server's ReadTimeout (set when the
+	// request began) or is cut; the deadline is lifted once it is in, so
+	// that the server's background read does not end a long answer.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
+			fail(http.StatusRequestTimeout, "timeout", fmt.Sprintf("request body not received within %v", g.cfg.ReadTimeout))
+		default:
+			fail(http.StatusBadRequest, "unreadable", "could not read the request body")
+		}
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	if !early {
+		model := headerModel
+		if model == "" {
+			if model, err = bodyModel(body); err != nil {
+				fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
+				return
+			}
+		}
+		if !route(model, len(body)) {
 			return
 		}
-		fail(http.StatusBadRequest, "unreadable", "could not read the request body")
-		return
-	}
-	model := r.Header.Get(g.cfg.ModelHeader)
-	if model == "" {
-		if model, err = bodyModel(body); err != nil {
-			fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
-			return
-		}
-	}
-	t := g.tbl.Load()
-	if t == nil || t.vhosts == nil {
-		fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
-		return
-	}
-	view := newRequestView(r, g.cfg.ModelHeader, model, len(body))
-	var rt *Route
-	if vh := selectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
-		rt = matchRoute(vh, r.URL.RequestURI(), view)
-	}
-	if rt == nil {
-		fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
-		return
-	}
-	out.model = rt.Model
-	if out.model == "" {
-		out.model = t.soleModel
-	}
-	if out.model == "" {
-		out.model = "unknown"
-	}
-	if !hop {
-		g.rep.addDemand(out.model)
-	}
-	if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
-		if rt.AbortStatus == http.StatusTooManyRequests {
-			shed("fault")
-		}
-		fail(rt.AbortStatus, "", "request shed by the routing plan; retry later")
-		return
 	}
 	cl := t.clusters[rt.Cluster]
 	if cl == nil {
@@ -190,8 +238,48 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = clockwork.WithTimeout(ctx, g.clock, rt.Timeout)
 		defer cancel()
 	}
+	defer cutStalledWrites(ctx, w)()
 	tokens := promptTokens(r.Header, len(body))
 	out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), rt, cl, out.model, start, func() { shed("saturated") })
+}
+
+// abandonBody makes the answer being written the connection's last, its
+// request body unread: "Connection: close" spares net/http draining the
+// body before the answer (chunkWriter.writeHeader), and a read deadline in
+// the past keeps the body's Close from draining it afterwards (body.Close
+// reads up to 256 KiB), so a slow body holds nothing. Call it before the
+// answer is written.
+func abandonBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+}
+
+// stallGrace is how long a write may still take once the request's context
+// has ended (its route timeout, or the client gone): enough for an error
+// answer to reach a client that reads, not for a stalled reader to keep
+// its slot.
+const stallGrace = time.Second
+
+// cutStalledWrites arranges that when ctx ends, a write to w blocked on a
+// client that does not read fails within stallGrace (a write deadline:
+// http.ResponseController.SetWriteDeadline), so that the handler returns
+// and its slots are freed. Call the returned func before the handler
+// returns: it lifts the deadline again if it was set, so that a
+// keep-alive connection is not poisoned for its next request. Write
+// deadlines are real time: the net package knows no other clock.
+func cutStalledWrites(ctx context.Context, w http.ResponseWriter) (stop func()) {
+	rc := http.NewResponseController(w)
+	cut := make(chan struct{})
+	stopAfter := context.AfterFunc(ctx, func() {
+		defer close(cut)
+		_ = rc.SetWriteDeadline(time.Now().Add(stallGrace))
+	})
+	return func() {
+		if !stopAfter() {
+			<-cut
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
+	}
 }
 
 // attempt is one upstream try.
@@ -386,8 +474,12 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 	out.Host = r.Host
 	out.ContentLength = int64(len(body))
 	out.Header.Set(AttemptHeader, strconv.Itoa(n))
+	out.Header.Del(xdscontract.HopAuthHeader) // never shown to a cell
 	if h.remote {
 		out.Header.Set(g.cfg.HopHeader, g.cfg.Region)
+		if tok := g.hop.token(g.cfg.Region, g.clock.Now()); tok != "" {
+			out.Header.Set(xdscontract.HopAuthHeader, tok)
+		}
 	}
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {

@@ -24,9 +24,9 @@ func TestReportsDeltasAndFinalFlush(t *testing.T) {
 	// Outlier detection off, so that both cells keep receiving.
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{OutlierConsecutive5xx: 100000}, st)
 	// One report per hour: only Stop's final report goes out.
-	g := startGateway(t, ctrl, Config{ReportInterval: time.Hour}, Deps{})
+	g := startGateway(t, ctrl, Config{ReportInterval: time.Hour, HopKey: testHopKey}, Deps{})
 	_, client := g.spread(t, 200, 4, model, 10, nil)
-	_, forwarded := g.spread(t, 50, 4, model, 10, map[string]string{"x-isobar-hop": "r2"})
+	_, forwarded := g.spread(t, 50, 4, model, 10, provenHop(t, "r2"))
 	// With a single model the catch-all takes any model name: the engine
 	// refuses it (404), a rejection of that endpoint.
 	rejected := uint64(0)

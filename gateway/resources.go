@@ -123,6 +123,11 @@ type OutlierPolicy struct {
 type RouteConfig struct {
 	Name         string
 	VirtualHosts []VirtualHost
+	// InternalOnlyHeaders are the headers Envoy removes from requests it
+	// finds external (internal_only_headers, lower case); the gateway
+	// removes them from every request not proven to come from an isobar
+	// gateway (hop.go).
+	InternalOnlyHeaders []string
 }
 
 // VirtualHost is a decoded virtual host.
@@ -539,6 +544,9 @@ func (d *decoder) decodeRoutes(rs []*anypb.Any) (map[string]*RouteConfig, error)
 
 func (d *decoder) decodeRouteConfig(rc *route.RouteConfiguration) (*RouteConfig, error) {
 	out := &RouteConfig{Name: rc.GetName()}
+	for _, h := range rc.GetInternalOnlyHeaders() {
+		out.InternalOnlyHeaders = append(out.InternalOnlyHeaders, strings.ToLower(h))
+	}
 	rcFault, err := decodeFault(rc.GetTypedPerFilterConfig())
 	if err != nil {
 		return nil, invalid("RouteConfiguration %q: %v", rc.GetName(), err)

@@ -59,11 +59,14 @@ func (t *Table) Version(typ string) (version string, at time.Time) {
 // table is the routing form of a Table: compiled routes and clusters linked
 // to the shared runtime state.
 type table struct {
-	view      *Table
-	vhosts    []VirtualHost
-	clusters  map[string]*clusterRT
-	soleModel string // the model when the routes name exactly one
-	labels    map[string]struct{}
+	view   *Table
+	vhosts []VirtualHost
+	// internalOnly is the route configuration's internal_only_headers,
+	// removed from requests not proven to come from an isobar gateway.
+	internalOnly []string
+	clusters     map[string]*clusterRT
+	soleModel    string // the model when the routes name exactly one
+	labels       map[string]struct{}
 }
 
 // inputs is what the subscriptions last accepted.
@@ -99,6 +102,7 @@ func buildTable(in *inputs, routeName, region string, reg *hostRegistry, p *pick
 	if rc := in.routes[routeName]; rc != nil {
 		t.view.Routes = rc
 		t.vhosts = rc.VirtualHosts
+		t.internalOnly = rc.InternalOnlyHeaders
 		maxLen := make(map[string]uint32)
 		for _, vh := range rc.VirtualHosts {
 			for _, r := range vh.Routes {

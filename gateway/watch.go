@@ -14,6 +14,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Endpoint is one endpoint of a cluster as the control plane assigned it.
@@ -163,7 +165,8 @@ func (w *Watcher) Start(ctx context.Context) error {
 			node: &core.Node{Id: w.cfg.NodeID, UserAgentName: userAgent},
 			conn: conn, clock: w.deps.Clock, log: w.deps.Logger,
 			min: w.cfg.MinBackoff, max: w.cfg.MaxBackoff,
-			apply: w.apply,
+			apply:  w.apply,
+			maxMsg: xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells),
 		}
 		go func() {
 			defer close(w.done)

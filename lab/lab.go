@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -40,6 +41,9 @@ type Lab struct {
 	dir   string
 	own   bool
 	pki   *pki
+	// hopKey is the hop key every region's gateway shares, so that spilled
+	// requests are served as forwarded (gateway.Config.HopKey).
+	hopKey []byte
 
 	// ctx outlives Start: components restarted by a heal run under it.
 	ctx context.Context
@@ -165,7 +169,8 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 		deps.Clock = clockwork.NewRealClock()
 	}
 	l := &Lab{cfg: cfg, log: deps.Logger, clock: deps.Clock, dir: cfg.Dir, ctx: ctx, routes: map[string]map[string]string{},
-		paths: map[string]wanPath{}, delays: map[string][2]time.Duration{}, started: deps.Clock.Now()}
+		paths: map[string]wanPath{}, delays: map[string][2]time.Duration{}, started: deps.Clock.Now(), hopKey: make([]byte, gateway.MinHopKeyBytes)}
+	_, _ = crand.Read(l.hopKey) // crypto/rand.Read never fails (Go 1.24+)
 	defer func() {
 		if err != nil {
 			l.Stop()
@@ -656,7 +661,7 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	if err != nil {
 		return nil, err
 	}
-	gw, err := gateway.New(gateway.Config{Controller: r.Ctrl.Addr(), Region: name, LB: gateway.LBMode(cfg.LB)},
+	gw, err := gateway.New(gateway.Config{Controller: r.Ctrl.Addr(), Region: name, LB: gateway.LBMode(cfg.LB), HopKey: l.hopKey},
 		gateway.Deps{Logger: log.With("component", "gateway"), DialOptions: gdial, DialContext: l.dialer(name),
 			Registerer: r.Metrics})
 	if err != nil {

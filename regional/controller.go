@@ -81,6 +81,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Limits.MaxRecvMsgBytes),
+		grpc.MaxSendMsgSize(cfg.Limits.maxSendMsgBytes()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}

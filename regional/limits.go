@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Limits bound what outside input can make the controller hold or do.
@@ -17,7 +18,9 @@ type Limits struct {
 	// Terminated cells count until ForgetAfter). The first heartbeat of a
 	// new cell beyond it ends its stream with ResourceExhausted (reason
 	// too_many_cells); cells already known are never refused. Default
-	// 10,000.
+	// xdscontract.DefaultMaxCells (10,000). It also sizes the gRPC send
+	// limit (xdscontract.MaxXDSMessageBytes), which data planes match
+	// (isobar gateway/picker --xds-max-cells).
 	MaxCells int
 	// MaxRecvMsgBytes is the gRPC server's receive limit for every RPC
 	// (heartbeats, data-plane reports, xDS requests). Default 4 MiB.
@@ -42,9 +45,14 @@ type Limits struct {
 	MaxDemandKeys int
 }
 
+// maxSendMsgBytes is the gRPC server's send limit: the largest xDS
+// response a region of MaxCells cells needs, the size data planes' receive
+// limit is derived from too.
+func (l Limits) maxSendMsgBytes() int { return xdscontract.MaxXDSMessageBytes(l.MaxCells) }
+
 func (l *Limits) withDefaults() {
 	if l.MaxCells == 0 {
-		l.MaxCells = 10_000
+		l.MaxCells = xdscontract.DefaultMaxCells
 	}
 	if l.MaxRecvMsgBytes == 0 {
 		l.MaxRecvMsgBytes = 4 << 20

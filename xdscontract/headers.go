@@ -8,7 +8,8 @@ const (
 	// DefaultHopHeader is the default header marking traffic forwarded from
 	// another region's data plane (any value); such requests go to a
 	// model's local-only clusters, are never forwarded again and never
-	// shed.
+	// shed. It is trusted only from an authenticated isobar gateway
+	// (HopAuthHeader); data planes strip it from every other request.
 	DefaultHopHeader = "x-isobar-hop"
 	// PromptTokensHeader carries a client's count of the tokens its request
 	// needs (the prompt, plus max_tokens when the client wants the class to
@@ -22,3 +23,22 @@ const (
 	// errs towards the larger class.
 	BytesPerToken = 4
 )
+
+// HopAuthHeader carries the proof that a request bearing the hop header
+// was forwarded by an isobar gateway holding the operator's hop key (see
+// package gateway, hop.go): "v1.<unix seconds>.<base64url HMAC-SHA256>".
+// It is internal: data planes strip it, with the hop header, from every
+// request that does not prove itself, and never send it to a cell.
+const HopAuthHeader = "x-isobar-hop-auth"
+
+// InternalHeaders are the request headers only isobar itself may set,
+// given the hop header in use: a data plane removes them from requests
+// that do not come from an authenticated isobar gateway, and the routes
+// list them in the RouteConfiguration's internal_only_headers, which
+// Envoy removes from every request it finds external before matching a
+// route (envoy/config/route/v3/route.proto internal_only_headers;
+// source/common/http/conn_manager_utility.cc mutateRequestHeaders →
+// cleanInternalHeaders).
+func InternalHeaders(hopHeader string) []string {
+	return []string{hopHeader, HopAuthHeader}
+}

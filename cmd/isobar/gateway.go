@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/regional"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // newGatewayCmd builds `isobar gateway`.
@@ -50,8 +53,15 @@ choices) over all endpoints with equal weights, the baselines. Retries within th
 outlier ejection, 429 load shedding (the route's shed share, or every
 endpoint at --max-inflight-per-endpoint) and the route and connect timeouts
 follow the resources. Requests sent to another region carry the hop header
-so that region serves them locally. Responses name the endpoint in
+and a proof made with --hop-key-file so that region serves them locally; a
+hop header without a valid proof is removed, and that request is routed,
+shed and counted as any client's. Responses name the endpoint in
 x-isobar-endpoint and x-isobar-region.
+
+Every client is bounded: --max-inflight requests at once (then 503 before
+the body is read), the headers and body within --read-timeout (then 408),
+idle keep-alive connections closed after --idle-timeout, and a client that
+stops reading a streamed answer is cut when its route's timeout ends.
 
 Every second the gateway reports per-endpoint outcomes and per-model ingress
 demand to the controller (DataPlane.Report). Without its controller it keeps
@@ -81,6 +91,10 @@ lets in-flight requests finish for up to --drain-timeout, and exits.`,
 	f := cmd.Flags()
 	f.StringVar(&d.cfg.Listen, "listen", "127.0.0.1:8080", "HTTP address to serve the OpenAI API, /health and /metrics on")
 	f.StringVar(&d.cfg.MetricsListen, "metrics-listen", "", "extra address serving only /metrics; empty: none")
+	f.IntVar(&d.cfg.MaxInflightRequests, "max-inflight", 4096, "completion requests held at once; one more is answered 503 before its body is read")
+	f.DurationVar(&d.cfg.ReadTimeout, "read-timeout", 60*time.Second, "time to receive a request's headers and body; a slower body is answered 408 and its connection closed")
+	f.DurationVar(&d.cfg.ReadHeaderTimeout, "read-header-timeout", 0, "time to receive a request's headers, at most --read-timeout (default the lesser of 10s and --read-timeout)")
+	f.DurationVar(&d.cfg.IdleTimeout, "idle-timeout", 120*time.Second, "how long a keep-alive connection may wait for its next request")
 	d.add(cmd, string(gateway.LBXDS), "client certificate (PEM) with identity spiffe://isobar/gateway/<region> (isobar certs issue --role gateway) for mTLS to the controller; with --tls-key and --tls-ca")
 	return cmd
 }
@@ -97,6 +111,8 @@ type dataPlaneFlags struct {
 	tlsFiles     regional.TLSFiles
 	serverName   string
 	tf           transportFlags
+	hopKeyFile   string
+	xdsMaxCells  int
 }
 
 // add registers the shared flags on cmd: --lb defaults to lbDefault, and
@@ -115,7 +131,9 @@ func (d *dataPlaneFlags) add(cmd *cobra.Command, lbDefault, certHelp string) {
 	f.DurationVar(&d.cfg.ReportInterval, "report-interval", 0, "period of the reports to the controller (default 1s)")
 	f.Int64Var(&d.cfg.MaxBodyBytes, "max-body-bytes", 0, "largest request body accepted; larger: 413 from the gateway, a ResourceExhausted stream from the picker (default 16 MiB)")
 	f.StringVar(&d.cfg.ModelHeader, "model-header", "", `request header naming the model, as in the controller (default "x-isobar-model")`)
-	f.StringVar(&d.cfg.HopHeader, "hop-header", "", `header marking requests forwarded from another region, as in the controller (default "x-isobar-hop")`)
+	f.StringVar(&d.cfg.HopHeader, "hop-header", "", `header marking requests forwarded from another region, as in the controller (default "x-isobar-hop"); trusted only with a proof made with --hop-key-file, removed from every other request`)
+	f.StringVar(&d.hopKeyFile, "hop-key-file", "", "file whose bytes (as they are, at least 32; e.g. head -c 32 /dev/urandom) are the key every region's gateways and pickers share to prove the requests they forward to each other; without it no request is served as forwarded (each is shed and counted as a client's)")
+	f.IntVar(&d.xdsMaxCells, "xds-max-cells", xdscontract.DefaultMaxCells, "the controller's --max-cells: sizes the largest xDS response received ("+strconv.Itoa(xdscontract.EDSBytesPerCell>>10)+" KiB per cell + 4 MiB)")
 	f.StringVar(&d.tlsFiles.Cert, "tls-cert", "", certHelp)
 	f.StringVar(&d.tlsFiles.Key, "tls-key", "", "private key (PEM) of --tls-cert")
 	f.StringVar(&d.tlsFiles.CA, "tls-ca", "", "CA bundle (PEM) that verifies the controller (and, for the picker, its clients)")
@@ -156,6 +174,22 @@ func (d *dataPlaneFlags) setup(cmd *cobra.Command, ro *rootOpts) (*slog.Logger, 
 	d.cfg.Placement.DecodeCost = d.decodeCost
 	d.cfg.Placement.AffinityBand = d.affinityBand
 	d.cfg.NoPrefixAffinity = !d.affinity
+	if d.xdsMaxCells < 1 {
+		return nil, nil, usageError{fmt.Errorf("--xds-max-cells %d: want the controller's --max-cells, >= 1", d.xdsMaxCells)}
+	}
+	d.cfg.MaxXDSMessageBytes = xdscontract.MaxXDSMessageBytes(d.xdsMaxCells)
+	if d.hopKeyFile != "" {
+		// The file's bytes as they are: a binary key is not trimmed.
+		key, err := os.ReadFile(d.hopKeyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--hop-key-file: %w", err)
+		}
+		if len(key) < gateway.MinHopKeyBytes {
+			return nil, nil, usageError{fmt.Errorf("--hop-key-file %s holds %d bytes; write at least %d random bytes (head -c 32 /dev/urandom > hop.key) and give every region's gateways the same file",
+				d.hopKeyFile, len(key), gateway.MinHopKeyBytes)}
+		}
+		d.cfg.HopKey = key
+	}
 	dial, err := regional.ControllerDialOptions(d.tlsFiles, d.cfg.Region)
 	if err != nil {
 		return nil, nil, err

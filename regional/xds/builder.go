@@ -282,6 +282,19 @@ func (b *Builder) buildEnvoyListener() (*listener.Listener, error) {
 	manager := &hcm.HttpConnectionManager{
 		CodecType:  hcm.HttpConnectionManager_AUTO,
 		StatPrefix: "isobar_ingress",
+		// The ingress is the edge: whether a request is internal (keeps the
+		// route configuration's internal_only_headers, the hop header among
+		// them) is decided by the TCP peer, not by a client's
+		// x-forwarded-for, and no peer is internal (an explicit, empty
+		// internal_address_config; Envoy's implicit default trusted RFC 1918
+		// peers before 1.36). So no client request reaches a hop route
+		// through Envoy; forwarded requests arriving here are served as
+		// client traffic (docs/design.md §6.1). See Envoy's "HTTP header
+		// sanitizing" and http_connection_manager.proto use_remote_address,
+		// internal_address_config; conn_manager_utility.cc
+		// mutateRequestHeaders.
+		UseRemoteAddress:      wrapperspb.Bool(true),
+		InternalAddressConfig: &hcm.HttpConnectionManager_InternalAddressConfig{},
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: xdscontract.RouteName,
@@ -439,8 +452,9 @@ func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*rout
 
 // modelRoutes appends the routes of one model, in match order:
 //
-//  1. forwarded traffic (hop header present), by context class, to the
-//     local class clusters, then to the local cluster; never shed;
+//  1. forwarded traffic (hop header present: only isobar's, as the
+//     header is internal-only), by context class, to the local class
+//     clusters, then to the local cluster; never shed;
 //  2. client traffic by context class (token header, else content-length)
 //     to the class clusters, with the shed fault;
 //  3. the rest to the model's main cluster, with the shed fault.
@@ -481,6 +495,16 @@ func (b *Builder) buildRouteConfig(plans []routePlan) (*route.RouteConfiguration
 	}
 	rc := &route.RouteConfiguration{
 		Name: xdscontract.RouteName,
+		// The hop routes above serve forwarded traffic unshed; only isobar
+		// may mark a request forwarded. Envoy removes these headers from
+		// every request it finds external before it matches a route
+		// (route.proto internal_only_headers; conn_manager_utility.cc
+		// mutateRequestHeaders → cleanInternalHeaders), so a client cannot
+		// reach a hop route. Which requests are internal is the listener's
+		// use_remote_address and internal_address_config: docs/design.md
+		// §6.1 says what an operator sets. isobar's gateway and picker honour
+		// the list, trusting only a valid hop proof.
+		InternalOnlyHeaders: xdscontract.InternalHeaders(b.cfg.HopHeader),
 		VirtualHosts: []*route.VirtualHost{{
 			Name:    "isobar_models",
 			Domains: []string{"*"},

@@ -50,7 +50,11 @@
 //     without that condition as a catch-all):
 //     1. Forwarded traffic (Config.HopHeader present, any value): by class
 //     to the local class clusters, else to the local cluster. Never
-//     forwarded again, never shed: no routing loop.
+//     forwarded again, never shed: no routing loop. The hop header and
+//     xdscontract.HopAuthHeader are the RouteConfiguration's
+//     internal_only_headers, which Envoy strips from external requests
+//     before matching, so only traffic Envoy finds internal (or isobar's
+//     gateway and picker, on a valid hop proof) reaches these routes.
 //     2. Client traffic by class to the class clusters.
 //     3. The rest to the main cluster.
 //     A request's class is the smallest present class N that its token need
