@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
@@ -49,8 +50,20 @@ type Config struct {
 	// ForgetAfter: Failed and Terminated cells stay visible in the registry
 	// (debug, status) this long, then are forgotten. Default 5 min.
 	ForgetAfter time.Duration
-	// MaxMessageBytes caps one heartbeat message. Default 64 KiB.
+	// MaxMessageBytes caps one heartbeat message, checked on its encoded
+	// size before it is decoded (ResourceExhausted, reason oversized).
+	// Default 64 KiB.
 	MaxMessageBytes int
+	// FirstHeartbeatTimeout: a heartbeat stream that sends nothing this
+	// long after it opens is closed with DeadlineExceeded (reason
+	// first_heartbeat_timeout). An agent sends its first heartbeat at once.
+	// Default 10 s.
+	FirstHeartbeatTimeout time.Duration
+	// Keepalive is the gRPC server's keepalive, ping enforcement and
+	// per-connection stream cap (internal/grpcbounds defaults: pings after
+	// 10 s idle, 5 s timeout, clients may ping every 5 s, 100 streams per
+	// connection).
+	Keepalive grpcbounds.Server
 	// InboxSize is the registry's inbox capacity. Default 8192.
 	InboxSize int
 	// DataPlaneWindow: data-plane reports (demand, caller-side errors per
@@ -132,6 +145,10 @@ func (c *Config) withDefaults() {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 64 << 10
 	}
+	if c.FirstHeartbeatTimeout == 0 {
+		c.FirstHeartbeatTimeout = 10 * time.Second
+	}
+	c.Keepalive = c.Keepalive.WithDefaults()
 	if c.InboxSize == 0 {
 		c.InboxSize = 8192
 	}
@@ -176,6 +193,7 @@ func (c Config) validate() error {
 		{"heartbeat interval", c.HeartbeatInterval}, {"TTL grace", c.TTLGrace},
 		{"cycle interval", c.CycleInterval}, {"probe interval", c.ProbeInterval},
 		{"probe timeout", c.ProbeTimeout}, {"forget-after", c.ForgetAfter},
+		{"first heartbeat timeout", c.FirstHeartbeatTimeout},
 	}
 	for _, d := range durations {
 		if d.d <= 0 {
@@ -187,6 +205,9 @@ func (c Config) validate() error {
 	}
 	if err := c.TLS.Validate(); err != nil {
 		return err
+	}
+	if err := c.Keepalive.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := c.Limits.validate(); err != nil {
 		return err

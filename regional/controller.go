@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -79,11 +78,10 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 			return float64(deps.Clock.Now().UnixNano()) / 1e9
 		}))
 	}
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(cfg.Limits.MaxRecvMsgBytes),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	}
+	// Keepalive, ping enforcement, streams per connection and the receive
+	// cap (internal/grpcbounds); heartbeats are held to MaxMessageBytes by
+	// heartbeatCodec before decoding, everything else to MaxRecvMsgBytes.
+	opts := append(cfg.Keepalive.ServerOptions(cfg.Limits.MaxRecvMsgBytes), newHeartbeatCodec())
 	if cfg.TLS.Enabled() {
 		tc, err := serverTLS(cfg.TLS)
 		if err != nil {
@@ -93,7 +91,6 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	}
 	gs := grpc.NewServer(append(opts, deps.GRPCServerOptions...)...)
 	hbs := newHeartbeatService(cfg, reg, deps.Clock, log, m)
-	hbs.maxBytes = cfg.MaxMessageBytes
 	isobarpb.RegisterCellRegistryServer(gs, hbs)
 	isobarpb.RegisterDataPlaneServer(gs, &dataPlaneService{region: cfg.Region, reg: reg, clock: deps.Clock, log: log, metrics: m, mtls: cfg.TLS.Enabled()})
 	xs.Register(gs)
