@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/xdscontract"
@@ -62,6 +63,10 @@ type Config struct {
 	// Region is the region this gateway serves. Required. Requests sent to
 	// an endpoint of another region carry HopHeader with this value.
 	Region string
+	// Keepalive of the connection to the controller (ADS, reports): a
+	// controller that vanished without closing is noticed within Time +
+	// Timeout (internal/grpcbounds defaults: 10 s + 5 s).
+	Keepalive grpcbounds.Client
 	// NodeID is this data plane's xDS node id and report identity. Default
 	// "isobar-gateway-" + Region.
 	NodeID string

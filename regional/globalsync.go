@@ -23,6 +23,7 @@ import (
 	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/capacity"
@@ -36,6 +37,10 @@ type GlobalConfig struct {
 	// ElectionPrefix where the global leader is found in etcd. Default
 	// "/isobar/global/election/".
 	ElectionPrefix string
+	// Keepalive of the Sync stream's connection to the leader: a leader
+	// that vanished without closing is noticed within Time + Timeout
+	// (internal/grpcbounds defaults: 10 s + 5 s).
+	Keepalive grpcbounds.Client
 	// SummaryInterval between summaries (to the leader and to gossip).
 	// Default 1 s.
 	SummaryInterval time.Duration
@@ -490,7 +495,7 @@ func (s *syncer) session(ctx context.Context) (got bool, err error) {
 // server (checkLeader), then streams summaries and applies plans until the
 // stream ends. got reports whether any plan arrived.
 func (s *syncer) stream(ctx context.Context, addr string) (got bool, err error) {
-	conn, err := grpc.NewClient(addr, s.dial...)
+	conn, err := grpc.NewClient(addr, append(s.dial, s.cfg.Keepalive.DialOption())...)
 	if err != nil {
 		return false, err
 	}

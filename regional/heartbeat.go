@@ -46,10 +46,10 @@ type heartbeatService struct {
 	firstTimeout time.Duration
 	maxStreams   int64
 	active       atomic.Int64
-	sink     heartbeatSink
-	clock    clockwork.Clock
-	log      *slog.Logger
-	metrics  *metrics
+	sink         heartbeatSink
+	clock        clockwork.Clock
+	log          *slog.Logger
+	metrics      *metrics
 
 	nextStream atomic.Uint64
 	mu         sync.Mutex

@@ -72,6 +72,7 @@ func TestLayers(t *testing.T) {
 		"quantile":       {module + "/"},
 		"truncate":       {module + "/"},
 		"backoff":        {module + "/"},
+		"internal":       {module + "/"},
 		"sim":            others("/sim"),
 		"cellagent":      others("/cellagent"),
 		"regional":       others("/regional"),
@@ -86,7 +87,7 @@ func TestLayers(t *testing.T) {
 	// included: each owns one small mechanism the repository has once
 	// (backoff, quantile, truncate), and depends on nothing of ours
 	// (forbiddenDeps).
-	shared := []string{module + "/backoff", module + "/quantile", module + "/truncate"}
+	shared := []string{module + "/backoff", module + "/quantile", module + "/truncate", module + "/internal/grpcbounds"}
 	// forbiddenDeps[a] lists the trees (a package and every package under
 	// it) that a must not depend on, even transitively: go list's Deps, the
 	// non-test dependencies.
@@ -96,6 +97,9 @@ func TestLayers(t *testing.T) {
 		"backoff":     {module},
 		"quantile":    {module},
 		"truncate":    {module},
+		// grpcbounds is the one source of keepalive and stream bounds
+		// every gRPC client and server uses: it depends on nothing of ours.
+		"internal/grpcbounds": {module},
 	}
 	under := func(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
 	for _, p := range pkgs {
