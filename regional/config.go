@@ -209,6 +209,9 @@ func (c Config) validate() error {
 	if err := c.Keepalive.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if err := c.Global.Keepalive.Validate(); err != nil {
+		return fmt.Errorf("%w: global: %w", ErrInvalidConfig, err)
+	}
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
