@@ -31,8 +31,8 @@ type Config struct {
 	// Listen is the gRPC address serving CellRegistry and xDS (ADS).
 	// Default 127.0.0.1:18000.
 	Listen string
-	// HTTPListen serves /metrics, /debug/cells and the drain API.
-	// Default 127.0.0.1:9090. "-" disables it.
+	// HTTPListen serves /metrics, /debug/cells and the drain API, over
+	// TLS when TLS is set. Default 127.0.0.1:9090. "-" disables it.
 	HTTPListen string
 	// HeartbeatInterval is the interval the controller tells agents to use.
 	// Default 500 ms.
@@ -69,7 +69,12 @@ type Config struct {
 	// DataPlaneWindow: data-plane reports (demand, caller-side errors per
 	// cell) are averaged over this window. Default 10 s.
 	DataPlaneWindow time.Duration
-	// AdminToken, when set, is required as a bearer token on the drain API.
+	// AdminToken, when set, is a credential for the admin endpoints (debug
+	// pages, drain API): Authorization: Bearer <token>. With TLS, an
+	// operator client certificate is the other; with neither TLS nor a
+	// token the endpoints are open. POSTs need Content-Type
+	// application/json and cross-origin requests are refused (see
+	// adminPolicy).
 	AdminToken string
 	// TLS enables mTLS on the gRPC listener and requires identities:
 	// cellagents must present spiffe://isobar/region/<Region>/cell/<id>
