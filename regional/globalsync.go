@@ -308,19 +308,27 @@ func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
 	return sm
 }
 
-// install makes t the table in force and hands it to the registry.
+// install hands t to the registry and then makes it the table in force.
+// Both happen under s.mu, so the plan stream and the summaries loop, which
+// both install, hand tables to the registry in the order /debug/routes
+// (s.table) shows them, and a table the registry did not take (it stopped,
+// or ctx ended) is never shown: /debug/routes and the table the registry
+// serves from cannot disagree.
 func (s *syncer) install(ctx context.Context, t *RouteTable) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.reg.SetRoutes(ctx, t); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("route table not installed", "err", err)
+		}
+		return
+	}
 	prev := s.table.Swap(t)
-	s.mu.Unlock()
 	if prev == nil || prev.Source != t.Source {
 		s.log.Info("cross-region routing source changed", "source", t.Source, "epoch", t.Epoch)
 	}
 	s.metrics.routeSource.Reset()
 	s.metrics.routeSource.WithLabelValues(t.Source).Set(1)
-	if err := s.reg.SetRoutes(ctx, t); err != nil && ctx.Err() == nil {
-		s.log.Warn("route table not installed", "err", err)
-	}
 }
 
 // fallback computes local-first routing with spill-over from the gossiped
