@@ -218,4 +218,3 @@ func awaitWithin(t *testing.T, what string, within time.Duration, cond func() bo
 		time.Sleep(20 * time.Millisecond) // polling interval
 	}
 }
-
