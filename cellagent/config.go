@@ -278,6 +278,9 @@ func (c Config) validate() error {
 	if err := c.validateScrape(); err != nil {
 		return err
 	}
+	if err := c.Keepalive.Validate(); err != nil {
+		return fieldErr("Keepalive", "%v", err)
+	}
 	if c.CellID == "" {
 		return fieldErr("CellID", "required: a stable id of this cell ([A-Za-z0-9._-], at most 128 bytes)")
 	}

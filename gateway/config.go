@@ -168,6 +168,9 @@ func (c Config) validate() error {
 	if c.Region == "" {
 		return bad("Region is empty; set it to this gateway's region (--region)")
 	}
+	if err := c.Keepalive.Validate(); err != nil {
+		return bad("Keepalive: %v", err)
+	}
 	for _, f := range []struct{ name, v string }{{"Region", c.Region}, {"NodeID", c.NodeID}} {
 		if err := xdscontract.CheckName(f.name, f.v); err != nil {
 			return bad("%v", err)
