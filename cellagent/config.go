@@ -13,6 +13,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 )
 
 // Defaults of Config. They are exported so that command-line help and other
@@ -70,6 +72,10 @@ type Config struct {
 	CellID string
 	// Region is the region the cell belongs to. Required for an Agent.
 	Region string
+	// Keepalive of the heartbeat stream's connection: a controller that
+	// vanished without closing is noticed within Time + Timeout
+	// (internal/grpcbounds defaults: 10 s + 5 s).
+	Keepalive grpcbounds.Client
 	// ControllerAddr is the regional controller's gRPC address, host:port.
 	// Required for an Agent.
 	ControllerAddr string
@@ -271,6 +277,9 @@ func (c Config) validateScrape() error {
 func (c Config) validate() error {
 	if err := c.validateScrape(); err != nil {
 		return err
+	}
+	if err := c.Keepalive.Validate(); err != nil {
+		return fieldErr("Keepalive", "%v", err)
 	}
 	if c.CellID == "" {
 		return fieldErr("CellID", "required: a stable id of this cell ([A-Za-z0-9._-], at most 128 bytes)")

@@ -68,7 +68,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 // that stopped reading (Send blocked by flow control) nor one that never
 // answers the connection can hold Stop.
 func (a *Agent) runStream(ctx context.Context) (acked, finalSent bool) {
-	cc, err := grpc.NewClient(a.cfg.ControllerAddr, a.dialOpts...)
+	cc, err := grpc.NewClient(a.cfg.ControllerAddr, append(a.dialOpts, a.cfg.Keepalive.DialOption())...)
 	if err != nil {
 		a.log.Error("heartbeat client cannot be built", "err", err)
 		return false, false

@@ -212,6 +212,10 @@ func (k *keyPair) load() (*tls.Certificate, error) {
 	if err := checkValidity(leaf, now); err != nil {
 		return nil, fmt.Errorf("%s %s (reissue it with isobar certs issue --force): %w", flagCert, k.certFile, err)
 	}
+	pair.Leaf = leaf
+	if k.pool == nil {
+		return &pair, nil // ClientCertificate: another PKI's server checks the chain
+	}
 	inter := x509.NewCertPool()
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
@@ -225,7 +229,6 @@ func (k *keyPair) load() (*tls.Certificate, error) {
 		}
 		return nil, fmt.Errorf("%w: %s %s for %s use: %v", ErrUntrusted, flagCert, k.certFile, role, unwrapAll(err))
 	}
-	pair.Leaf = leaf
 	return &pair, nil
 }
 
@@ -241,4 +244,19 @@ func unwrapAll(err error) error {
 		return errors.New("signed by an authority not in the CA bundle")
 	}
 	return err
+}
+
+// ClientCertificate returns a tls.Config.GetClientCertificate that
+// presents the key pair in certFile/keyFile and re-reads the files when
+// they change, with the rotation rules of ServerConfig (checked at each
+// handshake; a pair that fails to load is ignored and the last good one
+// stays). It is for clients of another PKI (etcd's): the pair must match
+// and be valid now, but its chain is left to the server to check. Errors
+// at load name the files.
+func ClientCertificate(certFile, keyFile string, opts ...Option) (func(*tls.CertificateRequestInfo) (*tls.Certificate, error), error) {
+	kp, err := newKeyPair(certFile, keyFile, nil, x509.ExtKeyUsageClientAuth, buildOptions(opts))
+	if err != nil {
+		return nil, err
+	}
+	return func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return kp.get(), nil }, nil
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/isobar-mesh/isobar/certs"
 )
 
 // TLSFiles names PEM files for TLS to etcd.
@@ -39,11 +41,14 @@ func (t TLSFiles) validate(field string) error {
 func (t TLSFiles) clientTLS() (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		// Reloaded like isobar's own certificates (certs): each new
+		// connection presents the pair on disk now, so rotating the files
+		// (or renewing one about to expire) needs no restart.
+		get, err := certs.ClientCertificate(t.CertFile, t.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("election: load etcd client certificate %s / key %s: %w", t.CertFile, t.KeyFile, err)
 		}
-		tc.Certificates = []tls.Certificate{cert}
+		tc.GetClientCertificate = get
 	}
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
@@ -62,6 +63,10 @@ type Config struct {
 	// Region is the region this gateway serves. Required. Requests sent to
 	// an endpoint of another region carry HopHeader with this value.
 	Region string
+	// Keepalive of the connection to the controller (ADS, reports): a
+	// controller that vanished without closing is noticed within Time +
+	// Timeout (internal/grpcbounds defaults: 10 s + 5 s).
+	Keepalive grpcbounds.Client
 	// NodeID is this data plane's xDS node id and report identity. Default
 	// "isobar-gateway-" + Region.
 	NodeID string
@@ -215,6 +220,9 @@ func (c Config) validate() error {
 	}
 	if c.Region == "" {
 		return bad("Region is empty; set it to this gateway's region (--region)")
+	}
+	if err := c.Keepalive.Validate(); err != nil {
+		return bad("Keepalive: %v", err)
 	}
 	for _, f := range []struct{ name, v string }{{"Region", c.Region}, {"NodeID", c.NodeID}} {
 		if err := xdscontract.CheckName(f.name, f.v); err != nil {

@@ -149,7 +149,7 @@ func (g *Gateway) Start(ctx context.Context, ln net.Listener) error {
 	case g.started:
 		return ErrAlreadyStarted
 	}
-	conn, err := grpc.NewClient(g.cfg.Controller, g.dialOpts...)
+	conn, err := grpc.NewClient(g.cfg.Controller, append(g.dialOpts, g.cfg.Keepalive.DialOption())...)
 	if err != nil {
 		return fmt.Errorf("gateway: controller %s: %w", g.cfg.Controller, err)
 	}

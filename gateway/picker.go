@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	extprocpb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,9 +15,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 )
 
 // PickerConfig holds the values of `isobar picker`. Zero fields take the
@@ -153,9 +152,11 @@ func NewPicker(cfg PickerConfig, deps PickerDeps) (*Picker, error) {
 	g.handler = mux
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(cfg.Gateway.MaxBodyBytes+extProcHeadroom, 1<<30))),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
+	// Keepalive and enforcement (internal/grpcbounds); Envoy's ext_proc
+	// filter opens one stream per HTTP request, so a connection may carry
+	// many more than the default 100.
+	opts = append(opts, grpcbounds.Server{MaxConcurrentStreams: 4096}.ServerOptions(0)...)
 	if cfg.TLS.Enabled() {
 		tc, err := certs.ServerConfig(cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA)
 		if err != nil {

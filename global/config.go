@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/summary"
 )
@@ -24,6 +25,9 @@ import (
 type Config struct {
 	// Name of this member. Default: hostname-pid.
 	Name string
+	// Keepalive is the gRPC server's keepalive, ping enforcement and
+	// per-connection stream cap (internal/grpcbounds defaults).
+	Keepalive grpcbounds.Server
 	// Listen is the gRPC address serving GlobalControl. Default
 	// 127.0.0.1:19000.
 	Listen string

@@ -91,7 +91,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	opts = append(opts, grpc.MaxRecvMsgSize(cfg.Limits.MaxRecvMsgBytes))
+	// Keepalive, ping enforcement, streams per connection and the receive
+	// cap (internal/grpcbounds).
+	opts = append(opts, cfg.Keepalive.ServerOptions(cfg.Limits.MaxRecvMsgBytes)...)
 	opts = append(opts, deps.GRPCServerOptions...)
 	g.grpc = grpc.NewServer(opts...)
 	var allowed map[string]bool

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
@@ -30,8 +31,8 @@ type Config struct {
 	// Listen is the gRPC address serving CellRegistry and xDS (ADS).
 	// Default 127.0.0.1:18000.
 	Listen string
-	// HTTPListen serves /metrics, /debug/cells and the drain API.
-	// Default 127.0.0.1:9090. "-" disables it.
+	// HTTPListen serves /metrics, /debug/cells and the drain API, over
+	// TLS when TLS is set. Default 127.0.0.1:9090. "-" disables it.
 	HTTPListen string
 	// HeartbeatInterval is the interval the controller tells agents to use.
 	// Default 500 ms.
@@ -49,14 +50,31 @@ type Config struct {
 	// ForgetAfter: Failed and Terminated cells stay visible in the registry
 	// (debug, status) this long, then are forgotten. Default 5 min.
 	ForgetAfter time.Duration
-	// MaxMessageBytes caps one heartbeat message. Default 64 KiB.
+	// MaxMessageBytes caps one heartbeat message, checked on its encoded
+	// size before it is decoded (ResourceExhausted, reason oversized).
+	// Default 64 KiB.
 	MaxMessageBytes int
+	// FirstHeartbeatTimeout: a heartbeat stream that sends nothing this
+	// long after it opens is closed with DeadlineExceeded (reason
+	// first_heartbeat_timeout). An agent sends its first heartbeat at once.
+	// Default 10 s.
+	FirstHeartbeatTimeout time.Duration
+	// Keepalive is the gRPC server's keepalive, ping enforcement and
+	// per-connection stream cap (internal/grpcbounds defaults: pings after
+	// 10 s idle, 5 s timeout, clients may ping every 5 s, 100 streams per
+	// connection).
+	Keepalive grpcbounds.Server
 	// InboxSize is the registry's inbox capacity. Default 8192.
 	InboxSize int
 	// DataPlaneWindow: data-plane reports (demand, caller-side errors per
 	// cell) are averaged over this window. Default 10 s.
 	DataPlaneWindow time.Duration
-	// AdminToken, when set, is required as a bearer token on the drain API.
+	// AdminToken, when set, is a credential for the admin endpoints (debug
+	// pages, drain API): Authorization: Bearer <token>. With TLS, an
+	// operator client certificate is the other; with neither TLS nor a
+	// token the endpoints are open. POSTs need Content-Type
+	// application/json and cross-origin requests are refused (see
+	// adminPolicy).
 	AdminToken string
 	// TLS enables mTLS on the gRPC listener and requires identities:
 	// cellagents must present spiffe://isobar/region/<Region>/cell/<id>
@@ -142,6 +160,10 @@ func (c *Config) withDefaults() {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 64 << 10
 	}
+	if c.FirstHeartbeatTimeout == 0 {
+		c.FirstHeartbeatTimeout = 10 * time.Second
+	}
+	c.Keepalive = c.Keepalive.WithDefaults()
 	if c.InboxSize == 0 {
 		c.InboxSize = 8192
 	}
@@ -186,6 +208,7 @@ func (c Config) validate() error {
 		{"heartbeat interval", c.HeartbeatInterval}, {"TTL grace", c.TTLGrace},
 		{"cycle interval", c.CycleInterval}, {"probe interval", c.ProbeInterval},
 		{"probe timeout", c.ProbeTimeout}, {"forget-after", c.ForgetAfter},
+		{"first heartbeat timeout", c.FirstHeartbeatTimeout},
 	}
 	for _, d := range durations {
 		if d.d <= 0 {
@@ -200,6 +223,12 @@ func (c Config) validate() error {
 	}
 	if err := c.validateEndpointBinding(); err != nil {
 		return err
+	}
+	if err := c.Keepalive.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := c.Global.Keepalive.Validate(); err != nil {
+		return fmt.Errorf("%w: global: %w", ErrInvalidConfig, err)
 	}
 	if err := c.Limits.validate(); err != nil {
 		return err

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -35,6 +34,7 @@ type Controller struct {
 	prober  *prober
 	health  *health.Server
 	syncer  *syncer
+	admin   *adminPolicy // nil without the HTTP listener
 
 	grpcLn, httpLn net.Listener
 
@@ -79,12 +79,11 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 			return float64(deps.Clock.Now().UnixNano()) / 1e9
 		}))
 	}
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(cfg.Limits.MaxRecvMsgBytes),
-		grpc.MaxSendMsgSize(cfg.Limits.maxSendMsgBytes()),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	}
+	// Keepalive, ping enforcement, streams per connection and the receive
+	// cap (internal/grpcbounds); heartbeats are held to MaxMessageBytes by
+	// heartbeatCodec before decoding, everything else to MaxRecvMsgBytes.
+	opts := append(cfg.Keepalive.ServerOptions(cfg.Limits.MaxRecvMsgBytes), newHeartbeatCodec(),
+		grpc.MaxSendMsgSize(cfg.Limits.maxSendMsgBytes()))
 	if cfg.TLS.Enabled() {
 		tc, err := serverTLS(cfg.TLS)
 		if err != nil {
@@ -94,7 +93,6 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	}
 	gs := grpc.NewServer(append(opts, deps.GRPCServerOptions...)...)
 	hbs := newHeartbeatService(cfg, reg, deps.Clock, log, m)
-	hbs.maxBytes = cfg.MaxMessageBytes
 	isobarpb.RegisterCellRegistryServer(gs, hbs)
 	isobarpb.RegisterDataPlaneServer(gs, &dataPlaneService{region: cfg.Region, reg: reg, clock: deps.Clock, log: log, metrics: m, mtls: cfg.TLS.Enabled()})
 	xs.Register(gs)
@@ -117,9 +115,28 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		c.syncer.mtls = cfg.TLS.Enabled()
 	}
 	if cfg.HTTPListen != "-" || deps.HTTPListener != nil {
+		admin := newAdminPolicy(cfg.AdminToken, cfg.TLS.Enabled(), deps.Registerer)
+		c.admin = admin
 		c.http = &http.Server{
-			Handler:           newHTTPHandler(reg, c.Routes, cfg.Score, deps.Gatherer, cfg.AdminToken),
+			Handler:           newHTTPHandler(reg, c.Routes, cfg.Score, deps.Gatherer, admin),
 			ReadHeaderTimeout: 5 * time.Second,
+		}
+		if cfg.TLS.Enabled() {
+			// The debug pages and the drain API over TLS with the
+			// controller's own certificate; a client certificate is
+			// verified when given (an operator identity authorises, see
+			// adminPolicy) and not required, so a client without one gets
+			// a 401 that says what to present, and scrapers of /metrics
+			// need only the CA.
+			tc, err := serverTLS(cfg.TLS)
+			if err != nil {
+				return nil, err
+			}
+			tc.ClientAuth = tls.VerifyClientCertIfGiven
+			c.http.TLSConfig = tc
+		} else if admin.open() {
+			log.Warn("debug pages and drain API open to anyone who reaches the HTTP listener: set --tls-cert/--tls-key/--tls-ca (operator identities) or --admin-token-file",
+				"http_listen", cfg.HTTPListen)
 		}
 	}
 	return c, nil
@@ -166,7 +183,11 @@ func (c *Controller) start(ctx context.Context) error {
 	})
 	if c.http != nil {
 		c.wg.Go(func() {
-			if err := c.http.Serve(c.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serve := c.http.Serve
+			if c.http.TLSConfig != nil {
+				serve = func(ln net.Listener) error { return c.http.ServeTLS(ln, "", "") }
+			}
+			if err := serve(c.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				c.serveErr <- fmt.Errorf("regional: http: %w", err)
 			}
 		})

@@ -4,6 +4,8 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -11,8 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/score"
+	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // CellDebug is the JSON shape of GET /debug/cells/{id}: everything that
@@ -142,10 +146,15 @@ func sourceDebug(s SourceView) SourceDebug {
 }
 
 // newHTTPHandler serves /metrics, /healthz, /debug/cells[/ID], /debug/routes and
-// POST /v1/cells/ID/{drain,undrain}.
-func newHTTPHandler(reg *Registry, routes func() *RouteTable, sc score.Config, gatherer prometheus.Gatherer, adminToken string) http.Handler {
+// POST /v1/cells/ID/{drain,undrain}. The debug pages and the drain API are
+// admin endpoints, behind admin (see adminPolicy); /metrics and /healthz
+// are open to whoever reaches the listener.
+func newHTTPHandler(reg *Registry, routes func() *RouteTable, sc score.Config, gatherer prometheus.Gatherer, admin *adminPolicy) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /debug/routes", func(w http.ResponseWriter, _ *http.Request) {
+	adm := http.NewServeMux()
+	mux.Handle("/debug/", admin.guard(adm))
+	mux.Handle("/v1/", admin.guard(adm))
+	adm.HandleFunc("GET /debug/routes", func(w http.ResponseWriter, _ *http.Request) {
 		t := routes()
 		if t == nil {
 			writeJSON(w, http.StatusOK, map[string]string{"source": RoutesLocal, "note": "no cross-region routing configured"})
@@ -155,7 +164,7 @@ func newHTTPHandler(reg *Registry, routes func() *RouteTable, sc score.Config, g
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /debug/cells", func(w http.ResponseWriter, _ *http.Request) {
+	adm.HandleFunc("GET /debug/cells", func(w http.ResponseWriter, _ *http.Request) {
 		v := reg.View()
 		out := struct {
 			At    time.Time   `json:"at"`
@@ -167,7 +176,7 @@ func newHTTPHandler(reg *Registry, routes func() *RouteTable, sc score.Config, g
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
-	mux.HandleFunc("GET /debug/cells/{id}", func(w http.ResponseWriter, r *http.Request) {
+	adm.HandleFunc("GET /debug/cells/{id}", func(w http.ResponseWriter, r *http.Request) {
 		cv, ok := reg.View().Cell(r.PathValue("id"))
 		if !ok {
 			reg.metrics.unknownCells.Inc()
@@ -178,13 +187,6 @@ func newHTTPHandler(reg *Registry, routes func() *RouteTable, sc score.Config, g
 	})
 	drain := func(on bool) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			if adminToken != "" {
-				got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-				if subtle.ConstantTimeCompare([]byte(got), []byte(adminToken)) != 1 {
-					writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
-					return
-				}
-			}
 			err := reg.SetDrain(r.Context(), r.PathValue("id"), on)
 			switch {
 			case err == nil:
@@ -199,9 +201,114 @@ func newHTTPHandler(reg *Registry, routes func() *RouteTable, sc score.Config, g
 			}
 		}
 	}
-	mux.HandleFunc("POST /v1/cells/{id}/drain", drain(true))
-	mux.HandleFunc("POST /v1/cells/{id}/undrain", drain(false))
+	adm.HandleFunc("POST /v1/cells/{id}/drain", drain(true))
+	adm.HandleFunc("POST /v1/cells/{id}/undrain", drain(false))
 	return mux
+}
+
+// adminPolicy guards the admin endpoints (debug pages, drain API).
+//
+// Who: when the listener runs TLS (Config.TLS set) or a token is
+// configured (Config.AdminToken), a request must carry an operator
+// identity, a verified client certificate naming
+// spiffe://isobar/operator/NAME (as the lab admin API and isobar chaos
+// use), or the bearer token. A certificate of any other identity (a cell, a
+// gateway, a region) is refused with 403, none with 401. With neither TLS
+// nor a token the endpoints are open (a warning is logged at start).
+//
+// Cross-site: a browser page must not be able to drive the drain API.
+// Unsafe methods pass net/http's CrossOriginProtection (Go 1.25: refuses
+// requests whose Sec-Fetch-Site is cross-site or whose Origin does not match
+// the Host), and a POST must declare Content-Type application/json, which no
+// HTML form can send and which a cross-origin fetch can only send after a
+// CORS preflight this server never grants: so no "simple" request
+// (https://fetch.spec.whatwg.org/#cors-safelisted-request-header) reaches a
+// handler.
+//
+// Every refusal is counted in isobar_regional_admin_requests_total by
+// result (unauthenticated, forbidden, cross_site); served requests as ok.
+// Safe for concurrent use.
+type adminPolicy struct {
+	token    string
+	mtls     bool
+	requests *prometheus.CounterVec
+	csrf     *http.CrossOriginProtection
+}
+
+func newAdminPolicy(token string, mtls bool, reg prometheus.Registerer) *adminPolicy {
+	p := &adminPolicy{token: token, mtls: mtls, csrf: http.NewCrossOriginProtection(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_admin_requests_total",
+			Help: "Requests to the debug pages and the drain API by result: ok, unauthenticated, forbidden, cross_site.",
+		}, []string{"result"})}
+	if reg != nil {
+		reg.MustRegister(p.requests)
+	}
+	p.csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		p.refuse(w, http.StatusForbidden, "cross_site", "cross-origin request refused: the admin API takes requests from isobar clients, not from web pages")
+	}))
+	return p
+}
+
+// open reports whether the admin endpoints need no credential.
+func (p *adminPolicy) open() bool { return p.token == "" && !p.mtls }
+
+func (p *adminPolicy) refuse(w http.ResponseWriter, code int, result, msg string) {
+	p.requests.WithLabelValues(result).Inc()
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+func (p *adminPolicy) guard(next http.Handler) http.Handler {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+				p.refuse(w, http.StatusUnsupportedMediaType, "cross_site",
+					"POST needs Content-Type: application/json (no form or simple cross-site request may drive the admin API)")
+				return
+			}
+		}
+		if code, result, msg := p.authorize(r); code != 0 {
+			p.refuse(w, code, result, msg)
+			return
+		}
+		p.requests.WithLabelValues("ok").Inc()
+		next.ServeHTTP(w, r)
+	})
+	return p.csrf.Handler(inner)
+}
+
+// authorize returns 0 for a request that may proceed, else the status,
+// result label and message of its refusal.
+func (p *adminPolicy) authorize(r *http.Request) (int, string, string) {
+	if p.open() {
+		return 0, "", ""
+	}
+	if auth := r.Header.Get("Authorization"); auth != "" && p.token != "" {
+		got, _ := strings.CutPrefix(auth, "Bearer ")
+		if subtle.ConstantTimeCompare([]byte(got), []byte(p.token)) == 1 {
+			return 0, "", ""
+		}
+		return http.StatusUnauthorized, "unauthenticated", "wrong bearer token (the content of the controller's --admin-token-file)"
+	}
+	if p.mtls && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		id, err := certs.VerifiedIdentity(*r.TLS)
+		if err == nil && id.Kind == certs.KindOperator {
+			return 0, "", ""
+		}
+		who := "a certificate with no isobar identity"
+		if err == nil {
+			who = id.String()
+		}
+		return http.StatusForbidden, "forbidden", fmt.Sprintf("%s may not use the admin API: present an operator certificate (spiffe://isobar/operator/NAME, isobar certs issue --role operator --name NAME)", truncate.Marked(who, 160, "..."))
+	}
+	var want []string
+	if p.mtls {
+		want = append(want, "an operator client certificate (spiffe://isobar/operator/NAME)")
+	}
+	if p.token != "" {
+		want = append(want, "Authorization: Bearer <token from --admin-token-file>")
+	}
+	return http.StatusUnauthorized, "unauthenticated", "admin API: present " + strings.Join(want, " or ")
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

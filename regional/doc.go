@@ -39,7 +39,16 @@
 // controller hold: MaxCells cells (checked by the heartbeat service when a
 // stream claims a new cell id, and again by the registry loop), a token
 // bucket per heartbeat stream, MaxDemandKeys data-plane demand windows and
-// the gRPC receive size. Plans are bounded in models, routes and ingress
+// the gRPC receive size. Heartbeat streams are bounded too: at most
+// MaxHeartbeatStreams open at once (one more is refused with
+// ResourceExhausted), each must send its first heartbeat within
+// Config.FirstHeartbeatTimeout (the first receive runs in a goroutine that
+// ends when gRPC closes the stream, right after the handler returns), and a
+// heartbeat over MaxMessageBytes is refused on its encoded size before it
+// is decoded (heartbeatCodec, wirecodec.go). The gRPC server's keepalive,
+// ping enforcement and streams per connection come from
+// internal/grpcbounds (Config.Keepalive), as do the keepalive of the Sync
+// stream to the leader (GlobalConfig.Keepalive). Plans are bounded in models, routes and ingress
 // addresses. Liveness (TTL), staleness and plan validity run on the
 // controller's own clock at receipt; a cell's sent_at only raises the
 // clock-skew flag. Heartbeat signals and report counts are bounded by the
@@ -57,8 +66,12 @@
 // only from a global leader whose server certificate is
 // spiffe://isobar/global/<name> (checked on the Sync stream before any
 // summary is sent). Refusals are PermissionDenied, logged with the peer's
-// identity and counted. Without TLS (isobar regional --insecure) nobody is
-// authenticated.
+// identity and counted. The debug pages and drain API (debug.go,
+// adminPolicy) are served over TLS with Config.TLS and then need an
+// operator identity, spiffe://isobar/operator/<name>, or the admin token;
+// POSTs must be JSON and cross-origin requests are refused. Without TLS
+// (isobar regional --insecure) nobody is authenticated on gRPC, and the
+// admin endpoints need the token when one is set.
 //
 // Time is injected (clockwork.Clock); scoring, projection, lifecycle and
 // capacity estimation are pure packages (regional/score,

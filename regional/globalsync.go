@@ -23,6 +23,7 @@ import (
 	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/capacity"
@@ -36,6 +37,10 @@ type GlobalConfig struct {
 	// ElectionPrefix where the global leader is found in etcd. Default
 	// "/isobar/global/election/".
 	ElectionPrefix string
+	// Keepalive of the Sync stream's connection to the leader: a leader
+	// that vanished without closing is noticed within Time + Timeout
+	// (internal/grpcbounds defaults: 10 s + 5 s).
+	Keepalive grpcbounds.Client
 	// SummaryInterval between summaries (to the leader and to gossip).
 	// Default 1 s.
 	SummaryInterval time.Duration
@@ -303,19 +308,27 @@ func (s *syncer) buildSummary(now time.Time) *isobarpb.RegionSummary {
 	return sm
 }
 
-// install makes t the table in force and hands it to the registry.
+// install hands t to the registry and then makes it the table in force.
+// Both happen under s.mu, so the plan stream and the summaries loop, which
+// both install, hand tables to the registry in the order /debug/routes
+// (s.table) shows them, and a table the registry did not take (it stopped,
+// or ctx ended) is never shown: /debug/routes and the table the registry
+// serves from cannot disagree.
 func (s *syncer) install(ctx context.Context, t *RouteTable) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.reg.SetRoutes(ctx, t); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("route table not installed", "err", err)
+		}
+		return
+	}
 	prev := s.table.Swap(t)
-	s.mu.Unlock()
 	if prev == nil || prev.Source != t.Source {
 		s.log.Info("cross-region routing source changed", "source", t.Source, "epoch", t.Epoch)
 	}
 	s.metrics.routeSource.Reset()
 	s.metrics.routeSource.WithLabelValues(t.Source).Set(1)
-	if err := s.reg.SetRoutes(ctx, t); err != nil && ctx.Err() == nil {
-		s.log.Warn("route table not installed", "err", err)
-	}
 }
 
 // fallback computes local-first routing with spill-over from the gossiped
@@ -490,7 +503,7 @@ func (s *syncer) session(ctx context.Context) (got bool, err error) {
 // server (checkLeader), then streams summaries and applies plans until the
 // stream ends. got reports whether any plan arrived.
 func (s *syncer) stream(ctx context.Context, addr string) (got bool, err error) {
-	conn, err := grpc.NewClient(addr, s.dial...)
+	conn, err := grpc.NewClient(addr, append(s.dial, s.cfg.Keepalive.DialOption())...)
 	if err != nil {
 		return false, err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/isobar-mesh/isobar/certs"
@@ -42,10 +41,16 @@ type heartbeatService struct {
 	binding  endpointBinder
 	maxBytes int
 	limits   Limits
-	sink     heartbeatSink
-	clock    clockwork.Clock
-	log      *slog.Logger
-	metrics  *metrics
+	// firstTimeout: a stream that sends no heartbeat this long after it
+	// opens is closed (Config.FirstHeartbeatTimeout); maxStreams caps the
+	// heartbeat streams open at once (Limits.MaxHeartbeatStreams).
+	firstTimeout time.Duration
+	maxStreams   int64
+	active       atomic.Int64
+	sink         heartbeatSink
+	clock        clockwork.Clock
+	log          *slog.Logger
+	metrics      *metrics
 
 	nextStream atomic.Uint64
 	mu         sync.Mutex
@@ -62,6 +67,7 @@ var _ isobarpb.CellRegistryServer = (*heartbeatService)(nil)
 func newHeartbeatService(cfg Config, sink heartbeatSink, clock clockwork.Clock, log *slog.Logger, m *metrics) *heartbeatService {
 	return &heartbeatService{
 		region: cfg.Region, interval: cfg.HeartbeatInterval, ttl: cfg.TTL(), mtls: cfg.TLS.Enabled(), limits: cfg.Limits,
+		maxBytes: cfg.MaxMessageBytes, firstTimeout: cfg.FirstHeartbeatTimeout, maxStreams: int64(cfg.Limits.MaxHeartbeatStreams),
 		sink: sink, clock: clock, log: log, metrics: m, owners: make(map[string]*streamOwner),
 		binding: endpointBinder{mode: cfg.endpointBinding(), m: cfg.EndpointMap},
 	}
@@ -88,6 +94,12 @@ type streamState struct {
 // Heartbeat serves one cellagent's stream.
 func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServer) error {
 	ctx := stream.Context()
+	if n := s.active.Add(1); s.maxStreams > 0 && n > s.maxStreams {
+		s.active.Add(-1)
+		s.metrics.rejected.WithLabelValues(reasonTooManyStreams).Inc()
+		return status.Errorf(codes.ResourceExhausted, "%v: %d heartbeat streams open, limit %d (Limits.MaxHeartbeatStreams)", ErrTooManyStreams, n-1, s.maxStreams)
+	}
+	defer s.active.Add(-1)
 	st := &streamState{id: s.nextStream.Add(1), bucket: newTokenBucket(s.limits.HeartbeatRate, s.limits.HeartbeatBurst)}
 	s.metrics.streams.Inc()
 	defer func() {
@@ -107,8 +119,14 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 		cert = &id
 		grant = s.binding.grant(ctx, id)
 	}
-	for {
-		hb, err := stream.Recv()
+	for first := true; ; first = false {
+		var hb *isobarpb.CellHeartbeat
+		var err error
+		if first {
+			hb, err = s.recvFirst(ctx, stream)
+		} else {
+			hb, err = s.recv(stream)
+		}
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -118,10 +136,6 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 				s.log.Warn("oversized heartbeat refused", "cell", st.cell, "err", err)
 			}
 			return err
-		}
-		if s.maxBytes > 0 && proto.Size(hb) > s.maxBytes {
-			s.metrics.rejected.WithLabelValues(rejectReason(ErrOversized)).Inc()
-			return status.Errorf(codes.ResourceExhausted, "%v: %d bytes, limit %d", ErrOversized, proto.Size(hb), s.maxBytes)
 		}
 		if drop, err := s.admitRate(st); drop {
 			if err != nil {
@@ -154,6 +168,69 @@ func (s *heartbeatService) Heartbeat(stream isobarpb.CellRegistry_HeartbeatServe
 		if err := s.ack(stream, st, hb); err != nil {
 			return err
 		}
+	}
+}
+
+// Heartbeat stream refusals, reason labels of
+// isobar_regional_heartbeats_rejected_total.
+const (
+	reasonTooManyStreams = "too_many_streams"
+	reasonFirstTimeout   = "first_heartbeat_timeout"
+)
+
+// ErrTooManyStreams: Limits.MaxHeartbeatStreams heartbeat streams are open;
+// a new one is refused with ResourceExhausted (reason too_many_streams).
+var ErrTooManyStreams = errors.New("regional: heartbeat stream limit reached")
+
+// ErrNoFirstHeartbeat: a stream sent no heartbeat within
+// Config.FirstHeartbeatTimeout of opening; it is closed with
+// DeadlineExceeded (reason first_heartbeat_timeout).
+var ErrNoFirstHeartbeat = errors.New("regional: no heartbeat on a new stream")
+
+// recv reads one heartbeat through heartbeatCodec, which refuses a message
+// over maxBytes on its wire size, before decoding it: the oversized
+// message costs its read (at most Limits.MaxRecvMsgBytes, checked by gRPC
+// on the length prefix before reading) but never a decode.
+func (s *heartbeatService) recv(stream isobarpb.CellRegistry_HeartbeatServer) (*isobarpb.CellHeartbeat, error) {
+	f := &heartbeatFrame{limit: s.maxBytes, hb: new(isobarpb.CellHeartbeat)}
+	if err := stream.RecvMsg(f); err != nil {
+		return nil, err
+	}
+	if f.oversize > 0 {
+		return nil, status.Errorf(codes.ResourceExhausted, "%v: %d bytes, limit %d", ErrOversized, f.oversize, s.maxBytes)
+	}
+	return f.hb, nil
+}
+
+// recvFirst is recv with the first-heartbeat deadline: a stream that stays
+// silent for firstTimeout (on the injected clock) is closed and counted.
+// The receive runs in a goroutine so the deadline can end the wait; it
+// returns when gRPC closes the stream, right after the handler returns,
+// and touches nothing but its buffered channel.
+func (s *heartbeatService) recvFirst(ctx context.Context, stream isobarpb.CellRegistry_HeartbeatServer) (*isobarpb.CellHeartbeat, error) {
+	if s.firstTimeout <= 0 {
+		return s.recv(stream)
+	}
+	type result struct {
+		hb  *isobarpb.CellHeartbeat
+		err error
+	}
+	got := make(chan result, 1)
+	t := s.clock.NewTimer(s.firstTimeout)
+	defer t.Stop()
+	go func() {
+		hb, err := s.recv(stream)
+		got <- result{hb, err}
+	}()
+	select {
+	case r := <-got:
+		return r.hb, r.err
+	case <-t.Chan():
+		s.metrics.rejected.WithLabelValues(reasonFirstTimeout).Inc()
+		s.log.Warn("heartbeat stream closed: no heartbeat since it opened", "peer_identity", peerName(ctx), "timeout", s.firstTimeout)
+		return nil, status.Errorf(codes.DeadlineExceeded, "%v within %v (Config.FirstHeartbeatTimeout): send a heartbeat as soon as the stream opens", ErrNoFirstHeartbeat, s.firstTimeout)
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
 

@@ -202,7 +202,7 @@ func TestHeartbeatBadInput(t *testing.T) {
 	})
 
 	t.Run("unknown cell on the drain API", func(t *testing.T) {
-		resp, err := http.Post("http://"+c.HTTPAddr()+"/v1/cells/ghost/drain", "", nil)
+		resp, err := http.Post("http://"+c.HTTPAddr()+"/v1/cells/ghost/drain", "application/json", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,11 @@ type Limits struct {
 	// MaxRecvMsgBytes is the gRPC server's receive limit for every RPC
 	// (heartbeats, data-plane reports, xDS requests). Default 4 MiB.
 	MaxRecvMsgBytes int
+	// MaxHeartbeatStreams caps the heartbeat streams open at once, over
+	// all connections; one more is refused with ResourceExhausted (reason
+	// too_many_streams). Each agent holds one, and a reconnecting agent's
+	// old stream may linger up to a TTL. Default 2 × MaxCells.
+	MaxHeartbeatStreams int
 	// HeartbeatRate and HeartbeatBurst are each heartbeat stream's token
 	// bucket (heartbeats/s, bucket size). A heartbeat beyond it is dropped
 	// unacked (reason rate_limited). A stream that has HeartbeatBurst
@@ -54,6 +59,9 @@ func (l *Limits) withDefaults() {
 	if l.MaxCells == 0 {
 		l.MaxCells = xdscontract.DefaultMaxCells
 	}
+	if l.MaxHeartbeatStreams == 0 {
+		l.MaxHeartbeatStreams = 2 * l.MaxCells
+	}
 	if l.MaxRecvMsgBytes == 0 {
 		l.MaxRecvMsgBytes = 4 << 20
 	}
@@ -75,6 +83,8 @@ func (l Limits) validate() error {
 	switch {
 	case l.MaxCells < 1:
 		return fmt.Errorf("%w: max cells %d: want >= 1", ErrInvalidConfig, l.MaxCells)
+	case l.MaxHeartbeatStreams < 1:
+		return fmt.Errorf("%w: max heartbeat streams %d: want >= 1", ErrInvalidConfig, l.MaxHeartbeatStreams)
 	case l.MaxRecvMsgBytes < 4096:
 		return fmt.Errorf("%w: max gRPC message size %d: want at least 4096 bytes", ErrInvalidConfig, l.MaxRecvMsgBytes)
 	case !(l.HeartbeatRate > 0) || l.HeartbeatBurst < 1:

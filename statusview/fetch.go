@@ -42,6 +42,9 @@ type Fetcher struct {
 	Client *http.Client
 	// Timeout bounds each request; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// Token, when set, is sent as Authorization: Bearer <Token> (a
+	// controller's --admin-token-file).
+	Token string
 }
 
 // Collect reads every source concurrently and returns them in the order
@@ -158,6 +161,9 @@ func (f Fetcher) get(ctx context.Context, rawURL string, v any, allow404 bool) (
 		return 0, fmt.Errorf("GET %s: %w", rawURL, err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if f.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.Token)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("%w %s: %w", ErrUnreachable, rawURL, err)

@@ -32,7 +32,10 @@ tracks each cell's lifecycle, scores its pressure from 11 signals, projects
 endpoint weights and serves them over ADS on the same address to the
 region's Envoy (and isobar gateways, and proxyless gRPC clients).
 --http-listen serves /metrics, /debug/cells[/ID] and the drain API
-(POST /v1/cells/ID/drain, /undrain).`,
+(POST /v1/cells/ID/drain, /undrain, with Content-Type: application/json).
+With --tls-cert it is HTTPS, and the debug pages and drain API need an
+operator client certificate (isobar certs issue --role operator) or the
+--admin-token-file token; cross-origin requests are refused.`,
 		Example: `  isobar regional --region us-east --listen 0.0.0.0:18000 --http-listen 127.0.0.1:9090 \
     --tls-cert pki/us-east.pem --tls-key pki/us-east-key.pem --tls-ca pki/ca.pem
   isobar regional --region us-east --insecure   # plain text, development only`,
@@ -109,7 +112,7 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 	f.StringVar(&cfg.Region, "region", "", "region (datacenter) this controller serves (required)")
 	f.StringVar(&cfg.Zone, "zone", "", "locality zone written into xDS (default: the region)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC address for cellagent heartbeats and xDS (ADS)")
-	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, `address for /metrics, /debug/cells and the drain API ("-" disables)`)
+	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, `address for /metrics, /debug/cells and the drain API, over TLS with --tls-cert ("-" disables); debug pages and drain API need an operator certificate or --admin-token-file's token when either is configured`)
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat interval agents are told to use")
 	f.DurationVar(&cfg.TTLGrace, "ttl-grace", cfg.TTLGrace, "a cell is Failed after heartbeat-interval + ttl-grace without a heartbeat")
 	f.DurationVar(&cfg.CycleInterval, "cycle-interval", cfg.CycleInterval, "how often pressure is rescored and weights projected")
@@ -124,9 +127,11 @@ region's Envoy (and isobar gateways, and proxyless gRPC clients).
 	f.IntVar(&cfg.Limits.MaxDemandKeys, "max-demand-keys", cfg.Limits.MaxDemandKeys, "(data plane, model) demand windows kept at most")
 	f.StringVar(&weights, "score-weights", "", "override signal weights, e.g. queue=0.3,rtt=0 (signals: "+signalList()+")")
 	f.StringVar(&lbPolicy, "lb-policy", "least_request", "cluster LB policy in xDS: least_request, ring_hash or round_robin")
-	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding the bearer token required by the drain API")
 	f.StringVar(&endpointBinding, "endpoint-binding", "", "how a cell's advertised endpoint is checked against its certificate: san (its IP must be an IP SAN of the cell's certificate; the default with mTLS), mapping (an IP SAN, or a prefix --endpoint-map-file lists for the cell), off (any endpoint; the default with --insecure)")
 	f.StringVar(&endpointMapFile, "endpoint-map-file", "", "with --endpoint-binding=mapping: lines of <cell-id glob> <IP or CIDR>... (e.g. '* 10.244.0.0/16' for a pod network); '#' comments")
+	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding a bearer token accepted by the debug pages and drain API (besides an operator certificate with TLS)")
+	f.DurationVar(&cfg.FirstHeartbeatTimeout, "first-heartbeat-timeout", cfg.FirstHeartbeatTimeout, "a heartbeat stream silent this long after it opens is closed (DeadlineExceeded)")
+	f.IntVar(&cfg.Limits.MaxHeartbeatStreams, "max-heartbeat-streams", 0, "heartbeat streams open at once, all connections together; one more is refused (ResourceExhausted) (default 2 x --max-cells)")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "certificate (PEM) with identity spiffe://isobar/region/<region> (isobar certs issue --role regional), served to cellagents and gateways and presented to the global leader")
 	f.StringVar(&cfg.TLS.Key, "tls-key", "", "key (PEM) of --tls-cert")
 	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that client certificates and the global leader's must chain to")

@@ -2,17 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/spf13/cobra"
 
+	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/statusview"
 )
 
@@ -29,6 +33,8 @@ type statusFlags struct {
 	output      string
 	watch       time.Duration
 	timeout     time.Duration
+	// Admin credentials of controllers run with TLS or a token.
+	cert, key, ca, tokenFile string
 }
 
 // statusDeps are the command's collaborators; tests inject a fake clock
@@ -95,6 +101,10 @@ line. With --watch, status runs until interrupted and exits 0.`,
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.DurationVarP(&f.watch, "watch", "w", 0, "refresh every DURATION until interrupted (0: print once)")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "time limit of each HTTP request")
+	fl.StringVar(&f.cert, "tls-cert", "", "operator certificate (spiffe://isobar/operator/NAME) for controllers run with TLS; addresses then default to https://")
+	fl.StringVar(&f.key, "tls-key", "", "private key of --tls-cert")
+	fl.StringVar(&f.ca, "tls-ca", "", "CA bundle that signed the controllers' certificates (with --tls-cert, or alone with --admin-token-file)")
+	fl.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the controllers' admin bearer token (their --admin-token-file)")
 	return cmd
 }
 
@@ -108,6 +118,9 @@ func (f *statusFlags) sources() (ctrls, globals []statusview.Source, err error) 
 			src, err := statusview.ParseSource(a)
 			if err != nil {
 				return nil, usageError{fmt.Errorf("--%s %q: %w", flag, a, err)}
+			}
+			if f.ca != "" && !strings.Contains(a, "://") {
+				src.Base = "https" + strings.TrimPrefix(src.Base, "http")
 			}
 			out = append(out, src)
 		}
@@ -137,6 +150,9 @@ func (f *statusFlags) run(ctx context.Context, w io.Writer, deps statusDeps) err
 		return err
 	}
 	fetch := statusview.Fetcher{Client: deps.client, Timeout: f.timeout}
+	if err := f.admin(&fetch); err != nil {
+		return err
+	}
 	if f.watch == 0 {
 		rep := fetch.Collect(ctx, ctrls, globals)
 		if err := f.print(w, rep, false); err != nil {
@@ -170,6 +186,38 @@ func (f *statusFlags) run(ctx context.Context, w io.Writer, deps statusDeps) err
 		case <-tick.Chan():
 		}
 	}
+}
+
+// admin sets the fetcher's admin credentials from the flags: an operator
+// certificate over TLS and/or a bearer token.
+func (f *statusFlags) admin(fetch *statusview.Fetcher) error {
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--admin-token-file: %w", err)
+		}
+		fetch.Token = strings.TrimSpace(string(b))
+	}
+	if f.cert == "" && f.key == "" && f.ca == "" {
+		return nil
+	}
+	var tc *tls.Config
+	var err error
+	switch {
+	case f.cert != "" || f.key != "":
+		if tc, err = certs.ClientConfig(f.cert, f.key, f.ca, ""); err != nil {
+			return usageError{fmt.Errorf("operator credentials (--tls-cert, --tls-key, --tls-ca): %w", err)}
+		}
+	default:
+		pool := x509.NewCertPool()
+		pem, err := os.ReadFile(f.ca)
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			return usageError{fmt.Errorf("--tls-ca %s: want a readable PEM CA bundle (%v)", f.ca, err)}
+		}
+		tc = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
+	}
+	fetch.Client = &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	return nil
 }
 
 // isTerminal reports whether w is a character device (a terminal).
