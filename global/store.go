@@ -34,19 +34,29 @@ func (st *store) snapshot() map[string]received {
 
 // hub hands each region its latest plan. Subscribers get a one-slot
 // channel: a newer plan replaces an unread older one.
+//
+// A new subscriber gets the latest plan at once, unchanged: its issue time
+// and validity stay those the planner gave it, so a region that reconnects
+// while the leader cannot publish (etcd writes failing) gets only what is
+// left of the plan's life, and an expired plan (on this member's clock) is
+// not replayed at all.
 type hub struct {
+	now    func() time.Time
 	mu     sync.Mutex
 	latest *isobarpb.RoutingPlan
 	subs   map[chan *isobarpb.RoutingPlan]string // channel → region
 }
 
-func newHub() *hub { return &hub{subs: map[chan *isobarpb.RoutingPlan]string{}} }
+// newHub returns a hub that judges replay expiry on now.
+func newHub(now func() time.Time) *hub {
+	return &hub{now: now, subs: map[chan *isobarpb.RoutingPlan]string{}}
+}
 
 func (h *hub) subscribe(region string) (<-chan *isobarpb.RoutingPlan, func()) {
 	ch := make(chan *isobarpb.RoutingPlan, 1)
 	h.mu.Lock()
 	h.subs[ch] = region
-	if h.latest != nil {
+	if h.latest != nil && h.now().Before(h.latest.GetValidUntil().AsTime()) {
 		ch <- forRegion(h.latest, region)
 	}
 	h.mu.Unlock()
