@@ -208,3 +208,41 @@ func TestIdentityConfig(t *testing.T) {
 		t.Fatalf("a global node with Roots only: %v", err)
 	}
 }
+
+// FuzzVerifyProof: any proof bytes are refused with ErrBadIdentity or
+// verify, never panic; only the real proof verifies.
+func FuzzVerifyProof(f *testing.F) {
+	ca, err := certs.NewCA(certs.CAConfig{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	is, err := ca.Issue(certs.Identity{Kind: certs.KindRegion, Name: "x"}.Leaf(nil, []net.IP{net.IPv4(127, 0, 0, 1)}))
+	if err != nil {
+		f.Fatal(err)
+	}
+	cert, err := is.TLSCertificate()
+	if err != nil {
+		f.Fatal(err)
+	}
+	meta := []byte("meta")
+	good, err := makeProof(&cert, "regional/x", meta)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte{proofVersion, 1, 0, 0})
+	f.Add([]byte{})
+	roots, now := ca.Pool(), is.Cert.NotBefore.Add(time.Hour)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		region, _, err := verifyProof(b, "regional/x", meta, roots, now)
+		if err != nil {
+			if !errors.Is(err, ErrBadIdentity) {
+				t.Fatalf("error %v is not ErrBadIdentity", err)
+			}
+			return
+		}
+		if region != "x" {
+			t.Fatalf("verified region %q", region)
+		}
+	})
+}
