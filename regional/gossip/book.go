@@ -35,7 +35,8 @@ type Member struct {
 	// Verified is true when the member's region is proven by its
 	// certificate (a node with Deps.Identity; see identity.go). Without
 	// an Identity every regional member with valid metadata counts as
-	// verified.
+	// verified. This node itself counts as verified (New checked its
+	// certificate).
 	Verified bool
 	// Addr is the member's gossip address (host:port).
 	Addr string
@@ -504,7 +505,7 @@ func (b *book) members() []Member {
 	out := make([]Member, 0, len(b.mems))
 	for _, rec := range b.mems {
 		out = append(out, Member{
-			Name: rec.name, Role: rec.meta.Role, Region: rec.meta.Region, Verified: b.verifiedLocked(rec, now),
+			Name: rec.name, Role: rec.meta.Role, Region: rec.meta.Region, Verified: rec.name == b.self || b.verifiedLocked(rec, now),
 			Addr: rec.addr, Ingress: rec.meta.Ingress, Alive: rec.alive, Since: rec.since,
 		})
 	}
