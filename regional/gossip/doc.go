@@ -41,8 +41,9 @@
 // file with ParseKey) keeps outsiders out; it is required with an
 // Identity. memberlist itself tells members apart by nothing but what they
 // say: an alive message carries whatever name, address and metadata its
-// sender writes (hashicorp/memberlist state.go aliveNode; its README's
-// security notes: encryption authenticates the cluster, not a member).
+// sender writes (hashicorp/memberlist v0.7.0 state.go aliveNode), and the
+// one shared key of config.go SecretKey ("message-level encryption and
+// verification") authenticates the cluster, not a member.
 // Inside the cluster, summaries are signed with a per-process ed25519 key
 // advertised in the member's metadata, so a relay cannot alter one. With
 // Deps.Identity (identity.go, every fleet with mTLS), a regional member

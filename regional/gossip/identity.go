@@ -30,9 +30,10 @@ import (
 //
 // Why: memberlist authenticates nothing beyond the shared SecretKey. Its
 // alive messages carry whatever name, address and metadata the sender
-// writes (memberlist state.go aliveNode, and the README's "Security" part:
-// encryption keeps non-members out, it does not tell members apart), so any
-// holder of the cluster key could claim a region. The proof makes that
+// writes (hashicorp/memberlist v0.7.0 state.go aliveNode), and its one
+// cluster-wide key (config.go SecretKey: "message-level encryption and
+// verification") keeps non-members out without telling members apart, so
+// any holder of the cluster key could claim a region. The proof makes that
 // claim as strong as the region's certificate.
 type Identity struct {
 	// Certificate returns this node's current certificate chain and private
