@@ -63,11 +63,12 @@ func (id *Identity) validate(role string) error {
 //
 // The signature, by the leaf's key, covers proofDomain | uvarint len + node
 // name | the node's metadata bytes exactly as memberlist carries them.
+const proofVersion byte = 1
+
 const (
-	proofVersion    byte = 1
-	maxProofCerts        = 4
-	maxProofCertLen      = 4096
-	maxProofSigLen       = 1024
+	maxProofCerts   = 4
+	maxProofCertLen = 4096
+	maxProofSigLen  = 1024
 	// maxProofBytes bounds a whole proof.
 	maxProofBytes = 1 + binary.MaxVarintLen64 + maxProofCerts*(binary.MaxVarintLen64+maxProofCertLen) + binary.MaxVarintLen64 + maxProofSigLen
 )
