@@ -32,6 +32,9 @@ func TestHubReplayKeepsIssueTime(t *testing.T) {
 			t.Fatalf("replay issued %v valid until %v, want the plan's own %v and %v",
 				p.GetIssuedAt().AsTime(), p.GetValidUntil().AsTime(), issued, issued.Add(30*time.Second))
 		}
+		if !p.GetSentAt().AsTime().Equal(clock.Now()) {
+			t.Fatalf("replay stamped sent at %v, want now (%v): the region counts the life left from it", p.GetSentAt().AsTime(), clock.Now())
+		}
 	default:
 		t.Fatal("an unexpired plan was not replayed to a new subscriber")
 	}

@@ -94,12 +94,13 @@ const (
 // Lifetime: a plan lives from its issue time on the leader's clock
 // (issued_at) for valid_until - issued_at, its maximum age; receiving it
 // again (a replay to a reconnecting region) does not restart it. The
-// region's clock and the leader's may differ by up to skew (the region's
-// --max-clock-skew), so the plan is in force until the earlier of now +
-// its maximum age (a receiver whose clock is behind the leader's gets no
-// more than the maximum age) and valid_until + skew on this clock (a plan
-// received late gets what it has left). A plan whose remaining life is
-// gone is expired. A plan without issued_at is judged by valid_until
+// leader stamps each copy it sends (sent_at, its clock), and the region
+// grants valid_until - sent_at from now: the life left, measured on the
+// leader's clock alone, so neither a replay nor clock skew between leader
+// and region extends it. From a leader that does not stamp sends, the
+// region grants the earlier of now + the maximum age and valid_until +
+// skew on its own clock (the region's --max-clock-skew). A plan with no
+// life left is expired. A plan without issued_at is judged by valid_until
 // against now. Fractions must be finite, in [0,1] and sum (with shed) to
 // 1; every remote destination needs an ingress address.
 func planTable(p *isobarpb.RoutingPlan, region string, fence *RouteTable, inForce bool, now time.Time, skew time.Duration) (*RouteTable, error) {
@@ -140,16 +141,27 @@ func planTable(p *isobarpb.RoutingPlan, region string, fence *RouteTable, inForc
 		case life > maxPlanLifetime:
 			return bad("valid for %v, at most %v", life, maxPlanLifetime)
 		}
-		// Remaining life: the maximum age at most, and no later than
-		// valid_until plus the skew allowance on this clock.
-		until = now.Add(life)
-		if late := p.GetValidUntil().AsTime().Add(skew); late.Before(until) {
-			until = late
+		left := life
+		if sa := p.GetSentAt(); sa != nil {
+			// The life left at the send, on the leader's clock.
+			if sa.CheckValid() != nil {
+				return bad("invalid sent_at")
+			}
+			age := sa.AsTime().Sub(is.AsTime())
+			if age < 0 {
+				return bad("sent %v before it was issued", -age)
+			}
+			if left -= age; left <= 0 {
+				return nil, fmt.Errorf("%w: sent %v after it was issued, with a maximum age of %v", ErrExpiredPlan, age, life)
+			}
+		} else if late := p.GetValidUntil().AsTime().Add(skew).Sub(now); late < left {
+			// No send stamp: bounded on this clock, with the skew allowance.
+			if left = late; left <= 0 {
+				return nil, fmt.Errorf("%w: issued %v with a maximum age of %v, now %v (beyond the clock-skew allowance of %v; if the leader's clock is behind this one's, fix the clocks or raise --max-clock-skew)",
+					ErrExpiredPlan, is.AsTime(), life, now, skew)
+			}
 		}
-		if !until.After(now) {
-			return nil, fmt.Errorf("%w: issued %v with a maximum age of %v, now %v (beyond the clock-skew allowance of %v; if the leader's clock is behind this one's, fix the clocks or raise --max-clock-skew)",
-				ErrExpiredPlan, is.AsTime(), life, now, skew)
-		}
+		until = now.Add(left)
 	}
 	if !until.After(now) {
 		return nil, fmt.Errorf("%w: valid until %v, now %v", ErrExpiredPlan, until, now)

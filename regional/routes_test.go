@@ -16,7 +16,7 @@ import (
 func testPlan(epoch, seq uint64, now time.Time) *isobarpb.RoutingPlan {
 	return &isobarpb.RoutingPlan{
 		LeaderId: "g1@127.0.0.1:1", Epoch: epoch, Sequence: seq,
-		IssuedAt: timestamppb.New(now), ValidUntil: timestamppb.New(now.Add(30 * time.Second)),
+		IssuedAt: timestamppb.New(now), ValidUntil: timestamppb.New(now.Add(30 * time.Second)), SentAt: timestamppb.New(now),
 		Plans: []*isobarpb.ModelPlan{{
 			Model: "m", IngressRegion: "b",
 			Routes: []*isobarpb.Route{{Destination: "b", Fraction: 0.8}, {Destination: "c", Fraction: 0.15}},
@@ -204,15 +204,16 @@ func TestPlanFenceSurvivesFallbackAndRestart(t *testing.T) {
 		t.Fatalf("a lower epoch was accepted after a restart: %+v", got)
 	}
 	// The fenced plan itself, replayed: accepted with its remaining life
-	// (issued 20 s ago, 30 s maximum age: 10 s left, plus the 5 s skew
-	// allowance), not a fresh 30 s.
+	// (issued 20 s ago, sent now, 30 s maximum age: 10 s left), not a fresh
+	// 30 s.
 	replay := testPlan(5, 3, now.Add(-20*time.Second))
+	replay.SentAt = timestamppb.New(now)
 	s2.applyPlan(t.Context(), replay)
 	got := s2.Routes()
 	if got == nil || got.Epoch != 5 || got.Sequence != 3 {
 		t.Fatalf("the fenced plan's replay was refused: %+v", got)
 	}
-	if want := now.Add(15 * time.Second); !got.ValidUntil.Equal(want) {
+	if want := now.Add(10 * time.Second); !got.ValidUntil.Equal(want) {
 		t.Fatalf("replayed plan valid until %v, want %v (its remaining life)", got.ValidUntil, want)
 	}
 	s2.applyPlan(t.Context(), testPlan(6, 1, now))
@@ -226,31 +227,46 @@ func TestPlanFenceSurvivesFallbackAndRestart(t *testing.T) {
 
 // A plan replayed long after it was issued (the leader could not write a
 // new one to etcd for minutes, and replays its last to a reconnecting
-// region) gets only the life it has left on its issue time, bounded by the
-// skew allowance, never a fresh maximum age.
+// region) gets only the life it has left on its issue time, never a fresh
+// maximum age: measured on the leader's clock from its send stamp, so clock
+// skew does not matter, or, from a leader that does not stamp sends, on
+// the region's clock with the skew allowance.
 func TestReplayedPlanGetsRemainingLife(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	const skew = 5 * time.Second
 	cases := []struct {
 		name    string
-		age     time.Duration // how long before now the plan was issued (leader's clock)
-		want    time.Time     // zero: expired
+		issued  time.Duration // leader's clock at issue, from now
+		sent    *time.Duration
+		want    time.Duration // from now; 0: expired
 		wantErr error
 	}{
-		{"fresh", 0, now.Add(30 * time.Second), nil},
-		{"replayed 20 s later", 20 * time.Second, now.Add(10*time.Second + skew), nil},
-		{"replayed after 5 minutes", 5 * time.Minute, time.Time{}, ErrExpiredPlan},
-		{"leader clock 3 s ahead", -3 * time.Second, now.Add(30 * time.Second), nil},
+		{"fresh", 0, dur(0), 30 * time.Second, nil},
+		{"replayed 20 s later", -20 * time.Second, dur(0), 10 * time.Second, nil},
+		{"replayed after 5 minutes", -5 * time.Minute, dur(0), 0, ErrExpiredPlan},
+		{"leader an hour behind, replayed 20 s later", -time.Hour - 20*time.Second, dur(-time.Hour), 10 * time.Second, nil},
+		{"leader an hour ahead, fresh", time.Hour, dur(time.Hour), 30 * time.Second, nil},
+		{"sent before issued", 0, dur(-time.Second), 0, ErrInvalidPlan},
+		{"no send stamp, fresh", 0, nil, 30 * time.Second, nil},
+		{"no send stamp, replayed 20 s later", -20 * time.Second, nil, 10*time.Second + skew, nil},
+		{"no send stamp, replayed after 5 minutes", -5 * time.Minute, nil, 0, ErrExpiredPlan},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			tbl, err := planTable(testPlan(5, 3, now.Add(-tc.age)), "b", nil, false, now, skew)
+			p := testPlan(5, 3, now.Add(tc.issued))
+			p.SentAt = nil
+			if tc.sent != nil {
+				p.SentAt = timestamppb.New(now.Add(*tc.sent))
+			}
+			tbl, err := planTable(p, "b", nil, false, now, skew)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("planTable = %v, want %v", err, tc.wantErr)
 			}
-			if err == nil && !tbl.ValidUntil.Equal(tc.want) {
-				t.Fatalf("valid until %v (%v from now), want %v", tbl.ValidUntil, tbl.ValidUntil.Sub(now), tc.want.Sub(now))
+			if err == nil && !tbl.ValidUntil.Equal(now.Add(tc.want)) {
+				t.Fatalf("valid until %v from now, want %v", tbl.ValidUntil.Sub(now), tc.want)
 			}
 		})
 	}
 }
+
+func dur(d time.Duration) *time.Duration { return &d }
