@@ -27,6 +27,8 @@ FUZZ_TARGETS := \
 	./summary:FuzzValidate \
 	./regional/gossip:FuzzReceive \
 	./regional/gossip:FuzzDecodeMeta \
+	./regional/gossip:FuzzParseKey \
+	./regional/gossip:FuzzVerifyProof \
 	./optimize:FuzzSolve \
 	./optimize:FuzzParseInput \
 	./regional:FuzzPlanTable \

@@ -101,7 +101,7 @@ func BenchmarkIngest1000Regions(b *testing.B) {
 	sums := regionSummaries(n, 3)
 	lead := alwaysLeader{done: make(chan struct{})}
 	st := newStore()
-	svc := &syncService{lead: lead, store: st, hub: newHub(), clock: clockwork.NewRealClock(),
+	svc := &syncService{lead: lead, store: st, hub: newHub(clockwork.NewRealClock().Now), clock: clockwork.NewRealClock(),
 		log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil)}
 	gs := grpc.NewServer()
 	isobarpb.RegisterGlobalControlServer(gs, svc)

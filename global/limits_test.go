@@ -42,7 +42,7 @@ func newLimitedSync(t *testing.T, l Limits) (*syncService, *clockwork.FakeClock,
 	clock := clockwork.NewFakeClockAt(limitsT0)
 	prom := prometheus.NewRegistry()
 	svc := &syncService{
-		lead: alwaysLeader{done: make(chan struct{})}, store: newStore(), hub: newHub(),
+		lead: alwaysLeader{done: make(chan struct{})}, store: newStore(), hub: newHub(clock.Now),
 		limits: l, regionTTL: 3 * time.Second, skew: newSkewWatch(l, slog.New(slog.DiscardHandler), prom),
 		clock: clock, log: slog.New(slog.DiscardHandler), metrics: newMetrics(prom),
 	}

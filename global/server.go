@@ -81,7 +81,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	g := &Server{
 		cfg: cfg, deps: deps, log: deps.Logger.With("global", cfg.Name), metrics: newMetrics(deps.Registerer),
-		store: newStore(), hub: newHub(), planner: newPlanner(cfg.Plan), errs: make(chan error, 2),
+		store: newStore(), hub: newHub(deps.Clock.Now), planner: newPlanner(cfg.Plan), errs: make(chan error, 2),
 	}
 	var opts []grpc.ServerOption
 	if cfg.TLSCert != "" {

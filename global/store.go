@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -34,20 +36,30 @@ func (st *store) snapshot() map[string]received {
 
 // hub hands each region its latest plan. Subscribers get a one-slot
 // channel: a newer plan replaces an unread older one.
+//
+// A new subscriber gets the latest plan at once, with the issue time and
+// validity the planner gave it and sent_at stamped now, so a region that
+// reconnects while the leader cannot publish (etcd writes failing) gets
+// only what is left of the plan's life, and an expired plan (on this
+// member's clock) is not replayed at all.
 type hub struct {
+	now    func() time.Time
 	mu     sync.Mutex
 	latest *isobarpb.RoutingPlan
 	subs   map[chan *isobarpb.RoutingPlan]string // channel → region
 }
 
-func newHub() *hub { return &hub{subs: map[chan *isobarpb.RoutingPlan]string{}} }
+// newHub returns a hub that judges replay expiry on now.
+func newHub(now func() time.Time) *hub {
+	return &hub{now: now, subs: map[chan *isobarpb.RoutingPlan]string{}}
+}
 
 func (h *hub) subscribe(region string) (<-chan *isobarpb.RoutingPlan, func()) {
 	ch := make(chan *isobarpb.RoutingPlan, 1)
 	h.mu.Lock()
 	h.subs[ch] = region
-	if h.latest != nil {
-		ch <- forRegion(h.latest, region)
+	if h.latest != nil && h.now().Before(h.latest.GetValidUntil().AsTime()) {
+		ch <- forRegion(h.latest, region, h.now())
 	}
 	h.mu.Unlock()
 	return ch, func() {
@@ -62,8 +74,9 @@ func (h *hub) publish(p *isobarpb.RoutingPlan) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.latest = p
+	sent := h.now()
 	for ch, region := range h.subs {
-		part := forRegion(p, region)
+		part := forRegion(p, region, sent)
 		select {
 		case ch <- part:
 		default:
@@ -84,10 +97,12 @@ func (h *hub) clear() {
 }
 
 // forRegion keeps the model plans whose ingress is region, and the ingress
-// addresses they route to.
-func forRegion(p *isobarpb.RoutingPlan, region string) *isobarpb.RoutingPlan {
+// addresses they route to, stamped as sent at sent (the region counts the
+// plan's remaining life from it).
+func forRegion(p *isobarpb.RoutingPlan, region string, sent time.Time) *isobarpb.RoutingPlan {
 	out := &isobarpb.RoutingPlan{
 		LeaderId: p.LeaderId, Epoch: p.Epoch, Sequence: p.Sequence, IssuedAt: p.IssuedAt, ValidUntil: p.ValidUntil,
+		SentAt: timestamppb.New(sent),
 	}
 	dests := map[string]bool{}
 	for _, mp := range p.Plans {

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -547,10 +548,21 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	if idx > 0 {
 		gcfg.Join = []string{gossipAddrs[0]}
 	}
-	node, err := gossip.New(gcfg, gossip.Deps{Logger: log.With("component", "gossip"), Validate: summary.Validate,
+	gdeps := gossip.Deps{Logger: log.With("component", "gossip"), Validate: summary.Validate,
 		WrapTransport: func(nt memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
 			return &wan.Transport{NodeAwareTransport: nt, Route: func(a string) string { return l.via(name, a) }}
-		}})
+		}}
+	if !cfg.Insecure {
+		// Gossip bound to identities, as isobar regional runs it with mTLS.
+		sc, err := certs.ServerConfig(rid.cert, rid.key, l.pki.ca)
+		if err != nil {
+			return nil, err
+		}
+		gcfg.SecretKey = l.pki.gossipKey
+		gdeps.Identity = &gossip.Identity{Roots: sc.ClientCAs,
+			Certificate: func() (*tls.Certificate, error) { return sc.GetCertificate(nil) }}
+	}
+	node, err := gossip.New(gcfg, gdeps)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"crypto/rand"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -20,6 +21,9 @@ type pki struct {
 	ca       string
 	insecure bool
 	ca0      *certs.CA
+	// gossipKey is the gossip cluster key every region's member shares
+	// (with mTLS, gossip requires one: regional/gossip Identity).
+	gossipKey []byte
 
 	mu     sync.Mutex
 	issued map[string]identity // by name: a restarted component reuses its files
@@ -41,6 +45,10 @@ func newPKI(dir string, insecure bool) (*pki, error) {
 		return nil, err
 	}
 	p.ca0, p.ca = ca, filepath.Join(p.dir, "ca.pem")
+	p.gossipKey = make([]byte, 32)
+	if _, err := rand.Read(p.gossipKey); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

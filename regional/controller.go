@@ -113,6 +113,11 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		}
 		c.syncer = newSyncer(cfg.Global, cfg.Region, reg, deps.Etcd, deps.Gossip, deps.Demand, deps.GlobalDialOptions, deps.Clock, log, m)
 		c.syncer.mtls = cfg.TLS.Enabled()
+		if deps.PlanFence != nil {
+			if err := c.syncer.useFences(deps.PlanFence); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if cfg.HTTPListen != "-" || deps.HTTPListener != nil {
 		admin := newAdminPolicy(cfg.AdminToken, cfg.TLS.Enabled(), deps.Registerer)

@@ -161,6 +161,10 @@ type syncer struct {
 	latest      atomic.Pointer[isobarpb.RegionSummary]
 	table       atomic.Pointer[RouteTable]
 	mu          sync.Mutex // serialises table changes
+	// fence is the highest plan ever applied (guarded by mu): kept
+	// through fallback, and through restarts via fences when set.
+	fence  *RouteTable
+	fences FenceStore
 }
 
 func newSyncer(cfg GlobalConfig, region string, reg *Registry, etcd *clientv3.Client, g gossiper,
@@ -559,15 +563,27 @@ func (s *syncer) stream(ctx context.Context, addr string) (got bool, err error) 
 	}
 }
 
-// applyPlan validates a plan and installs it, or counts the refusal.
+// applyPlan validates a plan against the fence and installs it, or counts
+// the refusal. An applied plan raises the fence (and saves it).
 func (s *syncer) applyPlan(ctx context.Context, p *isobarpb.RoutingPlan) {
+	now := s.clock.Now()
 	s.mu.Lock()
-	t, err := planTable(p, s.region, s.table.Load(), s.clock.Now())
+	cur := s.table.Load()
+	inForce := cur != nil && cur.Source == RoutesPlan && now.Before(cur.ValidUntil)
+	t, err := planTable(p, s.region, s.fence, inForce, now, s.reg.cfg.Limits.MaxClockSkew)
+	if err == nil {
+		s.fence = t
+	}
 	s.mu.Unlock()
 	s.metrics.plans.WithLabelValues(planResult(err)).Inc()
 	if err != nil {
 		s.log.Warn("routing plan refused", "epoch", p.GetEpoch(), "sequence", p.GetSequence(), "err", err)
 		return
+	}
+	if s.fences != nil {
+		if err := s.fences.SaveFence(Fence{Epoch: t.Epoch, Sequence: t.Sequence}); err != nil {
+			s.log.Warn("plan fence not saved; after a restart this region may accept an older leader's plan", "err", err)
+		}
 	}
 	s.metrics.planEpoch.Set(float64(t.Epoch))
 	s.install(ctx, t)

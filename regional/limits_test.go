@@ -358,7 +358,7 @@ func TestPlanValidityOnReceiverClock(t *testing.T) {
 			if tc.noIssued {
 				p.IssuedAt = nil
 			}
-			tbl, err := planTable(p, "b", nil, now)
+			tbl, err := planTable(p, "b", nil, false, now, 5*time.Second)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("planTable = %v, want %v", err, tc.wantErr)
 			}
@@ -397,7 +397,7 @@ func TestPlanShapeLimits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlan(5, 1, now)
 			tc.mut(p)
-			if _, err := planTable(p, "b", nil, now); !errors.Is(err, ErrInvalidPlan) || !strings.Contains(err.Error(), "most") {
+			if _, err := planTable(p, "b", nil, false, now, 5*time.Second); !errors.Is(err, ErrInvalidPlan) || !strings.Contains(err.Error(), "most") {
 				t.Fatalf("planTable = %v, want ErrInvalidPlan naming the limit", err)
 			}
 		})

@@ -47,12 +47,12 @@ func FuzzPlanTable(f *testing.F) {
 		if proto.Unmarshal(b, p) != nil {
 			return
 		}
-		cur, err := planTable(testPlan(5, 3, now), "b", nil, now)
+		cur, err := planTable(testPlan(5, 3, now), "b", nil, false, now, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range []*RouteTable{nil, cur} {
-			tbl, err := planTable(p, "b", c, now)
+			tbl, err := planTable(p, "b", c, c != nil, now, 5*time.Second)
 			if err != nil {
 				if planResult(err) == "applied" {
 					t.Fatalf("refusal %v reported as applied", err)

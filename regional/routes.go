@@ -77,27 +77,45 @@ const (
 	maxLeaderIDLen  = 512
 )
 
-// planTable validates a plan received for region against the table in
-// force and returns the table it yields. Plans with a lower epoch than the
-// one applied, or the same epoch and a sequence not above it, are stale;
-// fractions must be finite, in [0,1] and sum (with shed) to 1; every remote
-// destination needs an ingress address.
+// planTable validates a plan received for region against fence, the
+// highest plan this region has applied (nil: none), and returns the table
+// it yields. inForce says whether a plan is in force now.
 //
-// Validity runs on the receiver's clock: a plan carrying issued_at lives
-// valid_until - issued_at from now (the leader's clock may be skewed; only
-// the lifetime it grants is taken from it). A plan without issued_at is
-// judged by valid_until against now.
-func planTable(p *isobarpb.RoutingPlan, region string, cur *RouteTable, now time.Time) (*RouteTable, error) {
+// Fencing: a plan with a lower epoch than the fence, or the same epoch and
+// a lower sequence, is stale; so is the fenced plan itself while a plan is
+// in force (a duplicate). The fence is the highest plan ever applied, not
+// the table in force, so it holds through fallback (every global outage)
+// and, when the syncer has a FenceStore, through a restart: an old leader
+// that comes back after its successor's plans cannot take the region back.
+// After fallback or a restart the fenced plan itself is accepted again (the
+// leader replays its latest plan to every new subscriber), with the life it
+// has left.
+//
+// Lifetime: a plan lives from its issue time on the leader's clock
+// (issued_at) for valid_until - issued_at, its maximum age; receiving it
+// again (a replay to a reconnecting region) does not restart it. The
+// leader stamps each copy it sends (sent_at, its clock), and the region
+// grants valid_until - sent_at from now: the life left, measured on the
+// leader's clock alone, so neither a replay nor clock skew between leader
+// and region extends it. From a leader that does not stamp sends, the
+// region grants the earlier of now + the maximum age and valid_until +
+// skew on its own clock (the region's --max-clock-skew). A plan with no
+// life left is expired. A plan without issued_at is judged by valid_until
+// against now. Fractions must be finite, in [0,1] and sum (with shed) to
+// 1; every remote destination needs an ingress address.
+func planTable(p *isobarpb.RoutingPlan, region string, fence *RouteTable, inForce bool, now time.Time, skew time.Duration) (*RouteTable, error) {
 	bad := func(format string, a ...any) (*RouteTable, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidPlan, fmt.Sprintf(format, a...))
 	}
 	if p.GetEpoch() == 0 {
 		return bad("epoch 0")
 	}
-	if cur != nil && cur.Source == RoutesPlan {
-		if p.GetEpoch() < cur.Epoch || (p.GetEpoch() == cur.Epoch && p.GetSequence() <= cur.Sequence) {
+	if fence != nil {
+		lower := p.GetEpoch() < fence.Epoch || (p.GetEpoch() == fence.Epoch && p.GetSequence() < fence.Sequence)
+		same := p.GetEpoch() == fence.Epoch && p.GetSequence() == fence.Sequence
+		if lower || (same && inForce) {
 			return nil, fmt.Errorf("%w: epoch %d sequence %d after epoch %d sequence %d", ErrStalePlan,
-				p.GetEpoch(), p.GetSequence(), cur.Epoch, cur.Sequence)
+				p.GetEpoch(), p.GetSequence(), fence.Epoch, fence.Sequence)
 		}
 	}
 	if p.GetValidUntil() == nil || p.GetValidUntil().CheckValid() != nil {
@@ -123,7 +141,27 @@ func planTable(p *isobarpb.RoutingPlan, region string, cur *RouteTable, now time
 		case life > maxPlanLifetime:
 			return bad("valid for %v, at most %v", life, maxPlanLifetime)
 		}
-		until = now.Add(life)
+		left := life
+		if sa := p.GetSentAt(); sa != nil {
+			// The life left at the send, on the leader's clock.
+			if sa.CheckValid() != nil {
+				return bad("invalid sent_at")
+			}
+			age := sa.AsTime().Sub(is.AsTime())
+			if age < 0 {
+				return bad("sent %v before it was issued", -age)
+			}
+			if left -= age; left <= 0 {
+				return nil, fmt.Errorf("%w: sent %v after it was issued, with a maximum age of %v", ErrExpiredPlan, age, life)
+			}
+		} else if late := p.GetValidUntil().AsTime().Add(skew).Sub(now); late < left {
+			// No send stamp: bounded on this clock, with the skew allowance.
+			if left = late; left <= 0 {
+				return nil, fmt.Errorf("%w: issued %v with a maximum age of %v, now %v (beyond the clock-skew allowance of %v; if the leader's clock is behind this one's, fix the clocks or raise --max-clock-skew)",
+					ErrExpiredPlan, is.AsTime(), life, now, skew)
+			}
+		}
+		until = now.Add(left)
 	}
 	if !until.After(now) {
 		return nil, fmt.Errorf("%w: valid until %v, now %v", ErrExpiredPlan, until, now)

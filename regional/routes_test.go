@@ -16,7 +16,7 @@ import (
 func testPlan(epoch, seq uint64, now time.Time) *isobarpb.RoutingPlan {
 	return &isobarpb.RoutingPlan{
 		LeaderId: "g1@127.0.0.1:1", Epoch: epoch, Sequence: seq,
-		IssuedAt: timestamppb.New(now), ValidUntil: timestamppb.New(now.Add(30 * time.Second)),
+		IssuedAt: timestamppb.New(now), ValidUntil: timestamppb.New(now.Add(30 * time.Second)), SentAt: timestamppb.New(now),
 		Plans: []*isobarpb.ModelPlan{{
 			Model: "m", IngressRegion: "b",
 			Routes: []*isobarpb.Route{{Destination: "b", Fraction: 0.8}, {Destination: "c", Fraction: 0.15}},
@@ -28,7 +28,7 @@ func testPlan(epoch, seq uint64, now time.Time) *isobarpb.RoutingPlan {
 
 func TestPlanTable(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	good, err := planTable(testPlan(5, 3, now), "b", nil, now)
+	good, err := planTable(testPlan(5, 3, now), "b", nil, false, now, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestPlanTable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlan(5, 4, now)
 			tc.mut(p)
-			_, err := planTable(p, "b", tc.cur, now)
+			_, err := planTable(p, "b", tc.cur, tc.cur != nil, now, 5*time.Second)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("planTable = %v, want %v", err, tc.want)
 			}
@@ -71,7 +71,7 @@ func TestPlanTable(t *testing.T) {
 		})
 	}
 	// A newer epoch wins even with a lower sequence.
-	if _, err := planTable(testPlan(6, 1, now), "b", good, now); err != nil {
+	if _, err := planTable(testPlan(6, 1, now), "b", good, true, now, 5*time.Second); err != nil {
 		t.Fatalf("new epoch refused: %v", err)
 	}
 }
@@ -160,3 +160,113 @@ func TestBuildStateAllRemoteAndShed(t *testing.T) {
 		t.Errorf("remote locality %+v", l)
 	}
 }
+
+// The fence holds through fallback: once the plan in force has expired and
+// the region routes by itself, a plan of a lower epoch (an old leader come
+// back) is still refused, and the plan the fence holds, replayed by the
+// leader to the reconnecting region, is accepted again with the life it
+// has left. A FileFence carries the fence into a restarted controller.
+func TestPlanFenceSurvivesFallbackAndRestart(t *testing.T) {
+	f := newRegFixture(t)
+	path := t.TempDir() + "/fence.json"
+	s := newSyncer(DefaultConfig("b").Global, "b", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	if err := s.useFences(FileFence{Path: path}); err != nil {
+		t.Fatal(err)
+	}
+	issued := f.clock.Now()
+	s.applyPlan(t.Context(), testPlan(5, 3, issued))
+	if got := s.Routes(); got == nil || got.Epoch != 5 {
+		t.Fatalf("plan not installed: %+v", got)
+	}
+	// The global goes away: the plan expires and the fallback takes over.
+	f.clock.Advance(31 * time.Second)
+	now := f.clock.Now()
+	s.install(t.Context(), s.fallback(now, &isobarpb.RegionSummary{Region: "b"}))
+	if got := s.Routes(); got.Source == RoutesPlan {
+		t.Fatalf("fallback not installed: %+v", got)
+	}
+	s.applyPlan(t.Context(), testPlan(4, 9, now))
+	if got := s.Routes(); got.Source == RoutesPlan {
+		t.Fatalf("a lower epoch was accepted after fallback: %+v", got)
+	}
+	if n := testutil.ToFloat64(f.m.plans.WithLabelValues("stale")); n != 1 {
+		t.Fatalf("stale plans counted %v, want 1", n)
+	}
+
+	// A restarted controller (a new syncer on the same fence file) refuses
+	// it too, and accepts the leader's next plan.
+	s2 := newSyncer(DefaultConfig("b").Global, "b", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	if err := s2.useFences(FileFence{Path: path}); err != nil {
+		t.Fatal(err)
+	}
+	s2.applyPlan(t.Context(), testPlan(4, 10, now))
+	if got := s2.Routes(); got != nil {
+		t.Fatalf("a lower epoch was accepted after a restart: %+v", got)
+	}
+	// The fenced plan itself, replayed: accepted with its remaining life
+	// (issued 20 s ago, sent now, 30 s maximum age: 10 s left), not a fresh
+	// 30 s.
+	replay := testPlan(5, 3, now.Add(-20*time.Second))
+	replay.SentAt = timestamppb.New(now)
+	s2.applyPlan(t.Context(), replay)
+	got := s2.Routes()
+	if got == nil || got.Epoch != 5 || got.Sequence != 3 {
+		t.Fatalf("the fenced plan's replay was refused: %+v", got)
+	}
+	if want := now.Add(10 * time.Second); !got.ValidUntil.Equal(want) {
+		t.Fatalf("replayed plan valid until %v, want %v (its remaining life)", got.ValidUntil, want)
+	}
+	s2.applyPlan(t.Context(), testPlan(6, 1, now))
+	if got := s2.Routes(); got.Epoch != 6 {
+		t.Fatalf("newer epoch refused: %+v", got)
+	}
+	if fe, err := (FileFence{Path: path}).LoadFence(); err != nil || fe != (Fence{Epoch: 6, Sequence: 1}) {
+		t.Fatalf("saved fence = %+v, %v; want epoch 6 sequence 1", fe, err)
+	}
+}
+
+// A plan replayed long after it was issued (the leader could not write a
+// new one to etcd for minutes, and replays its last to a reconnecting
+// region) gets only the life it has left on its issue time, never a fresh
+// maximum age: measured on the leader's clock from its send stamp, so clock
+// skew does not matter, or, from a leader that does not stamp sends, on
+// the region's clock with the skew allowance.
+func TestReplayedPlanGetsRemainingLife(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	const skew = 5 * time.Second
+	cases := []struct {
+		name    string
+		issued  time.Duration // leader's clock at issue, from now
+		sent    *time.Duration
+		want    time.Duration // from now; 0: expired
+		wantErr error
+	}{
+		{"fresh", 0, dur(0), 30 * time.Second, nil},
+		{"replayed 20 s later", -20 * time.Second, dur(0), 10 * time.Second, nil},
+		{"replayed after 5 minutes", -5 * time.Minute, dur(0), 0, ErrExpiredPlan},
+		{"leader an hour behind, replayed 20 s later", -time.Hour - 20*time.Second, dur(-time.Hour), 10 * time.Second, nil},
+		{"leader an hour ahead, fresh", time.Hour, dur(time.Hour), 30 * time.Second, nil},
+		{"sent before issued", 0, dur(-time.Second), 0, ErrInvalidPlan},
+		{"no send stamp, fresh", 0, nil, 30 * time.Second, nil},
+		{"no send stamp, replayed 20 s later", -20 * time.Second, nil, 10*time.Second + skew, nil},
+		{"no send stamp, replayed after 5 minutes", -5 * time.Minute, nil, 0, ErrExpiredPlan},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPlan(5, 3, now.Add(tc.issued))
+			p.SentAt = nil
+			if tc.sent != nil {
+				p.SentAt = timestamppb.New(now.Add(*tc.sent))
+			}
+			tbl, err := planTable(p, "b", nil, false, now, skew)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("planTable = %v, want %v", err, tc.wantErr)
+			}
+			if err == nil && !tbl.ValidUntil.Equal(now.Add(tc.want)) {
+				t.Fatalf("valid until %v from now, want %v", tbl.ValidUntil.Sub(now), tc.want)
+			}
+		})
+	}
+}
+
+func dur(d time.Duration) *time.Duration { return &d }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,14 +14,35 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/global"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
-// startGossip starts a memberlist member listening on listen.
-func startGossip(ctx context.Context, cfg gossip.Config, listen string, join []string, keyFile string, log *slog.Logger) (*gossip.Node, error) {
+// gossipTLS is the mTLS material a gossip member binds its identity to
+// (regional/gossip Identity): empty when the controller runs --insecure.
+type gossipTLS struct{ cert, key, ca string }
+
+func (g gossipTLS) enabled() bool { return g.cert != "" }
+
+// checkGossipKey refuses gossip without a key on a controller that runs
+// with mTLS: memberlist's key is the only thing that keeps strangers out
+// of the cluster (regional/gossip doc.go).
+func checkGossipKey(listen, keyFile string, mtls bool) error {
+	if listen == "" || keyFile != "" || !mtls {
+		return nil
+	}
+	return usageError{errors.New("--gossip-key-file is required with mTLS (--tls-cert): without a key anyone who reaches --gossip-listen joins the gossip. " +
+		"Make one with `head -c 32 /dev/urandom > gossip.key` (or `openssl rand -base64 32 > gossip.key`), keep it 0600 and give the same file to every controller")}
+}
+
+// startGossip starts a memberlist member listening on listen. With mTLS
+// the member proves its identity with its certificate and accepts region
+// claims only from region identities (regional/gossip identity.go), and a
+// key is required.
+func startGossip(ctx context.Context, cfg gossip.Config, listen string, join []string, keyFile string, tlsf gossipTLS, log *slog.Logger) (*gossip.Node, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--gossip-listen %q: %v", listen, err)}
@@ -29,14 +51,30 @@ func startGossip(ctx context.Context, cfg gossip.Config, listen string, join []s
 		return nil, usageError{fmt.Errorf("--gossip-listen %q: bad port", listen)}
 	}
 	cfg.BindAddr, cfg.Join = host, join
+	if err := checkGossipKey(listen, keyFile, tlsf.enabled()); err != nil {
+		return nil, err
+	}
 	if keyFile != "" {
 		b, err := os.ReadFile(keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--gossip-key-file: %w", err)
 		}
-		cfg.SecretKey = []byte(strings.TrimSpace(string(b)))
+		if cfg.SecretKey, err = gossip.ParseKey(b); err != nil {
+			return nil, usageError{fmt.Errorf("--gossip-key-file %s: %w", keyFile, err)}
+		}
 	}
-	node, err := gossip.New(cfg, gossip.Deps{Logger: log, Validate: summary.Validate})
+	deps := gossip.Deps{Logger: log, Validate: summary.Validate}
+	if tlsf.enabled() {
+		sc, err := certs.ServerConfig(tlsf.cert, tlsf.key, tlsf.ca)
+		if err != nil {
+			return nil, fmt.Errorf("gossip identity: %w", err)
+		}
+		deps.Identity = &gossip.Identity{Roots: sc.ClientCAs}
+		if cfg.Role == gossip.RoleRegional {
+			deps.Identity.Certificate = func() (*tls.Certificate, error) { return sc.GetCertificate(nil) }
+		}
+	}
+	node, err := gossip.New(cfg, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +83,9 @@ func startGossip(ctx context.Context, cfg gossip.Config, listen string, join []s
 	}
 	return node, nil
 }
+
+// gossipKeyHelp is the --gossip-key-file help of every controller.
+const gossipKeyHelp = "file holding the gossip encryption key, the same on every controller: exactly 16, 24 or 32 raw bytes (head -c 32 /dev/urandom > gossip.key), or the key in hex or base64 on one line; required with mTLS"
 
 // etcdFlags are the flags every etcd-using command shares: the external
 // cluster's endpoints, TLS and auth. A password is read from a file, never
@@ -118,6 +159,9 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
 			if !tf.insecure && (cfg.TLSCert == "" || cfg.TLSKey == "" || cfg.TLSCA == "") {
 				return usageError{errors.New("--tls-cert, --tls-key and --tls-ca must be given together")}
 			}
+			if err := checkGossipKey(gossipListen, gossipKeyFile, cfg.TLSCert != ""); err != nil {
+				return err
+			}
 			log, err := ro.logger()
 			if err != nil {
 				return err
@@ -135,7 +179,8 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
 			}
 			defer cli.Close()
 			if gossipListen != "" {
-				node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleGlobal}, gossipListen, gossipJoin, gossipKeyFile, log)
+				node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleGlobal}, gossipListen, gossipJoin, gossipKeyFile,
+					gossipTLS{cfg.TLSCert, cfg.TLSKey, cfg.TLSCA}, log)
 				if err != nil {
 					return err
 				}
@@ -172,7 +217,7 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "CA bundle (PEM) region certificates must chain to")
 	f.StringVar(&gossipListen, "gossip-listen", "", "memberlist address (host:port) to join the regions' gossip as a global member; empty: none")
 	f.StringSliceVar(&gossipJoin, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
-	f.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the 16/24/32-byte gossip encryption key")
+	f.StringVar(&gossipKeyFile, "gossip-key-file", "", gossipKeyHelp)
 	ef.add(cmd)
 	tf.add(cmd)
 	cmd.AddCommand(newGlobalPlanCmd(ro))

@@ -47,6 +47,9 @@ operator client certificate (isobar certs issue --role operator) or the
 			if err := cfg.TLS.Validate(); err != nil {
 				return usageError{err}
 			}
+			if err := checkGossipKey(gossipListen, gossipKeyFile, cfg.TLS.Enabled()); err != nil {
+				return err
+			}
 			log, err := ro.logger()
 			if err != nil {
 				return err
@@ -98,7 +101,8 @@ operator client certificate (isobar certs issue --role operator) or the
 			}
 			if gossipListen != "" {
 				node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleRegional, Region: cfg.Region,
-					IngressAddress: cfg.Global.IngressAddress}, gossipListen, gossipJoin, gossipKeyFile, log)
+					IngressAddress: cfg.Global.IngressAddress, MaxClockSkew: cfg.Limits.MaxClockSkew}, gossipListen, gossipJoin, gossipKeyFile,
+					gossipTLS{cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA}, log)
 				if err != nil {
 					return err
 				}
@@ -141,7 +145,7 @@ operator client certificate (isobar certs issue --role operator) or the
 	f.DurationVar(&cfg.Global.Capacity.TTFTSLO, "capacity-ttft-slo", cfg.Global.Capacity.TTFTSLO, "TTFT P95 SLO against which a cell's capacity is measured")
 	f.StringVar(&gossipListen, "gossip-listen", "", "memberlist address (host:port) for gossip among regions; empty: no gossip")
 	f.StringSliceVar(&gossipJoin, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
-	f.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the 16/24/32-byte gossip encryption key")
+	f.StringVar(&gossipKeyFile, "gossip-key-file", "", gossipKeyHelp)
 	ef.add(cmd)
 	tf.add(cmd)
 	return cmd

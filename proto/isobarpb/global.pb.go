@@ -642,12 +642,22 @@ type RoutingPlan struct {
 	// refuse plans with a lower epoch than one already applied.
 	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Strictly increasing within an epoch.
-	Sequence uint64                 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence uint64 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// When the leader made the plan, on the leader's clock. valid_until -
+	// issued_at is the plan's maximum age; no replay resets it.
 	IssuedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
 	// After this the region falls back to local-first routing.
-	ValidUntil    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
-	Plans         []*ModelPlan           `protobuf:"bytes,6,rep,name=plans,proto3" json:"plans,omitempty"`
-	Ingress       []*RegionIngress       `protobuf:"bytes,7,rep,name=ingress,proto3" json:"ingress,omitempty"`
+	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	Plans      []*ModelPlan           `protobuf:"bytes,6,rep,name=plans,proto3" json:"plans,omitempty"`
+	Ingress    []*RegionIngress       `protobuf:"bytes,7,rep,name=ingress,proto3" json:"ingress,omitempty"`
+	// When the leader handed this copy to the region's stream, on the
+	// leader's clock: set on every send, the replay of the latest plan to a
+	// new subscriber included. A region grants the plan valid_until - sent_at
+	// from its receipt, the life it has left measured on the leader's clock
+	// alone, so neither a replay nor clock skew between leader and region
+	// extends it. Unset (an older leader): the region bounds the life by
+	// valid_until plus its clock-skew allowance on its own clock.
+	SentAt        *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -731,6 +741,13 @@ func (x *RoutingPlan) GetIngress() []*RegionIngress {
 	return nil
 }
 
+func (x *RoutingPlan) GetSentAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SentAt
+	}
+	return nil
+}
+
 var File_isobar_v1_global_proto protoreflect.FileDescriptor
 
 const file_isobar_v1_global_proto_rawDesc = "" +
@@ -788,7 +805,7 @@ const file_isobar_v1_global_proto_rawDesc = "" +
 	"\x04shed\x18\x04 \x01(\x01R\x04shed\"A\n" +
 	"\rRegionIngress\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"\xb2\x02\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"\xe7\x02\n" +
 	"\vRoutingPlan\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
@@ -797,7 +814,8 @@ const file_isobar_v1_global_proto_rawDesc = "" +
 	"\vvalid_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"validUntil\x12*\n" +
 	"\x05plans\x18\x06 \x03(\v2\x14.isobar.v1.ModelPlanR\x05plans\x122\n" +
-	"\aingress\x18\a \x03(\v2\x18.isobar.v1.RegionIngressR\aingress2M\n" +
+	"\aingress\x18\a \x03(\v2\x18.isobar.v1.RegionIngressR\aingress\x123\n" +
+	"\asent_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt2M\n" +
 	"\rGlobalControl\x12<\n" +
 	"\x04Sync\x12\x18.isobar.v1.RegionSummary\x1a\x16.isobar.v1.RoutingPlan(\x010\x01B7Z5github.com/isobar-mesh/isobar/proto/isobarpb;isobarpbb\x06proto3"
 
@@ -835,13 +853,14 @@ var file_isobar_v1_global_proto_depIdxs = []int32{
 	8,  // 6: isobar.v1.RoutingPlan.valid_until:type_name -> google.protobuf.Timestamp
 	5,  // 7: isobar.v1.RoutingPlan.plans:type_name -> isobar.v1.ModelPlan
 	6,  // 8: isobar.v1.RoutingPlan.ingress:type_name -> isobar.v1.RegionIngress
-	3,  // 9: isobar.v1.GlobalControl.Sync:input_type -> isobar.v1.RegionSummary
-	7,  // 10: isobar.v1.GlobalControl.Sync:output_type -> isobar.v1.RoutingPlan
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	8,  // 9: isobar.v1.RoutingPlan.sent_at:type_name -> google.protobuf.Timestamp
+	3,  // 10: isobar.v1.GlobalControl.Sync:input_type -> isobar.v1.RegionSummary
+	7,  // 11: isobar.v1.GlobalControl.Sync:output_type -> isobar.v1.RoutingPlan
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_isobar_v1_global_proto_init() }

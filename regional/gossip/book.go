@@ -3,6 +3,8 @@ package gossip
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +32,12 @@ type Member struct {
 	// Role and Region come from the member's metadata; Role is empty when
 	// the metadata does not decode (such a member speaks for no region).
 	Role, Region string
+	// Verified is true when the member's region is proven by its
+	// certificate (a node with Deps.Identity; see identity.go). Without
+	// an Identity every regional member with valid metadata counts as
+	// verified. This node itself counts as verified (New checked its
+	// certificate).
+	Verified bool
 	// Addr is the member's gossip address (host:port).
 	Addr string
 	// Ingress is the member's advertised ingress address.
@@ -53,12 +61,16 @@ type PeerSummary struct {
 }
 
 type memberRec struct {
-	name   string
-	ip     net.IP
-	port   uint16
-	addr   string
-	meta   nodeMeta
-	metaOK bool
+	name    string
+	ip      net.IP
+	port    uint16
+	addr    string
+	meta    nodeMeta
+	rawMeta []byte
+	metaOK  bool
+	// proven is the identity proof that verified for rawMeta (nil: none
+	// yet); reset when the metadata changes.
+	proven *provenID
 	alive  bool
 	since  time.Time
 	// retired are the member's previous public keys (earlier processes
@@ -68,6 +80,12 @@ type memberRec struct {
 
 // maxRetiredKeys bounds the previous keys remembered per member.
 const maxRetiredKeys = 4
+
+// provenID is a verified identity proof of a member's metadata.
+type provenID struct {
+	hash  [sha256.Size]byte // of the proof bytes
+	until time.Time         // the chain's earliest NotAfter
+}
 
 type heldSummary struct {
 	sum        *isobarpb.RegionSummary
@@ -89,9 +107,12 @@ type book struct {
 	alpha      float64
 	forget     time.Duration
 	validate   func(*isobarpb.RegionSummary) error
-	clock      clockwork.Clock
-	log        *slog.Logger
-	m          *metrics
+	skew       time.Duration
+	// roots, when set (Deps.Identity), makes identity proofs mandatory.
+	roots *x509.CertPool
+	clock clockwork.Clock
+	log   *slog.Logger
+	m     *metrics
 
 	// changed is poked (never blocking) after a summary is applied or the
 	// membership changes; membership only after membership changes.
@@ -110,7 +131,13 @@ type book struct {
 }
 
 func newBook(cfg Config, deps Deps, m *metrics) *book {
+	var roots *x509.CertPool
+	if deps.Identity != nil {
+		roots = deps.Identity.Roots
+	}
 	return &book{
+		skew:       cfg.MaxClockSkew,
+		roots:      roots,
 		self:       cfg.NodeName,
 		selfRegion: cfg.Region,
 		maxBytes:   cfg.MaxSummaryBytes,
@@ -238,11 +265,20 @@ func (b *book) judge(raw []byte) (verdict, []any, error) {
 	}
 	region := sum.GetRegion()
 	attrs = append(attrs, "region", region, "sequence", sum.GetSequence())
+	// A time from the future (beyond the skew allowance, on this node's
+	// clock) is refused: it would win every later-time comparison and
+	// mask the region's real summaries.
+	if at, now := sum.GetAt().AsTime(), b.clock.Now(); at.Sub(now) > b.skew {
+		return refusedFuture, attrs, fmt.Errorf("summary time %v is %v ahead of this node's clock, more than the %v allowed (Config.MaxClockSkew)",
+			at, at.Sub(now).Round(time.Millisecond), b.skew)
+	}
 
 	b.mu.Lock()
 	rec := b.mems[env.Sender]
 	h := b.held[region]
 	var key ed25519.PublicKey
+	var rawMeta []byte
+	needProof := false
 	var v verdict
 	switch {
 	case rec == nil:
@@ -261,8 +297,13 @@ func (b *book) judge(raw []byte) (verdict, []any, error) {
 			v = refusedBadSignature
 			err = errors.New("signing key is not the member's")
 		}
+	case b.roots != nil && env.Proof == nil:
+		v = refusedNoIdentity
+		err = fmt.Errorf("%w: this node requires members to prove their region with their certificate (Deps.Identity); the sender runs without one", ErrNoIdentity)
 	default:
 		key = rec.meta.PubKey
+		rawMeta = rec.rawMeta
+		needProof = b.roots != nil && !rec.proven.covers(env.Proof, b.clock.Now())
 	}
 	b.mu.Unlock()
 	if v != "" {
@@ -271,6 +312,18 @@ func (b *book) judge(raw []byte) (verdict, []any, error) {
 
 	if !env.verify(key) {
 		return refusedBadSignature, attrs, errors.New("signature does not verify")
+	}
+	var proven *provenID
+	if needProof {
+		idRegion, until, err := verifyProof(env.Proof, env.Sender, rawMeta, b.roots, b.clock.Now())
+		if err != nil {
+			return refusedBadIdentity, attrs, err
+		}
+		if idRegion != region {
+			return refusedBadIdentity, append(attrs, "identity_region", idRegion),
+				fmt.Errorf("%w: the member claims region %s but its certificate is region %s's", ErrBadIdentity, region, idRegion)
+		}
+		proven = &provenID{hash: sha256.Sum256(env.Proof), until: until}
 	}
 	if b.validate != nil {
 		if err := b.validate(sum); err != nil {
@@ -281,6 +334,9 @@ func (b *book) judge(raw []byte) (verdict, []any, error) {
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if rec := b.mems[env.Sender]; proven != nil && rec != nil && bytes.Equal(rec.rawMeta, rawMeta) {
+		rec.proven = proven
+	}
 	h = b.held[region]
 	originAlive := false
 	if h != nil {
@@ -298,6 +354,20 @@ func (b *book) judge(raw []byte) (verdict, []any, error) {
 		receivedAt: now,
 	}
 	return applied, attrs, nil
+}
+
+// covers reports whether p is a still-valid verification of proof.
+func (p *provenID) covers(proof []byte, now time.Time) bool {
+	return p != nil && p.hash == sha256.Sum256(proof) && now.Before(p.until)
+}
+
+// verifiedLocked reports whether rec speaks for its meta region: always
+// without an Identity, else only with a valid proof.
+func (b *book) verifiedLocked(rec *memberRec, now time.Time) bool {
+	if !rec.metaOK || rec.meta.Role != RoleRegional {
+		return false
+	}
+	return b.roots == nil || (rec.proven != nil && now.Before(rec.proven.until))
 }
 
 // receiveState applies every envelope of a peer's push-pull state.
@@ -346,6 +416,9 @@ func (b *book) memberUp(name string, ip net.IP, port uint16, rawMeta []byte) {
 		b.mems[name] = rec
 	}
 	rec.ip, rec.port, rec.addr = ip, port, addr
+	if !bytes.Equal(rec.rawMeta, rawMeta) {
+		rec.rawMeta, rec.proven = slices.Clone(rawMeta), nil
+	}
 	if old := rec.meta.PubKey; err == nil && len(old) > 0 && !bytes.Equal(old, meta.PubKey) {
 		rec.retired = append(rec.retired, old)
 		if len(rec.retired) > maxRetiredKeys {
@@ -402,7 +475,7 @@ func (b *book) pingRTT(name string, rtt time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rec := b.mems[name]
-	if rec == nil || !rec.metaOK || rec.meta.Role != RoleRegional || rec.meta.Region == b.selfRegion {
+	if rec == nil || !b.verifiedLocked(rec, b.clock.Now()) || rec.meta.Region == b.selfRegion {
 		return
 	}
 	s := rtt.Seconds()
@@ -412,11 +485,14 @@ func (b *book) pingRTT(name string, rtt time.Duration) {
 	b.rtt[rec.meta.Region] = s
 }
 
-// aliveRegionsLocked is the set of regions with an alive regional member.
+// aliveRegionsLocked is the set of regions with an alive, verified
+// regional member: a member that has not proven its region (with an
+// Identity) keeps no region alive.
 func (b *book) aliveRegionsLocked() map[string]bool {
 	out := map[string]bool{}
+	now := b.clock.Now()
 	for _, rec := range b.mems {
-		if rec.alive && rec.metaOK && rec.meta.Role == RoleRegional {
+		if rec.alive && b.verifiedLocked(rec, now) {
 			out[rec.meta.Region] = true
 		}
 	}
@@ -425,11 +501,12 @@ func (b *book) aliveRegionsLocked() map[string]bool {
 
 func (b *book) members() []Member {
 	b.mu.Lock()
+	now := b.clock.Now()
 	out := make([]Member, 0, len(b.mems))
 	for _, rec := range b.mems {
 		out = append(out, Member{
-			Name: rec.name, Role: rec.meta.Role, Region: rec.meta.Region, Addr: rec.addr,
-			Ingress: rec.meta.Ingress, Alive: rec.alive, Since: rec.since,
+			Name: rec.name, Role: rec.meta.Role, Region: rec.meta.Region, Verified: rec.name == b.self || b.verifiedLocked(rec, now),
+			Addr: rec.addr, Ingress: rec.meta.Ingress, Alive: rec.alive, Since: rec.since,
 		})
 	}
 	b.mu.Unlock()

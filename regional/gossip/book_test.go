@@ -51,7 +51,10 @@ func (p *peer) env(t testing.TB, s *isobarpb.RegionSummary) []byte {
 }
 
 func testBook(t testing.TB, clk clockwork.Clock, validate func(*isobarpb.RegionSummary) error, peers ...*peer) *book {
-	cfg := Config{Role: RoleRegional, Region: "self", NodeName: "regional/self"}.withDefaults(rand.Reader)
+	// Summaries of these tests are stamped up to minutes after t0, the
+	// clock's start: a day's skew allowance keeps the future check
+	// (TestForgedFutureSummaryChangesNothing) out of the ordering tests.
+	cfg := Config{Role: RoleRegional, Region: "self", NodeName: "regional/self", MaxClockSkew: 24 * time.Hour}.withDefaults(rand.Reader)
 	b := newBook(cfg, Deps{Clock: clk, Logger: slog.New(slog.DiscardHandler), Validate: validate}, newMetrics(nil))
 	for _, p := range peers {
 		b.memberUp(p.name, net.IPv4(127, 0, 0, 1), 7946, p.meta())

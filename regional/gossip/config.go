@@ -41,6 +41,7 @@ const (
 	DefaultCluster         = "isobar"
 	DefaultRTTSmoothing    = 0.2
 	DefaultForgetAfter     = 24 * time.Hour
+	DefaultMaxClockSkew    = 5 * time.Second
 )
 
 // Config holds the values of a gossip Node. The zero value is not valid: Role
@@ -91,8 +92,15 @@ type Config struct {
 	// SecretKey enables memberlist's AES-GCM encryption of all gossip when
 	// set (16, 24 or 32 bytes, the same on every member). Production should
 	// set it: without it anyone who can reach the port can join the cluster.
-	// Summaries are signed per member either way (see doc.go).
+	// Summaries are signed per member either way (see doc.go). Required
+	// with Deps.Identity (a fleet with mTLS). ParseKey reads a key file.
 	SecretKey []byte
+	// MaxClockSkew is how far ahead of this node's clock a received
+	// summary's time may be: one further in the future is refused
+	// (isobar_gossip_summaries_refused_total{reason="future"}), so a
+	// forged time cannot mask the region's real summaries. Default 5s (the
+	// controllers' --max-clock-skew).
+	MaxClockSkew time.Duration
 	// RTTSmoothing is the EWMA weight of a new probe RTT sample, in (0,1].
 	// Default 0.2.
 	RTTSmoothing float64
@@ -127,6 +135,12 @@ type Deps struct {
 	// lab routes gossip through emulated WAN paths this way). Nil: the
 	// transport is used as is.
 	WrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+	// Identity binds members to their mTLS identities (identity.go): a
+	// regional node proves its region with its certificate, and summaries
+	// are accepted only from members whose proof names the region they
+	// claim. Nil: region claims are taken from the member metadata (a
+	// fleet without TLS). Needs Config.SecretKey.
+	Identity *Identity
 }
 
 // FieldError reports a Config field with a bad value.
@@ -165,6 +179,9 @@ func (c Config) withDefaults(random io.Reader) Config {
 	}
 	if c.ForgetAfter == 0 {
 		c.ForgetAfter = DefaultForgetAfter
+	}
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = DefaultMaxClockSkew
 	}
 	var bmin, bmax, leave time.Duration
 	switch c.Profile {
@@ -264,6 +281,9 @@ func (c Config) validate() error {
 	}
 	if c.ForgetAfter < 0 {
 		return fieldErr("ForgetAfter", "negative")
+	}
+	if c.MaxClockSkew < 0 {
+		return fieldErr("MaxClockSkew", "negative")
 	}
 	for i, s := range c.Join {
 		if s == "" {

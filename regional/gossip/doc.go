@@ -18,9 +18,12 @@
 //     (PingDelegate.NotifyPingComplete), an EWMA per region.
 //
 // Received summaries: every envelope is size-capped (Config.MaxSummaryBytes)
-// before it is decoded; then it must name a known regional member whose
-// meta region is the summary's region, carry that member's current public
-// key and a valid signature over the summary, pass the basic checks and
+// before it is decoded; then its time must not be ahead of this node's
+// clock by more than Config.MaxClockSkew (a forged future time would win
+// every later-time comparison below), it must name a known regional member
+// whose meta region is the summary's region, carry that member's current
+// public key and a valid signature over the summary, with Deps.Identity
+// carry an identity proof of the member (below), pass the basic checks and
 // Deps.Validate, and be newer than the one held (same incarnation: higher
 // sequence; another incarnation: a later time; a new key, i.e. the member
 // restarted: always; another live member of the same region, a
@@ -34,14 +37,27 @@
 // whose region has no alive member is kept with its receive time and
 // reported with Alive false.
 //
-// Trust model: memberlist encryption (Config.SecretKey) keeps outsiders
-// out. Inside the cluster, summaries are signed by the member that made
-// them, so a relay cannot alter one and a member cannot publish for another
-// region under its own name. The binding of a public key to a member name
-// is what memberlist's alive messages say, so a holder of the cluster key
-// who forges alive messages for another member can still impersonate it
-// (until that member refutes); defending against that needs per-member
-// certificates, which this package does not have.
+// Trust model: memberlist encryption (Config.SecretKey, read from a key
+// file with ParseKey) keeps outsiders out; it is required with an
+// Identity. memberlist itself tells members apart by nothing but what they
+// say: an alive message carries whatever name, address and metadata its
+// sender writes (hashicorp/memberlist v0.7.0 state.go aliveNode), and the
+// one shared key of config.go SecretKey ("message-level encryption and
+// verification") authenticates the cluster, not a member.
+// Inside the cluster, summaries are signed with a per-process ed25519 key
+// advertised in the member's metadata, so a relay cannot alter one. With
+// Deps.Identity (identity.go, every fleet with mTLS), a regional member
+// also signs its name and metadata, key and region included, with its
+// spiffe://isobar/region/<region> certificate and every envelope carries
+// that proof and the chain. A receiver verifies it against the fleet CA
+// (Identity.Roots) before it accepts the member's summaries, counts the
+// region alive or takes its RTT (Member.Verified), so a holder of the
+// cluster key without the region's certificate cannot introduce a region,
+// mask one, or get into a fallback route; refusals are counted as
+// no_identity, bad_identity and future. Two holders of one region's
+// certificate are one region: the later time wins between them, bounded by
+// the skew allowance. Without an Identity (an --insecure fleet) a member's
+// region is what its metadata says.
 //
 // Concurrency model: memberlist calls the delegates (delegate) from its
 // own goroutines, the event delegate with memberlist's node lock held; they

@@ -13,6 +13,9 @@ const (
 	refusedRegionMismatch = "region_mismatch"
 	refusedBadSignature   = "bad_signature"
 	refusedInvalid        = "invalid"
+	refusedFuture         = "future"
+	refusedNoIdentity     = "no_identity"
+	refusedBadIdentity    = "bad_identity"
 )
 
 // ... or ignored (routine: gossip delivers the same summary several times).
@@ -25,7 +28,8 @@ const (
 var (
 	refusalReasons = []string{
 		refusedOversized, refusedUndecodable, refusedUnknownSender, refusedNotRegional,
-		refusedRegionMismatch, refusedBadSignature, refusedInvalid,
+		refusedRegionMismatch, refusedBadSignature, refusedInvalid, refusedFuture,
+		refusedNoIdentity, refusedBadIdentity,
 	}
 	ignoreReasons = []string{ignoredDuplicate, ignoredStale, ignoredOwn}
 )

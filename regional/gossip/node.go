@@ -76,6 +76,10 @@ type Node struct {
 
 	localMu sync.Mutex                  // serialises SetLocalSummary
 	local   atomic.Pointer[heldSummary] // what this node publishes
+	// id is Deps.Identity (nil: no proofs); proof caches this node's
+	// identity proof per leaf certificate (guarded by localMu).
+	id    *Identity
+	proof *localProof
 
 	ml atomic.Pointer[memberlist.Memberlist]
 
@@ -96,6 +100,19 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	}
 	if deps.Clock == nil {
 		deps.Clock = clockwork.NewRealClock()
+	}
+	if deps.Identity != nil {
+		if err := deps.Identity.validate(cfg.Role); err != nil {
+			return nil, err
+		}
+		if len(cfg.SecretKey) == 0 {
+			return nil, fieldErr("SecretKey", "required with an Identity (mTLS): without it anyone who reaches the gossip port joins the cluster; make one with head -c 32 /dev/urandom > gossip.key")
+		}
+		if cfg.Role == RoleRegional {
+			if err := checkOwnIdentity(deps.Identity, cfg.Region); err != nil {
+				return nil, err
+			}
+		}
 	}
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -120,6 +137,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		meta:  meta,
 		fan:   newFanout(),
 		wrap:  deps.WrapTransport,
+		id:    deps.Identity,
 	}
 	n.udpMax = n.mc.UDPBufferSize - udpHeadroom
 	n.queue = &memberlist.TransmitLimitedQueue{
@@ -257,7 +275,19 @@ func (n *Node) SetLocalSummary(s *isobarpb.RegionSummary) error {
 		return fmt.Errorf("%w: incarnation %q sequence %d after incarnation %q sequence %d", ErrStaleSummary,
 			s.GetIncarnation(), s.GetSequence(), prev.sum.GetIncarnation(), prev.sum.GetSequence())
 	}
-	env := sealEnvelope(n.cfg.NodeName, n.priv, raw)
+	var proof []byte
+	if n.id != nil {
+		cert, err := n.id.Certificate()
+		if err != nil {
+			return fmt.Errorf("%w: this node's certificate: %v", ErrBadIdentity, err)
+		}
+		lp, err := proofFor(n.proof, cert, n.cfg.NodeName, n.meta)
+		if err != nil {
+			return err
+		}
+		n.proof, proof = lp, lp.proof
+	}
+	env := sealProof(n.cfg.NodeName, pub, n.priv, raw, proof)
 	n.local.Store(&heldSummary{
 		sum: proto.CloneOf(s), env: env, origin: n.cfg.NodeName, key: pub, receivedAt: n.clock.Now(),
 	})

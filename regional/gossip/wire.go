@@ -22,6 +22,9 @@ import (
 //	kind(1)=kindSummary | uvarint len + sender node name | 32-byte public key |
 //	uvarint len + RegionSummary protobuf | 64-byte ed25519 signature
 //
+// or, from a member with an Identity (identity.go), kind(1)=kindSummaryProof
+// with uvarint len + identity proof between the summary and the signature.
+//
 // The signature covers signDomain followed by every byte before it, so an
 // envelope cannot be replayed as anything else and a relay cannot alter it.
 //
@@ -30,8 +33,9 @@ import (
 //	kind(1)=kindState | uvarint count | count × (uvarint len + envelope)
 
 const (
-	kindSummary byte = 0x01
-	kindState   byte = 0x02
+	kindSummary      byte = 0x01
+	kindState        byte = 0x02
+	kindSummaryProof byte = 0x03
 
 	metaVersion byte = 1
 
@@ -52,7 +56,7 @@ const (
 	// envelopeOverhead is the largest number of bytes an envelope adds to
 	// its summary: kind, two uvarint lengths, the longest name, the key and
 	// the signature.
-	envelopeOverhead = 1 + binary.MaxVarintLen64*2 + maxNameBytes + pubKeyLen + sigLen
+	envelopeOverhead = 1 + binary.MaxVarintLen64*3 + maxNameBytes + pubKeyLen + sigLen + maxProofBytes
 )
 
 // signDomain separates isobar summary signatures from any other use of the
@@ -205,24 +209,40 @@ type envelope struct {
 	Sender  string
 	PubKey  ed25519.PublicKey
 	Summary []byte
-	signed  []byte // everything the signature covers, after signDomain
-	sig     []byte
+	// Proof is the sender's identity proof (kindSummaryProof), or nil.
+	Proof  []byte
+	signed []byte // everything the signature covers, after signDomain
+	sig    []byte
 }
 
-// sealEnvelope builds a signed envelope for summary bytes.
+// sealEnvelope builds a signed envelope for summary bytes without a proof.
 func sealEnvelope(sender string, priv ed25519.PrivateKey, summary []byte) []byte {
-	return seal(sender, priv.Public().(ed25519.PublicKey), priv, summary)
+	return sealProof(sender, priv.Public().(ed25519.PublicKey), priv, summary, nil)
 }
 
-// seal builds an envelope naming pub and signed by signer (which a correct
-// envelope has match pub; tests forge ones that do not).
+// seal builds an envelope without a proof naming pub and signed by signer
+// (which a correct envelope has match pub; tests forge ones that do not).
 func seal(sender string, pub ed25519.PublicKey, signer ed25519.PrivateKey, summary []byte) []byte {
-	b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(sender)+pubKeyLen+len(summary)+sigLen)
-	b = append(b, kindSummary)
+	return sealProof(sender, pub, signer, summary, nil)
+}
+
+// sealProof builds an envelope carrying proof when it is not nil (kind
+// kindSummaryProof), else a plain one.
+func sealProof(sender string, pub ed25519.PublicKey, signer ed25519.PrivateKey, summary, proof []byte) []byte {
+	b := make([]byte, 0, 1+3*binary.MaxVarintLen64+len(sender)+pubKeyLen+len(summary)+len(proof)+sigLen)
+	if proof != nil {
+		b = append(b, kindSummaryProof)
+	} else {
+		b = append(b, kindSummary)
+	}
 	b = appendString(b, sender)
 	b = append(b, pub...)
 	b = binary.AppendUvarint(b, uint64(len(summary)))
 	b = append(b, summary...)
+	if proof != nil {
+		b = binary.AppendUvarint(b, uint64(len(proof)))
+		b = append(b, proof...)
+	}
 	return append(b, ed25519.Sign(signer, signedBytes(b))...)
 }
 
@@ -247,7 +267,7 @@ func decodeEnvelope(b []byte, maxSummary int) (envelope, error) {
 	if err != nil {
 		return envelope{}, err
 	}
-	if k != kindSummary {
+	if k != kindSummary && k != kindSummaryProof {
 		return envelope{}, wireErr("kind 0x%02x is not a summary", k)
 	}
 	var e envelope
@@ -271,6 +291,14 @@ func decodeEnvelope(b []byte, maxSummary int) (envelope, error) {
 	}
 	if e.Summary, err = r.bytes("summary", n); err != nil {
 		return envelope{}, err
+	}
+	if k == kindSummaryProof {
+		if e.Proof, err = r.lenPrefixed("proof", maxProofBytes); err != nil {
+			return envelope{}, err
+		}
+		if len(e.Proof) == 0 {
+			return envelope{}, wireErr("proof: empty")
+		}
 	}
 	e.signed = b[:r.off]
 	if e.sig, err = r.bytes("signature", sigLen); err != nil {
