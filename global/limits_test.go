@@ -156,12 +156,26 @@ func TestSyncRegionLimit(t *testing.T) {
 	}
 }
 
-// A summary whose time is an hour off is accepted and flagged (counter,
-// gauge, /debug/regions); its age and liveness run on the receive time.
+// A summary whose time is an hour behind, or ahead by less than the
+// future allowance (summary.MaxFutureSkew), is accepted and flagged
+// (counter, gauge, /debug/regions); its age and liveness run on the
+// receive time. One dated further ahead is refused and counted as
+// "future": it would outlive the region TTL and mask later summaries.
 func TestSummaryClockSkew(t *testing.T) {
 	svc, clock, prom, cl := newLimitedSync(t, Limits{MaxClockSkew: 5 * time.Second})
+	syncSend(t, cl, limitSummary("future", "x", 1, clock.Now().Add(time.Hour)))
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(svc.metrics.rejected.WithLabelValues("future")) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("a summary an hour ahead was never refused as future")
+		}
+		time.Sleep(time.Millisecond) // polling the counter, bounded above
+	}
+	if _, held := svc.store.snapshot()["future"]; held {
+		t.Fatal("a summary an hour ahead was stored")
+	}
+	ahead := summary.MaxFutureSkew - time.Second
 	syncSend(t, cl, limitSummary("behind", "x", 1, clock.Now().Add(-time.Hour)))
-	syncSend(t, cl, limitSummary("ahead", "x", 1, clock.Now().Add(time.Hour)))
+	syncSend(t, cl, limitSummary("ahead", "x", 1, clock.Now().Add(ahead)))
 	syncSend(t, cl, limitSummary("in-sync", "x", 1, clock.Now().Add(-2*time.Second)))
 	for _, r := range []string{"behind", "ahead", "in-sync"} {
 		waitHeld(t, svc.store, r)
@@ -177,7 +191,7 @@ func TestSummaryClockSkew(t *testing.T) {
 		skew    float64
 		skewed  bool
 		liveNow bool
-	}{"behind": {-3600, true, true}, "ahead": {3600, true, true}, "in-sync": {-2, false, true}}
+	}{"behind": {-3600, true, true}, "ahead": {ahead.Seconds(), true, true}, "in-sync": {-2, false, true}}
 	for _, rs := range g.Regions() {
 		w := want[rs.Region]
 		if rs.ClockSkewSeconds != w.skew || rs.ClockSkewed != w.skewed || rs.Live != w.liveNow || rs.AgeSeconds != 0 {

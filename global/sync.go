@@ -42,6 +42,8 @@ func reason(err error) string {
 		return "stale"
 	case errors.Is(err, ErrTooManyRegions):
 		return "too_many_regions"
+	case errors.Is(err, summary.ErrFuture):
+		return "future"
 	case errors.Is(err, summary.ErrInvalid):
 		return "invalid"
 	}
@@ -158,7 +160,10 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 // summary) and stores it.
 // With mTLS, cert is the stream's verified region identity.
 func (s *syncService) accept(region string, sm *isobarpb.RegionSummary, cert *certs.Identity) error {
-	if err := summary.Validate(sm); err != nil {
+	// A time from the future would outlive the region TTL on this clock
+	// and win every later-time comparison: refused past the shared
+	// allowance (summary.MaxFutureSkew), as gossip refuses it.
+	if err := summary.ValidateAt(sm, s.clock.Now()); err != nil {
 		return err
 	}
 	r := sm.GetRegion()

@@ -101,7 +101,7 @@ operator client certificate (isobar certs issue --role operator) or the
 			}
 			if gossipListen != "" {
 				node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleRegional, Region: cfg.Region,
-					IngressAddress: cfg.Global.IngressAddress, MaxClockSkew: cfg.Limits.MaxClockSkew}, gossipListen, gossipJoin, gossipKeyFile,
+					IngressAddress: cfg.Global.IngressAddress}, gossipListen, gossipJoin, gossipKeyFile,
 					gossipTLS{cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA}, log)
 				if err != nil {
 					return err

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	summarybounds "github.com/isobar-mesh/isobar/summary"
 )
 
 // Roles a node can have.
@@ -41,7 +42,7 @@ const (
 	DefaultCluster         = "isobar"
 	DefaultRTTSmoothing    = 0.2
 	DefaultForgetAfter     = 24 * time.Hour
-	DefaultMaxClockSkew    = 5 * time.Second
+	DefaultMaxClockSkew    = summarybounds.MaxFutureSkew
 )
 
 // Config holds the values of a gossip Node. The zero value is not valid: Role
@@ -98,8 +99,9 @@ type Config struct {
 	// MaxClockSkew is how far ahead of this node's clock a received
 	// summary's time may be: one further in the future is refused
 	// (isobar_gossip_summaries_refused_total{reason="future"}), so a
-	// forged time cannot mask the region's real summaries. Default 5s (the
-	// controllers' --max-clock-skew).
+	// forged time cannot mask the region's real summaries. Default
+	// summary.MaxFutureSkew, the allowance the global leader's intake
+	// applies too (summary.ValidateAt): one rule for a summary's time.
 	MaxClockSkew time.Duration
 	// RTTSmoothing is the EWMA weight of a new probe RTT sample, in (0,1].
 	// Default 0.2.
