@@ -73,6 +73,9 @@ type Config struct {
 	Global GlobalConfig
 	// Limits bound what peers can make the controller hold (see Limits).
 	Limits Limits
+	// WarmStart holds the first xDS push after a start until the cells
+	// are back (warmstart.go, docs/design.md §5.4).
+	WarmStart WarmStartConfig
 }
 
 // TLSFiles names PEM files for mutual TLS. All three or none.
@@ -152,6 +155,7 @@ func (c *Config) withDefaults() {
 	}
 	c.Global.withDefaults()
 	c.Limits.withDefaults()
+	c.WarmStart.withDefaults(c.TTL())
 }
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -189,6 +193,9 @@ func (c Config) validate() error {
 		return err
 	}
 	if err := c.Limits.validate(); err != nil {
+		return err
+	}
+	if err := c.WarmStart.validate(); err != nil {
 		return err
 	}
 	if c.Global.SummaryInterval <= 0 || c.Global.NominalCellRPS <= 0 || c.Global.Headroom <= 0 || c.Global.Headroom > 1 ||
