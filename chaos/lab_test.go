@@ -224,4 +224,3 @@ func atLeast(t *testing.T, name string, v *float64, limit float64) {
 }
 
 var _ = errors.Is
-
