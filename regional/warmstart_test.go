@@ -3,6 +3,7 @@ package regional
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -294,4 +295,60 @@ func FuzzDecodeWarmState(f *testing.F) {
 			t.Fatalf("accepted out of bounds: %+v", st)
 		}
 	})
+}
+
+// TestWarmRestartSyncerWaitsForCells: while a restarted controller's cells
+// are not back, the syncer publishes no summary and installs no fallback
+// (old code: its first tick built a summary of zero cells and installed a
+// fallback table, which the registry pushed at once as urgent).
+func TestWarmRestartSyncerWaitsForCells(t *testing.T) {
+	dir := t.TempDir()
+	servedBefore(t, dir)
+	f := newFixtureWith(t, func(c *Config) { c.WarmStart.StateDir = dir },
+		func(r *Registry) { r.warm.needRoutes = true })
+	s := newSyncer(f.reg.cfg.Global, "r1", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); s.summaries(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	f.send(modelHB("a", "127.0.0.1:1001", "m"))
+	// Several summary intervals pass with one cell of three back.
+	for end := f.clock.Now().Add(3 * f.reg.cfg.Global.SummaryInterval); f.clock.Now().Before(end); {
+		f.send(modelHB("a", "127.0.0.1:1001", "m"))
+		f.tick()
+	}
+	if sm := s.latest.Load(); sm != nil {
+		t.Fatalf("summary published with %d cells before the cells were back", len(sm.GetModels()))
+	}
+	if rt := s.Routes(); rt != nil {
+		t.Fatalf("route table %q installed before the cells were back", rt.Source)
+	}
+	f.noPush("one of three cells back, syncer running")
+
+	// The rest come back: the next tick summarises all three, installs the
+	// fallback, and the held push goes out with every cell.
+	f.send(modelHB("b", "127.0.0.1:1002", "m"))
+	f.send(modelHB("c", "127.0.0.1:1003", "m2"))
+	var first xds.State
+	for got := false; !got; {
+		f.send(modelHB("a", "127.0.0.1:1001", "m"))
+		f.send(modelHB("b", "127.0.0.1:1002", "m"))
+		f.send(modelHB("c", "127.0.0.1:1003", "m2"))
+		f.tick()
+		select {
+		case first = <-f.push.pushed:
+			got = true
+		default:
+		}
+		if f.clock.Since(f.reg.warm.startedAt) > time.Minute {
+			t.Fatal("no push a minute after every cell was back")
+		}
+	}
+	if w := weights(first); len(w) != 3 {
+		t.Fatalf("first push = %v, want the three cells", w)
+	}
+	if s.latest.Load() == nil || s.Routes() == nil {
+		t.Fatal("no summary or route table once the cells were back")
+	}
 }
