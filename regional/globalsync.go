@@ -227,12 +227,10 @@ func (s *syncer) summaries(ctx context.Context) {
 		// (Registry.Settled, warmstart.go): a summary or a fallback built
 		// from the cells that reconnected first would tell the leader and
 		// the gossip peers the region has lost capacity, and route on it.
-		for !s.reg.Settled() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.Chan():
-			}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.reg.settledC(): // closed once; the first summary follows at once
 		}
 		now := s.clock.Now()
 		sm := s.buildSummary(now)

@@ -127,6 +127,7 @@ type Registry struct {
 	warmM      *warmMetrics
 	saver      *warmSaver // written by the publisher goroutine only
 	settled    atomic.Bool
+	settledCh  chan struct{} // closed when settled becomes true
 
 	// regionRTT returns the smoothed RTT to each remote region (gossip's
 	// probes); nil: none known. Set before Start.
@@ -158,6 +159,7 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		dpDemand:   make(map[string]*dpWindow),
 		offered:    make(map[string]bool),
 		remoteOnly: make(map[string]bool),
+		settledCh:  make(chan struct{}),
 		warmM:      newWarmMetrics(nil),
 		done:       make(chan struct{}),
 	}

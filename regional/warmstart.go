@@ -357,10 +357,10 @@ func (r *Registry) beginWarmStart(now time.Time) {
 	hold := w.hold(r.cfg.TTL())
 	switch {
 	case hold <= 0:
-		r.settled.Store(true)
+		r.settle()
 	case st != nil && len(st.Cells) == 0:
 		// The last push served no cell: nobody to wait for.
-		r.settled.Store(true)
+		r.settle()
 		r.warmM.releases.WithLabelValues("empty").Inc()
 	default:
 		h.holding = true
@@ -406,7 +406,7 @@ func (r *Registry) warmCycle(now time.Time, views []CellView) (hold, release boo
 			return true, false
 		}
 		h.settledAt = now
-		r.settled.Store(true)
+		r.settle()
 	}
 	if h.needRoutes && r.routes == nil && now.Before(h.settledAt.Add(h.routesGrace)) {
 		return true, false
@@ -427,6 +427,17 @@ func (r *Registry) useWarmMetrics(m *warmMetrics) {
 
 // keptModels are the models of the last pushed state kept routable.
 func (r *Registry) keptModels() map[string]bool { return r.warm.models }
+
+// settle marks the cells' part of the hold over. Loop-owned (or before
+// the loop starts); runs once.
+func (r *Registry) settle() {
+	if !r.settled.Swap(true) {
+		close(r.settledCh)
+	}
+}
+
+// settledC is closed once Settled is true.
+func (r *Registry) settledC() <-chan struct{} { return r.settledCh }
 
 // Settled reports whether the warm start's wait for the cells is over
 // (always true without a hold): until then the syncer publishes no

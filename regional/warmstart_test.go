@@ -313,8 +313,12 @@ func TestWarmRestartSyncerWaitsForCells(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	f.send(modelHB("a", "127.0.0.1:1001", "m"))
-	// Several summary intervals pass with one cell of three back.
-	for end := f.clock.Now().Add(3 * f.reg.cfg.Global.SummaryInterval); f.clock.Now().Before(end); {
+	// Two summary intervals pass with one cell of three back (the hold,
+	// TTL + 2 s, runs longer).
+	if hold := f.reg.cfg.WarmStart.hold(f.reg.cfg.TTL()); hold <= 2*f.reg.cfg.Global.SummaryInterval {
+		t.Fatalf("hold %v: the test needs it longer than two summary intervals", hold)
+	}
+	for end := f.clock.Now().Add(2 * f.reg.cfg.Global.SummaryInterval); f.clock.Now().Before(end); {
 		f.send(modelHB("a", "127.0.0.1:1001", "m"))
 		f.tick()
 	}
