@@ -448,18 +448,22 @@ func (l *Lab) startController(name string, stagger time.Duration) error {
 }
 
 // release resumes r's held-back agents idx, spread evenly over stagger
-// (the last at stagger), on its own goroutine bounded by stagger and the
-// lab's context.
+// (the last at stagger), on its own goroutine: bounded by stagger, ended
+// and joined by Stop (registered last, so it runs before the agents stop).
 func (l *Lab) release(r *Region, idx []int, stagger time.Duration) {
 	if len(idx) == 0 {
 		return
 	}
+	ctx, cancel := context.WithCancel(l.ctx)
+	done := make(chan struct{})
+	l.onStop(func() { cancel(); <-done })
 	go func() {
+		defer close(done)
 		start := l.clock.Now()
 		for k, i := range idx {
 			at := start.Add(stagger * time.Duration(k+1) / time.Duration(len(idx)))
 			select {
-			case <-l.ctx.Done():
+			case <-ctx.Done():
 				return
 			case <-l.clock.After(at.Sub(l.clock.Now())):
 			}
