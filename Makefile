@@ -18,6 +18,7 @@ FUZZMINIMIZE ?= 2s
 FUZZ_TARGETS := \
 	./regional:FuzzValidateHeartbeat \
 	./regional:FuzzValidateReport \
+	./regional:FuzzDecodeWarmState \
 	./cellagent:FuzzParseVLLM \
 	./cellagent:FuzzParseDCGM \
 	./cellagent:FuzzParseModels \

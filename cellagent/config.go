@@ -28,7 +28,11 @@ const (
 	DefaultMaxBodyBytes    = 8 << 20
 	DefaultShutdownTimeout = 2 * time.Second
 	DefaultBackoffMin      = 100 * time.Millisecond
-	DefaultBackoffMax      = 5 * time.Second
+	// DefaultBackoffMax bounds the reconnect backoff: after a controller
+	// restart an agent is back within this (plus a dial) of the new
+	// controller listening, which the controller's warm start waits for
+	// (regional.DefaultAgentBackoffMax).
+	DefaultBackoffMax = 2 * time.Second
 
 	// MinInterval and MaxInterval bound the heartbeat interval, whether it
 	// comes from Config or from a controller's ack.
@@ -134,7 +138,11 @@ type Config struct {
 	// heartbeat to be delivered. Default 2s.
 	ShutdownTimeout time.Duration
 	// BackoffMin and BackoffMax bound the jittered exponential backoff
-	// between stream reconnects. Defaults 100ms and 5s.
+	// between stream reconnects: attempt k waits uniformly in
+	// [0, min(BackoffMax, BackoffMin·2^k)), so the first retry comes
+	// within BackoffMin and none waits BackoffMax or more. Defaults 100ms
+	// and 2s; a regional controller holds its first push for TTL plus
+	// the largest of these (regional.WarmStartConfig.AgentBackoffMax).
 	BackoffMin, BackoffMax time.Duration
 	// MetricsListen, when set, is the address Run serves /metrics on.
 	MetricsListen string

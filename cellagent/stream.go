@@ -31,9 +31,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 	if !a.waitClock(ctx, jitter(a.currentInterval())) {
 		return
 	}
-	// The wait before reconnect attempt number attempt (0 for the first):
-	// full jitter, uniform in [0, min(BackoffMax, BackoffMin·2^attempt)).
-	reconnect := backoff.Policy{Min: a.cfg.BackoffMin, Max: a.cfg.BackoffMax, Jitter: backoff.Full}
+	reconnect := reconnectPolicy(a.cfg)
 	attempt := 0
 	for {
 		acked, finalSent := a.runStream(ctx)
@@ -57,6 +55,18 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// reconnectPolicy is the wait before reconnect attempt k (0 for the
+// first after a stream that was answered): full jitter, uniform in
+// [0, min(BackoffMax, BackoffMin·2^k)). The bound matters after a
+// controller restart: however long the controller was away, an agent is
+// back within BackoffMax (2 s by default) of it listening again, so a
+// fleet's agents reconnect spread over at most that, never a 5 s tail;
+// the controller holds its first push for TTL + BackoffMax
+// (regional.WarmStartConfig), so nobody is pushed out for being late.
+func reconnectPolicy(c Config) backoff.Policy {
+	return backoff.Policy{Min: c.BackoffMin, Max: c.BackoffMax, Jitter: backoff.Full}
 }
 
 // runStream runs one heartbeat stream until it breaks or ctx ends. acked

@@ -59,6 +59,12 @@ const (
 	// FaultEtcdDown stops the etcd cluster (heal: it restarts on the same
 	// data and addresses).
 	FaultEtcdDown FaultKind = "etcd-down"
+	// FaultStopController stops Region's regional controller only, as a
+	// rescheduled process is: its cells, agents and gateway keep running
+	// (heal: a new controller starts on the same addresses and state
+	// directory, and the agents and the gateway reconnect with their own
+	// backoff).
+	FaultStopController FaultKind = "stop-controller"
 )
 
 // Fault is one injection. Which fields apply depends on Kind.
@@ -75,6 +81,11 @@ type Fault struct {
 	// Member names the global member a kill-leader fault killed; the
 	// admin API fills it in its answer and heal needs it back.
 	Member string `json:"member,omitempty"`
+	// StaggerMS (stop-controller): the region's agents after the first
+	// reconnect one at a time over this long once the new controller
+	// listens, as a fleet's agents come back at scattered points of their
+	// backoff (0: each on its own backoff alone).
+	StaggerMS float64 `json:"stagger_ms,omitempty"`
 }
 
 // String describes the fault for progress lines and errors.
@@ -100,6 +111,9 @@ func (f Fault) String() string {
 	}
 	if f.Member != "" {
 		s += " member=" + f.Member
+	}
+	if f.StaggerMS > 0 {
+		s += fmt.Sprintf(" stagger=%gms", f.StaggerMS)
 	}
 	return s
 }
@@ -134,6 +148,9 @@ type RegionState struct {
 	Ingress string `json:"ingress"`
 	// Up is false while the region is down (kill-region).
 	Up bool `json:"up"`
+	// ControllerDown: the regional controller is stopped (stop-controller)
+	// while the site serves; Cells are the stopped controller's last view.
+	ControllerDown bool `json:"controller_down,omitempty"`
 	// Cells as the regional controller sees them.
 	Cells []CellState `json:"cells"`
 	// RouteSource is how the region routes: plan, fallback (gossip) or local.
@@ -251,6 +268,9 @@ func (s *FleetState) Unhealthy() string {
 		if !r.Up {
 			return "region " + r.Name + " is down"
 		}
+		if r.ControllerDown {
+			return "region " + r.Name + "'s controller is down"
+		}
 		for _, c := range r.Cells {
 			if c.State != "ready" {
 				return fmt.Sprintf("cell %s is %s", c.ID, c.State)
@@ -298,7 +318,7 @@ const (
 // FaultKinds lists every fault kind.
 func FaultKinds() []FaultKind {
 	return []FaultKind{FaultKillEngine, FaultSilenceAgent, FaultKillRegion, FaultPartition, FaultWANDelay,
-		FaultThrottle, FaultDCGMDown, FaultMaxModelLen, FaultKillLeader, FaultEtcdDown}
+		FaultThrottle, FaultDCGMDown, FaultMaxModelLen, FaultKillLeader, FaultEtcdDown, FaultStopController}
 }
 
 // DecodeFault parses and checks a Fault from JSON (an admin request body):
@@ -341,13 +361,16 @@ func (f Fault) Validate() error {
 			return fmt.Errorf("chaos: fault: regions: name %q: want 1..%d bytes", r, maxNameLen)
 		}
 	}
-	for name, v := range map[string]float64{"delay_ms": f.DelayMS, "jitter_ms": f.JitterMS, "severity": f.Severity} {
+	for name, v := range map[string]float64{"delay_ms": f.DelayMS, "jitter_ms": f.JitterMS, "severity": f.Severity, "stagger_ms": f.StaggerMS} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return fmt.Errorf("chaos: fault: %s %v: want a finite value >= 0", name, v)
 		}
 	}
 	if f.Severity > 1 {
 		return fmt.Errorf("chaos: fault: severity %v: want 0..1", f.Severity)
+	}
+	if f.StaggerMS > 60_000 {
+		return fmt.Errorf("chaos: fault: stagger_ms %v: want 0..60000", f.StaggerMS)
 	}
 	if f.MaxModelLen < 0 || f.MaxModelLen > 1<<24 {
 		return fmt.Errorf("chaos: fault: max_model_len %d out of range", f.MaxModelLen)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Params choose a drill's target and size. Zero fields take the drill's
@@ -22,6 +23,10 @@ type Params struct {
 	Severity    float64  `json:"severity,omitempty"`
 	MaxModelLen int      `json:"max_model_len,omitempty"`
 	Silent      bool     `json:"silent,omitempty"`
+	// StaggerMS spreads a restarted controller's agents' reconnects
+	// (controller-* drills; default 2000, the agents' largest backoff;
+	// negative: none).
+	StaggerMS float64 `json:"stagger_ms,omitempty"`
 }
 
 // target is a drill bound to a fleet: the faults to inject and what they
@@ -49,6 +54,17 @@ type Drill struct {
 	detected          func(t *target, s *FleetState) bool
 	rerouted          func(t *target, s *FleetState) bool
 	leak              bool
+	// during is how long the fault stays in when Options.During is not
+	// set (a controller's few seconds away).
+	during time.Duration
+	// rolling: the faults go in one at a time, each healed and the fleet
+	// healthy again before the next (a rolling restart).
+	rolling bool
+	// static: the drill checks static stability (restartChecks): no
+	// request answered "no route", no region's data plane on fewer of its
+	// cells than before, success during the drill at least
+	// staticMinSuccess.
+	static bool
 }
 
 // ErrUnavailable: the target cannot inject what the drill needs; nothing
@@ -109,7 +125,80 @@ func Drills() []*Drill {
 		{Name: "etcd-loss", Summary: "the etcd cluster stops; regions keep serving on the last plan",
 			Needs: []FaultKind{FaultEtcdDown}, Detects: "the leader gives up leadership",
 			plan: planEtcd, detected: noLeader},
+		{Name: "controller-restart", Summary: "a regional controller restarts under load (down a few seconds); its cells reconnect with their own backoff",
+			Needs: []FaultKind{FaultStopController}, Detects: "the region's controller is down",
+			plan: planControllers(false, false), detected: controllersDown, during: restartDowntime, static: true},
+		{Name: "controller-restart-blackout", Summary: "a regional controller restarts while the global pair and etcd are down",
+			Needs:   []FaultKind{FaultStopController, FaultKillLeader, FaultEtcdDown},
+			Detects: "the region's controller is down", plan: planControllers(false, true), detected: controllersDown,
+			during: restartDowntime, static: true},
+		{Name: "controller-rolling", Summary: "every regional controller restarted in turn, each back and healthy before the next",
+			Needs: []FaultKind{FaultStopController}, Detects: "the first region's controller is down",
+			plan: planControllers(true, false), detected: controllersDown, during: restartDowntime, rolling: true, static: true},
 	}
+}
+
+// restartDowntime is how long a restart drill keeps a controller down by
+// default: a rescheduled process's few seconds.
+const restartDowntime = 4 * time.Second
+
+// defaultStaggerMS spreads the restarted controller's agents over the
+// agents' largest backoff (cellagent.DefaultBackoffMax): at fleet size
+// they come back at scattered points of it, and the first back must not
+// be pushed alone.
+const defaultStaggerMS = 2000
+
+// staticMinSuccess is the least success during a static-stability drill.
+const staticMinSuccess = 0.999
+
+// planControllers stops the regional controller of the region (default
+// the last), or, rolling, of every region in turn. blackout first takes
+// the global leader and etcd down, so the controller starts without
+// them; they are healed after it (the heal runs in reverse order).
+func planControllers(rolling, blackout bool) func(Params, *FleetState, *target) error {
+	return func(p Params, s *FleetState, t *target) error {
+		names := p.Regions
+		if rolling && len(names) == 0 {
+			for _, r := range s.Regions {
+				names = append(names, r.Name)
+			}
+		}
+		if len(names) == 0 {
+			r, err := defaultRegion(p, s)
+			if err != nil {
+				return err
+			}
+			names = []string{r.Name}
+		}
+		if blackout {
+			if _, ok := s.Leader(); !ok {
+				return fmt.Errorf("%w: the fleet has no global leader to take down", ErrUnavailable)
+			}
+			t.faults = append(t.faults, Fault{Kind: FaultKillLeader}, Fault{Kind: FaultEtcdDown})
+		}
+		stagger := p.StaggerMS
+		switch {
+		case stagger == 0:
+			stagger = defaultStaggerMS
+		case stagger < 0:
+			stagger = 0
+		}
+		for _, n := range names {
+			if _, ok := s.Region(n); !ok {
+				return fmt.Errorf("%w: no region %q", ErrBadParams, n)
+			}
+			t.faults = append(t.faults, Fault{Kind: FaultStopController, Region: n, StaggerMS: stagger})
+		}
+		t.regions = names
+		return nil
+	}
+}
+
+// controllersDown: the first target region's controller is down (a
+// rolling drill's first step).
+func controllersDown(t *target, s *FleetState) bool {
+	r, ok := s.Region(t.regions[0])
+	return ok && r.ControllerDown
 }
 
 // Lookup returns the named drill.

@@ -3,7 +3,9 @@ package chaos_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,11 +126,27 @@ func TestDrillsAgainstLab(t *testing.T) {
 				t.Errorf("etcd-loss lost %d requests, want 0", rep.Lost)
 			}
 		},
+		// Static stability (docs/design.md §5.4): a restarted controller is
+		// invisible to traffic. The drill itself fails on a 404 "no
+		// route", on a data plane with fewer of its cells than before, or
+		// on success below 99.9 %; these checks name each figure.
+		"controller-restart":          staticStable,
+		"controller-restart-blackout": staticStable,
+		"controller-rolling": func(t *testing.T, rep *chaos.Report) {
+			staticStable(t, rep)
+			if len(rep.Faults) != 3 {
+				t.Errorf("rolling restart injected %d faults, want one per region (3)", len(rep.Faults))
+			}
+		},
 	}
 	var reports []*chaos.Report
 	for _, d := range chaos.Drills() {
 		t.Run(d.Name, func(t *testing.T) {
-			rep, err := r.Run(context.Background(), d, chaos.Params{}, quickOptions(t))
+			o := quickOptions(t)
+			if strings.HasPrefix(d.Name, "controller-") {
+				o.During = 3 * time.Second // down a few seconds, as a rescheduled process
+			}
+			rep, err := r.Run(context.Background(), d, chaos.Params{}, o)
 			if err != nil {
 				t.Fatalf("%s: %v", d.Name, err)
 			}
@@ -149,6 +167,34 @@ func TestDrillsAgainstLab(t *testing.T) {
 	if testing.Verbose() {
 		chaos.WriteTable(os.Stderr, reports)
 	}
+}
+
+// staticStable checks a restart drill's static-stability figures: no
+// request answered 404 "no route", no region's data plane on fewer of its
+// cells than before, success during the drill at least 99.9 %.
+func staticStable(t *testing.T, rep *chaos.Report) {
+	t.Helper()
+	t.Logf("requests during %d, no-route %d, success during %v, cells %+v", rep.Requests.During, rep.NoRoute,
+		fmtFrac(rep.Success.During), rep.Cells)
+	if rep.NoRoute != 0 {
+		t.Errorf("%d requests answered 404 no route, want 0", rep.NoRoute)
+	}
+	if len(rep.Cells) != 3 {
+		t.Errorf("cells tracked for %d regions, want 3", len(rep.Cells))
+	}
+	for name, c := range rep.Cells {
+		if c.Before == 0 || c.Min < c.Before {
+			t.Errorf("region %s: data plane cells before %d, fewest %d: want never fewer", name, c.Before, c.Min)
+		}
+	}
+	atLeast(t, "success.during", rep.Success.During, 0.999)
+}
+
+func fmtFrac(v *float64) string {
+	if v == nil {
+		return "null"
+	}
+	return fmt.Sprintf("%.4f", *v)
 }
 
 // observed checks that the report measured v (the event happened).

@@ -74,6 +74,14 @@ type Report struct {
 	// LeakRate: share of long prompts sent during the drill that reached a
 	// replica that could not take them (capability-mismatch only).
 	LeakRate *float64 `json:"leak_rate"`
+	// NoRoute counts requests started after the injection that a data
+	// plane answered 404 (no route for the model): the model had vanished
+	// from its routing, which a restart must never cause.
+	NoRoute int `json:"no_route"`
+	// Cells, for static-stability drills, per region: how many of its own
+	// cells its data plane routed to before the injection, the fewest seen
+	// from the injection to the end, and at the end.
+	Cells map[string]CellCounts `json:"cells,omitempty"`
 	// Errors counts the failed requests by phase (before, in flight,
 	// during, heal, after), status and reason (the first few distinct
 	// ones).
@@ -84,6 +92,13 @@ type Report struct {
 	// What detect and reroute measure for this drill.
 	Detects  string `json:"detects,omitempty"`
 	Reroutes string `json:"reroutes,omitempty"`
+}
+
+// CellCounts is one region's local endpoints in its data plane.
+type CellCounts struct {
+	Before int `json:"before"`
+	Min    int `json:"min"`
+	After  int `json:"after"`
 }
 
 // Thresholds make a drill fail. Nil fields are not checked.

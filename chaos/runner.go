@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"time"
 
@@ -117,6 +118,9 @@ func (r *Runner) waitHealthy(ctx context.Context, o Options) (*FleetState, error
 // not fit, or the fleet is not healthy; otherwise the report, passed or
 // not (a heal that fails is a failure in the report, with the error).
 func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Report, error) {
+	if o.During == 0 && d.during > 0 {
+		o.During = d.during
+	}
 	o.withDefaults()
 	clock := r.clock()
 	r.say(o, "▶ %s: waiting for a healthy fleet", d.Name)
@@ -170,6 +174,14 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	// Inject.
 	t0 := clock.Now()
 	rep.InjectedAt = t0
+	var cells *cellTracker
+	if d.static {
+		cells = r.trackCells(ctx, o, t.before)
+		defer cells.stop()
+	}
+	if d.rolling {
+		return r.runRolling(ctx, d, t, o, load, rep, cells)
+	}
 	var applied []Fault
 	for _, f := range t.faults {
 		res, err := r.Fleet.Inject(ctx, f)
@@ -251,6 +263,17 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	}
 	r.measure(rep, d, t, outcomes, t0, t1, recovered, end, windowEnd)
 	rep.Requests.ClientShed = shed
+	r.finish(o, d, rep, cells)
+	return rep, nil
+}
+
+// finish applies the static-stability checks and the thresholds and
+// settles the verdict.
+func (r *Runner) finish(o Options, d *Drill, rep *Report, cells *cellTracker) {
+	if cells != nil {
+		rep.Cells = cells.stop()
+		staticChecks(rep)
+	}
 	o.Thresholds.check(rep)
 	rep.Passed = len(rep.Failures) == 0
 	if rep.Passed {
@@ -258,7 +281,6 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	} else {
 		r.say(o, "  ✘ %s failed", d.Name)
 	}
-	return rep, nil
 }
 
 // heal undoes faults in reverse order; failures go into the report.
@@ -362,6 +384,9 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1,
 		if !o.Start.Before(t0) {
 			if !o.OK {
 				rep.Lost++
+			}
+			if o.Status == http.StatusNotFound {
+				rep.NoRoute++
 			}
 			if o.OK && o.Start.Before(windowEnd) {
 				exposed = append(exposed, o.TTFT)

@@ -200,9 +200,9 @@ func (l *Lab) State() chaos.FleetState {
 		members = append(members, g)
 	}
 	etcd := l.etcd
-	down := map[*Region]bool{}
+	down, ctrlDown := map[*Region]bool{}, map[*Region]bool{}
 	for _, r := range regions {
-		down[r] = r.down
+		down[r], ctrlDown[r] = r.down, r.ctrlDown
 	}
 	l.regMu.RUnlock()
 	st.Globals = members
@@ -214,7 +214,7 @@ func (l *Lab) State() chaos.FleetState {
 	}
 	cluster := xdscontract.ClusterName(model)
 	for _, r := range regions {
-		rs := chaos.RegionState{Name: r.Name, Ingress: r.ingress, Up: !down[r]}
+		rs := chaos.RegionState{Name: r.Name, Ingress: r.ingress, Up: !down[r], ControllerDown: ctrlDown[r]}
 		if down[r] {
 			st.Regions = append(st.Regions, rs)
 			continue

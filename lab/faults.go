@@ -34,7 +34,7 @@ const throttleLead = 10 * time.Second
 // SupportedFaults are the fault kinds this lab can inject.
 func (l *Lab) SupportedFaults() []chaos.FaultKind {
 	fs := []chaos.FaultKind{chaos.FaultKillEngine, chaos.FaultSilenceAgent, chaos.FaultThrottle,
-		chaos.FaultDCGMDown, chaos.FaultMaxModelLen, chaos.FaultKillRegion}
+		chaos.FaultDCGMDown, chaos.FaultMaxModelLen, chaos.FaultKillRegion, chaos.FaultStopController}
 	if len(l.cfg.Regions) > 1 {
 		fs = append(fs, chaos.FaultPartition, chaos.FaultWANDelay)
 	}
@@ -121,6 +121,14 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			return f, l.restartRegion(f.Region)
 		}
 		return f, l.killRegion(f.Region)
+	case chaos.FaultStopController:
+		if !heal && (f.StaggerMS < 0 || f.StaggerMS > 60_000) {
+			return f, fmt.Errorf("%w: stagger_ms %v: want 0..60000", ErrBadFault, f.StaggerMS)
+		}
+		if heal {
+			return f, l.startController(f.Region, time.Duration(f.StaggerMS*float64(time.Millisecond)))
+		}
+		return f, l.stopController(f.Region, f.StaggerMS > 0)
 	case chaos.FaultPartition:
 		paths, err := l.regionPaths(f.Region, true)
 		if err != nil {
@@ -370,4 +378,96 @@ func (l *Lab) etcdDown(heal bool) error {
 	l.etcd = e
 	l.regMu.Unlock()
 	return nil
+}
+
+// stopController stops only region's regional controller, as a
+// rescheduled process: engines, agents, gateway and gossip member keep
+// running, the agents' streams break and they back off, the gateway keeps
+// its last good configuration.
+func (l *Lab) stopController(name string, stagger bool) error {
+	r, err := l.liveRegion(name)
+	if err != nil {
+		return err
+	}
+	if r.ctrlDown {
+		return fmt.Errorf("%w: region %s's controller is already down", ErrBadFault, name)
+	}
+	r.Ctrl.Stop()
+	nr := *r
+	nr.ctrlDown = true
+	if stagger {
+		// Every agent but the first stays quiet until startController
+		// releases it (its stream reconnects, but sends nothing).
+		for i := 1; i < len(r.Agents); i++ {
+			r.Agents[i].Pause(true)
+			nr.staggered = append(nr.staggered, i)
+		}
+	}
+	l.regMu.Lock()
+	l.regions[r.idx] = &nr
+	l.regMu.Unlock()
+	return nil
+}
+
+// startController starts a new controller for region on its predecessor's
+// gRPC and HTTP addresses (the agents and the gateway dial them), with
+// the same state directory; it retries while a port is briefly taken.
+// The agents stopController held back are released one at a time over
+// stagger, the first at once.
+func (l *Lab) startController(name string, stagger time.Duration) error {
+	r, err := l.liveRegion(name)
+	if err != nil {
+		return err
+	}
+	if !r.ctrlDown {
+		return fmt.Errorf("%w: region %s's controller is not down", ErrBadFault, name)
+	}
+	grpcAddr, httpAddr := r.Ctrl.Addr(), r.Ctrl.HTTPAddr()
+	ctx, cancel := context.WithTimeout(l.ctx, readyTimeout)
+	defer cancel()
+	for {
+		c, err := r.ctrl(l.ctx, grpcAddr, httpAddr)
+		if err == nil {
+			nr := *r
+			nr.Ctrl, nr.ctrlDown, nr.staggered = c, false, nil
+			l.regMu.Lock()
+			l.regions[r.idx] = &nr
+			l.regMu.Unlock()
+			l.release(r, r.staggered, stagger)
+			return nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("lab: region %s: restart controller on %s: %w", name, grpcAddr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab: region %s: restart controller on %s: %w", name, grpcAddr, err)
+		case <-l.clock.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// release resumes r's held-back agents idx, spread evenly over stagger
+// (the last at stagger), on its own goroutine: bounded by stagger, ended
+// and joined by Stop (registered last, so it runs before the agents stop).
+func (l *Lab) release(r *Region, idx []int, stagger time.Duration) {
+	if len(idx) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(l.ctx)
+	done := make(chan struct{})
+	l.onStop(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		start := l.clock.Now()
+		for k, i := range idx {
+			at := start.Add(stagger * time.Duration(k+1) / time.Duration(len(idx)))
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.clock.After(at.Sub(l.clock.Now())):
+			}
+			r.Agents[i].Pause(false)
+		}
+	}()
 }

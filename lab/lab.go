@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/isobar-mesh/isobar/cellagent"
 	"github.com/isobar-mesh/isobar/certs"
@@ -97,7 +99,12 @@ type Region struct {
 	ingress     string   // the gateway's listen address, kept across a restart
 	gossipAddrs []string // every region's gossip address
 	down        bool     // a kill-region fault holds it down
-	silenced    map[int]bool
+	ctrlDown    bool     // a stop-controller fault holds its controller down
+	staggered   []int    // agents a stop-controller fault holds back
+	// ctrl rebuilds the controller on given addresses (stop-controller's
+	// heal); the gossip member, etcd client and state dir are reused.
+	ctrl     func(ctx context.Context, grpcAddr, httpAddr string) (*regional.Controller, error)
+	silenced map[int]bool
 }
 
 // CellID names cell i of region r.
@@ -574,6 +581,9 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 
 	rc := regional.DefaultConfig(name)
 	rc.Listen, rc.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	// The last pushed cell set survives a controller restart here, as on
+	// a persistent volume: the warm start waits for those cells.
+	rc.WarmStart.StateDir = filepath.Join(l.dir, "state-"+name)
 	rc.HeartbeatInterval, rc.TTLGrace = cfg.HeartbeatInterval, cfg.HeartbeatInterval
 	if cfg.Fast {
 		// Short heartbeats, and a TTL (2 s) a loaded machine cannot reach
@@ -618,13 +628,27 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 			return d(ctx, "tcp", addr)
 		}))
 	}
-	if r.Ctrl, err = regional.New(rc, rdeps); err != nil {
+	r.ctrl = func(ctx context.Context, grpcAddr, httpAddr string) (*regional.Controller, error) {
+		c, d := rc, rdeps
+		c.Listen, c.HTTPListen = grpcAddr, httpAddr
+		if grpcAddr != "127.0.0.1:0" {
+			// A restarted controller: its predecessor's instruments hold
+			// the names in r.Metrics.
+			d.Registerer = prometheus.NewRegistry()
+		}
+		ctrl, err := regional.New(c, d)
+		if err != nil {
+			return nil, err
+		}
+		if err := ctrl.Start(ctx); err != nil {
+			return nil, err
+		}
+		l.onStop(ctrl.Stop)
+		return ctrl, nil
+	}
+	if r.Ctrl, err = r.ctrl(ctx, "127.0.0.1:0", "127.0.0.1:0"); err != nil {
 		return nil, err
 	}
-	if err := r.Ctrl.Start(ctx); err != nil {
-		return nil, err
-	}
-	l.onStop(r.Ctrl.Stop)
 
 	r.DCGM = sim.NewDCGMExporter(sim.DCGMConfig{Hostname: name + "-node"}, sim.Deps{})
 	custom, err := cfg.engineProfile()
@@ -673,7 +697,18 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	if err != nil {
 		return nil, err
 	}
-	gw, err := gateway.New(gateway.Config{Controller: r.Ctrl.Addr(), Region: name, LB: gateway.LBMode(cfg.LB), HopKey: l.hopKey},
+	// The gateway's channel to its controller reconnects within half a
+	// second of the controller coming back (grpc-go's default connection
+	// backoff starts at 1 s and grows to 2 min), and its xDS streams
+	// within a second (MaxBackoff; default 5 s): a data plane that
+	// reconnects at once is the harder case for a restarted controller,
+	// which must not hand it what it knows before its cells are back.
+	gdial = append(gdial, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+		MinConnectTimeout: 2 * time.Second,
+	}))
+	gw, err := gateway.New(gateway.Config{Controller: r.Ctrl.Addr(), Region: name, LB: gateway.LBMode(cfg.LB),
+		MaxBackoff: time.Second, HopKey: l.hopKey},
 		gateway.Deps{Logger: log.With("component", "gateway"), DialOptions: gdial, DialContext: l.dialer(name),
 			Registerer: r.Metrics})
 	if err != nil {

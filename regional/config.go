@@ -101,6 +101,9 @@ type Config struct {
 	Global GlobalConfig
 	// Limits bound what peers can make the controller hold (see Limits).
 	Limits Limits
+	// WarmStart holds the first xDS push after a start until the cells
+	// are back (warmstart.go, docs/design.md §5.4).
+	WarmStart WarmStartConfig
 }
 
 // TLSFiles names PEM files for mutual TLS. All three or none.
@@ -184,6 +187,7 @@ func (c *Config) withDefaults() {
 	}
 	c.Global.withDefaults()
 	c.Limits.withDefaults()
+	c.WarmStart.withDefaults(c.TTL())
 }
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -231,6 +235,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: global: %w", ErrInvalidConfig, err)
 	}
 	if err := c.Limits.validate(); err != nil {
+		return err
+	}
+	if err := c.WarmStart.validate(); err != nil {
 		return err
 	}
 	if c.Global.SummaryInterval <= 0 || c.Global.NominalCellRPS <= 0 || c.Global.Headroom <= 0 || c.Global.Headroom > 1 ||

@@ -50,6 +50,9 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.WarmStart.prepareStateDir(); err != nil {
+		return nil, err
+	}
 	deps.withDefaults()
 	log := deps.Logger.With("region", cfg.Region)
 	m := newMetrics(deps.Registerer)
@@ -74,6 +77,10 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	if deps.Gossip != nil {
 		reg.regionRTT = deps.Gossip.RTT // remote localities' round trips
 	}
+	reg.useWarmMetrics(newWarmMetrics(deps.Registerer))
+	// With cross-region routing the first push also waits for a route
+	// table (a plan, or the fallback built once the cells are back).
+	reg.warm.needRoutes = deps.Etcd != nil || deps.Gossip != nil
 	if deps.Registerer != nil {
 		deps.Registerer.MustRegister(newCellCollector(reg.View, func() float64 {
 			return float64(deps.Clock.Now().UnixNano()) / 1e9

@@ -18,6 +18,12 @@
 //     prober and the heartbeat streams (for commands) read it without locks.
 //   - xDS pushes run on a separate publisher goroutine fed by a one-slot
 //     mailbox: a burst of changes coalesces into one snapshot build.
+//   - Warm start (warmstart.go): the registry loop owns the hold that keeps
+//     a starting controller's first push back until the cells of its last
+//     pushed state are back; the publisher goroutine alone writes that
+//     state to Config.WarmStart.StateDir after each push, and Start reads
+//     it once before the loop runs. Registry.Settled (an atomic) tells the
+//     summary goroutine when it may summarise and fall back.
 //   - Each heartbeat stream runs on its gRPC handler goroutine and keeps its
 //     own per-stream state (sequence, ownership of its cell id).
 //   - The summary goroutine (globalsync.go) owns the demand smoother and

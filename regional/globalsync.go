@@ -232,6 +232,15 @@ func (s *syncer) summaries(ctx context.Context) {
 	t := s.clock.NewTicker(s.cfg.SummaryInterval)
 	defer t.Stop()
 	for {
+		// A starting controller holds back until its cells are back
+		// (Registry.Settled, warmstart.go): a summary or a fallback built
+		// from the cells that reconnected first would tell the leader and
+		// the gossip peers the region has lost capacity, and route on it.
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.reg.settledC(): // closed once; the first summary follows at once
+		}
 		now := s.clock.Now()
 		sm := s.buildSummary(now)
 		s.latest.Store(sm)

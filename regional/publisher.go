@@ -25,7 +25,10 @@ type removal struct {
 // state offered while a push is running replaces any older pending one, so
 // bursts coalesce into one snapshot build.
 type publisher struct {
-	push    pushFunc
+	push pushFunc
+	// saved, when set, is told of every state pushed successfully (the
+	// warm-state file); it runs on the publisher goroutine.
+	saved   func(xds.State, time.Time)
 	clock   clockwork.Clock
 	log     *slog.Logger
 	metrics *metrics
@@ -83,6 +86,9 @@ func (p *publisher) run(ctx context.Context) {
 		}
 		p.version.Store(&v)
 		now := p.clock.Now()
+		if p.saved != nil {
+			p.saved(*st, now)
+		}
 		for _, r := range removals {
 			p.metrics.failover.Observe(now.Sub(r.since).Seconds())
 		}

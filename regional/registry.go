@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -123,6 +124,13 @@ type Registry struct {
 	routesNew  bool                 // routes changed since the last push
 	dpCells    map[string]*dpWindow // data-plane errors per cell
 	dpDemand   map[string]*dpWindow // ingress demand per data plane and model
+	warm       warmHold             // the warm start's hold (warmstart.go)
+	offered    map[string]bool      // models of the last offered state
+	remoteOnly map[string]bool      // of those, the ones with no local locality
+	warmM      *warmMetrics
+	saver      *warmSaver // written by the publisher goroutine only
+	settled    atomic.Bool
+	settledCh  chan struct{} // closed when settled becomes true
 
 	// regionRTT returns the smoothed RTT to each remote region (gossip's
 	// probes); nil: none known. Set before Start.
@@ -152,9 +160,15 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		sentPlace:  make(map[string]placeSent),
 		dpCells:    make(map[string]*dpWindow),
 		dpDemand:   make(map[string]*dpWindow),
+		offered:    make(map[string]bool),
+		remoteOnly: make(map[string]bool),
+		settledCh:  make(chan struct{}),
+		warmM:      newWarmMetrics(nil),
 		done:       make(chan struct{}),
 	}
+	r.saver = &warmSaver{dir: cfg.WarmStart.StateDir, region: cfg.Region, log: log, m: r.warmM}
 	r.pub = newPublisher(push, clock, log, m)
+	r.pub.saved = r.saver.save
 	r.view.Store(newView(clock.Now(), 0, nil, nil))
 	return r, nil
 }
@@ -166,6 +180,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.startOnce.Do(func() {
 		started = true
 		ctx, r.cancel = context.WithCancel(ctx)
+		r.beginWarmStart(r.clock.Now())
 		go func() {
 			defer close(r.done)
 			var wg sync.WaitGroup
@@ -629,9 +644,19 @@ func (r *Registry) cycle(now time.Time) {
 		}
 		push = push || r.placementDrift(views, rtts)
 	}
-	if push {
+	// A starting controller holds every push until its cells are back
+	// (warmstart.go); the cycle that ends the hold pushes.
+	hold, release := r.warmCycle(now, views)
+	if hold {
+		return // routesNew stays set: the release pushes the routes too
+	}
+	if push || release {
+		if release && rtts == nil && r.regionRTT != nil {
+			rtts = r.regionRTT()
+		}
 		r.routesNew = false
 		st := r.buildState(views, rtts)
+		r.noteDropped(views, st)
 		r.lastOffer = now
 		r.pub.offer(st, r.removals)
 		r.removals = nil
@@ -663,6 +688,11 @@ func (r *Registry) buildState(views []CellView, rtts map[string]time.Duration) x
 			byModel[name] = m
 		}
 		return m
+	}
+	// After a restart, the models the data planes were last given stay
+	// until a cell of theirs registers or ForgetAfter passes (warmstart.go).
+	for m := range r.keptModels() {
+		model(m)
 	}
 	for _, v := range views {
 		// A model stays routable while any of its cells is known (not
