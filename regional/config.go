@@ -288,10 +288,11 @@ type Deps struct {
 	// the region's data planes report over DataPlane.Report, or, when none
 	// does, the cells' served load.
 	Demand func() map[string]float64
-	// PlanFence, when set, keeps the highest plan epoch and sequence
-	// applied across restarts (FileFence in the controller's state
-	// directory). Nil: the fence holds through fallback but a restarted
-	// controller starts without one.
+	// PlanFence keeps the highest plan epoch and sequence applied across
+	// restarts. Nil: FileFence in Config.WarmStart.StateDir
+	// (plan-fence.json) when one is set; without a state directory the
+	// fence holds through fallback but a restarted controller starts
+	// without one.
 	PlanFence FenceStore
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -120,8 +121,12 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		}
 		c.syncer = newSyncer(cfg.Global, cfg.Region, reg, deps.Etcd, deps.Gossip, deps.Demand, deps.GlobalDialOptions, deps.Clock, log, m)
 		c.syncer.mtls = cfg.TLS.Enabled()
-		if deps.PlanFence != nil {
-			if err := c.syncer.useFences(deps.PlanFence); err != nil {
+		fence := deps.PlanFence
+		if fence == nil && cfg.WarmStart.StateDir != "" {
+			fence = FileFence{Path: filepath.Join(cfg.WarmStart.StateDir, planFenceFile)}
+		}
+		if fence != nil {
+			if err := c.syncer.useFences(fence); err != nil {
 				return nil, err
 			}
 		}

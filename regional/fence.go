@@ -26,6 +26,9 @@ type FenceStore interface {
 	SaveFence(Fence) error
 }
 
+// planFenceFile is the FileFence's name in Config.WarmStart.StateDir.
+const planFenceFile = "plan-fence.json"
+
 // FileFence is a FenceStore in one small JSON file (written to a temporary
 // file in the same directory and renamed over it, so a crash leaves the old
 // or the new fence, never half of one).

@@ -4,13 +4,16 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/gossip"
 )
 
 func testPlan(epoch, seq uint64, now time.Time) *isobarpb.RoutingPlan {
@@ -270,3 +273,32 @@ func TestReplayedPlanGetsRemainingLife(t *testing.T) {
 }
 
 func dur(d time.Duration) *time.Duration { return &d }
+
+// stillGossip is a gossiper with no peers: enough for New to build a
+// syncer.
+type stillGossip struct{}
+
+func (stillGossip) SetLocalSummary(*isobarpb.RegionSummary) error { return nil }
+func (stillGossip) Summaries() map[string]gossip.PeerSummary      { return nil }
+func (stillGossip) RTT() map[string]time.Duration                 { return nil }
+
+// A controller with a state directory keeps its plan fence there: one
+// started on the directory of a predecessor that applied epoch 5 refuses
+// epoch 4, with no PlanFence dependency given.
+func TestStateDirKeepsPlanFence(t *testing.T) {
+	dir := t.TempDir()
+	if err := (FileFence{Path: filepath.Join(dir, planFenceFile)}).SaveFence(Fence{Epoch: 5, Sequence: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig("b")
+	cfg.HTTPListen = "-"
+	cfg.WarmStart.StateDir = dir
+	c, err := New(cfg, Deps{Registerer: prometheus.NewRegistry(), Gossip: stillGossip{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.syncer.applyPlan(t.Context(), testPlan(4, 9, c.syncer.clock.Now()))
+	if got := c.syncer.Routes(); got != nil {
+		t.Fatalf("a controller on its predecessor's state dir accepted a lower epoch: %+v", got)
+	}
+}

@@ -66,7 +66,9 @@ import (
 type WarmStartConfig struct {
 	// StateDir is where the controller keeps the cells and models of its
 	// last pushed xDS state (warm-state.json), so that after a restart it
-	// knows which cells to wait for and which models to keep routable.
+	// knows which cells to wait for and which models to keep routable,
+	// and the highest plan it applied (plan-fence.json, FileFence), so
+	// that a restart does not reopen the plan fence.
 	// "": nothing is kept; the hold, when one is set, then runs to Hold.
 	StateDir string
 	// Hold bounds how long the first push waits for the cells. Zero:
