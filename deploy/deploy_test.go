@@ -293,6 +293,7 @@ var cliFlags = map[string]map[string]flagKind{
 		"etcd-cert": str, "etcd-endpoints": str, "etcd-key": str, "forget-after": duration, "gossip-join": str,
 		"gossip-key-file": str, "gossip-listen": str, "heartbeat-interval": duration, "http-listen": str,
 		"ingress-address": str, "lb-policy": str, "listen": str, "max-heartbeat-bytes": number,
+		"endpoint-binding": str, "endpoint-map-file": str, "state-dir": str,
 		"probe-interval": duration, "region": str, "score-weights": str, "summary-interval": duration,
 		"tls-ca": str, "tls-cert": str, "tls-key": str, "ttl-grace": duration, "zone": str,
 	},
