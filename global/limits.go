@@ -34,6 +34,18 @@ type Limits struct {
 	// one log line when the flag is raised). Freshness always runs on the
 	// receive time. Default 5 s.
 	MaxClockSkew time.Duration
+	// MaxSyncStreams caps the Sync streams open at once, all connections
+	// together; one more is refused with ResourceExhausted
+	// (isobar_global_summaries_rejected_total{reason="too_many_streams"}).
+	// Default 2 x MaxRegions (a region reconnecting while its old stream
+	// drains holds two).
+	MaxSyncStreams int
+	// FirstSummaryTimeout closes a Sync stream that has sent no summary
+	// this long after it opened (DeadlineExceeded, reason
+	// "first_summary_timeout"), so silent streams cannot hold the cap.
+	// Default 10 s (regions send one at once, then every summary
+	// interval).
+	FirstSummaryTimeout time.Duration
 }
 
 func (l *Limits) withDefaults() {
@@ -49,6 +61,12 @@ func (l *Limits) withDefaults() {
 	if l.MaxClockSkew == 0 {
 		l.MaxClockSkew = 5 * time.Second
 	}
+	if l.MaxSyncStreams == 0 {
+		l.MaxSyncStreams = 2 * l.MaxRegions
+	}
+	if l.FirstSummaryTimeout == 0 {
+		l.FirstSummaryTimeout = 10 * time.Second
+	}
 }
 
 func (l Limits) validate() error {
@@ -61,6 +79,10 @@ func (l Limits) validate() error {
 		return fmt.Errorf("%w: max gRPC message size %d: want at least 4096 bytes", ErrInvalidConfig, l.MaxRecvMsgBytes)
 	case l.MaxClockSkew <= 0:
 		return fmt.Errorf("%w: max clock skew %v: want > 0", ErrInvalidConfig, l.MaxClockSkew)
+	case l.MaxSyncStreams < 1:
+		return fmt.Errorf("%w: max sync streams %d: want at least 1", ErrInvalidConfig, l.MaxSyncStreams)
+	case l.FirstSummaryTimeout <= 0:
+		return fmt.Errorf("%w: first summary timeout %v: want > 0", ErrInvalidConfig, l.FirstSummaryTimeout)
 	}
 	return nil
 }

@@ -335,3 +335,56 @@ func TestCapacityConfidenceRefused(t *testing.T) {
 		t.Fatalf("confidence 1 refused: %v", err)
 	}
 }
+
+// Sync streams are bounded: past Limits.MaxSyncStreams a stream is refused
+// with ResourceExhausted, and a stream that sends no summary within
+// Limits.FirstSummaryTimeout (on the service's clock) is closed with
+// DeadlineExceeded, while a stream that did send one stays.
+func TestSyncStreamsBounded(t *testing.T) {
+	svc, clock, _, cl := newLimitedSync(t, Limits{MaxSyncStreams: 3, FirstSummaryTimeout: 10 * time.Second})
+	live := syncSend(t, cl, limitSummary("r1", "x", 1, clock.Now()))
+	waitHeld(t, svc.store, "r1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var silent []isobarpb.GlobalControl_SyncClient
+	for range 2 {
+		s, err := cl.Sync(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, s)
+	}
+	// Every stream's first-summary timer is set once its handler runs.
+	if err := clock.BlockUntilContext(ctx, 3); err != nil {
+		t.Fatalf("three Sync handlers never ran: %v", err)
+	}
+	extra, err := cl.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := extra.Recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("fourth stream: %v; want ResourceExhausted", err)
+	}
+	if got := testutil.ToFloat64(svc.metrics.rejected.WithLabelValues("too_many_streams")); got != 1 {
+		t.Fatalf("too_many_streams = %v, want 1", got)
+	}
+	clock.Advance(10 * time.Second)
+	for i, s := range silent {
+		if _, err := s.Recv(); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("silent stream %d: %v; want DeadlineExceeded", i, err)
+		}
+	}
+	if got := testutil.ToFloat64(svc.metrics.rejected.WithLabelValues("first_summary_timeout")); got != 2 {
+		t.Fatalf("first_summary_timeout = %v, want 2", got)
+	}
+	// The stream that named its region is still served.
+	if err := live.Send(limitSummary("r1", "x", 2, clock.Now())); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); svc.store.snapshot()["r1"].s.GetSequence() != 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("r1's second summary never stored")
+		}
+		time.Sleep(time.Millisecond) // polling the store, bounded above
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -72,9 +73,11 @@ type syncService struct {
 	// replaced by any summary of a new incarnation.
 	regionTTL time.Duration
 	skew      *skewWatch
-	clock     clockwork.Clock
-	log       *slog.Logger
-	metrics   *metrics
+	// open counts Sync streams, for Limits.MaxSyncStreams.
+	open    atomic.Int64
+	clock   clockwork.Clock
+	log     *slog.Logger
+	metrics *metrics
 }
 
 var _ isobarpb.GlobalControlServer = (*syncService)(nil)
@@ -96,8 +99,24 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 		}
 		cert = &id
 	}
+	if max := s.limits.MaxSyncStreams; max > 0 {
+		if n := s.open.Add(1); n > int64(max) {
+			s.open.Add(-1)
+			s.metrics.rejected.WithLabelValues("too_many_streams").Inc()
+			return status.Errorf(codes.ResourceExhausted, "global: %d Sync streams open, at most %d (Limits.MaxSyncStreams)", n-1, max)
+		}
+		defer s.open.Add(-1)
+	}
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
+	// A stream must name its region soon: silent streams would hold the
+	// cap (zero: a bare syncService in tests waits forever).
+	var first <-chan time.Time
+	if d := s.limits.FirstSummaryTimeout; d > 0 {
+		t := s.clock.NewTimer(d)
+		defer t.Stop()
+		first = t.Chan()
+	}
 
 	type recvd struct {
 		sm  *isobarpb.RegionSummary
@@ -126,6 +145,12 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 			return ctx.Err()
 		case <-done:
 			return status.Errorf(codes.FailedPrecondition, "global: leadership ended; the leader is %s", s.lead.leaderHint())
+		case <-first:
+			first = nil
+			if region == "" {
+				s.metrics.rejected.WithLabelValues("first_summary_timeout").Inc()
+				return status.Errorf(codes.DeadlineExceeded, "global: no valid summary within %v of the stream opening (Limits.FirstSummaryTimeout)", s.limits.FirstSummaryTimeout)
+			}
 		case r := <-in:
 			if r.err != nil {
 				return r.err
