@@ -87,3 +87,26 @@ func TestLBPolicyListServesEveryClient(t *testing.T) {
 		})
 	}
 }
+
+// TestOutlierDetectionSuccessRateExplicit: every Cluster writes Envoy's
+// success-rate ejection defaults out. @grpc/grpc-js 1.14 overwrites its
+// defaults with the unset fields and its Node process dies at the first
+// success-rate check (test/interop TestXDSJudges).
+func TestOutlierDetectionSuccessRateExplicit(t *testing.T) {
+	for _, policy := range []xdscontract.LBPolicy{xdscontract.LeastRequest, xdscontract.RoundRobin, xdscontract.RingHash} {
+		cfg := testConfig()
+		cfg.LBPolicy = policy
+		res, err := mustBuilder(t, cfg).Build(State{Models: []Model{fleet("m", 3)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range append(slices.Clone(res.Envoy.Clusters), res.GRPC.Clusters...) {
+			od := c.GetOutlierDetection()
+			got := []uint32{od.GetEnforcingSuccessRate().GetValue(), od.GetSuccessRateMinimumHosts().GetValue(),
+				od.GetSuccessRateRequestVolume().GetValue(), od.GetSuccessRateStdevFactor().GetValue()}
+			if want := []uint32{100, 5, 100, 1900}; !slices.Equal(got, want) || od.GetSuccessRateMinimumHosts() == nil {
+				t.Errorf("%s %s: success-rate settings %v, want Envoy's defaults %v written out", policy, c.GetName(), got, want)
+			}
+		}
+	}
+}
