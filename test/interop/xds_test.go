@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -126,7 +127,8 @@ func (c *client) next(t *testing.T, deadline time.Time) event {
 	select {
 	case e, ok := <-c.ev:
 		if !ok {
-			t.Fatalf("%s exited: %s", c.j.name, tail(c.p.out.String(), 3000))
+			<-c.p.done
+			t.Fatalf("%s exited (%v): %s", c.j.name, c.p.cmd.ProcessState, tail(c.p.out.String(), 3000))
 		}
 		return e
 	case <-time.After(time.Until(deadline)):
@@ -239,6 +241,9 @@ func TestXDSJudges(t *testing.T) {
 			}
 			var clients []*client
 			for _, j := range js {
+				if policy == "ring_hash" && strings.HasPrefix(j.name, "c-core") && knownRingHashCrash(t, f, j) {
+					continue
+				}
 				clients = append(clients, startClient(t, j, f.ctrl))
 			}
 			const n = 900
@@ -280,6 +285,57 @@ func TestXDSJudges(t *testing.T) {
 			checkAcked(t, f, len(clients))
 		})
 	}
+}
+
+// knownRingHashCrash runs C-core judge j alone under ring_hash. C-core
+// 1.51 dies with SIGSEGV in its ring_hash picker on the first pick that
+// starts a connection attempt (grpc/grpc#31766: a wrong cast in
+// RingHash::Picker's SubchannelConnectionAttempter after the refactor of
+// grpc/grpc#30714, fixed by grpc/grpc#32012 in 1.52). It reports true, with
+// an INTEROP-KNOWN line, when j crashed that way after ACKing the
+// Listener and Cluster without a NACK; false when j answered an RPC (a C-core
+// without the bug: it then runs with the others). Anything else fails t.
+func knownRingHashCrash(t *testing.T, f *fleet, j judge) bool {
+	t.Helper()
+	before := f.counter(t, "isobar_regional_xds_acks_total")
+	c := startClient(t, j, f.ctrl)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case e, ok := <-c.ev:
+			if ok && e.err == "" {
+				c.p.stop()
+				return false
+			}
+			if ok {
+				continue
+			}
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("%s under ring_hash: neither an answer nor an exit in a minute", j.name)
+		}
+		break
+	}
+	<-c.p.done
+	ws, _ := c.p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGSEGV {
+		t.Fatalf("%s under ring_hash exited (%v), not the known SIGSEGV: %s", j.name, c.p.cmd.ProcessState, tail(c.p.out.String(), 3000))
+	}
+	after := f.counter(t, "isobar_regional_xds_acks_total")
+	// It dies while applying the first ClusterLoadAssignment, before its
+	// ACK leaves: listener and cluster must have been ACKed.
+	for _, typ := range []string{"listener", "cluster"} {
+		k := `type="` + typ + `"`
+		if after[k] <= before[k] {
+			t.Errorf("%s under ring_hash: crashed without ACKing %s (ACKs %v before, %v after)", j.name, typ, before, after)
+		}
+	}
+	for labels, v := range f.counter(t, "isobar_regional_xds_nacks_total") {
+		if v > 0 {
+			t.Errorf("%s under ring_hash: NACK {%s}", j.name, labels)
+		}
+	}
+	t.Logf("INTEROP-KNOWN: %s under ring_hash ACKed listener and cluster, then died with SIGSEGV in its ring_hash picker while applying the first ClusterLoadAssignment (grpc/grpc#31766, fixed in C-core 1.52); its split is not measured", j.name)
+	return true
 }
 
 // checkAcked fails t on any NACK counted by the controller, and unless
