@@ -13,9 +13,12 @@ import (
 // method without generated code (the judges send an empty message).
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error)   { return *(v.(*[]byte)), nil }
-func (rawCodec) Unmarshal(b []byte, v any) error { *(v.(*[]byte)) = append([]byte(nil), b...); return nil }
-func (rawCodec) Name() string                    { return "proto" } // what the clients send
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), b...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" } // what the clients send
 
 var _ encoding.Codec = rawCodec{}
 
