@@ -115,6 +115,6 @@ func TestContainerImage(t *testing.T) {
 			_, _ = runOut(t, eng, "rmi", "-f", "localhost/isobar:interop-bad")
 			t.Fatalf("a Containerfile FROM a base image built without pulling:\n%s", out)
 		}
-		t.Logf("JUDGE-FAILS container: %s", strings.TrimSpace(out))
+		t.Logf("JUDGE-FAILS container: %s", strings.ReplaceAll(strings.TrimSpace(out), "\n", " | "))
 	})
 }
