@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"encoding/json"
-	"fmt"
 	"io/fs"
 	"regexp"
 	"sort"
@@ -215,7 +214,7 @@ func TestMissingMetricsCatchesMistakes(t *testing.T) {
 		sorted = append(sorted, n)
 	}
 	sort.Strings(sorted)
-	t.Log(fmt.Sprintf("exported: %d names, e.g. %v", len(sorted), sorted[:5]))
+	t.Logf("exported: %d names, e.g. %v", len(sorted), sorted[:5])
 }
 
 // TestEveryAlertHasAPromtoolCase: prometheus/alerts_test.yml, which

@@ -3,7 +3,6 @@ package election
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -218,6 +217,6 @@ func TestExternalEtcd34(t *testing.T) {
 		_ = cli.Close()
 		t.Error("etcd 3.4 accepted a client without a certificate")
 	} else {
-		t.Log(fmt.Sprintf("no certificate: %v", err))
+		t.Logf("no certificate: %v", err)
 	}
 }
