@@ -198,10 +198,10 @@ func TestMissingMetricsCatchesMistakes(t *testing.T) {
 		t.Errorf("false alarm on %s: %v", good, bad)
 	}
 	for _, expr := range []string{
-		`increase(isobar_regional_xds_nack_total[5m]) > 0`,           // typo
-		`isobar_regional_cells_bucket`,                               // a gauge has no buckets
-		`sum(rate(isobar_regional_heartbeats_total_count[5m]))`,      // a counter has no _count
-		`increase(isobar_regional_hop_header_spoofed_total[5m]) > 0`, // never exported
+		`increase(isobar_regional_xds_nack_total[5m]) > 0`,      // typo
+		`isobar_regional_cells_bucket`,                          // a gauge has no buckets
+		`sum(rate(isobar_regional_heartbeats_total_count[5m]))`, // a counter has no _count
+		`increase(isobar_regional_no_such_thing_total[5m]) > 0`, // never exported
 	} {
 		bad := missingMetrics(expr, names, types)
 		if len(bad) != 1 {
