@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,21 +29,30 @@ type cell struct {
 	id            string
 	backend       *backend
 	engine, agent *proc
+	admin         string // the sim engine's fault API (host:port)
 }
+
+// adminToken is the sim engines' fault-API bearer token.
+const adminToken = "interop-admin-token-0123456789"
 
 // startFleet starts `isobar regional --lb-policy policy` and n cells and
 // waits until every cell carries a weight.
 func startFleet(t *testing.T, policy string, n int) *fleet {
 	t.Helper()
 	f := &fleet{ctrl: freeAddr(t), http: freeAddr(t)}
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(adminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	f.regional = start(t, "regional", nil, nil, isobarBin, "regional", "--region", "r1", "--listen", f.ctrl,
 		"--http-listen", f.http, "--insecure", "--lb-policy", policy, "--heartbeat-interval", "250ms")
 	waitDial(t, f.ctrl)
 	for i := range n {
-		c := &cell{id: fmt.Sprintf("cell-%d", i), backend: startBackend(t, fmt.Sprintf("b%d", i))}
+		c := &cell{id: fmt.Sprintf("cell-%d", i), backend: startBackend(t, fmt.Sprintf("b%d", i)), admin: freeAddr(t)}
 		api, dcgm := freeAddr(t), freeAddr(t)
 		c.engine = start(t, c.id+"-engine", nil, nil, isobarBin, "sim", "engine", "--listen", api, "--dcgm-listen", dcgm,
-			"--gpu-index", strconv.Itoa(i), "--model", model, "--time-scale", "0.2", "--seed", strconv.Itoa(i+1))
+			"--gpu-index", strconv.Itoa(i), "--model", model, "--time-scale", "0.2", "--seed", strconv.Itoa(i+1),
+			"--admin-listen", c.admin, "--admin-token-file", tokenFile)
 		waitDial(t, api)
 		waitDial(t, dcgm)
 		c.agent = start(t, c.id+"-agent", nil, nil, isobarBin, "cellagent", "--cell-id", c.id, "--region", "r1",
@@ -90,6 +101,36 @@ func (f *fleet) weights() (map[string]uint32, error) {
 		}
 	}
 	return out, nil
+}
+
+// fault injects a fault through cell c's sim engine admin API.
+func (f *fleet) fault(t *testing.T, c *cell, body string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.admin+"/admin/faults", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("fault %s on %s: %s", body, c.id, resp.Status)
+	}
+}
+
+// degraded reports whether the controller publishes cell id as DEGRADED.
+func (f *fleet) degraded(id string) (bool, error) {
+	body, err := httpGet("http://" + f.http + "/debug/cells/" + id)
+	if err != nil {
+		return false, err
+	}
+	var v struct {
+		Degraded bool `json:"degraded"`
+	}
+	return v.Degraded, json.Unmarshal([]byte(body), &v)
 }
 
 // drain asks the controller to drain cell id.

@@ -204,6 +204,49 @@ func (c *client) stopsReceiving(t *testing.T, victim string, since time.Time, qu
 	return time.Duration(last-since.UnixMilli()) * time.Millisecond
 }
 
+// degradedWant is what each judge does with an endpoint of EDS health
+// DEGRADED. grpc-js-xds keeps only UNKNOWN and HEALTHY endpoints
+// (xds-dependency-manager.ts, the lb_endpoints filter); C-core as measured.
+var degradedWant = map[string]string{
+	"grpc-js-xds":      "excluded",
+	"c-core":           "excluded",
+	"c-core+custom-lb": "excluded",
+}
+
+// degradedShare watches the judge's RPCs from since: "excluded after D"
+// once quiet answered RPCs in a row miss victim, or "kept: N of M" when
+// victim still gets RPCs through max RPCs.
+func (c *client) degradedShare(t *testing.T, victim string, since time.Time, quiet, max int) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last int64
+	run, seen, hits := 0, 0, 0
+	for run < quiet && seen < max {
+		e := c.next(t, deadline)
+		if e.ms < since.UnixMilli() {
+			continue
+		}
+		if e.err != "" {
+			t.Fatalf("%s: RPC failed after %s turned DEGRADED: %s", c.j.name, victim, e.err)
+		}
+		seen++
+		if e.backend == victim {
+			last, run = e.ms, 0
+			hits++
+			continue
+		}
+		run++
+	}
+	if run >= quiet {
+		d := time.Duration(0)
+		if last > 0 {
+			d = time.Duration(last-since.UnixMilli()) * time.Millisecond
+		}
+		return fmt.Sprintf("excluded after %v", d)
+	}
+	return fmt.Sprintf("kept: %d of %d RPCs", hits, seen)
+}
+
 // tolerance is the allowed |count - n·p| for one endpoint: 5 standard
 // deviations of the binomial (n, p) — a false alarm about once in 1.7
 // million checks — plus, under ring_hash, the spread of the endpoint's
@@ -223,18 +266,19 @@ func tolerance(n int, p float64, ringPoints float64) float64 {
 const ringMinSize = 1024
 
 // TestXDSJudges: for each --lb-policy, a real regional controller with
-// three real cells serves the non-Go gRPC clients. Every resource must be
+// four real cells serves the non-Go gRPC clients. Every resource must be
 // ACKed by every client (a NACK anywhere fails), RPCs must split over the
-// endpoints as the policy the client runs implies (binomial tolerance),
-// and a drained then a killed cell must stop receiving; the times are
-// logged as "FIGURE".
+// endpoints as the policy the client runs implies (binomial tolerance), a
+// drained then a killed cell must stop receiving, and a cell published
+// with EDS health DEGRADED (a thermal throttle on its GPU) must be handled
+// as degradedWant says; the times are logged as "FIGURE".
 func TestXDSJudges(t *testing.T) {
 	suite(t)
 	js := judges(t)
 	for _, policy := range []string{"least_request", "round_robin", "ring_hash"} {
 		t.Run(policy, func(t *testing.T) {
-			f := startFleet(t, policy, 3)
-			names := []string{"b0", "b1", "b2"}
+			f := startFleet(t, policy, 4)
+			names := []string{"b0", "b1", "b2", "b3"}
 			ws, err := f.weights()
 			if err != nil {
 				t.Fatal(err)
@@ -281,6 +325,25 @@ func TestXDSJudges(t *testing.T) {
 			for _, c := range clients {
 				d := c.stopsReceiving(t, "b1", killed, 300)
 				t.Logf("FIGURE %s %s: cell-1's engine SIGKILLed, last RPC reached it %v after", policy, c.j.name, d)
+			}
+			// DEGRADED: a thermal throttle on cell-3's GPU makes the
+			// controller publish it with EDS health DEGRADED.
+			faultAt := time.Now()
+			f.fault(t, f.cells[3], `{"fault":"throttle","severity":1,"lead":"1s"}`)
+			poll(t, "cell-3 published DEGRADED", 60*time.Second, func() (bool, string) {
+				d, err := f.degraded("cell-3")
+				if err != nil {
+					return false, err.Error()
+				}
+				return d, "not degraded"
+			})
+			t.Logf("FIGURE %s: cell-3 published DEGRADED %v after the throttle fault", policy, time.Since(faultAt))
+			for _, c := range clients {
+				got := c.degradedShare(t, "b3", faultAt, 300, 3000)
+				t.Logf("DEGRADED %s %s: %s (from the fault)", policy, c.j.name, got)
+				if want := degradedWant[c.j.name]; !strings.HasPrefix(got, want) {
+					t.Errorf("%s under %s with cell-3 DEGRADED: %s, want %s", c.j.name, policy, got, want)
+				}
 			}
 			checkAcked(t, f, len(clients))
 		})
