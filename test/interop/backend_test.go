@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/status"
 )
 
 // rawCodec passes message bytes through unchanged, so a backend answers any
@@ -29,6 +31,10 @@ type backend struct {
 	name  string
 	addr  string
 	calls atomic.Int64
+	// unavailable makes every call fail with UNAVAILABLE, the status the
+	// gRPC route's retry policy retries.
+	unavailable atomic.Bool
+	failed      atomic.Int64
 }
 
 func startBackend(t *testing.T, name string) *backend {
@@ -44,6 +50,10 @@ func startBackend(t *testing.T, name string) *backend {
 			return err
 		}
 		b.calls.Add(1)
+		if b.unavailable.Load() {
+			b.failed.Add(1)
+			return status.Error(codes.Unavailable, b.name+" is failing on purpose")
+		}
 		out := []byte(b.name)
 		return ss.SendMsg(&out)
 	}))

@@ -176,6 +176,26 @@ func (c *client) split(t *testing.T, names []string, n int) map[string]int {
 	return counts
 }
 
+// retried counts the judge's next n RPCs completed after since by
+// backend, failing t on any failed RPC.
+func (c *client) retried(t *testing.T, since time.Time, n int) map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	counts := map[string]int{}
+	for seen := 0; seen < n; {
+		e := c.next(t, deadline)
+		if e.ms < since.UnixMilli() {
+			continue // sent before b0 began to fail
+		}
+		seen++
+		if e.err != "" {
+			t.Fatalf("%s: RPC failed although the route retries UNAVAILABLE: %s", c.j.name, e.err)
+		}
+		counts[e.backend]++
+	}
+	return counts
+}
+
 // stopsReceiving consumes the judge's RPCs from event time since until
 // quiet answered RPCs in a row miss victim, and returns how long after
 // since the last RPC reached victim (0: none did).
@@ -312,6 +332,28 @@ func TestXDSJudges(t *testing.T) {
 					}
 				}
 				t.Logf("SPLIT %s %s: %v of %d (weights %v)", policy, c.j.name, sortedCounts(counts), n, ws)
+			}
+
+			// Retries: the gRPC route retries UNAVAILABLE (num_retries 2).
+			// With b0 failing every call, round robin's retry lands on
+			// another endpoint, so no RPC fails. Under ring_hash a call's
+			// attempts share its hash and endpoint, so it is not checked.
+			if policy != "ring_hash" {
+				failed0 := f.cells[0].backend.failed.Load()
+				// An RPC completing after since was sent after the store.
+				since := time.Now().Add(time.Millisecond)
+				f.cells[0].backend.unavailable.Store(true)
+				for _, c := range clients {
+					counts := c.retried(t, since, 300)
+					if counts["b0"] != 0 {
+						t.Errorf("%s under %s: %d answers from the failing b0", c.j.name, policy, counts["b0"])
+					}
+					t.Logf("RETRY %s %s: 300 RPCs answered while b0 failed every call: %s", policy, c.j.name, sortedCounts(counts))
+				}
+				f.cells[0].backend.unavailable.Store(false)
+				if f.cells[0].backend.failed.Load() == failed0 {
+					t.Errorf("under %s no attempt reached the failing b0: the retry check proved nothing", policy)
+				}
 			}
 
 			drained := time.Now()
