@@ -52,7 +52,7 @@ while read -r line; do
 done < <(grep -E '^\s*--- (PASS|FAIL|SKIP): ' "$log" | sed 's/^ *//')
 grep -E 'INTEROP-SKIP|INTEROP-KNOWN' "$log" | sed 's/^ */      /' | sort -u
 while read -r l; do skp "judge" "${l#*INTEROP-SKIP: }"; done < <(grep -oE 'INTEROP-SKIP: .*' "$log" | sort -u)
-grep -E 'SPLIT |FIGURE |DEGRADED |RETRY |NACK-TEXT |JUDGE-FAILS |K8S |ACKS |BADINPUT ' "$log" | sed 's/^ *[a-z0-9_]*\.go:[0-9]*: /      /'
+grep -E 'SPLIT |FIGURE |DEGRADED |RETRY|NACK-TEXT |JUDGE-FAILS |K8S |ACKS |BADINPUT ' "$log" | sed 's/^ *[a-z0-9_]*\.go:[0-9]*: /      /'
 if [ $rc -ne 0 ] && ! grep -q -- '--- FAIL' "$log"; then bad "go test (exit $rc)"; tail -n 40 "$log"; fi
 if grep -q -- '--- FAIL' "$log"; then echo "---- go test output (failures) ----"; grep -B2 -A40 -- '--- FAIL' "$log" | head -n 200; fi
 rm -f "$log"
