@@ -130,6 +130,10 @@ verify: verify-tidy verify-genproto lint ## every verify-* check
 clean: ## remove build outputs
 	rm -rf $(BIN)
 
+.PHONY: interop
+interop: ## independent judges: grpc-js-xds and C-core xDS clients, etcd 3.4, promtool, Kubernetes schemas, podman (docs/interop.md)
+	test/interop/run.sh
+
 .PHONY: soak
 soak: build ## 10-minute soak: etcd, global pair, 3 controllers, 1,000 synthetic cells with churn; RSS, goroutines, streams, plan epochs (not in make test)
 	$(BIN)/isobar bench soak --duration 10m --cells 1000 --report soak.json

@@ -16,6 +16,8 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	lbcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/common/v3"
 	leastrequest "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
+	roundrobin "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
+	wrrlocality "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/wrr_locality/v3"
 	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -591,6 +593,18 @@ func (b *Builder) buildNamedCluster(name, altStatName string) (*cluster.Cluster,
 			Interval:                               durationpb.New(b.cfg.OutlierInterval),
 			BaseEjectionTime:                       durationpb.New(b.cfg.OutlierBaseEjectionTime),
 			MaxEjectionPercent:                     wrapperspb.UInt32(b.cfg.OutlierMaxEjectionPercent),
+			// Envoy's defaults for success-rate ejection
+			// (outlier_detection.proto), written out: @grpc/grpc-js 1.14
+			// merges the fields it is given over its defaults with
+			// Object.assign (src/load-balancer-outlier-detection.ts,
+			// OutlierDetectionLoadBalancingConfig), so an unset
+			// success_rate_minimum_hosts becomes undefined, and its first
+			// success-rate check throws on an empty list and kills the
+			// process (test/interop TestXDSJudges caught it).
+			EnforcingSuccessRate:     wrapperspb.UInt32(outlierEnforcingSuccessRate),
+			SuccessRateMinimumHosts:  wrapperspb.UInt32(outlierSuccessRateMinimumHosts),
+			SuccessRateRequestVolume: wrapperspb.UInt32(outlierSuccessRateRequestVolume),
+			SuccessRateStdevFactor:   wrapperspb.UInt32(outlierSuccessRateStdevFactor),
 		},
 	}
 	switch b.cfg.LBPolicy {
@@ -610,11 +624,41 @@ func (b *Builder) buildNamedCluster(name, altStatName string) (*cluster.Cluster,
 	return c, xdscontract.ValidateDeep(c)
 }
 
-// buildLeastRequestPolicy builds the typed least-request policy shared by
-// every cluster. The LeastRequest message is validated before it is packed
-// (ValidateAll does not look inside an Any), and the locality weighting
-// that the legacy path takes from common_lb_config is set in its
-// locality_lb_config, where the typed policy reads it.
+// Envoy's default success-rate ejection settings (outlier_detection.proto),
+// written into every Cluster so that no client fills them in its own way.
+const (
+	outlierEnforcingSuccessRate     = 100
+	outlierSuccessRateMinimumHosts  = 5
+	outlierSuccessRateRequestVolume = 100
+	outlierSuccessRateStdevFactor   = 1900
+)
+
+// Extension names of the fallback entries of load_balancing_policy. Clients
+// select by the type URL of typed_config; the names are for people.
+const (
+	roundRobinExtension  = "envoy.load_balancing_policies.round_robin"
+	wrrLocalityExtension = "envoy.load_balancing_policies.wrr_locality"
+)
+
+// buildLeastRequestPolicy builds the typed load-balancing policy list
+// shared by every cluster: least_request first, then
+// wrr_locality{round_robin}.
+//
+// An xDS client takes the first entry of load_balancing_policy.policies it
+// has a factory for and refuses the Cluster when it knows none (Envoy:
+// cluster.proto LoadBalancingPolicy, "the first policy in the list that is
+// supported"; gRPC: gRFC A52, grpc-node lb-policy-registry.ts
+// convertToLoadBalancingConfig, grpc C-core xds_lb_policy_registry.cc
+// ConvertXdsLbPolicyConfig). Envoy, isobar's gateway and grpc-go run
+// least_request; @grpc/grpc-js-xds and C-core have no least_request and
+// fall back to wrr_locality wrapping round_robin, the same tree gRFC A52
+// maps the legacy ROUND_ROBIN enum to, so they keep locality weights.
+// docs/interop.md lists what each client runs.
+//
+// Each message is validated before it is packed (ValidateAll does not look
+// inside an Any), and the locality weighting that the legacy path takes
+// from common_lb_config is set in least_request's locality_lb_config, where
+// the typed policy reads it.
 func (b *Builder) buildLeastRequestPolicy() (*cluster.LoadBalancingPolicy, error) {
 	lr := &leastrequest.LeastRequest{
 		ChoiceCount: wrapperspb.UInt32(b.cfg.ChoiceCount),
@@ -627,14 +671,26 @@ func (b *Builder) buildLeastRequestPolicy() (*cluster.LoadBalancingPolicy, error
 	if b.cfg.FullScan {
 		lr.SelectionMethod = leastrequest.LeastRequest_FULL_SCAN
 	}
-	a, err := packValidated(lr) // ValidateAll (deep) before packing
-
+	lrAny, err := packValidated(lr) // ValidateAll (deep) before packing
 	if err != nil {
 		return nil, err
 	}
-	p := &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
-		TypedExtensionConfig: &core.TypedExtensionConfig{Name: xdscontract.LeastRequestExtension, TypedConfig: a},
-	}}}
+	rrAny, err := packValidated(&roundrobin.RoundRobin{})
+	if err != nil {
+		return nil, err
+	}
+	wrrAny, err := packValidated(&wrrlocality.WrrLocality{EndpointPickingPolicy: &cluster.LoadBalancingPolicy{
+		Policies: []*cluster.LoadBalancingPolicy_Policy{{
+			TypedExtensionConfig: &core.TypedExtensionConfig{Name: roundRobinExtension, TypedConfig: rrAny},
+		}},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	p := &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{
+		{TypedExtensionConfig: &core.TypedExtensionConfig{Name: xdscontract.LeastRequestExtension, TypedConfig: lrAny}},
+		{TypedExtensionConfig: &core.TypedExtensionConfig{Name: wrrLocalityExtension, TypedConfig: wrrAny}},
+	}}
 	return p, xdscontract.ValidateDeep(p)
 }
 

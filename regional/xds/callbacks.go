@@ -61,6 +61,11 @@ type typeState struct {
 	nacked      string
 	nackDetail  string
 	loggedNack  string // the version whose NACK was last logged
+	// loggedStale and loggedUnknown are the versions (sent, and of the
+	// snapshot) for which a stale nonce and a request for unknown names
+	// were last logged: bad input is logged once per version.
+	loggedStale   string
+	loggedUnknown uint64
 }
 
 // callbacks feeds the xDS server's stream events into the Server. The xDS
@@ -143,9 +148,22 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 		return nil
 	}
 	ts := &st.types[t]
+	c.checkNames(st, ts, t, label, req.GetResourceNames())
 	nonce := req.GetResponseNonce()
-	if nonce == "" || nonce != ts.sentNonce {
-		return nil // first request, or a stale nonce the server ignores
+	if nonce == "" {
+		return nil // a first request
+	}
+	if nonce != ts.sentNonce {
+		// A stale nonce (the client answers an older response) or one never
+		// sent: ignored, as the xDS protocol says, and counted.
+		s.m.staleNonces.WithLabelValues(label).Inc()
+		if ts.loggedStale != ts.sentVersion || ts.sentVersion == "" {
+			ts.loggedStale = ts.sentVersion
+			s.log.Info("xds request with a stale or unknown nonce ignored",
+				"node_id", st.nodeID, "user_agent", st.userAgent, "type", label,
+				"nonce", truncate.String(nonce, 64), "sent_nonce", ts.sentNonce, "version", ts.sentVersion)
+		}
+		return nil
 	}
 	if req.GetErrorDetail() == nil {
 		s.m.acks.WithLabelValues(label).Inc()
@@ -168,6 +186,40 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 	}
 	req.VersionInfo = ts.sentVersion
 	return nil
+}
+
+// checkNames counts, and logs once per snapshot version, a request that
+// names resources the client's snapshot does not hold (a typo, a model
+// that left, or a client probing). The cache answers with what it has.
+// Called with s.mu held.
+func (c callbacks) checkNames(st *streamState, ts *typeState, t int, label string, names []string) {
+	s := c.s
+	if !st.hasNode || len(names) == 0 {
+		return
+	}
+	k := kindIndex(st.kind)
+	have := s.names[k][t]
+	if have == nil {
+		return // nothing pushed yet
+	}
+	var unknown []string
+	for _, n := range names {
+		if _, ok := have[n]; !ok && n != "*" {
+			unknown = append(unknown, truncate.String(n, xdscontract.MaxNameLen))
+			if len(unknown) == 5 {
+				break
+			}
+		}
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	s.m.unknownNames.WithLabelValues(label).Inc()
+	if v := s.versions[k][t]; ts.loggedUnknown != v {
+		ts.loggedUnknown = v
+		s.log.Info("xds request names resources this server does not have",
+			"node_id", st.nodeID, "user_agent", st.userAgent, "type", label, "names", unknown, "version", v)
+	}
 }
 
 // OnStreamResponse implements serverv3.Callbacks: it records the version and

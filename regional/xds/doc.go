@@ -42,7 +42,11 @@
 //     balancing in its locality_lb_config; the message is validated before
 //     it is packed. Endpoint weights are capacity bands, equal for
 //     identical healthy cells (regional/projection), so Envoy picks by
-//     active requests on its unweighted path. RingHash and RoundRobin use
+//     active requests on its unweighted path. The list then ends in
+//     wrr_locality{round_robin}: xDS clients run the first entry they
+//     know, and gRPC's Node and C-core libraries have no least_request, so
+//     without it they refuse the Cluster (docs/interop.md has what each
+//     client runs). RingHash and RoundRobin use
 //     the legacy lb_policy enum (tests that check weights through grpc-go
 //     use RingHash).
 //   - The routes, per model, in match order (all require Config.ModelHeader

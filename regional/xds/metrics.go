@@ -16,6 +16,10 @@ type metrics struct {
 	pushes        prometheus.Counter
 	pushErrors    prometheus.Counter
 	refused       prometheus.Counter
+	// staleNonces and unknownNames count bad client input that is ignored
+	// (logged once per stream, type and version).
+	staleNonces  *prometheus.CounterVec
+	unknownNames *prometheus.CounterVec
 }
 
 // newMetrics builds the metrics and registers them on reg unless it is nil.
@@ -56,6 +60,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "isobar_regional_xds_push_errors_total",
 			Help: "Push calls refused; the previous snapshot stayed in place.",
 		}),
+		staleNonces: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_xds_stale_nonces_total",
+			Help: "xDS requests whose response_nonce is not the last one sent on their stream for that type (stale, or made up), by resource type; they are ignored.",
+		}, []string{"type"}),
+		unknownNames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_regional_xds_unknown_resource_requests_total",
+			Help: "xDS requests naming a resource the client's snapshot does not hold, by resource type; the server answers with the resources it has.",
+		}, []string{"type"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "isobar_regional_xds_streams_refused_total",
 			Help: "xDS streams and fetches refused by Deps.Authorize (PermissionDenied): the client's identity may not read this controller's configuration.",
@@ -65,9 +77,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.acks.WithLabelValues(t)
 		m.nacks.WithLabelValues(t)
 		m.responses.WithLabelValues(t)
+		m.staleNonces.WithLabelValues(t)
+		m.unknownNames.WithLabelValues(t)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.acks, m.nacks, m.requests, m.responses, m.streams, m.buildDuration, m.pushes, m.pushErrors, m.refused} {
+		for _, c := range []prometheus.Collector{m.acks, m.nacks, m.requests, m.responses, m.streams, m.buildDuration, m.pushes, m.pushErrors, m.refused, m.staleNonces, m.unknownNames} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("xds: register metrics: %w", err)
 			}

@@ -54,7 +54,10 @@ type Server struct {
 	stopped  bool
 	seq      uint64              // last pushed version
 	versions [2][numTypes]uint64 // per kind and type, the push that last changed it
-	streams  map[int64]*streamState
+	// names holds, per kind and type, the resource names of the last
+	// snapshot, to recognise requests for names it does not hold.
+	names   [2][numTypes]map[string]struct{}
+	streams map[int64]*streamState
 	// deltaStreams holds open delta streams, counted but not tracked.
 	deltaStreams map[int64]struct{}
 	ackCh        chan struct{} // closed and replaced when an ACK lands; closed for good by Stop
@@ -130,8 +133,9 @@ func (s *Server) Push(st State) (string, error) {
 		s.m.pushes.Inc()
 		return s.Version(), nil
 	}
+	names := setNames(p.sets)
 	s.mu.Lock()
-	s.seq, s.versions = p.seq, p.versions
+	s.seq, s.versions, s.names = p.seq, p.versions, names
 	s.mu.Unlock()
 	s.last, s.lastSnaps = p.sets, p.snaps
 	for i, k := range kinds() {
@@ -212,6 +216,29 @@ func sameAssignmentNames(a, b *Set) bool {
 // The Builder returns an unchanged resource as the same pointer, so pointer
 // equality is content equality (a rebuilt but equal resource only costs a
 // spare version bump).
+// setNames returns the resource names of each kind's Set, by type.
+func setNames(sets [2]*Set) [2][numTypes]map[string]struct{} {
+	var out [2][numTypes]map[string]struct{}
+	for k, set := range sets {
+		for t := range numTypes {
+			out[k][t] = make(map[string]struct{})
+		}
+		for _, r := range set.Listeners {
+			out[k][0][r.GetName()] = struct{}{}
+		}
+		for _, r := range set.Routes {
+			out[k][1][r.GetName()] = struct{}{}
+		}
+		for _, r := range set.Clusters {
+			out[k][2][r.GetName()] = struct{}{}
+		}
+		for _, r := range set.Endpoints {
+			out[k][3][r.GetClusterName()] = struct{}{}
+		}
+	}
+	return out
+}
+
 func sameResources(a, b *Set, t int) bool {
 	switch t {
 	case 0:
