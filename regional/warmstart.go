@@ -72,7 +72,7 @@ type WarmStartConfig struct {
 	// "": nothing is kept; the hold, when one is set, then runs to Hold.
 	StateDir string
 	// Hold bounds how long the first push waits for the cells. Zero:
-	// TTL + AgentBackoffMax when StateDir is set, no hold otherwise (the
+	// TTL + 2 x AgentBackoffMax when StateDir is set, no hold otherwise (the
 	// isobar binary sets it: --warm-start-hold). Negative: no hold.
 	Hold time.Duration
 	// AgentBackoffMax is the agents' largest reconnect backoff
@@ -88,8 +88,13 @@ type WarmStartConfig struct {
 const DefaultAgentBackoffMax = 2 * time.Second
 
 // DefaultWarmStartHold is the hold of a controller with the default
-// heartbeat timing: TTL (1 s) + DefaultAgentBackoffMax.
-const DefaultWarmStartHold = time.Second + DefaultAgentBackoffMax
+// heartbeat timing: TTL (1 s) + 2 x DefaultAgentBackoffMax. Two backoffs:
+// an agent's first attempt after the controller is back comes within one
+// backoff of it, and one that lands while the controller is still coming
+// up waits one more; the TTL covers the handshake and first heartbeat.
+// The quorum ends the hold early in the usual case, so the margin costs
+// only the restarts where a cell does not come back.
+const DefaultWarmStartHold = time.Second + 2*DefaultAgentBackoffMax
 
 func (w *WarmStartConfig) withDefaults(ttl time.Duration) {
 	if w.AgentBackoffMax == 0 {
@@ -108,7 +113,7 @@ func (w WarmStartConfig) hold(ttl time.Duration) time.Duration {
 		if agent == 0 {
 			agent = DefaultAgentBackoffMax
 		}
-		return ttl + agent
+		return ttl + 2*agent // as DefaultWarmStartHold
 	}
 	return w.Hold
 }

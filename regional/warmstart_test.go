@@ -127,8 +127,8 @@ func TestWarmRestartDeadlineKeepsModels(t *testing.T) {
 	f := newLimitedFixture(t, func(c *Config) { c.WarmStart.StateDir, c.ForgetAfter = dir, forget })
 	start := f.clock.Now()
 	hold := f.reg.cfg.WarmStart.hold(f.reg.cfg.TTL())
-	if hold != f.reg.cfg.TTL()+DefaultAgentBackoffMax {
-		t.Fatalf("default hold %v, want TTL + agent backoff max", hold)
+	if hold != f.reg.cfg.TTL()+2*DefaultAgentBackoffMax {
+		t.Fatalf("default hold %v, want TTL + twice the agent backoff max", hold)
 	}
 	var first xds.State
 	for got := false; !got; {

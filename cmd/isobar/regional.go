@@ -132,7 +132,7 @@ operator client certificate (isobar certs issue --role operator) or the
 	f.IntVar(&cfg.Limits.HeartbeatBurst, "heartbeat-burst", cfg.Limits.HeartbeatBurst, "per-stream heartbeat burst; this many dropped in a row close the stream (ResourceExhausted)")
 	f.DurationVar(&cfg.Limits.MaxClockSkew, "max-clock-skew", cfg.Limits.MaxClockSkew, "a cell whose heartbeat send time is further off is flagged (never refused)")
 	f.StringVar(&cfg.WarmStart.StateDir, "state-dir", "", "directory (on a persistent volume) where the controller keeps the cells and models it last pushed, so that after a restart it holds its first xDS push only until those cells are back (empty: the hold always runs to --warm-start-hold)")
-	f.DurationVar(&cfg.WarmStart.Hold, "warm-start-hold", cfg.WarmStart.Hold, "longest a starting controller holds its first xDS push for its cells to reconnect: set it to the TTL (heartbeat-interval + ttl-grace) plus the agents' largest backoff (2s); negative: no hold")
+	f.DurationVar(&cfg.WarmStart.Hold, "warm-start-hold", cfg.WarmStart.Hold, "longest a starting controller holds its first xDS push for its cells to reconnect: set it to the TTL (heartbeat-interval + ttl-grace) plus twice the agents' largest backoff (2s); negative: no hold")
 	f.Float64Var(&cfg.WarmStart.Quorum, "warm-start-quorum", cfg.WarmStart.Quorum, "share of the last pushed cells whose reconnection ends the hold early (with --state-dir), in (0, 1]")
 	f.IntVar(&cfg.Limits.MaxDemandKeys, "max-demand-keys", cfg.Limits.MaxDemandKeys, "(data plane, model) demand windows kept at most")
 	f.StringVar(&weights, "score-weights", "", "override signal weights, e.g. queue=0.3,rtt=0 (signals: "+signalList()+")")
