@@ -256,33 +256,45 @@ func (c *client) moves(t *testing.T, since time.Time, to map[string]bool, quiet,
 	return s
 }
 
-// wlExpect is the share of RPCs each backend should get from a judge: the
-// gRPC clients here (grpc-js-xds 1.14, C-core 1.51 either way) run
-// weighted_target over the localities of the highest ready priority (a
-// random pick by locality weight) and round_robin inside a locality,
-// which ignores endpoint weights. docs/interop.md.
-func wlExpect(lw map[string]float64, members map[string][]string) map[string]float64 {
+// wlExpect is the share of RPCs each backend should get from a judge,
+// given the locality weights lw of the highest ready priority. The gRPC
+// clients here run weighted_target over those localities (a random pick
+// by locality weight) and, under least_request and round_robin,
+// round_robin inside a locality, which ignores endpoint weights
+// (grpc-js-xds 1.14, C-core 1.51 either way): share lw/Σlw/size. Under
+// ring_hash grpc-js-xds gives each endpoint locality weight × endpoint
+// weight on one ring (load-balancer-cds.js, endpointWeight): share
+// lw·ew/Σ. docs/interop.md.
+func wlExpect(lw map[string]float64, members map[string][]string, ringHash bool) map[string]float64 {
+	w := map[string]float64{}
 	var tot float64
-	for _, w := range lw {
-		tot += w
-	}
-	p := map[string]float64{}
-	for loc, w := range lw {
+	for loc, l := range lw {
 		for _, b := range members[loc] {
-			p[b] = w / tot / float64(len(members[loc]))
+			w[b] = l / float64(len(members[loc]))
+			if ringHash {
+				ew, ok := bandWeights[b]
+				if !ok {
+					ew = 1 // a remote region's ingress
+				}
+				w[b] = l * float64(ew)
+			}
+			tot += w[b]
 		}
 	}
-	return p
+	for b := range w {
+		w[b] /= tot
+	}
+	return w
 }
 
 // checkSplit fails t when a count is off its expected share by more than
 // 5 binomial standard deviations, and logs the split.
-func checkSplit(t *testing.T, c *client, what string, counts map[string]int, want map[string]float64, n int) {
+func checkSplit(t *testing.T, c *client, what string, counts map[string]int, want map[string]float64, n int, ring float64) {
 	t.Helper()
 	var b strings.Builder
 	for _, name := range []string{"b0", "b1", "b2", "b3"} {
 		p := want[name]
-		exp, tol := float64(n)*p, tolerance(n, p, 0)
+		exp, tol := float64(n)*p, tolerance(n, p, ring)
 		fmt.Fprintf(&b, " %s=%d (want %.0f±%.0f)", name, counts[name], exp, tol)
 		if math.Abs(float64(counts[name])-exp) > tol {
 			t.Errorf("%s, %s: %s got %d of %d RPCs, want %.0f ± %.0f", c.j.name, what, name, counts[name], n, exp, tol)
@@ -312,8 +324,20 @@ func TestXDSJudgesWeightsAndLocalities(t *testing.T) {
 	members := map[string][]string{"r1": {"b0", "b1", "b2"}, "r2": {"b3"}}
 	local := map[string]bool{"b0": true, "b1": true, "b2": true}
 	remote := map[string]bool{"b3": true}
-	for _, policy := range []xdscontract.LBPolicy{xdscontract.LeastRequest, xdscontract.RoundRobin} {
+	for _, policy := range []xdscontract.LBPolicy{xdscontract.LeastRequest, xdscontract.RoundRobin, xdscontract.RingHash} {
 		t.Run(string(policy), func(t *testing.T) {
+			rh, ring := policy == xdscontract.RingHash, 0.0
+			js := js
+			if rh {
+				// C-core 1.51 dies in its ring_hash picker
+				// (grpc/grpc#31766; TestXDSJudges checks the crash).
+				ring = ringMinSize
+				js = slices.DeleteFunc(slices.Clone(js), func(j judge) bool { return strings.HasPrefix(j.name, "c-core") })
+				t.Log("INTEROP-KNOWN: C-core 1.51 is not run under ring_hash with localities: it dies with SIGSEGV in its ring_hash picker (grpc/grpc#31766, fixed in 1.52)")
+				if len(js) == 0 {
+					t.Skip("INTEROP-SKIP: no judge runs ring_hash")
+				}
+			}
 			b, err := xds.NewBuilder(xds.Config{Region: "r1", Zone: "r1", LBPolicy: policy})
 			if err != nil {
 				t.Fatal(err)
@@ -347,7 +371,7 @@ func TestXDSJudgesWeightsAndLocalities(t *testing.T) {
 			const n = 1000
 			for _, c := range clients {
 				counts := c.split(t, []string{"b0", "b1", "b2", "b3"}, n)
-				checkSplit(t, c, string(policy)+" spill", counts, wlExpect(map[string]float64{"r1": 700, "r2": 300}, members), n)
+				checkSplit(t, c, string(policy)+" spill", counts, wlExpect(map[string]float64{"r1": 700, "r2": 300}, members, rh), n, ring)
 			}
 			acked(v)
 
@@ -367,7 +391,7 @@ func TestXDSJudgesWeightsAndLocalities(t *testing.T) {
 				sh := c.moves(t, at, local, 300, 20000)
 				t.Logf("FAILOVER %s %s: r2 UNHEALTHY, to priority 1: %v", policy, c.j.name, sh)
 				counts := c.split(t, nil, 600)
-				checkSplit(t, c, string(policy)+" priority 1", counts, wlExpect(map[string]float64{"r1": 1}, members), 600)
+				checkSplit(t, c, string(policy)+" priority 1", counts, wlExpect(map[string]float64{"r1": 1}, members, rh), 600, ring)
 			}
 			acked(v)
 
