@@ -300,20 +300,21 @@ func checkSplit(t *testing.T, c *client, what string, counts map[string]int, wan
 			t.Errorf("%s, %s: %s got %d of %d RPCs, want %.0f ± %.0f", c.j.name, what, name, counts[name], n, exp, tol)
 		}
 	}
-	t.Logf("WEIGHTS %s %s:%s of %d", what, c.j.name, b.String(), n)
+	t.Logf("SPLIT weights %s %s:%s of %d", what, c.j.name, b.String(), n)
 }
 
 // TestXDSJudgesWeightsAndLocalities serves the judges what isobar's own
 // builder (regional/xds) makes of a State with unequal endpoint weights
 // (the three weight bands), two localities with different locality
 // weights, and priorities, from a go-control-plane server on loopback with
-// real gRPC backends as endpoints. For least_request and round_robin:
-// every resource ACKed at every version; the spill split (local 0.7, r2
-// 0.3) matches locality weight × round robin (endpoint weights ignored by
-// these clients); with the plan sending everything to r2 the priority-0
-// locality takes every RPC; once r2's endpoint is UNHEALTHY the traffic
-// moves to priority 1, split evenly; when r2 is healthy again it moves
-// back. The times are logged as "FAILOVER", not asserted.
+// real gRPC backends as endpoints. For least_request, round_robin and
+// ring_hash (grpc-js-xds only: C-core 1.51 crashes there): every resource
+// ACKed at every version, no NACK; the spill split (local 0.7, r2 0.3)
+// matches wlExpect within 5 binomial standard deviations; with the plan
+// sending everything to r2, the priority-0 locality takes every RPC; once
+// r2's endpoint is UNHEALTHY the traffic moves to priority 1 and splits as
+// wlExpect says; when r2 is healthy again it moves back. The splits are
+// logged as "SPLIT weights", the times as "FIGURE failover", not asserted.
 func TestXDSJudgesWeightsAndLocalities(t *testing.T) {
 	suite(t)
 	js := judges(t)
@@ -379,8 +380,8 @@ func TestXDSJudgesWeightsAndLocalities(t *testing.T) {
 			at := time.Now()
 			v = s.set(t, away.GRPC, nil)
 			for _, c := range clients {
-				sh := c.moves(t, at, remote, 400, 20000)
-				t.Logf("FAILOVER %s %s: plan to r2 (r2 priority 0, local priority 1): %v", policy, c.j.name, sh)
+				sh := c.moves(t, at, remote, 400, 5000)
+				t.Logf("FIGURE failover %s %s: plan to r2 (r2 priority 0, local priority 1): %v", policy, c.j.name, sh)
 			}
 			acked(v)
 
@@ -388,8 +389,8 @@ func TestXDSJudgesWeightsAndLocalities(t *testing.T) {
 			at = time.Now()
 			v = s.set(t, away.GRPC, markUnhealthy("r2"))
 			for _, c := range clients {
-				sh := c.moves(t, at, local, 300, 20000)
-				t.Logf("FAILOVER %s %s: r2 UNHEALTHY, to priority 1: %v", policy, c.j.name, sh)
+				sh := c.moves(t, at, local, 300, 5000)
+				t.Logf("FIGURE failover %s %s: r2 UNHEALTHY, to priority 1: %v", policy, c.j.name, sh)
 				counts := c.split(t, nil, 600)
 				checkSplit(t, c, string(policy)+" priority 1", counts, wlExpect(map[string]float64{"r1": 1}, members, rh), 600, ring)
 			}
@@ -399,8 +400,8 @@ func TestXDSJudgesWeightsAndLocalities(t *testing.T) {
 			at = time.Now()
 			v = s.set(t, away.GRPC, nil)
 			for _, c := range clients {
-				sh := c.moves(t, at, remote, 400, 20000)
-				t.Logf("FAILOVER %s %s: r2 healthy again, back to priority 0: %v", policy, c.j.name, sh)
+				sh := c.moves(t, at, remote, 400, 5000)
+				t.Logf("FIGURE failover %s %s: r2 healthy again, back to priority 0: %v", policy, c.j.name, sh)
 			}
 			acked(v)
 			for _, c := range clients {
