@@ -224,7 +224,7 @@ func (c *client) moves(t *testing.T, since time.Time, to map[string]bool, quiet,
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	var s shift
-	run, seen := 0, 0
+	run, seen, gotNew := 0, 0, false
 	counts := map[string]int{}
 	for run < quiet {
 		if seen >= max {
@@ -248,8 +248,8 @@ func (c *client) moves(t *testing.T, since time.Time, to map[string]bool, quiet,
 			s.lastOld, run = d, 0
 			continue
 		}
-		if run == 0 && s.firstNew == 0 {
-			s.firstNew = d
+		if !gotNew {
+			s.firstNew, gotNew = d, true
 		}
 		run++
 	}
