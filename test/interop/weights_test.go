@@ -256,6 +256,21 @@ func (c *client) moves(t *testing.T, since time.Time, to map[string]bool, quiet,
 	return s
 }
 
+// count counts the judge's next n RPCs by backend; a failed one fails t.
+func (c *client) count(t *testing.T, n int) map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	counts := map[string]int{}
+	for range n {
+		e := c.next(t, deadline)
+		if e.err != "" {
+			t.Fatalf("%s: RPC failed: %s", c.j.name, e.err)
+		}
+		counts[e.backend]++
+	}
+	return counts
+}
+
 // wlExpect is the share of RPCs each backend should get from a judge,
 // given the locality weights lw of the highest ready priority. The gRPC
 // clients here run weighted_target over those localities (a random pick
@@ -391,7 +406,7 @@ func TestXDSJudgesWeightsAndLocalities(t *testing.T) {
 			for _, c := range clients {
 				sh := c.moves(t, at, local, 300, 5000)
 				t.Logf("FIGURE failover %s %s: r2 UNHEALTHY, to priority 1: %v", policy, c.j.name, sh)
-				counts := c.split(t, nil, 600)
+				counts := c.count(t, 600)
 				checkSplit(t, c, string(policy)+" priority 1", counts, wlExpect(map[string]float64{"r1": 1}, members, rh), 600, ring)
 			}
 			acked(v)
