@@ -41,7 +41,7 @@ log=$(mktemp)
 # The judges, and the Go checks that pair with them (metric truth from the
 # real registries, the LB policy list, bad-input counters; also in make test).
 ISOBAR_INTEROP=1 go test -count=1 -v -timeout 12m ./test/interop/ ./election/ ./deploy/ ./regional/xds/ \
-	-run '^(TestXDSJudges|TestJudgesRefuseLeastRequestOnly|TestBadADSInput|TestKubernetesSchemas|TestContainerImage|TestLivePrometheus|TestExternalEtcd34|TestGlobalPairExternalEtcd34|TestAlertsAndDashboardNameExportedMetrics|TestMissingMetricsCatchesMistakes|TestEveryAlertHasAPromtoolCase|TestLBPolicyListServesEveryClient|TestOutlierDetectionSuccessRateExplicit|TestBadNonceAndUnknownNamesCountedLoggedOnce)$' >"$log" 2>&1
+	-run '^(TestXDSJudges|TestXDSJudgesWeightsAndLocalities|TestJudgesRefuseLeastRequestOnly|TestBadADSInput|TestKubernetesSchemas|TestContainerImage|TestLivePrometheus|TestExternalEtcd34|TestGlobalPairExternalEtcd34|TestAlertsAndDashboardNameExportedMetrics|TestMissingMetricsCatchesMistakes|TestEveryAlertHasAPromtoolCase|TestLBPolicyListServesEveryClient|TestOutlierDetectionSuccessRateExplicit|TestBadNonceAndUnknownNamesCountedLoggedOnce)$' >"$log" 2>&1
 rc=$?
 while read -r line; do
 	case "$line" in
