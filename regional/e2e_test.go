@@ -366,7 +366,7 @@ func TestE2ECapabilityMismatch(t *testing.T) {
 	})
 	cv, _ := f.ctrl.Registry().View().Cell(cellID(2))
 	t.Logf("penalised: weights %v; cell-2 error rate %.2f, trips %d, state %s, advertised max_model_len %d",
-		penalised, *cv.Signals.ErrorRate, cv.Weight.Trips, cv.State, cv.MaxModelLen)
+		penalised, cv.Signals.GetErrorRate(), cv.Weight.Trips, cv.State, cv.MaxModelLen)
 	if cv.State != lifecycle.Ready || cv.Weight.Trips == 0 || cv.MaxModelLen != 32768 {
 		t.Errorf("cell-2 should be Ready, penalised by error rate, with the undeclared limit: %+v", cv.Weight)
 	}
