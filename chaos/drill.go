@@ -65,6 +65,10 @@ type Drill struct {
 	// cells than before, success during the drill at least
 	// staticMinSuccess.
 	static bool
+	// baseline, when set, says what the drill still lacks to measure its
+	// detection ("" when nothing): the runner waits for it, bounded by
+	// Options.Settle, before it starts the load (a rise needs a baseline).
+	baseline func(t *target, s *FleetState) string
 }
 
 // ErrUnavailable: the target cannot inject what the drill needs; nothing
@@ -112,7 +116,7 @@ func Drills() []*Drill {
 			plan: planCells(FaultThrottle), detected: throttledPressure, rerouted: throttledWeight},
 		{Name: "jitter", Summary: "added delay and jitter on every WAN path of one site",
 			Needs: []FaultKind{FaultWANDelay}, Detects: "gossip RTT from the site rises by at least half the injected delay",
-			plan: planDelay, detected: rttRaised},
+			plan: planDelay, detected: rttRaised, baseline: rttKnown},
 		{Name: "telemetry-loss", Summary: "dcgm-exporters killed; scoring must fall back, no cell dropped",
 			Needs: []FaultKind{FaultDCGMDown}, Detects: "every affected cell is scored on fallback telemetry",
 			plan: planDCGM, detected: allFallback},
@@ -488,6 +492,30 @@ func throttledWeight(t *target, s *FleetState) bool {
 		}
 	}
 	return true
+}
+
+// rttKnown waits for the site's gossip RTT to every other region: with
+// mTLS a peer's RTT counts only once its region proof is verified, which
+// on a busy machine can come after the fleet is otherwise healthy, and
+// rttRaised can see no rise from a baseline it never had.
+func rttKnown(t *target, s *FleetState) string {
+	r, ok := s.Region(t.regions[0])
+	if !ok {
+		return fmt.Sprintf("region %s not in the fleet state", t.regions[0])
+	}
+	var missing []string
+	for _, o := range s.Regions {
+		if o.Name == r.Name {
+			continue
+		}
+		if _, ok := r.RTTms[o.Name]; !ok {
+			missing = append(missing, o.Name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Sprintf("no gossip RTT from %s to %s yet", r.Name, strings.Join(missing, ", "))
+	}
+	return ""
 }
 
 func rttRaised(t *target, s *FleetState) bool {

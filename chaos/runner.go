@@ -113,6 +113,31 @@ func (r *Runner) waitHealthy(ctx context.Context, o Options) (*FleetState, error
 	}
 }
 
+// waitBaseline polls until d has the baseline it measures against, or
+// settle passes (ErrUnhealthy naming what is missing).
+func (r *Runner) waitBaseline(ctx context.Context, o Options, d *Drill, t *target, st *FleetState) (*FleetState, error) {
+	clock := r.clock()
+	deadline := clock.Now().Add(o.Settle)
+	for {
+		why := d.baseline(t, st)
+		if why == "" {
+			return st, nil
+		}
+		if !clock.Now().Before(deadline) {
+			return st, fmt.Errorf("%w after %v: %s", ErrUnhealthy, o.Settle, why)
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-clock.After(100 * time.Millisecond):
+		}
+		next, err := r.Fleet.State(ctx)
+		if err == nil {
+			st = next
+		}
+	}
+}
+
 // Run runs drill d with params p. It returns an error, having injected
 // nothing, when the drill is unavailable on the fleet, its parameters do
 // not fit, or the fleet is not healthy; otherwise the report, passed or
@@ -140,6 +165,12 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	}
 	if err := d.plan(p, st, t); err != nil {
 		return nil, err
+	}
+	if d.baseline != nil {
+		if st, err = r.waitBaseline(ctx, o, d, t, st); err != nil {
+			return nil, err
+		}
+		t.before = st
 	}
 	for _, f := range t.faults {
 		if !st.Supports(f.Kind) {
