@@ -203,7 +203,7 @@ func TestEtcdOutage(t *testing.T) {
 	t0 := clk.Now()
 	e.Stop()
 	stopped := clk.Since(t0)
-	closedWithin(t, l1.Done, ttl+5*time.Second, "Done while etcd is down")
+	closedWithin(t, l1.Done, ttl+30*time.Second, "Done while etcd is down") // a bound, not a timing: the figure is logged below
 	lost := clk.Since(t0)
 	t.Logf("etcd down: stop took %v; term ended %v after the stop began (TTL %v)", stopped, lost, ttl)
 	// Client lease deadline (TTL after the last keep-alive answer) plus the

@@ -139,6 +139,9 @@ func (f *fleet) drain(t *testing.T, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.http+"/v1/cells/"+id+"/drain", nil)
+	// The admin API refuses a POST that is not JSON (no simple cross-site
+	// request may drive it, SECURITY.md).
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
