@@ -55,7 +55,7 @@ FUZZ_TARGETS := \
 	./regional/capacity:FuzzObserve \
 	./gateway:FuzzStatedContextLimit \
 	./gateway:FuzzExtProcStream \
-	./truncate:FuzzTruncate
+	./internal/truncate:FuzzTruncate
 
 .PHONY: help build test test-short run proto verify-genproto fix-genproto lint fmt verify tidy verify-tidy bench fuzz tools clean
 

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/isobar-mesh/isobar/backoff"
+	"github.com/isobar-mesh/isobar/internal/backoff"
+	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
-	"github.com/isobar-mesh/isobar/truncate"
 )
 
 type heartbeatStream = grpc.BidiStreamingClient[isobarpb.CellHeartbeat, isobarpb.HeartbeatAck]

@@ -7,7 +7,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/isobar-mesh/isobar/truncate"
+	"github.com/isobar-mesh/isobar/internal/truncate"
 )
 
 // TrustDomain is the SPIFFE trust domain of every isobar identity.

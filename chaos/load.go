@@ -19,7 +19,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/bench/load"
-	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // promptTokensHeader is the data plane's prompt-length hint.
@@ -223,11 +223,11 @@ func (l *Load) one(ctx context.Context, order []Ingress, prompt int, long bool) 
 	defer resp.Body.Close()
 	o.Error = ""
 	o.Status = resp.StatusCode
-	o.Cell = resp.Header.Get(gateway.UpstreamEndpointHeader)
+	o.Cell = resp.Header.Get(xdscontract.UpstreamEndpointHeader)
 	if o.Cell == "" {
-		o.Cell = resp.Header.Get(gateway.EndpointHeader)
+		o.Cell = resp.Header.Get(xdscontract.EndpointHeader)
 	}
-	o.Region = resp.Header.Get(gateway.RegionHeader)
+	o.Region = resp.Header.Get(xdscontract.RegionHeader)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 		o.Error = strings.TrimSpace(string(b))

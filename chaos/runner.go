@@ -11,7 +11,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/isobar-mesh/isobar/truncate"
+	"github.com/isobar-mesh/isobar/internal/truncate"
 )
 
 // Options time a drill. Zero fields take the defaults noted.

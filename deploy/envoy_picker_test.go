@@ -18,7 +18,7 @@ import (
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 )
 
-// The Endpoint Picker Protocol's names (isobar's gateway.DestinationEndpointHeader,
+// The Endpoint Picker Protocol's names (isobar's xdscontract.DestinationEndpointHeader,
 // DestinationEndpointNamespace and SubsetHintNamespace) and isobar's ports.
 const (
 	destHeader     = "x-gateway-destination-endpoint"

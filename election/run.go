@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/isobar-mesh/isobar/backoff"
+	"github.com/isobar-mesh/isobar/internal/backoff"
 )
 
 // Run is the HA loop. It campaigns; when elected it calls lead with a

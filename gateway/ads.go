@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/isobar-mesh/isobar/backoff"
-	"github.com/isobar-mesh/isobar/truncate"
+	"github.com/isobar-mesh/isobar/internal/backoff"
+	"github.com/isobar-mesh/isobar/internal/truncate"
 )
 
 // userAgent is the node user_agent_name the gateway and the Watcher send;

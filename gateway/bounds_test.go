@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // rawRequest is the head of a completion request with a body of n bytes
@@ -301,8 +302,8 @@ func TestShedBeforeBody(t *testing.T) {
 		t.Fatalf("no answer before the body: %v", err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get(ShedHeader) != "plan" {
-		t.Errorf("answer %d (%s %q), want the plan's 429", resp.StatusCode, ShedHeader, resp.Header.Get(ShedHeader))
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get(xdscontract.ShedHeader) != "plan" {
+		t.Errorf("answer %d (%s %q), want the plan's 429", resp.StatusCode, xdscontract.ShedHeader, resp.Header.Get(xdscontract.ShedHeader))
 	}
 	if n := g.metric(t, "isobar_gateway_shed_total", map[string]string{"reason": "fault"}); n != 1 {
 		t.Errorf("shed count %v, want 1", n)

@@ -116,8 +116,8 @@ func TestConformanceLocalityWeightsPlanChangeAndHop(t *testing.T) {
 	for {
 		r := g.completion(t, model, 10, nil)
 		if r.endpoint == ing.addr {
-			if r.region != "r2" || r.header.Get(UpstreamEndpointHeader) != "far-cell" {
-				t.Errorf("forwarded response headers: region %q upstream %q", r.region, r.header.Get(UpstreamEndpointHeader))
+			if r.region != "r2" || r.header.Get(xdscontract.UpstreamEndpointHeader) != "far-cell" {
+				t.Errorf("forwarded response headers: region %q upstream %q", r.region, r.header.Get(xdscontract.UpstreamEndpointHeader))
 			}
 			break
 		}
@@ -183,8 +183,8 @@ func TestConformanceShed(t *testing.T) {
 		r.header.Get("Content-Type") != "application/json" {
 		t.Errorf("429 body %q (%v)", r.body, err)
 	}
-	if got := r.header.Get(ShedHeader); got != "plan" {
-		t.Errorf("plan shed's %s header = %q, want plan", ShedHeader, got)
+	if got := r.header.Get(xdscontract.ShedHeader); got != "plan" {
+		t.Errorf("plan shed's %s header = %q, want plan", xdscontract.ShedHeader, got)
 	}
 	_, byStatus = g.spread(t, 300, 4, model, 40, provenHop(t, "r2"))
 	if byStatus[http.StatusOK] != 300 {

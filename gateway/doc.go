@@ -148,9 +148,9 @@
 //   - Forwarding: a request sent to an endpoint of another region carries
 //     Config.HopHeader set to Config.Region and, with Config.HopKey, a fresh
 //     proof (xdscontract.HopAuthHeader), so the next gateway serves it
-//     locally; no cell is ever sent a proof. Responses carry EndpointHeader (cell id, or the remote
-//     ingress address) and RegionHeader; a forwarded response's own
-//     EndpointHeader is passed on as UpstreamEndpointHeader.
+//     locally; no cell is ever sent a proof. Responses carry xdscontract.EndpointHeader (cell id, or the remote
+//     ingress address) and xdscontract.RegionHeader; a forwarded response's own
+//     xdscontract.EndpointHeader is passed on as xdscontract.UpstreamEndpointHeader.
 //   - Reports: a DataPlane.Report stream to the controller, one report per
 //     Config.ReportInterval with per-endpoint deltas (requests; errors =
 //     connect failures, resets, timeouts and 5xx; rejected = 4xx) and the

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/isobar-mesh/isobar/certs"
-	"github.com/isobar-mesh/isobar/truncate"
+	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
@@ -177,7 +177,7 @@ type epStream struct {
 
 	req     *epHeaders // nil until the request headers
 	hint    *subset    // the subset hint, nil when the proxy sent none
-	hadDest bool       // the client sent DestinationEndpointHeader itself
+	hadDest bool       // the client sent xdscontract.DestinationEndpointHeader itself
 	body    []byte     // FULL_DUPLEX_STREAMED: the body so far
 	decided bool       // the request phase is answered
 	p       *epPick    // nil without a pick
@@ -257,7 +257,7 @@ func (s *epStream) requestHeaders(h *extprocpb.HttpHeaders, md *core.Metadata) e
 		return err
 	}
 	s.req = v
-	s.hadDest = len(v.hdr.Values(DestinationEndpointHeader)) > 0
+	s.hadDest = len(v.hdr.Values(xdscontract.DestinationEndpointHeader)) > 0
 	switch {
 	case h.GetEndOfStream():
 		return s.answer(s.decide([]byte{}, 0, true), phaseHeaders, false)
@@ -395,7 +395,7 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 		if !hop {
 			g.rep.addShed(label)
 		}
-		return http.Header{ShedHeader: {header}}
+		return http.Header{xdscontract.ShedHeader: {header}}
 	}
 	// The route's fault abort, drawn as handleGenerate draws it.
 	if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
@@ -437,7 +437,7 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 	s.p = &epPick{a: g.startAttempt(cl, h, g.sendTokens(h, tokens, chain)), cl: cl, model: label, tokens: tokens}
 	s.holdFrom = s.p.a.sent
 	s.x.m.decisions.WithLabelValues("picked").Inc()
-	set := []*core.HeaderValueOption{overwrite(DestinationEndpointHeader, h.ep.Address)}
+	set := []*core.HeaderValueOption{overwrite(xdscontract.DestinationEndpointHeader, h.ep.Address)}
 	if h.remote {
 		set = append(set, overwrite(g.cfg.HopHeader, g.cfg.Region))
 		if tok := g.hop.token(g.cfg.Region, g.clock.Now()); tok != "" {
@@ -451,13 +451,13 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 	return decision{
 		common: &extprocpb.CommonResponse{HeaderMutation: &extprocpb.HeaderMutation{SetHeaders: set, RemoveHeaders: removed}, ClearRouteCache: true},
 		md: &structpb.Struct{Fields: map[string]*structpb.Value{
-			DestinationEndpointNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				DestinationEndpointHeader: structpb.NewStringValue(h.ep.Address)}})}},
+			xdscontract.DestinationEndpointNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				xdscontract.DestinationEndpointHeader: structpb.NewStringValue(h.ep.Address)}})}},
 	}
 }
 
 // pass lets a request the picker does not choose for through unchanged,
-// but for a DestinationEndpointHeader the client sent: that is removed
+// but for a xdscontract.DestinationEndpointHeader the client sent: that is removed
 // (and the route recomputed without it) so that no client names its own
 // upstream. The Envoy configuration removes it before the filter too
 // (deploy/envoy/picker.yaml), which also covers the picker being down.
@@ -467,7 +467,7 @@ func (s *epStream) pass() decision {
 		return decision{}
 	}
 	return decision{common: &extprocpb.CommonResponse{
-		HeaderMutation:  &extprocpb.HeaderMutation{RemoveHeaders: []string{DestinationEndpointHeader}},
+		HeaderMutation:  &extprocpb.HeaderMutation{RemoveHeaders: []string{xdscontract.DestinationEndpointHeader}},
 		ClearRouteCache: true,
 	}}
 }
@@ -542,8 +542,8 @@ func (s *epStream) answer(d decision, phase int, trailers bool) error {
 
 // responseHeaders records the endpoint's answer as the proxy path does
 // (try: the status in metrics, reports and outlier detection, the
-// context memory) and names the endpoint in the response (EndpointHeader,
-// RegionHeader), as the gateway does.
+// context memory) and names the endpoint in the response (xdscontract.EndpointHeader,
+// xdscontract.RegionHeader), as the gateway does.
 func (s *epStream) responseHeaders(h *extprocpb.HttpHeaders) error {
 	if s.req == nil {
 		return fmt.Errorf("%w: response headers before the request", errExtProcOrder)
@@ -565,7 +565,7 @@ func (s *epStream) responseHeaders(h *extprocpb.HttpHeaders) error {
 				s.status, _ = strconv.Atoi(val)
 			case "content-type":
 				s.sse = strings.HasPrefix(val, "text/event-stream")
-			case EndpointHeader:
+			case xdscontract.EndpointHeader:
 				upstream = val
 			}
 		}
@@ -590,9 +590,9 @@ func (s *epStream) responseHeaders(h *extprocpb.HttpHeaders) error {
 		if host.remote || id == "" {
 			id = host.ep.Address
 		}
-		set := []*core.HeaderValueOption{overwrite(EndpointHeader, id), overwrite(RegionHeader, host.ep.Region)}
+		set := []*core.HeaderValueOption{overwrite(xdscontract.EndpointHeader, id), overwrite(xdscontract.RegionHeader, host.ep.Region)}
 		if upstream != "" {
-			set = append(set, overwrite(UpstreamEndpointHeader, upstream))
+			set = append(set, overwrite(xdscontract.UpstreamEndpointHeader, upstream))
 		}
 		common.HeaderMutation = &extprocpb.HeaderMutation{SetHeaders: set}
 		if h.GetEndOfStream() {

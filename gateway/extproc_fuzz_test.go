@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // fakeEPStream is the server side of an ext_proc stream fed from a list:
@@ -149,7 +150,7 @@ func FuzzExtProcStream(f *testing.F) {
 			}
 			if l, err := structpb.NewList(vals); err == nil {
 				first.MetadataContext = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
-					SubsetHintNamespace: {Fields: map[string]*structpb.Value{SubsetHintKey: structpb.NewListValue(l)}}}}
+					xdscontract.SubsetHintNamespace: {Fields: map[string]*structpb.Value{xdscontract.SubsetHintKey: structpb.NewListValue(l)}}}}
 			}
 		}
 		msgs = append(msgs, first)

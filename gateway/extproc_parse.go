@@ -11,29 +11,8 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/isobar-mesh/isobar/truncate"
-)
-
-// The Endpoint Picker Protocol's names, as the Gateway API Inference
-// Extension defines them (kubernetes-sigs/gateway-api-inference-extension,
-// docs/proposals/004-endpoint-picker-protocol/README.md, "Destination
-// Endpoint" and "Endpoint Subset"; the same strings as its
-// pkg/lwepp/metadata/consts.go).
-const (
-	// DestinationEndpointHeader is the request header in which the picker
-	// names the chosen endpoint ("ip:port"); Envoy's ORIGINAL_DST cluster
-	// reads it (original_dst_lb_config.http_header_name).
-	DestinationEndpointHeader = "x-gateway-destination-endpoint"
-	// DestinationEndpointNamespace is the dynamic metadata namespace in
-	// which the picker names the same endpoint, under the key
-	// DestinationEndpointHeader.
-	DestinationEndpointNamespace = "envoy.lb"
-	// SubsetHintNamespace is the filter metadata namespace in which the
-	// proxy may restrict the endpoints the picker may choose.
-	SubsetHintNamespace = "envoy.lb.subset_hint"
-	// SubsetHintKey is the key, in SubsetHintNamespace, of the list of
-	// "ip:port" strings the picker must choose among.
-	SubsetHintKey = "x-gateway-destination-endpoint-subset"
+	"github.com/isobar-mesh/isobar/internal/truncate"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Bounds on what one ext_proc stream may make the picker hold, beyond the
@@ -202,8 +181,8 @@ func (s *subset) allows(addr string) bool {
 }
 
 // subsetHint reads the subset hint from a ProcessingRequest's
-// metadata_context (filter metadata SubsetHintNamespace, key
-// SubsetHintKey). The protocol sends a list of "ip:port" strings; as the
+// metadata_context (filter metadata xdscontract.SubsetHintNamespace, key
+// xdscontract.SubsetHintKey). The protocol sends a list of "ip:port" strings; as the
 // reference picker (pkg/lwepp/handlers/request.go) does, each string may
 // hold several separated by commas, a single string is read the same way,
 // and a bare IP allows any port. Entries that are not an IP address (with
@@ -213,8 +192,8 @@ func (s *subset) allows(addr string) bool {
 // false when the key is absent. More than maxSubsetEntries entries wrap
 // errExtProcMalformed.
 func subsetHint(md *core.Metadata) (s *subset, present bool, err error) {
-	ns := md.GetFilterMetadata()[SubsetHintNamespace]
-	val, ok := ns.GetFields()[SubsetHintKey]
+	ns := md.GetFilterMetadata()[xdscontract.SubsetHintNamespace]
+	val, ok := ns.GetFields()[xdscontract.SubsetHintKey]
 	if !ok {
 		return nil, false, nil
 	}

@@ -137,9 +137,9 @@ func completionBody(model string, n int) []byte {
 
 // epAnswer is what the picker answered the request phase.
 type epAnswer struct {
-	dest      string   // DestinationEndpointHeader set by the mutation; "" none
+	dest      string   // xdscontract.DestinationEndpointHeader set by the mutation; "" none
 	mdDest    string   // the envoy.lb dynamic metadata's endpoint
-	removed   bool     // DestinationEndpointHeader removed
+	removed   bool     // xdscontract.DestinationEndpointHeader removed
 	hop       string   // the hop header set
 	removes   []string // the headers removed
 	clear     bool     // clear_route_cache
@@ -178,7 +178,7 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 	var md *core.Metadata
 	if r.hint != nil {
 		md = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			SubsetHintNamespace: {Fields: map[string]*structpb.Value{SubsetHintKey: r.hint}}}}
+			xdscontract.SubsetHintNamespace: {Fields: map[string]*structpb.Value{xdscontract.SubsetHintKey: r.hint}}}}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := c.Process(ctx)
@@ -294,7 +294,7 @@ func (c *epCall) read(common *extprocpb.CommonResponse, md *structpb.Struct) {
 	c.ans.clear = common.GetClearRouteCache()
 	for _, h := range common.GetHeaderMutation().GetSetHeaders() {
 		switch h.GetHeader().GetKey() {
-		case DestinationEndpointHeader:
+		case xdscontract.DestinationEndpointHeader:
 			if h.GetAppendAction() != core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
 				c.t.Errorf("the destination header is set with %v, want it overwritten", h.GetAppendAction())
 			}
@@ -304,8 +304,8 @@ func (c *epCall) read(common *extprocpb.CommonResponse, md *structpb.Struct) {
 		}
 	}
 	c.ans.removes = common.GetHeaderMutation().GetRemoveHeaders()
-	c.ans.removed = slices.Contains(common.GetHeaderMutation().GetRemoveHeaders(), DestinationEndpointHeader)
-	c.ans.mdDest = md.GetFields()[DestinationEndpointNamespace].GetStructValue().GetFields()[DestinationEndpointHeader].GetStringValue()
+	c.ans.removed = slices.Contains(common.GetHeaderMutation().GetRemoveHeaders(), xdscontract.DestinationEndpointHeader)
+	c.ans.mdDest = md.GetFields()[xdscontract.DestinationEndpointNamespace].GetStructValue().GetFields()[xdscontract.DestinationEndpointHeader].GetStringValue()
 }
 
 // finish plays the response (status, one body chunk, unless status is 0:
@@ -410,7 +410,7 @@ func TestPickerEveryRequestGetsAnEndpoint(t *testing.T) {
 			// Not a completion: let through, and a client's own destination
 			// header is removed.
 			call, err := send(t, p.client, epRequest{mode: filterpb.ProcessingMode_BUFFERED, method: http.MethodGet, path: "/v1/models",
-				headers: map[string]string{DestinationEndpointHeader: "203.0.113.9:22"}})
+				headers: map[string]string{xdscontract.DestinationEndpointHeader: "203.0.113.9:22"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -460,7 +460,7 @@ func TestPickerPicksAsTheGateway(t *testing.T) {
 		if w.Code != http.StatusOK {
 			t.Fatalf("gateway: status %d: %s", w.Code, w.Body)
 		}
-		return w.Header().Get(EndpointHeader)
+		return w.Header().Get(xdscontract.EndpointHeader)
 	}
 	var held []*epCall
 	agree := 0
@@ -681,7 +681,7 @@ func TestPickerRefusesBadInput(t *testing.T) {
 	}
 	tooManyHints := headers(":method", "POST", ":path", "/v1/completions")
 	tooManyHints.MetadataContext = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
-		SubsetHintNamespace: {Fields: map[string]*structpb.Value{SubsetHintKey: structpb.NewListValue(hintList)}}}}
+		xdscontract.SubsetHintNamespace: {Fields: map[string]*structpb.Value{xdscontract.SubsetHintKey: structpb.NewListValue(hintList)}}}}
 	for _, tc := range []struct {
 		name   string
 		msgs   []*extprocpb.ProcessingRequest

@@ -280,7 +280,7 @@ func (g *testGateway) completion(t testing.TB, model string, promptBytes int, he
 	if err != nil {
 		t.Errorf("read response: %v", err)
 	}
-	return result{status: resp.StatusCode, endpoint: resp.Header.Get(EndpointHeader), region: resp.Header.Get(RegionHeader),
+	return result{status: resp.StatusCode, endpoint: resp.Header.Get(xdscontract.EndpointHeader), region: resp.Header.Get(xdscontract.RegionHeader),
 		body: string(b), header: resp.Header}
 }
 
@@ -453,7 +453,7 @@ func startIngress(t testing.TB) *fakeIngress {
 		f.proofs = append(f.proofs, r.Header.Values(xdscontract.HopAuthHeader)...)
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set(EndpointHeader, "far-cell")
+		w.Header().Set(xdscontract.EndpointHeader, "far-cell")
 		_, _ = io.WriteString(w, `{"id":"cmpl-remote","object":"text_completion","choices":[{"index":0,"text":"x"}]}`)
 	})}
 	go func() {

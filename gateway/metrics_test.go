@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Every exposed metric passes promlint and is named isobar_gateway_*, and
@@ -67,8 +68,8 @@ func TestMetricsAndHealth(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"chat.completion"`) || resp.Header.Get(EndpointHeader) != "a" {
-		t.Errorf("chat completion: %d %q from %q", resp.StatusCode, b, resp.Header.Get(EndpointHeader))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"chat.completion"`) || resp.Header.Get(xdscontract.EndpointHeader) != "a" {
+		t.Errorf("chat completion: %d %q from %q", resp.StatusCode, b, resp.Header.Get(xdscontract.EndpointHeader))
 	}
 	// Bad bodies are refused before routing, with a reason.
 	for _, body := range []string{`{"model":`, `{"model":7}`} {

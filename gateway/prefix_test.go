@@ -10,6 +10,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/prefix"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 func TestPromptText(t *testing.T) {
@@ -112,5 +113,5 @@ func (g *testGateway) post(t testing.TB, body string) result {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return result{status: resp.StatusCode, endpoint: resp.Header.Get(EndpointHeader), body: string(b), header: resp.Header}
+	return result{status: resp.StatusCode, endpoint: resp.Header.Get(xdscontract.EndpointHeader), body: string(b), header: resp.Header}
 }

@@ -18,30 +18,10 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/isobar-mesh/isobar/backoff"
 	"github.com/isobar-mesh/isobar/gateway/placement"
-	"github.com/isobar-mesh/isobar/truncate"
+	"github.com/isobar-mesh/isobar/internal/backoff"
+	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
-)
-
-// Response headers the gateway sets.
-const (
-	// EndpointHeader names the endpoint that served the request: its cell
-	// id, or the remote region's ingress address.
-	EndpointHeader = "x-isobar-endpoint"
-	// RegionHeader names the region of that endpoint.
-	RegionHeader = "x-isobar-region"
-	// UpstreamEndpointHeader carries the EndpointHeader a remote region's
-	// gateway returned, when the request was forwarded there.
-	UpstreamEndpointHeader = "x-isobar-upstream-endpoint"
-	// AttemptHeader is sent upstream: 1 for the first attempt, 2 for the
-	// first retry, ...
-	AttemptHeader = "x-isobar-attempt"
-	// ShedHeader is set on a 429 the gateway itself answered: "plan" when
-	// the routing plan shed the request, "saturated" when every endpoint
-	// was at its in-flight limit. Clients use it to count failures by
-	// cause without parsing the body.
-	ShedHeader = "x-isobar-shed"
 )
 
 // statusClientClosed is recorded for a request whose client went away
@@ -127,9 +107,9 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	shed := func(reason string) {
 		out.shed = reason
 		if reason == "fault" {
-			w.Header().Set(ShedHeader, "plan")
+			w.Header().Set(xdscontract.ShedHeader, "plan")
 		} else {
-			w.Header().Set(ShedHeader, reason)
+			w.Header().Set(xdscontract.ShedHeader, reason)
 		}
 		g.m.shed.WithLabelValues(out.model, reason).Inc()
 		if !hop {
@@ -473,7 +453,7 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 	copyHeaders(out.Header, r.Header)
 	out.Host = r.Host
 	out.ContentLength = int64(len(body))
-	out.Header.Set(AttemptHeader, strconv.Itoa(n))
+	out.Header.Set(xdscontract.AttemptHeader, strconv.Itoa(n))
 	out.Header.Del(xdscontract.HopAuthHeader) // never shown to a cell
 	if h.remote {
 		out.Header.Set(g.cfg.HopHeader, g.cfg.Region)
@@ -625,12 +605,12 @@ func (g *Gateway) setEndpointHeaders(hdr http.Header, h *hostRT, upstream http.H
 		id = h.ep.Address
 	}
 	if upstream != nil {
-		if v := upstream.Get(EndpointHeader); v != "" {
-			hdr.Set(UpstreamEndpointHeader, v)
+		if v := upstream.Get(xdscontract.EndpointHeader); v != "" {
+			hdr.Set(xdscontract.UpstreamEndpointHeader, v)
 		}
 	}
-	hdr.Set(EndpointHeader, id)
-	hdr.Set(RegionHeader, h.ep.Region)
+	hdr.Set(xdscontract.EndpointHeader, id)
+	hdr.Set(xdscontract.RegionHeader, h.ep.Region)
 }
 
 // relay streams the response to the client, flushing every chunk as it

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/isobar-mesh/isobar/backoff"
+	"github.com/isobar-mesh/isobar/internal/backoff"
+	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
-	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // Bounds of one DataPlaneReport (dataplane.proto). What does not fit waits

@@ -31,7 +31,7 @@ type gatedUpstream struct {
 
 func (u *gatedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
-	n, _ := strconv.Atoi(r.Header.Get(AttemptHeader))
+	n, _ := strconv.Atoi(r.Header.Get(xdscontract.AttemptHeader))
 	if n <= 1 {
 		u.firsts.Add(1)
 		<-u.firstGate

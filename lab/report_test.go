@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 type timeoutErr struct{}
@@ -34,11 +34,11 @@ func TestClassify(t *testing.T) {
 		h      http.Header
 		want   string
 	}{
-		{"plan shed", nil, 429, hdr(gateway.ShedHeader, "plan"), CauseShedByPlan},
-		{"saturated", nil, 429, hdr(gateway.ShedHeader, "saturated"), CauseSaturated},
-		{"engine 429 (no shed header)", nil, 429, hdr(gateway.EndpointHeader, "c1"), CauseEngineError},
-		{"engine 400", nil, 400, hdr(gateway.EndpointHeader, "c1"), CauseEngineError},
-		{"remote engine 500", nil, 500, hdr(gateway.UpstreamEndpointHeader, "c9"), CauseEngineError},
+		{"plan shed", nil, 429, hdr(xdscontract.ShedHeader, "plan"), CauseShedByPlan},
+		{"saturated", nil, 429, hdr(xdscontract.ShedHeader, "saturated"), CauseSaturated},
+		{"engine 429 (no shed header)", nil, 429, hdr(xdscontract.EndpointHeader, "c1"), CauseEngineError},
+		{"engine 400", nil, 400, hdr(xdscontract.EndpointHeader, "c1"), CauseEngineError},
+		{"remote engine 500", nil, 500, hdr(xdscontract.UpstreamEndpointHeader, "c9"), CauseEngineError},
 		{"no route", nil, 404, hdr(), CauseGatewayError},
 		{"no healthy upstream", nil, 503, hdr(), CauseGatewayError},
 		{"gateway timeout", nil, 504, hdr(), CauseTimeout},

@@ -19,9 +19,9 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/bench/load"
-	"github.com/isobar-mesh/isobar/gateway"
-	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 	"github.com/isobar-mesh/isobar/sim"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // maxSamples bounds the outcomes kept for the report.
@@ -118,13 +118,13 @@ func classify(err error, status int, h http.Header) string {
 			return CauseTimeout
 		}
 		return CauseTransport
-	case status == http.StatusTooManyRequests && h.Get(gateway.ShedHeader) == "plan":
+	case status == http.StatusTooManyRequests && h.Get(xdscontract.ShedHeader) == "plan":
 		return CauseShedByPlan
-	case status == http.StatusTooManyRequests && h.Get(gateway.ShedHeader) != "":
+	case status == http.StatusTooManyRequests && h.Get(xdscontract.ShedHeader) != "":
 		return CauseSaturated
 	case status == http.StatusGatewayTimeout:
 		return CauseTimeout
-	case h.Get(gateway.EndpointHeader) != "" || h.Get(gateway.UpstreamEndpointHeader) != "":
+	case h.Get(xdscontract.EndpointHeader) != "" || h.Get(xdscontract.UpstreamEndpointHeader) != "":
 		return CauseEngineError
 	default:
 		return CauseGatewayError
@@ -258,11 +258,11 @@ func (t *traffic) send(ctx context.Context, path string, body []byte, o Outcome,
 	}
 	defer resp.Body.Close()
 	o.Status = resp.StatusCode
-	o.Cell = resp.Header.Get(gateway.UpstreamEndpointHeader)
+	o.Cell = resp.Header.Get(xdscontract.UpstreamEndpointHeader)
 	if o.Cell == "" {
-		o.Cell = resp.Header.Get(gateway.EndpointHeader)
+		o.Cell = resp.Header.Get(xdscontract.EndpointHeader)
 	}
-	o.Region = resp.Header.Get(gateway.RegionHeader)
+	o.Region = resp.Header.Get(xdscontract.RegionHeader)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 		o.Error, o.Cause = strings.TrimSpace(string(b)), classify(nil, resp.StatusCode, resp.Header)

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 )
 
 // TokenDist is a token-count distribution: normal with the given mean and

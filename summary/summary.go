@@ -12,9 +12,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/isobar-mesh/isobar/internal/quantile"
+	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
-	"github.com/isobar-mesh/isobar/quantile"
-	"github.com/isobar-mesh/isobar/truncate"
 )
 
 // Cell is what aggregation needs to know about one cell.

@@ -42,3 +42,46 @@ const HopAuthHeader = "x-isobar-hop-auth"
 func InternalHeaders(hopHeader string) []string {
 	return []string{hopHeader, HopAuthHeader}
 }
+
+// Response headers isobar's gateway sets and request headers it sends
+// upstream. Clients, drills and load drivers read them from here.
+const (
+	// EndpointHeader names the endpoint that served the request: its cell
+	// id, or the remote region's ingress address.
+	EndpointHeader = "x-isobar-endpoint"
+	// RegionHeader names the region of that endpoint.
+	RegionHeader = "x-isobar-region"
+	// UpstreamEndpointHeader carries the EndpointHeader a remote region's
+	// gateway returned, when the request was forwarded there.
+	UpstreamEndpointHeader = "x-isobar-upstream-endpoint"
+	// AttemptHeader is sent upstream: 1 for the first attempt, 2 for the
+	// first retry, ...
+	AttemptHeader = "x-isobar-attempt"
+	// ShedHeader is set on a 429 the gateway itself answered: "plan" when
+	// the routing plan shed the request, "saturated" when every endpoint
+	// was at its in-flight limit. Clients use it to count failures by
+	// cause without parsing the body.
+	ShedHeader = "x-isobar-shed"
+)
+
+// The Endpoint Picker Protocol's names, as the Gateway API Inference
+// Extension defines them (kubernetes-sigs/gateway-api-inference-extension,
+// docs/proposals/004-endpoint-picker-protocol/README.md, "Destination
+// Endpoint" and "Endpoint Subset"; the same strings as its
+// pkg/lwepp/metadata/consts.go).
+const (
+	// DestinationEndpointHeader is the request header in which the picker
+	// names the chosen endpoint ("ip:port"); Envoy's ORIGINAL_DST cluster
+	// reads it (original_dst_lb_config.http_header_name).
+	DestinationEndpointHeader = "x-gateway-destination-endpoint"
+	// DestinationEndpointNamespace is the dynamic metadata namespace in
+	// which the picker names the same endpoint, under the key
+	// DestinationEndpointHeader.
+	DestinationEndpointNamespace = "envoy.lb"
+	// SubsetHintNamespace is the filter metadata namespace in which the
+	// proxy may restrict the endpoints the picker may choose.
+	SubsetHintNamespace = "envoy.lb.subset_hint"
+	// SubsetHintKey is the key, in SubsetHintNamespace, of the list of
+	// "ip:port" strings the picker must choose among.
+	SubsetHintKey = "x-gateway-destination-endpoint-subset"
+)

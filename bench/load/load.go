@@ -21,7 +21,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 )
 
 // Arrival processes.

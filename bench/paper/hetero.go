@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 	"github.com/isobar-mesh/isobar/sim"
 )
 

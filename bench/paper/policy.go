@@ -11,7 +11,7 @@ import (
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 
-	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"

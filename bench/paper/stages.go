@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/bench/load"
-	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 	"github.com/isobar-mesh/isobar/sim"
 )
 

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 )
 
 // Figures are one policy's results in one stage: snake_case names with

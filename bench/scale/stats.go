@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/isobar-mesh/isobar/quantile"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 )
 
 // quantileNaN is the nearest-rank q-quantile of xs; NaN when empty (the

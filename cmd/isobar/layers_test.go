@@ -46,7 +46,7 @@ func TestLayers(t *testing.T) {
 	}
 	pure := map[string]bool{
 		"regional/score": true, "regional/lifecycle": true, "regional/projection": true, "regional/capacity": true,
-		"optimize": true, "summary": true, "xdscontract": true, "quantile": true, "truncate": true, "backoff": true,
+		"optimize": true, "summary": true, "xdscontract": true, "internal/quantile": true, "internal/truncate": true, "internal/backoff": true,
 	}
 	ioImports := []string{"net", "net/http", "os", "log/slog", "google.golang.org/grpc", "github.com/prometheus/client_golang/prometheus"}
 	// forbidden[a] lists packages a must not import (prefix match).
@@ -69,9 +69,6 @@ func TestLayers(t *testing.T) {
 		"election":       {module + "/"},
 		"optimize":       {module + "/"},
 		"xdscontract":    {module + "/"},
-		"quantile":       {module + "/"},
-		"truncate":       {module + "/"},
-		"backoff":        {module + "/"},
 		"internal":       {module + "/"},
 		"sim":            others("/sim"),
 		"cellagent":      others("/cellagent"),
@@ -87,20 +84,20 @@ func TestLayers(t *testing.T) {
 	// included: each owns one small mechanism the repository has once
 	// (backoff, quantile, truncate), and depends on nothing of ours
 	// (forbiddenDeps).
-	shared := []string{module + "/backoff", module + "/quantile", module + "/truncate", module + "/internal/grpcbounds"}
+	shared := []string{module + "/internal/backoff", module + "/internal/quantile", module + "/internal/truncate", module + "/internal/grpcbounds"}
 	// allowed[a] lists packages of ours a may import despite its rules:
 	// election loads its etcd client certificate with certs' reloading key
 	// pair (one rotation mechanism; certs depends only on truncate).
-	allowed := map[string][]string{"election": {module + "/certs", module + "/truncate"}}
+	allowed := map[string][]string{"election": {module + "/certs", module + "/internal/truncate"}}
 	// forbiddenDeps[a] lists the trees (a package and every package under
 	// it) that a must not depend on, even transitively: go list's Deps, the
 	// non-test dependencies.
 	forbiddenDeps := map[string][]string{
-		"gateway":     {module + "/regional"},
-		"xdscontract": {module},
-		"backoff":     {module},
-		"quantile":    {module},
-		"truncate":    {module},
+		"gateway":           {module + "/regional"},
+		"xdscontract":       {module},
+		"internal/backoff":  {module},
+		"internal/quantile": {module},
+		"internal/truncate": {module},
 		// grpcbounds is the one source of keepalive and stream bounds
 		// every gRPC client and server uses: it depends on nothing of ours.
 		"internal/grpcbounds": {module},

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/isobar-mesh/isobar/backoff"
+	"github.com/isobar-mesh/isobar/internal/backoff"
 )
 
 // Proxy is one emulated WAN path for TCP: it accepts on Config.Listen,

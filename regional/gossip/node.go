@@ -17,7 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/isobar-mesh/isobar/backoff"
+	"github.com/isobar-mesh/isobar/internal/backoff"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
