@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/summary"
@@ -38,7 +39,7 @@ type Config struct {
 	// "-" disables it.
 	HTTPListen string
 	// ElectionPrefix is the etcd election prefix. Default
-	// "/isobar/global/election/".
+	// election.DefaultPrefix ("/isobar/global/election/").
 	ElectionPrefix string
 	// PlanKey is the etcd key the leader writes plans to (fenced).
 	// Default "/isobar/global/plan".
@@ -102,7 +103,7 @@ func (c *Config) withDefaults() {
 		c.HTTPListen = "127.0.0.1:9091"
 	}
 	if c.ElectionPrefix == "" {
-		c.ElectionPrefix = "/isobar/global/election/"
+		c.ElectionPrefix = election.DefaultPrefix
 	}
 	if c.PlanKey == "" {
 		c.PlanKey = "/isobar/global/plan"
@@ -120,16 +121,16 @@ func (c *Config) withDefaults() {
 		c.PlanTTL = 30 * time.Second
 	}
 	if c.Plan.Headroom == 0 {
-		c.Plan.Headroom = 0.9
+		c.Plan.Headroom = optimize.DefaultHeadroom
 	}
 	if c.Plan.Beta == 0 {
-		c.Plan.Beta = 0.1
+		c.Plan.Beta = optimize.DefaultBeta
 	}
 	if c.Plan.K == 0 {
-		c.Plan.K = 4
+		c.Plan.K = optimize.DefaultK
 	}
 	if c.Plan.ShedPenaltyMs == 0 {
-		c.Plan.ShedPenaltyMs = 10_000
+		c.Plan.ShedPenaltyMs = optimize.DefaultShedPenaltyMs
 	}
 	if c.Plan.DampStep == 0 {
 		c.Plan.DampStep = 0.5

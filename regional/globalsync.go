@@ -35,7 +35,7 @@ import (
 // GlobalConfig configures this region's part in cross-region routing.
 type GlobalConfig struct {
 	// ElectionPrefix where the global leader is found in etcd. Default
-	// "/isobar/global/election/".
+	// election.DefaultPrefix ("/isobar/global/election/").
 	ElectionPrefix string
 	// Keepalive of the Sync stream's connection to the leader: a leader
 	// that vanished without closing is noticed within Time + Timeout
@@ -79,7 +79,7 @@ type GlobalConfig struct {
 
 func (g *GlobalConfig) withDefaults() {
 	if g.ElectionPrefix == "" {
-		g.ElectionPrefix = "/isobar/global/election/"
+		g.ElectionPrefix = election.DefaultPrefix
 	}
 	if g.SummaryInterval == 0 {
 		g.SummaryInterval = time.Second
@@ -105,16 +105,16 @@ func (g *GlobalConfig) withDefaults() {
 		g.BackoffMax = 5 * time.Second
 	}
 	if g.Headroom == 0 {
-		g.Headroom = 0.9
+		g.Headroom = optimize.DefaultHeadroom
 	}
 	if g.Beta == 0 {
-		g.Beta = 0.1
+		g.Beta = optimize.DefaultBeta
 	}
 	if g.K == 0 {
-		g.K = 4
+		g.K = optimize.DefaultK
 	}
 	if g.ShedPenaltyMs == 0 {
-		g.ShedPenaltyMs = 10_000
+		g.ShedPenaltyMs = optimize.DefaultShedPenaltyMs
 	}
 }
 

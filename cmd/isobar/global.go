@@ -199,7 +199,7 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:19000", "gRPC address for GlobalControl.Sync")
 	f.StringVar(&cfg.Advertise, "advertise", "", "address regions dial, published in the election (default: the bound --listen address)")
 	f.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9091", `address for /metrics and /debug/plan ("-" disables)`)
-	f.StringVar(&cfg.ElectionPrefix, "election-prefix", "/isobar/global/election/", "etcd election prefix")
+	f.StringVar(&cfg.ElectionPrefix, "election-prefix", election.DefaultPrefix, "etcd election prefix")
 	f.StringVar(&cfg.PlanKey, "plan-key", "/isobar/global/plan", "etcd key plans are written to (fenced)")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "election lease TTL: a crashed leader is replaced within about this (default 2s)")
 	f.DurationVar(&cfg.CycleInterval, "cycle-interval", 0, "time between plans (default 1s)")
