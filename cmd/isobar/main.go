@@ -29,19 +29,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(stderr, "isobar: %v\n", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			return 2
-		}
-		return 1
+		return exitCode(err)
 	}
-	return 0
+	return exitOK
+}
+
+// Exit statuses, the same for every command (documented in the root
+// command's help): promtool's convention of a distinct status for "the
+// check ran and failed".
+const (
+	exitOK          = 0 // done
+	exitError       = 1 // an error: the command could not do its work
+	exitUsage       = 2 // a bad command line
+	exitCheckFailed = 3 // a check, drill or benchmark target ran and failed
+)
+
+// exitCode maps a command's error to its exit status.
+func exitCode(err error) int {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	var cf checkFailedError
+	if errors.As(err, &cf) {
+		return exitCheckFailed
+	}
+	return exitError
 }
 
 // usageError marks errors caused by a bad command line (exit status 2).
 type usageError struct{ error }
 
 func (u usageError) Unwrap() error { return u.error }
+
+// checkFailedError marks a check, drill or target that ran to the end and
+// failed (exit status 3), as opposed to one that could not run (1).
+type checkFailedError struct{ error }
+
+func (c checkFailedError) Unwrap() error { return c.error }
 
 // rootOpts holds the flags every subcommand shares.
 type rootOpts struct {
