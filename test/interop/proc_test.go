@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // isobarBin is the isobar binary TestMain built, or "" when the suite is
@@ -153,21 +156,16 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// poll calls cond until it returns true, failing t after within. The pause
-// between calls bounds the polling rate; it is not a synchronisation.
+// poll awaits cond with internal/eventually, failing t after within with
+// the last state cond described.
 func poll(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, last := cond()
-		if ok {
-			return
+	eventually.NoError(t, within, what, func() error {
+		if ok, last := cond(); !ok {
+			return errors.New(last)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %v (last: %s)", what, within, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func waitDial(t *testing.T, addr string) {
