@@ -118,6 +118,7 @@ lint: $(TOOLS)/staticcheck ## gofmt check, go vet, staticcheck, dependency rules
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
+	$(GO) test -count=1 -run 'TestLayers|TestCommandFilesStaySmall|TestFunctionsStaySmall' ./cmd/isobar/
 
 tidy: ## go mod tidy
 	$(GO) mod tidy
