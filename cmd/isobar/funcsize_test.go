@@ -23,12 +23,9 @@ const maxFuncLines = 80
 // entry's reason to one line, and keep the list short: orchestration,
 // wiring and flag parsing are never kernels.
 var kernelExemptions = map[string]string{
-	"optimize/solve.go:solver.start":             "bracketed Newton search for the pooled λ, then the greedy nearest-room fill",
 	"optimize/solve.go:solver.enter":             "network-simplex pivot: cycle θ and reduced cost along one tree path",
-	"optimize/settle.go:solver.targetsNewton":    "safeguarded Newton iteration on the marginal latency of one tree",
+	"optimize/settle.go:solver.targetsNewton":    "safeguarded Newton iteration on one tree's marginal latency, warm-started per destination",
 	"optimize/settle.go:solver.targetsBracketed": "bracketed bisection fallback of the same root-find",
-	"sim/batcher.go:Batcher.Step":                "one engine step: schedule, admit and advance in vLLM's order, hot loop",
-	"sim/simulate.go:SimulateLoad":               "virtual-time simulation loop with its time-weighted integrals",
 }
 
 type funcSize struct {
