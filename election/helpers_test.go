@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+
+	poll "github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 func TestMain(m *testing.M) {
@@ -116,19 +118,10 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 }
 
 // eventually polls cond until it holds or timeout passes (an upper bound,
-// not a synchronisation delay).
+// not a synchronisation delay), through the module's one poll helper.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	clk := clockwork.NewRealClock()
-	deadline := clk.Now().Add(timeout)
-	tick := clk.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if clk.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.Chan()
-	}
+	poll.True(t, timeout, what, cond)
 }
 
 // recv waits for a value on ch, failing the test after timeout.

@@ -64,8 +64,26 @@ func DampWithInfo(p Problem, prev, target Plan, step float64) (Plan, DampInfo) {
 		tgt = m.localOnly()
 		info.LocalTarget = true
 	}
+	base := m.dampBase(prev, tgt, info.Reset)
+	mixed := newPlan(n)
+	alpha := m.dampStep(&mixed, base, tgt, step, localCost)
+	mix(&mixed, base, tgt, alpha)
+	for i := range n {
+		if m.isDown(i) {
+			clear(mixed.Fractions[i])
+			mixed.Shed[i] = 0
+		}
+	}
+	info.Step = alpha
+	mixed.Iterations = target.Iterations
+	m.finish(&mixed)
+	return mixed, info
+}
 
-	// base is the previous plan, row by row, as far as it is usable.
+// dampBase is the previous plan, row by row, as far as it is usable on m;
+// the other rows are the target's, and reset marks them.
+func (m *model) dampBase(prev, tgt Plan, reset []bool) Plan {
+	n := m.n
 	base := newPlan(n)
 	shapeOK := len(prev.Fractions) == n && len(prev.Shed) == n
 	for i := range n {
@@ -75,7 +93,7 @@ func DampWithInfo(p Problem, prev, target Plan, step float64) (Plan, DampInfo) {
 		if shapeOK && m.usableRow(i, prev.Fractions[i], prev.Shed[i]) {
 			normaliseRow(base.Fractions[i], &base.Shed[i], prev.Fractions[i], prev.Shed[i])
 		} else {
-			info.Reset[i] = true
+			reset[i] = true
 			copy(base.Fractions[i], tgt.Fractions[i])
 			base.Shed[i] = tgt.Shed[i]
 		}
@@ -83,34 +101,45 @@ func DampWithInfo(p Problem, prev, target Plan, step float64) (Plan, DampInfo) {
 	// Sources feeding a region the base would load to capacity take the
 	// target's row, until no region is overloaded (all target rows at
 	// worst, which are feasible).
-	for {
-		load := make([]float64, n)
-		for i := range n {
-			for j, f := range base.Fractions[i] {
-				if f > 0 {
-					load[j] += f * m.demand[i]
-				}
+	for m.resetOverloaded(base, tgt, reset) {
+		// again, with the rows just reset
+	}
+	return base
+}
+
+// resetOverloaded gives every source feeding a region that base loads to
+// capacity the target's row, and reports whether any row changed.
+func (m *model) resetOverloaded(base, tgt Plan, reset []bool) bool {
+	n := m.n
+	load := make([]float64, n)
+	for i := range n {
+		for j, f := range base.Fractions[i] {
+			if f > 0 {
+				load[j] += f * m.demand[i]
 			}
-		}
-		changed := false
-		for j := range n {
-			if load[j] == 0 || load[j] < m.srv[j].capEff*(1-maxUtilGap) {
-				continue
-			}
-			for i := range n {
-				if !info.Reset[i] && base.Fractions[i][j] > 0 && m.demand[i] > 0 {
-					info.Reset[i] = true
-					copy(base.Fractions[i], tgt.Fractions[i])
-					base.Shed[i] = tgt.Shed[i]
-					changed = true
-				}
-			}
-		}
-		if !changed {
-			break
 		}
 	}
+	changed := false
+	for j := range n {
+		if load[j] == 0 || load[j] < m.srv[j].capEff*(1-maxUtilGap) {
+			continue
+		}
+		for i := range n {
+			if !reset[i] && base.Fractions[i][j] > 0 && m.demand[i] > 0 {
+				reset[i] = true
+				copy(base.Fractions[i], tgt.Fractions[i])
+				base.Shed[i] = tgt.Shed[i]
+				changed = true
+			}
+		}
+	}
+	return changed
+}
 
+// dampStep is the α of the combination of base and tgt: step clamped to
+// [0, 1], raised by bisection until the combination costs no more than
+// localCost, or 0 when it costs more than base. mixed is scratch.
+func (m *model) dampStep(mixed *Plan, base, tgt Plan, step, localCost float64) float64 {
 	alpha := step
 	switch {
 	case math.IsNaN(alpha) || alpha > 1:
@@ -118,9 +147,8 @@ func DampWithInfo(p Problem, prev, target Plan, step float64) (Plan, DampInfo) {
 	case alpha < 0:
 		alpha = 0
 	}
-	mixed := newPlan(n)
 	costAt := func(a float64) float64 {
-		mix(&mixed, base, tgt, a)
+		mix(mixed, base, tgt, a)
 		ev := m.check(mixed.Fractions, mixed.Shed, false)
 		if !ev.valid {
 			return math.Inf(1)
@@ -147,17 +175,7 @@ func DampWithInfo(p Problem, prev, target Plan, step float64) (Plan, DampInfo) {
 	case c > baseCost*(1+costSlack):
 		alpha = 0
 	}
-	mix(&mixed, base, tgt, alpha)
-	for i := range n {
-		if m.isDown(i) {
-			clear(mixed.Fractions[i])
-			mixed.Shed[i] = 0
-		}
-	}
-	info.Step = alpha
-	mixed.Iterations = target.Iterations
-	m.finish(&mixed)
-	return mixed, info
+	return alpha
 }
 
 // costSlack is the relative rounding allowance of Damp's cost comparisons.

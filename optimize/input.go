@@ -342,42 +342,7 @@ func jsonKind(raw json.RawMessage) string {
 // object in it repeats a key (encoding/json would keep the last silently).
 // Errors name the path of the offending object.
 func checkJSONKeys(data []byte) error {
-	type frame struct {
-		obj     bool
-		path    string
-		keys    map[string]bool
-		wantKey bool   // object: the next token is a key or '}'
-		key     string // object: the key of the value being read
-		index   int    // array: the index of the value being read
-	}
-	var stack []*frame
-	values := 0 // complete top-level values
-	// done records that a value ended: its container moves on.
-	done := func() {
-		if len(stack) == 0 {
-			values++
-			return
-		}
-		if f := stack[len(stack)-1]; f.obj {
-			f.wantKey = true
-		} else {
-			f.index++
-		}
-	}
-	// childPath is the path of the value about to start.
-	childPath := func() string {
-		if len(stack) == 0 {
-			return ""
-		}
-		f := stack[len(stack)-1]
-		if !f.obj {
-			return fmt.Sprintf("%s[%d]", f.path, f.index)
-		}
-		if f.path == "" {
-			return f.key
-		}
-		return f.path + "." + f.key
-	}
+	var kc keyChecker
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // ranges are checked, with the field's name, later
 	for {
@@ -388,41 +353,101 @@ func checkJSONKeys(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("not valid JSON: %w", err)
 		}
-		if len(stack) == 0 && values > 0 {
+		if len(kc.stack) == 0 && kc.values > 0 {
 			return errors.New("not valid JSON: more than one value")
 		}
-		if len(stack) > 0 {
-			if f := stack[len(stack)-1]; f.obj && f.wantKey {
-				if key, ok := tok.(string); ok {
-					if f.keys[key] {
-						at := f.path
-						if at == "" {
-							at = "input"
-						}
-						return fmt.Errorf("%s: duplicate key %q", at, key)
-					}
-					f.keys[key] = true
-					f.key, f.wantKey = key, false
-					continue
-				}
-			}
+		if isKey, err := kc.key(tok); err != nil {
+			return err
+		} else if isKey {
+			continue
 		}
 		switch tok {
 		case json.Delim('{'):
-			stack = append(stack, &frame{obj: true, path: childPath(), keys: map[string]bool{}, wantKey: true})
+			kc.stack = append(kc.stack, &keyFrame{obj: true, path: kc.childPath(), keys: map[string]bool{}, wantKey: true})
 		case json.Delim('['):
-			stack = append(stack, &frame{path: childPath()})
+			kc.stack = append(kc.stack, &keyFrame{path: kc.childPath()})
 		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			done()
+			kc.stack = kc.stack[:len(kc.stack)-1]
+			kc.done()
 		default:
-			done()
+			kc.done()
 		}
 	}
-	if values == 0 {
+	if kc.values == 0 {
 		return errors.New("not valid JSON: empty input")
 	}
 	return nil
+}
+
+// keyChecker is checkJSONKeys' walk: the containers open at the current
+// token and the count of complete top-level values.
+type keyChecker struct {
+	stack  []*keyFrame
+	values int
+}
+
+// keyFrame is one open object or array.
+type keyFrame struct {
+	obj     bool
+	path    string
+	keys    map[string]bool
+	wantKey bool   // object: the next token is a key or '}'
+	key     string // object: the key of the value being read
+	index   int    // array: the index of the value being read
+}
+
+// done records that a value ended: its container moves on.
+func (kc *keyChecker) done() {
+	if len(kc.stack) == 0 {
+		kc.values++
+		return
+	}
+	if f := kc.stack[len(kc.stack)-1]; f.obj {
+		f.wantKey = true
+	} else {
+		f.index++
+	}
+}
+
+// childPath is the path of the value about to start.
+func (kc *keyChecker) childPath() string {
+	if len(kc.stack) == 0 {
+		return ""
+	}
+	f := kc.stack[len(kc.stack)-1]
+	if !f.obj {
+		return fmt.Sprintf("%s[%d]", f.path, f.index)
+	}
+	if f.path == "" {
+		return f.key
+	}
+	return f.path + "." + f.key
+}
+
+// key reports whether tok is an object's key, recording it, and fails on
+// a key the object already has.
+func (kc *keyChecker) key(tok json.Token) (bool, error) {
+	if len(kc.stack) == 0 {
+		return false, nil
+	}
+	f := kc.stack[len(kc.stack)-1]
+	if !f.obj || !f.wantKey {
+		return false, nil
+	}
+	key, ok := tok.(string)
+	if !ok {
+		return false, nil
+	}
+	if f.keys[key] {
+		at := f.path
+		if at == "" {
+			at = "input"
+		}
+		return false, fmt.Errorf("%s: duplicate key %q", at, key)
+	}
+	f.keys[key] = true
+	f.key, f.wantKey = key, false
+	return true, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

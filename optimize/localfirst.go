@@ -93,24 +93,7 @@ func SolveLocalFirstFills(p Problem, fills []float64) (Plan, error) {
 	}
 	q := p.withDefaults()
 	n := len(q.Regions)
-	local := make([]float64, n)
-	res := q
-	res.Regions = make([]Region, n)
-	anyResidual := false
-	for i, r := range q.Regions {
-		res.Regions[i] = r
-		if r.Down {
-			continue
-		}
-		if r.CapacityRPS >= MinValue && r.DemandRPS >= MinValue {
-			local[i] = math.Min(r.DemandRPS, fills[i]*r.CapacityRPS*q.Headroom)
-			res.Regions[i].DemandRPS = r.DemandRPS - local[i]
-			res.Regions[i].CapacityRPS = math.Max(0, r.CapacityRPS-local[i]/q.Headroom)
-		}
-		if res.Regions[i].DemandRPS >= MinValue {
-			anyResidual = true
-		}
-	}
+	res, local, anyResidual := residualProblem(q, fills)
 	pl := newPlan(n)
 	var rp Plan
 	if anyResidual {
@@ -163,6 +146,32 @@ func SolveLocalFirstFills(p Problem, fills []float64) (Plan, error) {
 		pl.Gap = rp.Gap
 	}
 	return pl, nil
+}
+
+// residualProblem splits q (with defaults) into what each region serves
+// at home, local[i] (its fill share of its capacity, at most its demand),
+// and the residual problem of the rest; anyResidual reports whether any
+// region has residual demand.
+func residualProblem(q Problem, fills []float64) (res Problem, local []float64, anyResidual bool) {
+	n := len(q.Regions)
+	local = make([]float64, n)
+	res = q
+	res.Regions = make([]Region, n)
+	for i, r := range q.Regions {
+		res.Regions[i] = r
+		if r.Down {
+			continue
+		}
+		if r.CapacityRPS >= MinValue && r.DemandRPS >= MinValue {
+			local[i] = math.Min(r.DemandRPS, fills[i]*r.CapacityRPS*q.Headroom)
+			res.Regions[i].DemandRPS = r.DemandRPS - local[i]
+			res.Regions[i].CapacityRPS = math.Max(0, r.CapacityRPS-local[i]/q.Headroom)
+		}
+		if res.Regions[i].DemandRPS >= MinValue {
+			anyResidual = true
+		}
+	}
+	return res, local, anyResidual
 }
 
 // Verdicts of an Explanation.

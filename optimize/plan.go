@@ -144,9 +144,19 @@ func (m *model) check(fr [][]float64, shed []float64, withGap bool) evaluation {
 		ev.obj, ev.valid = obj, true
 		return ev
 	}
+	gap := m.gapOf(fr, shed, ev.load, used, rowAt)
+	ev.obj, ev.gap, ev.valid = obj, math.Max(gap, 0), true
+	return ev
+}
+
+// gapOf is check's duality gap of a valid plan with per-region load:
+// what each source pays at the loads' marginal latencies over what its
+// cheapest option would cost. Row i uses the destinations
+// used[rowAt[i]:rowAt[i+1]].
+func (m *model) gapOf(fr [][]float64, shed, load []float64, used []int32, rowAt []int) float64 {
 	mu := make([]float64, m.n)
 	for j := range m.n {
-		mu[j] = m.marginalOf(j, ev.load[j])
+		mu[j] = m.marginalOf(j, load[j])
 	}
 	if m.pr != nil {
 		m.pr.load(mu)
@@ -169,8 +179,7 @@ func (m *model) check(fr [][]float64, shed []float64, withGap bool) evaluation {
 		}
 		gap += d * (cost - best)
 	}
-	ev.obj, ev.gap, ev.valid = obj, math.Max(gap, 0), true
-	return ev
+	return gap
 }
 
 // isDown reports whether region i is down (it is then no source and no

@@ -120,6 +120,18 @@ func newPricer(m *model) *pricer {
 		pr.dest[fill[k]] = j
 		fill[k]++
 	}
+	pr.gatherRTT(m)
+	mm := pr.m
+	pr.mu = make([]float64, mm)
+	pr.muMin = make([]float64, g)
+	pr.gmuMin = make([]float64, ng)
+	return pr
+}
+
+// gatherRTT copies m's RTT matrix in cluster order and computes each
+// source's lower bound per cluster and per group.
+func (pr *pricer) gatherRTT(m *model) {
+	n, g, ng := pr.n, pr.g, pr.ng
 	mm := pr.m
 	pr.rtt = make([]float64, n*mm)
 	pr.lb = make([]float64, n*g)
@@ -151,10 +163,6 @@ func newPricer(m *model) *pricer {
 			pr.seed[i] = k
 		}
 	}
-	pr.mu = make([]float64, mm)
-	pr.muMin = make([]float64, g)
-	pr.gmuMin = make([]float64, ng)
-	return pr
 }
 
 // load takes the round's marginal latencies (per destination).

@@ -304,8 +304,18 @@ func (s *solver) removeEdge(i, o int) {
 // left; shed what remains. Every allocation exhausts a source's excess or
 // a region's room, so the edges form a forest.
 func (s *solver) start() {
+	lam, room := s.pooledMargin()
+	s.fillNearest(lam, room)
+	s.settleAll()
+	s.startLocalIfCheaper()
+}
+
+// pooledMargin is the largest marginal latency λ (at most P) at which the
+// regions' pooled load, each region loaded to λ, stays within the demand,
+// with each region's room at λ.
+func (s *solver) pooledMargin() (lam float64, room []float64) {
 	n, m := s.n, s.m
-	room := make([]float64, n)
+	room = make([]float64, n)
 	// pooled sets every region's room to its load at marginal latency λ
 	// and returns their total and its derivative in λ.
 	pooled := func(lam float64) (sum, deriv float64) {
@@ -321,7 +331,7 @@ func (s *solver) start() {
 		}
 		return sum, deriv
 	}
-	lam := m.P
+	lam = m.P
 	if sum, deriv := pooled(m.P); sum > m.total {
 		// The largest λ whose pooled load stays within the demand, by a
 		// bracketed Newton search (the pooled load is increasing in λ).
@@ -347,6 +357,14 @@ func (s *solver) start() {
 			pooled(lo)
 		}
 	}
+	return lam, room
+}
+
+// fillNearest serves each region's demand at home as far as its room
+// allows, then at the nearest region with room while that beats shedding
+// at the margin λ, and sheds the rest.
+func (s *solver) fillNearest(lam float64, room []float64) {
+	n, m := s.n, s.m
 	excess := make([]float64, n)
 	for i := range n {
 		d := m.demand[i]
@@ -390,7 +408,12 @@ func (s *solver) start() {
 			s.addEdge(i, n, excess[i])
 		}
 	}
-	s.settleAll()
+}
+
+// startLocalIfCheaper replaces the start by the local-only plan when that
+// is cheaper.
+func (s *solver) startLocalIfCheaper() {
+	n, m := s.n, s.m
 	// Start from the local-only plan instead when that is cheaper, so
 	// that the solver, which only descends, never ends above it.
 	s.local = m.localCost()

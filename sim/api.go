@@ -321,7 +321,6 @@ func (in *instance) respond(w http.ResponseWriter, r *http.Request, req genReque
 // stream writes one SSE event per token as the scheduler publishes it,
 // flushing each, then [DONE].
 func (in *instance) stream(w http.ResponseWriter, r *http.Request, req genRequest, resp genResponse, seqs []*seqState) {
-	notify := seqs[0].notify
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
@@ -343,72 +342,13 @@ func (in *instance) stream(w http.ResponseWriter, r *http.Request, req genReques
 		}
 		return rc.Flush() == nil
 	}
-	fail := func() { in.sched.abort(seqs) }
 	if err := rc.Flush(); err != nil {
-		fail()
+		in.sched.abort(seqs)
 		return
 	}
-	// A chat stream's first chunk of each choice carries the role, sent
-	// with the choice's first engine output as vLLM's serving_chat.py does
-	// (its first_iteration branch runs inside the loop over the engine's
-	// outputs), so a client's time to first byte is its time to first
-	// token, as with completions.
-	roleSent := make([]bool, len(seqs))
-	length := finishLength
-	sent := make([]int, len(seqs))
-	remaining := len(seqs)
-	for remaining > 0 {
-		for i, q := range seqs {
-			if sent[i] < 0 {
-				continue
-			}
-			done := isDone(q)
-			if done && q.err != nil {
-				b, _ := json.Marshal(errorBody{Object: "error", Message: "Generation failed: " + q.err.Error(), Type: errorType(500), Code: 500})
-				_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
-				_ = rc.Flush()
-				fail()
-				return
-			}
-			n := int(q.tokens.Load())
-			if req.chat && n > 0 && !roleSent[i] {
-				roleSent[i] = true
-				resp.Choices = []chatChoice{{Index: i, Delta: &chatMessage{Role: "assistant", Content: ""}}}
-				if !send(resp) {
-					fail()
-					return
-				}
-			}
-			for sent[i] < n {
-				sent[i]++
-				var fr *string
-				if sent[i] == q.maxTokens {
-					fr = &length
-				}
-				if req.chat {
-					resp.Choices = []chatChoice{{Index: i, Delta: &chatMessage{Content: fillerToken(i, sent[i])}, FinishReason: fr}}
-				} else {
-					resp.Choices = []completionChoice{{Index: i, Text: fillerToken(i, sent[i]), FinishReason: fr}}
-				}
-				if !send(resp) {
-					fail()
-					return
-				}
-			}
-			if done {
-				sent[i] = -1
-				remaining--
-			}
-		}
-		if remaining == 0 {
-			break
-		}
-		select {
-		case <-notify:
-		case <-r.Context().Done():
-			fail()
-			return
-		}
+	if !streamTokens(w, rc, r, req, &resp, seqs, send) {
+		in.sched.abort(seqs)
+		return
 	}
 	if req.includeUsage {
 		var u usage
@@ -425,4 +365,86 @@ func (in *instance) stream(w http.ResponseWriter, r *http.Request, req genReques
 	}
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	_ = rc.Flush()
+}
+
+// streamTokens sends every sequence's tokens as the scheduler publishes
+// them, until all are done. It returns false, for the caller to abort the
+// sequences, when a send fails, the client goes away or a sequence failed
+// (after writing that failure as an error event).
+func streamTokens(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, req genRequest, resp *genResponse, seqs []*seqState, send func(any) bool) bool {
+	notify := seqs[0].notify
+	// A chat stream's first chunk of each choice carries the role, sent
+	// with the choice's first engine output as vLLM's serving_chat.py does
+	// (its first_iteration branch runs inside the loop over the engine's
+	// outputs), so a client's time to first byte is its time to first
+	// token, as with completions.
+	st := streamState{chat: req.chat, roleSent: make([]bool, len(seqs)), sent: make([]int, len(seqs)), length: finishLength}
+	remaining := len(seqs)
+	for remaining > 0 {
+		for i, q := range seqs {
+			if st.sent[i] < 0 {
+				continue
+			}
+			done := isDone(q)
+			if done && q.err != nil {
+				b, _ := json.Marshal(errorBody{Object: "error", Message: "Generation failed: " + q.err.Error(), Type: errorType(500), Code: 500})
+				_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
+				_ = rc.Flush()
+				return false
+			}
+			if !st.emit(send, resp, i, int(q.tokens.Load()), q.maxTokens) {
+				return false
+			}
+			if done {
+				st.sent[i] = -1
+				remaining--
+			}
+		}
+		if remaining == 0 {
+			break
+		}
+		select {
+		case <-notify:
+		case <-r.Context().Done():
+			return false
+		}
+	}
+	return true
+}
+
+// streamState is what a stream has sent of each choice: its role chunk
+// (chat only) and its token count, -1 once the choice is done.
+type streamState struct {
+	chat     bool
+	roleSent []bool
+	sent     []int
+	length   string
+}
+
+// emit sends choice i's tokens from sent[i]+1 to n, preceded for a chat
+// stream by the role chunk if not sent yet; false when a send failed.
+func (st *streamState) emit(send func(any) bool, resp *genResponse, i, n, maxTokens int) bool {
+	if st.chat && n > 0 && !st.roleSent[i] {
+		st.roleSent[i] = true
+		resp.Choices = []chatChoice{{Index: i, Delta: &chatMessage{Role: "assistant", Content: ""}}}
+		if !send(*resp) {
+			return false
+		}
+	}
+	for st.sent[i] < n {
+		st.sent[i]++
+		var fr *string
+		if st.sent[i] == maxTokens {
+			fr = &st.length
+		}
+		if st.chat {
+			resp.Choices = []chatChoice{{Index: i, Delta: &chatMessage{Content: fillerToken(i, st.sent[i])}, FinishReason: fr}}
+		} else {
+			resp.Choices = []completionChoice{{Index: i, Text: fillerToken(i, st.sent[i]), FinishReason: fr}}
+		}
+		if !send(*resp) {
+			return false
+		}
+	}
+	return true
 }

@@ -393,9 +393,20 @@ func (b *Batcher) preemptLast() *bseq {
 func (b *Batcher) Step() Step {
 	b.out = Step{Tokens: b.out.Tokens[:0], Preempted: b.out.Preempted[:0], Admitted: b.out.Admitted[:0]}
 	b.sched = b.sched[:0]
-	budget := b.p.MaxBatchedTokens
+	budget := b.scheduleRunning(b.p.MaxBatchedTokens)
+	b.admitWaiting(budget)
+	if len(b.sched) == 0 {
+		b.out.Idle = true
+		return b.out
+	}
+	b.advance()
+	return b.out
+}
 
-	// Running sequences first, in admission order.
+// scheduleRunning schedules the running sequences, in admission order,
+// within budget tokens (preempting for a decode's KV block when it must)
+// and returns the budget left.
+func (b *Batcher) scheduleRunning(budget int) int {
 	for i := 0; i < len(b.running) && budget > 0; i++ {
 		q := b.running[i]
 		if !q.decoding {
@@ -424,8 +435,13 @@ func (b *Batcher) Step() Step {
 		budget--
 		b.sched = append(b.sched, sched{q: q})
 	}
+	return budget
+}
 
-	// Then admit from the head of the waiting queue.
+// admitWaiting admits sequences from the head of the waiting queue while
+// they fit (sequences, KV blocks and the budget left) and schedules their
+// first chunk.
+func (b *Batcher) admitWaiting(budget int) {
 	for len(b.waiting) > 0 && len(b.running) < b.p.MaxNumSeqs && budget > 0 {
 		q := b.waiting[0]
 		var need int
@@ -447,13 +463,11 @@ func (b *Batcher) Step() Step {
 		budget -= chunk
 		b.sched = append(b.sched, sched{q: q, chunk: chunk})
 	}
+}
 
-	if len(b.sched) == 0 {
-		b.out.Idle = true
-		return b.out
-	}
-
-	// Apply the step: every scheduled sequence advances.
+// advance applies the step: every scheduled sequence advances, finished
+// ones leave, and the step's duration is set.
+func (b *Batcher) advance() {
 	b.out.Scheduled = len(b.sched)
 	load := stepLoad{scheduled: len(b.sched)}
 	finished := false
@@ -502,7 +516,6 @@ func (b *Batcher) Step() Step {
 
 	load.decodes, load.decodeCtx = b.out.Decodes, b.out.ContextTokens
 	b.out.Duration, b.out.PrefillDuration = b.p.stepDuration(load)
-	return b.out
 }
 
 // QueuedPrefillTokens returns the prompt tokens not yet prefilled, over the

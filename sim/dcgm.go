@@ -101,6 +101,10 @@ type DCGMExporter struct {
 	cfg DCGMConfig
 	log *slog.Logger
 	reg *prometheus.Registry
+	// regErr is the error of registering the collector, if any: Start
+	// returns it and /metrics serves it, since NewDCGMExporter has no
+	// error return.
+	regErr error
 
 	life sync.Mutex // serialises Start, SetDown and Stop
 
@@ -115,7 +119,8 @@ type DCGMExporter struct {
 }
 
 // NewDCGMExporter returns an exporter for the given GPUs (more can be added
-// with AddGPU).
+// with AddGPU). It never panics: should its collector fail to register,
+// Start returns that error.
 func NewDCGMExporter(cfg DCGMConfig, deps Deps, gpus ...GPUSource) *DCGMExporter {
 	deps = deps.withDefaults()
 	x := &DCGMExporter{cfg: cfg.withDefaults(), log: deps.Logger.With("component", "dcgm"), gpus: gpus}
@@ -124,7 +129,9 @@ func NewDCGMExporter(cfg DCGMConfig, deps Deps, gpus ...GPUSource) *DCGMExporter
 		c.descs = append(c.descs, prometheus.NewDesc(f.name, f.help, dcgmLabels, nil))
 	}
 	x.reg = prometheus.NewRegistry()
-	x.reg.MustRegister(c)
+	if err := x.reg.Register(c); err != nil {
+		x.regErr = fmt.Errorf("sim: dcgm exporter: register metrics: %w", err)
+	}
 	return x
 }
 
@@ -145,7 +152,13 @@ func (x *DCGMExporter) GPUs() []GPUSource {
 // Handler serves /metrics and /health (for embedding in another server).
 func (x *DCGMExporter) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) { serveText(w, x.reg) })
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		if x.regErr != nil {
+			http.Error(w, x.regErr.Error(), http.StatusInternalServerError)
+			return
+		}
+		serveText(w, x.reg)
+	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux
 }
@@ -157,6 +170,8 @@ func (x *DCGMExporter) Start(ln net.Listener) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	switch {
+	case x.regErr != nil:
+		return x.regErr
 	case x.stopped:
 		return fmt.Errorf("sim: dcgm exporter: %w", ErrStopped)
 	case x.started:

@@ -297,15 +297,24 @@ func (e *Engine) Start(ln net.Listener) error {
 		}
 		return ErrAlreadyStarted
 	}
-	e.startLocked(ln, e.cfg.StartupDelay)
+	if err := e.startLocked(ln, e.cfg.StartupDelay); err != nil {
+		return err
+	}
 	e.log.Info("engine started", "addr", ln.Addr().String(), "model", e.cfg.Model, "profile", e.prof.Name)
 	return nil
 }
 
 // startLocked starts a fresh incarnation on ln; the caller holds e.life.
-func (e *Engine) startLocked(ln net.Listener, loading time.Duration) {
+// It fails, closing ln and changing nothing, only if the incarnation's
+// metrics do not register.
+func (e *Engine) startLocked(ln net.Listener, loading time.Duration) error {
 	now := e.clock.Now()
 	d := e.scaled(loading)
+	inst, err := newInstance(e, ln)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
 	e.mu.Lock()
 	e.addr = ln.Addr().String()
 	e.loadingUntil = now.Add(d)
@@ -314,11 +323,11 @@ func (e *Engine) startLocked(ln net.Listener, loading time.Duration) {
 	e.state = StateRunning
 	e.mu.Unlock()
 	e.gpu.SetProcess(ProcessLoading, d)
-	inst := newInstance(e, ln)
 	e.mu.Lock()
 	e.inst = inst
 	e.mu.Unlock()
 	inst.start()
+	return nil
 }
 
 // Addr returns the API's host:port ("" before Start).
@@ -410,7 +419,9 @@ func (e *Engine) RestartLoading(d time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("sim: restart on %s: %w", addr, err)
 	}
-	e.startLocked(ln, d)
+	if err := e.startLocked(ln, d); err != nil {
+		return err
+	}
 	e.m.restarts.Inc()
 	e.log.Info("engine restarted", "addr", addr, "slow_start", d)
 	return nil

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 type completionResp struct {
@@ -333,7 +335,7 @@ func TestVLLMMetricsExposition(t *testing.T) {
 	// The scheduler counts a step's tokens once the step ends, which may
 	// be just after the last one reached the client: await the counters.
 	var mfs map[string]*dto.MetricFamily
-	eventually(t, "the generation tokens counted", func() bool {
+	eventually.True(t, pollTimeout, "the generation tokens counted", func() bool {
 		mfs = scrape(t, c, url(e, "/metrics"))
 		v, _ := metricValue(mfs, "vllm:generation_tokens_total", engineLabels)
 		return v >= 6
@@ -477,7 +479,7 @@ func TestStopGracefulFinishesInFlight(t *testing.T) {
 		resp.Body.Close()
 		done <- resp.StatusCode
 	}()
-	eventually(t, "request running", func() bool { return e.Stats().Running == 1 })
+	eventually.True(t, pollTimeout, "request running", func() bool { return e.Stats().Running == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := e.Stop(ctx); err != nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 func TestKillClosesConnectionsAndRestartStartsFresh(t *testing.T) {
@@ -50,7 +52,7 @@ func TestKillClosesConnectionsAndRestartStartsFresh(t *testing.T) {
 		}
 		plain <- err
 	}()
-	eventually(t, "two requests running", func() bool { return e.Stats().Running == 2 })
+	eventually.True(t, pollTimeout, "two requests running", func() bool { return e.Stats().Running == 2 })
 
 	e.Kill()
 	if e.State() != StateKilled {
@@ -137,7 +139,7 @@ func TestHangFreezesEngine(t *testing.T) {
 		health <- r.StatusCode
 	}()
 	in := e.current()
-	eventually(t, "health request held by the hang", func() bool { return in.hangWaiting.Load() == 1 })
+	eventually.True(t, pollTimeout, "health request held by the hang", func() bool { return in.hangWaiting.Load() == 1 })
 	fc.Advance(time.Hour)
 	if got := e.Stats().GeneratedTokens; got != frozen {
 		t.Fatalf("hung engine produced tokens: %d -> %d", frozen, got)
@@ -187,7 +189,7 @@ func TestKillEndsHang(t *testing.T) {
 		health <- err
 	}()
 	in := e.current()
-	eventually(t, "health request held by the hang", func() bool { return in.hangWaiting.Load() == 1 })
+	eventually.True(t, pollTimeout, "health request held by the hang", func() bool { return in.hangWaiting.Load() == 1 })
 	e.Kill()
 	if err := <-health; err == nil {
 		t.Fatal("held request answered after the kill")

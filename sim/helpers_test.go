@@ -181,18 +181,6 @@ func sseEvents(body io.Reader) <-chan string {
 	return ch
 }
 
-// eventually polls cond until it holds; the deadline is only an upper bound.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
+// pollTimeout bounds every eventually.True of these tests (an upper bound,
+// not a synchronisation delay).
+const pollTimeout = 10 * time.Second

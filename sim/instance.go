@@ -30,10 +30,14 @@ type instance struct {
 	hangWaiting atomic.Int64 // requests held at the hang gate
 }
 
-func newInstance(e *Engine, ln net.Listener) *instance {
+func newInstance(e *Engine, ln net.Listener) (*instance, error) {
+	vm, err := newVLLMMetrics(e.cfg.Model, e.cfg.MaxModelLen)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{e: e, ctx: ctx, cancel: cancel, ln: ln}
-	in.vm = newVLLMMetrics(e.cfg.Model, e.cfg.MaxModelLen)
+	in.vm = vm
 	in.sched = newScheduler(e, in.vm)
 	in.mux = http.NewServeMux()
 	in.mux.HandleFunc("POST /v1/completions", in.handleGenerate(false))
@@ -47,7 +51,7 @@ func newInstance(e *Engine, ln net.Listener) *instance {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(e.log.Handler(), slog.LevelDebug),
 	}
-	return in
+	return in, nil
 }
 
 func (in *instance) start() {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // prefixCounters scrapes the engine's vllm:prefix_cache_* counters.
@@ -44,7 +46,7 @@ func generate(t *testing.T, c *http.Client, e *Engine, path, body string) (promp
 // and returns them.
 func awaitPrefix(t *testing.T, c *http.Client, e *Engine, queries float64) (q, h float64) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%v prefix-cache queries", queries), func() bool {
+	eventually.True(t, pollTimeout, fmt.Sprintf("%v prefix-cache queries", queries), func() bool {
 		q, h = prefixCounters(t, c, e)
 		return q >= queries
 	})
@@ -148,7 +150,7 @@ func TestPrefixCacheOff(t *testing.T) {
 	generate(t, c, e, "/v1/completions", prompt)
 	// Both requests are done and counted: success is counted after
 	// admission, where the prefix counters would have moved.
-	eventually(t, "both requests counted", func() bool {
+	eventually.True(t, pollTimeout, "both requests counted", func() bool {
 		v, _ := metricValue(scrape(t, c, url(e, "/metrics")), "vllm:request_success_total", map[string]string{"finished_reason": "length"})
 		return v == 2
 	})

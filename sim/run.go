@@ -80,70 +80,99 @@ func RunEngine(ctx context.Context, cfg EngineProcessConfig, deps Deps) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	p, err := openEngineProcess(cfg, deps)
+	if err != nil {
+		return err
+	}
+	if err := p.eng.Start(p.engLn); err != nil {
+		p.closeListeners()
+		return err
+	}
+	if p.dcgm != nil {
+		if err := p.dcgm.Start(p.dcgmLn); err != nil {
+			p.closeListeners()
+			_ = p.eng.Stop(ctx)
+			return err
+		}
+	}
+	deps.Logger.Info("sim engine process running", "engine", cfg.Listen, "dcgm", cfg.DCGMListen, "admin", cfg.AdminListen)
+	runErr := p.serve(ctx, cfg)
+	stopErr := p.stop(cfg, errors.Is(runErr, ErrKilled))
+	if runErr != nil {
+		return runErr
+	}
+	return stopErr
+}
+
+// engineProcess is what RunEngine opens: the engine, the exporter and the
+// admin server, each with its listener (nil when not configured).
+type engineProcess struct {
+	lns      []net.Listener
+	eng      *Engine
+	engLn    net.Listener
+	dcgm     *DCGMExporter
+	dcgmLn   net.Listener
+	adminSrv *http.Server
+	adminLn  net.Listener
+}
+
+func (p *engineProcess) closeListeners() {
+	for _, l := range p.lns {
+		_ = l.Close()
+	}
+}
+
+// openEngineProcess builds the parts and opens their listeners; on error
+// it closes what it opened.
+func openEngineProcess(cfg EngineProcessConfig, deps Deps) (*engineProcess, error) {
 	var token string
 	if cfg.AdminListen != "" {
 		if cfg.AdminTokenFile == "" {
-			return errors.New("sim: an admin listen address needs an admin token file")
+			return nil, errors.New("sim: an admin listen address needs an admin token file")
 		}
 		var err error
 		if token, err = ReadTokenFile(cfg.AdminTokenFile); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	eng, err := NewEngine(cfg.Engine, deps)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var lns []net.Listener
-	closeAll := func() {
-		for _, l := range lns {
-			_ = l.Close()
-		}
+	p := &engineProcess{eng: eng}
+	if p.engLn, err = listen("engine", cfg.Listen); err != nil {
+		return nil, err
 	}
-	engLn, err := listen("engine", cfg.Listen)
-	if err != nil {
-		return err
-	}
-	lns = append(lns, engLn)
-	var dcgm *DCGMExporter
-	var dcgmLn net.Listener
+	p.lns = append(p.lns, p.engLn)
 	if cfg.DCGMListen != "" {
-		if dcgmLn, err = listen("dcgm exporter", cfg.DCGMListen); err != nil {
-			closeAll()
-			return err
+		if p.dcgmLn, err = listen("dcgm exporter", cfg.DCGMListen); err != nil {
+			p.closeListeners()
+			return nil, err
 		}
-		lns = append(lns, dcgmLn)
-		dcgm = NewDCGMExporter(cfg.DCGM, deps, eng.GPU())
+		p.lns = append(p.lns, p.dcgmLn)
+		p.dcgm = NewDCGMExporter(cfg.DCGM, deps, eng.GPU())
 	}
-	var adminSrv *http.Server
-	var adminLn net.Listener
 	if cfg.AdminListen != "" {
-		admin, err := NewAdminHandler(AdminConfig{Token: token}, deps, eng, dcgm)
+		admin, err := NewAdminHandler(AdminConfig{Token: token}, deps, eng, p.dcgm)
 		if err != nil {
-			closeAll()
-			return err
+			p.closeListeners()
+			return nil, err
 		}
-		if adminLn, err = listen("admin", cfg.AdminListen); err != nil {
-			closeAll()
-			return err
+		if p.adminLn, err = listen("admin", cfg.AdminListen); err != nil {
+			p.closeListeners()
+			return nil, err
 		}
-		adminSrv = &http.Server{Handler: admin, ReadHeaderTimeout: 30 * time.Second,
+		p.adminSrv = &http.Server{Handler: admin, ReadHeaderTimeout: 30 * time.Second,
 			ErrorLog: slog.NewLogLogger(deps.Logger.Handler(), slog.LevelDebug)}
 	}
+	return p, nil
+}
 
-	if err := eng.Start(engLn); err != nil {
-		closeAll()
-		return err
-	}
-	if dcgm != nil {
-		if err := dcgm.Start(dcgmLn); err != nil {
-			closeAll()
-			_ = eng.Stop(ctx)
-			return err
-		}
-	}
+// serve runs until ctx is done or, with ExitOnKill, the engine is killed
+// (ErrKilled); the admin server shuts down with it.
+func (p *engineProcess) serve(ctx context.Context, cfg EngineProcessConfig) error {
 	g, gctx := errgroup.WithContext(ctx)
-	killed := eng.Killed()
+	killed := p.eng.Killed()
 	g.Go(func() error {
 		if !cfg.ExitOnKill {
 			killed = nil // a kill leaves the process up for a restart
@@ -155,9 +184,9 @@ func RunEngine(ctx context.Context, cfg EngineProcessConfig, deps Deps) error {
 			return nil
 		}
 	})
-	if adminSrv != nil {
+	if p.adminSrv != nil {
 		g.Go(func() error {
-			if err := adminSrv.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
+			if err := p.adminSrv.Serve(p.adminLn); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("sim: admin server: %w", err)
 			}
 			return nil
@@ -166,32 +195,33 @@ func RunEngine(ctx context.Context, cfg EngineProcessConfig, deps Deps) error {
 			<-gctx.Done()
 			sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 			defer scancel()
-			if adminSrv.Shutdown(sctx) != nil {
-				_ = adminSrv.Close()
+			if p.adminSrv.Shutdown(sctx) != nil {
+				_ = p.adminSrv.Close()
 			}
 			return nil
 		})
 	}
-	deps.Logger.Info("sim engine process running", "engine", cfg.Listen, "dcgm", cfg.DCGMListen, "admin", cfg.AdminListen)
-	runErr := g.Wait()
+	return g.Wait()
+}
 
+// stop shuts the engine and the exporter down within the shutdown timeout,
+// or at once after a kill, and returns the first shutdown error.
+func (p *engineProcess) stop(cfg EngineProcessConfig, killed bool) error {
 	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer scancel()
-	if errors.Is(runErr, ErrKilled) {
-		sctx, scancel = context.WithCancel(context.Background())
-		scancel() // a killed process does not linger: close at once
+	if killed {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithCancel(context.Background())
+		cancel() // a killed process does not linger: close at once
 	}
 	var stopErr error
-	if err := eng.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := p.eng.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) {
 		stopErr = fmt.Errorf("sim: engine shutdown: %w", err)
 	}
-	if dcgm != nil {
-		if err := dcgm.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) && stopErr == nil {
+	if p.dcgm != nil {
+		if err := p.dcgm.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) && stopErr == nil {
 			stopErr = fmt.Errorf("sim: dcgm exporter shutdown: %w", err)
 		}
-	}
-	if runErr != nil {
-		return runErr
 	}
 	return stopErr
 }

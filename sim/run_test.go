@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // freeAddr returns a loopback address that was free a moment ago.
@@ -41,7 +43,7 @@ func TestRunEngineExitOnKill(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- RunEngine(context.Background(), cfg, Deps{Logger: testLogger(t)}) }()
 	c := newClient(t)
-	eventually(t, "engine healthy", func() bool {
+	eventually.True(t, pollTimeout, "engine healthy", func() bool {
 		r, err := c.Get("http://" + cfg.Listen + "/health")
 		if err != nil {
 			return false
@@ -89,7 +91,7 @@ func TestRunEngineKillThenRestartThenSignal(t *testing.T) {
 	go func() { errc <- RunEngine(ctx, cfg, Deps{Logger: testLogger(t)}) }()
 	c := newClient(t)
 	admin := "http://" + cfg.AdminListen
-	eventually(t, "admin up", func() bool {
+	eventually.True(t, pollTimeout, "admin up", func() bool {
 		r, err := c.Get(admin + "/admin/faults")
 		if err != nil {
 			return false
@@ -142,7 +144,7 @@ func TestRunDCGM(t *testing.T) {
 		errc <- RunDCGM(ctx, DCGMProcessConfig{Listen: addr, GPUs: 4, DCGM: DCGMConfig{Hostname: "n1"}}, Deps{Logger: testLogger(t)})
 	}()
 	c := newClient(t)
-	eventually(t, "exporter up", func() bool {
+	eventually.True(t, pollTimeout, "exporter up", func() bool {
 		r, err := c.Get("http://" + addr + "/health")
 		if err != nil {
 			return false

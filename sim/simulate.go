@@ -97,24 +97,7 @@ func SimulateLoad(p Profile, spec LoadSpec) (LoadStats, error) {
 	if err != nil {
 		return LoadStats{}, err
 	}
-	rng := rand.New(rand.NewPCG(uint64(spec.Seed), 0x15063a2))
-	var reqs []simReq
-	for t := time.Duration(0); ; {
-		t += time.Duration(rng.ExpFloat64() / spec.RPS * float64(time.Second))
-		if t >= spec.Duration {
-			break
-		}
-		r := simReq{arrive: t, prompt: spec.Prompt.Sample(rng), measured: t >= spec.Warmup}
-		r.enter = t + p.FrontendDelay(rng)
-		reqs = append(reqs, r)
-	}
-
-	// Requests join the queue in the order they leave the frontend.
-	order := make([]int, len(reqs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(reqs[a].enter, reqs[b].enter) })
+	reqs, order := simArrivals(p, spec)
 
 	var (
 		st           LoadStats
@@ -181,7 +164,36 @@ func SimulateLoad(p Profile, spec LoadSpec) (LoadStats, error) {
 		st.MeanWaiting = waitArea / float64(now)
 		st.Busy = float64(busy) / float64(now)
 	}
+	st.latencies(reqs, &gaps)
+	return st, nil
+}
 
+// simArrivals draws the Poisson arrivals of spec, with their prompts and
+// frontend delays, and the order in which they leave the frontend.
+func simArrivals(p Profile, spec LoadSpec) (reqs []simReq, order []int) {
+	rng := rand.New(rand.NewPCG(uint64(spec.Seed), 0x15063a2))
+	for t := time.Duration(0); ; {
+		t += time.Duration(rng.ExpFloat64() / spec.RPS * float64(time.Second))
+		if t >= spec.Duration {
+			break
+		}
+		r := simReq{arrive: t, prompt: spec.Prompt.Sample(rng), measured: t >= spec.Warmup}
+		r.enter = t + p.FrontendDelay(rng)
+		reqs = append(reqs, r)
+	}
+
+	// Requests join the queue in the order they leave the frontend.
+	order = make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(reqs[a].enter, reqs[b].enter) })
+	return reqs, order
+}
+
+// latencies sets the request count and latency statistics of the measured
+// requests that got a first token.
+func (st *LoadStats) latencies(reqs []simReq, gaps *durHist) {
 	var ttft, e2e []time.Duration
 	for i := range reqs {
 		r := &reqs[i]
@@ -195,7 +207,6 @@ func SimulateLoad(p Profile, spec LoadSpec) (LoadStats, error) {
 	st.TTFTMean, st.TTFTP50, st.TTFTP95, st.TTFTP99 = summarize(ttft)
 	st.E2EMean, st.E2EP50, st.E2EP95, st.E2EP99 = summarize(e2e)
 	st.ITLMean, st.ITLP95 = gaps.mean(), gaps.quantile(0.95)
-	return st, nil
 }
 
 // summarize returns the mean and the nearest-rank P50, P95 and P99.

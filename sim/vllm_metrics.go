@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -60,22 +61,26 @@ func build125Buckets(maxValue int) []float64 {
 	}
 }
 
-func newVLLMMetrics(model string, maxModelLen int) *vllmMetrics {
+// newVLLMMetrics builds one incarnation's metric set in a registry of its
+// own; it fails only if the set does not register (a duplicate name).
+func newVLLMMetrics(model string, maxModelLen int) (*vllmMetrics, error) {
 	reg := prometheus.NewRegistry()
 	labels := prometheus.Labels{"model_name": model, "engine": "0"}
+	// The collectors, registered in this order at the end.
+	var cs []prometheus.Collector
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
-		reg.MustRegister(g)
+		cs = append(cs, g)
 		return g
 	}
 	counter := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
-		reg.MustRegister(c)
+		cs = append(cs, c)
 		return c
 	}
 	hist := func(name, help string, buckets []float64) prometheus.Observer {
 		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
-		reg.MustRegister(h)
+		cs = append(cs, h)
 		return h
 	}
 	m := &vllmMetrics{reg: reg}
@@ -93,7 +98,7 @@ func newVLLMMetrics(model string, maxModelLen int) *vllmMetrics {
 	success := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vllm:request_success_total", Help: "Count of successfully processed requests.",
 	}, []string{"model_name", "engine", "finished_reason"})
-	reg.MustRegister(success)
+	cs = append(cs, success)
 	m.success = make(map[string]prometheus.Counter)
 	for _, r := range []string{finishStop, finishLength, finishAbort} {
 		m.success[r] = success.WithLabelValues(model, "0", r)
@@ -120,8 +125,13 @@ func newVLLMMetrics(model string, maxModelLen int) *vllmMetrics {
 		Help:    "Latency with only few buckets by handler. Made to be only used if aggregation by handler is important. ",
 		Buckets: httpDurationBuckets,
 	}, []string{"method", "handler"})
-	reg.MustRegister(m.httpRequests, m.httpDuration)
-	return m
+	cs = append(cs, m.httpRequests, m.httpDuration)
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("sim: register vLLM metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // observeHTTP records one request the way prometheus-fastapi-instrumentator

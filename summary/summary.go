@@ -137,76 +137,105 @@ func Aggregate(in Input) *isobarpb.RegionSummary {
 }
 
 func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, classes []uint32) *isobarpb.ModelSummary {
-	ms := &isobarpb.ModelSummary{Model: name, DemandRps: saturate(demand, MaxRateRPS)}
-	var pressures, lowLoadTTFT, learnedT0 []float64
-	var errWeighted, errRequests, kvFree, confWeighted float64
-	var kvN int
-	clsConf := make([]float64, len(classes))
-	cls := make([]*isobarpb.ContextClass, len(classes))
+	a := modelAgg{
+		ms:      &isobarpb.ModelSummary{Model: name, DemandRps: saturate(demand, MaxRateRPS)},
+		clsConf: make([]float64, len(classes)),
+		cls:     make([]*isobarpb.ContextClass, len(classes)),
+	}
 	for i, c := range classes {
-		cls[i] = &isobarpb.ContextClass{MaxTokens: c}
+		a.cls[i] = &isobarpb.ContextClass{MaxTokens: c}
 	}
 	for _, c := range cells {
-		switch c.State {
-		case isobarpb.LifecycleState_LIFECYCLE_STATE_LOADING:
-			ms.CellsLoading++
-		case isobarpb.LifecycleState_LIFECYCLE_STATE_READY:
-			ms.CellsReady++
-		case isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING:
-			ms.CellsDraining++
-		case isobarpb.LifecycleState_LIFECYCLE_STATE_FAILED:
-			ms.CellsFailed++
-		case isobarpb.LifecycleState_LIFECYCLE_STATE_TERMINATED:
-			ms.CellsTerminated++
-		}
-		if c.State == isobarpb.LifecycleState_LIFECYCLE_STATE_READY || c.State == isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING {
-			ms.LoadRps += saturate(c.LoadRPS, MaxRateRPS)
-		}
-		if c.State != isobarpb.LifecycleState_LIFECYCLE_STATE_READY {
-			continue
-		}
-		if c.Fallback {
-			ms.FallbackCells++
-		}
-		capRPS := saturate(c.CapacityRPS, MaxRateRPS)
-		conf := clamp01(c.CapacityConfidence)
-		ms.CapacityRps += capRPS
-		confWeighted += conf * capRPS
-		p := clamp01(c.Pressure)
-		pressures = append(pressures, p)
-		if c.LowLoadTTFT != nil && isFinite(*c.LowLoadTTFT) && *c.LowLoadTTFT > 0 {
-			learnedT0 = append(learnedT0, saturate(*c.LowLoadTTFT, MaxTTFTSeconds))
-		}
-		if c.TTFTP95 != nil && isFinite(*c.TTFTP95) {
-			ttft := saturate(*c.TTFTP95, MaxTTFTSeconds)
-			ms.TtftP95Seconds = math.Max(ms.TtftP95Seconds, ttft)
-			if p <= lowLoadPressure {
-				lowLoadTTFT = append(lowLoadTTFT, ttft)
-			}
-		}
-		if c.ErrorRate != nil && c.WindowRequests != nil && isFinite(*c.ErrorRate) && isFinite(*c.WindowRequests) {
-			w := saturate(*c.WindowRequests, MaxSignal)
-			errWeighted += clamp01(*c.ErrorRate) * w
-			errRequests += w
-		}
-		if c.KVUsage != nil && isFinite(*c.KVUsage) {
-			kvFree += 1 - clamp01(*c.KVUsage)
-			kvN++
-		}
-		for i, cl := range cls {
-			if c.MaxModelLen == 0 || c.MaxModelLen >= cl.MaxTokens {
-				cl.Cells++
-				cl.CapacityRps += capRPS
-				clsConf[i] += conf * capRPS
-			}
+		a.count(c)
+		if c.State == isobarpb.LifecycleState_LIFECYCLE_STATE_READY {
+			a.addReady(c)
 		}
 	}
+	a.finishCapacity()
+	a.finishSignals(defaultLatency)
+	return a.ms
+}
+
+// modelAgg accumulates one model's summary over its cells, in cell order.
+type modelAgg struct {
+	ms                                             *isobarpb.ModelSummary
+	pressures, lowLoadTTFT, learnedT0              []float64
+	errWeighted, errRequests, kvFree, confWeighted float64
+	kvN                                            int
+	clsConf                                        []float64
+	cls                                            []*isobarpb.ContextClass
+}
+
+// count tallies a cell by lifecycle state, and the load of a serving one.
+func (a *modelAgg) count(c Cell) {
+	ms := a.ms
+	switch c.State {
+	case isobarpb.LifecycleState_LIFECYCLE_STATE_LOADING:
+		ms.CellsLoading++
+	case isobarpb.LifecycleState_LIFECYCLE_STATE_READY:
+		ms.CellsReady++
+	case isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING:
+		ms.CellsDraining++
+	case isobarpb.LifecycleState_LIFECYCLE_STATE_FAILED:
+		ms.CellsFailed++
+	case isobarpb.LifecycleState_LIFECYCLE_STATE_TERMINATED:
+		ms.CellsTerminated++
+	}
+	if c.State == isobarpb.LifecycleState_LIFECYCLE_STATE_READY || c.State == isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING {
+		ms.LoadRps += saturate(c.LoadRPS, MaxRateRPS)
+	}
+}
+
+// addReady adds a READY cell's capacity and signals.
+func (a *modelAgg) addReady(c Cell) {
+	ms := a.ms
+	if c.Fallback {
+		ms.FallbackCells++
+	}
+	capRPS := saturate(c.CapacityRPS, MaxRateRPS)
+	conf := clamp01(c.CapacityConfidence)
+	ms.CapacityRps += capRPS
+	a.confWeighted += conf * capRPS
+	p := clamp01(c.Pressure)
+	a.pressures = append(a.pressures, p)
+	if c.LowLoadTTFT != nil && isFinite(*c.LowLoadTTFT) && *c.LowLoadTTFT > 0 {
+		a.learnedT0 = append(a.learnedT0, saturate(*c.LowLoadTTFT, MaxTTFTSeconds))
+	}
+	if c.TTFTP95 != nil && isFinite(*c.TTFTP95) {
+		ttft := saturate(*c.TTFTP95, MaxTTFTSeconds)
+		ms.TtftP95Seconds = math.Max(ms.TtftP95Seconds, ttft)
+		if p <= lowLoadPressure {
+			a.lowLoadTTFT = append(a.lowLoadTTFT, ttft)
+		}
+	}
+	if c.ErrorRate != nil && c.WindowRequests != nil && isFinite(*c.ErrorRate) && isFinite(*c.WindowRequests) {
+		w := saturate(*c.WindowRequests, MaxSignal)
+		a.errWeighted += clamp01(*c.ErrorRate) * w
+		a.errRequests += w
+	}
+	if c.KVUsage != nil && isFinite(*c.KVUsage) {
+		a.kvFree += 1 - clamp01(*c.KVUsage)
+		a.kvN++
+	}
+	for i, cl := range a.cls {
+		if c.MaxModelLen == 0 || c.MaxModelLen >= cl.MaxTokens {
+			cl.Cells++
+			cl.CapacityRps += capRPS
+			a.clsConf[i] += conf * capRPS
+		}
+	}
+}
+
+// finishCapacity turns the capacity sums into confidences and saturates
+// the totals.
+func (a *modelAgg) finishCapacity() {
+	ms := a.ms
 	if ms.CapacityRps > 0 {
-		ms.CapacityConfidence = clamp01(confWeighted / ms.CapacityRps)
+		ms.CapacityConfidence = clamp01(a.confWeighted / ms.CapacityRps)
 	}
-	for i, cl := range cls {
+	for i, cl := range a.cls {
 		if cl.CapacityRps > 0 {
-			cl.CapacityConfidence = clamp01(clsConf[i] / cl.CapacityRps)
+			cl.CapacityConfidence = clamp01(a.clsConf[i] / cl.CapacityRps)
 		}
 		// Sums over many cells saturate at the bounds Validate checks
 		// (bounds.go): the summary says "at least this much".
@@ -217,22 +246,27 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 	ms.LoadRps = saturate(ms.LoadRps, MaxRateRPS)
 	ms.CellsLoading, ms.CellsReady, ms.CellsDraining = min(ms.CellsLoading, MaxCells), min(ms.CellsReady, MaxCells), min(ms.CellsDraining, MaxCells)
 	ms.CellsFailed, ms.CellsTerminated, ms.FallbackCells = min(ms.CellsFailed, MaxCells), min(ms.CellsTerminated, MaxCells), min(ms.FallbackCells, MaxCells)
-	ms.ContextClasses = cls
-	if len(pressures) > 0 {
-		slices.Sort(pressures)
-		ms.PressureMin = pressures[0]
+	ms.ContextClasses = a.cls
+}
+
+// finishSignals sets pressure, error rate, KV headroom and engine latency.
+func (a *modelAgg) finishSignals(defaultLatency float64) {
+	ms := a.ms
+	if len(a.pressures) > 0 {
+		slices.Sort(a.pressures)
+		ms.PressureMin = a.pressures[0]
 		var sum float64
-		for _, p := range pressures {
+		for _, p := range a.pressures {
 			sum += p
 		}
-		ms.PressureMean = clamp01(sum / float64(len(pressures)))
-		ms.PressureP90 = quantile.Sorted(pressures, 0.9)
+		ms.PressureMean = clamp01(sum / float64(len(a.pressures)))
+		ms.PressureP90 = quantile.Sorted(a.pressures, 0.9)
 	}
-	if errRequests > 0 {
-		ms.ErrorRate = clamp01(errWeighted / errRequests)
+	if a.errRequests > 0 {
+		ms.ErrorRate = clamp01(a.errWeighted / a.errRequests)
 	}
-	if kvN > 0 {
-		ms.KvHeadroom = kvFree / float64(kvN)
+	if a.kvN > 0 {
+		ms.KvHeadroom = a.kvFree / float64(a.kvN)
 	}
 	// The engine latency the planner weighs: the median learned low-load
 	// TTFT of the cells, when any has one; else the median current TTFT
@@ -242,14 +276,13 @@ func aggregateModel(name string, cells []Cell, demand, defaultLatency float64, c
 	// farther region whose last window happened to be quicker.
 	ms.EngineLatencyMs = saturate(defaultLatency, MaxEngineLatencyMs)
 	switch {
-	case len(learnedT0) > 0:
-		slices.Sort(learnedT0)
-		ms.EngineLatencyMs = saturate(1000*learnedT0[len(learnedT0)/2], MaxEngineLatencyMs)
-	case len(lowLoadTTFT) > 0:
-		slices.Sort(lowLoadTTFT)
-		ms.EngineLatencyMs = saturate(1000*lowLoadTTFT[len(lowLoadTTFT)/2], MaxEngineLatencyMs)
+	case len(a.learnedT0) > 0:
+		slices.Sort(a.learnedT0)
+		ms.EngineLatencyMs = saturate(1000*a.learnedT0[len(a.learnedT0)/2], MaxEngineLatencyMs)
+	case len(a.lowLoadTTFT) > 0:
+		slices.Sort(a.lowLoadTTFT)
+		ms.EngineLatencyMs = saturate(1000*a.lowLoadTTFT[len(a.lowLoadTTFT)/2], MaxEngineLatencyMs)
 	}
-	return ms
 }
 
 // Validation errors; test with errors.Is.
