@@ -246,12 +246,30 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	var d Decision
 	d.Weights = make([]Weight, 0, len(cells))
 	p.gen++
-	urgentReason, driftReason := "", ""
-	targets := p.targets[:0]
+	targets, urgentReason, driftReason := p.evaluate(now, cells, &d)
+	p.targets = targets
+	if r := p.forgetRemoved(); urgentReason == "" {
+		urgentReason = r
+	}
 
-	// The penalty cap: cells held or on probation now, against the Ready
-	// cells.
-	held, ready := 0, 0
+	switch {
+	case urgentReason != "":
+		d.Push, d.Urgent, d.Reason = true, true, urgentReason
+	case driftReason != "" && (!p.pushed || now.Sub(p.lastPush) >= p.cfg.MinInterval):
+		d.Push, d.Reason = true, driftReason
+	}
+	if d.Push {
+		p.lastPush, p.pushed = now, true
+	}
+	for i, c := range cells {
+		d.Weights = append(d.Weights, p.weight(c, targets[i], d.Push))
+	}
+	return d
+}
+
+// heldAndReady counts the cells held or on probation now, and the Ready
+// cells: the penalty cap compares the two.
+func (p *Projector) heldAndReady(cells []Cell) (held, ready int) {
 	for _, c := range cells {
 		if c.State == lifecycle.Ready {
 			ready++
@@ -260,6 +278,15 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 			held++
 		}
 	}
+	return held, ready
+}
+
+// evaluate updates every cell's penalty and computes its target, recording
+// new trips in d; it returns the targets in the order of cells and the
+// first reason for an urgent push and for a drift push ("" when none).
+func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets []target, urgentReason, driftReason string) {
+	targets = p.targets[:0]
+	held, ready := p.heldAndReady(cells)
 	for _, c := range cells {
 		st := p.cells[c.ID]
 		if st == nil {
@@ -297,45 +324,43 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 			driftReason = fmt.Sprintf("%s weight %d→%d (band %s: %s)", c.ID, st.published, t.weight, t.band, t.reason)
 		}
 	}
-	p.targets = targets
+	return targets, urgentReason, driftReason
+}
+
+// forgetRemoved drops the state of cells absent from this generation and
+// returns the urgent reason the first published one gives ("" when none).
+func (p *Projector) forgetRemoved() string {
+	reason := ""
 	for id, st := range p.cells {
 		if st.gen != p.gen {
-			if st.published > 0 && urgentReason == "" {
-				urgentReason = id + " removed"
+			if st.published > 0 && reason == "" {
+				reason = id + " removed"
 			}
 			delete(p.cells, id)
 		}
 	}
+	return reason
+}
 
-	switch {
-	case urgentReason != "":
-		d.Push, d.Urgent, d.Reason = true, true, urgentReason
-	case driftReason != "" && (!p.pushed || now.Sub(p.lastPush) >= p.cfg.MinInterval):
-		d.Push, d.Reason = true, driftReason
+// weight publishes the cell's target when the decision pushes and returns
+// the cell's Weight.
+func (p *Projector) weight(c Cell, t target, push bool) Weight {
+	st := p.cells[c.ID]
+	if push {
+		st.published, st.degraded = t.weight, t.degraded && t.weight > 0
 	}
-	if d.Push {
-		p.lastPush, p.pushed = now, true
+	w := Weight{
+		ID: c.ID, Published: st.published, Target: t.weight, Band: t.band, BandReason: t.reason,
+		Degraded: st.degraded, Penalty: st.pen.level(), Probation: st.pen.probation(), Trips: st.pen.trips,
 	}
-	for i, c := range cells {
-		st := p.cells[c.ID]
-		t := targets[i]
-		if d.Push {
-			st.published, st.degraded = t.weight, t.degraded && t.weight > 0
-		}
-		w := Weight{
-			ID: c.ID, Published: st.published, Target: t.weight, Band: t.band, BandReason: t.reason,
-			Degraded: st.degraded, Penalty: st.pen.level(), Probation: st.pen.probation(), Trips: st.pen.trips,
-		}
-		if constrained(c) && st.published > 0 {
-			w.ClassWeight, w.Published = st.published, 1
-			w.BandReason += reasonConstrained
-		}
-		d.Weights = append(d.Weights, w)
-		if st.published > 0 && t.band == BandProbe {
-			d.Weights[len(d.Weights)-1].ProbeBudget = uint32(math.Ceil(p.cfg.Penalty.ProbeRequests))
-		}
+	if constrained(c) && st.published > 0 {
+		w.ClassWeight, w.Published = st.published, 1
+		w.BandReason += reasonConstrained
 	}
-	return d
+	if st.published > 0 && t.band == BandProbe {
+		w.ProbeBudget = uint32(math.Ceil(p.cfg.Penalty.ProbeRequests))
+	}
+	return w
 }
 
 // Band reasons that need no formatting.
