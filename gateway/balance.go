@@ -82,9 +82,9 @@ type globalRand struct{}
 
 func (globalRand) Uint64() uint64 { return rand.Uint64() }
 
-// picker chooses endpoints. Its own fields are read-only; the load
+// balancer is the load balancer: it chooses endpoints. Its own fields are read-only; the load
 // balancers' state lives in each cluster's lbState, under its mutex.
-type picker struct {
+type balancer struct {
 	mode  LBMode
 	limit int64   // in-flight cap per endpoint
 	rand  lb.Rand // safe for concurrent use
@@ -116,7 +116,7 @@ type pickQuery struct {
 // pick chooses a host of c and takes one of its in-flight slots; the
 // caller releases it. Hosts in q.exclude are avoided while another
 // candidate is left.
-func (p *picker) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
+func (p *balancer) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 	if len(c.all) == 0 {
 		return nil, pickNoHost
 	}
@@ -143,7 +143,7 @@ func (p *picker) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 
 // accepts reports whether h may take the request: not excluded (the
 // previous_hosts predicate), weight > 0 and below the in-flight cap.
-func (p *picker) accepts(h *hostRT, exclude []*hostRT) bool {
+func (p *balancer) accepts(h *hostRT, exclude []*hostRT) bool {
 	return h.ep.Weight > 0 && !slices.Contains(exclude, h) && h.st.inflight.Load() < p.limit
 }
 
@@ -155,7 +155,7 @@ func (p *picker) accepts(h *hostRT, exclude []*hostRT) bool {
 // gateway instead scans for any acceptable host (scan), so that a retry
 // never returns to a tried endpoint while another is left and a full
 // endpoint is never overfilled.
-func (p *picker) choose(c *clusterRT, q pickQuery) (*hostRT, bool) {
+func (p *balancer) choose(c *clusterRT, q pickQuery) (*hostRT, bool) {
 	s := c.lb
 	s.mu.Lock()
 	var h *hostRT
@@ -176,7 +176,7 @@ func (p *picker) choose(c *clusterRT, q pickQuery) (*hostRT, bool) {
 // order on ties), healthy ones first, then ejected ones, then, when only
 // tried hosts are left, tried ones (not when q.strict). saturated reports
 // that some host was left out only for its cap.
-func (p *picker) scan(c *clusterRT, q pickQuery) (best *hostRT, saturated bool) {
+func (p *balancer) scan(c *clusterRT, q pickQuery) (best *hostRT, saturated bool) {
 	steps := []struct {
 		exclude      []*hostRT
 		allowEjected bool
@@ -629,7 +629,7 @@ func (r *replay) Uint64() uint64 {
 // or, for RANDOM, random_lb.cc's hosts[random() % n] on the same value. In
 // --lb isobar the source's acceptable hosts go to placement.Pick instead.
 // Nil when the source is empty. Called under s.mu.
-func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
+func (s *lbState) chooseOnce(p *balancer, q pickQuery) *hostRT {
 	if len(s.prios) == 0 {
 		return nil // a newer table emptied the cluster under this request
 	}
@@ -700,7 +700,7 @@ func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
 // cachedTokens is how many tokens of a prompt with the block hash chain
 // the address is expected to hold in its prefix cache (package prefix's
 // index; 0 without one).
-func (p *picker) cachedTokens(addr string, chain []uint64) int64 {
+func (p *balancer) cachedTokens(addr string, chain []uint64) int64 {
 	if p.prefix == nil || len(chain) == 0 {
 		return 0
 	}
@@ -738,7 +738,7 @@ func placeable(h *hostRT, q pickQuery) bool {
 // latency rather than a share — with the request's prompt tokens and each
 // host's pending prompt tokens, in-flight count, prefill rate, RTT and
 // jitter. localities: leave out localities of weight 0 (not in panic).
-func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, in func(j int) bool, localities bool, r lb.Rand) *hostRT {
+func (s *lbState) place(p *balancer, q pickQuery, pr *priorityRT, in func(j int) bool, localities bool, r lb.Rand) *hostRT {
 	hosts, inputs := s.placeHosts[:0], s.placeIn[:0]
 	defer func() { s.placeHosts, s.placeIn = hosts[:0], inputs[:0] }() // reused: s.mu is held
 	for j, h := range pr.hosts {

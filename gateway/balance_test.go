@@ -33,7 +33,7 @@ func (l *lockedRand) Uint64() uint64 {
 // given weights, localities (index into locWeights; nil: all in one) and
 // in-flight counts, for picker pk.
 func testCluster(t *testing.T, pol *ClusterPolicy, weights []uint32, inflight []int64, loc []int, locWeights []uint32,
-	pk *picker) (*clusterRT, []*hostState) {
+	pk *balancer) (*clusterRT, []*hostState) {
 	t.Helper()
 	var eps []Endpoint
 	hs := map[string]*hostState{}
@@ -110,7 +110,7 @@ func TestPickMatchesEnvoy(t *testing.T) {
 			[]uint32{1, 1, 1, 1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pk := &picker{mode: tc.mode, limit: 1 << 30, rand: newLockedRand(7, 9), place: placement.DefaultConfig()}
+			pk := &balancer{mode: tc.mode, limit: 1 << 30, rand: newLockedRand(7, 9), place: placement.DefaultConfig()}
 			c, states := testCluster(t, tc.pol, tc.weights, tc.inflight, nil, nil, pk)
 			ref := newLockedRand(7, 9)
 			b, err := lb.NewBalancer(tc.ref, ref.Uint64())
@@ -164,7 +164,7 @@ func TestPickMatchesEnvoy(t *testing.T) {
 // schedule (seeded like the hosts'), then the locality's own balancer.
 func TestPickLocalityWeightedMatchesEnvoy(t *testing.T) {
 	pol := &ClusterPolicy{LBPolicy: lbRoundRobin, LocalityWeighted: true, ChoiceCount: 2, ActiveRequestBias: 1}
-	pk := &picker{mode: LBXDS, limit: 1 << 30, rand: newLockedRand(3, 4), place: placement.DefaultConfig()}
+	pk := &balancer{mode: LBXDS, limit: 1 << 30, rand: newLockedRand(3, 4), place: placement.DefaultConfig()}
 	loc := []int{0, 0, 1, 1, 1}
 	c, _ := testCluster(t, pol, []uint32{1, 1, 2, 2, 2}, nil, loc, []uint32{1, 3}, pk)
 
@@ -297,7 +297,7 @@ func TestWeightZeroNeverPicked(t *testing.T) {
 		for name, pol := range pols {
 			for _, weights := range [][]uint32{{0, 1, 3}, {0, 2, 2}} {
 				t.Run(fmt.Sprintf("%s/%s/%v", mode, name, weights), func(t *testing.T) {
-					pk := &picker{mode: mode, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
+					pk := &balancer{mode: mode, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
 					c, _ := testCluster(t, pol, weights, nil, nil, nil, pk)
 					for i := range 100 {
 						h, res := pk.pick(c, pickQuery{tokens: 10})
@@ -311,7 +311,7 @@ func TestWeightZeroNeverPicked(t *testing.T) {
 				})
 			}
 			t.Run(fmt.Sprintf("%s/%s/all zero", mode, name), func(t *testing.T) {
-				pk := &picker{mode: mode, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
+				pk := &balancer{mode: mode, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
 				c, _ := testCluster(t, pol, []uint32{0, 0}, nil, nil, nil, pk)
 				if h, res := pk.pick(c, pickQuery{tokens: 10}); h != nil || res != pickNoHost {
 					t.Errorf("pick = %v, %v; want no host", h, res)
@@ -341,7 +341,7 @@ func TestPickIsobar(t *testing.T) {
 		{"weight does not bias the pick", []uint32{100, 1}, []int64{10, 0}, nil, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pk := &picker{mode: LBIsobar, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
+			pk := &balancer{mode: LBIsobar, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
 			c, states := testCluster(t, pol, tc.weights, tc.inflight, nil, nil, pk)
 			for i, p := range tc.pending {
 				states[i].pending.Store(p)
@@ -357,7 +357,7 @@ func TestPickIsobar(t *testing.T) {
 	}
 	// Idle identical hosts: the tie goes by the random source, so a
 	// scripted source spreads the picks over every host.
-	pk := &picker{mode: LBIsobar, limit: 1 << 30, rand: newLockedRand(5, 6), place: placement.DefaultConfig()}
+	pk := &balancer{mode: LBIsobar, limit: 1 << 30, rand: newLockedRand(5, 6), place: placement.DefaultConfig()}
 	c, _ := testCluster(t, pol, []uint32{1, 1, 1}, nil, nil, nil, pk)
 	seen := map[int]int{}
 	for range 60 {
@@ -421,7 +421,7 @@ func TestPickDegradedShare(t *testing.T) {
 	pol := &ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}
 	for _, mode := range []LBMode{LBXDS, LBRoundRobin, LBIsobar} {
 		t.Run(string(mode), func(t *testing.T) {
-			pk := &picker{mode: mode, limit: 1 << 30, rand: &counterRand{}, place: placement.DefaultConfig()}
+			pk := &balancer{mode: mode, limit: 1 << 30, rand: &counterRand{}, place: placement.DefaultConfig()}
 			c, _ := testCluster(t, pol, []uint32{1, 1}, nil, nil, nil, pk)
 			c.all[1].ep.Degraded = true
 			c.lb.sig = "" // as a new table with the flag would

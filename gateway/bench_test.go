@@ -117,7 +117,7 @@ func BenchmarkGatewaySim(b *testing.B) {
 func BenchmarkPick(b *testing.B) {
 	for _, mode := range []LBMode{LBXDS, LBRoundRobin, LBLeastRequest, LBIsobar} {
 		b.Run(string(mode), func(b *testing.B) {
-			p := &picker{mode: mode, limit: 1 << 30, rand: globalRand{}, place: placement.DefaultConfig()}
+			p := &balancer{mode: mode, limit: 1 << 30, rand: globalRand{}, place: placement.DefaultConfig()}
 			c := benchCluster(100, p)
 			q := pickQuery{now: time.Now().UnixNano(), tokens: 500}
 			for b.Loop() {
@@ -128,7 +128,7 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
-func benchCluster(n int, pk *picker) *clusterRT {
+func benchCluster(n int, pk *balancer) *clusterRT {
 	var eps []Endpoint
 	for i := range n {
 		eps = append(eps, Endpoint{Cell: "c" + string(rune('a'+i%26)) + string(rune('0'+i/26)), Address: "10.0.0." + string(rune('0'+i%10)) + ":" + string(rune('1'+i%9)),

@@ -53,7 +53,7 @@
 //     token need at 4 bytes per token when x-isobar-prompt-tokens is absent
 //     (xdscontract.BytesPerToken). The route's fault abort sheds its share of
 //     requests with a JSON error of its status (429).
-//   - Load balancing (picker), with no weighted-random pick anywhere.
+//   - Load balancing (balancer), with no weighted-random pick anywhere.
 //     LBXDS behaves as stock Envoy on the same resources, citing its
 //     source (load_balancer_impl.cc, locality_wrr.cc, round_robin_lb.h,
 //     least_request_lb.cc, random_lb.cc, edf_scheduler.h): one random value

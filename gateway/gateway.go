@@ -29,7 +29,7 @@ type Gateway struct {
 	log       *slog.Logger
 	m         *metrics
 	rep       *reporter
-	picker    picker
+	balancer  balancer
 	transport http.RoundTripper
 	ownTr     *http.Transport // nil when Deps.Transport was given
 	handler   http.Handler
@@ -72,17 +72,17 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, clock: deps.Clock, log: deps.Logger, dialOpts: deps.DialOptions,
-		picker:  picker{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), rand: deps.Rand, place: cfg.Placement},
-		dec:     decoder{modelHeader: cfg.ModelHeader},
-		reg:     newHostRegistry(),
-		hop:     hopAuth{key: cfg.HopKey, skew: cfg.HopMaxSkew},
-		changed: make(chan struct{}),
-		done:    make(chan struct{}),
+		balancer: balancer{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), rand: deps.Rand, place: cfg.Placement},
+		dec:      decoder{modelHeader: cfg.ModelHeader},
+		reg:      newHostRegistry(),
+		hop:      hopAuth{key: cfg.HopKey, skew: cfg.HopMaxSkew},
+		changed:  make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	g.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
 	var err error
 	if cfg.LB == LBIsobar && !cfg.NoPrefixAffinity {
-		if g.picker.prefix, err = prefix.New[string](prefix.DefaultConfig()); err != nil {
+		if g.balancer.prefix, err = prefix.New[string](prefix.DefaultConfig()); err != nil {
 			return nil, err
 		}
 	}
@@ -333,7 +333,7 @@ func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
 			}
 		}
 	}
-	t := buildTable(&g.in, g.cfg.RouteName, g.cfg.Region, g.reg, &g.picker, g.clock.Now())
+	t := buildTable(&g.in, g.cfg.RouteName, g.cfg.Region, g.reg, &g.balancer, g.clock.Now())
 	g.tbl.Store(t)
 	if old != nil {
 		for l := range old.labels {

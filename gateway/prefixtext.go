@@ -64,7 +64,7 @@ func promptText(body []byte) []byte {
 // affinity, nil when the gateway keeps no prefix index or the prompt has
 // no usable text.
 func (g *Gateway) promptChain(body []byte) []uint64 {
-	if g.picker.prefix == nil {
+	if g.balancer.prefix == nil {
 		return nil
 	}
 	return prefix.TextChain(promptText(body), prefix.DefaultMaxBlocksPerRequest)

@@ -345,11 +345,11 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // count: with prefix affinity, those h is not expected to hold cached;
 // the prompt's blocks are then recorded as sent to h.
 func (g *Gateway) sendTokens(h *hostRT, tokens int64, chain []uint64) int64 {
-	if g.picker.prefix == nil || len(chain) == 0 {
+	if g.balancer.prefix == nil || len(chain) == 0 {
 		return tokens
 	}
-	n := placement.UncachedTokens(tokens, g.picker.cachedTokens(h.ep.Address, chain))
-	g.picker.prefix.Record(h.ep.Address, chain, 0)
+	n := placement.UncachedTokens(tokens, g.balancer.cachedTokens(h.ep.Address, chain))
+	g.balancer.prefix.Record(h.ep.Address, chain, 0)
 	return n
 }
 
@@ -357,7 +357,7 @@ func (g *Gateway) sendTokens(h *hostRT, tokens int64, chain []uint64) int64 {
 // data planes make: the HTTP proxy for each attempt, and the ext_proc picker
 // (extproc.go) once per stream. The cluster's circuit breaker first (its
 // attempts in flight against max_requests: pickOverflow), then the pick of
-// Config.LB (picker.pick) at the clock's now, which takes one of the chosen
+// Config.LB (balancer.pick) at the clock's now, which takes one of the chosen
 // host's in-flight slots. On pickOK the caller owns that slot and passes it
 // to startAttempt, whose close gives it back.
 func (g *Gateway) chooseEndpoint(cl *clusterRT, q pickQuery) (*hostRT, pickResult) {
@@ -365,7 +365,7 @@ func (g *Gateway) chooseEndpoint(cl *clusterRT, q pickQuery) (*hostRT, pickResul
 		return nil, pickOverflow
 	}
 	q.now = g.clock.Now().UnixNano()
-	return g.picker.pick(cl, q)
+	return g.balancer.pick(cl, q)
 }
 
 // startAttempt counts an attempt of tokens prompt tokens on h, whose
@@ -553,17 +553,22 @@ func classifyError(ctx context.Context, err error) failureKind {
 // recordEndpoint counts an attempt's outcome (status 0: no response) in the
 // metrics, the report and the outlier detector.
 func (g *Gateway) recordEndpoint(cl *clusterRT, h *hostRT, status int, kind failureKind) {
-	code := statusClass(status)
-	g.m.upstreamRequests.WithLabelValues(h.label, code).Inc()
-	isErr := kind != failNone
-	if isErr {
-		g.m.upstreamErrors.WithLabelValues(h.label, kind.String()).Inc()
-	}
-	g.rep.addEndpoint(h, isErr, status >= 400 && status < 500)
-	if !isErr {
-		h.st.recordSuccess()
+	g.m.upstreamRequests.WithLabelValues(h.label, statusClass(status)).Inc()
+	if kind != failNone {
+		g.recordFailure(cl, h, kind)
 		return
 	}
+	g.rep.addEndpoint(h, false, status >= 400 && status < 500)
+	h.st.recordSuccess()
+}
+
+// recordFailure is the one accounting path of an upstream failure, whether
+// it ends an attempt (recordEndpoint) or breaks a response already started
+// (relay): the error metric, the report and the outlier detector, which
+// may eject h.
+func (g *Gateway) recordFailure(cl *clusterRT, h *hostRT, kind failureKind) {
+	g.m.upstreamErrors.WithLabelValues(h.label, kind.String()).Inc()
+	g.rep.addEndpoint(h, true, false)
 	now := g.clock.Now()
 	d := h.st.recordFailure(now, cl.policy.Outlier, kind != fail5xx, func() (int, int) { return cl.ejectedCount(h.st, now.UnixNano()) })
 	if d > 0 {
@@ -666,10 +671,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 			if ctx.Err() != nil {
 				kind = failTimeout
 			}
-			g.m.upstreamErrors.WithLabelValues(a.h.label, kind.String()).Inc()
-			g.rep.addEndpoint(a.h, true, false)
-			now := g.clock.Now()
-			a.h.st.recordFailure(now, cl.policy.Outlier, true, func() (int, int) { return cl.ejectedCount(a.h.st, now.UnixNano()) })
+			g.recordFailure(cl, a.h, kind)
 			g.log.Debug("upstream stream broke after the response started", "endpoint", a.h.label, "err", err)
 			a.close()
 			panic(http.ErrAbortHandler)

@@ -79,7 +79,7 @@ type inputs struct {
 
 // buildTable links in to the registry's runtime state. region is this
 // gateway's region: endpoints of other (non-empty) regions are remote.
-func buildTable(in *inputs, routeName, region string, reg *hostRegistry, p *picker, now time.Time) *table {
+func buildTable(in *inputs, routeName, region string, reg *hostRegistry, p *balancer, now time.Time) *table {
 	addrs := make(map[string]struct{})
 	names := make(map[string]struct{}, len(in.clusters))
 	for name, p := range in.clusters {
@@ -143,7 +143,7 @@ func buildTable(in *inputs, routeName, region string, reg *hostRegistry, p *pick
 // and the seed source. Only the configuration goroutine calls it (under
 // the gateway's configuration mutex).
 func buildCluster(name string, p *ClusterPolicy, eps []Endpoint, st *clusterState, hs map[string]*hostState,
-	region string, labels map[string]struct{}, pk *picker) *clusterRT {
+	region string, labels map[string]struct{}, pk *balancer) *clusterRT {
 	c := &clusterRT{name: name, policy: p, st: st}
 	type locKey struct {
 		prio                  uint32
