@@ -12,6 +12,8 @@ import (
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/gateway/prefix"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // Envoy's defaults for priority and locality health.
@@ -27,7 +29,7 @@ const (
 
 // hostRT is one endpoint of a cluster in a table.
 type hostRT struct {
-	ep     Endpoint
+	ep     xdsclient.Endpoint
 	st     *hostState
 	label  string // metrics and report identity: the cell id, else the address
 	remote bool   // in another region: requests carry the hop header
@@ -50,7 +52,7 @@ type priorityRT struct {
 // priority and locality, its shared runtime state and its load balancer.
 type clusterRT struct {
 	name       string
-	policy     *ClusterPolicy
+	policy     *xdsclient.ClusterPolicy
 	st         *clusterState
 	priorities []*priorityRT
 	all        []*hostRT
@@ -294,7 +296,7 @@ type srcKey struct {
 }
 
 // lbKey is the configuration an lbState is built for.
-func lbKey(mode LBMode, p *ClusterPolicy) string {
+func lbKey(mode LBMode, p *xdsclient.ClusterPolicy) string {
 	switch mode {
 	case LBRoundRobin, LBLeastRequest:
 		return string(mode)
@@ -311,7 +313,7 @@ func lbKey(mode LBMode, p *ClusterPolicy) string {
 // choice_count, selection method and active_request_bias, or RANDOM), and
 // Envoy's defaults for the baselines: ROUND_ROBIN for rr, LEAST_REQUEST
 // with two choices for lr.
-func newLBState(mode LBMode, p *ClusterPolicy, seed uint64) *lbState {
+func newLBState(mode LBMode, p *xdsclient.ClusterPolicy, seed uint64) *lbState {
 	s := &lbState{key: lbKey(mode, p), seed: seed, bals: make(map[srcKey]*lb.Balancer)}
 	switch mode {
 	case LBRoundRobin:
@@ -324,13 +326,13 @@ func newLBState(mode LBMode, p *ClusterPolicy, seed uint64) *lbState {
 	default:
 		s.localityWeighted = p.LocalityWeighted
 		switch p.LBPolicy {
-		case lbLeastRequest:
+		case xdsclient.LBLeastRequest:
 			s.policy = lb.Policy{Algorithm: lb.LeastRequest, ChoiceCount: p.ChoiceCount, FullScan: p.FullScan,
 				ActiveRequestBias: p.ActiveRequestBias}
 			if s.policy.Validate() != nil { // decodeCluster refuses these; belt and braces
 				s.policy = lb.DefaultPolicy(lb.LeastRequest)
 			}
-		case lbRandom:
+		case xdsclient.LBRandom:
 			s.policy, s.random = lb.DefaultPolicy(lb.RoundRobin), true
 		default:
 			s.policy = lb.DefaultPolicy(lb.RoundRobin)

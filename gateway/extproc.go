@@ -24,6 +24,8 @@ import (
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // The classes of a stream's failure. refuse maps each to its gRPC code
@@ -373,9 +375,9 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 	// request (with the route recomputed), so that neither this pick nor
 	// Envoy's route treats the request as forwarded.
 	hop, removed := g.trustHop(v.hdr, t.internalOnly)
-	var rt *Route
-	if vh := selectVirtualHost(t.vhosts, strings.ToLower(v.authority)); vh != nil {
-		rt = matchRoute(vh, v.path, v)
+	var rt *xdsclient.Route
+	if vh := xdsclient.SelectVirtualHost(t.vhosts, strings.ToLower(v.authority)); vh != nil {
+		rt = xdsclient.MatchRoute(vh, v.path, v)
 	}
 	if rt == nil {
 		return s.refuseRequest("not_found", http.StatusNotFound, fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)), nil)

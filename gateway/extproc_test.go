@@ -32,6 +32,8 @@ import (
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // testPicker is a started picker and an ext_proc client to it.
@@ -75,7 +77,7 @@ func startPicker(t testing.TB, ctrl *control, cfg PickerConfig, deps PickerDeps)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if _, err := p.WaitForTable(ctx, (*Table).Ready); err != nil {
+	if _, err := p.WaitForTable(ctx, (*xdsclient.Table).Ready); err != nil {
 		t.Fatalf("picker table not ready: %v", err)
 	}
 	return tp
@@ -447,7 +449,7 @@ func TestPickerPicksAsTheGateway(t *testing.T) {
 	p := startPicker(t, ctrl, PickerConfig{Gateway: Config{LB: LBIsobar}}, PickerDeps{Gateway: Deps{Clock: clock, Rand: newLockedRand(1, 2)}})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if _, err := p.WaitForTable(ctx, func(tb *Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 3 }); err != nil {
+	if _, err := p.WaitForTable(ctx, func(tb *xdsclient.Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 3 }); err != nil {
 		t.Fatal(err)
 	}
 	// httpPick is the endpoint the gateway's HTTP path picks for a prompt

@@ -9,6 +9,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // largeRegion is one model served by n synthetic cells, each with the
@@ -44,7 +46,7 @@ func largeCells() int {
 func TestDataPlanesFollowLargeRegion(t *testing.T) {
 	n := largeCells()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{ContextClasses: []uint32{4096, 8192, 32768}}, largeRegion(n))
-	all := func(tb *Table) bool {
+	all := func(tb *xdsclient.Table) bool {
 		return tb != nil && len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == n
 	}
 

@@ -5,11 +5,9 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// xdsTypes are the resource types the gateway subscribes to, as metric
-// labels.
-var xdsTypeLabels = [...]string{"cluster", "endpoint", "route"}
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+)
 
 type metrics struct {
 	requests         *prometheus.CounterVec   // model, code
@@ -141,7 +139,7 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 	for _, r := range hopReasons {
 		m.untrustedHops.WithLabelValues(r)
 	}
-	for _, t := range xdsTypeLabels {
+	for _, t := range xdsclient.TypeLabels {
 		m.xdsNearLimit.WithLabelValues(t)
 		m.xdsTooLarge.WithLabelValues(t)
 		m.xdsUpdates.WithLabelValues(t)
@@ -238,14 +236,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.GaugeValue, ej, h.label)
 		}
 	}
-	for i, typ := range xdsTypeLabels {
-		v := t.view.versions[i]
-		if v.at.IsZero() {
+	for _, typ := range xdsclient.TypeLabels {
+		version, at := t.view.Version(typ)
+		if at.IsZero() {
 			continue
 		}
-		if n, err := strconv.ParseFloat(v.version, 64); err == nil {
+		if n, err := strconv.ParseFloat(version, 64); err == nil {
 			ch <- prometheus.MustNewConstMetric(c.version, prometheus.GaugeValue, n, typ)
 		}
-		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, now.Sub(v.at).Seconds(), typ)
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, now.Sub(at).Seconds(), typ)
 	}
 }

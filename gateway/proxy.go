@@ -22,6 +22,8 @@ import (
 	"github.com/isobar-mesh/isobar/internal/backoff"
 	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // statusClientClosed is recorded for a request whose client went away
@@ -129,7 +131,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	// false: it has been answered.
 	var (
 		t  *table
-		rt *Route
+		rt *xdsclient.Route
 	)
 	route := func(model string, bodyLen int) bool {
 		if t = g.tbl.Load(); t == nil || t.vhosts == nil {
@@ -141,8 +143,8 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		// client's.
 		hop, _ = g.trustHop(r.Header, t.internalOnly)
 		view := newRequestView(r, g.cfg.ModelHeader, model, bodyLen)
-		if vh := selectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
-			rt = matchRoute(vh, r.URL.RequestURI(), view)
+		if vh := xdsclient.SelectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
+			rt = xdsclient.MatchRoute(vh, r.URL.RequestURI(), view)
 		}
 		if rt == nil {
 			fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
@@ -279,7 +281,7 @@ type attempt struct {
 // proxy sends the request to the cluster, retrying per the route's policy
 // within the cluster's budget, and relays the answer. It returns the status
 // sent; saturated is called before a 429 for saturation is written.
-func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, tokens int64, chain []uint64, rt *Route,
+func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, tokens int64, chain []uint64, rt *xdsclient.Route,
 	cl *clusterRT, model string, start time.Time, saturated func()) int {
 	var tried []*hostRT
 	var last *attempt
@@ -315,7 +317,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		tried = append(tried, h)
 		a := g.try(ctx, r, body, tokens, g.sendTokens(h, tokens, chain), rt, cl, h, n)
-		if a.kind == failNone && !rt.Retry.retriesStatus(a.resp.StatusCode) {
+		if a.kind == failNone && !retriesStatus(&rt.Retry, a.resp.StatusCode) {
 			return g.relay(ctx, w, a, cl, model, start)
 		}
 		last = a
@@ -323,7 +325,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return statusClientClosed
 		}
 		retriable := a.kind == failNone || (a.kind == failTimeout && ctx.Err() == nil && (rt.Retry.Any5xx || rt.Retry.GatewayError)) ||
-			rt.Retry.retriesLocal(a.kind)
+			retriesLocal(&rt.Retry, a.kind)
 		if !retriable || n > int(rt.Retry.NumRetries) || ctx.Err() != nil {
 			return g.relayFailure(w, a, 0, "")
 		}
@@ -383,7 +385,7 @@ func (g *Gateway) startAttempt(cl *clusterRT, h *hostRT, tokens int64) *attempt 
 
 // backoff waits a random time in [0, min(max, base·2^(n-1))) before retry
 // n, like Envoy's fully jittered back-off. It returns false if ctx ended.
-func (g *Gateway) backoff(ctx context.Context, p *RetryPolicy, n int) bool {
+func (g *Gateway) backoff(ctx context.Context, p *xdsclient.RetryPolicy, n int) bool {
 	d := backoff.Policy{Min: p.BackoffBase, Max: p.BackoffMax, Jitter: backoff.Full}.Delay(n - 1)
 	if d <= 0 {
 		return ctx.Err() == nil
@@ -436,7 +438,7 @@ type connectTimeoutKey struct{}
 // probably holds) in h's pending count until its first response byte (or
 // its end). It records the endpoint's outcome up to the response headers,
 // the context memory with the whole prompt's tokens.
-func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens, pending int64, rt *Route, cl *clusterRT, h *hostRT, n int) *attempt {
+func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens, pending int64, rt *xdsclient.Route, cl *clusterRT, h *hostRT, n int) *attempt {
 	actx, cancel := context.WithCancel(context.WithValue(ctx, connectTimeoutKey{}, cl.policy.ConnectTimeout))
 	a := g.startAttempt(cl, h, pending)
 	inactive := a.cancel

@@ -11,6 +11,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/xds"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // Reports carry per-endpoint deltas (requests, errors, rejections) and the
@@ -105,7 +107,7 @@ func TestReporterCapsAndUndo(t *testing.T) {
 	}
 	r := newReporter(Config{NodeID: "n", Region: "r", ReportInterval: time.Second}.withDefaults(), clock, testLogger(t), m)
 	for i := range maxReportEndpoints + 10 {
-		h := &hostRT{ep: Endpoint{Cell: fmt.Sprintf("c%05d", i), Address: "10.0.0.1:1"}}
+		h := &hostRT{ep: xdsclient.Endpoint{Cell: fmt.Sprintf("c%05d", i), Address: "10.0.0.1:1"}}
 		r.addEndpoint(h, i%2 == 0, false)
 	}
 	for i := range maxReportModels + 3 {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // gatedUpstream answers every request with status, after holding first
@@ -227,7 +229,7 @@ func TestLastConfigRetention(t *testing.T) {
 		t.Errorf("controller gone: %v %v, want all served by a", byEP, byStatus)
 	}
 	ctrl2 := startControl(t, ctrl.addr, xds.Config{}, oneModel(model, endpointOf(t, "b", b.Addr(), 1, 4096)))
-	g.waitTable(t, "the new controller's assignment", func(tb *Table) bool {
+	g.waitTable(t, "the new controller's assignment", func(tb *xdsclient.Table) bool {
 		eps := tb.Clusters[xdscontract.ClusterName(model)].Endpoints
 		return len(eps) == 1 && eps[0].Cell == "b"
 	})

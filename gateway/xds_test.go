@@ -20,6 +20,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // rawControl serves hand-made snapshots, bypassing xds.Server's checks, to
@@ -129,7 +131,7 @@ func TestNackKeepsPreviousResources(t *testing.T) {
 	waitFor(t, "the endpoint NACK", func() bool {
 		return g.metric(t, "isobar_gateway_xds_nacks_total", map[string]string{"type": "endpoint"}) >= 1
 	})
-	g.waitTable(t, "the good routes", func(tb *Table) bool { v, _ := tb.Version("route"); return v == v3 })
+	g.waitTable(t, "the good routes", func(tb *xdsclient.Table) bool { v, _ := tb.Version("route"); return v == v3 })
 	if v, _ := g.Table().Version("endpoint"); v != "2" {
 		t.Errorf("endpoint version in use %q, want 2 (the last good one)", v)
 	}

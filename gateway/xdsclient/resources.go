@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 A data plane honours the deprecated matchers and fields a control plane may still send.
 
-package gateway
+package xdsclient
 
 import (
 	"fmt"
@@ -177,38 +177,10 @@ type RetryPolicy struct {
 	HostSelectionRetries uint32
 }
 
-// retriesStatus reports whether status is retried under p.
-func (p *RetryPolicy) retriesStatus(status int) bool {
-	switch {
-	case p.Any5xx && status >= 500 && status <= 599:
-		return true
-	case p.GatewayError && (status == 502 || status == 503 || status == 504):
-		return true
-	}
-	for _, c := range p.StatusCodes {
-		if int(c) == status {
-			return true
-		}
-	}
-	return false
-}
-
-// retriesLocal reports whether a local-origin failure (connect failure,
-// reset, refused stream) of the given kind is retried.
-func (p *RetryPolicy) retriesLocal(kind failureKind) bool {
-	switch kind {
-	case failConnect:
-		return p.ConnectFailure || p.Any5xx || p.GatewayError
-	case failReset:
-		return p.Reset || p.Any5xx || p.GatewayError
-	}
-	return false
-}
-
 // decoder turns xDS resources into the gateway's types. Every error wraps
 // ErrInvalidResource.
-type decoder struct {
-	modelHeader string
+type Decoder struct {
+	ModelHeader string
 }
 
 func invalid(format string, args ...any) error {
@@ -234,7 +206,7 @@ func durationOr(d interface{ AsDuration() time.Duration }, isNil bool, def time.
 }
 
 // decodeClusters decodes a CDS response. Names must be unique.
-func (d *decoder) decodeClusters(rs []*anypb.Any) (map[string]*ClusterPolicy, error) {
+func (d *Decoder) DecodeClusters(rs []*anypb.Any) (map[string]*ClusterPolicy, error) {
 	if len(rs) > maxResources {
 		return nil, invalid("%d clusters, above %d", len(rs), maxResources)
 	}
@@ -295,7 +267,7 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 		switch c.GetLbPolicy() {
 		case cluster.Cluster_LEAST_REQUEST, cluster.Cluster_ROUND_ROBIN, cluster.Cluster_RANDOM:
 		default:
-			p.LBPolicy, p.LBFallbackFrom = lbRoundRobin, c.GetLbPolicy().String()
+			p.LBPolicy, p.LBFallbackFrom = LBRoundRobin, c.GetLbPolicy().String()
 		}
 		if lr := c.GetLeastRequestLbConfig(); lr != nil {
 			if v := lr.GetChoiceCount(); v != nil {
@@ -373,9 +345,9 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 
 // Envoy's lb_policy names, as ClusterPolicy.LBPolicy holds them.
 const (
-	lbRoundRobin   = "ROUND_ROBIN"
-	lbLeastRequest = "LEAST_REQUEST"
-	lbRandom       = "RANDOM"
+	LBRoundRobin   = "ROUND_ROBIN"
+	LBLeastRequest = "LEAST_REQUEST"
+	LBRandom       = "RANDOM"
 )
 
 // decodeLBPolicy applies a cluster's typed load_balancing_policy to p:
@@ -399,7 +371,7 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 			if m.GetSlowStartConfig() != nil {
 				return fmt.Errorf("%s: slow_start_config is not supported", tc.GetName())
 			}
-			p.LBPolicy, locality = lbRoundRobin, m.GetLocalityLbConfig()
+			p.LBPolicy, locality = LBRoundRobin, m.GetLocalityLbConfig()
 		case a.MessageIs(&leastrequest.LeastRequest{}):
 			var m leastrequest.LeastRequest
 			if err := unpack(a, &m); err != nil {
@@ -408,7 +380,7 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 			if m.GetSlowStartConfig() != nil {
 				return fmt.Errorf("%s: slow_start_config is not supported", tc.GetName())
 			}
-			p.LBPolicy, locality = lbLeastRequest, m.GetLocalityLbConfig()
+			p.LBPolicy, locality = LBLeastRequest, m.GetLocalityLbConfig()
 			if v := m.GetChoiceCount(); v != nil {
 				p.ChoiceCount = v.GetValue()
 			}
@@ -423,7 +395,7 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 			if err := unpack(a, &m); err != nil {
 				return err
 			}
-			p.LBPolicy, locality = lbRandom, m.GetLocalityLbConfig()
+			p.LBPolicy, locality = LBRandom, m.GetLocalityLbConfig()
 		default:
 			names = append(names, tc.GetName()+" ("+strings.TrimPrefix(a.GetTypeUrl(), "type.googleapis.com/")+")")
 			continue
@@ -433,7 +405,7 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 		}
 		return nil
 	}
-	p.LBPolicy, p.LBFallbackFrom = lbRoundRobin, strings.Join(names, ", ")
+	p.LBPolicy, p.LBFallbackFrom = LBRoundRobin, strings.Join(names, ", ")
 	return nil
 }
 
@@ -441,7 +413,7 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 // (cluster) name, in locality order (priority, then input order).
 // Endpoints whose health status is unhealthy, draining or timed out are
 // left out.
-func decodeAssignments(rs []*anypb.Any) (map[string][]Endpoint, error) {
+func DecodeAssignments(rs []*anypb.Any) (map[string][]Endpoint, error) {
 	if len(rs) > maxResources {
 		return nil, invalid("%d assignments, above %d", len(rs), maxResources)
 	}
@@ -520,7 +492,7 @@ func decodeAssignment(cla *endpoint.ClusterLoadAssignment) ([]Endpoint, error) {
 }
 
 // decodeRoutes decodes an RDS response by RouteConfiguration name.
-func (d *decoder) decodeRoutes(rs []*anypb.Any) (map[string]*RouteConfig, error) {
+func (d *Decoder) DecodeRoutes(rs []*anypb.Any) (map[string]*RouteConfig, error) {
 	if len(rs) > maxResources {
 		return nil, invalid("%d route configurations, above %d", len(rs), maxResources)
 	}
@@ -542,7 +514,7 @@ func (d *decoder) decodeRoutes(rs []*anypb.Any) (map[string]*RouteConfig, error)
 	return out, nil
 }
 
-func (d *decoder) decodeRouteConfig(rc *route.RouteConfiguration) (*RouteConfig, error) {
+func (d *Decoder) decodeRouteConfig(rc *route.RouteConfiguration) (*RouteConfig, error) {
 	out := &RouteConfig{Name: rc.GetName()}
 	for _, h := range rc.GetInternalOnlyHeaders() {
 		out.InternalOnlyHeaders = append(out.InternalOnlyHeaders, strings.ToLower(h))
@@ -625,7 +597,7 @@ func perMillion(p *typev3.FractionalPercent) uint32 {
 	return uint32(min(n, 1_000_000))
 }
 
-func (d *decoder) decodeRoute(r *route.Route, vhRetry *route.RetryPolicy, vhFault *abortFault) (Route, error) {
+func (d *Decoder) decodeRoute(r *route.Route, vhRetry *route.RetryPolicy, vhFault *abortFault) (Route, error) {
 	out := Route{Name: r.GetName()}
 	act, ok := r.GetAction().(*route.Route_Route)
 	if !ok {
@@ -661,7 +633,7 @@ func (d *decoder) decodeRoute(r *route.Route, vhRetry *route.RetryPolicy, vhFaul
 		return out, err
 	}
 	for _, h := range out.match.headers {
-		if h.name == d.modelHeader && h.kind == matchExact && !h.invert && !h.ignoreCase {
+		if h.name == d.ModelHeader && h.kind == matchExact && !h.invert && !h.ignoreCase {
 			out.Model = h.value
 		}
 	}
