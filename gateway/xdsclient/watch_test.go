@@ -11,7 +11,6 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
-
 )
 
 // xdsServer serves an xds.Server on addr ("127.0.0.1:0" for a new port).
