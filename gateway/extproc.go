@@ -26,6 +26,8 @@ import (
 	"github.com/isobar-mesh/isobar/xdscontract"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/gateway/placement"
 )
 
 // The classes of a stream's failure. refuse maps each to its gRPC code
@@ -343,7 +345,7 @@ type decision struct {
 // (handleGenerate, proxy): model from ModelHeader, else the body's
 // "model" (bodyModel); the route by the same virtual host and route
 // matchers with content-length the body's length; the route's fault
-// abort; the cluster; the prompt tokens (promptTokens); then
+// abort; the cluster; the prompt tokens (placement.PromptTokens); then
 // chooseEndpoint with the subset hint as a strict exclusion, and
 // startAttempt's accounting. body nil: not seen (a headers-only pick,
 // lenKnown from content-length). Requests the gateway does not proxy
@@ -411,7 +413,7 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 	if cl == nil {
 		return s.refuseRequest("unavailable", http.StatusServiceUnavailable, fmt.Sprintf("cluster %q not found", rt.Cluster), nil)
 	}
-	tokens := promptTokens(v.hdr, bodyLen)
+	tokens := placement.PromptTokens(v.hdr, bodyLen)
 	var chain []uint64
 	if body != nil {
 		chain = g.promptChain(body)

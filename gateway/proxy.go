@@ -221,7 +221,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 	}
 	defer cutStalledWrites(ctx, w)()
-	tokens := promptTokens(r.Header, len(body))
+	tokens := placement.PromptTokens(r.Header, len(body))
 	out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), rt, cl, out.model, start, func() { shed("saturated") })
 }
 

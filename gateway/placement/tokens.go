@@ -1,4 +1,4 @@
-package gateway
+package placement
 
 import (
 	"net/http"
@@ -8,25 +8,25 @@ import (
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
-// maxPromptTokens is the largest x-isobar-prompt-tokens value believed
+// MaxPromptTokens is the largest x-isobar-prompt-tokens value believed
 // (2^20, above every served context length); a larger one is absurd and the
 // body estimate is used instead.
-const maxPromptTokens = 1 << 20
+const MaxPromptTokens = 1 << 20
 
-// promptTokens is a request's prompt size in tokens for the pick: the
+// PromptTokens is a request's prompt size in tokens for the pick: the
 // x-isobar-prompt-tokens header when it holds one integer in [1,
-// min(maxPromptTokens, body bytes)] (a token is at least a byte of the body),
+// min(MaxPromptTokens, body bytes)] (a token is at least a byte of the body),
 // else the body estimate ⌈body bytes / xdscontract.BytesPerToken⌉ (at least
 // 1), the convention the controller's routes use. A client's bad header is
 // never trusted.
-func promptTokens(h http.Header, bodyLen int) int64 {
+func PromptTokens(h http.Header, bodyLen int) int64 {
 	est := max(int64(bodyLen+xdscontract.BytesPerToken-1)/xdscontract.BytesPerToken, 1)
 	vals := h.Values(xdscontract.PromptTokensHeader)
 	if len(vals) != 1 {
 		return est
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(vals[0]), 10, 64)
-	if err != nil || n < 1 || n > maxPromptTokens || n > int64(bodyLen) {
+	if err != nil || n < 1 || n > MaxPromptTokens || n > int64(bodyLen) {
 		return est
 	}
 	return n
