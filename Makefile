@@ -39,7 +39,7 @@ FUZZ_TARGETS := \
 	./regional/xds:FuzzStreamRequests \
 	./xdscontract:FuzzEndpointMetadata \
 	./gateway/xdsclient:FuzzDecode \
-	./gateway:FuzzPromptText \
+	./gateway/prefix:FuzzPromptText \
 	./gateway/prefix:FuzzIndex \
 	./gateway:FuzzBodyModel \
 	./gateway:FuzzHopProof \
