@@ -84,6 +84,8 @@ type outcome struct {
 	shed   string // "fault" or "saturated" when refused with 429 by the gateway
 }
 
+// handleGenerate serves one completion request: admission, routing (before
+// the body is read when the headers allow), the body, then proxy.
 func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	start := g.clock.Now()
 	// Admission first: a gateway that holds its limit reads nothing more.
@@ -99,130 +101,153 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	defer g.inflight.Add(-1)
 	g.m.inflight.Inc()
 	defer g.m.inflight.Dec()
-	out := outcome{model: "unknown"}
-	hop := false // set once the hop header's proof is checked
+	q := &generation{g: g, w: w, r: r, out: outcome{model: "unknown"}}
 	defer func() {
-		g.m.requests.WithLabelValues(out.model, statusClass(out.status)).Inc()
-		g.m.duration.WithLabelValues(out.model).Observe(g.clock.Since(start).Seconds())
+		g.m.requests.WithLabelValues(q.out.model, statusClass(q.out.status)).Inc()
+		g.m.duration.WithLabelValues(q.out.model).Observe(g.clock.Since(start).Seconds())
 	}()
-	// shed counts a refusal before the client can see it.
-	shed := func(reason string) {
-		out.shed = reason
-		if reason == "fault" {
-			w.Header().Set(xdscontract.ShedHeader, "plan")
-		} else {
-			w.Header().Set(xdscontract.ShedHeader, reason)
-		}
-		g.m.shed.WithLabelValues(out.model, reason).Inc()
-		if !hop {
-			g.rep.addShed(out.model)
-		}
-	}
-	fail := func(status int, reason, msg string) {
-		if reason != "" {
-			g.m.badRequests.WithLabelValues(reason).Inc()
-		}
-		out.status = status
-		writeError(w, status, msg)
-	}
-
-	// route matches the request (model, body length) and settles what the
-	// plan says of it: its model label, its demand, the route's shed share.
-	// false: it has been answered.
-	var (
-		t  *table
-		rt *xdsclient.Route
-	)
-	route := func(model string, bodyLen int) bool {
-		if t = g.tbl.Load(); t == nil || t.vhosts == nil {
-			fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
-			return false
-		}
-		// Only an authenticated isobar gateway's request keeps the hop
-		// header (hop.go); anyone else's is routed, shed and counted as a
-		// client's.
-		hop, _ = g.trustHop(r.Header, t.internalOnly)
-		view := newRequestView(r, g.cfg.ModelHeader, model, bodyLen)
-		if vh := xdsclient.SelectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
-			rt = xdsclient.MatchRoute(vh, r.URL.RequestURI(), view)
-		}
-		if rt == nil {
-			fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
-			return false
-		}
-		out.model = rt.Model
-		if out.model == "" {
-			out.model = t.soleModel
-		}
-		if out.model == "" {
-			out.model = "unknown"
-		}
-		if !hop {
-			g.rep.addDemand(out.model)
-		}
-		if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
-			if rt.AbortStatus == http.StatusTooManyRequests {
-				shed("fault")
-			}
-			fail(rt.AbortStatus, "", "request shed by the routing plan; retry later")
-			return false
-		}
-		return true
-	}
 	// With the model in its header and the body's length declared, the
 	// route and the plan's shed share are settled before the body is read:
 	// a request refused there is never read.
 	headerModel := r.Header.Get(g.cfg.ModelHeader)
 	early := headerModel != "" && r.ContentLength >= 0 && r.ContentLength <= g.cfg.MaxBodyBytes
-	if early && !route(headerModel, int(r.ContentLength)) {
+	if early && !q.route(headerModel, int(r.ContentLength)) {
 		abandonBody(w)
 		return
 	}
-
-	// The body arrives within the server's ReadTimeout (set when the
-	// request began) or is cut; the deadline is lifted once it is in, so
-	// that the server's background read does not end a long answer.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooBig):
-			fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			w.Header().Set("Connection", "close")
-			fail(http.StatusRequestTimeout, "timeout", fmt.Sprintf("request body not received within %v", g.cfg.ReadTimeout))
-		default:
-			fail(http.StatusBadRequest, "unreadable", "could not read the request body")
-		}
+	body, ok := q.readBody()
+	if !ok {
 		return
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if !early {
 		model := headerModel
 		if model == "" {
+			var err error
 			if model, err = bodyModel(body); err != nil {
-				fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
+				q.fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
 				return
 			}
 		}
-		if !route(model, len(body)) {
+		if !q.route(model, len(body)) {
 			return
 		}
 	}
-	cl := t.clusters[rt.Cluster]
+	cl := q.t.clusters[q.rt.Cluster]
 	if cl == nil {
-		fail(http.StatusServiceUnavailable, "", fmt.Sprintf("cluster %q not found", rt.Cluster))
+		q.fail(http.StatusServiceUnavailable, "", fmt.Sprintf("cluster %q not found", q.rt.Cluster))
 		return
 	}
 	ctx := r.Context()
-	if rt.Timeout > 0 {
+	if q.rt.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = clockwork.WithTimeout(ctx, g.clock, rt.Timeout)
+		ctx, cancel = clockwork.WithTimeout(ctx, g.clock, q.rt.Timeout)
 		defer cancel()
 	}
 	defer cutStalledWrites(ctx, w)()
 	tokens := placement.PromptTokens(r.Header, len(body))
-	out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), rt, cl, out.model, start, func() { shed("saturated") })
+	q.out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), q.rt, cl, q.out.model, start, func() { q.shed("saturated") })
+}
+
+// generation is one completion request on its way through handleGenerate,
+// owned by the request's handler goroutine.
+type generation struct {
+	g   *Gateway
+	w   http.ResponseWriter
+	r   *http.Request
+	out outcome
+	hop bool // the hop header's proof held (set by route)
+	// t and rt are the table and the route the request matched (route).
+	t  *table
+	rt *xdsclient.Route
+}
+
+// shed counts a refusal before the client can see it.
+func (q *generation) shed(reason string) {
+	q.out.shed = reason
+	if reason == "fault" {
+		q.w.Header().Set(xdscontract.ShedHeader, "plan")
+	} else {
+		q.w.Header().Set(xdscontract.ShedHeader, reason)
+	}
+	q.g.m.shed.WithLabelValues(q.out.model, reason).Inc()
+	if !q.hop {
+		q.g.rep.addShed(q.out.model)
+	}
+}
+
+// fail answers the request with the gateway's error, counted under reason
+// ("": not a bad request).
+func (q *generation) fail(status int, reason, msg string) {
+	if reason != "" {
+		q.g.m.badRequests.WithLabelValues(reason).Inc()
+	}
+	q.out.status = status
+	writeError(q.w, status, msg)
+}
+
+// route matches the request (model, body length) and settles what the
+// plan says of it: its model label, its demand, the route's shed share.
+// false: it has been answered.
+func (q *generation) route(model string, bodyLen int) bool {
+	g, r := q.g, q.r
+	if q.t = g.tbl.Load(); q.t == nil || q.t.vhosts == nil {
+		q.fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
+		return false
+	}
+	// Only an authenticated isobar gateway's request keeps the hop header
+	// (hop.go); anyone else's is routed, shed and counted as a client's.
+	q.hop, _ = g.trustHop(r.Header, q.t.internalOnly)
+	view := newRequestView(r, g.cfg.ModelHeader, model, bodyLen)
+	if vh := xdsclient.SelectVirtualHost(q.t.vhosts, strings.ToLower(r.Host)); vh != nil {
+		q.rt = xdsclient.MatchRoute(vh, r.URL.RequestURI(), view)
+	}
+	if q.rt == nil {
+		q.fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
+		return false
+	}
+	q.out.model = q.rt.Model
+	if q.out.model == "" {
+		q.out.model = q.t.soleModel
+	}
+	if q.out.model == "" {
+		q.out.model = "unknown"
+	}
+	if !q.hop {
+		g.rep.addDemand(q.out.model)
+	}
+	if q.rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < q.rt.AbortPerMillion {
+		if q.rt.AbortStatus == http.StatusTooManyRequests {
+			q.shed("fault")
+		}
+		q.fail(q.rt.AbortStatus, "", "request shed by the routing plan; retry later")
+		return false
+	}
+	return true
+}
+
+// readBody reads the request body, capped at Config.MaxBodyBytes; false:
+// the request has been answered. The body arrives within the server's
+// ReadTimeout (set when the request began) or is cut; the deadline is
+// lifted once it is in, so that the server's background read does not end
+// a long answer.
+func (q *generation) readBody() ([]byte, bool) {
+	g := q.g
+	body, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			q.fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			q.w.Header().Set("Connection", "close")
+			q.fail(http.StatusRequestTimeout, "timeout", fmt.Sprintf("request body not received within %v", g.cfg.ReadTimeout))
+		default:
+			q.fail(http.StatusBadRequest, "unreadable", "could not read the request body")
+		}
+		return nil, false
+	}
+	_ = http.NewResponseController(q.w).SetReadDeadline(time.Time{})
+	return body, true
 }
 
 // abandonBody makes the answer being written the connection's last, its
@@ -446,11 +471,40 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 		cancel()
 		inactive()
 	}
-	out, err := http.NewRequestWithContext(actx, r.Method, "http://"+h.ep.Address+r.URL.RequestURI(), bytes.NewReader(body))
+	out, err := g.upstreamRequest(actx, r, body, h, n)
 	if err != nil {
 		a.kind, a.err = failReset, err
 		g.recordEndpoint(cl, h, 0, a.kind)
 		return a
+	}
+	resp, err := g.roundTrip(out, rt.Retry.PerTryTimeout, cancel)
+	if err != nil {
+		a.firstByte() // no answer will come
+		a.err = err
+		a.kind = classifyError(ctx, err)
+		if a.kind == failCanceled {
+			return a // the client left: not the endpoint's failure
+		}
+		g.recordEndpoint(cl, h, 0, a.kind)
+		return a
+	}
+	a.resp, a.status = resp, resp.StatusCode
+	g.noteAnswer(h, resp, tokens)
+	kind := failNone
+	if resp.StatusCode >= 500 {
+		kind = fail5xx
+	}
+	g.recordEndpoint(cl, h, resp.StatusCode, kind)
+	return a
+}
+
+// upstreamRequest is the request of attempt n to h: the client's request
+// with its body, the attempt number, the hop header and proof for another
+// region's endpoint (never a proof for a cell), and X-Forwarded-For.
+func (g *Gateway) upstreamRequest(ctx context.Context, r *http.Request, body []byte, h *hostRT, n int) (*http.Request, error) {
+	out, err := http.NewRequestWithContext(ctx, r.Method, "http://"+h.ep.Address+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	copyHeaders(out.Header, r.Header)
 	out.Host = r.Host
@@ -469,6 +523,13 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 		}
 		out.Header.Set("X-Forwarded-For", ip)
 	}
+	return out, nil
+}
+
+// roundTrip sends out; a per-try timeout d (0: none) covers the wait for
+// the response headers only, and cancel, the attempt's, ends it when the
+// timeout fires first (the error is then context.DeadlineExceeded).
+func (g *Gateway) roundTrip(out *http.Request, d time.Duration, cancel context.CancelFunc) (*http.Response, error) {
 	// The per-try timeout covers the wait for the response headers only.
 	var (
 		perTry  clockwork.Timer
@@ -476,7 +537,7 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 		ptDone  bool // headers (or an error) arrived
 		ptFired bool // the timer cancelled the attempt
 	)
-	if d := rt.Retry.PerTryTimeout; d > 0 {
+	if d > 0 {
 		perTry = g.clock.AfterFunc(d, func() {
 			ptMu.Lock()
 			defer ptMu.Unlock()
@@ -500,39 +561,31 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 			resp, err = nil, context.DeadlineExceeded
 		}
 	}
-	if err != nil {
-		a.firstByte() // no answer will come
-		a.err = err
-		a.kind = classifyError(ctx, err)
-		if a.kind == failCanceled {
-			return a // the client left: not the endpoint's failure
-		}
-		g.recordEndpoint(cl, h, 0, a.kind)
-		return a
+	return resp, err
+}
+
+// noteAnswer feeds h's context memory with an answer to a request of
+// tokens prompt tokens: a 400 (vLLM's answer to a prompt above its
+// max_model_len, whose message states the limit; the body is relayed
+// unchanged) or a success.
+func (g *Gateway) noteAnswer(h *hostRT, resp *http.Response, tokens int64) {
+	if h.st.ctx == nil {
+		return
 	}
-	a.resp, a.status = resp, resp.StatusCode
-	if h.st.ctx != nil {
-		switch {
-		case resp.StatusCode == http.StatusBadRequest:
-			// vLLM's answer to a prompt above its max_model_len (the
-			// gateway has already refused malformed bodies itself), whose
-			// message states the limit; the body is relayed unchanged.
-			peek, _ := io.ReadAll(io.LimitReader(resp.Body, refusalPeekBytes))
-			resp.Body = struct {
-				io.Reader
-				io.Closer
-			}{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
-			h.st.ctx.refusedPrompt(tokens, statedContextLimit(peek), g.clock.Now())
-		case resp.StatusCode < 300:
-			h.st.ctx.served(tokens)
-		}
+	switch {
+	case resp.StatusCode == http.StatusBadRequest:
+		// vLLM's answer to a prompt above its max_model_len (the
+		// gateway has already refused malformed bodies itself), whose
+		// message states the limit; the body is relayed unchanged.
+		peek, _ := io.ReadAll(io.LimitReader(resp.Body, refusalPeekBytes))
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
+		h.st.ctx.refusedPrompt(tokens, statedContextLimit(peek), g.clock.Now())
+	case resp.StatusCode < 300:
+		h.st.ctx.served(tokens)
 	}
-	kind := failNone
-	if resp.StatusCode >= 500 {
-		kind = fail5xx
-	}
-	g.recordEndpoint(cl, h, resp.StatusCode, kind)
-	return a
 }
 
 // classifyError tells a connect failure from a reset, a timeout or the

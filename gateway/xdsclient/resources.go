@@ -287,7 +287,19 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 	if p.ConnectTimeout <= 0 {
 		return nil, invalid("cluster %q: connect_timeout %v must be positive", name, p.ConnectTimeout)
 	}
-	for _, th := range c.GetCircuitBreakers().GetThresholds() {
+	decodeCircuitBreakers(p, c.GetCircuitBreakers())
+	if od := c.GetOutlierDetection(); od != nil {
+		if err := decodeOutlier(p, od); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// decodeCircuitBreakers takes the DEFAULT priority's thresholds into p:
+// max_requests, max_retries and the retry budget.
+func decodeCircuitBreakers(p *ClusterPolicy, cbs *cluster.CircuitBreakers) {
+	for _, th := range cbs.GetThresholds() {
 		if th.GetPriority() != core.RoutingPriority_DEFAULT {
 			continue
 		}
@@ -308,39 +320,43 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 			p.RetryBudget = b
 		}
 	}
-	if od := c.GetOutlierDetection(); od != nil {
-		o := &OutlierPolicy{
-			Consecutive5xx:     defaultOutlier5xx,
-			Enforcing5xx:       100,
-			Interval:           durationOr(od.GetInterval(), od.GetInterval() == nil, defaultOutlierInterval),
-			BaseEjectionTime:   durationOr(od.GetBaseEjectionTime(), od.GetBaseEjectionTime() == nil, defaultOutlierBase),
-			MaxEjectionTime:    durationOr(od.GetMaxEjectionTime(), od.GetMaxEjectionTime() == nil, defaultOutlierMaxTime),
-			MaxEjectionPercent: defaultOutlierMaxPercent,
-		}
-		if v := od.GetConsecutive_5Xx(); v != nil {
-			o.Consecutive5xx = v.GetValue()
-		}
-		if v := od.GetEnforcingConsecutive_5Xx(); v != nil {
-			o.Enforcing5xx = v.GetValue()
-		}
-		if v := od.GetMaxEjectionPercent(); v != nil {
-			o.MaxEjectionPercent = v.GetValue()
-		}
-		o.SplitLocalOrigin = od.GetSplitExternalLocalOriginErrors()
-		o.ConsecutiveLocalOrigin, o.EnforcingLocalOrigin = defaultOutlierLocalOrigin, 100
-		if v := od.GetConsecutiveLocalOriginFailure(); v != nil {
-			o.ConsecutiveLocalOrigin = v.GetValue()
-		}
-		if v := od.GetEnforcingConsecutiveLocalOriginFailure(); v != nil {
-			o.EnforcingLocalOrigin = v.GetValue()
-		}
-		if o.BaseEjectionTime <= 0 || o.MaxEjectionTime < o.BaseEjectionTime || o.Interval <= 0 {
-			return nil, invalid("cluster %q: outlier detection times interval %v base %v max %v are inconsistent",
-				name, o.Interval, o.BaseEjectionTime, o.MaxEjectionTime)
-		}
-		p.Outlier = o
+}
+
+// decodeOutlier takes the outlier detection into p, Envoy's defaults for
+// what is unset; inconsistent times are refused.
+func decodeOutlier(p *ClusterPolicy, od *cluster.OutlierDetection) error {
+	name := p.Name
+	o := &OutlierPolicy{
+		Consecutive5xx:     defaultOutlier5xx,
+		Enforcing5xx:       100,
+		Interval:           durationOr(od.GetInterval(), od.GetInterval() == nil, defaultOutlierInterval),
+		BaseEjectionTime:   durationOr(od.GetBaseEjectionTime(), od.GetBaseEjectionTime() == nil, defaultOutlierBase),
+		MaxEjectionTime:    durationOr(od.GetMaxEjectionTime(), od.GetMaxEjectionTime() == nil, defaultOutlierMaxTime),
+		MaxEjectionPercent: defaultOutlierMaxPercent,
 	}
-	return p, nil
+	if v := od.GetConsecutive_5Xx(); v != nil {
+		o.Consecutive5xx = v.GetValue()
+	}
+	if v := od.GetEnforcingConsecutive_5Xx(); v != nil {
+		o.Enforcing5xx = v.GetValue()
+	}
+	if v := od.GetMaxEjectionPercent(); v != nil {
+		o.MaxEjectionPercent = v.GetValue()
+	}
+	o.SplitLocalOrigin = od.GetSplitExternalLocalOriginErrors()
+	o.ConsecutiveLocalOrigin, o.EnforcingLocalOrigin = defaultOutlierLocalOrigin, 100
+	if v := od.GetConsecutiveLocalOriginFailure(); v != nil {
+		o.ConsecutiveLocalOrigin = v.GetValue()
+	}
+	if v := od.GetEnforcingConsecutiveLocalOriginFailure(); v != nil {
+		o.EnforcingLocalOrigin = v.GetValue()
+	}
+	if o.BaseEjectionTime <= 0 || o.MaxEjectionTime < o.BaseEjectionTime || o.Interval <= 0 {
+		return invalid("cluster %q: outlier detection times interval %v base %v max %v are inconsistent",
+			name, o.Interval, o.BaseEjectionTime, o.MaxEjectionTime)
+	}
+	p.Outlier = o
+	return nil
 }
 
 // Envoy's lb_policy names, as ClusterPolicy.LBPolicy holds them.
