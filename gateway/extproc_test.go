@@ -34,6 +34,8 @@ import (
 	"github.com/isobar-mesh/isobar/xdscontract"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // testPicker is a started picker and an ext_proc client to it.
@@ -110,7 +112,7 @@ func (p *testPicker) load() (inflight, pending map[string]int64) {
 // idle waits until no request is counted on any host.
 func (p *testPicker) idle(t testing.TB) {
 	t.Helper()
-	waitFor(t, "every pick given back", func() bool {
+	eventually.True(t, testTimeout, "every pick given back", func() bool {
 		in, pend := p.load()
 		for a := range in {
 			if in[a] != 0 || pend[a] != 0 {
@@ -506,7 +508,7 @@ func (p *testPicker) idleExcept(t testing.TB, held []*epCall) {
 	for _, h := range held {
 		want[h.ans.dest]++
 	}
-	waitFor(t, "the held requests alone in flight", func() bool {
+	eventually.True(t, testTimeout, "the held requests alone in flight", func() bool {
 		in, _ := p.load()
 		for a, n := range in {
 			if n != want[a] {
@@ -723,7 +725,7 @@ func TestPickerRefusesBadInput(t *testing.T) {
 			if status.Code(last) != tc.code {
 				t.Fatalf("stream ended with %v, want %v", last, tc.code)
 			}
-			waitFor(t, "the refusal counted", func() bool {
+			eventually.True(t, testTimeout, "the refusal counted", func() bool {
 				return testutil.ToFloat64(p.x.m.streamErrors.WithLabelValues(tc.reason)) == before+1
 			})
 		})
@@ -808,7 +810,7 @@ func TestPickerHealthAndHTTP(t *testing.T) {
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
 	for _, svc := range []string{"", "liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"} {
-		waitFor(t, "health of "+svc, func() bool {
+		eventually.True(t, testTimeout, "health of "+svc, func() bool {
 			r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 			return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
 		})

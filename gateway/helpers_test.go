@@ -356,21 +356,6 @@ func metricValue(m *dto.Metric) float64 {
 	return 0
 }
 
-// waitFor polls cond until it holds, failing the test after testTimeout.
-// The poll is only an upper bound on how long a condition takes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // engine starts a fast simulated vLLM engine (tiny profile, 100x faster
 // than real time) serving model with maxLen context, stopped with the test.
 func engine(t testing.TB, model string, maxLen int, prof *sim.Profile, scale float64) *sim.Engine {

@@ -23,6 +23,8 @@ import (
 	"github.com/isobar-mesh/isobar/xdscontract"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // syncBuffer is a goroutine-safe log sink.
@@ -118,19 +120,19 @@ func TestGatewayIsobarPicksFewerPendingTokens(t *testing.T) {
 	}
 	arrived := func() int { return ups[0].count() + ups[1].count() }
 	send(0, 40000) // ~10,000 tokens pending on the endpoint it reaches
-	waitFor(t, "the long prompt held upstream", func() bool { return arrived() == 1 })
+	eventually.True(t, testTimeout, "the long prompt held upstream", func() bool { return arrived() == 1 })
 	long := 0
 	if ups[1].count() == 1 {
 		long = 1
 	}
 	send(1, 40) // to the other endpoint: fewer pending tokens and fewer in flight
-	waitFor(t, "the short prompt held upstream", func() bool { return arrived() == 2 })
+	eventually.True(t, testTimeout, "the short prompt held upstream", func() bool { return arrived() == 2 })
 	if ups[1-long].count() != 1 {
 		t.Fatalf("the second request joined the long prompt's endpoint (arrivals %d, %d)", ups[0].count(), ups[1].count())
 	}
 	// One request in flight on each: only the pending tokens differ.
 	send(2, 40)
-	waitFor(t, "the third request held upstream", func() bool { return arrived() == 3 })
+	eventually.True(t, testTimeout, "the third request held upstream", func() bool { return arrived() == 3 })
 	if ups[1-long].count() != 2 {
 		t.Errorf("the third request went to the endpoint with ~10,000 pending tokens (arrivals %d, %d)", ups[0].count(), ups[1].count())
 	}
@@ -187,7 +189,7 @@ func TestGatewayBadPromptHeaderUsesBodyEstimate(t *testing.T) {
 				t.Errorf("request %d: status %d", i, r.status)
 			}
 		})
-		waitFor(t, "the request held upstream", func() bool { return up.count() == i+1 })
+		eventually.True(t, testTimeout, "the request held upstream", func() bool { return up.count() == i+1 })
 		want += tc.tokens
 		if got := g.metric(t, "isobar_gateway_upstream_pending_prompt_tokens", map[string]string{"endpoint": "a"}); int64(got) != want {
 			t.Errorf("header %q: pending %v, want %d", tc.header, got, want)

@@ -13,6 +13,8 @@ import (
 	"github.com/isobar-mesh/isobar/regional/xds"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // Reports carry per-endpoint deltas (requests, errors, rejections) and the
@@ -82,7 +84,7 @@ func TestReportsPeriodic(t *testing.T) {
 			t.Fatalf("the report ticker never waited on the clock: %v", err)
 		}
 		clock.Advance(time.Second)
-		waitFor(t, fmt.Sprintf("report %d", i), func() bool { _, _, n := ctrl.dp.totals(); return n >= i })
+		eventually.True(t, testTimeout, fmt.Sprintf("report %d", i), func() bool { _, _, n := ctrl.dp.totals(); return n >= i })
 	}
 	ctrl.dp.mu.Lock()
 	reps := append([]*isobarpb.DataPlaneReport(nil), ctrl.dp.reports...)
