@@ -20,11 +20,11 @@ import (
 	"github.com/isobar-mesh/isobar/internal/truncate"
 )
 
-// userAgent is the node user_agent_name the gateway and the Watcher send;
+// UserAgent is the node user_agent_name the gateway and the Watcher send;
 // the regional controller classifies it as an Envoy-kind node.
 const UserAgent = "isobar-gateway"
 
-// subscription keeps one state-of-the-world ADS stream for one resource type
+// Subscription keeps one state-of-the-world ADS stream for one resource type
 // (wildcard: every resource of the type) alive on go-control-plane's ADS
 // client, reconnecting with full-jitter exponential backoff. Each response
 // goes to Apply: nil ACKs it, an error NACKs it (the previous resources stay

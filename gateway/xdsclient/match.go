@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// headerView is the request as the route matcher sees it: lower-case header
+// HeaderView is the request as the route matcher sees it: lower-case header
 // names to values (several values joined by ","), plus the pseudo-headers
 // ":path", ":method", ":authority" and ":scheme".
 type HeaderView interface {
@@ -103,7 +103,7 @@ func (m *headerMatcher) matchValue(v string) bool {
 	return false
 }
 
-// selectVirtualHost picks the virtual host for host (the Host header, lower
+// SelectVirtualHost picks the virtual host for host (the Host header, lower
 // case, port included as Envoy leaves it by default) as Envoy does: an
 // exact domain, then the longest suffix wildcard ("*.example.com"), then
 // the longest prefix wildcard ("foo.*"), then "*".
@@ -139,7 +139,7 @@ func SelectVirtualHost(vhs []VirtualHost, host string) *VirtualHost {
 	return any
 }
 
-// matchRoute returns the first route of vh matching the request, or nil.
+// MatchRoute returns the first route of vh matching the request, or nil.
 func MatchRoute(vh *VirtualHost, path string, h HeaderView) *Route {
 	for i := range vh.Routes {
 		if vh.Routes[i].match.matches(path, h) {

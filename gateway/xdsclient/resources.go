@@ -177,9 +177,12 @@ type RetryPolicy struct {
 	HostSelectionRetries uint32
 }
 
-// decoder turns xDS resources into the gateway's types. Every error wraps
-// ErrInvalidResource.
+// Decoder turns xDS resources into the gateway's types. Every error wraps
+// ErrInvalidResource. It holds only its configuration: safe for concurrent
+// use.
 type Decoder struct {
+	// ModelHeader is the request header naming the model (lower case): a
+	// route's exact matcher on it gives Route.Model.
 	ModelHeader string
 }
 
@@ -205,7 +208,7 @@ func durationOr(d interface{ AsDuration() time.Duration }, isNil bool, def time.
 	return d.AsDuration()
 }
 
-// decodeClusters decodes a CDS response. Names must be unique.
+// DecodeClusters decodes a CDS response. Names must be unique.
 func (d *Decoder) DecodeClusters(rs []*anypb.Any) (map[string]*ClusterPolicy, error) {
 	if len(rs) > maxResources {
 		return nil, invalid("%d clusters, above %d", len(rs), maxResources)
@@ -425,7 +428,7 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 	return nil
 }
 
-// decodeAssignments decodes an EDS response to endpoints by assignment
+// DecodeAssignments decodes an EDS response to endpoints by assignment
 // (cluster) name, in locality order (priority, then input order).
 // Endpoints whose health status is unhealthy, draining or timed out are
 // left out.
@@ -507,7 +510,7 @@ func decodeAssignment(cla *endpoint.ClusterLoadAssignment) ([]Endpoint, error) {
 	return eps, nil
 }
 
-// decodeRoutes decodes an RDS response by RouteConfiguration name.
+// DecodeRoutes decodes an RDS response by RouteConfiguration name.
 func (d *Decoder) DecodeRoutes(rs []*anypb.Any) (map[string]*RouteConfig, error) {
 	if len(rs) > maxResources {
 		return nil, invalid("%d route configurations, above %d", len(rs), maxResources)
