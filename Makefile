@@ -38,12 +38,12 @@ FUZZ_TARGETS := \
 	./regional/xds:FuzzBuild \
 	./regional/xds:FuzzStreamRequests \
 	./xdscontract:FuzzEndpointMetadata \
-	./gateway:FuzzDecode \
-	./gateway:FuzzPromptText \
+	./gateway/xdsclient:FuzzDecode \
+	./gateway/prefix:FuzzPromptText \
 	./gateway/prefix:FuzzIndex \
 	./gateway:FuzzBodyModel \
 	./gateway:FuzzHopProof \
-	./gateway:FuzzRouteMatch \
+	./gateway/xdsclient:FuzzRouteMatch \
 	./chaos:FuzzParseScenario \
 	./chaos:FuzzDecodeFault \
 	./statusview:FuzzAnswers \

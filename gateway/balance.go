@@ -12,6 +12,8 @@ import (
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/gateway/prefix"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // Envoy's defaults for priority and locality health.
@@ -27,7 +29,7 @@ const (
 
 // hostRT is one endpoint of a cluster in a table.
 type hostRT struct {
-	ep     Endpoint
+	ep     xdsclient.Endpoint
 	st     *hostState
 	label  string // metrics and report identity: the cell id, else the address
 	remote bool   // in another region: requests carry the hop header
@@ -50,7 +52,7 @@ type priorityRT struct {
 // priority and locality, its shared runtime state and its load balancer.
 type clusterRT struct {
 	name       string
-	policy     *ClusterPolicy
+	policy     *xdsclient.ClusterPolicy
 	st         *clusterState
 	priorities []*priorityRT
 	all        []*hostRT
@@ -82,9 +84,9 @@ type globalRand struct{}
 
 func (globalRand) Uint64() uint64 { return rand.Uint64() }
 
-// picker chooses endpoints. Its own fields are read-only; the load
+// balancer is the load balancer: it chooses endpoints. Its own fields are read-only; the load
 // balancers' state lives in each cluster's lbState, under its mutex.
-type picker struct {
+type balancer struct {
 	mode  LBMode
 	limit int64   // in-flight cap per endpoint
 	rand  lb.Rand // safe for concurrent use
@@ -116,7 +118,7 @@ type pickQuery struct {
 // pick chooses a host of c and takes one of its in-flight slots; the
 // caller releases it. Hosts in q.exclude are avoided while another
 // candidate is left.
-func (p *picker) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
+func (p *balancer) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 	if len(c.all) == 0 {
 		return nil, pickNoHost
 	}
@@ -143,7 +145,7 @@ func (p *picker) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 
 // accepts reports whether h may take the request: not excluded (the
 // previous_hosts predicate), weight > 0 and below the in-flight cap.
-func (p *picker) accepts(h *hostRT, exclude []*hostRT) bool {
+func (p *balancer) accepts(h *hostRT, exclude []*hostRT) bool {
 	return h.ep.Weight > 0 && !slices.Contains(exclude, h) && h.st.inflight.Load() < p.limit
 }
 
@@ -155,7 +157,7 @@ func (p *picker) accepts(h *hostRT, exclude []*hostRT) bool {
 // gateway instead scans for any acceptable host (scan), so that a retry
 // never returns to a tried endpoint while another is left and a full
 // endpoint is never overfilled.
-func (p *picker) choose(c *clusterRT, q pickQuery) (*hostRT, bool) {
+func (p *balancer) choose(c *clusterRT, q pickQuery) (*hostRT, bool) {
 	s := c.lb
 	s.mu.Lock()
 	var h *hostRT
@@ -176,7 +178,7 @@ func (p *picker) choose(c *clusterRT, q pickQuery) (*hostRT, bool) {
 // order on ties), healthy ones first, then ejected ones, then, when only
 // tried hosts are left, tried ones (not when q.strict). saturated reports
 // that some host was left out only for its cap.
-func (p *picker) scan(c *clusterRT, q pickQuery) (best *hostRT, saturated bool) {
+func (p *balancer) scan(c *clusterRT, q pickQuery) (best *hostRT, saturated bool) {
 	steps := []struct {
 		exclude      []*hostRT
 		allowEjected bool
@@ -294,7 +296,7 @@ type srcKey struct {
 }
 
 // lbKey is the configuration an lbState is built for.
-func lbKey(mode LBMode, p *ClusterPolicy) string {
+func lbKey(mode LBMode, p *xdsclient.ClusterPolicy) string {
 	switch mode {
 	case LBRoundRobin, LBLeastRequest:
 		return string(mode)
@@ -311,7 +313,7 @@ func lbKey(mode LBMode, p *ClusterPolicy) string {
 // choice_count, selection method and active_request_bias, or RANDOM), and
 // Envoy's defaults for the baselines: ROUND_ROBIN for rr, LEAST_REQUEST
 // with two choices for lr.
-func newLBState(mode LBMode, p *ClusterPolicy, seed uint64) *lbState {
+func newLBState(mode LBMode, p *xdsclient.ClusterPolicy, seed uint64) *lbState {
 	s := &lbState{key: lbKey(mode, p), seed: seed, bals: make(map[srcKey]*lb.Balancer)}
 	switch mode {
 	case LBRoundRobin:
@@ -324,13 +326,13 @@ func newLBState(mode LBMode, p *ClusterPolicy, seed uint64) *lbState {
 	default:
 		s.localityWeighted = p.LocalityWeighted
 		switch p.LBPolicy {
-		case lbLeastRequest:
+		case xdsclient.LBLeastRequest:
 			s.policy = lb.Policy{Algorithm: lb.LeastRequest, ChoiceCount: p.ChoiceCount, FullScan: p.FullScan,
 				ActiveRequestBias: p.ActiveRequestBias}
 			if s.policy.Validate() != nil { // decodeCluster refuses these; belt and braces
 				s.policy = lb.DefaultPolicy(lb.LeastRequest)
 			}
-		case lbRandom:
+		case xdsclient.LBRandom:
 			s.policy, s.random = lb.DefaultPolicy(lb.RoundRobin), true
 		default:
 			s.policy = lb.DefaultPolicy(lb.RoundRobin)
@@ -629,7 +631,7 @@ func (r *replay) Uint64() uint64 {
 // or, for RANDOM, random_lb.cc's hosts[random() % n] on the same value. In
 // --lb isobar the source's acceptable hosts go to placement.Pick instead.
 // Nil when the source is empty. Called under s.mu.
-func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
+func (s *lbState) chooseOnce(p *balancer, q pickQuery) *hostRT {
 	if len(s.prios) == 0 {
 		return nil // a newer table emptied the cluster under this request
 	}
@@ -700,7 +702,7 @@ func (s *lbState) chooseOnce(p *picker, q pickQuery) *hostRT {
 // cachedTokens is how many tokens of a prompt with the block hash chain
 // the address is expected to hold in its prefix cache (package prefix's
 // index; 0 without one).
-func (p *picker) cachedTokens(addr string, chain []uint64) int64 {
+func (p *balancer) cachedTokens(addr string, chain []uint64) int64 {
 	if p.prefix == nil || len(chain) == 0 {
 		return 0
 	}
@@ -738,7 +740,7 @@ func placeable(h *hostRT, q pickQuery) bool {
 // latency rather than a share — with the request's prompt tokens and each
 // host's pending prompt tokens, in-flight count, prefill rate, RTT and
 // jitter. localities: leave out localities of weight 0 (not in panic).
-func (s *lbState) place(p *picker, q pickQuery, pr *priorityRT, in func(j int) bool, localities bool, r lb.Rand) *hostRT {
+func (s *lbState) place(p *balancer, q pickQuery, pr *priorityRT, in func(j int) bool, localities bool, r lb.Rand) *hostRT {
 	hosts, inputs := s.placeHosts[:0], s.placeIn[:0]
 	defer func() { s.placeHosts, s.placeIn = hosts[:0], inputs[:0] }() // reused: s.mu is held
 	for j, h := range pr.hosts {

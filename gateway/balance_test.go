@@ -13,6 +13,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // lockedRand is a seeded lb.Rand safe for concurrent use.
@@ -32,14 +34,14 @@ func (l *lockedRand) Uint64() uint64 {
 // testCluster builds a cluster of one priority whose endpoints have the
 // given weights, localities (index into locWeights; nil: all in one) and
 // in-flight counts, for picker pk.
-func testCluster(t *testing.T, pol *ClusterPolicy, weights []uint32, inflight []int64, loc []int, locWeights []uint32,
-	pk *picker) (*clusterRT, []*hostState) {
+func testCluster(t *testing.T, pol *xdsclient.ClusterPolicy, weights []uint32, inflight []int64, loc []int, locWeights []uint32,
+	pk *balancer) (*clusterRT, []*hostState) {
 	t.Helper()
-	var eps []Endpoint
+	var eps []xdsclient.Endpoint
 	hs := map[string]*hostState{}
 	var states []*hostState
 	for i, w := range weights {
-		e := Endpoint{Cell: fmt.Sprintf("h%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Weight: w, Region: "r1",
+		e := xdsclient.Endpoint{Cell: fmt.Sprintf("h%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Weight: w, Region: "r1",
 			Zone: "z0", LocalityWeight: 1}
 		if loc != nil {
 			e.Zone, e.LocalityWeight = fmt.Sprintf("z%d", loc[i]), locWeights[loc[i]]
@@ -73,17 +75,17 @@ func indexOf(c *clusterRT, h *hostRT) int {
 // scan for equal ones; the rr and lr baselines are Envoy's defaults over
 // equal weights.
 func TestPickMatchesEnvoy(t *testing.T) {
-	lr := func(choice uint32, full bool, bias float64) *ClusterPolicy {
-		return &ClusterPolicy{LBPolicy: lbLeastRequest, ChoiceCount: choice, FullScan: full, ActiveRequestBias: bias}
+	lr := func(choice uint32, full bool, bias float64) *xdsclient.ClusterPolicy {
+		return &xdsclient.ClusterPolicy{LBPolicy: xdsclient.LBLeastRequest, ChoiceCount: choice, FullScan: full, ActiveRequestBias: bias}
 	}
-	rrPol := &ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}
+	rrPol := &xdsclient.ClusterPolicy{LBPolicy: xdsclient.LBRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}
 	unequal := []uint32{1, 2, 3, 4}
 	equal := []uint32{5, 5, 5, 5}
 	busy := []int64{3, 0, 2, 1}
 	for _, tc := range []struct {
 		name     string
 		mode     LBMode
-		pol      *ClusterPolicy
+		pol      *xdsclient.ClusterPolicy
 		weights  []uint32
 		inflight []int64
 		ref      lb.Policy
@@ -110,7 +112,7 @@ func TestPickMatchesEnvoy(t *testing.T) {
 			[]uint32{1, 1, 1, 1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pk := &picker{mode: tc.mode, limit: 1 << 30, rand: newLockedRand(7, 9), place: placement.DefaultConfig()}
+			pk := &balancer{mode: tc.mode, limit: 1 << 30, rand: newLockedRand(7, 9), place: placement.DefaultConfig()}
 			c, states := testCluster(t, tc.pol, tc.weights, tc.inflight, nil, nil, pk)
 			ref := newLockedRand(7, 9)
 			b, err := lb.NewBalancer(tc.ref, ref.Uint64())
@@ -163,8 +165,8 @@ func TestPickMatchesEnvoy(t *testing.T) {
 // With locality weighting the locality comes from LocalityWrr's EDF
 // schedule (seeded like the hosts'), then the locality's own balancer.
 func TestPickLocalityWeightedMatchesEnvoy(t *testing.T) {
-	pol := &ClusterPolicy{LBPolicy: lbRoundRobin, LocalityWeighted: true, ChoiceCount: 2, ActiveRequestBias: 1}
-	pk := &picker{mode: LBXDS, limit: 1 << 30, rand: newLockedRand(3, 4), place: placement.DefaultConfig()}
+	pol := &xdsclient.ClusterPolicy{LBPolicy: xdsclient.LBRoundRobin, LocalityWeighted: true, ChoiceCount: 2, ActiveRequestBias: 1}
+	pk := &balancer{mode: LBXDS, limit: 1 << 30, rand: newLockedRand(3, 4), place: placement.DefaultConfig()}
 	loc := []int{0, 0, 1, 1, 1}
 	c, _ := testCluster(t, pol, []uint32{1, 1, 2, 2, 2}, nil, loc, []uint32{1, 3}, pk)
 
@@ -213,7 +215,7 @@ func TestPickLocalityWeightedMatchesEnvoy(t *testing.T) {
 func prioHosts(healthy, degraded, ejected int) *priorityRT {
 	pr := &priorityRT{localities: []*localityRT{{weight: 1}}}
 	for i := range healthy + degraded + ejected {
-		h := &hostRT{ep: Endpoint{Weight: 1, Degraded: i >= healthy && i < healthy+degraded}, st: &hostState{}}
+		h := &hostRT{ep: xdsclient.Endpoint{Weight: 1, Degraded: i >= healthy && i < healthy+degraded}, st: &hostState{}}
 		if i >= healthy+degraded {
 			h.st.ejectedUntil.Store(2)
 		}
@@ -287,17 +289,17 @@ func TestPriorityLoad(t *testing.T) {
 // A host of weight 0 is never picked, in any mode; a cluster of weight-0
 // hosts only has no host.
 func TestWeightZeroNeverPicked(t *testing.T) {
-	pols := map[string]*ClusterPolicy{
-		"rr":      {LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1},
-		"lr":      {LBPolicy: lbLeastRequest, ChoiceCount: 2, ActiveRequestBias: 1},
-		"lr-full": {LBPolicy: lbLeastRequest, ChoiceCount: 2, FullScan: true, ActiveRequestBias: 1},
-		"random":  {LBPolicy: lbRandom, ChoiceCount: 2, ActiveRequestBias: 1},
+	pols := map[string]*xdsclient.ClusterPolicy{
+		"rr":      {LBPolicy: xdsclient.LBRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1},
+		"lr":      {LBPolicy: xdsclient.LBLeastRequest, ChoiceCount: 2, ActiveRequestBias: 1},
+		"lr-full": {LBPolicy: xdsclient.LBLeastRequest, ChoiceCount: 2, FullScan: true, ActiveRequestBias: 1},
+		"random":  {LBPolicy: xdsclient.LBRandom, ChoiceCount: 2, ActiveRequestBias: 1},
 	}
 	for _, mode := range []LBMode{LBXDS, LBRoundRobin, LBLeastRequest, LBIsobar} {
 		for name, pol := range pols {
 			for _, weights := range [][]uint32{{0, 1, 3}, {0, 2, 2}} {
 				t.Run(fmt.Sprintf("%s/%s/%v", mode, name, weights), func(t *testing.T) {
-					pk := &picker{mode: mode, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
+					pk := &balancer{mode: mode, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
 					c, _ := testCluster(t, pol, weights, nil, nil, nil, pk)
 					for i := range 100 {
 						h, res := pk.pick(c, pickQuery{tokens: 10})
@@ -311,7 +313,7 @@ func TestWeightZeroNeverPicked(t *testing.T) {
 				})
 			}
 			t.Run(fmt.Sprintf("%s/%s/all zero", mode, name), func(t *testing.T) {
-				pk := &picker{mode: mode, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
+				pk := &balancer{mode: mode, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
 				c, _ := testCluster(t, pol, []uint32{0, 0}, nil, nil, nil, pk)
 				if h, res := pk.pick(c, pickQuery{tokens: 10}); h != nil || res != pickNoHost {
 					t.Errorf("pick = %v, %v; want no host", h, res)
@@ -326,7 +328,7 @@ func TestWeightZeroNeverPicked(t *testing.T) {
 // equal, to a faster one when it absorbs more, and ties go by the injected
 // random source.
 func TestPickIsobar(t *testing.T) {
-	pol := &ClusterPolicy{LBPolicy: lbLeastRequest, ChoiceCount: 2, ActiveRequestBias: 1}
+	pol := &xdsclient.ClusterPolicy{LBPolicy: xdsclient.LBLeastRequest, ChoiceCount: 2, ActiveRequestBias: 1}
 	for _, tc := range []struct {
 		name     string
 		weights  []uint32
@@ -341,7 +343,7 @@ func TestPickIsobar(t *testing.T) {
 		{"weight does not bias the pick", []uint32{100, 1}, []int64{10, 0}, nil, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pk := &picker{mode: LBIsobar, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
+			pk := &balancer{mode: LBIsobar, limit: 1 << 30, rand: newLockedRand(1, 2), place: placement.DefaultConfig()}
 			c, states := testCluster(t, pol, tc.weights, tc.inflight, nil, nil, pk)
 			for i, p := range tc.pending {
 				states[i].pending.Store(p)
@@ -357,7 +359,7 @@ func TestPickIsobar(t *testing.T) {
 	}
 	// Idle identical hosts: the tie goes by the random source, so a
 	// scripted source spreads the picks over every host.
-	pk := &picker{mode: LBIsobar, limit: 1 << 30, rand: newLockedRand(5, 6), place: placement.DefaultConfig()}
+	pk := &balancer{mode: LBIsobar, limit: 1 << 30, rand: newLockedRand(5, 6), place: placement.DefaultConfig()}
 	c, _ := testCluster(t, pol, []uint32{1, 1, 1}, nil, nil, nil, pk)
 	seen := map[int]int{}
 	for range 60 {
@@ -418,10 +420,10 @@ func (c *counterRand) Uint64() uint64 {
 // one healthy and one degraded endpoint, 70 % and 30 % of the priority
 // draws, in every mode.
 func TestPickDegradedShare(t *testing.T) {
-	pol := &ClusterPolicy{LBPolicy: lbRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}
+	pol := &xdsclient.ClusterPolicy{LBPolicy: xdsclient.LBRoundRobin, ChoiceCount: 2, ActiveRequestBias: 1}
 	for _, mode := range []LBMode{LBXDS, LBRoundRobin, LBIsobar} {
 		t.Run(string(mode), func(t *testing.T) {
-			pk := &picker{mode: mode, limit: 1 << 30, rand: &counterRand{}, place: placement.DefaultConfig()}
+			pk := &balancer{mode: mode, limit: 1 << 30, rand: &counterRand{}, place: placement.DefaultConfig()}
 			c, _ := testCluster(t, pol, []uint32{1, 1}, nil, nil, nil, pk)
 			c.all[1].ep.Degraded = true
 			c.lb.sig = "" // as a new table with the flag would

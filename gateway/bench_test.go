@@ -11,7 +11,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/regional/xds"
-	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // stubUpstream answers every completion at once with a small JSON body, so
@@ -117,7 +118,7 @@ func BenchmarkGatewaySim(b *testing.B) {
 func BenchmarkPick(b *testing.B) {
 	for _, mode := range []LBMode{LBXDS, LBRoundRobin, LBLeastRequest, LBIsobar} {
 		b.Run(string(mode), func(b *testing.B) {
-			p := &picker{mode: mode, limit: 1 << 30, rand: globalRand{}, place: placement.DefaultConfig()}
+			p := &balancer{mode: mode, limit: 1 << 30, rand: globalRand{}, place: placement.DefaultConfig()}
 			c := benchCluster(100, p)
 			q := pickQuery{now: time.Now().UnixNano(), tokens: 500}
 			for b.Loop() {
@@ -128,10 +129,10 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
-func benchCluster(n int, pk *picker) *clusterRT {
-	var eps []Endpoint
+func benchCluster(n int, pk *balancer) *clusterRT {
+	var eps []xdsclient.Endpoint
 	for i := range n {
-		eps = append(eps, Endpoint{Cell: "c" + string(rune('a'+i%26)) + string(rune('0'+i/26)), Address: "10.0.0." + string(rune('0'+i%10)) + ":" + string(rune('1'+i%9)),
+		eps = append(eps, xdsclient.Endpoint{Cell: "c" + string(rune('a'+i%26)) + string(rune('0'+i/26)), Address: "10.0.0." + string(rune('0'+i%10)) + ":" + string(rune('1'+i%9)),
 			Weight: uint32(1 + i%7), Region: []string{"r1", "r2", "r3"}[i%3], LocalityWeight: uint32(100 * (1 + i%3))})
 	}
 	hs := map[string]*hostState{}
@@ -140,26 +141,8 @@ func benchCluster(n int, pk *picker) *clusterRT {
 			hs[e.Address] = &hostState{addr: e.Address}
 		}
 	}
-	p := &ClusterPolicy{LBPolicy: "LEAST_REQUEST", LocalityWeighted: true, ChoiceCount: 2, ActiveRequestBias: 1}
+	p := &xdsclient.ClusterPolicy{LBPolicy: "LEAST_REQUEST", LocalityWeighted: true, ChoiceCount: 2, ActiveRequestBias: 1}
 	return buildCluster("c", p, eps, &clusterState{}, hs, "r1", map[string]struct{}{}, pk)
-}
-
-// BenchmarkMatchRoute is the cost of matching a request against the
-// controller's route configuration for two models with classes.
-func BenchmarkMatchRoute(b *testing.B) {
-	s := builtSet(b)
-	dec := decoder{modelHeader: "x-isobar-model"}
-	rcs, err := dec.decodeRoutes(anys(b, s.Routes))
-	if err != nil {
-		b.Fatal(err)
-	}
-	vh := &rcs[xdscontract.RouteName].VirtualHosts[0]
-	h := mapView{"x-isobar-model": "m", "content-length": "100000"}
-	for b.Loop() {
-		if matchRoute(vh, "/v1/completions", h) == nil {
-			b.Fatal("no route")
-		}
-	}
 }
 
 func startHTTPB(b *testing.B, h http.Handler) string {

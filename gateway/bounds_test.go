@@ -16,6 +16,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // rawRequest is the head of a completion request with a body of n bytes
@@ -92,7 +94,7 @@ func TestSlowlorisIsCutAndOthersServed(t *testing.T) {
 		})
 	}
 	// Meanwhile, with the slow connections held, other clients are served.
-	waitFor(t, "the slow requests in flight", func() bool {
+	eventually.True(t, testTimeout, "the slow requests in flight", func() bool {
 		return g.metric(t, "isobar_gateway_inflight_requests", nil) >= 1
 	})
 	served := 0
@@ -105,7 +107,7 @@ func TestSlowlorisIsCutAndOthersServed(t *testing.T) {
 	if served != 5 {
 		t.Errorf("%d of 5 normal requests served during the slowloris, want all", served)
 	}
-	waitFor(t, "every slow connection cut", func() bool { return open.Load() == 0 })
+	eventually.True(t, testTimeout, "every slow connection cut", func() bool { return open.Load() == 0 })
 	elapsed := time.Since(begin)
 	wg.Wait()
 	t.Logf("slowloris %d conns, read timeout %v: all closed %.1fs after the first opened; 5/5 normal requests served with %d slow conns still open",
@@ -116,7 +118,7 @@ func TestSlowlorisIsCutAndOthersServed(t *testing.T) {
 	if n := g.metric(t, "isobar_gateway_bad_requests_total", map[string]string{"reason": "timeout"}); n != conns {
 		t.Errorf("timeout count %v, want %d", n, conns)
 	}
-	waitFor(t, "no request in flight", func() bool { return g.metric(t, "isobar_gateway_inflight_requests", nil) == 0 })
+	eventually.True(t, testTimeout, "no request in flight", func() bool { return g.metric(t, "isobar_gateway_inflight_requests", nil) == 0 })
 }
 
 // streamingUpstream answers every request with an endless SSE stream
@@ -189,11 +191,11 @@ func TestStalledReaderIsCutAtRouteTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stream started; the client reads nothing.
-	waitFor(t, "the stream in flight", func() bool {
+	eventually.True(t, testTimeout, "the stream in flight", func() bool {
 		return g.metric(t, "isobar_gateway_upstream_inflight_requests", map[string]string{"endpoint": "s"}) == 1
 	})
 	started := time.Now()
-	waitFor(t, "the stalled stream cut", func() bool {
+	eventually.True(t, testTimeout, "the stalled stream cut", func() bool {
 		return g.metric(t, "isobar_gateway_inflight_requests", nil) == 0 &&
 			g.metric(t, "isobar_gateway_upstream_inflight_requests", map[string]string{"endpoint": "s"}) == 0
 	})
@@ -241,7 +243,7 @@ func TestInflightCapAnswers503(t *testing.T) {
 	for i := range statuses {
 		wg.Go(func() { statuses[i] = g.completion(t, model, 10, nil).status })
 	}
-	waitFor(t, "two requests held upstream", func() bool { return arrived.Load() == 2 })
+	eventually.True(t, testTimeout, "two requests held upstream", func() bool { return arrived.Load() == 2 })
 
 	// A third, whose body never comes: refused without waiting for it.
 	c, err := net.Dial("tcp", g.Addr())

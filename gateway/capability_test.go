@@ -7,6 +7,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 func TestContextMemoryCeiling(t *testing.T) {
@@ -99,7 +101,7 @@ func TestGatewayIsobarRemembersContextRefusal(t *testing.T) {
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model,
 		endpointOf(t, "short", short.Addr(), 1, 0), endpointOf(t, "full", full.Addr(), 1, 0)))
 	g := startGateway(t, ctrl, Config{LB: LBIsobar, NoPrefixAffinity: true}, Deps{Rand: newLockedRand(3, 4)})
-	g.waitTable(t, "both endpoints", func(tb *Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 2 })
+	g.waitTable(t, "both endpoints", func(tb *xdsclient.Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 2 })
 	refused := 0
 	for i := range 16 {
 		r := g.completion(t, model, 8000, nil) // ~2,000 tokens: above 1024
@@ -140,7 +142,7 @@ func TestGatewayIsobarSpendsProbeBudget(t *testing.T) {
 	pe.ProbeBudget = 2
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model, pe, oe))
 	g := startGateway(t, ctrl, Config{LB: LBIsobar}, Deps{Rand: newLockedRand(5, 6)})
-	g.waitTable(t, "the probe budget", func(tb *Table) bool {
+	g.waitTable(t, "the probe budget", func(tb *xdsclient.Table) bool {
 		for _, e := range tb.Clusters[xdscontract.ClusterName(model)].Endpoints {
 			if e.Cell == "probed" && e.ProbeBudget == 2 {
 				return true
@@ -161,7 +163,7 @@ func TestGatewayIsobarSpendsProbeBudget(t *testing.T) {
 	}
 	pe.ProbeBudget = 0
 	ctrl.push(oneModel(model, pe, oe))
-	g.waitTable(t, "the budget cleared", func(tb *Table) bool {
+	g.waitTable(t, "the budget cleared", func(tb *xdsclient.Table) bool {
 		for _, e := range tb.Clusters[xdscontract.ClusterName(model)].Endpoints {
 			if e.Cell == "probed" && e.ProbeBudget == 0 {
 				return true

@@ -10,6 +10,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 const model = "m"
@@ -113,15 +115,16 @@ func TestConformanceLocalityWeightsPlanChangeAndHop(t *testing.T) {
 
 	// A forwarded response names the ingress and its region, and passes on
 	// the remote gateway's own endpoint header.
-	for {
+	eventually.True(t, testTimeout, "a response forwarded through the ingress", func() bool {
 		r := g.completion(t, model, 10, nil)
-		if r.endpoint == ing.addr {
-			if r.region != "r2" || r.header.Get(xdscontract.UpstreamEndpointHeader) != "far-cell" {
-				t.Errorf("forwarded response headers: region %q upstream %q", r.region, r.header.Get(xdscontract.UpstreamEndpointHeader))
-			}
-			break
+		if r.endpoint != ing.addr {
+			return false
 		}
-	}
+		if r.region != "r2" || r.header.Get(xdscontract.UpstreamEndpointHeader) != "far-cell" {
+			t.Errorf("forwarded response headers: region %q upstream %q", r.region, r.header.Get(xdscontract.UpstreamEndpointHeader))
+		}
+		return true
+	})
 
 	// Requests that were forwarded to us are served here, never again
 	// forwarded, even with the remote locality at 99 %.

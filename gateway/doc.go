@@ -7,26 +7,21 @@
 //
 // # What it owns
 //
-//   - xDS consumption. One state-of-the-world ADS stream per type (CDS, EDS,
-//     RDS; wildcard) on go-control-plane's ADS client, each with its own
-//     reconnect and full-jitter exponential backoff (subscription). A
-//     response is decoded and validated in full (ValidateAll including packed
-//     Anys, by xdscontract.ValidateDeep; IP addresses; features the gateway
-//     cannot honour such as weighted clusters, query matchers or delay
-//     faults); a refused one is NACKed, counted and logged, NACKs are paced
-//     by the same backoff, and the previous resources of that type stay in
+//   - xDS consumption, through package gateway/xdsclient (which owns the
+//     ADS streams, decoding and validation, route matching and the Table
+//     view): three subscriptions (CDS, EDS, RDS), whose accepted responses
+//     this package links to its runtime state; a refused one is NACKed,
+//     counted and logged, and the previous resources of that type stay in
 //     use. Without its controller the gateway keeps routing on what it last
 //     accepted. The streams receive responses up to
 //     Config.MaxXDSMessageBytes (xdscontract.MaxXDSMessageBytes of the
 //     controller's cell cap); each response's size is exported, one above
 //     75 % of the limit is counted and warned about, and a stream broken by
 //     one above it is counted (isobar_gateway_xds_responses_*).
-//   - The routing table (Table, read-only, replaced on every accepted
-//     update): clusters (LB policy, locality weighting, choice count and
-//     active-request bias, connect timeout, max_requests, retry budget,
-//     outlier detection; Envoy's defaults for what is unset), their
-//     endpoints by priority and locality, and the RouteConfiguration named
-//     Config.RouteName with its virtual hosts and compiled routes.
+//   - The routing table (table.go): the Table view (xdsclient.Table, read-only,
+//     replaced on every accepted update) linked to the per-address and
+//     per-cluster runtime state (in-flight counts, outlier state, load
+//     balancers).
 //   - The proxy. POST /v1/completions and /v1/chat/completions; GET
 //     /v1/models (the models the routes name, with the largest known
 //     max_model_len), /health (200 once routes, clusters and endpoints
@@ -53,7 +48,7 @@
 //     token need at 4 bytes per token when x-isobar-prompt-tokens is absent
 //     (xdscontract.BytesPerToken). The route's fault abort sheds its share of
 //     requests with a JSON error of its status (429).
-//   - Load balancing (picker), with no weighted-random pick anywhere.
+//   - Load balancing (balancer), with no weighted-random pick anywhere.
 //     LBXDS behaves as stock Envoy on the same resources, citing its
 //     source (load_balancer_impl.cc, locality_wrr.cc, round_robin_lb.h,
 //     least_request_lb.cc, random_lb.cc, edf_scheduler.h): one random value
@@ -178,8 +173,9 @@
 // # Concurrency
 //
 // A Gateway owns, between Start and Stop: three subscription goroutines
-// (each the only reader of its stream), one reporter goroutine, the HTTP
-// server's Serve goroutine and its handler goroutines. Subscriptions apply
+// (xdsclient.Subscription, each the only reader of its stream), one
+// reporter goroutine, the HTTP server's Serve goroutine and its handler
+// goroutines. Subscriptions apply
 // updates under one mutex that rebuilds the table and publishes it through
 // an atomic pointer; handlers read the table without locks and share
 // atomics (in-flight, pending-token, active and retry counts, ejection
@@ -194,8 +190,7 @@
 // blocking: it shuts the HTTP server down gracefully (in-flight requests
 // get Config.DrainTimeout, then their connections are closed), sends the
 // final report (bounded by one report interval), cancels the streams and
-// waits for every goroutine. Watcher, the EDS subscription alone, runs one
-// goroutine between Start and Stop the same way. A Picker adds, between
+// waits for every goroutine. A Picker adds, between
 // Start and Stop, the gRPC server's Serve goroutine, one handler goroutine
 // per ext_proc stream (the only one touching that stream's state; it
 // shares the host and cluster atomics with the rest) and a goroutine that
@@ -214,6 +209,10 @@
 //     unknown retry host predicates and retry_on tokens (ignored, as
 //     Envoy's unknown retry_on tokens are), and a load-balancing policy the
 //     gateway does not know (ROUND_ROBIN instead, warned and counted).
-//   - Picks draw their random values from Deps.Rand (safe for concurrent
-//     use); tests inject a seeded source and replay Envoy's sequence.
+//   - Picks, and the seeds of the load balancers' schedules, draw their
+//     random values from Deps.Rand (safe for concurrent use); tests inject
+//     a seeded source and replay Envoy's sequence. The other draws use
+//     math/rand/v2's global generator and so are not replayed: the route's
+//     fault-abort shed (handleGenerate and the ext_proc picker's decide)
+//     and the outlier detector's enforcing percentage (hosts.go).
 package gateway

@@ -24,6 +24,10 @@ import (
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/gateway/placement"
 )
 
 // The classes of a stream's failure. refuse maps each to its gRPC code
@@ -341,7 +345,7 @@ type decision struct {
 // (handleGenerate, proxy): model from ModelHeader, else the body's
 // "model" (bodyModel); the route by the same virtual host and route
 // matchers with content-length the body's length; the route's fault
-// abort; the cluster; the prompt tokens (promptTokens); then
+// abort; the cluster; the prompt tokens (placement.PromptTokens); then
 // chooseEndpoint with the subset hint as a strict exclusion, and
 // startAttempt's accounting. body nil: not seen (a headers-only pick,
 // lenKnown from content-length). Requests the gateway does not proxy
@@ -364,79 +368,126 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 		model = m
 	}
 	v.model = model
+	r, refused := s.route()
+	if refused != nil {
+		return *refused
+	}
+	tokens := placement.PromptTokens(v.hdr, bodyLen)
+	var chain []uint64
+	if body != nil {
+		chain = g.promptChain(body)
+	}
+	h, refused := s.pick(r, pickQuery{tokens: tokens, chain: chain})
+	if refused != nil {
+		return *refused
+	}
+	s.p = &epPick{a: g.startAttempt(r.cl, h, g.sendTokens(h, tokens, chain)), cl: r.cl, model: r.label, tokens: tokens}
+	s.holdFrom = s.p.a.sent
+	s.x.m.decisions.WithLabelValues("picked").Inc()
+	return s.picked(h, r.hop, r.removed)
+}
+
+// epRoute is what decide settled of the request before the pick.
+type epRoute struct {
+	cl      *clusterRT
+	label   string   // the model label of metrics and reports
+	hop     bool     // the hop header's proof held
+	removed []string // headers to remove from Envoy's copy of the request
+}
+
+// route matches the request to its route and cluster as handleGenerate
+// does (the virtual host and route matchers with content-length the
+// body's length; demand counted; the route's fault abort); a refusal is
+// the answer when it is not routed.
+func (s *epStream) route() (epRoute, *decision) {
+	g, v := s.g, s.req
+	refuse := func(result string, code int, msg string, extra http.Header) (epRoute, *decision) {
+		d := s.refuseRequest(result, code, msg, extra)
+		return epRoute{}, &d
+	}
 	t := g.tbl.Load()
 	if t == nil || t.vhosts == nil {
-		return s.refuseRequest("unavailable", http.StatusServiceUnavailable, "the picker has no route configuration yet", nil)
+		return refuse("unavailable", http.StatusServiceUnavailable, "the picker has no route configuration yet", nil)
 	}
 	// As the gateway: the hop header counts only with a valid proof
 	// (hop.go); otherwise it is removed here and from Envoy's copy of the
 	// request (with the route recomputed), so that neither this pick nor
 	// Envoy's route treats the request as forwarded.
 	hop, removed := g.trustHop(v.hdr, t.internalOnly)
-	var rt *Route
-	if vh := selectVirtualHost(t.vhosts, strings.ToLower(v.authority)); vh != nil {
-		rt = matchRoute(vh, v.path, v)
+	var rt *xdsclient.Route
+	if vh := xdsclient.SelectVirtualHost(t.vhosts, strings.ToLower(v.authority)); vh != nil {
+		rt = xdsclient.MatchRoute(vh, v.path, v)
 	}
 	if rt == nil {
-		return s.refuseRequest("not_found", http.StatusNotFound, fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)), nil)
+		return refuse("not_found", http.StatusNotFound, fmt.Sprintf("no route for model %q", truncate.String(v.model, maxModelNameLen)), nil)
 	}
-	label := rt.Model
-	if label == "" {
-		label = t.soleModel
+	r := epRoute{label: rt.Model, hop: hop, removed: removed}
+	if r.label == "" {
+		r.label = t.soleModel
 	}
-	if label == "" {
-		label = "unknown"
+	if r.label == "" {
+		r.label = "unknown"
 	}
 	if !hop {
-		g.rep.addDemand(label)
-	}
-	shed := func(reason, header string) http.Header {
-		g.m.shed.WithLabelValues(label, reason).Inc()
-		if !hop {
-			g.rep.addShed(label)
-		}
-		return http.Header{xdscontract.ShedHeader: {header}}
+		g.rep.addDemand(r.label)
 	}
 	// The route's fault abort, drawn as handleGenerate draws it.
 	if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
 		var hdr http.Header
 		if rt.AbortStatus == http.StatusTooManyRequests {
-			hdr = shed("fault", "plan")
+			hdr = s.shed(r, "fault", "plan")
 		}
-		return s.refuseRequest("shed", rt.AbortStatus, "request shed by the routing plan; retry later", hdr)
+		return refuse("shed", rt.AbortStatus, "request shed by the routing plan; retry later", hdr)
 	}
-	cl := t.clusters[rt.Cluster]
-	if cl == nil {
-		return s.refuseRequest("unavailable", http.StatusServiceUnavailable, fmt.Sprintf("cluster %q not found", rt.Cluster), nil)
+	if r.cl = t.clusters[rt.Cluster]; r.cl == nil {
+		return refuse("unavailable", http.StatusServiceUnavailable, fmt.Sprintf("cluster %q not found", rt.Cluster), nil)
 	}
-	tokens := promptTokens(v.hdr, bodyLen)
-	var chain []uint64
-	if body != nil {
-		chain = g.promptChain(body)
+	return r, nil
+}
+
+// shed counts a refusal with 429 by reason and returns the header that
+// tells the client why.
+func (s *epStream) shed(r epRoute, reason, header string) http.Header {
+	s.g.m.shed.WithLabelValues(r.label, reason).Inc()
+	if !r.hop {
+		s.g.rep.addShed(r.label)
 	}
-	q := pickQuery{tokens: tokens, chain: chain}
+	return http.Header{xdscontract.ShedHeader: {header}}
+}
+
+// pick chooses the endpoint with chooseEndpoint, the subset hint a strict
+// exclusion; a refusal is the answer when none can take the request.
+func (s *epStream) pick(r epRoute, q pickQuery) (*hostRT, *decision) {
 	if s.hint != nil {
 		q.strict = true
-		for _, h := range cl.all {
+		for _, h := range r.cl.all {
 			if !s.hint.allows(h.ep.Address) {
 				q.exclude = append(q.exclude, h)
 			}
 		}
 	}
-	h, res := g.chooseEndpoint(cl, q)
+	h, res := s.g.chooseEndpoint(r.cl, q)
+	var d decision
 	switch {
 	case res == pickOverflow:
-		return s.refuseRequest("unavailable", http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open", nil)
+		d = s.refuseRequest("unavailable", http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open", nil)
 	case h == nil && res == pickSaturated:
-		return s.refuseRequest("saturated", http.StatusTooManyRequests, "every endpoint is at its in-flight limit; retry later", shed("saturated", "saturated"))
+		d = s.refuseRequest("saturated", http.StatusTooManyRequests, "every endpoint is at its in-flight limit; retry later", s.shed(r, "saturated", "saturated"))
 	case h == nil && s.hint != nil:
-		return s.refuseRequest("unavailable", http.StatusServiceUnavailable, "no endpoint of the proxy's subset hint is eligible", nil)
+		d = s.refuseRequest("unavailable", http.StatusServiceUnavailable, "no endpoint of the proxy's subset hint is eligible", nil)
 	case h == nil:
-		return s.refuseRequest("unavailable", http.StatusServiceUnavailable, "no healthy upstream", nil)
+		d = s.refuseRequest("unavailable", http.StatusServiceUnavailable, "no healthy upstream", nil)
+	default:
+		return h, nil
 	}
-	s.p = &epPick{a: g.startAttempt(cl, h, g.sendTokens(h, tokens, chain)), cl: cl, model: label, tokens: tokens}
-	s.holdFrom = s.p.a.sent
-	s.x.m.decisions.WithLabelValues("picked").Inc()
+	return nil, &d
+}
+
+// picked is the answer naming h: the destination header and metadata, the
+// hop header and a fresh proof for another region's endpoint, and the
+// headers removed (a hop proof is never shown to a cell).
+func (s *epStream) picked(h *hostRT, hop bool, removed []string) decision {
+	g := s.g
 	set := []*core.HeaderValueOption{overwrite(xdscontract.DestinationEndpointHeader, h.ep.Address)}
 	if h.remote {
 		set = append(set, overwrite(g.cfg.HopHeader, g.cfg.Region))

@@ -13,6 +13,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // Bounds on what one ext_proc stream may make the picker hold, beyond the
@@ -43,9 +45,9 @@ type epHeaders struct {
 	contentLength string
 }
 
-var _ headerView = (*epHeaders)(nil)
+var _ xdsclient.HeaderView = (*epHeaders)(nil)
 
-func (v *epHeaders) header(name string) (string, bool) {
+func (v *epHeaders) Header(name string) (string, bool) {
 	switch name {
 	case ":path":
 		return v.path, true

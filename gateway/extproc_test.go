@@ -32,6 +32,10 @@ import (
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // testPicker is a started picker and an ext_proc client to it.
@@ -75,7 +79,7 @@ func startPicker(t testing.TB, ctrl *control, cfg PickerConfig, deps PickerDeps)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if _, err := p.WaitForTable(ctx, (*Table).Ready); err != nil {
+	if _, err := p.WaitForTable(ctx, (*xdsclient.Table).Ready); err != nil {
 		t.Fatalf("picker table not ready: %v", err)
 	}
 	return tp
@@ -108,7 +112,7 @@ func (p *testPicker) load() (inflight, pending map[string]int64) {
 // idle waits until no request is counted on any host.
 func (p *testPicker) idle(t testing.TB) {
 	t.Helper()
-	waitFor(t, "every pick given back", func() bool {
+	eventually.True(t, testTimeout, "every pick given back", func() bool {
 		in, pend := p.load()
 		for a := range in {
 			if in[a] != 0 || pend[a] != 0 {
@@ -447,7 +451,7 @@ func TestPickerPicksAsTheGateway(t *testing.T) {
 	p := startPicker(t, ctrl, PickerConfig{Gateway: Config{LB: LBIsobar}}, PickerDeps{Gateway: Deps{Clock: clock, Rand: newLockedRand(1, 2)}})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if _, err := p.WaitForTable(ctx, func(tb *Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 3 }); err != nil {
+	if _, err := p.WaitForTable(ctx, func(tb *xdsclient.Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 3 }); err != nil {
 		t.Fatal(err)
 	}
 	// httpPick is the endpoint the gateway's HTTP path picks for a prompt
@@ -504,7 +508,7 @@ func (p *testPicker) idleExcept(t testing.TB, held []*epCall) {
 	for _, h := range held {
 		want[h.ans.dest]++
 	}
-	waitFor(t, "the held requests alone in flight", func() bool {
+	eventually.True(t, testTimeout, "the held requests alone in flight", func() bool {
 		in, _ := p.load()
 		for a, n := range in {
 			if n != want[a] {
@@ -721,7 +725,7 @@ func TestPickerRefusesBadInput(t *testing.T) {
 			if status.Code(last) != tc.code {
 				t.Fatalf("stream ended with %v, want %v", last, tc.code)
 			}
-			waitFor(t, "the refusal counted", func() bool {
+			eventually.True(t, testTimeout, "the refusal counted", func() bool {
 				return testutil.ToFloat64(p.x.m.streamErrors.WithLabelValues(tc.reason)) == before+1
 			})
 		})
@@ -806,7 +810,7 @@ func TestPickerHealthAndHTTP(t *testing.T) {
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
 	for _, svc := range []string{"", "liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"} {
-		waitFor(t, "health of "+svc, func() bool {
+		eventually.True(t, testTimeout, "health of "+svc, func() bool {
 			r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 			return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
 		})

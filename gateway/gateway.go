@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/isobar-mesh/isobar/gateway/prefix"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // Gateway is an HTTP data plane that routes OpenAI-compatible requests as
@@ -29,12 +31,12 @@ type Gateway struct {
 	log       *slog.Logger
 	m         *metrics
 	rep       *reporter
-	picker    picker
+	balancer  balancer
 	transport http.RoundTripper
 	ownTr     *http.Transport // nil when Deps.Transport was given
 	handler   http.Handler
 	dialOpts  []grpc.DialOption
-	dec       decoder
+	dec       xdsclient.Decoder
 	bufs      sync.Pool
 	hop       hopAuth
 	inflight  atomic.Int64 // completion requests held, against Config.MaxInflightRequests
@@ -42,7 +44,7 @@ type Gateway struct {
 	tbl atomic.Pointer[table]
 
 	cfgMu   sync.Mutex // guards in, reg, changed
-	in      inputs
+	in      xdsclient.Inputs
 	reg     *hostRegistry
 	changed chan struct{} // closed and replaced when a new table is stored
 
@@ -72,17 +74,17 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, clock: deps.Clock, log: deps.Logger, dialOpts: deps.DialOptions,
-		picker:  picker{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), rand: deps.Rand, place: cfg.Placement},
-		dec:     decoder{modelHeader: cfg.ModelHeader},
-		reg:     newHostRegistry(),
-		hop:     hopAuth{key: cfg.HopKey, skew: cfg.HopMaxSkew},
-		changed: make(chan struct{}),
-		done:    make(chan struct{}),
+		balancer: balancer{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), rand: deps.Rand, place: cfg.Placement},
+		dec:      xdsclient.Decoder{ModelHeader: cfg.ModelHeader},
+		reg:      newHostRegistry(),
+		hop:      hopAuth{key: cfg.HopKey, skew: cfg.HopMaxSkew},
+		changed:  make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	g.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
 	var err error
 	if cfg.LB == LBIsobar && !cfg.NoPrefixAffinity {
-		if g.picker.prefix, err = prefix.New[string](prefix.DefaultConfig()); err != nil {
+		if g.balancer.prefix, err = prefix.New[string](prefix.DefaultConfig()); err != nil {
 			return nil, err
 		}
 	}
@@ -156,24 +158,24 @@ func (g *Gateway) Start(ctx context.Context, ln net.Listener) error {
 	g.started, g.conn, g.addr = true, conn, ln.Addr().String()
 	bctx, cancel := context.WithCancel(ctx)
 	g.cancel = cancel
-	node := &core.Node{Id: g.cfg.NodeID, UserAgentName: userAgent}
+	node := &core.Node{Id: g.cfg.NodeID, UserAgentName: xdsclient.UserAgent}
 	for i, typ := range []string{resource.ClusterType, resource.EndpointType, resource.RouteType} {
-		label := xdsTypeLabels[i]
-		sub := &subscription{
-			typeURL: typ, label: label, node: node, conn: conn, clock: g.clock, log: g.log,
-			min: g.cfg.MinBackoff, max: g.cfg.MaxBackoff,
-			apply: func(rs []*anypb.Any, version string) error { return g.apply(i, rs, version) },
-			connected: func(up bool) {
+		label := xdsclient.TypeLabels[i]
+		sub := &xdsclient.Subscription{
+			TypeURL: typ, Label: label, Node: node, Conn: conn, Clock: g.clock, Log: g.log,
+			Min: g.cfg.MinBackoff, Max: g.cfg.MaxBackoff,
+			Apply: func(rs []*anypb.Any, version string) error { return g.apply(i, rs, version) },
+			Connected: func(up bool) {
 				v := 0.0
 				if up {
 					v = 1
 				}
 				g.m.xdsConnected.WithLabelValues(label).Set(v)
 			},
-			maxMsg: g.cfg.MaxXDSMessageBytes,
-			size:   func(n int, tooLarge bool) { g.xdsSize(label, n, tooLarge) },
+			MaxMsg: g.cfg.MaxXDSMessageBytes,
+			Size:   func(n int, tooLarge bool) { g.xdsSize(label, n, tooLarge) },
 		}
-		g.wg.Go(func() { sub.run(bctx) })
+		g.wg.Go(func() { sub.Run(bctx) })
 	}
 	g.repDone = make(chan struct{})
 	go func() {
@@ -264,7 +266,7 @@ func (g *Gateway) Stop() {
 }
 
 // Table returns the configuration in use, nil before any was received.
-func (g *Gateway) Table() *Table {
+func (g *Gateway) Table() *xdsclient.Table {
 	if t := g.tbl.Load(); t != nil {
 		return t.view
 	}
@@ -273,7 +275,7 @@ func (g *Gateway) Table() *Table {
 
 // WaitForTable blocks until cond holds for the configuration in use, ctx
 // ends (ctx.Err()) or the gateway stops (ErrStopped).
-func (g *Gateway) WaitForTable(ctx context.Context, cond func(*Table) bool) (*Table, error) {
+func (g *Gateway) WaitForTable(ctx context.Context, cond func(*xdsclient.Table) bool) (*xdsclient.Table, error) {
 	for {
 		g.cfgMu.Lock()
 		ch := g.changed
@@ -295,18 +297,18 @@ func (g *Gateway) WaitForTable(ctx context.Context, cond func(*Table) bool) (*Ta
 // apply is the subscriptions' callback: decode and validate the response of
 // type index i, then rebuild the table. An error NACKs the response.
 func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
-	label := xdsTypeLabels[i]
+	label := xdsclient.TypeLabels[i]
 	var err error
-	var clusters map[string]*ClusterPolicy
-	var assignments map[string][]Endpoint
-	var routes map[string]*RouteConfig
+	var clusters map[string]*xdsclient.ClusterPolicy
+	var assignments map[string][]xdsclient.Endpoint
+	var routes map[string]*xdsclient.RouteConfig
 	switch label {
 	case "cluster":
-		clusters, err = g.dec.decodeClusters(rs)
+		clusters, err = g.dec.DecodeClusters(rs)
 	case "endpoint":
-		assignments, err = decodeAssignments(rs)
+		assignments, err = xdsclient.DecodeAssignments(rs)
 	default:
-		routes, err = g.dec.decodeRoutes(rs)
+		routes, err = g.dec.DecodeRoutes(rs)
 	}
 	if err != nil {
 		g.m.xdsNacks.WithLabelValues(label).Inc()
@@ -316,13 +318,13 @@ func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
 	defer g.cfgMu.Unlock()
 	switch label {
 	case "cluster":
-		g.in.clusters = clusters
+		g.in.Clusters = clusters
 	case "endpoint":
-		g.in.assignments = assignments
+		g.in.Assignments = assignments
 	default:
-		g.in.routes = routes
+		g.in.Routes = routes
 	}
-	g.in.versions[i] = typeVersion{version: version, at: g.clock.Now()}
+	g.in.Versions[i] = xdsclient.TypeVersion{Version: version, At: g.clock.Now()}
 	old := g.tbl.Load()
 	if label == "cluster" {
 		for name, p := range clusters {
@@ -333,7 +335,7 @@ func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
 			}
 		}
 	}
-	t := buildTable(&g.in, g.cfg.RouteName, g.cfg.Region, g.reg, &g.picker, g.clock.Now())
+	t := buildTable(&g.in, g.cfg.RouteName, g.cfg.Region, g.reg, &g.balancer, g.clock.Now())
 	g.tbl.Store(t)
 	if old != nil {
 		for l := range old.labels {

@@ -23,6 +23,8 @@ import (
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // testTimeout bounds every wait on a condition.
@@ -200,7 +202,7 @@ func startGateway(t testing.TB, ctrl *control, cfg Config, deps Deps) *testGatew
 func startGatewayOn(t testing.TB, ctrl *control, cfg Config, deps Deps, ln net.Listener) *testGateway {
 	t.Helper()
 	tg := launchGateway(t, ctrl, cfg, deps, ln)
-	tg.waitTable(t, "initial configuration", func(tb *Table) bool { return tb.Ready() })
+	tg.waitTable(t, "initial configuration", func(tb *xdsclient.Table) bool { return tb.Ready() })
 	return tg
 }
 
@@ -237,7 +239,7 @@ func launchGateway(t testing.TB, ctrl *control, cfg Config, deps Deps, ln net.Li
 	return &testGateway{Gateway: g, reg: reg, client: &http.Client{Transport: tr}, url: "http://" + g.Addr()}
 }
 
-func (g *testGateway) waitTable(t testing.TB, what string, cond func(*Table) bool) *Table {
+func (g *testGateway) waitTable(t testing.TB, what string, cond func(*xdsclient.Table) bool) *xdsclient.Table {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -352,21 +354,6 @@ func metricValue(m *dto.Metric) float64 {
 		return float64(m.GetHistogram().GetSampleCount())
 	}
 	return 0
-}
-
-// waitFor polls cond until it holds, failing the test after testTimeout.
-// The poll is only an upper bound on how long a condition takes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
 }
 
 // engine starts a fast simulated vLLM engine (tiny profile, 100x faster

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/gateway/placement"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // failureKind classifies how an upstream attempt failed.
@@ -197,7 +199,7 @@ func (h *hostState) recordSuccess() {
 // ejection is due. It returns the ejection's length, or 0.
 // local says the failure is of local origin (connect failure, reset,
 // timeout) rather than an upstream 5xx.
-func (h *hostState) recordFailure(now time.Time, p *OutlierPolicy, local bool, ejectedInCluster func() (ejected, total int)) time.Duration {
+func (h *hostState) recordFailure(now time.Time, p *xdsclient.OutlierPolicy, local bool, ejectedInCluster func() (ejected, total int)) time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if p == nil || h.ejected(now.UnixNano()) {
@@ -249,7 +251,7 @@ type clusterState struct {
 // tryRetry admits a retry when the cluster's retry budget (or, without one,
 // its max_retries circuit breaker) allows another concurrent retry: at most
 // max(Percent % of active requests, MinConcurrency).
-func (c *clusterState) tryRetry(p *ClusterPolicy) bool {
+func (c *clusterState) tryRetry(p *xdsclient.ClusterPolicy) bool {
 	var limit int64
 	if b := p.RetryBudget; b != nil {
 		limit = max(int64(b.Percent/100*float64(c.active.Load())), int64(b.MinConcurrency))

@@ -9,6 +9,10 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // largeRegion is one model served by n synthetic cells, each with the
@@ -44,7 +48,7 @@ func largeCells() int {
 func TestDataPlanesFollowLargeRegion(t *testing.T) {
 	n := largeCells()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{ContextClasses: []uint32{4096, 8192, 32768}}, largeRegion(n))
-	all := func(tb *Table) bool {
+	all := func(tb *xdsclient.Table) bool {
 		return tb != nil && len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == n
 	}
 
@@ -55,15 +59,8 @@ func TestDataPlanesFollowLargeRegion(t *testing.T) {
 	begin := time.Now()
 	g := launchGateway(t, ctrl, Config{}, Deps{Logger: discardLogger()}, listen(t, "127.0.0.1:0"))
 	tooLarge := func() bool { return g.metric(t, "isobar_gateway_xds_responses_too_large_total", nil) > 0 }
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !all(g.Table()) && !tooLarge() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("gateway: %d endpoints not reached: %v", n, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	eventually.True(t, 5*time.Minute, fmt.Sprintf("gateway: all %d endpoints (or a response too large)", n),
+		func() bool { return all(g.Table()) || tooLarge() })
 	if tooLarge() {
 		t.Fatalf("gateway: the EDS stream broke on a response above the receive limit")
 	}

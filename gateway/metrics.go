@@ -5,11 +5,9 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// xdsTypes are the resource types the gateway subscribes to, as metric
-// labels.
-var xdsTypeLabels = [...]string{"cluster", "endpoint", "route"}
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+)
 
 type metrics struct {
 	requests         *prometheus.CounterVec   // model, code
@@ -45,7 +43,39 @@ var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1
 
 // newMetrics builds the metrics and registers them, with collector (the
 // scrape-time per-endpoint and per-type gauges), on reg unless it is nil.
+// A registration failure (a name taken) is returned, never panicked.
 func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*metrics, error) {
+	m := newProxyMetrics()
+	m.addXDSMetrics()
+	for _, r := range hopReasons {
+		m.untrustedHops.WithLabelValues(r)
+	}
+	for _, t := range xdsclient.TypeLabels {
+		m.xdsNearLimit.WithLabelValues(t)
+		m.xdsTooLarge.WithLabelValues(t)
+		m.xdsUpdates.WithLabelValues(t)
+		m.xdsNacks.WithLabelValues(t)
+		m.xdsConnected.WithLabelValues(t)
+	}
+	for _, r := range []string{"sent", "failed", "refused"} {
+		m.reports.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration,
+			m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks,
+			m.xdsConnected, m.reports, m.lbFallbacks, m.untrustedHops, m.overloadRefused, m.xdsRespBytes, m.xdsRespLimit,
+			m.xdsNearLimit, m.xdsTooLarge, collector} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("gateway: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// newProxyMetrics builds the metrics of the client requests and of the
+// upstream attempts.
+func newProxyMetrics() *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "isobar_gateway_requests_total",
@@ -93,27 +123,7 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 			Name: "isobar_gateway_bad_requests_total",
 			Help: "Client requests refused before routing, by reason: too_large, unreadable, timeout (body not received within the read timeout), malformed.",
 		}, []string{"reason"}),
-		xdsUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "isobar_gateway_xds_updates_total",
-			Help: "xDS responses accepted (ACKed), by type.",
-		}, []string{"type"}),
-		xdsNacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "isobar_gateway_xds_nacks_total",
-			Help: "xDS responses refused (NACKed), by type; the previous resources stay in use.",
-		}, []string{"type"}),
-		xdsConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "isobar_gateway_xds_connected",
-			Help: "1 while the xDS stream of a type is up.",
-		}, []string{"type"}),
-		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "isobar_gateway_reports_total",
-			Help: "DataPlane reports by result: sent, failed (not sent; the counts roll into the next), refused (the controller's ack named an error).",
-		}, []string{"result"}),
 	}
-	m.lbFallbacks = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "isobar_gateway_lb_policy_fallbacks_total",
-		Help: "Clusters whose pushed load-balancing policy the gateway does not know, replaced by ROUND_ROBIN (Envoy's default); counted per cluster per accepted CDS update.",
-	})
 	m.untrustedHops = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "isobar_gateway_untrusted_hop_headers_total",
 		Help: "Requests carrying the hop header or its proof without a valid proof, served as client traffic with both removed, by reason: no_key (this data plane has no hop key), missing, malformed, bad_signature, stale.",
@@ -121,6 +131,31 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 	m.overloadRefused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "isobar_gateway_overload_refused_total",
 		Help: "Completion requests answered 503 on arrival because the gateway held MaxInflightRequests (--max-inflight) already.",
+	})
+	return m
+}
+
+// addXDSMetrics builds the metrics of the xDS streams and the reports.
+func (m *metrics) addXDSMetrics() {
+	m.xdsUpdates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_gateway_xds_updates_total",
+		Help: "xDS responses accepted (ACKed), by type.",
+	}, []string{"type"})
+	m.xdsNacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_gateway_xds_nacks_total",
+		Help: "xDS responses refused (NACKed), by type; the previous resources stay in use.",
+	}, []string{"type"})
+	m.xdsConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "isobar_gateway_xds_connected",
+		Help: "1 while the xDS stream of a type is up.",
+	}, []string{"type"})
+	m.reports = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_gateway_reports_total",
+		Help: "DataPlane reports by result: sent, failed (not sent; the counts roll into the next), refused (the controller's ack named an error).",
+	}, []string{"result"})
+	m.lbFallbacks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_gateway_lb_policy_fallbacks_total",
+		Help: "Clusters whose pushed load-balancing policy the gateway does not know, replaced by ROUND_ROBIN (Envoy's default); counted per cluster per accepted CDS update.",
 	})
 	m.xdsRespBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "isobar_gateway_xds_response_bytes",
@@ -138,30 +173,6 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 		Name: "isobar_gateway_xds_responses_too_large_total",
 		Help: "xDS streams broken by a response above the receive limit, by type; the gateway keeps its last configuration. Set --xds-max-cells to the controller's --max-cells.",
 	}, []string{"type"})
-	for _, r := range hopReasons {
-		m.untrustedHops.WithLabelValues(r)
-	}
-	for _, t := range xdsTypeLabels {
-		m.xdsNearLimit.WithLabelValues(t)
-		m.xdsTooLarge.WithLabelValues(t)
-		m.xdsUpdates.WithLabelValues(t)
-		m.xdsNacks.WithLabelValues(t)
-		m.xdsConnected.WithLabelValues(t)
-	}
-	for _, r := range []string{"sent", "failed", "refused"} {
-		m.reports.WithLabelValues(r)
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration,
-			m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks,
-			m.xdsConnected, m.reports, m.lbFallbacks, m.untrustedHops, m.overloadRefused, m.xdsRespBytes, m.xdsRespLimit,
-			m.xdsNearLimit, m.xdsTooLarge, collector} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("gateway: register metrics: %w", err)
-			}
-		}
-	}
-	return m, nil
 }
 
 // forgetEndpoint drops the per-endpoint series of an endpoint no longer
@@ -238,14 +249,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.GaugeValue, ej, h.label)
 		}
 	}
-	for i, typ := range xdsTypeLabels {
-		v := t.view.versions[i]
-		if v.at.IsZero() {
+	for _, typ := range xdsclient.TypeLabels {
+		version, at := t.view.Version(typ)
+		if at.IsZero() {
 			continue
 		}
-		if n, err := strconv.ParseFloat(v.version, 64); err == nil {
+		if n, err := strconv.ParseFloat(version, 64); err == nil {
 			ch <- prometheus.MustNewConstMetric(c.version, prometheus.GaugeValue, n, typ)
 		}
-		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, now.Sub(v.at).Seconds(), typ)
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, now.Sub(at).Seconds(), typ)
 	}
 }

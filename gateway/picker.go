@@ -18,6 +18,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/internal/grpcbounds"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // PickerConfig holds the values of `isobar picker`. Zero fields take the
@@ -203,7 +205,7 @@ func (p *Picker) Start(ctx context.Context, ln, httpLn net.Listener) error {
 		}
 	})
 	p.wg.Go(func() {
-		if _, err := p.g.WaitForTable(wctx, (*Table).Ready); err != nil {
+		if _, err := p.g.WaitForTable(wctx, (*xdsclient.Table).Ready); err != nil {
 			return
 		}
 		for _, s := range healthServices {
@@ -227,11 +229,11 @@ func (p *Picker) Addr() string {
 func (p *Picker) HTTPAddr() string { return p.g.Addr() }
 
 // Table returns the configuration in use, nil before any was received.
-func (p *Picker) Table() *Table { return p.g.Table() }
+func (p *Picker) Table() *xdsclient.Table { return p.g.Table() }
 
 // WaitForTable blocks until cond holds for the configuration in use, ctx
 // ends or the picker stops; see Gateway.WaitForTable.
-func (p *Picker) WaitForTable(ctx context.Context, cond func(*Table) bool) (*Table, error) {
+func (p *Picker) WaitForTable(ctx context.Context, cond func(*xdsclient.Table) bool) (*xdsclient.Table, error) {
 	return p.g.WaitForTable(ctx, cond)
 }
 

@@ -22,6 +22,8 @@ import (
 	"github.com/isobar-mesh/isobar/internal/backoff"
 	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // statusClientClosed is recorded for a request whose client went away
@@ -82,6 +84,8 @@ type outcome struct {
 	shed   string // "fault" or "saturated" when refused with 429 by the gateway
 }
 
+// handleGenerate serves one completion request: admission, routing (before
+// the body is read when the headers allow), the body, then proxy.
 func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	start := g.clock.Now()
 	// Admission first: a gateway that holds its limit reads nothing more.
@@ -97,130 +101,153 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	defer g.inflight.Add(-1)
 	g.m.inflight.Inc()
 	defer g.m.inflight.Dec()
-	out := outcome{model: "unknown"}
-	hop := false // set once the hop header's proof is checked
+	q := &generation{g: g, w: w, r: r, out: outcome{model: "unknown"}}
 	defer func() {
-		g.m.requests.WithLabelValues(out.model, statusClass(out.status)).Inc()
-		g.m.duration.WithLabelValues(out.model).Observe(g.clock.Since(start).Seconds())
+		g.m.requests.WithLabelValues(q.out.model, statusClass(q.out.status)).Inc()
+		g.m.duration.WithLabelValues(q.out.model).Observe(g.clock.Since(start).Seconds())
 	}()
-	// shed counts a refusal before the client can see it.
-	shed := func(reason string) {
-		out.shed = reason
-		if reason == "fault" {
-			w.Header().Set(xdscontract.ShedHeader, "plan")
-		} else {
-			w.Header().Set(xdscontract.ShedHeader, reason)
-		}
-		g.m.shed.WithLabelValues(out.model, reason).Inc()
-		if !hop {
-			g.rep.addShed(out.model)
-		}
-	}
-	fail := func(status int, reason, msg string) {
-		if reason != "" {
-			g.m.badRequests.WithLabelValues(reason).Inc()
-		}
-		out.status = status
-		writeError(w, status, msg)
-	}
-
-	// route matches the request (model, body length) and settles what the
-	// plan says of it: its model label, its demand, the route's shed share.
-	// false: it has been answered.
-	var (
-		t  *table
-		rt *Route
-	)
-	route := func(model string, bodyLen int) bool {
-		if t = g.tbl.Load(); t == nil || t.vhosts == nil {
-			fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
-			return false
-		}
-		// Only an authenticated isobar gateway's request keeps the hop
-		// header (hop.go); anyone else's is routed, shed and counted as a
-		// client's.
-		hop, _ = g.trustHop(r.Header, t.internalOnly)
-		view := newRequestView(r, g.cfg.ModelHeader, model, bodyLen)
-		if vh := selectVirtualHost(t.vhosts, strings.ToLower(r.Host)); vh != nil {
-			rt = matchRoute(vh, r.URL.RequestURI(), view)
-		}
-		if rt == nil {
-			fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
-			return false
-		}
-		out.model = rt.Model
-		if out.model == "" {
-			out.model = t.soleModel
-		}
-		if out.model == "" {
-			out.model = "unknown"
-		}
-		if !hop {
-			g.rep.addDemand(out.model)
-		}
-		if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
-			if rt.AbortStatus == http.StatusTooManyRequests {
-				shed("fault")
-			}
-			fail(rt.AbortStatus, "", "request shed by the routing plan; retry later")
-			return false
-		}
-		return true
-	}
 	// With the model in its header and the body's length declared, the
 	// route and the plan's shed share are settled before the body is read:
 	// a request refused there is never read.
 	headerModel := r.Header.Get(g.cfg.ModelHeader)
 	early := headerModel != "" && r.ContentLength >= 0 && r.ContentLength <= g.cfg.MaxBodyBytes
-	if early && !route(headerModel, int(r.ContentLength)) {
+	if early && !q.route(headerModel, int(r.ContentLength)) {
 		abandonBody(w)
 		return
 	}
+	body, ok := q.readBody()
+	if !ok {
+		return
+	}
+	if !early {
+		model := headerModel
+		if model == "" {
+			var err error
+			if model, err = bodyModel(body); err != nil {
+				q.fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
+				return
+			}
+		}
+		if !q.route(model, len(body)) {
+			return
+		}
+	}
+	cl := q.t.clusters[q.rt.Cluster]
+	if cl == nil {
+		q.fail(http.StatusServiceUnavailable, "", fmt.Sprintf("cluster %q not found", q.rt.Cluster))
+		return
+	}
+	ctx := r.Context()
+	if q.rt.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = clockwork.WithTimeout(ctx, g.clock, q.rt.Timeout)
+		defer cancel()
+	}
+	defer cutStalledWrites(ctx, w)()
+	tokens := placement.PromptTokens(r.Header, len(body))
+	q.out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), q.rt, cl, q.out.model, start, func() { q.shed("saturated") })
+}
 
-	// The body arrives within the server's ReadTimeout (set when the
-	// request began) or is cut; the deadline is lifted once it is in, so
-	// that the server's background read does not end a long answer.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+// generation is one completion request on its way through handleGenerate,
+// owned by the request's handler goroutine.
+type generation struct {
+	g   *Gateway
+	w   http.ResponseWriter
+	r   *http.Request
+	out outcome
+	hop bool // the hop header's proof held (set by route)
+	// t and rt are the table and the route the request matched (route).
+	t  *table
+	rt *xdsclient.Route
+}
+
+// shed counts a refusal before the client can see it.
+func (q *generation) shed(reason string) {
+	q.out.shed = reason
+	if reason == "fault" {
+		q.w.Header().Set(xdscontract.ShedHeader, "plan")
+	} else {
+		q.w.Header().Set(xdscontract.ShedHeader, reason)
+	}
+	q.g.m.shed.WithLabelValues(q.out.model, reason).Inc()
+	if !q.hop {
+		q.g.rep.addShed(q.out.model)
+	}
+}
+
+// fail answers the request with the gateway's error, counted under reason
+// ("": not a bad request).
+func (q *generation) fail(status int, reason, msg string) {
+	if reason != "" {
+		q.g.m.badRequests.WithLabelValues(reason).Inc()
+	}
+	q.out.status = status
+	writeError(q.w, status, msg)
+}
+
+// route matches the request (model, body length) and settles what the
+// plan says of it: its model label, its demand, the route's shed share.
+// false: it has been answered.
+func (q *generation) route(model string, bodyLen int) bool {
+	g, r := q.g, q.r
+	if q.t = g.tbl.Load(); q.t == nil || q.t.vhosts == nil {
+		q.fail(http.StatusServiceUnavailable, "", "the gateway has no route configuration yet")
+		return false
+	}
+	// Only an authenticated isobar gateway's request keeps the hop header
+	// (hop.go); anyone else's is routed, shed and counted as a client's.
+	q.hop, _ = g.trustHop(r.Header, q.t.internalOnly)
+	view := newRequestView(r, g.cfg.ModelHeader, model, bodyLen)
+	if vh := xdsclient.SelectVirtualHost(q.t.vhosts, strings.ToLower(r.Host)); vh != nil {
+		q.rt = xdsclient.MatchRoute(vh, r.URL.RequestURI(), view)
+	}
+	if q.rt == nil {
+		q.fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
+		return false
+	}
+	q.out.model = q.rt.Model
+	if q.out.model == "" {
+		q.out.model = q.t.soleModel
+	}
+	if q.out.model == "" {
+		q.out.model = "unknown"
+	}
+	if !q.hop {
+		g.rep.addDemand(q.out.model)
+	}
+	if q.rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < q.rt.AbortPerMillion {
+		if q.rt.AbortStatus == http.StatusTooManyRequests {
+			q.shed("fault")
+		}
+		q.fail(q.rt.AbortStatus, "", "request shed by the routing plan; retry later")
+		return false
+	}
+	return true
+}
+
+// readBody reads the request body, capped at Config.MaxBodyBytes; false:
+// the request has been answered. The body arrives within the server's
+// ReadTimeout (set when the request began) or is cut; the deadline is
+// lifted once it is in, so that the server's background read does not end
+// a long answer.
+func (q *generation) readBody() ([]byte, bool) {
+	g := q.g
+	body, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, g.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooBig):
-			fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
+			q.fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			w.Header().Set("Connection", "close")
-			fail(http.StatusRequestTimeout, "timeout", fmt.Sprintf("request body not received within %v", g.cfg.ReadTimeout))
+			q.w.Header().Set("Connection", "close")
+			q.fail(http.StatusRequestTimeout, "timeout", fmt.Sprintf("request body not received within %v", g.cfg.ReadTimeout))
 		default:
-			fail(http.StatusBadRequest, "unreadable", "could not read the request body")
+			q.fail(http.StatusBadRequest, "unreadable", "could not read the request body")
 		}
-		return
+		return nil, false
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	if !early {
-		model := headerModel
-		if model == "" {
-			if model, err = bodyModel(body); err != nil {
-				fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
-				return
-			}
-		}
-		if !route(model, len(body)) {
-			return
-		}
-	}
-	cl := t.clusters[rt.Cluster]
-	if cl == nil {
-		fail(http.StatusServiceUnavailable, "", fmt.Sprintf("cluster %q not found", rt.Cluster))
-		return
-	}
-	ctx := r.Context()
-	if rt.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = clockwork.WithTimeout(ctx, g.clock, rt.Timeout)
-		defer cancel()
-	}
-	defer cutStalledWrites(ctx, w)()
-	tokens := promptTokens(r.Header, len(body))
-	out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), rt, cl, out.model, start, func() { shed("saturated") })
+	_ = http.NewResponseController(q.w).SetReadDeadline(time.Time{})
+	return body, true
 }
 
 // abandonBody makes the answer being written the connection's last, its
@@ -279,7 +306,7 @@ type attempt struct {
 // proxy sends the request to the cluster, retrying per the route's policy
 // within the cluster's budget, and relays the answer. It returns the status
 // sent; saturated is called before a 429 for saturation is written.
-func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, tokens int64, chain []uint64, rt *Route,
+func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, tokens int64, chain []uint64, rt *xdsclient.Route,
 	cl *clusterRT, model string, start time.Time, saturated func()) int {
 	var tried []*hostRT
 	var last *attempt
@@ -315,7 +342,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		tried = append(tried, h)
 		a := g.try(ctx, r, body, tokens, g.sendTokens(h, tokens, chain), rt, cl, h, n)
-		if a.kind == failNone && !rt.Retry.retriesStatus(a.resp.StatusCode) {
+		if a.kind == failNone && !retriesStatus(&rt.Retry, a.resp.StatusCode) {
 			return g.relay(ctx, w, a, cl, model, start)
 		}
 		last = a
@@ -323,7 +350,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return statusClientClosed
 		}
 		retriable := a.kind == failNone || (a.kind == failTimeout && ctx.Err() == nil && (rt.Retry.Any5xx || rt.Retry.GatewayError)) ||
-			rt.Retry.retriesLocal(a.kind)
+			retriesLocal(&rt.Retry, a.kind)
 		if !retriable || n > int(rt.Retry.NumRetries) || ctx.Err() != nil {
 			return g.relayFailure(w, a, 0, "")
 		}
@@ -345,11 +372,11 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // count: with prefix affinity, those h is not expected to hold cached;
 // the prompt's blocks are then recorded as sent to h.
 func (g *Gateway) sendTokens(h *hostRT, tokens int64, chain []uint64) int64 {
-	if g.picker.prefix == nil || len(chain) == 0 {
+	if g.balancer.prefix == nil || len(chain) == 0 {
 		return tokens
 	}
-	n := placement.UncachedTokens(tokens, g.picker.cachedTokens(h.ep.Address, chain))
-	g.picker.prefix.Record(h.ep.Address, chain, 0)
+	n := placement.UncachedTokens(tokens, g.balancer.cachedTokens(h.ep.Address, chain))
+	g.balancer.prefix.Record(h.ep.Address, chain, 0)
 	return n
 }
 
@@ -357,7 +384,7 @@ func (g *Gateway) sendTokens(h *hostRT, tokens int64, chain []uint64) int64 {
 // data planes make: the HTTP proxy for each attempt, and the ext_proc picker
 // (extproc.go) once per stream. The cluster's circuit breaker first (its
 // attempts in flight against max_requests: pickOverflow), then the pick of
-// Config.LB (picker.pick) at the clock's now, which takes one of the chosen
+// Config.LB (balancer.pick) at the clock's now, which takes one of the chosen
 // host's in-flight slots. On pickOK the caller owns that slot and passes it
 // to startAttempt, whose close gives it back.
 func (g *Gateway) chooseEndpoint(cl *clusterRT, q pickQuery) (*hostRT, pickResult) {
@@ -365,7 +392,7 @@ func (g *Gateway) chooseEndpoint(cl *clusterRT, q pickQuery) (*hostRT, pickResul
 		return nil, pickOverflow
 	}
 	q.now = g.clock.Now().UnixNano()
-	return g.picker.pick(cl, q)
+	return g.balancer.pick(cl, q)
 }
 
 // startAttempt counts an attempt of tokens prompt tokens on h, whose
@@ -383,7 +410,7 @@ func (g *Gateway) startAttempt(cl *clusterRT, h *hostRT, tokens int64) *attempt 
 
 // backoff waits a random time in [0, min(max, base·2^(n-1))) before retry
 // n, like Envoy's fully jittered back-off. It returns false if ctx ended.
-func (g *Gateway) backoff(ctx context.Context, p *RetryPolicy, n int) bool {
+func (g *Gateway) backoff(ctx context.Context, p *xdsclient.RetryPolicy, n int) bool {
 	d := backoff.Policy{Min: p.BackoffBase, Max: p.BackoffMax, Jitter: backoff.Full}.Delay(n - 1)
 	if d <= 0 {
 		return ctx.Err() == nil
@@ -436,7 +463,7 @@ type connectTimeoutKey struct{}
 // probably holds) in h's pending count until its first response byte (or
 // its end). It records the endpoint's outcome up to the response headers,
 // the context memory with the whole prompt's tokens.
-func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens, pending int64, rt *Route, cl *clusterRT, h *hostRT, n int) *attempt {
+func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens, pending int64, rt *xdsclient.Route, cl *clusterRT, h *hostRT, n int) *attempt {
 	actx, cancel := context.WithCancel(context.WithValue(ctx, connectTimeoutKey{}, cl.policy.ConnectTimeout))
 	a := g.startAttempt(cl, h, pending)
 	inactive := a.cancel
@@ -444,11 +471,40 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 		cancel()
 		inactive()
 	}
-	out, err := http.NewRequestWithContext(actx, r.Method, "http://"+h.ep.Address+r.URL.RequestURI(), bytes.NewReader(body))
+	out, err := g.upstreamRequest(actx, r, body, h, n)
 	if err != nil {
 		a.kind, a.err = failReset, err
 		g.recordEndpoint(cl, h, 0, a.kind)
 		return a
+	}
+	resp, err := g.roundTrip(out, rt.Retry.PerTryTimeout, cancel)
+	if err != nil {
+		a.firstByte() // no answer will come
+		a.err = err
+		a.kind = classifyError(ctx, err)
+		if a.kind == failCanceled {
+			return a // the client left: not the endpoint's failure
+		}
+		g.recordEndpoint(cl, h, 0, a.kind)
+		return a
+	}
+	a.resp, a.status = resp, resp.StatusCode
+	g.noteAnswer(h, resp, tokens)
+	kind := failNone
+	if resp.StatusCode >= 500 {
+		kind = fail5xx
+	}
+	g.recordEndpoint(cl, h, resp.StatusCode, kind)
+	return a
+}
+
+// upstreamRequest is the request of attempt n to h: the client's request
+// with its body, the attempt number, the hop header and proof for another
+// region's endpoint (never a proof for a cell), and X-Forwarded-For.
+func (g *Gateway) upstreamRequest(ctx context.Context, r *http.Request, body []byte, h *hostRT, n int) (*http.Request, error) {
+	out, err := http.NewRequestWithContext(ctx, r.Method, "http://"+h.ep.Address+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	copyHeaders(out.Header, r.Header)
 	out.Host = r.Host
@@ -467,6 +523,13 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 		}
 		out.Header.Set("X-Forwarded-For", ip)
 	}
+	return out, nil
+}
+
+// roundTrip sends out; a per-try timeout d (0: none) covers the wait for
+// the response headers only, and cancel, the attempt's, ends it when the
+// timeout fires first (the error is then context.DeadlineExceeded).
+func (g *Gateway) roundTrip(out *http.Request, d time.Duration, cancel context.CancelFunc) (*http.Response, error) {
 	// The per-try timeout covers the wait for the response headers only.
 	var (
 		perTry  clockwork.Timer
@@ -474,7 +537,7 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 		ptDone  bool // headers (or an error) arrived
 		ptFired bool // the timer cancelled the attempt
 	)
-	if d := rt.Retry.PerTryTimeout; d > 0 {
+	if d > 0 {
 		perTry = g.clock.AfterFunc(d, func() {
 			ptMu.Lock()
 			defer ptMu.Unlock()
@@ -498,39 +561,31 @@ func (g *Gateway) try(ctx context.Context, r *http.Request, body []byte, tokens,
 			resp, err = nil, context.DeadlineExceeded
 		}
 	}
-	if err != nil {
-		a.firstByte() // no answer will come
-		a.err = err
-		a.kind = classifyError(ctx, err)
-		if a.kind == failCanceled {
-			return a // the client left: not the endpoint's failure
-		}
-		g.recordEndpoint(cl, h, 0, a.kind)
-		return a
+	return resp, err
+}
+
+// noteAnswer feeds h's context memory with an answer to a request of
+// tokens prompt tokens: a 400 (vLLM's answer to a prompt above its
+// max_model_len, whose message states the limit; the body is relayed
+// unchanged) or a success.
+func (g *Gateway) noteAnswer(h *hostRT, resp *http.Response, tokens int64) {
+	if h.st.ctx == nil {
+		return
 	}
-	a.resp, a.status = resp, resp.StatusCode
-	if h.st.ctx != nil {
-		switch {
-		case resp.StatusCode == http.StatusBadRequest:
-			// vLLM's answer to a prompt above its max_model_len (the
-			// gateway has already refused malformed bodies itself), whose
-			// message states the limit; the body is relayed unchanged.
-			peek, _ := io.ReadAll(io.LimitReader(resp.Body, refusalPeekBytes))
-			resp.Body = struct {
-				io.Reader
-				io.Closer
-			}{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
-			h.st.ctx.refusedPrompt(tokens, statedContextLimit(peek), g.clock.Now())
-		case resp.StatusCode < 300:
-			h.st.ctx.served(tokens)
-		}
+	switch {
+	case resp.StatusCode == http.StatusBadRequest:
+		// vLLM's answer to a prompt above its max_model_len (the
+		// gateway has already refused malformed bodies itself), whose
+		// message states the limit; the body is relayed unchanged.
+		peek, _ := io.ReadAll(io.LimitReader(resp.Body, refusalPeekBytes))
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
+		h.st.ctx.refusedPrompt(tokens, statedContextLimit(peek), g.clock.Now())
+	case resp.StatusCode < 300:
+		h.st.ctx.served(tokens)
 	}
-	kind := failNone
-	if resp.StatusCode >= 500 {
-		kind = fail5xx
-	}
-	g.recordEndpoint(cl, h, resp.StatusCode, kind)
-	return a
 }
 
 // classifyError tells a connect failure from a reset, a timeout or the
@@ -553,17 +608,22 @@ func classifyError(ctx context.Context, err error) failureKind {
 // recordEndpoint counts an attempt's outcome (status 0: no response) in the
 // metrics, the report and the outlier detector.
 func (g *Gateway) recordEndpoint(cl *clusterRT, h *hostRT, status int, kind failureKind) {
-	code := statusClass(status)
-	g.m.upstreamRequests.WithLabelValues(h.label, code).Inc()
-	isErr := kind != failNone
-	if isErr {
-		g.m.upstreamErrors.WithLabelValues(h.label, kind.String()).Inc()
-	}
-	g.rep.addEndpoint(h, isErr, status >= 400 && status < 500)
-	if !isErr {
-		h.st.recordSuccess()
+	g.m.upstreamRequests.WithLabelValues(h.label, statusClass(status)).Inc()
+	if kind != failNone {
+		g.recordFailure(cl, h, kind)
 		return
 	}
+	g.rep.addEndpoint(h, false, status >= 400 && status < 500)
+	h.st.recordSuccess()
+}
+
+// recordFailure is the one accounting path of an upstream failure, whether
+// it ends an attempt (recordEndpoint) or breaks a response already started
+// (relay): the error metric, the report and the outlier detector, which
+// may eject h.
+func (g *Gateway) recordFailure(cl *clusterRT, h *hostRT, kind failureKind) {
+	g.m.upstreamErrors.WithLabelValues(h.label, kind.String()).Inc()
+	g.rep.addEndpoint(h, true, false)
 	now := g.clock.Now()
 	d := h.st.recordFailure(now, cl.policy.Outlier, kind != fail5xx, func() (int, int) { return cl.ejectedCount(h.st, now.UnixNano()) })
 	if d > 0 {
@@ -666,10 +726,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 			if ctx.Err() != nil {
 				kind = failTimeout
 			}
-			g.m.upstreamErrors.WithLabelValues(a.h.label, kind.String()).Inc()
-			g.rep.addEndpoint(a.h, true, false)
-			now := g.clock.Now()
-			a.h.st.recordFailure(now, cl.policy.Outlier, true, func() (int, int) { return cl.ejectedCount(a.h.st, now.UnixNano()) })
+			g.recordFailure(cl, a.h, kind)
 			g.log.Debug("upstream stream broke after the response started", "endpoint", a.h.label, "err", err)
 			a.close()
 			panic(http.ErrAbortHandler)

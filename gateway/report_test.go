@@ -11,6 +11,10 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/xds"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // Reports carry per-endpoint deltas (requests, errors, rejections) and the
@@ -80,7 +84,7 @@ func TestReportsPeriodic(t *testing.T) {
 			t.Fatalf("the report ticker never waited on the clock: %v", err)
 		}
 		clock.Advance(time.Second)
-		waitFor(t, fmt.Sprintf("report %d", i), func() bool { _, _, n := ctrl.dp.totals(); return n >= i })
+		eventually.True(t, testTimeout, fmt.Sprintf("report %d", i), func() bool { _, _, n := ctrl.dp.totals(); return n >= i })
 	}
 	ctrl.dp.mu.Lock()
 	reps := append([]*isobarpb.DataPlaneReport(nil), ctrl.dp.reports...)
@@ -105,7 +109,7 @@ func TestReporterCapsAndUndo(t *testing.T) {
 	}
 	r := newReporter(Config{NodeID: "n", Region: "r", ReportInterval: time.Second}.withDefaults(), clock, testLogger(t), m)
 	for i := range maxReportEndpoints + 10 {
-		h := &hostRT{ep: Endpoint{Cell: fmt.Sprintf("c%05d", i), Address: "10.0.0.1:1"}}
+		h := &hostRT{ep: xdsclient.Endpoint{Cell: fmt.Sprintf("c%05d", i), Address: "10.0.0.1:1"}}
 		r.addEndpoint(h, i%2 == 0, false)
 	}
 	for i := range maxReportModels + 3 {

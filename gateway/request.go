@@ -269,7 +269,7 @@ type requestView struct {
 	contentLength string
 }
 
-func (v *requestView) header(name string) (string, bool) {
+func (v *requestView) Header(name string) (string, bool) {
 	switch name {
 	case ":path":
 		return v.r.URL.RequestURI(), true

@@ -16,6 +16,10 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // gatedUpstream answers every request with status, after holding first
@@ -89,7 +93,7 @@ func TestRetryBudget(t *testing.T) {
 	for range clients {
 		wg.Go(func() { statuses <- g.completion(t, model, 10, nil).status })
 	}
-	waitFor(t, "every first attempt to arrive", func() bool { return up.firsts.Load() == clients })
+	eventually.True(t, testTimeout, "every first attempt to arrive", func() bool { return up.firsts.Load() == clients })
 	close(up.firstGate)
 	// Every first attempt failed with 503; each client's retry was either
 	// admitted (and is now held upstream) or refused by the budget.
@@ -97,9 +101,9 @@ func TestRetryBudget(t *testing.T) {
 		return g.metric(t, "isobar_gateway_retries_total", map[string]string{"model": model}) +
 			g.metric(t, "isobar_gateway_retries_refused_total", map[string]string{"model": model})
 	}
-	waitFor(t, "a retry decision for every client", func() bool { return decided() >= clients })
+	eventually.True(t, testTimeout, "a retry decision for every client", func() bool { return decided() >= clients })
 	admitted := int64(g.metric(t, "isobar_gateway_retries_total", map[string]string{"model": model}))
-	waitFor(t, "the admitted retries to reach the upstream", func() bool { return up.retriesHeld.Load() == admitted })
+	eventually.True(t, testTimeout, "the admitted retries to reach the upstream", func() bool { return up.retriesHeld.Load() == admitted })
 	t.Logf("%d clients failed at once: %d retries admitted, %d refused by the budget", clients, admitted, clients-admitted)
 	// At most 20 % of the (at most 50) active requests, at least the
 	// minimum of 3.
@@ -195,7 +199,7 @@ func TestSaturationAnswers429(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "two requests held upstream", func() bool { return up.firsts.Load() == 2 })
+	eventually.True(t, testTimeout, "two requests held upstream", func() bool { return up.firsts.Load() == 2 })
 	r := g.completion(t, model, 10, nil)
 	var eb errorBody
 	if r.status != http.StatusTooManyRequests || json.Unmarshal([]byte(r.body), &eb) != nil || eb.Error.Code != 429 {
@@ -221,13 +225,13 @@ func TestLastConfigRetention(t *testing.T) {
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model, endpointOf(t, "a", a.Addr(), 1, 4096)))
 	g := startGateway(t, ctrl, Config{}, Deps{})
 	ctrl.stop()
-	waitFor(t, "the xDS streams to drop", func() bool { return g.metric(t, "isobar_gateway_xds_connected", nil) == 0 })
+	eventually.True(t, testTimeout, "the xDS streams to drop", func() bool { return g.metric(t, "isobar_gateway_xds_connected", nil) == 0 })
 	byEP, byStatus := g.spread(t, 50, 2, model, 10, nil)
 	if byStatus[http.StatusOK] != 50 || byEP["a"] != 50 {
 		t.Errorf("controller gone: %v %v, want all served by a", byEP, byStatus)
 	}
 	ctrl2 := startControl(t, ctrl.addr, xds.Config{}, oneModel(model, endpointOf(t, "b", b.Addr(), 1, 4096)))
-	g.waitTable(t, "the new controller's assignment", func(tb *Table) bool {
+	g.waitTable(t, "the new controller's assignment", func(tb *xdsclient.Table) bool {
 		eps := tb.Clusters[xdscontract.ClusterName(model)].Endpoints
 		return len(eps) == 1 && eps[0].Cell == "b"
 	})
@@ -246,13 +250,13 @@ func TestGracefulStop(t *testing.T) {
 	g := startGateway(t, ctrl, Config{}, Deps{})
 	got := make(chan result, 1)
 	go func() { got <- g.completion(t, model, 10, nil) }()
-	waitFor(t, "the request upstream", func() bool { return up.firsts.Load() == 1 })
+	eventually.True(t, testTimeout, "the request upstream", func() bool { return up.firsts.Load() == 1 })
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		g.Stop()
 	}()
-	waitFor(t, "the listener to close", func() bool {
+	eventually.True(t, testTimeout, "the listener to close", func() bool {
 		resp, err := (&http.Client{}).Get(g.url + "/health")
 		if err == nil {
 			resp.Body.Close()
@@ -323,7 +327,7 @@ func TestRouteTimeoutAndClientCancel(t *testing.T) {
 	g := startGateway(t, ctrl, Config{}, Deps{Clock: clock})
 	got := make(chan result, 1)
 	go func() { got <- g.completion(t, model, 10, nil) }()
-	waitFor(t, "the request upstream", func() bool { return up.firsts.Load() == 1 })
+	eventually.True(t, testTimeout, "the request upstream", func() bool { return up.firsts.Load() == 1 })
 	clock.Advance(3 * time.Second)
 	if r := <-got; r.status != http.StatusGatewayTimeout || r.endpoint != "silent" {
 		t.Errorf("silent endpoint: %d from %q, want 504", r.status, r.endpoint)
@@ -341,12 +345,12 @@ func TestRouteTimeoutAndClientCancel(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitFor(t, "the second request upstream", func() bool { return up.firsts.Load() == 2 })
+	eventually.True(t, testTimeout, "the second request upstream", func() bool { return up.firsts.Load() == 2 })
 	cancel()
 	if err := <-errc; err == nil {
 		t.Error("canceled request succeeded")
 	}
-	waitFor(t, "the gateway to finish the canceled request", func() bool {
+	eventually.True(t, testTimeout, "the gateway to finish the canceled request", func() bool {
 		return g.metric(t, "isobar_gateway_requests_total", map[string]string{"code": "4xx"}) == 1
 	})
 	if n := g.metric(t, "isobar_gateway_upstream_errors_total", nil); n != 1 {

@@ -20,6 +20,10 @@ import (
 
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // rawControl serves hand-made snapshots, bypassing xds.Server's checks, to
@@ -112,7 +116,7 @@ func TestNackKeepsPreviousResources(t *testing.T) {
 		r.GetRoute().ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: &route.WeightedCluster{
 			Clusters: []*route.WeightedCluster_ClusterWeight{{Name: xdscontract.ClusterName(model), Weight: nil}}}}
 	})
-	waitFor(t, "the route NACK", func() bool {
+	eventually.True(t, testTimeout, "the route NACK", func() bool {
 		return g.metric(t, "isobar_gateway_xds_nacks_total", map[string]string{"type": "route"}) >= 1
 	})
 	if v, _ := g.Table().Version("route"); v != v1 {
@@ -126,10 +130,10 @@ func TestNackKeepsPreviousResources(t *testing.T) {
 	v3 := raw.set(t, node, res.Envoy, func(s *xds.Set) {
 		s.Endpoints[0].GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().Address = "cell.local"
 	})
-	waitFor(t, "the endpoint NACK", func() bool {
+	eventually.True(t, testTimeout, "the endpoint NACK", func() bool {
 		return g.metric(t, "isobar_gateway_xds_nacks_total", map[string]string{"type": "endpoint"}) >= 1
 	})
-	g.waitTable(t, "the good routes", func(tb *Table) bool { v, _ := tb.Version("route"); return v == v3 })
+	g.waitTable(t, "the good routes", func(tb *xdsclient.Table) bool { v, _ := tb.Version("route"); return v == v3 })
 	if v, _ := g.Table().Version("endpoint"); v != "2" {
 		t.Errorf("endpoint version in use %q, want 2 (the last good one)", v)
 	}

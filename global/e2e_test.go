@@ -28,7 +28,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/cellagent"
 	"github.com/isobar-mesh/isobar/election"
-	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 	"github.com/isobar-mesh/isobar/global"
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/gossip"
@@ -44,7 +44,7 @@ type testRegion struct {
 	ctrl    *regional.Controller
 	engines []*sim.Engine
 	ingress *http.Server
-	watch   *gateway.Watcher
+	watch   *xdsclient.Watcher
 }
 
 // startRegion runs a region with two cells and the given ingress demand;
@@ -127,8 +127,8 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	r.ingress = &http.Server{Handler: proxy, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = r.ingress.Serve(ingLn) }()
 	t.Cleanup(func() { _ = r.ingress.Close() })
-	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl.Addr(), NodeID: "e2e-" + name, MinBackoff: 20 * time.Millisecond},
-		gateway.WatchDeps{DialOptions: insecureDial})
+	w, err := xdsclient.NewWatcher(xdsclient.WatchConfig{Server: ctrl.Addr(), NodeID: "e2e-" + name, MinBackoff: 20 * time.Millisecond},
+		xdsclient.WatchDeps{DialOptions: insecureDial})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func stopWith(stop func(context.Context) error) {
 }
 
 // localities returns locality → weight in the region's assignment.
-func localities(a gateway.Assignment) map[string]uint32 {
+func localities(a xdsclient.Assignment) map[string]uint32 {
 	out := map[string]uint32{}
 	for _, eps := range a.Clusters {
 		for _, e := range eps {
@@ -161,7 +161,7 @@ func (r *testRegion) waitLocalities(t *testing.T, what string, within time.Durat
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	a, err := r.watch.WaitFor(ctx, func(a gateway.Assignment) bool { return cond(localities(a)) })
+	a, err := r.watch.WaitFor(ctx, func(a xdsclient.Assignment) bool { return cond(localities(a)) })
 	if err != nil {
 		t.Fatalf("%s: %s not reached within %v; localities %v; routes %+v", r.name, what, within, localities(a), r.ctrl.Routes())
 	}
@@ -177,8 +177,8 @@ type driver struct {
 	errs       sync.Map
 }
 
-func pickLocal(a gateway.Assignment, rng *rand.Rand) (gateway.Endpoint, bool) {
-	byLoc := map[string][]gateway.Endpoint{}
+func pickLocal(a xdsclient.Assignment, rng *rand.Rand) (xdsclient.Endpoint, bool) {
+	byLoc := map[string][]xdsclient.Endpoint{}
 	lw := map[string]float64{}
 	for _, eps := range a.Clusters {
 		for _, e := range eps {
@@ -193,16 +193,16 @@ func pickLocal(a gateway.Assignment, rng *rand.Rand) (gateway.Endpoint, bool) {
 		sum += lw[n]
 	}
 	if sum == 0 {
-		return gateway.Endpoint{}, false
+		return xdsclient.Endpoint{}, false
 	}
 	sort.Strings(names)
 	x := rng.Float64() * sum
 	for _, n := range names {
 		if x -= lw[n]; x < 0 {
-			return gateway.Pick(gateway.Assignment{Seq: 1, Clusters: map[string][]gateway.Endpoint{n: byLoc[n]}}, rng.Float64())
+			return xdsclient.Pick(xdsclient.Assignment{Seq: 1, Clusters: map[string][]xdsclient.Endpoint{n: byLoc[n]}}, rng.Float64())
 		}
 	}
-	return gateway.Endpoint{}, false
+	return xdsclient.Endpoint{}, false
 }
 
 // run sends up to n requests at about rps from region r until ctx ends.
@@ -230,7 +230,7 @@ func (d *driver) run(ctx context.Context, r *testRegion, rps float64, n int) {
 	}
 }
 
-func (d *driver) one(ep gateway.Endpoint) {
+func (d *driver) one(ep xdsclient.Endpoint) {
 	body, _ := json.Marshal(map[string]any{"model": sim.DefaultModel, "prompt": strings.Repeat("abcd", 64), "max_tokens": 4})
 	resp, err := d.client.Post("http://"+ep.Address+"/v1/completions", "application/json", bytes.NewReader(body))
 	if err == nil {

@@ -34,6 +34,8 @@ import (
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/summary"
 	"github.com/isobar-mesh/isobar/xdscontract"
+
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // Lab is a running fleet.
@@ -255,7 +257,7 @@ const readyTimeout = 2 * time.Minute
 // cell of r.
 func waitGateway(ctx context.Context, r *Region) error {
 	model := xdscontract.ClusterName(sim.DefaultModel)
-	_, err := r.Gateway.WaitForTable(ctx, func(t *gateway.Table) bool {
+	_, err := r.Gateway.WaitForTable(ctx, func(t *xdsclient.Table) bool {
 		n := 0
 		for _, e := range t.Clusters[model].Endpoints {
 			if e.Region == r.Name {

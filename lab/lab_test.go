@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -252,7 +252,7 @@ func TestLabPushesPlacementInputs(t *testing.T) {
 	for _, r := range l.Regions() {
 		want := r.Engines[0].Profile().PrefillTokensPerSec / scale
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		tb, err := r.Gateway.WaitForTable(ctx, func(tb *gateway.Table) bool {
+		tb, err := r.Gateway.WaitForTable(ctx, func(tb *xdsclient.Table) bool {
 			n := 0
 			for _, e := range tb.Clusters[xdscontract.ClusterName(sim.DefaultModel)].Endpoints {
 				if e.Region == r.Name && e.PrefillTokensPerSecond == want && e.RTT > 0 {
@@ -263,7 +263,7 @@ func TestLabPushesPlacementInputs(t *testing.T) {
 		})
 		cancel()
 		if err != nil {
-			var eps []gateway.Endpoint
+			var eps []xdsclient.Endpoint
 			if tb := r.Gateway.Table(); tb != nil {
 				eps = tb.Clusters[xdscontract.ClusterName(sim.DefaultModel)].Endpoints
 			}

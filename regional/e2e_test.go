@@ -3,7 +3,7 @@ package regional_test
 // End-to-end tests on loopback: simulated vLLM engines with their fake
 // dcgm-exporter, real cellagents streaming heartbeats over gRPC to a real
 // regional controller, and an independent xDS client (go-control-plane's
-// ADS client, through gateway.Watcher) receiving the endpoint weights.
+// ADS client, through xdsclient.Watcher) receiving the endpoint weights.
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/isobar-mesh/isobar/cellagent"
-	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/sim"
@@ -47,7 +47,7 @@ type fleet struct {
 	engines []*sim.Engine
 	dcgm    *sim.DCGMExporter
 	agents  []*cellagent.Agent
-	watch   *gateway.Watcher
+	watch   *xdsclient.Watcher
 	client  *http.Client
 }
 
@@ -142,8 +142,8 @@ func newFleet(t *testing.T, o fleetOpts) *fleet {
 		t.Cleanup(ag.Stop)
 		f.agents = append(f.agents, ag)
 	}
-	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl.Addr(), NodeID: "e2e-client", MinBackoff: 20 * time.Millisecond},
-		gateway.WatchDeps{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
+	w, err := xdsclient.NewWatcher(xdsclient.WatchConfig{Server: ctrl.Addr(), NodeID: "e2e-client", MinBackoff: 20 * time.Millisecond},
+		xdsclient.WatchDeps{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func (f *fleet) waitWeights(what string, limit time.Duration, cond func(map[stri
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	a, err := f.watch.WaitFor(ctx, func(a gateway.Assignment) bool { return cond(a.Weights()) })
+	a, err := f.watch.WaitFor(ctx, func(a xdsclient.Assignment) bool { return cond(a.Weights()) })
 	if err != nil {
 		f.t.Fatalf("%s: not reached within %v; last weights %v; cells %s", what, limit, a.Weights(), f.describe())
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/bench"
-	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // maxVictimsPerRound bounds the cells killed in one round.
@@ -60,7 +60,7 @@ func (p *point) timeDeaths(ctx context.Context) ([]float64, error) {
 		}
 		removedAt := make(map[string]time.Time, k)
 		wctx, cancel := context.WithTimeout(ctx, p.cfg.DeathTimeout)
-		_, err := p.watcher.WaitFor(wctx, func(a gateway.Assignment) bool {
+		_, err := p.watcher.WaitFor(wctx, func(a xdsclient.Assignment) bool {
 			ws := a.Weights()
 			for id := range killedAt {
 				if _, done := removedAt[id]; !done && ws[id] == 0 {
@@ -92,7 +92,7 @@ func (p *point) timeDeaths(ctx context.Context) ([]float64, error) {
 func (p *point) waitBack(ctx context.Context, victims []*bench.Cell) error {
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.DeathTimeout)
 	defer cancel()
-	if _, err := p.watcher.WaitFor(wctx, func(a gateway.Assignment) bool {
+	if _, err := p.watcher.WaitFor(wctx, func(a xdsclient.Assignment) bool {
 		ws := a.Weights()
 		for _, v := range victims {
 			if ws[v.ID()] == 0 {

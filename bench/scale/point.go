@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/isobar-mesh/isobar/bench"
-	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 )
@@ -82,7 +82,7 @@ type point struct {
 	log      *slog.Logger
 	regions  []*region
 	counters bench.CellCounters
-	watcher  *gateway.Watcher
+	watcher  *xdsclient.Watcher
 	sink     net.Listener
 	stops    []func()
 }
@@ -208,8 +208,8 @@ func (p *point) start(ctx context.Context) error {
 		}
 	}
 
-	if p.watcher, err = gateway.NewWatcher(gateway.WatchConfig{Server: p.regions[0].ctrl.Addr(), NodeID: "isobar-bench-scale"},
-		gateway.WatchDeps{Clock: p.clock, Logger: p.log.With("component", "xds-client"),
+	if p.watcher, err = xdsclient.NewWatcher(xdsclient.WatchConfig{Server: p.regions[0].ctrl.Addr(), NodeID: "isobar-bench-scale"},
+		xdsclient.WatchDeps{Clock: p.clock, Logger: p.log.With("component", "xds-client"),
 			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}); err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func (p *point) waitReady(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
-	if _, err := p.watcher.WaitFor(wctx, func(a gateway.Assignment) bool {
+	if _, err := p.watcher.WaitFor(wctx, func(a xdsclient.Assignment) bool {
 		ws := a.Weights()
 		for _, c := range p.regions[0].cells {
 			if ws[c.ID()] == 0 {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // TestAgentSIGKILLLeavesEDS SIGKILLs a cellagent process (its heartbeat
@@ -54,11 +54,11 @@ func TestAgentSIGKILLLeavesEDS(t *testing.T) {
 	w := startWatcher(t, ctrl, "agent-kill-test")
 	// within is a liveness deadline far under the TTL: reaching it means
 	// the removal did not come from the broken stream.
-	wait := func(what string, within time.Duration, cond func(map[string]uint32) bool) gateway.Assignment {
+	wait := func(what string, within time.Duration, cond func(map[string]uint32) bool) xdsclient.Assignment {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
-		a, err := w.WaitFor(ctx, func(a gateway.Assignment) bool { return cond(a.Weights()) })
+		a, err := w.WaitFor(ctx, func(a xdsclient.Assignment) bool { return cond(a.Weights()) })
 		if err != nil {
 			t.Fatalf("%s: %v (last %v)", what, err, a.Weights())
 		}

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/isobar-mesh/isobar/election"
-	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // The test binary doubles as the isobar CLI: with ISOBAR_TEST_AS_CLI=1 it
@@ -142,11 +142,11 @@ func TestProcessesSIGKILL(t *testing.T) {
 	}
 
 	w := startWatcher(t, ctrl, "process-test")
-	wait := func(what string, cond func(map[string]uint32) bool) gateway.Assignment {
+	wait := func(what string, cond func(map[string]uint32) bool) xdsclient.Assignment {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		a, err := w.WaitFor(ctx, func(a gateway.Assignment) bool { return cond(a.Weights()) })
+		a, err := w.WaitFor(ctx, func(a xdsclient.Assignment) bool { return cond(a.Weights()) })
 		if err != nil {
 			t.Fatalf("%s: %v (last %v)", what, err, a.Weights())
 		}
@@ -236,10 +236,10 @@ func TestGlobalPairSIGKILL(t *testing.T) {
 
 // startWatcher subscribes an independent xDS client (the gateway's ADS
 // watcher) to the controller at ctrl as node; it stops with the test.
-func startWatcher(t *testing.T, ctrl, node string) *gateway.Watcher {
+func startWatcher(t *testing.T, ctrl, node string) *xdsclient.Watcher {
 	t.Helper()
-	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl, NodeID: node},
-		gateway.WatchDeps{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
+	w, err := xdsclient.NewWatcher(xdsclient.WatchConfig{Server: ctrl, NodeID: node},
+		xdsclient.WatchDeps{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
 	if err != nil {
 		t.Fatal(err)
 	}

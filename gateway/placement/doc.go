@@ -75,10 +75,14 @@
 // identical idle hosts share the load. A host of weight 0 is never
 // eligible.
 //
+// P, a request's prompt tokens, is PromptTokens (tokens.go): the client's
+// x-isobar-prompt-tokens when believable, else the body estimate at
+// xdscontract.BytesPerToken.
+//
 // # Contracts and concurrency
 //
 // The package is pure: no I/O, no clock reads, no goroutines, no global
-// state, no logging. Pick and ExpectedTTFT only read their arguments, so
+// state, no logging. Pick, ExpectedTTFT and PromptTokens only read their arguments, so
 // they are safe for concurrent use with distinct arguments; a Rand shared
 // between goroutines must itself be safe for concurrent use. Inputs are
 // sanitised rather than refused: negative counts, durations and rates

@@ -24,7 +24,9 @@
 // bytes (64: 16 tokens at the 4 bytes per token the control plane assumes
 // everywhere, xdscontract.BytesPerToken): the same text always gives the
 // same chain, and two prompts share block i only if they share every
-// byte up to its end.
+// byte up to its end. PromptText (text.go) is the text of a request body
+// that is hashed: a completions prompt string, or the chat messages' roles
+// and text in order.
 //
 // # Bounds
 //
@@ -36,5 +38,5 @@
 // # Concurrency
 //
 // An Index is safe for concurrent use: one mutex guards it, held for one
-// Match or Record (O(chain length)). TextChain is pure.
+// Match or Record (O(chain length)). TextChain and PromptText are pure.
 package prefix

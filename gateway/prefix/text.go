@@ -1,9 +1,7 @@
-package gateway
+package prefix
 
 import (
 	"encoding/json"
-
-	"github.com/isobar-mesh/isobar/gateway/prefix"
 )
 
 // promptView is what the prefix affinity reads of a request body: the
@@ -16,14 +14,14 @@ type promptView struct {
 	} `json:"messages"`
 }
 
-// promptText returns the text the prefix affinity hashes, or nil when the
+// PromptText returns the text the prefix affinity hashes, or nil when the
 // request has none it can use: a completions prompt given as one string
 // (a list of prompts, or token ids, get no affinity: the normal pick), or
 // the chat messages in order, each as its role, a newline, its text (a
 // string, or the text parts of a list) and a newline, so a conversation
 // whose history grows shares its earlier turns as a prefix. A body that is
 // not JSON gets nil too; its errors are the proxy's to report.
-func promptText(body []byte) []byte {
+func PromptText(body []byte) []byte {
 	var v promptView
 	if json.Unmarshal(body, &v) != nil {
 		return nil
@@ -58,14 +56,4 @@ func promptText(body []byte) []byte {
 		out = append(out, '\n')
 	}
 	return out
-}
-
-// promptChain is the request's prefix block chain for --lb isobar's
-// affinity, nil when the gateway keeps no prefix index or the prompt has
-// no usable text.
-func (g *Gateway) promptChain(body []byte) []uint64 {
-	if g.picker.prefix == nil {
-		return nil
-	}
-	return prefix.TextChain(promptText(body), prefix.DefaultMaxBlocksPerRequest)
 }

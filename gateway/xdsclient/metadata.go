@@ -1,10 +1,7 @@
-package gateway
+package xdsclient
 
 import (
 	"math"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -37,11 +34,6 @@ const maxMetadataSeqs = 1 << 20
 // maxMetadataMillis bounds RTT and jitter from metadata: xdscontract.MaxRTT
 // (one hour) in milliseconds.
 const maxMetadataMillis = float64(xdscontract.MaxRTT / time.Millisecond)
-
-// maxPromptTokens is the largest x-isobar-prompt-tokens value believed
-// (2^20, above every served context length); a larger one is absurd and the
-// body estimate is used instead.
-const maxPromptTokens = 1 << 20
 
 type placementMeta struct {
 	prefillRate float64
@@ -99,23 +91,4 @@ func metaNumber(fields map[string]*structpb.Value, key string, limit float64) (f
 		return 0, false
 	}
 	return v.NumberValue, true
-}
-
-// promptTokens is a request's prompt size in tokens for the pick: the
-// x-isobar-prompt-tokens header when it holds one integer in [1,
-// min(maxPromptTokens, body bytes)] (a token is at least a byte of the body),
-// else the body estimate ⌈body bytes / xdscontract.BytesPerToken⌉ (at least
-// 1), the convention the controller's routes use. A client's bad header is
-// never trusted.
-func promptTokens(h http.Header, bodyLen int) int64 {
-	est := max(int64(bodyLen+xdscontract.BytesPerToken-1)/xdscontract.BytesPerToken, 1)
-	vals := h.Values(xdscontract.PromptTokensHeader)
-	if len(vals) != 1 {
-		return est
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(vals[0]), 10, 64)
-	if err != nil || n < 1 || n > maxPromptTokens || n > int64(bodyLen) {
-		return est
-	}
-	return n
 }

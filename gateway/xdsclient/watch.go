@@ -1,4 +1,4 @@
-package gateway
+package xdsclient
 
 import (
 	"context"
@@ -160,18 +160,18 @@ func (w *Watcher) Start(ctx context.Context) error {
 		}
 		err = nil
 		ctx, w.cancel = context.WithCancel(ctx)
-		sub := &subscription{
-			typeURL: resource.EndpointType, label: "endpoint",
-			node: &core.Node{Id: w.cfg.NodeID, UserAgentName: userAgent},
-			conn: conn, clock: w.deps.Clock, log: w.deps.Logger,
-			min: w.cfg.MinBackoff, max: w.cfg.MaxBackoff,
-			apply:  w.apply,
-			maxMsg: xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells),
+		sub := &Subscription{
+			TypeURL: resource.EndpointType, Label: "endpoint",
+			Node: &core.Node{Id: w.cfg.NodeID, UserAgentName: UserAgent},
+			Conn: conn, Clock: w.deps.Clock, Log: w.deps.Logger,
+			Min: w.cfg.MinBackoff, Max: w.cfg.MaxBackoff,
+			Apply:  w.apply,
+			MaxMsg: xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells),
 		}
 		go func() {
 			defer close(w.done)
 			defer conn.Close()
-			sub.run(ctx)
+			sub.Run(ctx)
 		}()
 	})
 	return err
@@ -223,7 +223,7 @@ func (w *Watcher) WaitFor(ctx context.Context, cond func(Assignment) bool) (Assi
 }
 
 func (w *Watcher) apply(rs []*anypb.Any, _ string) error {
-	clusters, err := decodeAssignments(rs)
+	clusters, err := DecodeAssignments(rs)
 	if err != nil {
 		w.mu.Lock()
 		w.nacks++

@@ -1,4 +1,4 @@
-package gateway
+package xdsclient
 
 import (
 	"strconv"
@@ -17,7 +17,7 @@ import (
 // mapView is a header view over a plain map (lower-case names).
 type mapView map[string]string
 
-func (m mapView) header(name string) (string, bool) { v, ok := m[name]; return v, ok }
+func (m mapView) Header(name string) (string, bool) { v, ok := m[name]; return v, ok }
 
 func strMatch(name string, sm *matcher.StringMatcher, invert bool) *route.HeaderMatcher {
 	return &route.HeaderMatcher{Name: name, InvertMatch: invert, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: sm}}
@@ -100,11 +100,11 @@ func TestPathAndVirtualHost(t *testing.T) {
 		{Name: "suffix", Domains: []string{"*.example.com"}}, {Name: "prefix", Domains: []string{"api.*"}}}
 	for host, want := range map[string]string{"api.example.com": "exact", "x.example.com": "suffix", "api.other": "prefix",
 		"other": "any", "api.example.com:8080": "prefix", "[::1]:80": "any"} {
-		if got := selectVirtualHost(vhs, host); got == nil || got.Name != want {
+		if got := SelectVirtualHost(vhs, host); got == nil || got.Name != want {
 			t.Errorf("host %q: virtual host %v, want %s", host, got, want)
 		}
 	}
-	if selectVirtualHost(vhs[1:2], "nope") != nil {
+	if SelectVirtualHost(vhs[1:2], "nope") != nil {
 		t.Error("a host matching no domain selected a virtual host")
 	}
 }
@@ -161,7 +161,7 @@ func FuzzRouteMatch(f *testing.F) {
 		f.Fatal(err)
 	}
 	rcProto := res.Envoy.Routes[0]
-	dec := decoder{modelHeader: "x-isobar-model"}
+	dec := Decoder{ModelHeader: "x-isobar-model"}
 	rc, err := dec.decodeRouteConfig(rcProto)
 	if err != nil {
 		f.Fatal(err)
@@ -186,7 +186,7 @@ func FuzzRouteMatch(f *testing.F) {
 		}
 		want := refMatch(rcProto, "/v1/completions", h)
 		got := ""
-		if r := matchRoute(&rc.VirtualHosts[0], "/v1/completions", h); r != nil {
+		if r := MatchRoute(&rc.VirtualHosts[0], "/v1/completions", h); r != nil {
 			got = r.Name
 		}
 		if got != want {

@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 A data plane honours the deprecated matchers and fields a control plane may still send.
 
-package gateway
+package xdsclient
 
 import (
 	"fmt"
@@ -177,38 +177,13 @@ type RetryPolicy struct {
 	HostSelectionRetries uint32
 }
 
-// retriesStatus reports whether status is retried under p.
-func (p *RetryPolicy) retriesStatus(status int) bool {
-	switch {
-	case p.Any5xx && status >= 500 && status <= 599:
-		return true
-	case p.GatewayError && (status == 502 || status == 503 || status == 504):
-		return true
-	}
-	for _, c := range p.StatusCodes {
-		if int(c) == status {
-			return true
-		}
-	}
-	return false
-}
-
-// retriesLocal reports whether a local-origin failure (connect failure,
-// reset, refused stream) of the given kind is retried.
-func (p *RetryPolicy) retriesLocal(kind failureKind) bool {
-	switch kind {
-	case failConnect:
-		return p.ConnectFailure || p.Any5xx || p.GatewayError
-	case failReset:
-		return p.Reset || p.Any5xx || p.GatewayError
-	}
-	return false
-}
-
-// decoder turns xDS resources into the gateway's types. Every error wraps
-// ErrInvalidResource.
-type decoder struct {
-	modelHeader string
+// Decoder turns xDS resources into the gateway's types. Every error wraps
+// ErrInvalidResource. It holds only its configuration: safe for concurrent
+// use.
+type Decoder struct {
+	// ModelHeader is the request header naming the model (lower case): a
+	// route's exact matcher on it gives Route.Model.
+	ModelHeader string
 }
 
 func invalid(format string, args ...any) error {
@@ -233,8 +208,8 @@ func durationOr(d interface{ AsDuration() time.Duration }, isNil bool, def time.
 	return d.AsDuration()
 }
 
-// decodeClusters decodes a CDS response. Names must be unique.
-func (d *decoder) decodeClusters(rs []*anypb.Any) (map[string]*ClusterPolicy, error) {
+// DecodeClusters decodes a CDS response. Names must be unique.
+func (d *Decoder) DecodeClusters(rs []*anypb.Any) (map[string]*ClusterPolicy, error) {
 	if len(rs) > maxResources {
 		return nil, invalid("%d clusters, above %d", len(rs), maxResources)
 	}
@@ -295,7 +270,7 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 		switch c.GetLbPolicy() {
 		case cluster.Cluster_LEAST_REQUEST, cluster.Cluster_ROUND_ROBIN, cluster.Cluster_RANDOM:
 		default:
-			p.LBPolicy, p.LBFallbackFrom = lbRoundRobin, c.GetLbPolicy().String()
+			p.LBPolicy, p.LBFallbackFrom = LBRoundRobin, c.GetLbPolicy().String()
 		}
 		if lr := c.GetLeastRequestLbConfig(); lr != nil {
 			if v := lr.GetChoiceCount(); v != nil {
@@ -315,7 +290,19 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 	if p.ConnectTimeout <= 0 {
 		return nil, invalid("cluster %q: connect_timeout %v must be positive", name, p.ConnectTimeout)
 	}
-	for _, th := range c.GetCircuitBreakers().GetThresholds() {
+	decodeCircuitBreakers(p, c.GetCircuitBreakers())
+	if od := c.GetOutlierDetection(); od != nil {
+		if err := decodeOutlier(p, od); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// decodeCircuitBreakers takes the DEFAULT priority's thresholds into p:
+// max_requests, max_retries and the retry budget.
+func decodeCircuitBreakers(p *ClusterPolicy, cbs *cluster.CircuitBreakers) {
+	for _, th := range cbs.GetThresholds() {
 		if th.GetPriority() != core.RoutingPriority_DEFAULT {
 			continue
 		}
@@ -336,46 +323,50 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 			p.RetryBudget = b
 		}
 	}
-	if od := c.GetOutlierDetection(); od != nil {
-		o := &OutlierPolicy{
-			Consecutive5xx:     defaultOutlier5xx,
-			Enforcing5xx:       100,
-			Interval:           durationOr(od.GetInterval(), od.GetInterval() == nil, defaultOutlierInterval),
-			BaseEjectionTime:   durationOr(od.GetBaseEjectionTime(), od.GetBaseEjectionTime() == nil, defaultOutlierBase),
-			MaxEjectionTime:    durationOr(od.GetMaxEjectionTime(), od.GetMaxEjectionTime() == nil, defaultOutlierMaxTime),
-			MaxEjectionPercent: defaultOutlierMaxPercent,
-		}
-		if v := od.GetConsecutive_5Xx(); v != nil {
-			o.Consecutive5xx = v.GetValue()
-		}
-		if v := od.GetEnforcingConsecutive_5Xx(); v != nil {
-			o.Enforcing5xx = v.GetValue()
-		}
-		if v := od.GetMaxEjectionPercent(); v != nil {
-			o.MaxEjectionPercent = v.GetValue()
-		}
-		o.SplitLocalOrigin = od.GetSplitExternalLocalOriginErrors()
-		o.ConsecutiveLocalOrigin, o.EnforcingLocalOrigin = defaultOutlierLocalOrigin, 100
-		if v := od.GetConsecutiveLocalOriginFailure(); v != nil {
-			o.ConsecutiveLocalOrigin = v.GetValue()
-		}
-		if v := od.GetEnforcingConsecutiveLocalOriginFailure(); v != nil {
-			o.EnforcingLocalOrigin = v.GetValue()
-		}
-		if o.BaseEjectionTime <= 0 || o.MaxEjectionTime < o.BaseEjectionTime || o.Interval <= 0 {
-			return nil, invalid("cluster %q: outlier detection times interval %v base %v max %v are inconsistent",
-				name, o.Interval, o.BaseEjectionTime, o.MaxEjectionTime)
-		}
-		p.Outlier = o
+}
+
+// decodeOutlier takes the outlier detection into p, Envoy's defaults for
+// what is unset; inconsistent times are refused.
+func decodeOutlier(p *ClusterPolicy, od *cluster.OutlierDetection) error {
+	name := p.Name
+	o := &OutlierPolicy{
+		Consecutive5xx:     defaultOutlier5xx,
+		Enforcing5xx:       100,
+		Interval:           durationOr(od.GetInterval(), od.GetInterval() == nil, defaultOutlierInterval),
+		BaseEjectionTime:   durationOr(od.GetBaseEjectionTime(), od.GetBaseEjectionTime() == nil, defaultOutlierBase),
+		MaxEjectionTime:    durationOr(od.GetMaxEjectionTime(), od.GetMaxEjectionTime() == nil, defaultOutlierMaxTime),
+		MaxEjectionPercent: defaultOutlierMaxPercent,
 	}
-	return p, nil
+	if v := od.GetConsecutive_5Xx(); v != nil {
+		o.Consecutive5xx = v.GetValue()
+	}
+	if v := od.GetEnforcingConsecutive_5Xx(); v != nil {
+		o.Enforcing5xx = v.GetValue()
+	}
+	if v := od.GetMaxEjectionPercent(); v != nil {
+		o.MaxEjectionPercent = v.GetValue()
+	}
+	o.SplitLocalOrigin = od.GetSplitExternalLocalOriginErrors()
+	o.ConsecutiveLocalOrigin, o.EnforcingLocalOrigin = defaultOutlierLocalOrigin, 100
+	if v := od.GetConsecutiveLocalOriginFailure(); v != nil {
+		o.ConsecutiveLocalOrigin = v.GetValue()
+	}
+	if v := od.GetEnforcingConsecutiveLocalOriginFailure(); v != nil {
+		o.EnforcingLocalOrigin = v.GetValue()
+	}
+	if o.BaseEjectionTime <= 0 || o.MaxEjectionTime < o.BaseEjectionTime || o.Interval <= 0 {
+		return invalid("cluster %q: outlier detection times interval %v base %v max %v are inconsistent",
+			name, o.Interval, o.BaseEjectionTime, o.MaxEjectionTime)
+	}
+	p.Outlier = o
+	return nil
 }
 
 // Envoy's lb_policy names, as ClusterPolicy.LBPolicy holds them.
 const (
-	lbRoundRobin   = "ROUND_ROBIN"
-	lbLeastRequest = "LEAST_REQUEST"
-	lbRandom       = "RANDOM"
+	LBRoundRobin   = "ROUND_ROBIN"
+	LBLeastRequest = "LEAST_REQUEST"
+	LBRandom       = "RANDOM"
 )
 
 // decodeLBPolicy applies a cluster's typed load_balancing_policy to p:
@@ -399,7 +390,7 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 			if m.GetSlowStartConfig() != nil {
 				return fmt.Errorf("%s: slow_start_config is not supported", tc.GetName())
 			}
-			p.LBPolicy, locality = lbRoundRobin, m.GetLocalityLbConfig()
+			p.LBPolicy, locality = LBRoundRobin, m.GetLocalityLbConfig()
 		case a.MessageIs(&leastrequest.LeastRequest{}):
 			var m leastrequest.LeastRequest
 			if err := unpack(a, &m); err != nil {
@@ -408,7 +399,7 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 			if m.GetSlowStartConfig() != nil {
 				return fmt.Errorf("%s: slow_start_config is not supported", tc.GetName())
 			}
-			p.LBPolicy, locality = lbLeastRequest, m.GetLocalityLbConfig()
+			p.LBPolicy, locality = LBLeastRequest, m.GetLocalityLbConfig()
 			if v := m.GetChoiceCount(); v != nil {
 				p.ChoiceCount = v.GetValue()
 			}
@@ -423,7 +414,7 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 			if err := unpack(a, &m); err != nil {
 				return err
 			}
-			p.LBPolicy, locality = lbRandom, m.GetLocalityLbConfig()
+			p.LBPolicy, locality = LBRandom, m.GetLocalityLbConfig()
 		default:
 			names = append(names, tc.GetName()+" ("+strings.TrimPrefix(a.GetTypeUrl(), "type.googleapis.com/")+")")
 			continue
@@ -433,15 +424,15 @@ func decodeLBPolicy(p *ClusterPolicy, lbp *cluster.LoadBalancingPolicy) error {
 		}
 		return nil
 	}
-	p.LBPolicy, p.LBFallbackFrom = lbRoundRobin, strings.Join(names, ", ")
+	p.LBPolicy, p.LBFallbackFrom = LBRoundRobin, strings.Join(names, ", ")
 	return nil
 }
 
-// decodeAssignments decodes an EDS response to endpoints by assignment
+// DecodeAssignments decodes an EDS response to endpoints by assignment
 // (cluster) name, in locality order (priority, then input order).
 // Endpoints whose health status is unhealthy, draining or timed out are
 // left out.
-func decodeAssignments(rs []*anypb.Any) (map[string][]Endpoint, error) {
+func DecodeAssignments(rs []*anypb.Any) (map[string][]Endpoint, error) {
 	if len(rs) > maxResources {
 		return nil, invalid("%d assignments, above %d", len(rs), maxResources)
 	}
@@ -519,8 +510,8 @@ func decodeAssignment(cla *endpoint.ClusterLoadAssignment) ([]Endpoint, error) {
 	return eps, nil
 }
 
-// decodeRoutes decodes an RDS response by RouteConfiguration name.
-func (d *decoder) decodeRoutes(rs []*anypb.Any) (map[string]*RouteConfig, error) {
+// DecodeRoutes decodes an RDS response by RouteConfiguration name.
+func (d *Decoder) DecodeRoutes(rs []*anypb.Any) (map[string]*RouteConfig, error) {
 	if len(rs) > maxResources {
 		return nil, invalid("%d route configurations, above %d", len(rs), maxResources)
 	}
@@ -542,7 +533,7 @@ func (d *decoder) decodeRoutes(rs []*anypb.Any) (map[string]*RouteConfig, error)
 	return out, nil
 }
 
-func (d *decoder) decodeRouteConfig(rc *route.RouteConfiguration) (*RouteConfig, error) {
+func (d *Decoder) decodeRouteConfig(rc *route.RouteConfiguration) (*RouteConfig, error) {
 	out := &RouteConfig{Name: rc.GetName()}
 	for _, h := range rc.GetInternalOnlyHeaders() {
 		out.InternalOnlyHeaders = append(out.InternalOnlyHeaders, strings.ToLower(h))
@@ -625,7 +616,7 @@ func perMillion(p *typev3.FractionalPercent) uint32 {
 	return uint32(min(n, 1_000_000))
 }
 
-func (d *decoder) decodeRoute(r *route.Route, vhRetry *route.RetryPolicy, vhFault *abortFault) (Route, error) {
+func (d *Decoder) decodeRoute(r *route.Route, vhRetry *route.RetryPolicy, vhFault *abortFault) (Route, error) {
 	out := Route{Name: r.GetName()}
 	act, ok := r.GetAction().(*route.Route_Route)
 	if !ok {
@@ -661,7 +652,7 @@ func (d *decoder) decodeRoute(r *route.Route, vhRetry *route.RetryPolicy, vhFaul
 		return out, err
 	}
 	for _, h := range out.match.headers {
-		if h.name == d.modelHeader && h.kind == matchExact && !h.invert && !h.ignoreCase {
+		if h.name == d.ModelHeader && h.kind == matchExact && !h.invert && !h.ignoreCase {
 			out.Model = h.value
 		}
 	}

@@ -1,4 +1,4 @@
-package gateway
+package xdsclient
 
 import (
 	"errors"
@@ -48,8 +48,8 @@ func anys[T proto.Message](t testing.TB, ms []T) []*anypb.Any {
 // The gateway reads back what the regional controller writes.
 func TestDecodeControllerResources(t *testing.T) {
 	s := builtSet(t)
-	dec := decoder{modelHeader: "x-isobar-model"}
-	clusters, err := dec.decodeClusters(anys(t, s.Clusters))
+	dec := Decoder{ModelHeader: "x-isobar-model"}
+	clusters, err := dec.DecodeClusters(anys(t, s.Clusters))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestDecodeControllerResources(t *testing.T) {
 	if len(clusters) != len(s.Clusters) {
 		t.Errorf("%d clusters decoded of %d", len(clusters), len(s.Clusters))
 	}
-	eps, err := decodeAssignments(anys(t, s.Endpoints))
+	eps, err := DecodeAssignments(anys(t, s.Endpoints))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestDecodeControllerResources(t *testing.T) {
 	if l := eps[xdscontract.LocalClusterName("m")]; len(l) != 1 || l[0].Cell != "a" {
 		t.Errorf("local assignment %+v", l)
 	}
-	rcs, err := dec.decodeRoutes(anys(t, s.Routes))
+	rcs, err := dec.DecodeRoutes(anys(t, s.Routes))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,22 +111,22 @@ func TestDecodeRefusals(t *testing.T) {
 	static.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
 	badOutlier := proto.Clone(s.Clusters[0]).(*cluster.Cluster)
 	badOutlier.OutlierDetection.MaxEjectionTime = durationpb.New(time.Second)
-	dec := decoder{modelHeader: "x-isobar-model"}
+	dec := Decoder{ModelHeader: "x-isobar-model"}
 	for _, tc := range []struct {
 		name string
 		run  func() error
 		want string
 	}{
-		{"static cluster", func() error { _, err := dec.decodeClusters(anys(t, []*cluster.Cluster{static})); return err }, "EDS clusters only"},
-		{"outlier times", func() error { _, err := dec.decodeClusters(anys(t, []*cluster.Cluster{badOutlier})); return err }, "inconsistent"},
+		{"static cluster", func() error { _, err := dec.DecodeClusters(anys(t, []*cluster.Cluster{static})); return err }, "EDS clusters only"},
+		{"outlier times", func() error { _, err := dec.DecodeClusters(anys(t, []*cluster.Cluster{badOutlier})); return err }, "inconsistent"},
 		{"duplicate cluster", func() error {
-			_, err := dec.decodeClusters(anys(t, s.Clusters[:1]))
-			_, err2 := dec.decodeClusters(append(anys(t, s.Clusters[:1]), anys(t, s.Clusters[:1])...))
+			_, err := dec.DecodeClusters(anys(t, s.Clusters[:1]))
+			_, err2 := dec.DecodeClusters(append(anys(t, s.Clusters[:1]), anys(t, s.Clusters[:1])...))
 			return errors.Join(err, err2)
 		}, "listed twice"},
-		{"wrong type", func() error { _, err := decodeAssignments(anys(t, s.Clusters[:1])); return err }, "ClusterLoadAssignment"},
+		{"wrong type", func() error { _, err := DecodeAssignments(anys(t, s.Clusters[:1])); return err }, "ClusterLoadAssignment"},
 		{"garbage", func() error {
-			_, err := dec.decodeRoutes([]*anypb.Any{{TypeUrl: resource.RouteType, Value: []byte{0xff, 0xff}}})
+			_, err := dec.DecodeRoutes([]*anypb.Any{{TypeUrl: resource.RouteType, Value: []byte{0xff, 0xff}}})
 			return err
 		}, "invalid xDS resource"},
 	} {
@@ -151,18 +151,18 @@ func FuzzDecode(f *testing.F) {
 	for _, a := range anys(f, s.Routes) {
 		f.Add(uint8(2), a.GetValue())
 	}
-	dec := decoder{modelHeader: "x-isobar-model"}
+	dec := Decoder{ModelHeader: "x-isobar-model"}
 	f.Fuzz(func(t *testing.T, typ uint8, data []byte) {
 		switch typ % 3 {
 		case 0:
-			cs, err := dec.decodeClusters([]*anypb.Any{{TypeUrl: resource.ClusterType, Value: data}})
+			cs, err := dec.DecodeClusters([]*anypb.Any{{TypeUrl: resource.ClusterType, Value: data}})
 			for _, c := range cs {
 				if err != nil || c.ServiceName == "" || c.ConnectTimeout <= 0 || c.ChoiceCount < 2 && c.LBPolicy == "LEAST_REQUEST" {
 					t.Fatalf("accepted cluster %+v", c)
 				}
 			}
 		case 1:
-			eps, err := decodeAssignments([]*anypb.Any{{TypeUrl: resource.EndpointType, Value: data}})
+			eps, err := DecodeAssignments([]*anypb.Any{{TypeUrl: resource.EndpointType, Value: data}})
 			for _, es := range eps {
 				for _, e := range es {
 					if _, perr := netip.ParseAddrPort(e.Address); err != nil || perr != nil || e.Weight == 0 {
@@ -171,7 +171,7 @@ func FuzzDecode(f *testing.F) {
 				}
 			}
 		default:
-			rcs, err := dec.decodeRoutes([]*anypb.Any{{TypeUrl: resource.RouteType, Value: data}})
+			rcs, err := dec.DecodeRoutes([]*anypb.Any{{TypeUrl: resource.RouteType, Value: data}})
 			for _, rc := range rcs {
 				for _, vh := range rc.VirtualHosts {
 					for _, r := range vh.Routes {
@@ -184,43 +184,4 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
-}
-
-func TestConfigValidation(t *testing.T) {
-	ok := Config{Controller: "127.0.0.1:18000", Region: "r1"}
-	for _, tc := range []struct {
-		name string
-		edit func(*Config)
-		want string
-	}{
-		{"no controller", func(c *Config) { c.Controller = "" }, "Controller is empty"},
-		{"controller without port", func(c *Config) { c.Controller = "ctl" }, "not host:port"},
-		{"no region", func(c *Config) { c.Region = "" }, "Region is empty"},
-		{"region with space", func(c *Config) { c.Region = "a b" }, "visible ASCII"},
-		{"bad lb", func(c *Config) { c.LB = "maglev" }, `LB "maglev"`},
-		{"negative cap", func(c *Config) { c.MaxInflightPerEndpoint = -1 }, "MaxInflightPerEndpoint"},
-		{"upper-case header", func(c *Config) { c.ModelHeader = "X-Model" }, "lower-case"},
-		{"same headers", func(c *Config) { c.HopHeader = "x-isobar-model" }, "must differ"},
-		{"tiny drain", func(c *Config) { c.DrainTimeout = time.Microsecond }, "DrainTimeout"},
-		{"backoff order", func(c *Config) { c.MinBackoff, c.MaxBackoff = time.Second, time.Millisecond }, "below MinBackoff"},
-	} {
-		c := ok
-		tc.edit(&c)
-		_, err := New(c, Deps{DialOptions: insecureDial})
-		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: New = %v, want ErrInvalidConfig mentioning %q", tc.name, err, tc.want)
-		}
-	}
-	if _, err := New(ok, Deps{}); !errors.Is(err, ErrInvalidConfig) {
-		t.Errorf("New without dial options = %v", err)
-	}
-	g, err := New(ok, Deps{DialOptions: insecureDial})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.cfg.NodeID != "isobar-gateway-r1" || g.cfg.LB != LBXDS || g.cfg.MaxInflightPerEndpoint != 64 || g.cfg.RouteName != xdscontract.RouteName {
-		t.Errorf("defaults %+v", g.cfg)
-	}
-	g.Stop() // never started: returns at once
-	g.Stop()
 }

@@ -1,20 +1,20 @@
-package gateway
+package xdsclient
 
 import (
 	"strconv"
 	"strings"
 )
 
-// headerView is the request as the route matcher sees it: lower-case header
+// HeaderView is the request as the route matcher sees it: lower-case header
 // names to values (several values joined by ","), plus the pseudo-headers
 // ":path", ":method", ":authority" and ":scheme".
-type headerView interface {
-	header(name string) (value string, ok bool)
+type HeaderView interface {
+	Header(name string) (value string, ok bool)
 }
 
 // matches reports whether the request matches the route's path and every
 // header matcher, as Envoy evaluates them.
-func (m *routeMatch) matches(path string, h headerView) bool {
+func (m *routeMatch) matches(path string, h HeaderView) bool {
 	if !m.path.matches(path) {
 		return false
 	}
@@ -66,8 +66,8 @@ func (p *pathMatcher) matches(path string) bool {
 // matcher fails on a missing header unless treat_missing_header_as_empty,
 // and a failing match is inverted too (so an inverted matcher matches a
 // missing header).
-func (m *headerMatcher) matches(h headerView) bool {
-	v, ok := h.header(m.name)
+func (m *headerMatcher) matches(h HeaderView) bool {
+	v, ok := h.Header(m.name)
 	if m.kind == matchPresent {
 		return (ok == m.present) != m.invert
 	}
@@ -103,11 +103,11 @@ func (m *headerMatcher) matchValue(v string) bool {
 	return false
 }
 
-// selectVirtualHost picks the virtual host for host (the Host header, lower
+// SelectVirtualHost picks the virtual host for host (the Host header, lower
 // case, port included as Envoy leaves it by default) as Envoy does: an
 // exact domain, then the longest suffix wildcard ("*.example.com"), then
 // the longest prefix wildcard ("foo.*"), then "*".
-func selectVirtualHost(vhs []VirtualHost, host string) *VirtualHost {
+func SelectVirtualHost(vhs []VirtualHost, host string) *VirtualHost {
 	var suffix, prefix, any *VirtualHost
 	suffixLen, prefixLen := -1, -1
 	for i := range vhs {
@@ -139,8 +139,8 @@ func selectVirtualHost(vhs []VirtualHost, host string) *VirtualHost {
 	return any
 }
 
-// matchRoute returns the first route of vh matching the request, or nil.
-func matchRoute(vh *VirtualHost, path string, h headerView) *Route {
+// MatchRoute returns the first route of vh matching the request, or nil.
+func MatchRoute(vh *VirtualHost, path string, h HeaderView) *Route {
 	for i := range vh.Routes {
 		if vh.Routes[i].match.matches(path, h) {
 			return &vh.Routes[i]

@@ -1,4 +1,4 @@
-package gateway
+package xdsclient
 
 import (
 	"context"
@@ -20,44 +20,46 @@ import (
 	"github.com/isobar-mesh/isobar/internal/truncate"
 )
 
-// userAgent is the node user_agent_name the gateway and the Watcher send;
+// UserAgent is the node user_agent_name the gateway and the Watcher send;
 // the regional controller classifies it as an Envoy-kind node.
-const userAgent = "isobar-gateway"
+const UserAgent = "isobar-gateway"
 
-// subscription keeps one state-of-the-world ADS stream for one resource type
+// Subscription keeps one state-of-the-world ADS stream for one resource type
 // (wildcard: every resource of the type) alive on go-control-plane's ADS
 // client, reconnecting with full-jitter exponential backoff. Each response
-// goes to apply: nil ACKs it, an error NACKs it (the previous resources stay
-// in use). run is the only goroutine; apply is called from it.
-type subscription struct {
-	typeURL  string
-	label    string // "cluster", "endpoint", "route", for logs and metrics
-	node     *core.Node
-	conn     grpc.ClientConnInterface
-	clock    clockwork.Clock
-	log      *slog.Logger
-	min, max time.Duration
-	// apply validates and stores one response. version is the response's
+// goes to Apply: nil ACKs it, an error NACKs it (the previous resources stay
+// in use). Run's goroutine is the only one; Apply, Connected and Size are
+// called from it. The fields are set before Run and not changed after.
+type Subscription struct {
+	TypeURL string
+	Label   string // "cluster", "endpoint", "route", for logs and metrics
+	Node    *core.Node
+	Conn    grpc.ClientConnInterface
+	Clock   clockwork.Clock
+	Log     *slog.Logger
+	// Min and Max bound the reconnect and NACK backoff.
+	Min, Max time.Duration
+	// Apply validates and stores one response. version is the response's
 	// version_info.
-	apply func(resources []*anypb.Any, version string) error
-	// connected reports the stream going up (true) or down (false); may be
+	Apply func(resources []*anypb.Any, version string) error
+	// Connected reports the stream going up (true) or down (false); may be
 	// nil.
-	connected func(bool)
-	// maxMsg is the largest response received (grpc.MaxCallRecvMsgSize);
+	Connected func(bool)
+	// MaxMsg is the largest response received (grpc.MaxCallRecvMsgSize);
 	// 0: gRPC's default 4 MiB.
-	maxMsg int
-	// size, when set, is told the encoded size of every response received
-	// and whether a stream broke on one above maxMsg (n is then 0).
-	size func(n int, tooLarge bool)
+	MaxMsg int
+	// Size, when set, is told the encoded size of every response received
+	// and whether a stream broke on one above MaxMsg (n is then 0).
+	Size func(n int, tooLarge bool)
 }
 
-// run serves the subscription until ctx ends.
-func (s *subscription) run(ctx context.Context) {
-	bo := backoff.New(backoff.Policy{Min: s.min, Max: s.max, Jitter: backoff.Full})
+// Run serves the subscription until ctx ends.
+func (s *Subscription) Run(ctx context.Context) {
+	bo := backoff.New(backoff.Policy{Min: s.Min, Max: s.Max, Jitter: backoff.Full})
 	for ctx.Err() == nil {
 		got, err := s.session(ctx)
-		if s.connected != nil {
-			s.connected(false)
+		if s.Connected != nil {
+			s.Connected(false)
 		}
 		if ctx.Err() != nil {
 			return
@@ -66,8 +68,8 @@ func (s *subscription) run(ctx context.Context) {
 			bo.Reset()
 		}
 		wait := bo.Next()
-		s.log.Info("xds stream ended; reconnecting", "type", s.label, "err", err, "retry_in", wait)
-		t := s.clock.NewTimer(wait)
+		s.Log.Info("xds stream ended; reconnecting", "type", s.Label, "err", err, "retry_in", wait)
+		t := s.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -78,38 +80,38 @@ func (s *subscription) run(ctx context.Context) {
 }
 
 // session runs one stream; got reports whether any response was accepted.
-func (s *subscription) session(ctx context.Context) (got bool, err error) {
+func (s *Subscription) session(ctx context.Context) (got bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rec := &recordingConn{ClientConnInterface: s.conn, maxMsg: s.maxMsg, size: s.size}
-	cl := sotw.NewADSClient(sctx, s.node, s.typeURL)
+	rec := &recordingConn{ClientConnInterface: s.Conn, maxMsg: s.MaxMsg, size: s.Size}
+	cl := sotw.NewADSClient(sctx, s.Node, s.TypeURL)
 	if err := cl.InitConnect(rec); err != nil {
 		return false, err
 	}
 	first := true
 	// The wait before each NACK doubles from min to max; an ACK resets it.
-	nackPace := backoff.New(backoff.Policy{Min: s.min, Max: s.max, Jitter: backoff.None})
+	nackPace := backoff.New(backoff.Policy{Min: s.Min, Max: s.Max, Jitter: backoff.None})
 	for {
 		resp, err := cl.Fetch()
 		if err != nil {
-			if status.Code(err) == codes.ResourceExhausted && s.size != nil {
-				s.size(0, true)
-				s.log.Error("xds response above the receive limit; the stream reconnects and the last configuration stays in use: set --xds-max-cells to the controller's --max-cells",
-					"type", s.label, "limit_bytes", s.maxMsg, "err", err)
+			if status.Code(err) == codes.ResourceExhausted && s.Size != nil {
+				s.Size(0, true)
+				s.Log.Error("xds response above the receive limit; the stream reconnects and the last configuration stays in use: set --xds-max-cells to the controller's --max-cells",
+					"type", s.Label, "limit_bytes", s.MaxMsg, "err", err)
 			}
 			return got, err
 		}
-		if first && s.connected != nil {
-			s.connected(true)
+		if first && s.Connected != nil {
+			s.Connected(true)
 			first = false
 		}
 		version := rec.lastVersion()
-		if err := s.apply(resp.Resources, version); err != nil {
+		if err := s.Apply(resp.Resources, version); err != nil {
 			nackWait := nackPace.Next()
-			s.log.Warn("xds update refused", "type", s.label, "version", version, "err", err, "nack_in", nackWait)
+			s.Log.Warn("xds update refused", "type", s.Label, "version", version, "err", err, "nack_in", nackWait)
 			// A server may resend a refused response at once, forever;
 			// waiting before each NACK bounds that loop's rate.
-			t := s.clock.NewTimer(nackWait)
+			t := s.Clock.NewTimer(nackWait)
 			select {
 			case <-ctx.Done():
 				t.Stop()
