@@ -11,6 +11,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/internal/truncate"
 )
 
@@ -90,7 +91,7 @@ func (r *Runner) say(o Options, format string, args ...any) {
 }
 
 // waitHealthy polls until the fleet is healthy or settle passes.
-func (r *Runner) waitHealthy(ctx context.Context, o Options) (*FleetState, error) {
+func (r *Runner) waitHealthy(ctx context.Context, o Options) (*adminapi.FleetState, error) {
 	clock := r.clock()
 	deadline := clock.Now().Add(o.Settle)
 	for {
@@ -115,7 +116,7 @@ func (r *Runner) waitHealthy(ctx context.Context, o Options) (*FleetState, error
 
 // waitBaseline polls until d has the baseline it measures against, or
 // settle passes (ErrUnhealthy naming what is missing).
-func (r *Runner) waitBaseline(ctx context.Context, o Options, d *Drill, t *target, st *FleetState) (*FleetState, error) {
+func (r *Runner) waitBaseline(ctx context.Context, o Options, d *Drill, t *target, st *adminapi.FleetState) (*adminapi.FleetState, error) {
 	clock := r.clock()
 	deadline := clock.Now().Add(o.Settle)
 	for {
@@ -213,7 +214,7 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	if d.rolling {
 		return r.runRolling(ctx, d, t, o, load, rep, cells)
 	}
-	var applied []Fault
+	var applied []adminapi.Fault
 	for _, f := range t.faults {
 		res, err := r.Fleet.Inject(ctx, f)
 		if err != nil {
@@ -315,7 +316,7 @@ func (r *Runner) finish(o Options, d *Drill, rep *Report, cells *cellTracker) {
 }
 
 // heal undoes faults in reverse order; failures go into the report.
-func (r *Runner) heal(ctx context.Context, o Options, faults []Fault, rep *Report) {
+func (r *Runner) heal(ctx context.Context, o Options, faults []adminapi.Fault, rep *Report) {
 	for i := len(faults) - 1; i >= 0; i-- {
 		if _, err := r.Fleet.Heal(ctx, faults[i]); err != nil {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("heal %s: %v", faults[i], err))
@@ -328,7 +329,7 @@ func (r *Runner) heal(ctx context.Context, o Options, faults []Fault, rep *Repor
 // wait lets the load run for d, with a status line per second.
 // minRTT lowers each region's gossip RTT in st to the one in other, where
 // other has it.
-func minRTT(st, other *FleetState) {
+func minRTT(st, other *adminapi.FleetState) {
 	if other == nil {
 		return
 	}

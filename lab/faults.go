@@ -11,7 +11,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/isobar-mesh/isobar/chaos"
+	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/sim"
 )
@@ -32,32 +32,32 @@ var ErrBadFault = errors.New("lab: bad fault")
 const throttleLead = 10 * time.Second
 
 // SupportedFaults are the fault kinds this lab can inject.
-func (l *Lab) SupportedFaults() []chaos.FaultKind {
-	fs := []chaos.FaultKind{chaos.FaultKillEngine, chaos.FaultSilenceAgent, chaos.FaultThrottle,
-		chaos.FaultDCGMDown, chaos.FaultMaxModelLen, chaos.FaultKillRegion, chaos.FaultStopController}
+func (l *Lab) SupportedFaults() []adminapi.FaultKind {
+	fs := []adminapi.FaultKind{adminapi.FaultKillEngine, adminapi.FaultSilenceAgent, adminapi.FaultThrottle,
+		adminapi.FaultDCGMDown, adminapi.FaultMaxModelLen, adminapi.FaultKillRegion, adminapi.FaultStopController}
 	if len(l.cfg.Regions) > 1 {
-		fs = append(fs, chaos.FaultPartition, chaos.FaultWANDelay)
+		fs = append(fs, adminapi.FaultPartition, adminapi.FaultWANDelay)
 	}
 	if l.cfg.Globals > 0 {
-		fs = append(fs, chaos.FaultKillLeader, chaos.FaultEtcdDown)
+		fs = append(fs, adminapi.FaultKillLeader, adminapi.FaultEtcdDown)
 	}
 	return fs
 }
 
 // Inject applies f and returns it as applied.
-func (l *Lab) Inject(f chaos.Fault) (chaos.Fault, error) { return l.apply(f, false) }
+func (l *Lab) Inject(f adminapi.Fault) (adminapi.Fault, error) { return l.apply(f, false) }
 
 // Heal undoes f (as Inject returned it).
-func (l *Lab) Heal(f chaos.Fault) (chaos.Fault, error) { return l.apply(f, true) }
+func (l *Lab) Heal(f adminapi.Fault) (adminapi.Fault, error) { return l.apply(f, true) }
 
-func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
+func (l *Lab) apply(f adminapi.Fault, heal bool) (adminapi.Fault, error) {
 	l.faultMu.Lock()
 	defer l.faultMu.Unlock()
 	if !slices.Contains(l.SupportedFaults(), f.Kind) {
 		return f, fmt.Errorf("%w: kind %q: this lab supports %v", ErrBadFault, f.Kind, l.SupportedFaults())
 	}
 	switch f.Kind {
-	case chaos.FaultKillEngine:
+	case adminapi.FaultKillEngine:
 		return f, l.eachCell(f, func(r *Region, i int) error {
 			if !heal {
 				r.Engines[i].Kill()
@@ -68,12 +68,12 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			}
 			return r.Engines[i].Restart()
 		})
-	case chaos.FaultSilenceAgent:
+	case adminapi.FaultSilenceAgent:
 		return f, l.eachCell(f, func(r *Region, i int) error {
 			r.Agents[i].Pause(!heal)
 			return nil
 		})
-	case chaos.FaultThrottle:
+	case adminapi.FaultThrottle:
 		if !heal && (f.Severity <= 0 || f.Severity > 1) {
 			return f, fmt.Errorf("%w: throttle severity %v: want (0, 1]", ErrBadFault, f.Severity)
 		}
@@ -85,7 +85,7 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			}
 			return nil
 		})
-	case chaos.FaultMaxModelLen:
+	case adminapi.FaultMaxModelLen:
 		if !heal && f.MaxModelLen < 1 {
 			return f, fmt.Errorf("%w: max_model_len %d: want >= 1", ErrBadFault, f.MaxModelLen)
 		}
@@ -99,7 +99,7 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			}
 			return nil
 		})
-	case chaos.FaultDCGMDown:
+	case adminapi.FaultDCGMDown:
 		regions := f.Regions
 		if len(regions) == 0 {
 			for _, r := range l.Regions() {
@@ -116,12 +116,12 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			}
 		}
 		return f, nil
-	case chaos.FaultKillRegion:
+	case adminapi.FaultKillRegion:
 		if heal {
 			return f, l.restartRegion(f.Region)
 		}
 		return f, l.killRegion(f.Region)
-	case chaos.FaultStopController:
+	case adminapi.FaultStopController:
 		if !heal && (f.StaggerMS < 0 || f.StaggerMS > 60_000) {
 			return f, fmt.Errorf("%w: stagger_ms %v: want 0..60000", ErrBadFault, f.StaggerMS)
 		}
@@ -129,7 +129,7 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			return f, l.startController(f.Region, time.Duration(f.StaggerMS*float64(time.Millisecond)))
 		}
 		return f, l.stopController(f.Region, f.StaggerMS > 0)
-	case chaos.FaultPartition:
+	case adminapi.FaultPartition:
 		paths, err := l.regionPaths(f.Region, true)
 		if err != nil {
 			return f, err
@@ -138,11 +138,11 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			p.Partition(!heal)
 		}
 		return f, nil
-	case chaos.FaultWANDelay:
+	case adminapi.FaultWANDelay:
 		return f, l.wanDelay(f, heal)
-	case chaos.FaultKillLeader:
+	case adminapi.FaultKillLeader:
 		return l.killLeader(f, heal)
-	case chaos.FaultEtcdDown:
+	case adminapi.FaultEtcdDown:
 		return f, l.etcdDown(heal)
 	}
 	return f, fmt.Errorf("%w: kind %q", ErrBadFault, f.Kind)
@@ -161,7 +161,7 @@ func (l *Lab) liveRegion(name string) (*Region, error) {
 	return nil, fmt.Errorf("%w: no region %q (have %s)", ErrBadFault, name, strings.Join(l.cfg.Regions, ", "))
 }
 
-func (l *Lab) eachCell(f chaos.Fault, do func(r *Region, i int) error) error {
+func (l *Lab) eachCell(f adminapi.Fault, do func(r *Region, i int) error) error {
 	r, err := l.liveRegion(f.Region)
 	if err != nil {
 		return err
@@ -204,7 +204,7 @@ func (l *Lab) regionPaths(region string, withGlobal bool) ([]wanPath, error) {
 	return out, nil
 }
 
-func (l *Lab) wanDelay(f chaos.Fault, heal bool) error {
+func (l *Lab) wanDelay(f adminapi.Fault, heal bool) error {
 	if !heal && (f.DelayMS < 0 || f.JitterMS < 0 || f.DelayMS+f.JitterMS <= 0 || f.DelayMS > 10_000 || f.JitterMS > 10_000) {
 		return fmt.Errorf("%w: wan-delay %gms jitter %gms: want 0..10000 each, not both 0", ErrBadFault, f.DelayMS, f.JitterMS)
 	}
@@ -324,7 +324,7 @@ func openIngress(ctx context.Context, ln *gatedListener, clock clockwork.Clock) 
 // killLeader crashes the leading member: its etcd client closes first, so
 // the session ends without a resignation and the standby waits out the
 // lease; then the member stops. Heal restarts f.Member as a standby.
-func (l *Lab) killLeader(f chaos.Fault, heal bool) (chaos.Fault, error) {
+func (l *Lab) killLeader(f adminapi.Fault, heal bool) (adminapi.Fault, error) {
 	if heal {
 		for _, m := range l.globals {
 			if m.name == f.Member {
