@@ -16,6 +16,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -185,26 +186,28 @@ func (a *admin) fault(w http.ResponseWriter, r *http.Request, id certs.Identity,
 func (l *Lab) State() adminapi.FleetState {
 	model := sim.DefaultModel
 	st := adminapi.FleetState{At: l.clock.Now(), Model: model, Faults: l.SupportedFaults()}
-	l.regMu.RLock()
-	regions := append([]*Region(nil), l.regions...)
+	var regions []*Region
 	var members []adminapi.GlobalState
-	for _, m := range l.globals {
-		g := adminapi.GlobalState{Name: m.name, Up: !m.down}
-		if !m.down {
-			g.Leader = m.srv.IsLeader()
-			g.Live = map[string]bool{}
-			for _, rs := range m.srv.Regions() {
-				g.Live[rs.Region] = rs.Live
-			}
-		}
-		members = append(members, g)
-	}
-	etcd := l.etcd
+	var etcd *election.Embedded
 	down, ctrlDown := map[*Region]bool{}, map[*Region]bool{}
-	for _, r := range regions {
-		down[r], ctrlDown[r] = r.down, r.ctrlDown
-	}
-	l.regMu.RUnlock()
+	l.fleet.view(func() {
+		regions = append(regions, l.fleet.regions...)
+		for _, m := range l.fleet.globals {
+			g := adminapi.GlobalState{Name: m.name, Up: !m.down}
+			if !m.down {
+				g.Leader = m.srv.IsLeader()
+				g.Live = map[string]bool{}
+				for _, rs := range m.srv.Regions() {
+					g.Live[rs.Region] = rs.Live
+				}
+			}
+			members = append(members, g)
+		}
+		etcd = l.fleet.etcd
+		for _, r := range regions {
+			down[r], ctrlDown[r] = r.down, r.ctrlDown
+		}
+	})
 	st.Globals = members
 	if etcd != nil {
 		st.Etcd = "up"
