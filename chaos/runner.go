@@ -431,12 +431,33 @@ func noteError(rep *Report, name string, o Outcome) {
 	}
 }
 
+// phase is the requests a drill started in one phase.
+type phase struct {
+	n, ok int
+	ttft  []time.Duration
+}
+
+// setPhases fills rep's success rates, request counts and TTFT
+// percentiles per phase.
+func setPhases(rep *Report, before, during, after phase) {
+	frac := func(p phase) *float64 {
+		if p.n == 0 {
+			return nil
+		}
+		return fptr(float64(p.ok) / float64(p.n))
+	}
+	rep.Success = Success{Before: frac(before), During: frac(during), After: frac(after)}
+	rep.Requests.Before, rep.Requests.During, rep.Requests.After = before.n, during.n, after.n
+	rep.TTFTms = map[string]Percentiles{}
+	for name, p := range map[string]phase{"before": before, "during": during, "after": after} {
+		if q := percentiles(p.ttft); q != nil {
+			rep.TTFTms[name] = *q
+		}
+	}
+}
+
 // measure fills the request figures from the outcomes.
 func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1, recovered, end, windowEnd time.Time) {
-	type phase struct {
-		n, ok int
-		ttft  []time.Duration
-	}
 	var before, during, after phase
 	var exposed []time.Duration
 	var long, leaked int
@@ -495,20 +516,7 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1,
 			ph.ttft = append(ph.ttft, o.TTFT)
 		}
 	}
-	frac := func(p phase) *float64 {
-		if p.n == 0 {
-			return nil
-		}
-		return fptr(float64(p.ok) / float64(p.n))
-	}
-	rep.Success = Success{Before: frac(before), During: frac(during), After: frac(after)}
-	rep.Requests.Before, rep.Requests.During, rep.Requests.After = before.n, during.n, after.n
-	rep.TTFTms = map[string]Percentiles{}
-	for name, p := range map[string]phase{"before": before, "during": during, "after": after} {
-		if q := percentiles(p.ttft); q != nil {
-			rep.TTFTms[name] = *q
-		}
-	}
+	setPhases(rep, before, during, after)
 	rep.RerouteMS = percentiles(exposed)
 	if d.leak && long > 0 {
 		rep.LeakRate = fptr(float64(leaked) / float64(long))
