@@ -45,7 +45,7 @@ FUZZ_TARGETS := \
 	./gateway:FuzzHopProof \
 	./gateway/xdsclient:FuzzRouteMatch \
 	./chaos:FuzzParseScenario \
-	./chaos:FuzzDecodeFault \
+	./adminapi:FuzzDecodeFault \
 	./statusview:FuzzAnswers \
 	./election:FuzzCheckEndpoint \
 	./election:FuzzPrefixAndFence \

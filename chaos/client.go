@@ -11,14 +11,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/certs"
 )
 
 // Fleet is what a drill needs of its target: observe, inject, heal.
 type Fleet interface {
-	State(ctx context.Context) (*FleetState, error)
-	Inject(ctx context.Context, f Fault) (InjectResult, error)
-	Heal(ctx context.Context, f Fault) (InjectResult, error)
+	State(ctx context.Context) (*adminapi.FleetState, error)
+	Inject(ctx context.Context, f adminapi.Fault) (adminapi.InjectResult, error)
+	Heal(ctx context.Context, f adminapi.Fault) (adminapi.InjectResult, error)
 }
 
 // maxAnswer bounds an admin API answer.
@@ -55,24 +56,24 @@ func NewClient(addr, certFile, keyFile, caFile string) (*Client, error) {
 }
 
 // State fetches the fleet's state.
-func (c *Client) State(ctx context.Context) (*FleetState, error) {
-	var st FleetState
-	if err := c.do(ctx, http.MethodGet, PathState, nil, &st); err != nil {
+func (c *Client) State(ctx context.Context) (*adminapi.FleetState, error) {
+	var st adminapi.FleetState
+	if err := c.do(ctx, http.MethodGet, adminapi.PathState, nil, &st); err != nil {
 		return nil, err
 	}
 	return &st, nil
 }
 
 // Inject applies f.
-func (c *Client) Inject(ctx context.Context, f Fault) (InjectResult, error) {
-	var res InjectResult
-	return res, c.do(ctx, http.MethodPost, PathInject, f, &res)
+func (c *Client) Inject(ctx context.Context, f adminapi.Fault) (adminapi.InjectResult, error) {
+	var res adminapi.InjectResult
+	return res, c.do(ctx, http.MethodPost, adminapi.PathInject, f, &res)
 }
 
 // Heal undoes f.
-func (c *Client) Heal(ctx context.Context, f Fault) (InjectResult, error) {
-	var res InjectResult
-	return res, c.do(ctx, http.MethodPost, PathHeal, f, &res)
+func (c *Client) Heal(ctx context.Context, f adminapi.Fault) (adminapi.InjectResult, error) {
+	var res adminapi.InjectResult
+	return res, c.do(ctx, http.MethodPost, adminapi.PathHeal, f, &res)
 }
 
 // Close releases idle connections.

@@ -1,10 +1,11 @@
 // Package chaos runs correlated-site failure drills against an isobar
 // fleet and reports what users saw.
 //
-// It owns the drill registry (Drills), the admin API contract a drillable
-// fleet serves (FleetState, Fault and the Path constants; the lab serves it
-// with --admin-listen), its mTLS client (Client), the load a drill drives
-// (Load) and the report with its thresholds (Report, Thresholds).
+// It owns the drill registry (Drills), the mTLS client (Client) of the
+// admin API a drillable fleet serves (the contract lives in package
+// adminapi; the lab serves it with --admin-listen), the load a drill drives
+// (Load, whose requests are package completion's) and the report with its
+// thresholds (Report, Thresholds).
 //
 // A drill checks the fleet is healthy, drives load through every region's
 // ingress, injects one fault at a recorded instant, polls the fleet's state

@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"github.com/isobar-mesh/isobar/adminapi"
+
 	"errors"
 	"fmt"
 	"slices"
@@ -33,10 +35,10 @@ type Params struct {
 // hit, with the healthy state before.
 type target struct {
 	params  Params
-	faults  []Fault
+	faults  []adminapi.Fault
 	regions []string // regions the faults hit
 	cells   []string // cell ids the faults hit
-	before  *FleetState
+	before  *adminapi.FleetState
 	leader  string // the leader before the drill
 	epochs  map[string]uint64
 }
@@ -46,13 +48,13 @@ type Drill struct {
 	Name    string
 	Summary string
 	// Needs are the fault kinds the target's admin API must support.
-	Needs []FaultKind
+	Needs []adminapi.FaultKind
 	// Detects and Reroutes say what detect_ms and reroute_at_ms measure
 	// ("" when the figure does not apply to this drill).
 	Detects, Reroutes string
-	plan              func(p Params, s *FleetState, t *target) error
-	detected          func(t *target, s *FleetState) bool
-	rerouted          func(t *target, s *FleetState) bool
+	plan              func(p Params, s *adminapi.FleetState, t *target) error
+	detected          func(t *target, s *adminapi.FleetState) bool
+	rerouted          func(t *target, s *adminapi.FleetState) bool
 	leak              bool
 	// during is how long the fault stays in when Options.During is not
 	// set (a controller's few seconds away).
@@ -68,7 +70,7 @@ type Drill struct {
 	// baseline, when set, says what the drill still lacks to measure its
 	// detection ("" when nothing): the runner waits for it, bounded by
 	// Options.Settle, before it starts the load (a rise needs a baseline).
-	baseline func(t *target, s *FleetState) string
+	baseline func(t *target, s *adminapi.FleetState) string
 }
 
 // ErrUnavailable: the target cannot inject what the drill needs; nothing
@@ -79,7 +81,7 @@ var ErrUnavailable = errors.New("chaos: drill not available on this target")
 var ErrBadParams = errors.New("chaos: bad drill parameters")
 
 // Available says why the drill cannot run against s ("" when it can).
-func (d *Drill) Available(s *FleetState) string {
+func (d *Drill) Available(s *adminapi.FleetState) string {
 	var missing []string
 	for _, k := range d.Needs {
 		if !s.Supports(k) {
@@ -97,47 +99,47 @@ func (d *Drill) Available(s *FleetState) string {
 func Drills() []*Drill {
 	return []*Drill{
 		{Name: "kill-cell", Summary: "SIGKILL one engine under load",
-			Needs: []FaultKind{FaultKillEngine}, Detects: "controller marks the cell failed", Reroutes: "the cell leaves its region's data plane",
-			plan: planCells(FaultKillEngine), detected: cellsNot("ready"), rerouted: cellsGone},
+			Needs: []adminapi.FaultKind{adminapi.FaultKillEngine}, Detects: "controller marks the cell failed", Reroutes: "the cell leaves its region's data plane",
+			plan: planCells(adminapi.FaultKillEngine), detected: cellsNot("ready"), rerouted: cellsGone},
 		{Name: "silent-cell", Summary: "an agent stops heartbeating while its engine keeps serving",
-			Needs: []FaultKind{FaultSilenceAgent}, Detects: "controller marks the cell failed (heartbeat TTL)", Reroutes: "the cell leaves its region's data plane",
-			plan: planCells(FaultSilenceAgent), detected: cellsNot("ready"), rerouted: cellsGone},
+			Needs: []adminapi.FaultKind{adminapi.FaultSilenceAgent}, Detects: "controller marks the cell failed (heartbeat TTL)", Reroutes: "the cell leaves its region's data plane",
+			plan: planCells(adminapi.FaultSilenceAgent), detected: cellsNot("ready"), rerouted: cellsGone},
 		{Name: "kill-region", Summary: "every cell, the regional controller and the ingress of one site at once",
-			Needs: []FaultKind{FaultKillRegion}, Detects: "the global leader marks the region down (region TTL)", Reroutes: "the leader knows and no other region routes to it",
+			Needs: []adminapi.FaultKind{adminapi.FaultKillRegion}, Detects: "the global leader marks the region down (region TTL)", Reroutes: "the leader knows and no other region routes to it",
 			plan: planRegions(false), detected: regionsDown, rerouted: regionsAvoided},
 		{Name: "correlated", Summary: "N regions at once, with the global leader unless --no-leader",
-			Needs: []FaultKind{FaultKillRegion}, Detects: "a leader marks every killed region down", Reroutes: "the leader knows and no surviving region routes to them",
+			Needs: []adminapi.FaultKind{adminapi.FaultKillRegion}, Detects: "a leader marks every killed region down", Reroutes: "the leader knows and no surviving region routes to them",
 			plan: planRegions(true), detected: regionsDown, rerouted: regionsAvoided},
 		{Name: "partition", Summary: "a region cut off from the global pair, gossip and the other regions, still serving its own clients",
-			Needs: []FaultKind{FaultPartition}, Detects: "the global leader marks the region down", Reroutes: "the leader knows and no other region routes to it",
+			Needs: []adminapi.FaultKind{adminapi.FaultPartition}, Detects: "the global leader marks the region down", Reroutes: "the leader knows and no other region routes to it",
 			plan: planPartition, detected: regionsDown, rerouted: regionsAvoided},
 		{Name: "brownout", Summary: "a fraction of a region's GPUs throttle thermally",
-			Needs: []FaultKind{FaultThrottle}, Detects: "the throttled cells' pressure exceeds every healthy cell's", Reroutes: "the data plane holds them as DEGRADED (or weighted below every healthy cell)",
-			plan: planCells(FaultThrottle), detected: throttledPressure, rerouted: throttledWeight},
+			Needs: []adminapi.FaultKind{adminapi.FaultThrottle}, Detects: "the throttled cells' pressure exceeds every healthy cell's", Reroutes: "the data plane holds them as DEGRADED (or weighted below every healthy cell)",
+			plan: planCells(adminapi.FaultThrottle), detected: throttledPressure, rerouted: throttledWeight},
 		{Name: "jitter", Summary: "added delay and jitter on every WAN path of one site",
-			Needs: []FaultKind{FaultWANDelay}, Detects: "gossip RTT from the site rises by at least half the injected delay",
+			Needs: []adminapi.FaultKind{adminapi.FaultWANDelay}, Detects: "gossip RTT from the site rises by at least half the injected delay",
 			plan: planDelay, detected: rttRaised, baseline: rttKnown},
 		{Name: "telemetry-loss", Summary: "dcgm-exporters killed; scoring must fall back, no cell dropped",
-			Needs: []FaultKind{FaultDCGMDown}, Detects: "every affected cell is scored on fallback telemetry",
+			Needs: []adminapi.FaultKind{adminapi.FaultDCGMDown}, Detects: "every affected cell is scored on fallback telemetry",
 			plan: planDCGM, detected: allFallback},
 		{Name: "capability-mismatch", Summary: "a cell restarted with a small max_model_len",
-			Needs: []FaultKind{FaultMaxModelLen}, Detects: "controller sees the new max_model_len", Reroutes: "the data plane's endpoint carries it",
-			plan: planCells(FaultMaxModelLen), detected: maxLenSeen(false), rerouted: maxLenSeen(true), leak: true},
+			Needs: []adminapi.FaultKind{adminapi.FaultMaxModelLen}, Detects: "controller sees the new max_model_len", Reroutes: "the data plane's endpoint carries it",
+			plan: planCells(adminapi.FaultMaxModelLen), detected: maxLenSeen(false), rerouted: maxLenSeen(true), leak: true},
 		{Name: "leader-kill", Summary: "the global leader crashes (its etcd session ends without resigning)",
-			Needs: []FaultKind{FaultKillLeader}, Detects: "another member leads", Reroutes: "every region routes on the new leader's plan",
+			Needs: []adminapi.FaultKind{adminapi.FaultKillLeader}, Detects: "another member leads", Reroutes: "every region routes on the new leader's plan",
 			plan: planLeader, detected: newLeader, rerouted: newEpoch},
 		{Name: "etcd-loss", Summary: "the etcd cluster stops; regions keep serving on the last plan",
-			Needs: []FaultKind{FaultEtcdDown}, Detects: "the leader gives up leadership",
+			Needs: []adminapi.FaultKind{adminapi.FaultEtcdDown}, Detects: "the leader gives up leadership",
 			plan: planEtcd, detected: noLeader},
 		{Name: "controller-restart", Summary: "a regional controller restarts under load (down a few seconds); its cells reconnect with their own backoff",
-			Needs: []FaultKind{FaultStopController}, Detects: "the region's controller is down",
+			Needs: []adminapi.FaultKind{adminapi.FaultStopController}, Detects: "the region's controller is down",
 			plan: planControllers(false, false), detected: controllersDown, during: restartDowntime, static: true},
 		{Name: "controller-restart-blackout", Summary: "a regional controller restarts while the global pair and etcd are down",
-			Needs:   []FaultKind{FaultStopController, FaultKillLeader, FaultEtcdDown},
+			Needs:   []adminapi.FaultKind{adminapi.FaultStopController, adminapi.FaultKillLeader, adminapi.FaultEtcdDown},
 			Detects: "the region's controller is down", plan: planControllers(false, true), detected: controllersDown,
 			during: restartDowntime, static: true},
 		{Name: "controller-rolling", Summary: "every regional controller restarted in turn, each back and healthy before the next",
-			Needs: []FaultKind{FaultStopController}, Detects: "the first region's controller is down",
+			Needs: []adminapi.FaultKind{adminapi.FaultStopController}, Detects: "the first region's controller is down",
 			plan: planControllers(true, false), detected: controllersDown, during: restartDowntime, rolling: true, static: true},
 	}
 }
@@ -159,8 +161,8 @@ const staticMinSuccess = 0.999
 // the last), or, rolling, of every region in turn. blackout first takes
 // the global leader and etcd down, so the controller starts without
 // them; they are healed after it (the heal runs in reverse order).
-func planControllers(rolling, blackout bool) func(Params, *FleetState, *target) error {
-	return func(p Params, s *FleetState, t *target) error {
+func planControllers(rolling, blackout bool) func(Params, *adminapi.FleetState, *target) error {
+	return func(p Params, s *adminapi.FleetState, t *target) error {
 		names := p.Regions
 		if rolling && len(names) == 0 {
 			for _, r := range s.Regions {
@@ -178,7 +180,7 @@ func planControllers(rolling, blackout bool) func(Params, *FleetState, *target) 
 			if _, ok := s.Leader(); !ok {
 				return fmt.Errorf("%w: the fleet has no global leader to take down", ErrUnavailable)
 			}
-			t.faults = append(t.faults, Fault{Kind: FaultKillLeader}, Fault{Kind: FaultEtcdDown})
+			t.faults = append(t.faults, adminapi.Fault{Kind: adminapi.FaultKillLeader}, adminapi.Fault{Kind: adminapi.FaultEtcdDown})
 		}
 		stagger := p.StaggerMS
 		switch {
@@ -191,7 +193,7 @@ func planControllers(rolling, blackout bool) func(Params, *FleetState, *target) 
 			if _, ok := s.Region(n); !ok {
 				return fmt.Errorf("%w: no region %q", ErrBadParams, n)
 			}
-			t.faults = append(t.faults, Fault{Kind: FaultStopController, Region: n, StaggerMS: stagger})
+			t.faults = append(t.faults, adminapi.Fault{Kind: adminapi.FaultStopController, Region: n, StaggerMS: stagger})
 		}
 		t.regions = names
 		return nil
@@ -200,7 +202,7 @@ func planControllers(rolling, blackout bool) func(Params, *FleetState, *target) 
 
 // controllersDown: the first target region's controller is down (a
 // rolling drill's first step).
-func controllersDown(t *target, s *FleetState) bool {
+func controllersDown(t *target, s *adminapi.FleetState) bool {
 	r, ok := s.Region(t.regions[0])
 	return ok && r.ControllerDown
 }
@@ -217,7 +219,7 @@ func Lookup(name string) (*Drill, error) {
 	return nil, fmt.Errorf("chaos: no drill %q: want one of %s", name, strings.Join(names, ", "))
 }
 
-func defaultRegion(p Params, s *FleetState) (*RegionState, error) {
+func defaultRegion(p Params, s *adminapi.FleetState) (*adminapi.RegionState, error) {
 	name := p.Region
 	if name == "" {
 		if len(s.Regions) == 0 {
@@ -236,8 +238,8 @@ func defaultRegion(p Params, s *FleetState) (*RegionState, error) {
 	return r, nil
 }
 
-func planCells(kind FaultKind) func(Params, *FleetState, *target) error {
-	return func(p Params, s *FleetState, t *target) error {
+func planCells(kind adminapi.FaultKind) func(Params, *adminapi.FleetState, *target) error {
+	return func(p Params, s *adminapi.FleetState, t *target) error {
 		r, err := defaultRegion(p, s)
 		if err != nil {
 			return err
@@ -246,7 +248,7 @@ func planCells(kind FaultKind) func(Params, *FleetState, *target) error {
 		if len(cells) == 0 {
 			cells = []int{0}
 		}
-		if len(cells) >= len(r.Cells) && kind != FaultThrottle {
+		if len(cells) >= len(r.Cells) && kind != adminapi.FaultThrottle {
 			return fmt.Errorf("%w: --cells %v would take every cell of %s: use kill-region", ErrBadParams, cells, r.Name)
 		}
 		for _, c := range cells {
@@ -255,26 +257,26 @@ func planCells(kind FaultKind) func(Params, *FleetState, *target) error {
 			}
 			t.cells = append(t.cells, r.Cells[c].ID)
 		}
-		f := Fault{Kind: kind, Region: r.Name, Cells: cells}
+		f := adminapi.Fault{Kind: kind, Region: r.Name, Cells: cells}
 		switch kind {
-		case FaultThrottle:
+		case adminapi.FaultThrottle:
 			f.Severity = p.Severity
 			if f.Severity == 0 {
 				f.Severity = 0.8
 			}
-		case FaultMaxModelLen:
+		case adminapi.FaultMaxModelLen:
 			f.MaxModelLen, f.Silent = p.MaxModelLen, p.Silent
 			if f.MaxModelLen == 0 {
 				f.MaxModelLen = 1024
 			}
 		}
-		t.regions, t.faults = []string{r.Name}, []Fault{f}
+		t.regions, t.faults = []string{r.Name}, []adminapi.Fault{f}
 		return nil
 	}
 }
 
-func planRegions(correlated bool) func(Params, *FleetState, *target) error {
-	return func(p Params, s *FleetState, t *target) error {
+func planRegions(correlated bool) func(Params, *adminapi.FleetState, *target) error {
+	return func(p Params, s *adminapi.FleetState, t *target) error {
 		names := p.Regions
 		if len(names) == 0 && p.Region != "" {
 			names = []string{p.Region}
@@ -297,42 +299,42 @@ func planRegions(correlated bool) func(Params, *FleetState, *target) error {
 			if _, ok := s.Region(n); !ok {
 				return fmt.Errorf("%w: no region %q", ErrBadParams, n)
 			}
-			t.faults = append(t.faults, Fault{Kind: FaultKillRegion, Region: n})
+			t.faults = append(t.faults, adminapi.Fault{Kind: adminapi.FaultKillRegion, Region: n})
 		}
 		t.regions = names
 		if correlated && !p.NoLeader {
-			if !s.Supports(FaultKillLeader) {
+			if !s.Supports(adminapi.FaultKillLeader) {
 				return fmt.Errorf("%w: correlated with the leader needs kill-leader (or --no-leader)", ErrUnavailable)
 			}
-			t.faults = append(t.faults, Fault{Kind: FaultKillLeader})
+			t.faults = append(t.faults, adminapi.Fault{Kind: adminapi.FaultKillLeader})
 		}
 		return nil
 	}
 }
 
-func planPartition(p Params, s *FleetState, t *target) error {
+func planPartition(p Params, s *adminapi.FleetState, t *target) error {
 	r, err := defaultRegion(p, s)
 	if err != nil {
 		return err
 	}
-	t.regions, t.faults = []string{r.Name}, []Fault{{Kind: FaultPartition, Region: r.Name}}
+	t.regions, t.faults = []string{r.Name}, []adminapi.Fault{{Kind: adminapi.FaultPartition, Region: r.Name}}
 	return nil
 }
 
-func planDelay(p Params, s *FleetState, t *target) error {
+func planDelay(p Params, s *adminapi.FleetState, t *target) error {
 	r, err := defaultRegion(p, s)
 	if err != nil {
 		return err
 	}
-	f := Fault{Kind: FaultWANDelay, Region: r.Name, DelayMS: p.DelayMS, JitterMS: p.JitterMS}
+	f := adminapi.Fault{Kind: adminapi.FaultWANDelay, Region: r.Name, DelayMS: p.DelayMS, JitterMS: p.JitterMS}
 	if f.DelayMS == 0 && f.JitterMS == 0 {
 		f.DelayMS, f.JitterMS = 20, 5
 	}
-	t.regions, t.faults = []string{r.Name}, []Fault{f}
+	t.regions, t.faults = []string{r.Name}, []adminapi.Fault{f}
 	return nil
 }
 
-func planDCGM(p Params, s *FleetState, t *target) error {
+func planDCGM(p Params, s *adminapi.FleetState, t *target) error {
 	names := p.Regions
 	if len(names) == 0 && p.Region != "" {
 		names = []string{p.Region}
@@ -351,25 +353,25 @@ func planDCGM(p Params, s *FleetState, t *target) error {
 			t.cells = append(t.cells, c.ID)
 		}
 	}
-	t.regions, t.faults = names, []Fault{{Kind: FaultDCGMDown, Regions: names}}
+	t.regions, t.faults = names, []adminapi.Fault{{Kind: adminapi.FaultDCGMDown, Regions: names}}
 	return nil
 }
 
-func planLeader(_ Params, s *FleetState, t *target) error {
+func planLeader(_ Params, s *adminapi.FleetState, t *target) error {
 	if _, ok := s.Leader(); !ok {
 		return fmt.Errorf("%w: the fleet has no global leader", ErrUnavailable)
 	}
-	t.faults = []Fault{{Kind: FaultKillLeader}}
+	t.faults = []adminapi.Fault{{Kind: adminapi.FaultKillLeader}}
 	return nil
 }
 
-func planEtcd(_ Params, _ *FleetState, t *target) error {
-	t.faults = []Fault{{Kind: FaultEtcdDown}}
+func planEtcd(_ Params, _ *adminapi.FleetState, t *target) error {
+	t.faults = []adminapi.Fault{{Kind: adminapi.FaultEtcdDown}}
 	return nil
 }
 
 // cellOf finds cell id in s.
-func cellOf(s *FleetState, id string) (*RegionState, *CellState, bool) {
+func cellOf(s *adminapi.FleetState, id string) (*adminapi.RegionState, *adminapi.CellState, bool) {
 	for i := range s.Regions {
 		if c, ok := s.Regions[i].Cell(id); ok {
 			return &s.Regions[i], c, true
@@ -378,8 +380,8 @@ func cellOf(s *FleetState, id string) (*RegionState, *CellState, bool) {
 	return nil, nil, false
 }
 
-func cellsNot(state string) func(*target, *FleetState) bool {
-	return func(t *target, s *FleetState) bool {
+func cellsNot(state string) func(*target, *adminapi.FleetState) bool {
+	return func(t *target, s *adminapi.FleetState) bool {
 		for _, id := range t.cells {
 			if _, c, ok := cellOf(s, id); ok && c.State == state {
 				return false
@@ -389,7 +391,7 @@ func cellsNot(state string) func(*target, *FleetState) bool {
 	}
 }
 
-func cellsGone(t *target, s *FleetState) bool {
+func cellsGone(t *target, s *adminapi.FleetState) bool {
 	for _, name := range t.regions {
 		r, ok := s.Region(name)
 		if !ok {
@@ -404,12 +406,12 @@ func cellsGone(t *target, s *FleetState) bool {
 	return true
 }
 
-func regionsDown(t *target, s *FleetState) bool {
+func regionsDown(t *target, s *adminapi.FleetState) bool {
 	ld, ok := s.Leader()
 	if !ok {
 		return false
 	}
-	if t.leader != "" && slices.ContainsFunc(t.faults, func(f Fault) bool { return f.Kind == FaultKillLeader }) && ld.Name == t.leader {
+	if t.leader != "" && slices.ContainsFunc(t.faults, func(f adminapi.Fault) bool { return f.Kind == adminapi.FaultKillLeader }) && ld.Name == t.leader {
 		return false
 	}
 	for _, n := range t.regions {
@@ -424,7 +426,7 @@ func regionsDown(t *target, s *FleetState) bool {
 // region's data plane or plan sends them anything (before the leader
 // knows, an idle plan may send them nothing anyway: that is not a
 // reroute).
-func regionsAvoided(t *target, s *FleetState) bool {
+func regionsAvoided(t *target, s *adminapi.FleetState) bool {
 	if !regionsDown(t, s) {
 		return false
 	}
@@ -443,7 +445,7 @@ func regionsAvoided(t *target, s *FleetState) bool {
 
 // healthyExtremes returns, over the region's cells outside the target, the
 // highest pressure and the lowest weight.
-func healthyExtremes(t *target, r *RegionState) (maxPressure float64, minWeight uint32, ok bool) {
+func healthyExtremes(t *target, r *adminapi.RegionState) (maxPressure float64, minWeight uint32, ok bool) {
 	minWeight = ^uint32(0)
 	for _, c := range r.Cells {
 		if slices.Contains(t.cells, c.ID) {
@@ -462,7 +464,7 @@ func healthyExtremes(t *target, r *RegionState) (maxPressure float64, minWeight 
 // pressure must be to count as detected.
 const pressureMargin = 0.05
 
-func throttledPressure(t *target, s *FleetState) bool {
+func throttledPressure(t *target, s *adminapi.FleetState) bool {
 	r, ok := s.Region(t.regions[0])
 	if !ok {
 		return false
@@ -477,7 +479,7 @@ func throttledPressure(t *target, s *FleetState) bool {
 	return true
 }
 
-func throttledWeight(t *target, s *FleetState) bool {
+func throttledWeight(t *target, s *adminapi.FleetState) bool {
 	r, ok := s.Region(t.regions[0])
 	if !ok {
 		return false
@@ -498,7 +500,7 @@ func throttledWeight(t *target, s *FleetState) bool {
 // mTLS a peer's RTT counts only once its region proof is verified, which
 // on a busy machine can come after the fleet is otherwise healthy, and
 // rttRaised can see no rise from a baseline it never had.
-func rttKnown(t *target, s *FleetState) string {
+func rttKnown(t *target, s *adminapi.FleetState) string {
 	r, ok := s.Region(t.regions[0])
 	if !ok {
 		return fmt.Sprintf("region %s not in the fleet state", t.regions[0])
@@ -518,7 +520,7 @@ func rttKnown(t *target, s *FleetState) string {
 	return ""
 }
 
-func rttRaised(t *target, s *FleetState) bool {
+func rttRaised(t *target, s *adminapi.FleetState) bool {
 	r, ok := s.Region(t.regions[0])
 	before, ok2 := t.before.Region(t.regions[0])
 	if !ok || !ok2 {
@@ -536,7 +538,7 @@ func rttRaised(t *target, s *FleetState) bool {
 	return false
 }
 
-func allFallback(t *target, s *FleetState) bool {
+func allFallback(t *target, s *adminapi.FleetState) bool {
 	for _, id := range t.cells {
 		if _, c, ok := cellOf(s, id); !ok || !c.Fallback {
 			return false
@@ -545,8 +547,8 @@ func allFallback(t *target, s *FleetState) bool {
 	return true
 }
 
-func maxLenSeen(dataPlane bool) func(*target, *FleetState) bool {
-	return func(t *target, s *FleetState) bool {
+func maxLenSeen(dataPlane bool) func(*target, *adminapi.FleetState) bool {
+	return func(t *target, s *adminapi.FleetState) bool {
 		want := uint32(t.faults[0].MaxModelLen)
 		r, ok := s.Region(t.regions[0])
 		if !ok {
@@ -565,12 +567,12 @@ func maxLenSeen(dataPlane bool) func(*target, *FleetState) bool {
 	}
 }
 
-func newLeader(t *target, s *FleetState) bool {
+func newLeader(t *target, s *adminapi.FleetState) bool {
 	ld, ok := s.Leader()
 	return ok && ld.Name != t.leader
 }
 
-func newEpoch(t *target, s *FleetState) bool {
+func newEpoch(t *target, s *adminapi.FleetState) bool {
 	if !newLeader(t, s) {
 		return false
 	}
@@ -582,7 +584,7 @@ func newEpoch(t *target, s *FleetState) bool {
 	return true
 }
 
-func noLeader(_ *target, s *FleetState) bool {
+func noLeader(_ *target, s *adminapi.FleetState) bool {
 	_, ok := s.Leader()
 	return !ok
 }

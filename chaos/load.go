@@ -1,16 +1,11 @@
 package chaos
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,12 +13,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/isobar-mesh/isobar/bench/load"
-	"github.com/isobar-mesh/isobar/xdscontract"
+	"github.com/isobar-mesh/isobar/completion"
 )
-
-// promptTokensHeader is the data plane's prompt-length hint.
-const promptTokensHeader = "x-isobar-prompt-tokens"
 
 // LoadConfig shapes the load a drill drives through every region's
 // ingress: Poisson arrivals of streaming completions, a LongFraction of
@@ -190,68 +181,27 @@ func refused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// one sends one request. The result is named so that the deferred End
-// lands in what is returned.
-func (l *Load) one(ctx context.Context, order []Ingress, prompt int, long bool) (o Outcome) {
-	o = Outcome{Start: l.clock.Now(), Home: order[0].Region, Prompt: prompt, Long: long}
+// one sends one request, to the next ingress in order while the previous
+// refuses the connection.
+func (l *Load) one(ctx context.Context, order []Ingress, prompt int, long bool) Outcome {
+	o := Outcome{Start: l.clock.Now(), Home: order[0].Region, Prompt: prompt, Long: long}
 	body, _ := json.Marshal(map[string]any{
-		"model": l.cfg.Model, "prompt": load.PromptText(rand.New(rand.NewPCG(l.textSeed.Add(1), 0x7e47)), prompt), "max_tokens": l.cfg.MaxTokens, "stream": true,
+		"model": l.cfg.Model, "prompt": completion.PromptText(rand.New(rand.NewPCG(l.textSeed.Add(1), 0x7e47)), prompt), "max_tokens": l.cfg.MaxTokens, "stream": true,
 	})
-	defer func() { o.End = l.clock.Now() }()
-	var resp *http.Response
+	c := completion.Client{HTTP: l.client, Clock: l.clock}
+	var res completion.Result
 	for _, in := range order {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+in.Addr+"/v1/completions", bytes.NewReader(body))
-		if err != nil {
-			o.Error = err.Error()
-			return o
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(promptTokensHeader, strconv.Itoa(prompt))
 		o.Ingress = in.Region
-		resp, err = l.client.Do(req)
-		if err == nil {
+		res = c.Send(ctx, completion.Request{URL: "http://" + in.Addr + "/v1/completions", Body: body, PromptTokens: prompt, Start: o.Start})
+		if res.Status != 0 || !refused(res.Err) {
 			break
 		}
-		o.Error = err.Error()
-		if !refused(err) {
-			return o
-		}
 	}
-	if resp == nil {
-		return o
-	}
-	defer resp.Body.Close()
-	o.Error = ""
-	o.Status = resp.StatusCode
-	o.Cell = resp.Header.Get(xdscontract.UpstreamEndpointHeader)
-	if o.Cell == "" {
-		o.Cell = resp.Header.Get(xdscontract.EndpointHeader)
-	}
-	o.Region = resp.Header.Get(xdscontract.RegionHeader)
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-		o.Error = strings.TrimSpace(string(b))
-		return o
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "data: ") {
-			continue
-		}
-		if o.TTFT == 0 {
-			o.TTFT = l.clock.Since(o.Start)
-		}
-		if line == "data: [DONE]" {
-			o.OK = true
-			return o
-		}
-	}
-	if err := sc.Err(); err != nil {
-		o.Error = err.Error()
-	} else {
-		o.Error = "stream ended before [DONE]"
+	o.End = l.clock.Now()
+	o.OK, o.Status, o.TTFT, o.Cell, o.Region = res.OK, res.Status, res.FirstEvent, res.Endpoint, res.Region
+	o.Error = res.Body
+	if res.Err != nil {
+		o.Error = res.Err.Error()
 	}
 	return o
 }

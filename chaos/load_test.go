@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // TestLoadRecordsEnd: every outcome carries its end, after its start, and
@@ -23,13 +25,8 @@ func TestLoadRecordsEnd(t *testing.T) {
 	defer srv.Close()
 	l := StartLoad(context.Background(), LoadConfig{RPS: 200, Model: "m", MaxRequests: 5},
 		[]Ingress{{Region: "a", Addr: strings.TrimPrefix(srv.URL, "http://")}}, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if done, _ := l.Progress(); done == 5 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // polling a count, bounded by the deadline
-	}
+	// The count is checked below, after Stop.
+	eventually.Wait(10*time.Second, func() bool { done, _ := l.Progress(); return done == 5 })
 	os, _ := l.Stop()
 	if len(os) != 5 {
 		t.Fatalf("%d outcomes, want 5", len(os))

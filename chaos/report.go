@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/internal/quantile"
 )
 
@@ -54,8 +55,8 @@ type Report struct {
 	// Failures say why it did not pass.
 	Failures []string `json:"failures,omitempty"`
 	// Faults as injected, and when (the fleet's clock).
-	Faults     []Fault   `json:"faults"`
-	InjectedAt time.Time `json:"injected_at"`
+	Faults     []adminapi.Fault `json:"faults"`
+	InjectedAt time.Time        `json:"injected_at"`
 	// DetectMS: injection to the controllers' state change.
 	DetectMS *float64 `json:"detect_ms"`
 	// RerouteAtMS: injection to the data planes' weights or plan

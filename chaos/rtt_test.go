@@ -1,17 +1,21 @@
 package chaos
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/isobar-mesh/isobar/adminapi"
+)
 
 // The jitter drill's baseline takes each gossip RTT at the lower of two
 // samples, so a scheduling spike in one cannot hide the injected rise.
 func TestRTTBaseline(t *testing.T) {
-	state := func(ab, ac float64) *FleetState {
-		return &FleetState{Regions: []RegionState{{Name: "a", RTTms: map[string]float64{"b": ab, "c": ac}}}}
+	state := func(ab, ac float64) *adminapi.FleetState {
+		return &adminapi.FleetState{Regions: []adminapi.RegionState{{Name: "a", RTTms: map[string]float64{"b": ab, "c": ac}}}}
 	}
-	tg := &target{regions: []string{"a"}, faults: []Fault{{Kind: FaultWANDelay, DelayMS: 20}}}
+	tg := &target{regions: []string{"a"}, faults: []adminapi.Fault{{Kind: adminapi.FaultWANDelay, DelayMS: 20}}}
 	for _, tc := range []struct {
 		name             string
-		early, late, now *FleetState
+		early, late, now *adminapi.FleetState
 		want             bool
 	}{
 		{"rise over a clean baseline", state(1, 1), state(1, 1), state(22, 22), true},

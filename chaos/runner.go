@@ -11,6 +11,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/internal/truncate"
 )
 
@@ -90,7 +91,7 @@ func (r *Runner) say(o Options, format string, args ...any) {
 }
 
 // waitHealthy polls until the fleet is healthy or settle passes.
-func (r *Runner) waitHealthy(ctx context.Context, o Options) (*FleetState, error) {
+func (r *Runner) waitHealthy(ctx context.Context, o Options) (*adminapi.FleetState, error) {
 	clock := r.clock()
 	deadline := clock.Now().Add(o.Settle)
 	for {
@@ -115,7 +116,7 @@ func (r *Runner) waitHealthy(ctx context.Context, o Options) (*FleetState, error
 
 // waitBaseline polls until d has the baseline it measures against, or
 // settle passes (ErrUnhealthy naming what is missing).
-func (r *Runner) waitBaseline(ctx context.Context, o Options, d *Drill, t *target, st *FleetState) (*FleetState, error) {
+func (r *Runner) waitBaseline(ctx context.Context, o Options, d *Drill, t *target, st *adminapi.FleetState) (*adminapi.FleetState, error) {
 	clock := r.clock()
 	deadline := clock.Now().Add(o.Settle)
 	for {
@@ -148,35 +149,11 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	}
 	o.withDefaults()
 	clock := r.clock()
-	r.say(o, "▶ %s: waiting for a healthy fleet", d.Name)
-	st, err := r.waitHealthy(ctx, o)
+	t, err := r.prepare(ctx, d, p, o)
 	if err != nil {
 		return nil, err
 	}
-	if why := d.Available(st); why != "" {
-		return nil, fmt.Errorf("%w: %s", ErrUnavailable, why)
-	}
-	t := &target{params: p, before: st, epochs: map[string]uint64{}}
-	if ld, ok := st.Leader(); ok {
-		t.leader = ld.Name
-	}
-	for _, rs := range st.Regions {
-		t.epochs[rs.Name] = rs.PlanEpoch
-	}
-	if err := d.plan(p, st, t); err != nil {
-		return nil, err
-	}
-	if d.baseline != nil {
-		if st, err = r.waitBaseline(ctx, o, d, t, st); err != nil {
-			return nil, err
-		}
-		t.before = st
-	}
-	for _, f := range t.faults {
-		if !st.Supports(f.Kind) {
-			return nil, fmt.Errorf("%w: %s needs %s", ErrUnavailable, d.Name, f.Kind)
-		}
-	}
+	st := t.before
 	lc := o.Load
 	if lc.Model == "" {
 		lc.Model = st.Model
@@ -213,7 +190,59 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	if d.rolling {
 		return r.runRolling(ctx, d, t, o, load, rep, cells)
 	}
-	var applied []Fault
+	applied, err := r.inject(ctx, d, t, o, rep)
+	if err != nil {
+		return nil, err
+	}
+	rep.Faults = applied
+	ob, err := r.observe(ctx, d, t, o, load, t0)
+	if err != nil {
+		r.heal(context.WithoutCancel(ctx), o, applied, rep)
+		return nil, err
+	}
+	return r.conclude(ctx, d, t, o, load, rep, cells, applied, ob)
+}
+
+// prepare waits for a healthy fleet, checks that d is available on it and
+// plans its target (waiting for its baseline when it has one). It injects
+// nothing.
+func (r *Runner) prepare(ctx context.Context, d *Drill, p Params, o Options) (*target, error) {
+	r.say(o, "▶ %s: waiting for a healthy fleet", d.Name)
+	st, err := r.waitHealthy(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if why := d.Available(st); why != "" {
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, why)
+	}
+	t := &target{params: p, before: st, epochs: map[string]uint64{}}
+	if ld, ok := st.Leader(); ok {
+		t.leader = ld.Name
+	}
+	for _, rs := range st.Regions {
+		t.epochs[rs.Name] = rs.PlanEpoch
+	}
+	if err := d.plan(p, st, t); err != nil {
+		return nil, err
+	}
+	if d.baseline != nil {
+		if st, err = r.waitBaseline(ctx, o, d, t, st); err != nil {
+			return nil, err
+		}
+		t.before = st
+	}
+	for _, f := range t.faults {
+		if !st.Supports(f.Kind) {
+			return nil, fmt.Errorf("%w: %s needs %s", ErrUnavailable, d.Name, f.Kind)
+		}
+	}
+	return t, nil
+}
+
+// inject applies t's faults in order; when one fails it heals those
+// applied and returns the error.
+func (r *Runner) inject(ctx context.Context, d *Drill, t *target, o Options, rep *Report) ([]adminapi.Fault, error) {
+	var applied []adminapi.Fault
 	for _, f := range t.faults {
 		res, err := r.Fleet.Inject(ctx, f)
 		if err != nil {
@@ -223,9 +252,20 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 		applied = append(applied, res.Fault)
 		r.say(o, "  ⚡ injected %s", res.Fault)
 	}
-	rep.Faults = applied
+	return applied, nil
+}
 
-	// Observe until detected and rerouted (bounded), and for at least During.
+// observation is when a drill saw its fault detected and rerouted around
+// (zero: not seen), from the injection at t0.
+type observation struct {
+	t0, detectAt, rerouteAt time.Time
+}
+
+// observe polls the fleet until the fault is detected and rerouted around
+// (bounded by MaxWait), and for at least During. It returns ctx's error
+// when ctx ends first.
+func (r *Runner) observe(ctx context.Context, d *Drill, t *target, o Options, load *Load, t0 time.Time) (observation, error) {
+	clock := r.clock()
 	var detectAt, rerouteAt time.Time
 	tick := clock.NewTicker(o.Poll)
 	lastSay := t0
@@ -254,13 +294,21 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 		select {
 		case <-ctx.Done():
 			tick.Stop()
-			r.heal(context.WithoutCancel(ctx), o, applied, rep)
-			return nil, ctx.Err()
+			return observation{}, ctx.Err()
 		case <-tick.Chan():
 		}
 	}
 	tick.Stop()
 
+	return observation{t0: t0, detectAt: detectAt, rerouteAt: rerouteAt}, nil
+}
+
+// conclude heals, waits for health, lets the load run After and measures
+// the drill into rep.
+func (r *Runner) conclude(ctx context.Context, d *Drill, t *target, o Options, load *Load, rep *Report, cells *cellTracker,
+	applied []adminapi.Fault, ob observation) (*Report, error) {
+	clock := r.clock()
+	t0, detectAt, rerouteAt := ob.t0, ob.detectAt, ob.rerouteAt
 	// Heal and wait for health.
 	t1 := clock.Now()
 	r.heal(ctx, o, applied, rep)
@@ -315,7 +363,7 @@ func (r *Runner) finish(o Options, d *Drill, rep *Report, cells *cellTracker) {
 }
 
 // heal undoes faults in reverse order; failures go into the report.
-func (r *Runner) heal(ctx context.Context, o Options, faults []Fault, rep *Report) {
+func (r *Runner) heal(ctx context.Context, o Options, faults []adminapi.Fault, rep *Report) {
 	for i := len(faults) - 1; i >= 0; i-- {
 		if _, err := r.Fleet.Heal(ctx, faults[i]); err != nil {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("heal %s: %v", faults[i], err))
@@ -328,7 +376,7 @@ func (r *Runner) heal(ctx context.Context, o Options, faults []Fault, rep *Repor
 // wait lets the load run for d, with a status line per second.
 // minRTT lowers each region's gossip RTT in st to the one in other, where
 // other has it.
-func minRTT(st, other *FleetState) {
+func minRTT(st, other *adminapi.FleetState) {
 	if other == nil {
 		return
 	}
@@ -368,12 +416,48 @@ func (r *Runner) status(o Options, load *Load, phase string, el time.Duration) {
 	r.say(o, "  … %-6s %5.1fs  requests %d, failed %d", phase, el.Seconds(), done, failed)
 }
 
+// noteError counts failed request o of phase name in rep.Errors, by
+// reason, keeping at most maxErrorKinds reasons.
+func noteError(rep *Report, name string, o Outcome) {
+	reason := fmt.Sprintf("%s: HTTP %d: %s", name, o.Status, truncate.Marked(o.Error, 120, "…"))
+	if o.Cell != "" {
+		reason = fmt.Sprintf("%s: HTTP %d from %s via %s: %s", name, o.Status, o.Cell, o.Ingress, truncate.Marked(o.Error, 120, "…"))
+	}
+	if _, ok := rep.Errors[reason]; ok || len(rep.Errors) < maxErrorKinds {
+		if rep.Errors == nil {
+			rep.Errors = map[string]int{}
+		}
+		rep.Errors[reason]++
+	}
+}
+
+// phase is the requests a drill started in one phase.
+type phase struct {
+	n, ok int
+	ttft  []time.Duration
+}
+
+// setPhases fills rep's success rates, request counts and TTFT
+// percentiles per phase.
+func setPhases(rep *Report, before, during, after phase) {
+	frac := func(p phase) *float64 {
+		if p.n == 0 {
+			return nil
+		}
+		return fptr(float64(p.ok) / float64(p.n))
+	}
+	rep.Success = Success{Before: frac(before), During: frac(during), After: frac(after)}
+	rep.Requests.Before, rep.Requests.During, rep.Requests.After = before.n, during.n, after.n
+	rep.TTFTms = map[string]Percentiles{}
+	for name, p := range map[string]phase{"before": before, "during": during, "after": after} {
+		if q := percentiles(p.ttft); q != nil {
+			rep.TTFTms[name] = *q
+		}
+	}
+}
+
 // measure fills the request figures from the outcomes.
 func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1, recovered, end, windowEnd time.Time) {
-	type phase struct {
-		n, ok int
-		ttft  []time.Duration
-	}
 	var before, during, after phase
 	var exposed []time.Duration
 	var long, leaked int
@@ -401,16 +485,7 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1,
 			ph, name = &after, "after"
 		}
 		if !o.OK {
-			reason := fmt.Sprintf("%s: HTTP %d: %s", name, o.Status, truncate.Marked(o.Error, 120, "…"))
-			if o.Cell != "" {
-				reason = fmt.Sprintf("%s: HTTP %d from %s via %s: %s", name, o.Status, o.Cell, o.Ingress, truncate.Marked(o.Error, 120, "…"))
-			}
-			if _, ok := rep.Errors[reason]; ok || len(rep.Errors) < maxErrorKinds {
-				if rep.Errors == nil {
-					rep.Errors = map[string]int{}
-				}
-				rep.Errors[reason]++
-			}
+			noteError(rep, name, o)
 		}
 		if !o.Start.Before(t0) {
 			if !o.OK {
@@ -441,20 +516,7 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1,
 			ph.ttft = append(ph.ttft, o.TTFT)
 		}
 	}
-	frac := func(p phase) *float64 {
-		if p.n == 0 {
-			return nil
-		}
-		return fptr(float64(p.ok) / float64(p.n))
-	}
-	rep.Success = Success{Before: frac(before), During: frac(during), After: frac(after)}
-	rep.Requests.Before, rep.Requests.During, rep.Requests.After = before.n, during.n, after.n
-	rep.TTFTms = map[string]Percentiles{}
-	for name, p := range map[string]phase{"before": before, "during": during, "after": after} {
-		if q := percentiles(p.ttft); q != nil {
-			rep.TTFTms[name] = *q
-		}
-	}
+	setPhases(rep, before, during, after)
 	rep.RerouteMS = percentiles(exposed)
 	if d.leak && long > 0 {
 		rep.LeakRate = fptr(float64(leaked) / float64(long))

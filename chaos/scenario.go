@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/isobar-mesh/isobar/adminapi"
 )
 
 // maxScenarioBytes and maxScenarioDrills bound a scenario file.
@@ -114,13 +116,13 @@ func ParseScenario(b []byte) (*Scenario, error) {
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 func (p Params) validate(where string) error {
-	f := Fault{Kind: FaultKillEngine, Region: p.Region, Regions: p.Regions, Cells: p.Cells, DelayMS: p.DelayMS,
+	f := adminapi.Fault{Kind: adminapi.FaultKillEngine, Region: p.Region, Regions: p.Regions, Cells: p.Cells, DelayMS: p.DelayMS,
 		JitterMS: p.JitterMS, Severity: p.Severity, MaxModelLen: p.MaxModelLen}
 	if err := f.Validate(); err != nil {
 		return fmt.Errorf("chaos: scenario: %s: %w", where, err)
 	}
-	if p.Count < 0 || p.Count > maxFaultRegions {
-		return fmt.Errorf("chaos: scenario: %s.count %d: want 0..%d", where, p.Count, maxFaultRegions)
+	if p.Count < 0 || p.Count > adminapi.MaxFaultRegions {
+		return fmt.Errorf("chaos: scenario: %s.count %d: want 0..%d", where, p.Count, adminapi.MaxFaultRegions)
 	}
 	return nil
 }

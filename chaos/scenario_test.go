@@ -67,20 +67,6 @@ func FuzzParseScenario(f *testing.F) {
 	})
 }
 
-func FuzzDecodeFault(f *testing.F) {
-	f.Add([]byte(`{"kind":"kill-engine","region":"a","cells":[0]}`))
-	f.Add([]byte(`{"kind":"wan-delay","region":"a","delay_ms":20,"jitter_ms":5}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fl, err := DecodeFault(b)
-		if err != nil {
-			return
-		}
-		if err := fl.Validate(); err != nil {
-			t.Fatalf("decoded fault fails Validate: %v", err)
-		}
-	})
-}
-
 // TestDocsScenarioListsEveryDrill keeps docs/drills.yaml parseable and
 // complete.
 func TestDocsScenarioListsEveryDrill(t *testing.T) {

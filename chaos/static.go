@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/isobar-mesh/isobar/adminapi"
 )
 
 // Static stability (docs/design.md §5.4): a restarted control plane is
@@ -27,7 +29,7 @@ type cellTracker struct {
 }
 
 // localEndpoints counts the region's own cells in its data plane.
-func localEndpoints(rs *RegionState) int {
+func localEndpoints(rs *adminapi.RegionState) int {
 	n := 0
 	for _, e := range rs.Endpoints {
 		if e.Region == rs.Name {
@@ -37,7 +39,7 @@ func localEndpoints(rs *RegionState) int {
 	return n
 }
 
-func (r *Runner) trackCells(ctx context.Context, o Options, before *FleetState) *cellTracker {
+func (r *Runner) trackCells(ctx context.Context, o Options, before *adminapi.FleetState) *cellTracker {
 	ctx, cancel := context.WithCancel(ctx)
 	ct := &cellTracker{cancel: cancel, done: make(chan struct{}), counts: map[string]CellCounts{}}
 	for i := range before.Regions {
@@ -64,7 +66,7 @@ func (r *Runner) trackCells(ctx context.Context, o Options, before *FleetState) 
 	return ct
 }
 
-func (ct *cellTracker) note(st *FleetState) {
+func (ct *cellTracker) note(st *adminapi.FleetState) {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
 	for i := range st.Regions {
@@ -129,7 +131,7 @@ func (r *Runner) runRolling(ctx context.Context, d *Drill, t *target, o Options,
 		}
 		rep.Faults = append(rep.Faults, res.Fault)
 		r.say(o, "  ⚡ injected %s (%d of %d)", res.Fault, i+1, len(t.faults))
-		step := &target{params: t.params, faults: []Fault{res.Fault}, regions: []string{f.Region}, before: t.before}
+		step := &target{params: t.params, faults: []adminapi.Fault{res.Fault}, regions: []string{f.Region}, before: t.before}
 		start := clock.Now()
 		seen := false
 		tick := clock.NewTicker(o.Poll)
@@ -150,7 +152,7 @@ func (r *Runner) runRolling(ctx context.Context, d *Drill, t *target, o Options,
 			select {
 			case <-ctx.Done():
 				tick.Stop()
-				r.heal(context.WithoutCancel(ctx), o, []Fault{res.Fault}, rep)
+				r.heal(context.WithoutCancel(ctx), o, []adminapi.Fault{res.Fault}, rep)
 				return nil, ctx.Err()
 			case <-tick.Chan():
 			}
@@ -160,7 +162,7 @@ func (r *Runner) runRolling(ctx context.Context, d *Drill, t *target, o Options,
 			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: not detected within %v (%s)", f, max(o.During, o.MaxWait), d.Detects))
 		}
 		t1 = clock.Now()
-		r.heal(ctx, o, []Fault{res.Fault}, rep)
+		r.heal(ctx, o, []adminapi.Fault{res.Fault}, rep)
 		if _, err := r.waitHealthy(ctx, o); err != nil {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("not healthy after healing %s: %v", f, err))
 			recovered = time.Time{}

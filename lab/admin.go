@@ -14,8 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/certs"
-	"github.com/isobar-mesh/isobar/chaos"
+	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -138,15 +139,15 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case r.URL.Path == chaos.PathState && r.Method == http.MethodGet:
+	case r.URL.Path == adminapi.PathState && r.Method == http.MethodGet:
 		a.requests.WithLabelValues("ok").Inc()
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(a.l.State())
-	case (r.URL.Path == chaos.PathInject || r.URL.Path == chaos.PathHeal) && r.Method == http.MethodPost:
-		a.fault(w, r, id, r.URL.Path == chaos.PathHeal)
+	case (r.URL.Path == adminapi.PathInject || r.URL.Path == adminapi.PathHeal) && r.Method == http.MethodPost:
+		a.fault(w, r, id, r.URL.Path == adminapi.PathHeal)
 	default:
 		a.fail(w, http.StatusNotFound, "bad_request", fmt.Sprintf("no %s %s: the admin API serves GET %s, POST %s and POST %s",
-			r.Method, r.URL.Path, chaos.PathState, chaos.PathInject, chaos.PathHeal))
+			r.Method, r.URL.Path, adminapi.PathState, adminapi.PathInject, adminapi.PathHeal))
 	}
 }
 
@@ -156,7 +157,7 @@ func (a *admin) fault(w http.ResponseWriter, r *http.Request, id certs.Identity,
 		a.fail(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("body unreadable or over %d bytes", maxAdminBody))
 		return
 	}
-	f, err := chaos.DecodeFault(body)
+	f, err := adminapi.DecodeFault(body)
 	if err != nil {
 		a.fail(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
@@ -178,33 +179,35 @@ func (a *admin) fault(w http.ResponseWriter, r *http.Request, id certs.Identity,
 	a.log.Warn("admin "+verb, "operator", id.Name, "fault", applied.String())
 	a.requests.WithLabelValues("ok").Inc()
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(chaos.InjectResult{At: a.l.clock.Now(), Fault: applied})
+	_ = json.NewEncoder(w).Encode(adminapi.InjectResult{At: a.l.clock.Now(), Fault: applied})
 }
 
 // State is the fleet as the controllers and data planes see it now.
-func (l *Lab) State() chaos.FleetState {
+func (l *Lab) State() adminapi.FleetState {
 	model := sim.DefaultModel
-	st := chaos.FleetState{At: l.clock.Now(), Model: model, Faults: l.SupportedFaults()}
-	l.regMu.RLock()
-	regions := append([]*Region(nil), l.regions...)
-	var members []chaos.GlobalState
-	for _, m := range l.globals {
-		g := chaos.GlobalState{Name: m.name, Up: !m.down}
-		if !m.down {
-			g.Leader = m.srv.IsLeader()
-			g.Live = map[string]bool{}
-			for _, rs := range m.srv.Regions() {
-				g.Live[rs.Region] = rs.Live
-			}
-		}
-		members = append(members, g)
-	}
-	etcd := l.etcd
+	st := adminapi.FleetState{At: l.clock.Now(), Model: model, Faults: l.SupportedFaults()}
+	var regions []*Region
+	var members []adminapi.GlobalState
+	var etcd *election.Embedded
 	down, ctrlDown := map[*Region]bool{}, map[*Region]bool{}
-	for _, r := range regions {
-		down[r], ctrlDown[r] = r.down, r.ctrlDown
-	}
-	l.regMu.RUnlock()
+	l.fleet.view(func() {
+		regions = append(regions, l.fleet.regions...)
+		for _, m := range l.fleet.globals {
+			g := adminapi.GlobalState{Name: m.name, Up: !m.down}
+			if !m.down {
+				g.Leader = m.srv.IsLeader()
+				g.Live = map[string]bool{}
+				for _, rs := range m.srv.Regions() {
+					g.Live[rs.Region] = rs.Live
+				}
+			}
+			members = append(members, g)
+		}
+		etcd = l.fleet.etcd
+		for _, r := range regions {
+			down[r], ctrlDown[r] = r.down, r.ctrlDown
+		}
+	})
 	st.Globals = members
 	if etcd != nil {
 		st.Etcd = "up"
@@ -214,13 +217,13 @@ func (l *Lab) State() chaos.FleetState {
 	}
 	cluster := xdscontract.ClusterName(model)
 	for _, r := range regions {
-		rs := chaos.RegionState{Name: r.Name, Ingress: r.ingress, Up: !down[r], ControllerDown: ctrlDown[r]}
+		rs := adminapi.RegionState{Name: r.Name, Ingress: r.ingress, Up: !down[r], ControllerDown: ctrlDown[r]}
 		if down[r] {
 			st.Regions = append(st.Regions, rs)
 			continue
 		}
 		for _, c := range r.Ctrl.Registry().View().Cells {
-			rs.Cells = append(rs.Cells, chaos.CellState{ID: c.ID, State: c.State.String(), Weight: c.Weight.Published,
+			rs.Cells = append(rs.Cells, adminapi.CellState{ID: c.ID, State: c.State.String(), Weight: c.Weight.Published,
 				Pressure: c.Score.Pressure, Fallback: c.Fallback, MaxModelLen: c.MaxModelLen})
 		}
 		if rt := r.Ctrl.Routes(); rt != nil {
@@ -233,7 +236,7 @@ func (l *Lab) State() chaos.FleetState {
 		}
 		if t := r.Gateway.Table(); t != nil {
 			for _, e := range t.Clusters[cluster].Endpoints {
-				rs.Endpoints = append(rs.Endpoints, chaos.EndpointState{Cell: e.Cell, Region: e.Region, Weight: e.Weight,
+				rs.Endpoints = append(rs.Endpoints, adminapi.EndpointState{Cell: e.Cell, Region: e.Region, Weight: e.Weight,
 					Priority: e.Priority, MaxModelLen: e.MaxModelLen, Degraded: e.Degraded})
 			}
 		}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/certs"
-	"github.com/isobar-mesh/isobar/chaos"
 )
 
 // TestAdminRefusesWithoutOperatorIdentity: the admin API answers only
@@ -58,7 +58,7 @@ func TestAdminRefusesWithoutOperatorIdentity(t *testing.T) {
 	// No client certificate: 401 naming what to present.
 	pool := client(opCert, opKey).Transport.(*http.Transport).TLSClientConfig.RootCAs
 	noCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}}}
-	code, body, err := get(noCert, http.MethodPost, chaos.PathInject, `{"kind":"kill-engine","region":"a","cells":[0]}`)
+	code, body, err := get(noCert, http.MethodPost, adminapi.PathInject, `{"kind":"kill-engine","region":"a","cells":[0]}`)
 	if err != nil || code != http.StatusUnauthorized || !strings.Contains(body, "operator") {
 		t.Errorf("no certificate: %d %q %v; want 401 naming the operator identity", code, body, err)
 	}
@@ -68,7 +68,7 @@ func TestAdminRefusesWithoutOperatorIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, body, err = get(client(cellCert, cellKey), http.MethodPost, chaos.PathInject, `{"kind":"kill-engine","region":"a","cells":[0]}`)
+	code, body, err = get(client(cellCert, cellKey), http.MethodPost, adminapi.PathInject, `{"kind":"kill-engine","region":"a","cells":[0]}`)
 	if err != nil || code != http.StatusForbidden || !strings.Contains(body, certs.CellURI("a", "a-cell-0")) {
 		t.Errorf("cell identity: %d %q %v; want 403 naming the peer", code, body, err)
 	}
@@ -90,7 +90,7 @@ func TestAdminRefusesWithoutOperatorIdentity(t *testing.T) {
 	forged := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13,
 		// Present it whatever CAs the server asks for.
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &foreign, nil }}}}
-	if code, _, err := get(forged, http.MethodGet, chaos.PathState, ""); err == nil {
+	if code, _, err := get(forged, http.MethodGet, adminapi.PathState, ""); err == nil {
 		t.Errorf("operator certificate from a foreign CA answered %d, want a failed handshake", code)
 	}
 
@@ -101,11 +101,11 @@ func TestAdminRefusesWithoutOperatorIdentity(t *testing.T) {
 
 	// The operator: state, a bad fault (400, named), and an injection.
 	op := client(opCert, opKey)
-	code, body, err = get(op, http.MethodGet, chaos.PathState, "")
+	code, body, err = get(op, http.MethodGet, adminapi.PathState, "")
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("operator state: %d %q %v", code, body, err)
 	}
-	var st chaos.FleetState
+	var st adminapi.FleetState
 	if err := json.Unmarshal([]byte(body), &st); err != nil || len(st.Regions) != 1 || len(st.Regions[0].Cells) != 2 {
 		t.Fatalf("state %q: %v", body, err)
 	}
@@ -116,12 +116,12 @@ func TestAdminRefusesWithoutOperatorIdentity(t *testing.T) {
 		`{"kind":"kill-engine","bogus":1}`:                 "unknown field",
 		`{"kind":"partition","region":"a"}`:                "supports",
 	} {
-		code, body, err := get(op, http.MethodPost, chaos.PathInject, in)
+		code, body, err := get(op, http.MethodPost, adminapi.PathInject, in)
 		if err != nil || code != http.StatusBadRequest || !strings.Contains(body, want) {
 			t.Errorf("%s: %d %q %v; want 400 mentioning %q", in, code, body, err, want)
 		}
 	}
-	code, body, err = get(op, http.MethodPost, chaos.PathInject, `{"kind":"kill-engine","region":"a","cells":[0]}`)
+	code, body, err = get(op, http.MethodPost, adminapi.PathInject, `{"kind":"kill-engine","region":"a","cells":[0]}`)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("operator inject: %d %q %v", code, body, err)
 	}

@@ -28,7 +28,13 @@
 // With one region the lab runs without etcd and the global pair.
 //
 // Concurrency: Start builds everything and returns a *Lab; Stop tears it
-// down in reverse order and joins every goroutine. The steady traffic
+// down in reverse order and joins every goroutine. A Lab composes parts
+// that each own their mutex: the fleet (the handles of the running
+// components, which heals replace), the fault injector (one fault at a
+// time), the WAN router (routes and paths of the emulated WAN), the plan
+// recorder (routings seen, for the report) and the shutdown stack. The
+// admin API's contract is package adminapi; the clients' requests go
+// through package completion. The steady traffic
 // drivers run one goroutine per in-flight request, bounded per region
 // (MaxInFlight); the multiturn ones one goroutine per session slot, each
 // with at most one request in flight. Their statistics are guarded by a

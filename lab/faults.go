@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/isobar-mesh/isobar/chaos"
+	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/sim"
 )
@@ -23,6 +24,17 @@ type wanPath interface {
 	Delay() (delay, jitter time.Duration)
 }
 
+// faultInjector applies and heals faults, one at a time: its mutex
+// serialises them and guards delays, each WAN path's shape from before a
+// wan-delay fault. It works on the lab's fleet and router, whose own
+// mutexes guard what it replaces.
+type faultInjector struct {
+	lab *Lab
+
+	mu     sync.Mutex
+	delays map[string][2]time.Duration
+}
+
 // ErrBadFault marks a fault the lab cannot apply as asked (unknown
 // region or cell, nothing to heal...): the caller's mistake, HTTP 400.
 var ErrBadFault = errors.New("lab: bad fault")
@@ -32,33 +44,89 @@ var ErrBadFault = errors.New("lab: bad fault")
 const throttleLead = 10 * time.Second
 
 // SupportedFaults are the fault kinds this lab can inject.
-func (l *Lab) SupportedFaults() []chaos.FaultKind {
-	fs := []chaos.FaultKind{chaos.FaultKillEngine, chaos.FaultSilenceAgent, chaos.FaultThrottle,
-		chaos.FaultDCGMDown, chaos.FaultMaxModelLen, chaos.FaultKillRegion, chaos.FaultStopController}
+func (l *Lab) SupportedFaults() []adminapi.FaultKind {
+	fs := []adminapi.FaultKind{adminapi.FaultKillEngine, adminapi.FaultSilenceAgent, adminapi.FaultThrottle,
+		adminapi.FaultDCGMDown, adminapi.FaultMaxModelLen, adminapi.FaultKillRegion, adminapi.FaultStopController}
 	if len(l.cfg.Regions) > 1 {
-		fs = append(fs, chaos.FaultPartition, chaos.FaultWANDelay)
+		fs = append(fs, adminapi.FaultPartition, adminapi.FaultWANDelay)
 	}
 	if l.cfg.Globals > 0 {
-		fs = append(fs, chaos.FaultKillLeader, chaos.FaultEtcdDown)
+		fs = append(fs, adminapi.FaultKillLeader, adminapi.FaultEtcdDown)
 	}
 	return fs
 }
 
 // Inject applies f and returns it as applied.
-func (l *Lab) Inject(f chaos.Fault) (chaos.Fault, error) { return l.apply(f, false) }
+func (l *Lab) Inject(f adminapi.Fault) (adminapi.Fault, error) { return l.faults.apply(f, false) }
 
 // Heal undoes f (as Inject returned it).
-func (l *Lab) Heal(f chaos.Fault) (chaos.Fault, error) { return l.apply(f, true) }
+func (l *Lab) Heal(f adminapi.Fault) (adminapi.Fault, error) { return l.faults.apply(f, true) }
 
-func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
-	l.faultMu.Lock()
-	defer l.faultMu.Unlock()
+func (fi *faultInjector) apply(f adminapi.Fault, heal bool) (adminapi.Fault, error) {
+	l := fi.lab
+	fi.mu.Lock()
+	defer fi.mu.Unlock()
 	if !slices.Contains(l.SupportedFaults(), f.Kind) {
 		return f, fmt.Errorf("%w: kind %q: this lab supports %v", ErrBadFault, f.Kind, l.SupportedFaults())
 	}
 	switch f.Kind {
-	case chaos.FaultKillEngine:
-		return f, l.eachCell(f, func(r *Region, i int) error {
+	case adminapi.FaultKillEngine, adminapi.FaultSilenceAgent, adminapi.FaultThrottle, adminapi.FaultMaxModelLen:
+		return f, fi.applyToCells(f, heal)
+	case adminapi.FaultDCGMDown:
+		regions := f.Regions
+		if len(regions) == 0 {
+			for _, r := range l.Regions() {
+				regions = append(regions, r.Name)
+			}
+		}
+		for _, name := range regions {
+			r, err := fi.liveRegion(name)
+			if err != nil {
+				return f, err
+			}
+			if err := r.DCGM.SetDown(!heal); err != nil {
+				return f, err
+			}
+		}
+		return f, nil
+	case adminapi.FaultKillRegion:
+		if heal {
+			return f, fi.restartRegion(f.Region)
+		}
+		return f, fi.killRegion(f.Region)
+	case adminapi.FaultStopController:
+		if !heal && (f.StaggerMS < 0 || f.StaggerMS > 60_000) {
+			return f, fmt.Errorf("%w: stagger_ms %v: want 0..60000", ErrBadFault, f.StaggerMS)
+		}
+		if heal {
+			return f, fi.startController(f.Region, time.Duration(f.StaggerMS*float64(time.Millisecond)))
+		}
+		return f, fi.stopController(f.Region, f.StaggerMS > 0)
+	case adminapi.FaultPartition:
+		paths, err := fi.regionPaths(f.Region, true)
+		if err != nil {
+			return f, err
+		}
+		for _, p := range paths {
+			p.Partition(!heal)
+		}
+		return f, nil
+	case adminapi.FaultWANDelay:
+		return f, fi.wanDelay(f, heal)
+	case adminapi.FaultKillLeader:
+		return fi.killLeader(f, heal)
+	case adminapi.FaultEtcdDown:
+		return f, fi.etcdDown(heal)
+	}
+	return f, fmt.Errorf("%w: kind %q", ErrBadFault, f.Kind)
+}
+
+// applyToCells applies (or heals) a fault that acts on f.Cells of
+// f.Region.
+func (fi *faultInjector) applyToCells(f adminapi.Fault, heal bool) error {
+	switch f.Kind {
+	case adminapi.FaultKillEngine:
+		return fi.eachCell(f, func(r *Region, i int) error {
 			if !heal {
 				r.Engines[i].Kill()
 				return nil
@@ -68,16 +136,16 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			}
 			return r.Engines[i].Restart()
 		})
-	case chaos.FaultSilenceAgent:
-		return f, l.eachCell(f, func(r *Region, i int) error {
+	case adminapi.FaultSilenceAgent:
+		return fi.eachCell(f, func(r *Region, i int) error {
 			r.Agents[i].Pause(!heal)
 			return nil
 		})
-	case chaos.FaultThrottle:
+	case adminapi.FaultThrottle:
 		if !heal && (f.Severity <= 0 || f.Severity > 1) {
-			return f, fmt.Errorf("%w: throttle severity %v: want (0, 1]", ErrBadFault, f.Severity)
+			return fmt.Errorf("%w: throttle severity %v: want (0, 1]", ErrBadFault, f.Severity)
 		}
-		return f, l.eachCell(f, func(r *Region, i int) error {
+		return fi.eachCell(f, func(r *Region, i int) error {
 			if heal {
 				r.Engines[i].Throttle(0, 0)
 			} else {
@@ -85,11 +153,11 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			}
 			return nil
 		})
-	case chaos.FaultMaxModelLen:
+	case adminapi.FaultMaxModelLen:
 		if !heal && f.MaxModelLen < 1 {
-			return f, fmt.Errorf("%w: max_model_len %d: want >= 1", ErrBadFault, f.MaxModelLen)
+			return fmt.Errorf("%w: max_model_len %d: want >= 1", ErrBadFault, f.MaxModelLen)
 		}
-		return f, l.eachCell(f, func(r *Region, i int) error {
+		return fi.eachCell(f, func(r *Region, i int) error {
 			// A replica restarted with another --max-model-len.
 			if err := r.Engines[i].Restart(); err != nil {
 				return err
@@ -99,57 +167,13 @@ func (l *Lab) apply(f chaos.Fault, heal bool) (chaos.Fault, error) {
 			}
 			return nil
 		})
-	case chaos.FaultDCGMDown:
-		regions := f.Regions
-		if len(regions) == 0 {
-			for _, r := range l.Regions() {
-				regions = append(regions, r.Name)
-			}
-		}
-		for _, name := range regions {
-			r, err := l.liveRegion(name)
-			if err != nil {
-				return f, err
-			}
-			if err := r.DCGM.SetDown(!heal); err != nil {
-				return f, err
-			}
-		}
-		return f, nil
-	case chaos.FaultKillRegion:
-		if heal {
-			return f, l.restartRegion(f.Region)
-		}
-		return f, l.killRegion(f.Region)
-	case chaos.FaultStopController:
-		if !heal && (f.StaggerMS < 0 || f.StaggerMS > 60_000) {
-			return f, fmt.Errorf("%w: stagger_ms %v: want 0..60000", ErrBadFault, f.StaggerMS)
-		}
-		if heal {
-			return f, l.startController(f.Region, time.Duration(f.StaggerMS*float64(time.Millisecond)))
-		}
-		return f, l.stopController(f.Region, f.StaggerMS > 0)
-	case chaos.FaultPartition:
-		paths, err := l.regionPaths(f.Region, true)
-		if err != nil {
-			return f, err
-		}
-		for _, p := range paths {
-			p.Partition(!heal)
-		}
-		return f, nil
-	case chaos.FaultWANDelay:
-		return f, l.wanDelay(f, heal)
-	case chaos.FaultKillLeader:
-		return l.killLeader(f, heal)
-	case chaos.FaultEtcdDown:
-		return f, l.etcdDown(heal)
 	}
-	return f, fmt.Errorf("%w: kind %q", ErrBadFault, f.Kind)
+	return fmt.Errorf("%w: kind %q", ErrBadFault, f.Kind)
 }
 
 // liveRegion returns the named region, which must be up.
-func (l *Lab) liveRegion(name string) (*Region, error) {
+func (fi *faultInjector) liveRegion(name string) (*Region, error) {
+	l := fi.lab
 	for _, r := range l.Regions() {
 		if r.Name == name {
 			if r.down {
@@ -161,8 +185,8 @@ func (l *Lab) liveRegion(name string) (*Region, error) {
 	return nil, fmt.Errorf("%w: no region %q (have %s)", ErrBadFault, name, strings.Join(l.cfg.Regions, ", "))
 }
 
-func (l *Lab) eachCell(f chaos.Fault, do func(r *Region, i int) error) error {
-	r, err := l.liveRegion(f.Region)
+func (fi *faultInjector) eachCell(f adminapi.Fault, do func(r *Region, i int) error) error {
+	r, err := fi.liveRegion(f.Region)
 	if err != nil {
 		return err
 	}
@@ -184,54 +208,45 @@ func (l *Lab) eachCell(f chaos.Fault, do func(r *Region, i int) error) error {
 
 // regionPaths returns every WAN path into or out of region (with the
 // global paths when withGlobal).
-func (l *Lab) regionPaths(region string, withGlobal bool) ([]wanPath, error) {
-	if _, err := l.liveRegion(region); err != nil {
+func (fi *faultInjector) regionPaths(region string, withGlobal bool) ([]wanPath, error) {
+	l := fi.lab
+	if _, err := fi.liveRegion(region); err != nil {
 		return nil, err
 	}
-	if len(l.globals) > 0 && region == l.cfg.Regions[0] && withGlobal {
+	if len(l.fleet.members()) > 0 && region == l.cfg.Regions[0] && withGlobal {
 		return nil, fmt.Errorf("%w: region %s hosts the global pair in the lab: cut off another region", ErrBadFault, region)
 	}
 	var out []wanPath
-	for name, p := range l.paths {
-		_, ends, _ := strings.Cut(name, ":")
-		src, dst, _ := strings.Cut(ends, ">")
-		if src == region || dst == region {
-			if withGlobal || !strings.HasPrefix(name, "global:") {
-				out = append(out, p)
-			}
-		}
+	for _, p := range l.router.touching(region, withGlobal) {
+		out = append(out, p)
 	}
 	return out, nil
 }
 
-func (l *Lab) wanDelay(f chaos.Fault, heal bool) error {
+func (fi *faultInjector) wanDelay(f adminapi.Fault, heal bool) error {
+	l := fi.lab
 	if !heal && (f.DelayMS < 0 || f.JitterMS < 0 || f.DelayMS+f.JitterMS <= 0 || f.DelayMS > 10_000 || f.JitterMS > 10_000) {
 		return fmt.Errorf("%w: wan-delay %gms jitter %gms: want 0..10000 each, not both 0", ErrBadFault, f.DelayMS, f.JitterMS)
 	}
-	if _, err := l.liveRegion(f.Region); err != nil {
+	if _, err := fi.liveRegion(f.Region); err != nil {
 		return err
 	}
 	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
-	for name, p := range l.paths {
-		_, ends, _ := strings.Cut(name, ":")
-		src, dst, _ := strings.Cut(ends, ">")
-		if src != f.Region && dst != f.Region {
-			continue
-		}
-		orig, saved := l.delays[name]
+	for name, p := range l.router.touching(f.Region, true) {
+		orig, saved := fi.delays[name]
 		if heal {
 			if saved {
 				if err := p.SetDelay(orig[0], orig[1]); err != nil {
 					return err
 				}
-				delete(l.delays, name)
+				delete(fi.delays, name)
 			}
 			continue
 		}
 		if !saved {
 			d, j := p.Delay()
 			orig = [2]time.Duration{d, j}
-			l.delays[name] = orig
+			fi.delays[name] = orig
 		}
 		if err := p.SetDelay(orig[0]+ms(f.DelayMS), orig[1]+ms(f.JitterMS)); err != nil {
 			return err
@@ -242,14 +257,13 @@ func (l *Lab) wanDelay(f chaos.Fault, heal bool) error {
 
 // killRegion takes the whole site down at once: engines SIGKILLed, agents,
 // controller, gateway, gossip member and dcgm-exporter stopped.
-func (l *Lab) killRegion(name string) error {
-	r, err := l.liveRegion(name)
+func (fi *faultInjector) killRegion(name string) error {
+	l := fi.lab
+	r, err := fi.liveRegion(name)
 	if err != nil {
 		return err
 	}
-	l.regMu.Lock()
-	r.down = true
-	l.regMu.Unlock()
+	l.fleet.update(func() { r.down = true })
 	for _, e := range r.Engines {
 		e.Kill()
 	}
@@ -268,7 +282,8 @@ func (l *Lab) killRegion(name string) error {
 
 // restartRegion brings a killed region back: a fresh site on the same
 // ingress and gossip addresses.
-func (l *Lab) restartRegion(name string) error {
+func (fi *faultInjector) restartRegion(name string) error {
+	l := fi.lab
 	var old *Region
 	for _, r := range l.Regions() {
 		if r.Name == name {
@@ -290,9 +305,7 @@ func (l *Lab) restartRegion(name string) error {
 		_ = ln.Close()
 		return err
 	}
-	l.regMu.Lock()
-	l.regions[old.idx] = r
-	l.regMu.Unlock()
+	l.fleet.setRegion(old.idx, r)
 	// The ingress opens once the new gateway routes to every cell: until
 	// then clients are refused and fail over, as a readiness check would
 	// have them.
@@ -324,9 +337,10 @@ func openIngress(ctx context.Context, ln *gatedListener, clock clockwork.Clock) 
 // killLeader crashes the leading member: its etcd client closes first, so
 // the session ends without a resignation and the standby waits out the
 // lease; then the member stops. Heal restarts f.Member as a standby.
-func (l *Lab) killLeader(f chaos.Fault, heal bool) (chaos.Fault, error) {
+func (fi *faultInjector) killLeader(f adminapi.Fault, heal bool) (adminapi.Fault, error) {
+	l := fi.lab
 	if heal {
-		for _, m := range l.globals {
+		for _, m := range l.fleet.members() {
 			if m.name == f.Member {
 				if !m.down {
 					return f, fmt.Errorf("%w: global member %s is not down", ErrBadFault, m.name)
@@ -335,16 +349,14 @@ func (l *Lab) killLeader(f chaos.Fault, heal bool) (chaos.Fault, error) {
 				if err := l.startMember(&nm); err != nil {
 					return f, err
 				}
-				l.regMu.Lock()
-				*m = nm
-				l.regMu.Unlock()
+				l.fleet.update(func() { *m = nm })
 				return f, nil
 			}
 		}
 		return f, fmt.Errorf("%w: no global member %q to restart", ErrBadFault, f.Member)
 	}
 	var leader *globalMember
-	for _, m := range l.globals {
+	for _, m := range l.fleet.members() {
 		if !m.down && m.srv.IsLeader() {
 			leader = m
 		}
@@ -354,14 +366,13 @@ func (l *Lab) killLeader(f chaos.Fault, heal bool) (chaos.Fault, error) {
 	}
 	_ = leader.cli.Close()
 	leader.srv.Stop()
-	l.regMu.Lock()
-	leader.down = true
-	l.regMu.Unlock()
+	l.fleet.update(func() { leader.down = true })
 	f.Member = leader.name
 	return f, nil
 }
 
-func (l *Lab) etcdDown(heal bool) error {
+func (fi *faultInjector) etcdDown(heal bool) error {
+	l := fi.lab
 	cur := l.Etcd()
 	if !heal {
 		cur.Stop()
@@ -374,9 +385,7 @@ func (l *Lab) etcdDown(heal bool) error {
 	if err != nil {
 		return fmt.Errorf("lab: restart etcd: %w", err)
 	}
-	l.regMu.Lock()
-	l.etcd = e
-	l.regMu.Unlock()
+	l.fleet.update(func() { l.fleet.etcd = e })
 	return nil
 }
 
@@ -384,8 +393,9 @@ func (l *Lab) etcdDown(heal bool) error {
 // rescheduled process: engines, agents, gateway and gossip member keep
 // running, the agents' streams break and they back off, the gateway keeps
 // its last good configuration.
-func (l *Lab) stopController(name string, stagger bool) error {
-	r, err := l.liveRegion(name)
+func (fi *faultInjector) stopController(name string, stagger bool) error {
+	l := fi.lab
+	r, err := fi.liveRegion(name)
 	if err != nil {
 		return err
 	}
@@ -403,9 +413,7 @@ func (l *Lab) stopController(name string, stagger bool) error {
 			nr.staggered = append(nr.staggered, i)
 		}
 	}
-	l.regMu.Lock()
-	l.regions[r.idx] = &nr
-	l.regMu.Unlock()
+	l.fleet.setRegion(r.idx, &nr)
 	return nil
 }
 
@@ -414,8 +422,9 @@ func (l *Lab) stopController(name string, stagger bool) error {
 // the same state directory; it retries while a port is briefly taken.
 // The agents stopController held back are released one at a time over
 // stagger, the first at once.
-func (l *Lab) startController(name string, stagger time.Duration) error {
-	r, err := l.liveRegion(name)
+func (fi *faultInjector) startController(name string, stagger time.Duration) error {
+	l := fi.lab
+	r, err := fi.liveRegion(name)
 	if err != nil {
 		return err
 	}
@@ -430,10 +439,8 @@ func (l *Lab) startController(name string, stagger time.Duration) error {
 		if err == nil {
 			nr := *r
 			nr.Ctrl, nr.ctrlDown, nr.staggered = c, false, nil
-			l.regMu.Lock()
-			l.regions[r.idx] = &nr
-			l.regMu.Unlock()
-			l.release(r, r.staggered, stagger)
+			l.fleet.setRegion(r.idx, &nr)
+			fi.release(r, r.staggered, stagger)
 			return nil
 		}
 		if !errors.Is(err, syscall.EADDRINUSE) {
@@ -450,7 +457,8 @@ func (l *Lab) startController(name string, stagger time.Duration) error {
 // release resumes r's held-back agents idx, spread evenly over stagger
 // (the last at stagger), on its own goroutine: bounded by stagger, ended
 // and joined by Stop (registered last, so it runs before the agents stop).
-func (l *Lab) release(r *Region, idx []int, stagger time.Duration) {
+func (fi *faultInjector) release(r *Region, idx []int, stagger time.Duration) {
+	l := fi.lab
 	if len(idx) == 0 {
 		return
 	}

@@ -53,36 +53,16 @@ type Lab struct {
 	// ctx outlives Start: components restarted by a heal run under it.
 	ctx context.Context
 
-	// regMu guards the component handles that faults and heals replace:
-	// etcd, globals, regions (the slices' elements) and the admin state.
-	regMu   sync.RWMutex
-	etcd    *election.Embedded
-	globals []*globalMember
-	regions []*Region
-	traffic []*traffic
-
-	// faultMu serialises injections and heals.
-	faultMu sync.Mutex
-	// paths are the WAN paths by name (http:a>b, gossip:a>b, global:a>g1).
-	paths map[string]wanPath
-	// delays holds a path's shape from before a wan-delay fault.
-	delays map[string][2]time.Duration
-	admin  *admin
-
-	// started is when Start began (the report's time origin).
-	started time.Time
-	// plans records, per region, each distinct routing its controller had
-	// in force at a sample (notePlans), for the report.
-	plansMu sync.Mutex
-	plans   map[string][]PlanSeen
-
-	// routes maps a destination address to the WAN path that carries it,
-	// per source region (gateway forwarding, gossip, regional → global).
-	routeMu sync.RWMutex
-	routes  map[string]map[string]string
-
-	stopMu sync.Mutex
-	stops  []func()
+	// The lab's parts, each owning its mutex: the running components'
+	// handles (fleet), the fault injector, the emulated WAN's routes
+	// (router), the routing plans seen (plans) and the shutdown stack.
+	fleet   fleet
+	faults  *faultInjector
+	router  *wanRouter
+	plans   *planRecorder
+	stops   stopper
+	traffic []*traffic // set by Start, read-only after
+	admin   *admin
 }
 
 // Region is one simulated datacenter.
@@ -178,8 +158,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 	if deps.Clock == nil {
 		deps.Clock = clockwork.NewRealClock()
 	}
-	l := &Lab{cfg: cfg, log: deps.Logger, clock: deps.Clock, dir: cfg.Dir, ctx: ctx, routes: map[string]map[string]string{},
-		paths: map[string]wanPath{}, delays: map[string][2]time.Duration{}, started: deps.Clock.Now(), hopKey: make([]byte, gateway.MinHopKeyBytes)}
+	l := &Lab{cfg: cfg, log: deps.Logger, clock: deps.Clock, dir: cfg.Dir, ctx: ctx, router: newWANRouter(),
+		plans: &planRecorder{started: deps.Clock.Now()}, hopKey: make([]byte, gateway.MinHopKeyBytes)}
+	l.faults = &faultInjector{lab: l, delays: map[string][2]time.Duration{}}
 	_, _ = crand.Read(l.hopKey) // crypto/rand.Read never fails (Go 1.24+)
 	defer func() {
 		if err != nil {
@@ -224,7 +205,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 		if err != nil {
 			return nil, err
 		}
-		l.regions = append(l.regions, r)
+		l.fleet.setRegion(i, r)
 	}
 	if err := l.waitReady(ctx); err != nil {
 		return nil, err
@@ -234,20 +215,24 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 			return nil, err
 		}
 	}
-	for i, r := range l.regions {
-		if cfg.NoTraffic {
-			break
-		}
-		tcfg := cfg
-		if v, ok := cfg.RegionRPS[r.Name]; ok {
+	if !cfg.NoTraffic {
+		l.startTraffic(ctx)
+	}
+	return l, nil
+}
+
+// startTraffic starts each region's clients.
+func (l *Lab) startTraffic(ctx context.Context) {
+	for i, r := range l.Regions() {
+		tcfg := l.cfg
+		if v, ok := l.cfg.RegionRPS[r.Name]; ok {
 			tcfg.RPS = v
 		}
-		t := newTraffic(tcfg, r.Name, r.Gateway.Addr(), cfg.Seed+uint64(i), l.clock, l.log)
+		t := newTraffic(tcfg, r.Name, r.Gateway.Addr(), l.cfg.Seed+uint64(i), l.clock, l.log)
 		t.start(ctx)
 		l.traffic = append(l.traffic, t)
 		l.onStop(t.stop)
 	}
-	return l, nil
 }
 
 // readyTimeout bounds how long Start waits for the fleet to be ready.
@@ -278,19 +263,20 @@ func waitGateway(ctx context.Context, r *Region) error {
 func (l *Lab) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	for _, r := range l.regions {
+	regions := l.Regions()
+	for _, r := range regions {
 		if err := waitGateway(ctx, r); err != nil {
 			return err
 		}
 	}
-	if l.etcd == nil {
+	if l.Etcd() == nil {
 		return nil
 	}
 	t := l.clock.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
 		ready := true
-		for _, r := range l.regions {
+		for _, r := range regions {
 			if rt := r.Ctrl.Routes(); rt == nil || rt.Source != regional.RoutesPlan {
 				ready = false
 			}
@@ -306,22 +292,10 @@ func (l *Lab) waitReady(ctx context.Context) error {
 	}
 }
 
-func (l *Lab) onStop(f func()) {
-	l.stopMu.Lock()
-	l.stops = append(l.stops, f)
-	l.stopMu.Unlock()
-}
+func (l *Lab) onStop(f func()) { l.stops.push(f) }
 
 // Stop shuts everything down in reverse start order. Idempotent.
-func (l *Lab) Stop() {
-	l.stopMu.Lock()
-	stops := l.stops
-	l.stops = nil
-	l.stopMu.Unlock()
-	for i := len(stops) - 1; i >= 0; i-- {
-		stops[i]()
-	}
-}
+func (l *Lab) Stop() { l.stops.stopAll() }
 
 // StopTraffic ends the load (in-flight requests finish, bounded).
 func (l *Lab) StopTraffic() {
@@ -334,31 +308,13 @@ func (l *Lab) StopTraffic() {
 
 // Regions are the lab's regions in order (a region restarted by a heal is
 // a new value).
-func (l *Lab) Regions() []*Region {
-	l.regMu.RLock()
-	defer l.regMu.RUnlock()
-	return append([]*Region(nil), l.regions...)
-}
+func (l *Lab) Regions() []*Region { return l.fleet.Regions() }
 
 // Globals are the running members of the global pair.
-func (l *Lab) Globals() []*global.Server {
-	l.regMu.RLock()
-	defer l.regMu.RUnlock()
-	var out []*global.Server
-	for _, m := range l.globals {
-		if !m.down {
-			out = append(out, m.srv)
-		}
-	}
-	return out
-}
+func (l *Lab) Globals() []*global.Server { return l.fleet.running() }
 
 // Etcd is the embedded etcd (nil with one region).
-func (l *Lab) Etcd() *election.Embedded {
-	l.regMu.RLock()
-	defer l.regMu.RUnlock()
-	return l.etcd
-}
+func (l *Lab) Etcd() *election.Embedded { return l.fleet.Etcd() }
 
 // Controller is the first region's controller (single-region use).
 func (l *Lab) Controller() *regional.Controller { return l.Regions()[0].Ctrl }
@@ -403,9 +359,11 @@ func (l *Lab) startGlobals(ctx context.Context) error {
 	if !l.cfg.Insecure {
 		ec.TLS = election.TLSFiles{CertFile: id.cert, KeyFile: id.key, CAFile: l.pki.ca}
 	}
-	if l.etcd, err = election.StartEmbedded(ctx, ec); err != nil {
+	e, err := election.StartEmbedded(ctx, ec)
+	if err != nil {
 		return err
 	}
+	l.fleet.update(func() { l.fleet.etcd = e })
 	// Stops whichever member runs by then (an etcd-down heal replaces it).
 	l.onStop(func() { l.Etcd().Stop() })
 	for g := range l.cfg.Globals {
@@ -425,7 +383,7 @@ func (l *Lab) startGlobals(ctx context.Context) error {
 		if err := l.startMember(m); err != nil {
 			return err
 		}
-		l.globals = append(l.globals, m)
+		l.fleet.update(func() { l.fleet.globals = append(l.fleet.globals, m) })
 	}
 	return nil
 }
@@ -473,8 +431,7 @@ func (l *Lab) startWAN(gwLns []net.Listener, gossipAddrs []string) error {
 				return err
 			}
 			l.onStop(gw.Stop)
-			l.paths["http:"+src+">"+regions[j]] = gw
-			l.route(src, gwLns[j].Addr().String(), gw.Addr())
+			l.router.add("http:"+src+">"+regions[j], gw, src, gwLns[j].Addr().String(), gw.Addr())
 			gp, err := wan.NewPath(wan.Config{Path: "gossip:" + src + ">" + regions[j], Listen: "127.0.0.1:0",
 				Target: gossipAddrs[j], Delay: d, Jitter: l.cfg.Jitter, Seed: l.cfg.Seed + uint64(i*16+j+256)},
 				wan.Deps{Logger: l.log})
@@ -485,13 +442,12 @@ func (l *Lab) startWAN(gwLns []net.Listener, gossipAddrs []string) error {
 				return err
 			}
 			l.onStop(gp.Stop)
-			l.paths["gossip:"+src+">"+regions[j]] = gp
-			l.route(src, gossipAddrs[j], gp.Addr())
+			l.router.add("gossip:"+src+">"+regions[j], gp, src, gossipAddrs[j], gp.Addr())
 		}
 		if i == 0 {
 			continue // the global pair runs in the first region
 		}
-		for _, m := range l.globals {
+		for _, m := range l.fleet.members() {
 			g := m.srv
 			p, err := wan.New(wan.Config{Path: "global:" + src + ">" + g.ID(), Listen: "127.0.0.1:0",
 				Target: g.Addr(), Delay: l.cfg.Delay(i, 0), Jitter: l.cfg.Jitter, Seed: l.cfg.Seed + uint64(i*16+512)},
@@ -503,50 +459,56 @@ func (l *Lab) startWAN(gwLns []net.Listener, gossipAddrs []string) error {
 				return err
 			}
 			l.onStop(p.Stop)
-			l.paths["global:"+src+">"+g.ID()] = p
-			l.route(src, g.Addr(), p.Addr())
+			l.router.add("global:"+src+">"+g.ID(), p, src, g.Addr(), p.Addr())
 		}
 	}
 	return nil
 }
 
-func (l *Lab) route(src, dst, via string) {
-	l.routeMu.Lock()
-	defer l.routeMu.Unlock()
-	if l.routes[src] == nil {
-		l.routes[src] = map[string]string{}
-	}
-	l.routes[src][dst] = via
-}
-
-// via returns the address that reaches dst from region src.
-func (l *Lab) via(src, dst string) string {
-	l.routeMu.RLock()
-	defer l.routeMu.RUnlock()
-	if v, ok := l.routes[src][dst]; ok {
-		return v
-	}
-	return dst
-}
-
-func (l *Lab) dialer(src string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return d.DialContext(ctx, network, l.via(src, addr))
-	}
-}
-
+// startRegion starts region name's site: gossip member, regional
+// controller, engines with their dcgm-exporter and agents, and gateway on
+// gwLn (the region's ingress).
 func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Listener, gossipAddrs []string) (*Region, error) {
 	r := &Region{Name: name, Metrics: prometheus.NewRegistry(), idx: idx, ingress: gwLn.Addr().String(),
 		gossipAddrs: gossipAddrs, silenced: map[int]bool{}}
-	cfg := l.cfg
-	log := l.log.With("region", name)
 	rid, err := l.pki.issue("regional-"+name, certs.RegionURI(name))
 	if err != nil {
 		return nil, err
 	}
+	if r.Gossip, err = l.startGossip(ctx, r, rid); err != nil {
+		return nil, err
+	}
+	rdeps, err := l.regionalDeps(r, rid)
+	if err != nil {
+		return nil, err
+	}
+	r.ctrl = l.controllerFactory(l.regionalConfig(r, rid), rdeps)
+	if r.Ctrl, err = r.ctrl(ctx, "127.0.0.1:0", "127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	if err := l.startEngines(r); err != nil {
+		return nil, err
+	}
+	for i := range r.Engines {
+		ag, err := l.startAgent(r, i)
+		if err != nil {
+			return nil, err
+		}
+		r.Agents = append(r.Agents, ag)
+	}
+	if r.Gateway, err = l.startGateway(ctx, r, gwLn); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// startGossip starts r's gossip member on its reserved address, joining
+// the first region's, its traffic routed through the emulated WAN.
+func (l *Lab) startGossip(ctx context.Context, r *Region, rid identity) (*gossip.Node, error) {
+	cfg, name, idx, gossipAddrs := l.cfg, r.Name, r.idx, r.gossipAddrs
+	log := l.log.With("region", name)
 	host, port, _ := net.SplitHostPort(gossipAddrs[idx])
-	gcfg := gossip.Config{Role: gossip.RoleRegional, Region: name, IngressAddress: gwLn.Addr().String(),
+	gcfg := gossip.Config{Role: gossip.RoleRegional, Region: name, IngressAddress: r.ingress,
 		BindAddr: host, Profile: gossip.ProfileLAN}
 	gcfg.BindPort, _ = atoi(port)
 	if cfg.Fast {
@@ -559,7 +521,7 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	}
 	gdeps := gossip.Deps{Logger: log.With("component", "gossip"), Validate: summary.Validate,
 		WrapTransport: func(nt memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
-			return &wan.Transport{NodeAwareTransport: nt, Route: func(a string) string { return l.via(name, a) }}
+			return &wan.Transport{NodeAwareTransport: nt, Route: func(a string) string { return l.router.via(name, a) }}
 		}}
 	if !cfg.Insecure {
 		// Gossip bound to identities, as isobar regional runs it with mTLS.
@@ -579,8 +541,12 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 		return nil, err
 	}
 	l.onStop(node.Stop)
-	r.Gossip = node
+	return node, nil
+}
 
+// regionalConfig is r's regional controller configuration.
+func (l *Lab) regionalConfig(r *Region, rid identity) regional.Config {
+	cfg, name := l.cfg, r.Name
 	rc := regional.DefaultConfig(name)
 	rc.Listen, rc.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
 	// The last pushed cell set survives a controller restart here, as on
@@ -597,7 +563,7 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 		// for it.
 		rc.TTLGrace = 2*time.Second - cfg.HeartbeatInterval
 	}
-	rc.Global.IngressAddress = gwLn.Addr().String()
+	rc.Global.IngressAddress = r.ingress
 	// The capacity prior: the profile's knee is ~1.3 RPS per cell in real
 	// time; a faster clock serves proportionally more, and reaches the
 	// TTFT SLO proportionally sooner. Measurements replace the prior.
@@ -616,26 +582,41 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	if !cfg.Insecure {
 		rc.TLS = regional.TLSFiles{Cert: rid.cert, Key: rid.key, CA: l.pki.ca}
 	}
-	rdeps := regional.Deps{Logger: log.With("component", "regional"), Gossip: node, Registerer: r.Metrics}
-	if l.etcd != nil {
+	return rc
+}
+
+// regionalDeps are the collaborators of r's regional controller: its
+// gossip member and registry and, with the global pair, an etcd client
+// and a dialer through the emulated WAN.
+func (l *Lab) regionalDeps(r *Region, rid identity) (regional.Deps, error) {
+	name, log := r.Name, l.log.With("region", r.Name)
+	var err error
+	rdeps := regional.Deps{Logger: log.With("component", "regional"), Gossip: r.Gossip, Registerer: r.Metrics}
+	if l.Etcd() != nil {
 		if rdeps.Etcd, err = l.etcdClient(rid); err != nil {
-			return nil, err
+			return regional.Deps{}, err
 		}
 		dial, err := l.pki.dial(rid)
 		if err != nil {
-			return nil, err
+			return regional.Deps{}, err
 		}
-		d := l.dialer(name)
+		d := l.router.dialer(name)
 		rdeps.GlobalDialOptions = append(dial, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return d(ctx, "tcp", addr)
 		}))
 	}
-	r.ctrl = func(ctx context.Context, grpcAddr, httpAddr string) (*regional.Controller, error) {
+	return rdeps, nil
+}
+
+// controllerFactory returns what starts a regional controller with rc and
+// rdeps on given addresses (the first start, and stop-controller's heal).
+func (l *Lab) controllerFactory(rc regional.Config, rdeps regional.Deps) func(ctx context.Context, grpcAddr, httpAddr string) (*regional.Controller, error) {
+	return func(ctx context.Context, grpcAddr, httpAddr string) (*regional.Controller, error) {
 		c, d := rc, rdeps
 		c.Listen, c.HTTPListen = grpcAddr, httpAddr
 		if grpcAddr != "127.0.0.1:0" {
 			// A restarted controller: its predecessor's instruments hold
-			// the names in r.Metrics.
+			// the names in the region's registry.
 			d.Registerer = prometheus.NewRegistry()
 		}
 		ctrl, err := regional.New(c, d)
@@ -648,28 +629,29 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 		l.onStop(ctrl.Stop)
 		return ctrl, nil
 	}
-	if r.Ctrl, err = r.ctrl(ctx, "127.0.0.1:0", "127.0.0.1:0"); err != nil {
-		return nil, err
-	}
+}
 
+// startEngines starts r's simulated engines and its dcgm-exporter.
+func (l *Lab) startEngines(r *Region) error {
+	cfg, name, idx, log := l.cfg, r.Name, r.idx, l.log.With("region", r.Name)
 	r.DCGM = sim.NewDCGMExporter(sim.DCGMConfig{Hostname: name + "-node"}, sim.Deps{})
 	custom, err := cfg.engineProfile()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for i := range cfg.Cells {
 		eng, err := sim.NewEngine(sim.EngineConfig{
 			Name: CellID(name, i), Profile: cfg.Profile, CustomProfile: custom, TimeScale: cfg.TimeScale, GPUIndex: i, Seed: int64(idx*64 + i),
 		}, sim.Deps{Logger: log.With("component", "sim")})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := eng.Start(ln); err != nil {
-			return nil, err
+			return err
 		}
 		l.onStop(func() { stopCtx(eng.Stop) })
 		r.Engines = append(r.Engines, eng)
@@ -677,20 +659,18 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := r.DCGM.Start(ln); err != nil {
-		return nil, err
+		return err
 	}
 	l.onStop(func() { stopCtx(r.DCGM.Stop) })
-	for i := range r.Engines {
-		ag, err := l.startAgent(r, i)
-		if err != nil {
-			return nil, err
-		}
-		r.Agents = append(r.Agents, ag)
-	}
+	return nil
+}
 
+// startGateway starts r's gateway on its ingress listener.
+func (l *Lab) startGateway(ctx context.Context, r *Region, gwLn net.Listener) (*gateway.Gateway, error) {
+	cfg, name, log := l.cfg, r.Name, l.log.With("region", r.Name)
 	gid, err := l.pki.issue("gateway-"+name, certs.GatewayURI(name))
 	if err != nil {
 		return nil, err
@@ -711,7 +691,7 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	}))
 	gw, err := gateway.New(gateway.Config{Controller: r.Ctrl.Addr(), Region: name, LB: gateway.LBMode(cfg.LB),
 		MaxBackoff: time.Second, HopKey: l.hopKey},
-		gateway.Deps{Logger: log.With("component", "gateway"), DialOptions: gdial, DialContext: l.dialer(name),
+		gateway.Deps{Logger: log.With("component", "gateway"), DialOptions: gdial, DialContext: l.router.dialer(name),
 			Registerer: r.Metrics})
 	if err != nil {
 		return nil, err
@@ -720,8 +700,7 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 		return nil, err
 	}
 	l.onStop(gw.Stop)
-	r.Gateway = gw
-	return r, nil
+	return gw, nil
 }
 
 // startAgent starts the cellagent of cell i of r.
@@ -765,7 +744,7 @@ func (l *Lab) startAgent(r *Region, i int) (*cellagent.Agent, error) {
 // KillCell SIGKILLs the engine of cell i in region r (listener and
 // connections gone at once).
 func (l *Lab) KillCell(region string, i int) error {
-	for _, r := range l.regions {
+	for _, r := range l.Regions() {
 		if r.Name == region {
 			if i < 0 || i >= len(r.Engines) {
 				return fmt.Errorf("lab: region %s has no cell %d", region, i)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -216,7 +217,7 @@ func TestLabKillCell(t *testing.T) {
 // that only a stuck lab reaches.
 func awaitOutcomes(t *testing.T, l *Lab, what string, match func(Outcome) bool, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(3 * time.Minute); ; {
+	eventually.True(t, 3*time.Minute, fmt.Sprintf("%s: %d matching requests", what, n), func() bool {
 		got := 0
 		for _, r := range l.Regions() {
 			for _, o := range l.Outcomes(r.Name) {
@@ -225,14 +226,8 @@ func awaitOutcomes(t *testing.T, l *Lab, what string, match func(Outcome) bool, 
 				}
 			}
 		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d of %d requests finished before the deadline", what, got, n)
-		}
-		time.Sleep(250 * time.Millisecond) // polling a count, bounded above
-	}
+		return got >= n
+	})
 }
 
 // Each region's gateway learns what its pick needs from the controller:

@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"reflect"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -249,19 +248,11 @@ func routesReport(rt *regional.RouteTable) RoutesReport {
 // one recorded for that region.
 func (l *Lab) notePlans() {
 	now := l.clock.Now()
-	l.plansMu.Lock()
-	defer l.plansMu.Unlock()
-	if l.plans == nil {
-		l.plans = map[string][]PlanSeen{}
-	}
+	routes := map[string]*regional.RouteTable{}
 	for _, r := range l.Regions() {
-		rr := routesReport(r.Ctrl.Routes())
-		seen := l.plans[r.Name]
-		if n := len(seen); n > 0 && reflect.DeepEqual(seen[n-1].RoutesReport, rr) || len(seen) >= maxPlansSeen {
-			continue
-		}
-		l.plans[r.Name] = append(seen, PlanSeen{AtS: now.Sub(l.started).Seconds(), RoutesReport: rr})
+		routes[r.Name] = r.Ctrl.Routes()
 	}
+	l.plans.note(now, routes)
 }
 
 // CellReport is what one cell served for a region's clients.
@@ -345,9 +336,7 @@ func (l *Lab) Report() Report {
 			rr.CellStates[c.ID] = CellState{State: c.State.String(), Weight: c.Weight.Published, Pressure: c.Score.Pressure}
 		}
 		rr.Routes = routesReport(r.Ctrl.Routes())
-		l.plansMu.Lock()
-		rr.PlansSeen = slices.Clone(l.plans[r.Name])
-		l.plansMu.Unlock()
+		rr.PlansSeen = l.plans.seen(r.Name)
 		rr.LocalOnly = rr.Routes.localOnly(r.Name)
 		for _, p := range rr.PlansSeen {
 			rr.LocalOnly = rr.LocalOnly && p.localOnly(r.Name)
@@ -374,7 +363,7 @@ func (l *Lab) render(out io.Writer) {
 		workload += fmt.Sprintf(" (%d sessions)", l.cfg.Sessions)
 	}
 	fmt.Fprintf(&b, "isobar lab — %d regions × %d cells, %.1f RPS per region, %s, LB %s   (Ctrl-C to stop)\n",
-		len(l.regions), l.cfg.Cells, l.cfg.RPS, workload, l.cfg.LB)
+		len(l.Regions()), l.cfg.Cells, l.cfg.RPS, workload, l.cfg.LB)
 	for _, g := range l.Globals() {
 		role := "standby"
 		if g.IsLeader() {

@@ -1,12 +1,9 @@
 package lab
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -18,7 +15,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/isobar-mesh/isobar/bench/load"
+	"github.com/isobar-mesh/isobar/completion"
 	"github.com/isobar-mesh/isobar/internal/quantile"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/xdscontract"
@@ -222,8 +219,9 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 // workload's prompt text.
 const textStream = 0x7e47 << 32
 
-// promptText is load.PromptText: random words, exactly 4×tokens bytes.
-func promptText(rng *rand.Rand, tokens int) string { return load.PromptText(rng, tokens) }
+// promptText is completion.PromptText: random words, exactly 4×tokens
+// bytes.
+func promptText(rng *rand.Rand, tokens int) string { return completion.PromptText(rng, tokens) }
 
 // maxReplyBytes bounds the reply text a client keeps (a multiturn
 // session sends it back as the assistant's message).
@@ -233,67 +231,36 @@ const maxReplyBytes = 64 << 10
 // outcome (o carries what the caller knows: Long, Turn). With reply set,
 // the streamed text (choices[0].delta.content or .text) is appended to
 // it, at most maxReplyBytes. It reports whether the request succeeded.
-func (t *traffic) send(ctx context.Context, path string, body []byte, o Outcome, reply *strings.Builder) (ok bool) {
+func (t *traffic) send(ctx context.Context, path string, body []byte, o Outcome, reply *strings.Builder) bool {
 	o.Start = t.clock.Now()
-	defer func() {
-		o.End = t.clock.Now()
-		if !o.OK && ctx.Err() != nil {
-			t.mu.Lock()
-			t.abandoned++
-			t.mu.Unlock()
-			return
-		}
-		t.record(o)
-		ok = o.OK
-	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.gateway+path, bytes.NewReader(body))
-	if err != nil {
-		return
+	req := completion.Request{URL: "http://" + t.gateway + path, Body: body, Start: o.Start}
+	if reply != nil {
+		req.OnData = func(data string) { appendDelta(reply, data) }
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := t.client.Do(req)
-	if err != nil {
-		o.Error, o.Cause = err.Error(), classify(err, 0, nil)
-		return
-	}
-	defer resp.Body.Close()
-	o.Status = resp.StatusCode
-	o.Cell = resp.Header.Get(xdscontract.UpstreamEndpointHeader)
-	if o.Cell == "" {
-		o.Cell = resp.Header.Get(xdscontract.EndpointHeader)
-	}
-	o.Region = resp.Header.Get(xdscontract.RegionHeader)
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-		o.Error, o.Cause = strings.TrimSpace(string(b)), classify(nil, resp.StatusCode, resp.Header)
-		return
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "data: ") {
-			continue
-		}
-		if o.TTFT == 0 {
-			o.TTFT = t.clock.Since(o.Start)
-		}
-		if line == "data: [DONE]" {
-			o.OK = true
-			return
-		}
-		if reply != nil {
-			appendDelta(reply, line[len("data: "):])
-		}
-	}
-	// The stream ended without [DONE]: cut off by a timeout or a broken
-	// connection, or ended early by the engine.
-	if err := sc.Err(); err != nil {
-		o.Error, o.Cause = err.Error(), classify(err, 0, nil)
-	} else {
+	c := completion.Client{HTTP: t.client, Clock: t.clock}
+	res := c.Send(ctx, req)
+	o.End = t.clock.Now()
+	o.OK, o.Status, o.TTFT, o.Cell, o.Region = res.OK, res.Status, res.FirstEvent, res.Endpoint, res.Region
+	switch {
+	case res.OK:
+	case res.Status != 0 && res.Status != http.StatusOK:
+		o.Error, o.Cause = res.Body, classify(nil, res.Status, res.Header)
+	case errors.Is(res.Err, completion.ErrIncomplete):
+		// The engine ended its stream early.
 		o.Error, o.Cause = "stream ended without [DONE]", CauseEngineError
+	default:
+		// No answer, or the stream was cut off by a timeout or a broken
+		// connection.
+		o.Error, o.Cause = res.Err.Error(), classify(res.Err, 0, nil)
 	}
-	return false
+	if !o.OK && ctx.Err() != nil {
+		t.mu.Lock()
+		t.abandoned++
+		t.mu.Unlock()
+		return false
+	}
+	t.record(o)
+	return o.OK
 }
 
 // appendDelta appends the text of one SSE chunk (chat delta content or

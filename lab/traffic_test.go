@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/sim"
 )
 
@@ -76,26 +78,15 @@ func runTraffic(t *testing.T, cfg Config, e *sim.Engine, n int, match func(Outco
 	tr := newTraffic(cfg, "r1", e.Addr(), cfg.Seed, clockwork.NewRealClock(), testLogger(t))
 	tr.start(context.Background())
 	defer tr.stop()
-	deadline := time.NewTimer(2 * time.Minute)
-	defer deadline.Stop()
-	poll := time.NewTicker(20 * time.Millisecond)
-	defer poll.Stop()
-	for {
+	eventually.True(t, 2*time.Minute, fmt.Sprintf("%d matching requests", n), func() bool {
 		got := 0
 		for _, o := range tr.Outcomes() {
 			if match(o) {
 				got++
 			}
 		}
-		if got >= n {
-			break
-		}
-		select {
-		case <-deadline.C:
-			t.Fatalf("%d of %d matching requests before the deadline", got, n)
-		case <-poll.C:
-		}
-	}
+		return got >= n
+	})
 	tr.stop()
 	return tr.Outcomes()
 }

@@ -1,8 +1,6 @@
 package load
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/completion"
 	"github.com/isobar-mesh/isobar/internal/quantile"
 )
 
@@ -28,14 +27,6 @@ import (
 const (
 	ArrivalConstant = "constant"
 	ArrivalPoisson  = "poisson"
-)
-
-// Headers the data plane reads or answers with.
-const (
-	promptTokensHeader = "x-isobar-prompt-tokens"
-	endpointHeader     = "x-isobar-endpoint"
-	upstreamHeader     = "x-isobar-upstream-endpoint"
-	regionHeader       = "x-isobar-region"
 )
 
 // Config is one load run. Zero fields take the defaults noted.
@@ -350,58 +341,27 @@ const maxErrorLen = 200
 func (r *run) one(ctx context.Context, seq int, sh Shape) Record {
 	clock := r.deps.Clock
 	rec := Record{Seq: seq, Class: r.cfg.Class.Name, PromptTokens: sh.Prompt, Turn: sh.Turn, Start: clock.Now()}
-	finish := func(errText string) Record {
-		rec.End = clock.Now()
-		rec.E2Ems = ms(rec.End.Sub(rec.Start))
-		if len(errText) > maxErrorLen {
-			errText = errText[:maxErrorLen] + "…"
-		}
-		rec.Error = errText
-		return rec
-	}
 	body, path := r.body(sh)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(r.cfg.URL, "/")+path, bytes.NewReader(body))
-	if err != nil {
-		return finish(err.Error())
+	c := completion.Client{HTTP: r.deps.Client, Clock: clock, ErrorBody: 512}
+	res := c.Send(ctx, completion.Request{URL: strings.TrimRight(r.cfg.URL, "/") + path, Body: body,
+		PromptTokens: sh.Prompt, Start: rec.Start})
+	rec.Status, rec.Endpoint, rec.Region, rec.OK = res.Status, res.Endpoint, res.Region, res.OK
+	rec.OutputTokens = res.Events
+	if res.Events > 0 {
+		v := ms(res.FirstToken)
+		rec.TTFTms = &v
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(promptTokensHeader, strconv.Itoa(sh.Prompt))
-	resp, err := r.deps.Client.Do(req)
-	if err != nil {
-		return finish(err.Error())
+	errText := res.Body
+	if res.Err != nil {
+		errText = res.Err.Error()
 	}
-	defer resp.Body.Close()
-	rec.Status = resp.StatusCode
-	rec.Endpoint = resp.Header.Get(upstreamHeader)
-	if rec.Endpoint == "" {
-		rec.Endpoint = resp.Header.Get(endpointHeader)
+	rec.End = clock.Now()
+	rec.E2Ems = ms(rec.End.Sub(rec.Start))
+	if len(errText) > maxErrorLen {
+		errText = errText[:maxErrorLen] + "…"
 	}
-	rec.Region = resp.Header.Get(regionHeader)
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return finish(strings.TrimSpace(string(b)))
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			rec.OK = true
-			return finish("")
-		}
-		if rec.TTFTms == nil {
-			v := ms(clock.Since(rec.Start))
-			rec.TTFTms = &v
-		}
-		rec.OutputTokens++
-	}
-	if err := sc.Err(); err != nil {
-		return finish(err.Error())
-	}
-	return finish("stream ended before [DONE]")
+	rec.Error = errText
+	return rec
 }
 
 // tick draws the progress bar at most once a second.

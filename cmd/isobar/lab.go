@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/isobar-mesh/isobar/lab"
 )
@@ -16,7 +17,24 @@ func newLabCmd(ro *rootOpts) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lab",
 		Short: "Run the embedded default: a simulated multi-region fleet with traffic and a live view",
-		Long: `Run a whole simulated fleet in one process, every component real and
+		Long:  labLong,
+		Example: `  isobar lab
+  isobar lab --regions us-east,eu-west --cells 2 --rps 3
+  isobar lab --duration 30s --report lab.json
+  isobar lab --workload multiturn --sessions 32 --duration 120s --report mt.json   # chat sessions: prefix-cache reuse
+  isobar lab --gpu rtx-pro-6000 --model llama-3.1-70b-awq   # physics engine instead of the fitted 70b-awq profile
+  isobar lab --duration 120s --region-rps us-east=8 --rps 1   # overload one region, the others light
+  isobar lab --dir run1 --admin-listen 127.0.0.1:9443   # then: isobar chaos run kill-cell --target 127.0.0.1:9443 \
+      #   --tls-cert run1/pki/operator-lab.pem --tls-key run1/pki/operator-lab-key.pem --tls-ca run1/pki/ca.pem`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runLab(cmd, ro, cfg, &ef, regionRPS) },
+	}
+	registerLabFlags(cmd.Flags(), &cfg, &ef, &regionRPS)
+	return cmd
+}
+
+// labLong is the lab command's help.
+const labLong = `Run a whole simulated fleet in one process, every component real and
 talking over loopback: an embedded etcd and the global HA pair; per region a
 regional controller, a gateway (the region's ingress), a gossip member and
 simulated vLLM engines with a fake dcgm-exporter and a cellagent per cell;
@@ -44,54 +62,50 @@ catalogue GPU and model (with --tp and --kv-dtype; see isobar sim sweep
 --admin-listen serves the admin API isobar chaos drives (fleet state, fault
 injection) over HTTPS with mTLS, answering operator identities only; the
 lab issues the operator certificate operator-lab.pem next to its CA under
---dir/pki (give --dir to keep them). Off by default.`,
-		Example: `  isobar lab
-  isobar lab --regions us-east,eu-west --cells 2 --rps 3
-  isobar lab --duration 30s --report lab.json
-  isobar lab --workload multiturn --sessions 32 --duration 120s --report mt.json   # chat sessions: prefix-cache reuse
-  isobar lab --gpu rtx-pro-6000 --model llama-3.1-70b-awq   # physics engine instead of the fitted 70b-awq profile
-  isobar lab --duration 120s --region-rps us-east=8 --rps 1   # overload one region, the others light
-  isobar lab --dir run1 --admin-listen 127.0.0.1:9443   # then: isobar chaos run kill-cell --target 127.0.0.1:9443 \
-      #   --tls-cert run1/pki/operator-lab.pem --tls-key run1/pki/operator-lab-key.pem --tls-ca run1/pki/ca.pem`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			for name, v := range regionRPS {
-				rps, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					return usageError{fmt.Errorf("--region-rps %s=%q: not a number", name, v)}
-				}
-				if cfg.RegionRPS == nil {
-					cfg.RegionRPS = map[string]float64{}
-				}
-				cfg.RegionRPS[name] = rps
-			}
-			if f := cmd.Flags(); ef.physics(f) {
-				if _, err := ef.resolve(f); err != nil {
-					return err
-				}
-				cfg.Physics = ef.spec()
-			} else {
-				cfg.Profile = ef.profile
-			}
-			if !cmd.Flags().Changed("log-level") {
-				// Keep the live view readable: only warnings unless asked.
-				ro.logLevel = "warn"
-			}
-			log, err := ro.logger()
-			if err != nil {
-				return err
-			}
-			if cfg.Insecure {
-				log.Warn("running without TLS (--insecure): the lab's gRPC links and etcd are plain text and carry no identities")
-			}
-			return lab.Run(cmd.Context(), cfg, lab.Deps{Logger: log, Out: ro.stdout})
-		},
+--dir/pki (give --dir to keep them). Off by default.`
+
+// runLab runs the lab with cfg completed from the flags that need
+// parsing.
+func runLab(cmd *cobra.Command, ro *rootOpts, cfg lab.Config, ef *engineFlags, regionRPS map[string]string) error {
+	for name, v := range regionRPS {
+		rps, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return usageError{fmt.Errorf("--region-rps %s=%q: not a number", name, v)}
+		}
+		if cfg.RegionRPS == nil {
+			cfg.RegionRPS = map[string]float64{}
+		}
+		cfg.RegionRPS[name] = rps
 	}
-	f := cmd.Flags()
+	if f := cmd.Flags(); ef.physics(f) {
+		if _, err := ef.resolve(f); err != nil {
+			return err
+		}
+		cfg.Physics = ef.spec()
+	} else {
+		cfg.Profile = ef.profile
+	}
+	if !cmd.Flags().Changed("log-level") {
+		// Keep the live view readable: only warnings unless asked.
+		ro.logLevel = "warn"
+	}
+	log, err := ro.logger()
+	if err != nil {
+		return err
+	}
+	if cfg.Insecure {
+		log.Warn("running without TLS (--insecure): the lab's gRPC links and etcd are plain text and carry no identities")
+	}
+	return lab.Run(cmd.Context(), cfg, lab.Deps{Logger: log, Out: ro.stdout})
+}
+
+// registerLabFlags registers the lab command's flags into cfg, ef and
+// regionRPS.
+func registerLabFlags(f *pflag.FlagSet, cfg *lab.Config, ef *engineFlags, regionRPS *map[string]string) {
 	f.StringSliceVar(&cfg.Regions, "regions", lab.DefaultRegions(), "region names; the first hosts the global pair")
 	f.IntVar(&cfg.Cells, "cells", 3, "cells (simulated GPUs) per region")
 	f.Float64Var(&cfg.RPS, "rps", 0, "mean request rate per region (default: one per cell); with --workload multiturn, the rate sessions reach when replies are quick")
-	f.StringToStringVar(&regionRPS, "region-rps", nil, "mean request rate of named regions, overriding --rps (e.g. us-east=8,eu-west=1)")
+	f.StringToStringVar(regionRPS, "region-rps", nil, "mean request rate of named regions, overriding --rps (e.g. us-east=8,eu-west=1)")
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 128, "output tokens per request")
 	f.StringVar(&cfg.Workload, "workload", lab.WorkloadSteady, fmt.Sprintf("client traffic, one of %v: steady (Poisson single completions, distinct prompts) or multiturn (chat sessions whose turns extend their history)", lab.Workloads()))
 	f.IntVar(&cfg.Sessions, "sessions", 16, "multiturn: conversations open at once per region; each starts its turns at --rps/--sessions on average, never before the last reply")
@@ -110,5 +124,4 @@ lab issues the operator certificate operator-lab.pem next to its CA under
 	f.StringVar(&cfg.Dir, "dir", "", "directory for the run's certificates and etcd data (default: a temporary one)")
 	f.StringVar(&cfg.AdminListen, "admin-listen", "", "serve the admin API for isobar chaos on this address (HTTPS, mTLS, operator identity "+
 		"spiffe://isobar/operator/lab; its certificate is written under --dir/pki)")
-	return cmd
 }

@@ -1,4 +1,4 @@
-package chaos
+package adminapi
 
 import (
 	"bytes"
@@ -308,10 +308,11 @@ func (s *FleetState) Unhealthy() string {
 	return ""
 }
 
-// Bounds of a decoded Fault.
+// Bounds of a decoded Fault (MaxFaultRegions also bounds a scenario's
+// region count).
 const (
 	maxFaultCells   = 256
-	maxFaultRegions = 64
+	MaxFaultRegions = 64
 	maxNameLen      = 128
 )
 
@@ -329,10 +330,10 @@ func DecodeFault(b []byte) (Fault, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return Fault{}, fmt.Errorf("chaos: fault: %w", err)
+		return Fault{}, fmt.Errorf("adminapi: fault: %w", err)
 	}
 	if dec.More() {
-		return Fault{}, errors.New("chaos: fault: trailing data after the JSON object")
+		return Fault{}, errors.New("adminapi: fault: trailing data after the JSON object")
 	}
 	return f, f.Validate()
 }
@@ -340,40 +341,40 @@ func DecodeFault(b []byte) (Fault, error) {
 // Validate checks the fault's fields.
 func (f Fault) Validate() error {
 	if !slices.Contains(FaultKinds(), f.Kind) {
-		return fmt.Errorf("chaos: fault: kind %q: want one of %v", f.Kind, FaultKinds())
+		return fmt.Errorf("adminapi: fault: kind %q: want one of %v", f.Kind, FaultKinds())
 	}
 	if len(f.Region) > maxNameLen || len(f.Member) > maxNameLen {
-		return fmt.Errorf("chaos: fault: region or member name over %d bytes", maxNameLen)
+		return fmt.Errorf("adminapi: fault: region or member name over %d bytes", maxNameLen)
 	}
 	if len(f.Cells) > maxFaultCells {
-		return fmt.Errorf("chaos: fault: cells: %d entries, at most %d", len(f.Cells), maxFaultCells)
+		return fmt.Errorf("adminapi: fault: cells: %d entries, at most %d", len(f.Cells), maxFaultCells)
 	}
 	for _, c := range f.Cells {
 		if c < 0 || c >= 1<<16 {
-			return fmt.Errorf("chaos: fault: cells: index %d out of range", c)
+			return fmt.Errorf("adminapi: fault: cells: index %d out of range", c)
 		}
 	}
-	if len(f.Regions) > maxFaultRegions {
-		return fmt.Errorf("chaos: fault: regions: %d entries, at most %d", len(f.Regions), maxFaultRegions)
+	if len(f.Regions) > MaxFaultRegions {
+		return fmt.Errorf("adminapi: fault: regions: %d entries, at most %d", len(f.Regions), MaxFaultRegions)
 	}
 	for _, r := range f.Regions {
 		if r == "" || len(r) > maxNameLen {
-			return fmt.Errorf("chaos: fault: regions: name %q: want 1..%d bytes", r, maxNameLen)
+			return fmt.Errorf("adminapi: fault: regions: name %q: want 1..%d bytes", r, maxNameLen)
 		}
 	}
 	for name, v := range map[string]float64{"delay_ms": f.DelayMS, "jitter_ms": f.JitterMS, "severity": f.Severity, "stagger_ms": f.StaggerMS} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return fmt.Errorf("chaos: fault: %s %v: want a finite value >= 0", name, v)
+			return fmt.Errorf("adminapi: fault: %s %v: want a finite value >= 0", name, v)
 		}
 	}
 	if f.Severity > 1 {
-		return fmt.Errorf("chaos: fault: severity %v: want 0..1", f.Severity)
+		return fmt.Errorf("adminapi: fault: severity %v: want 0..1", f.Severity)
 	}
 	if f.StaggerMS > 60_000 {
-		return fmt.Errorf("chaos: fault: stagger_ms %v: want 0..60000", f.StaggerMS)
+		return fmt.Errorf("adminapi: fault: stagger_ms %v: want 0..60000", f.StaggerMS)
 	}
 	if f.MaxModelLen < 0 || f.MaxModelLen > 1<<24 {
-		return fmt.Errorf("chaos: fault: max_model_len %d out of range", f.MaxModelLen)
+		return fmt.Errorf("adminapi: fault: max_model_len %d out of range", f.MaxModelLen)
 	}
 	return nil
 }
