@@ -50,7 +50,13 @@ func TestLayers(t *testing.T) {
 		}
 		pkgs = append(pkgs, p)
 	}
+	var paths []string
+	for _, p := range pkgs {
+		paths = append(paths, p.ImportPath)
+	}
+	checkTopLevel(t, paths)
 	pure := map[string]bool{
+		"regional/cycle": true,
 		"regional/score": true, "regional/lifecycle": true, "regional/projection": true, "regional/capacity": true,
 		"optimize": true, "summary": true, "xdscontract": true, "internal/quantile": true, "internal/truncate": true, "internal/backoff": true,
 	}
@@ -76,15 +82,30 @@ func TestLayers(t *testing.T) {
 		"optimize":       {module + "/"},
 		"xdscontract":    {module + "/"},
 		"internal":       {module + "/"},
-		"sim":            others("/sim"),
-		"cellagent":      others("/cellagent"),
-		"regional":       others("/regional"),
-		"global":         others("/global"),
-		"gateway":        others("/gateway", "/election"),
-		// The status client reads the regional and global debug APIs in
-		// their own types; it must stay importable by the lab and cmd.
-		"statusview": {module + "/lab", module + "/sim", module + "/cellagent", module + "/gateway",
-			module + "/chaos", module + "/bench", module + "/election", module + "/cmd"},
+		// Contracts between two sides are leaves, so that neither side
+		// imports the other: the admin API (lab serves, chaos calls), the
+		// streaming-completion client (bench/load, chaos and lab), the
+		// debug API's JSON shapes (regional and global serve, statusview
+		// reads).
+		"adminapi":   {module + "/"},
+		"completion": {module + "/"},
+		"debugapi":   {module + "/"},
+		// Harness arrows run chaos → lab and bench → lab, never back: the
+		// lab reaches chaos only through adminapi and the load driver only
+		// through completion; chaos names the gateway's headers through
+		// xdscontract, not the gateway.
+		"lab":       {module + "/chaos", module + "/bench", module + "/cmd"},
+		"chaos":     {module + "/gateway", module + "/bench", module + "/cmd", module + "/regional", module + "/global", module + "/cellagent"},
+		"bench":     {module + "/cmd", module + "/chaos"},
+		"sim":       others("/sim"),
+		"cellagent": others("/cellagent"),
+		"regional":  others("/regional"),
+		"global":    others("/global"),
+		"gateway":   others("/gateway", "/election"),
+		// The status client reads the regional and global debug APIs
+		// through their contract, debugapi, and imports nothing else of
+		// ours; it must stay importable by the lab and cmd.
+		"statusview": {module + "/"},
 	}
 	// shared are leaves any package may import, a leaf such as election
 	// included: each owns one small mechanism the repository has once
@@ -94,13 +115,22 @@ func TestLayers(t *testing.T) {
 	// allowed[a] lists packages of ours a may import despite its rules:
 	// election loads its etcd client certificate with certs' reloading key
 	// pair (one rotation mechanism; certs depends only on truncate).
-	allowed := map[string][]string{"election": {module + "/certs", module + "/internal/truncate"}}
+	allowed := map[string][]string{
+		"election":   {module + "/certs", module + "/internal/truncate"},
+		"completion": {module + "/xdscontract"},
+		"statusview": {module + "/debugapi"},
+	}
 	// forbiddenDeps[a] lists the trees (a package and every package under
 	// it) that a must not depend on, even transitively: go list's Deps, the
 	// non-test dependencies.
 	forbiddenDeps := map[string][]string{
 		"gateway":           {module + "/regional"},
 		"xdscontract":       {module},
+		"adminapi":          {module},
+		"debugapi":          {module},
+		"completion":        {module + "/gateway", module + "/regional", module + "/lab", module + "/chaos", module + "/bench"},
+		"regional/cycle":    {module + "/regional/xds/internal"},
+		"lab":               {module + "/chaos", module + "/bench"},
 		"internal/backoff":  {module},
 		"internal/quantile": {module},
 		"internal/truncate": {module},
@@ -193,5 +223,29 @@ func TestCommandFilesStaySmall(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no files checked: wrong directory?")
+	}
+}
+
+// topLevel classifies every top-level directory of the module: the top
+// level holds roles, harnesses and contracts (and the binary, the wire
+// protocol, deployment files and the judges); a mechanism no outside user
+// should import belongs under internal/. A new top-level package must be
+// placed in one of these kinds here, deliberately.
+var topLevel = map[string]string{
+	"cellagent": "role", "regional": "role", "global": "role", "gateway": "role", "sim": "role",
+	"lab": "harness", "chaos": "harness", "bench": "harness", "statusview": "harness",
+	"xdscontract": "contract", "summary": "contract", "optimize": "contract", "election": "contract",
+	"certs": "contract", "adminapi": "contract", "completion": "contract", "debugapi": "contract",
+	"proto": "wire protocol", "cmd": "binary", "deploy": "deployment", "test": "judges", "internal": "internal",
+}
+
+func checkTopLevel(t *testing.T, importPaths []string) {
+	t.Helper()
+	for _, ip := range importPaths {
+		rel := strings.TrimPrefix(strings.TrimPrefix(ip, module), "/")
+		top, _, _ := strings.Cut(rel, "/")
+		if _, ok := topLevel[top]; !ok {
+			t.Errorf("top-level package %s is neither a role, a harness nor a contract: move it under internal/ or classify it in topLevel", top)
+		}
 	}
 }
