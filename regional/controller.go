@@ -56,7 +56,10 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	}
 	deps.withDefaults()
 	log := deps.Logger.With("region", cfg.Region)
-	m := newMetrics(deps.Registerer)
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	xdeps := xds.Deps{Logger: log, Registerer: deps.Registerer, Clock: deps.Clock}
 	if cfg.TLS.Enabled() {
 		xdeps.Authorize = func(ctx context.Context) error {

@@ -38,7 +38,10 @@ func newFixtureWith(t *testing.T, mut func(*Config), mutReg func(*Registry)) *re
 	mut(&cfg)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	prom := prometheus.NewRegistry()
-	m := newMetrics(prom)
+	m, err := newMetrics(prom)
+	if err != nil {
+		t.Fatal(err)
+	}
 	push := newRecordingPusher()
 	reg, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), m, push.push)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
@@ -55,5 +56,16 @@ func TestMetricsLint(t *testing.T) {
 		if !names[want] {
 			t.Errorf("metric %s missing", want)
 		}
+	}
+}
+
+// A second set of instruments on one registry is an error, not a panic.
+func TestNewMetricsRefusesADoubleRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := newMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newMetrics(reg); err == nil {
+		t.Fatal("second registration on one registry: no error")
 	}
 }
