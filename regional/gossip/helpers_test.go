@@ -229,3 +229,13 @@ func suspicionBound(mc *memberlist.Config, n int) time.Duration {
 	suspicion := time.Duration(mc.SuspicionMaxTimeoutMult*mc.SuspicionMult*scale) * mc.ProbeInterval
 	return 2*(time.Duration(n)*mc.ProbeInterval+mc.ProbeTimeout) + suspicion
 }
+
+// nilMetrics is a node's instruments, registered nowhere.
+func nilMetrics(t testing.TB) *metrics {
+	t.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
