@@ -183,8 +183,8 @@ func (s *Server) prepare(st State) (*prepared, error) {
 	for i, k := range kinds() {
 		prev := s.lastSnaps[i]
 		p.snaps[i] = newSnapshot(p.sets[i], &p.versions[i], prev)
-		if prev != nil && p.versions[i][0] == s.versions[i][0] && p.versions[i][1] == s.versions[i][1] &&
-			p.versions[i][2] == s.versions[i][2] && sameAssignmentNames(s.last[i], p.sets[i]) {
+		if prev != nil && p.versions[i][typeListener] == s.versions[i][typeListener] && p.versions[i][typeRoute] == s.versions[i][typeRoute] &&
+			p.versions[i][typeCluster] == s.versions[i][typeCluster] && sameAssignmentNames(s.last[i], p.sets[i]) {
 			// Only assignment contents changed. Every check below depends
 			// on listeners, routes, clusters and the assignment names alone,
 			// all equal to those of the previous snapshot, which passed.
@@ -224,28 +224,28 @@ func setNames(sets [2]*Set) [2][numTypes]map[string]struct{} {
 			out[k][t] = make(map[string]struct{})
 		}
 		for _, r := range set.Listeners {
-			out[k][0][r.GetName()] = struct{}{}
+			out[k][typeListener][r.GetName()] = struct{}{}
 		}
 		for _, r := range set.Routes {
-			out[k][1][r.GetName()] = struct{}{}
+			out[k][typeRoute][r.GetName()] = struct{}{}
 		}
 		for _, r := range set.Clusters {
-			out[k][2][r.GetName()] = struct{}{}
+			out[k][typeCluster][r.GetName()] = struct{}{}
 		}
 		for _, r := range set.Endpoints {
-			out[k][3][r.GetClusterName()] = struct{}{}
+			out[k][typeEndpoint][r.GetClusterName()] = struct{}{}
 		}
 	}
 	return out
 }
 
-func sameResources(a, b *Set, t int) bool {
+func sameResources(a, b *Set, t resourceType) bool {
 	switch t {
-	case 0:
+	case typeListener:
 		return samePtrs(a.Listeners, b.Listeners)
-	case 1:
+	case typeRoute:
 		return samePtrs(a.Routes, b.Routes)
-	case 2:
+	case typeCluster:
 		return samePtrs(a.Clusters, b.Clusters)
 	default:
 		return samePtrs(a.Endpoints, b.Endpoints)
@@ -269,7 +269,7 @@ func samePtrs[T any](a, b []*T) bool {
 func newSnapshot(set *Set, versions *[numTypes]uint64, prev *cache.Snapshot) *cache.Snapshot {
 	snap := &cache.Snapshot{}
 	for t := range numTypes {
-		idx := cache.GetResponseType(servedType(t))
+		idx := cache.GetResponseType(t.url())
 		version := strconv.FormatUint(versions[t], 10)
 		if prev != nil && prev.Resources[idx].Version == version {
 			snap.Resources[idx] = prev.Resources[idx]
@@ -277,11 +277,11 @@ func newSnapshot(set *Set, versions *[numTypes]uint64, prev *cache.Snapshot) *ca
 		}
 		var items []types.Resource
 		switch t {
-		case 0:
+		case typeListener:
 			items = toResources(set.Listeners)
-		case 1:
+		case typeRoute:
 			items = toResources(set.Routes)
-		case 2:
+		case typeCluster:
 			items = toResources(set.Clusters)
 		default:
 			items = toResources(set.Endpoints)
