@@ -102,7 +102,7 @@ func NewAgent(cfg Config, deps Deps) (*Agent, error) {
 	deps = deps.withDefaults()
 	m, err := newMetrics(deps.Registerer)
 	if err != nil {
-		return nil, fmt.Errorf("cellagent: registering metrics: %w", err)
+		return nil, err
 	}
 	creds := insecure.NewCredentials()
 	if cfg.TLS.enabled() {
