@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 func TestMain(m *testing.M) {
@@ -122,16 +124,7 @@ func (h *harness) tickScrape() {
 // waitUntil polls cond, failing after a real-time deadline.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	poll := time.NewTicker(2 * time.Millisecond)
-	defer poll.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-poll.C:
-		}
-	}
+	eventually.True(t, 10*time.Second, what, cond)
 }
 
 func TestAgentHeartbeatsAtInterval(t *testing.T) {

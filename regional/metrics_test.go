@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // Every metric the controller exposes — its own, the xDS server's and the
@@ -21,14 +23,8 @@ func TestMetricsLint(t *testing.T) {
 	if _, err := s.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, ok := c.Registry().View().Cell("lint"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("cell never reached the view")
-		}
-		time.Sleep(time.Millisecond) // polling the view, bounded above
+	if !eventually.Wait(5*time.Second, func() bool { _, ok := c.Registry().View().Cell("lint"); return ok }) {
+		t.Fatal("cell never reached the view")
 	}
 	mfs, err := prom.Gather()
 	if err != nil {

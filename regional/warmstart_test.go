@@ -14,6 +14,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/xds"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 func modelHB(id, ep, model string) *isobarpb.CellHeartbeat {
@@ -46,19 +48,16 @@ func servedBefore(t *testing.T, dir string) {
 	for _, c := range restartCells {
 		f.send(modelHB(c.id, c.ep, c.model))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := loadWarmState(dir, "r1", 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st != nil && len(st.Cells) == len(restartCells) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("warm-state file never listed the %d cells: %+v", len(restartCells), st)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, bounded above
+	var st *warmState
+	var err error
+	if !eventually.Wait(10*time.Second, func() bool {
+		st, err = loadWarmState(dir, "r1", 100)
+		return err != nil || (st != nil && len(st.Cells) == len(restartCells))
+	}) {
+		t.Fatalf("warm-state file never listed the %d cells: %+v", len(restartCells), st)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	f.reg.Stop()
 }

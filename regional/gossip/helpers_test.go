@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // t0 is the base time of summaries built by tests.
@@ -164,15 +166,7 @@ func regional(region string, join ...string) Config {
 // waitFor polls cond until it holds, failing the test after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
+	eventually.True(t, timeout, what, cond)
 }
 
 // sendRaw sends payload from one node to another as a memberlist user
