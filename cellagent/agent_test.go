@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 func TestMain(m *testing.M) {
@@ -107,7 +109,7 @@ func (h *harness) start() *isobarpb.CellHeartbeat {
 func (h *harness) tick() {
 	h.t.Helper()
 	h.block(2)
-	h.clk.Advance(h.agent.currentInterval())
+	h.clk.Advance(h.agent.hb.currentInterval())
 }
 
 // tickScrape ticks and waits until that tick's scrape has been applied (a
@@ -122,16 +124,7 @@ func (h *harness) tickScrape() {
 // waitUntil polls cond, failing after a real-time deadline.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	poll := time.NewTicker(2 * time.Millisecond)
-	defer poll.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-poll.C:
-		}
-	}
+	eventually.True(t, 10*time.Second, what, cond)
 }
 
 func TestAgentHeartbeatsAtInterval(t *testing.T) {
@@ -187,7 +180,7 @@ func TestAgentHeartbeatsAtInterval(t *testing.T) {
 	if s.RequestRate == nil || *s.RequestRate <= 0 {
 		t.Errorf("request_rate = %v, want > 0", s.RequestRate)
 	}
-	if got := testutil.ToFloat64(h.agent.m.heartbeatsSent); got < 7 {
+	if got := testutil.ToFloat64(h.agent.scr.m.heartbeatsSent); got < 7 {
 		t.Errorf("heartbeats_sent_total = %v, want >= 7", got)
 	}
 }
@@ -199,7 +192,7 @@ func TestAgentEngineDeathIsImmediate(t *testing.T) {
 	// Let the scrape round started by the first tick finish: a round that
 	// straddles the death reports the failed metrics read first.
 	waitUntil(t, "first tick's scrape applied", func() bool { return !h.agent.Snapshot().LastScrape.Before(now) })
-	waitUntil(t, "engine watcher connected", h.agent.watching.Load)
+	waitUntil(t, "engine watcher connected", h.agent.scr.watching.Load)
 	h.eng.Close() // the engine dies: listener and connections closed
 
 	// No clock advance: the closed connection alone triggers the probe.
@@ -219,8 +212,8 @@ func TestAgentEngineDeathIsImmediate(t *testing.T) {
 	if !hb.GetDcgm().GetOk() {
 		t.Error("dcgm reported down with the engine")
 	}
-	ev := testutil.ToFloat64(h.agent.m.engineEvents.WithLabelValues("closed")) +
-		testutil.ToFloat64(h.agent.m.engineEvents.WithLabelValues("reset"))
+	ev := testutil.ToFloat64(h.agent.scr.m.engineEvents.WithLabelValues("closed")) +
+		testutil.ToFloat64(h.agent.scr.m.engineEvents.WithLabelValues("reset"))
 	if ev != 1 {
 		t.Errorf("engine watch events = %v, want 1", ev)
 	}
@@ -257,7 +250,7 @@ func TestAgentDCGMDownNextHeartbeat(t *testing.T) {
 	if hb.GetState() != stateReady || !hb.GetVllm().GetOk() || hb.GetSignals().QueueDepth == nil {
 		t.Errorf("engine side affected by the exporter: %v", hb)
 	}
-	if up := testutil.ToFloat64(h.agent.m.sourceUp.WithLabelValues("dcgm")); up != 0 {
+	if up := testutil.ToFloat64(h.agent.scr.m.sourceUp.WithLabelValues("dcgm")); up != 0 {
 		t.Errorf("source_up{dcgm} = %v", up)
 	}
 }
@@ -266,7 +259,7 @@ func TestAgentReconnectsWithBackoff(t *testing.T) {
 	h := newHarness(t, nil)
 	first := h.start()
 	h.reg.stop()
-	waitUntil(t, "reconnect attempt", func() bool { return testutil.ToFloat64(h.agent.m.reconnects) >= 1 })
+	waitUntil(t, "reconnect attempt", func() bool { return testutil.ToFloat64(h.agent.scr.m.reconnects) >= 1 })
 	if !h.reg.none() {
 		t.Fatalf("heartbeats queued besides the first: %d", len(h.reg.hbs))
 	}
@@ -305,7 +298,7 @@ func TestAgentDrainRefusalAndInterval(t *testing.T) {
 	}
 
 	h.reg.acks <- &isobarpb.HeartbeatAck{Error: "certificate identity does not match cell id"}
-	waitUntil(t, "refusal counted", func() bool { return testutil.ToFloat64(h.agent.m.refused) == 1 })
+	waitUntil(t, "refusal counted", func() bool { return testutil.ToFloat64(h.agent.scr.m.refused) == 1 })
 
 	// A new interval and a drain in one ack: the drain's heartbeat already
 	// runs on the new schedule.
@@ -332,7 +325,7 @@ func TestAgentDrainRefusalAndInterval(t *testing.T) {
 
 	// An absurd interval is clamped, not adopted.
 	h.reg.acks <- &isobarpb.HeartbeatAck{Interval: durationpb.New(time.Nanosecond)}
-	waitUntil(t, "interval clamped", func() bool { return h.agent.currentInterval() == MinInterval })
+	waitUntil(t, "interval clamped", func() bool { return h.agent.hb.currentInterval() == MinInterval })
 }
 
 func TestAgentStopSendsTerminated(t *testing.T) {
@@ -377,7 +370,7 @@ func TestAgentStopWhileDisconnected(t *testing.T) {
 	h := newHarness(t, nil)
 	h.start()
 	h.reg.stop()
-	waitUntil(t, "reconnect attempt", func() bool { return testutil.ToFloat64(h.agent.m.reconnects) >= 1 })
+	waitUntil(t, "reconnect attempt", func() bool { return testutil.ToFloat64(h.agent.scr.m.reconnects) >= 1 })
 	h.reg.restart()
 	// Stop during the backoff: the final heartbeat goes on a fresh stream.
 	h.agent.Stop()
@@ -414,7 +407,7 @@ func TestAgentLoadingThenReadyAndInvalidValues(t *testing.T) {
 	if hb.GetSignals().KvCacheUsage != nil || !hb.GetVllm().GetOk() || !strings.Contains(hb.GetVllm().GetError(), "NaN") {
 		t.Errorf("NaN kv: signals %v vllm %v; want kv dropped, source ok, reason naming it", hb.GetSignals(), hb.GetVllm())
 	}
-	if n := testutil.ToFloat64(h.agent.m.invalidValues.WithLabelValues("vllm")); n < 1 {
+	if n := testutil.ToFloat64(h.agent.scr.m.invalidValues.WithLabelValues("vllm")); n < 1 {
 		t.Errorf("invalid_values_total{vllm} = %v", n)
 	}
 	h.eng.setHealth(200)
@@ -458,7 +451,7 @@ func TestAgentCounterResetCounted(t *testing.T) {
 	h.start()
 	h.eng.update(func(p *enginePage) { *p = enginePage{Waiting: 1} }) // engine restarted
 	h.tickScrape()
-	if n := testutil.ToFloat64(h.agent.m.windowRestarts); n != 1 {
+	if n := testutil.ToFloat64(h.agent.scr.m.windowRestarts); n != 1 {
 		t.Fatalf("window restarts = %v, want 1", n)
 	}
 }
@@ -471,18 +464,18 @@ func TestStaleProbeIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.applyHealthLocked(engineProbe{phase: phaseDown, reason: "engine unreachable: connection refused", seq: 2})
-	a.applyHealthLocked(engineProbe{phase: phaseUp, seq: 1})
-	a.recomputeLocked()
-	if a.st.lifecycle != stateFailed {
-		t.Fatalf("state = %v: an older probe overwrote a newer one", a.st.lifecycle)
+	a.scr.mu.Lock()
+	defer a.scr.mu.Unlock()
+	a.scr.applyHealthLocked(engineProbe{phase: phaseDown, reason: "engine unreachable: connection refused", seq: 2})
+	a.scr.applyHealthLocked(engineProbe{phase: phaseUp, seq: 1})
+	a.scr.recomputeLocked()
+	if a.scr.st.lifecycle != stateFailed {
+		t.Fatalf("state = %v: an older probe overwrote a newer one", a.scr.st.lifecycle)
 	}
-	a.applyHealthLocked(engineProbe{phase: phaseUp, seq: 3})
-	a.recomputeLocked()
-	if a.st.lifecycle != stateReady {
-		t.Fatalf("state = %v after a newer healthy probe", a.st.lifecycle)
+	a.scr.applyHealthLocked(engineProbe{phase: phaseUp, seq: 3})
+	a.scr.recomputeLocked()
+	if a.scr.st.lifecycle != stateReady {
+		t.Fatalf("state = %v after a newer healthy probe", a.scr.st.lifecycle)
 	}
 }
 

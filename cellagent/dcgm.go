@@ -145,95 +145,122 @@ func ParseDCGM(page []byte, selector string) (HardwareSample, error) {
 	if err != nil {
 		return HardwareSample{}, err
 	}
-	var hw HardwareSample
-	var iv invalids
-	hw.Device = key.String()
-	get := func(name string) (float64, bool) {
-		mf := mfs[name]
-		if mf == nil {
-			return 0, false
-		}
-		for _, m := range mf.GetMetric() {
-			if k, ok := keyOf(m); ok && k == key {
-				v, ok := scalar(m)
-				if !ok {
-					iv.addf("%s: unexpected type %s", name, mf.GetType())
-				}
-				return v, ok
-			}
-		}
+	r := gpuReader{mfs: mfs, key: key}
+	hw := HardwareSample{Device: key.String()}
+	r.readUsage(&hw)
+	r.readActivity(&hw)
+	r.readHealth(&hw)
+	hw.Invalid = r.iv
+	return hw, nil
+}
+
+// gpuReader reads the series of one GPU from a parsed page, listing the
+// values it drops in iv.
+type gpuReader struct {
+	mfs map[string]*dto.MetricFamily
+	key gpuKey
+	iv  invalids
+}
+
+// get returns the value of the series name for the GPU, if present.
+func (r *gpuReader) get(name string) (float64, bool) {
+	mf := r.mfs[name]
+	if mf == nil {
 		return 0, false
 	}
-	if v, ok := get(dcgmGPUUtil); ok {
+	for _, m := range mf.GetMetric() {
+		if k, ok := keyOf(m); ok && k == r.key {
+			v, ok := scalar(m)
+			if !ok {
+				r.iv.addf("%s: unexpected type %s", name, mf.GetType())
+			}
+			return v, ok
+		}
+	}
+	return 0, false
+}
+
+// fraction returns the series name as a fraction in [0,1], or nil when it
+// is absent or invalid.
+func (r *gpuReader) fraction(name string) *float64 {
+	v, ok := r.get(name)
+	if !ok {
+		return nil
+	}
+	f, why := checkFraction(v)
+	if why != "" {
+		r.iv.add(name, v, why)
+		return nil
+	}
+	return ptr(f)
+}
+
+// readUsage reads the GPU utilisation and the framebuffer in use.
+func (r *gpuReader) readUsage(hw *HardwareSample) {
+	if v, ok := r.get(dcgmGPUUtil); ok {
 		if f, why := checkFraction(v / 100); why != "" {
-			iv.add(dcgmGPUUtil, v, "percent "+why)
+			r.iv.add(dcgmGPUUtil, v, "percent "+why)
 		} else {
 			hw.GPUUtil = ptr(f)
 		}
 	}
-	used, okU := get(dcgmFBUsed)
-	free, okF := get(dcgmFBFree)
+	used, okU := r.get(dcgmFBUsed)
+	free, okF := r.get(dcgmFBFree)
 	if okU && okF {
 		_, whyU := checkCount(used)
 		_, whyF := checkCount(free)
 		switch {
 		case whyU != "":
-			iv.add(dcgmFBUsed, used, whyU)
+			r.iv.add(dcgmFBUsed, used, whyU)
 		case whyF != "":
-			iv.add(dcgmFBFree, free, whyF)
+			r.iv.add(dcgmFBFree, free, whyF)
 		case used+free <= 0:
-			iv.addf("%s+%s = 0: no framebuffer", dcgmFBUsed, dcgmFBFree)
+			r.iv.addf("%s+%s = 0: no framebuffer", dcgmFBUsed, dcgmFBFree)
 		default:
 			hw.VRAMUsed = ptr(min(used/(used+free), 1))
 		}
 	}
-	fraction := func(name string) *float64 {
-		v, ok := get(name)
-		if !ok {
-			return nil
-		}
-		f, why := checkFraction(v)
-		if why != "" {
-			iv.add(name, v, why)
-			return nil
-		}
-		return ptr(f)
-	}
-	if _, ok := get(dcgmSMActive); ok {
-		hw.SMActive = fraction(dcgmSMActive)
+}
+
+// readActivity reads the SM (or tensor) and DRAM activity.
+func (r *gpuReader) readActivity(hw *HardwareSample) {
+	if _, ok := r.get(dcgmSMActive); ok {
+		hw.SMActive = r.fraction(dcgmSMActive)
 	} else {
-		hw.SMActive = fraction(dcgmTensorActive)
+		hw.SMActive = r.fraction(dcgmTensorActive)
 	}
-	hw.DRAMActive = fraction(dcgmDRAMActive)
-	if v, ok := get(dcgmTemp); ok {
+	hw.DRAMActive = r.fraction(dcgmDRAMActive)
+}
+
+// readHealth reads the temperature, power and clock throttle reasons.
+func (r *gpuReader) readHealth(hw *HardwareSample) {
+	if v, ok := r.get(dcgmTemp); ok {
 		if t, why := checkRange(v, 0, maxTemperatureC); why != "" {
-			iv.add(dcgmTemp, v, why)
+			r.iv.add(dcgmTemp, v, why)
 		} else {
 			hw.TemperatureCelsius = ptr(t)
 		}
 	}
-	if v, ok := get(dcgmPower); ok {
+	if v, ok := r.get(dcgmPower); ok {
 		if p, why := checkRange(v, 0, maxPowerWatts); why != "" {
-			iv.add(dcgmPower, v, why)
+			r.iv.add(dcgmPower, v, why)
 		} else {
 			hw.PowerWatts = ptr(p)
 		}
 	}
 	throttleName := dcgmThrottle
-	v, ok := get(dcgmThrottle)
+	v, ok := r.get(dcgmThrottle)
 	if !ok {
 		throttleName = dcgmClocksEvent
-		v, ok = get(dcgmClocksEvent)
+		v, ok = r.get(dcgmClocksEvent)
 	}
 	if ok {
 		if mask, why := checkMask(v); why != "" {
-			iv.add(throttleName, v, why)
+			r.iv.add(throttleName, v, why)
 		} else {
 			hw.ClockThrottleReasons = ptr(mask)
 		}
 	}
-	hw.Invalid = iv
-	return hw, nil
 }
 
 // selectGPU finds the one GPU on the page the selector matches.

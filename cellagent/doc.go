@@ -113,9 +113,13 @@
 //     goroutine for acks and one shutdown watchdog, both joined before the
 //     stream is dropped.
 //
-// The derived state (signals, sources, lifecycle, drain flag) lives behind
-// one mutex; the loops exchange wake-ups over 1-buffered coalescing
-// channels, never blocking. Every timer runs on Deps.Clock; only network
+// The Agent composes two parts along their locks: the scraper (scraper.go)
+// runs the scrape loop and the watcher and holds the derived state
+// (signals, sources, lifecycle, drain flag) behind one mutex; the streamer
+// (stream.go) runs the heartbeat loop and holds the sequence, interval and
+// pause as atomics, reading the state through a small interface. The
+// Agent itself holds only their lifecycle. The loops exchange wake-ups
+// over 1-buffered coalescing channels, never blocking. Every timer runs on Deps.Clock; only network
 // deadlines (ScrapeTimeout, ShutdownTimeout) use real time. Stop is
 // idempotent, safe before Start, and returns when every goroutine has
 // exited. ScrapeOnce and the parsers start no goroutine that outlives them.

@@ -23,10 +23,10 @@ func TestHealthTimeoutsThreshold(t *testing.T) {
 		t.Helper()
 		seq++
 		p.seq = seq
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		a.applyHealthLocked(p)
-		return a.st.engine.phase
+		a.scr.mu.Lock()
+		defer a.scr.mu.Unlock()
+		a.scr.applyHealthLocked(p)
+		return a.scr.st.engine.phase
 	}
 	up := func() engineProbe { return classifyHealth(200, nil, 0) }
 	timeout := func() engineProbe {
@@ -66,7 +66,7 @@ func TestHealthTimeoutsThreshold(t *testing.T) {
 	if got := apply(refused()); got != phaseDown {
 		t.Fatalf("connection refused: phase %v, want down", got)
 	}
-	if got := testutil.ToFloat64(a.m.healthTimeouts); got != 5 {
+	if got := testutil.ToFloat64(a.scr.m.healthTimeouts); got != 5 {
 		t.Errorf("health_timeouts_tolerated_total = %v, want 5", got)
 	}
 }

@@ -1,7 +1,7 @@
 package cellagent
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -32,8 +32,9 @@ type metrics struct {
 	state          *prometheus.GaugeVec
 }
 
-// newMetrics builds the instruments and registers them on reg (nil: not
-// registered).
+// newMetrics builds the instruments and registers them on reg unless it is
+// nil. It fails when one is already registered there (two agents on one
+// registry that does not tell them apart).
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -92,17 +93,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	var errs []error
 	for _, c := range []prometheus.Collector{
 		m.scrapes, m.scrapeDuration, m.invalidValues, m.sourceUp, m.windowRestarts,
 		m.heartbeatsSent, m.refused, m.reconnects, m.commands, m.engineEvents, m.healthTimeouts, m.state,
 	} {
 		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
+			return nil, fmt.Errorf("cellagent: register metrics: %w", err)
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
 	}
 	return m, nil
 }

@@ -59,62 +59,72 @@ func ScrapeOnce(ctx context.Context, cfg Config, deps Deps) (OnceReport, error) 
 
 	var (
 		wg       sync.WaitGroup
-		hp       engineProbe
-		vs       VLLMSample
-		verr     error
-		ms       ModelsSample
-		merr     error
-		hs       HardwareSample
-		herr     error
+		res      onceResults
 		handlers = cfg.CompletionHandlers
 	)
 	wg.Go(func() {
 		code, _, err := f.get(ctx, healthURL, "")
-		hp = classifyHealth(code, err, cfg.ScrapeTimeout)
+		res.hp = classifyHealth(code, err, cfg.ScrapeTimeout)
 	})
 	wg.Go(func() {
 		body, err := f.getOK(ctx, cfg.VLLMURL, acceptText)
 		if err == nil {
-			vs, err = ParseVLLM(body, VLLMOptions{CompletionHandlers: handlers})
+			res.vs, err = ParseVLLM(body, VLLMOptions{CompletionHandlers: handlers})
 		}
-		verr = err
+		res.verr = err
 	})
 	wg.Go(func() {
 		body, err := f.getOK(ctx, modelsURL, "application/json")
 		if err == nil {
-			ms, err = ParseModels(body)
+			res.ms, err = ParseModels(body)
 		}
-		merr = err
+		res.merr = err
 	})
 	if hw != nil {
-		wg.Go(func() { hs, herr = hw.read(ctx) })
+		wg.Go(func() { res.hs, res.herr = hw.read(ctx) })
 	}
 	wg.Wait()
+	return res.report(hw != nil), nil
+}
 
+// onceResults is what ScrapeOnce's reads returned.
+type onceResults struct {
+	hp   engineProbe
+	vs   VLLMSample
+	verr error
+	ms   ModelsSample
+	merr error
+	hs   HardwareSample
+	herr error
+}
+
+// report folds the results into a report; hwConfigured says whether a GPU
+// source was read.
+func (res *onceResults) report(hwConfigured bool) OnceReport {
 	var r OnceReport
-	st, reason := observedState(hp, false, false, false)
+	st, reason := observedState(res.hp, false, false, false)
 	r.State, r.Reason = stateName(st), reason
-	if verr != nil {
-		r.Sources.VLLM = SourceStatus{Error: verr.Error()}
+	if res.verr != nil {
+		r.Sources.VLLM = SourceStatus{Error: res.verr.Error()}
 	} else {
-		r.Signals = Derive(nil, vs, 0)
-		r.Sources.VLLM = SourceStatus{OK: true, Error: invalids(vs.Invalid).String()}
-		r.Capability.Model = vs.Model
+		r.Signals = Derive(nil, res.vs, 0)
+		r.Sources.VLLM = SourceStatus{OK: true, Error: invalids(res.vs.Invalid).String()}
+		r.Capability.Model = res.vs.Model
 	}
-	if merr != nil {
-		r.Sources.Models = SourceStatus{Error: merr.Error()}
+	if res.merr != nil {
+		r.Sources.Models = SourceStatus{Error: res.merr.Error()}
 	} else {
-		r.Capability = ms.Capability
-		r.Sources.Models = SourceStatus{OK: true, Error: invalids(ms.Invalid).String()}
+		r.Capability = res.ms.Capability
+		r.Sources.Models = SourceStatus{OK: true, Error: invalids(res.ms.Invalid).String()}
 	}
 	switch {
-	case hw == nil:
+	case !hwConfigured:
 		r.Sources.DCGM = SourceStatus{Error: "not configured"}
-	case herr != nil:
-		r.Sources.DCGM = SourceStatus{Error: herr.Error()}
+	case res.herr != nil:
+		r.Sources.DCGM = SourceStatus{Error: res.herr.Error()}
 	default:
-		r.Signals = r.Signals.mergeHardware(hs)
-		r.Sources.DCGM = SourceStatus{OK: true, Error: invalids(hs.Invalid).String()}
+		r.Signals = r.Signals.mergeHardware(res.hs)
+		r.Sources.DCGM = SourceStatus{OK: true, Error: invalids(res.hs.Invalid).String()}
 	}
-	return r, nil
+	return r
 }

@@ -23,7 +23,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if cfg.MetricsListen != "" {
 		if deps.Registerer == nil {
 			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+				if err := reg.Register(c); err != nil {
+					return fmt.Errorf("cellagent: register metrics: %w", err)
+				}
+			}
 			deps.Registerer = reg
 		}
 		g, ok := deps.Registerer.(prometheus.Gatherer)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -18,26 +20,74 @@ import (
 
 type heartbeatStream = grpc.BidiStreamingClient[isobarpb.CellHeartbeat, isobarpb.HeartbeatAck]
 
+// reportSource is the state the streamer reports and the controller's
+// commands change.
+type reportSource interface {
+	report(final bool) cellReport
+	applyCommands(cmds []isobarpb.Command)
+	scraped() <-chan struct{}
+}
+
+var _ reportSource = (*scraper)(nil)
+
+// streamer owns the heartbeat stream to the controller: the stream's
+// lifecycle and reconnects, the sequence, the interval the controller
+// asked for, and pausing.
+//
+// Concurrency: heartbeatLoop is its goroutine and the only sender; each
+// stream has a receive goroutine (handleAck) joined before runStream
+// returns. State shared with them and with the scraper is atomics and
+// 1-buffered channels; the cell's state is the scraper's, read through
+// reportSource.
+type streamer struct {
+	cfg         Config
+	clock       clockwork.Clock
+	log         *slog.Logger
+	m           *metrics
+	state       reportSource
+	dialOpts    []grpc.DialOption
+	incarnation string
+
+	seq      atomic.Uint64
+	interval atomic.Int64 // time.Duration of the heartbeat interval
+	paused   atomic.Bool
+
+	kick      chan struct{} // send a heartbeat now (1-buffered, coalescing)
+	ivChanged chan struct{} // the heartbeat interval changed (1-buffered)
+}
+
+// pause withholds heartbeats (true) or resumes them (false); see
+// Agent.Pause.
+func (h *streamer) pause(p bool) {
+	if h.paused.Swap(p) == p {
+		return
+	}
+	h.log.Info("heartbeats paused", "paused", p)
+	if !p {
+		h.kickHeartbeat()
+	}
+}
+
 // heartbeatLoop owns the controller stream: after the first scrape and a
 // random phase it opens a stream, heartbeats on it, and reopens it with
 // jittered exponential backoff when it ends. When ctx ends it sends the
 // final TERMINATED heartbeat.
-func (a *Agent) heartbeatLoop(ctx context.Context) {
+func (h *streamer) heartbeatLoop(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return // nothing was ever sent: nothing to terminate
-	case <-a.firstScrape:
+	case <-h.state.scraped():
 	}
-	if !a.waitClock(ctx, jitter(a.currentInterval())) {
+	if !h.waitClock(ctx, jitter(h.currentInterval())) {
 		return
 	}
-	reconnect := reconnectPolicy(a.cfg)
+	reconnect := reconnectPolicy(h.cfg)
 	attempt := 0
 	for {
-		acked, finalSent := a.runStream(ctx)
+		acked, finalSent := h.runStream(ctx)
 		if ctx.Err() != nil {
-			if !finalSent && a.seq.Load() > 0 {
-				a.sendFinalOffline()
+			if !finalSent && h.seq.Load() > 0 {
+				h.sendFinalOffline()
 			}
 			return
 		}
@@ -46,11 +96,11 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		}
 		d := reconnect.Delay(attempt)
 		attempt++
-		a.m.reconnects.Inc()
-		a.log.Debug("reconnecting heartbeat stream", "backoff", d, "attempt", attempt)
-		if !a.waitClock(ctx, d) {
-			if a.seq.Load() > 0 {
-				a.sendFinalOffline()
+		h.m.reconnects.Inc()
+		h.log.Debug("reconnecting heartbeat stream", "backoff", d, "attempt", attempt)
+		if !h.waitClock(ctx, d) {
+			if h.seq.Load() > 0 {
+				h.sendFinalOffline()
 			}
 			return
 		}
@@ -77,10 +127,10 @@ func reconnectPolicy(c Config) backoff.Policy {
 // cancels it ShutdownTimeout after ctx ends, so that neither a controller
 // that stopped reading (Send blocked by flow control) nor one that never
 // answers the connection can hold Stop.
-func (a *Agent) runStream(ctx context.Context) (acked, finalSent bool) {
-	cc, err := grpc.NewClient(a.cfg.ControllerAddr, append(a.dialOpts, a.cfg.Keepalive.DialOption())...)
+func (h *streamer) runStream(ctx context.Context) (acked, finalSent bool) {
+	cc, err := grpc.NewClient(h.cfg.ControllerAddr, append(h.dialOpts, h.cfg.Keepalive.DialOption())...)
 	if err != nil {
-		a.log.Error("heartbeat client cannot be built", "err", err)
+		h.log.Error("heartbeat client cannot be built", "err", err)
 		return false, false
 	}
 	defer cc.Close()
@@ -92,11 +142,11 @@ func (a *Agent) runStream(ctx context.Context) (acked, finalSent bool) {
 		scancel()
 		wg.Wait()
 	}()
-	wg.Go(func() { a.shutdownWatchdog(ctx, release, scancel) })
+	wg.Go(func() { h.shutdownWatchdog(ctx, release, scancel) })
 
 	stream, err := isobarpb.NewCellRegistryClient(cc).Heartbeat(sctx)
 	if err != nil {
-		a.log.Warn("heartbeat stream failed to open", "controller", a.cfg.ControllerAddr, "err", err)
+		h.log.Warn("heartbeat stream failed to open", "controller", h.cfg.ControllerAddr, "err", err)
 		return false, false
 	}
 	var gotAck atomic.Bool
@@ -109,46 +159,46 @@ func (a *Agent) runStream(ctx context.Context) (acked, finalSent bool) {
 				return
 			}
 			gotAck.Store(true)
-			a.handleAck(ack)
+			h.handleAck(ack)
 		}
 	})
-	ticker := a.clock.NewTicker(a.currentInterval())
+	ticker := h.clock.NewTicker(h.currentInterval())
 	defer ticker.Stop()
 	// applyInterval resets the ticker when an ack changed the interval; it
 	// runs before every send so that a heartbeat prompted by the same ack
 	// already goes out on the new schedule.
 	applyInterval := func() {
 		select {
-		case <-a.ivChanged:
-			ticker.Reset(a.currentInterval())
+		case <-h.ivChanged:
+			ticker.Reset(h.currentInterval())
 		default:
 		}
 	}
-	sendErr := a.send(stream, false)
+	sendErr := h.send(stream, false)
 	for sendErr == nil {
 		select {
 		case <-ctx.Done():
-			a.finish(stream, recvDone)
+			h.finish(stream, recvDone)
 			return gotAck.Load(), true
 		case err := <-recvDone:
-			a.streamEnded(err)
+			h.streamEnded(err)
 			return gotAck.Load(), false
 		case <-ticker.Chan():
 			applyInterval()
-			sendErr = a.send(stream, false)
-		case <-a.kick:
+			sendErr = h.send(stream, false)
+		case <-h.kick:
 			applyInterval()
-			sendErr = a.send(stream, false)
-		case <-a.ivChanged:
-			ticker.Reset(a.currentInterval())
+			sendErr = h.send(stream, false)
+		case <-h.ivChanged:
+			ticker.Reset(h.currentInterval())
 		}
 	}
 	// A failed Send means the stream is over; its status comes from Recv.
 	recvErr := <-recvDone
 	if errors.Is(sendErr, io.EOF) {
-		a.streamEnded(recvErr)
+		h.streamEnded(recvErr)
 	} else {
-		a.streamEnded(sendErr)
+		h.streamEnded(sendErr)
 	}
 	return gotAck.Load(), false
 }
@@ -156,35 +206,35 @@ func (a *Agent) runStream(ctx context.Context) (acked, finalSent bool) {
 // shutdownWatchdog cancels the stream (scancel) ShutdownTimeout after ctx
 // ends, unless released first. The deadline is real time: it bounds network
 // I/O, not agent logic.
-func (a *Agent) shutdownWatchdog(ctx context.Context, release <-chan struct{}, scancel context.CancelFunc) {
+func (h *streamer) shutdownWatchdog(ctx context.Context, release <-chan struct{}, scancel context.CancelFunc) {
 	select {
 	case <-release:
 		return
 	case <-ctx.Done():
 	}
-	t := time.NewTimer(a.cfg.ShutdownTimeout)
+	t := time.NewTimer(h.cfg.ShutdownTimeout)
 	defer t.Stop()
 	select {
 	case <-release:
 	case <-t.C:
-		a.log.Warn("controller did not take the final heartbeat in time; closing the stream", "timeout", a.cfg.ShutdownTimeout)
+		h.log.Warn("controller did not take the final heartbeat in time; closing the stream", "timeout", h.cfg.ShutdownTimeout)
 		scancel()
 	}
 }
 
-func (a *Agent) streamEnded(err error) {
+func (h *streamer) streamEnded(err error) {
 	if errors.Is(err, io.EOF) {
-		a.log.Warn("heartbeat stream closed by controller")
+		h.log.Warn("heartbeat stream closed by controller")
 		return
 	}
-	a.log.Warn("heartbeat stream broke", "err", err)
+	h.log.Warn("heartbeat stream broke", "err", err)
 }
 
 // finish writes the TERMINATED heartbeat, half-closes the stream and waits
 // for the controller to end it (bounded by the shutdown watchdog).
-func (a *Agent) finish(stream heartbeatStream, recvDone <-chan error) {
-	if err := a.send(stream, true); err != nil {
-		a.log.Warn("final heartbeat not sent", "err", err)
+func (h *streamer) finish(stream heartbeatStream, recvDone <-chan error) {
+	if err := h.send(stream, true); err != nil {
+		h.log.Warn("final heartbeat not sent", "err", err)
 	}
 	_ = stream.CloseSend()
 	<-recvDone
@@ -193,21 +243,21 @@ func (a *Agent) finish(stream heartbeatStream, recvDone <-chan error) {
 // sendFinalOffline opens a stream just to deliver the TERMINATED heartbeat
 // when the agent stops while disconnected. Best effort, bounded by
 // ShutdownTimeout.
-func (a *Agent) sendFinalOffline() {
-	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+func (h *streamer) sendFinalOffline() {
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ShutdownTimeout)
 	defer cancel()
-	cc, err := grpc.NewClient(a.cfg.ControllerAddr, a.dialOpts...)
+	cc, err := grpc.NewClient(h.cfg.ControllerAddr, h.dialOpts...)
 	if err != nil {
 		return
 	}
 	defer cc.Close()
 	stream, err := isobarpb.NewCellRegistryClient(cc).Heartbeat(ctx)
 	if err != nil {
-		a.log.Warn("final heartbeat not sent", "err", err)
+		h.log.Warn("final heartbeat not sent", "err", err)
 		return
 	}
-	if err := a.send(stream, true); err != nil {
-		a.log.Warn("final heartbeat not sent", "err", err)
+	if err := h.send(stream, true); err != nil {
+		h.log.Warn("final heartbeat not sent", "err", err)
 		return
 	}
 	_ = stream.CloseSend()
@@ -219,69 +269,64 @@ func (a *Agent) sendFinalOffline() {
 }
 
 // send writes one heartbeat; while paused only the final one goes out.
-func (a *Agent) send(stream heartbeatStream, final bool) error {
-	if !final && a.paused.Load() {
+func (h *streamer) send(stream heartbeatStream, final bool) error {
+	if !final && h.paused.Load() {
 		return nil
 	}
 	// A pending kick is answered by this heartbeat: every state change that
 	// kicked before now is in it.
 	select {
-	case <-a.kick:
+	case <-h.kick:
 	default:
 	}
-	hb := a.buildHeartbeat(final)
+	hb := h.buildHeartbeat(final)
 	if err := stream.Send(hb); err != nil {
 		return err
 	}
-	a.m.heartbeatsSent.Inc()
+	h.m.heartbeatsSent.Inc()
 	return nil
 }
 
-// buildHeartbeat renders the current state. The sequence is drawn under the
-// state lock by the single sending goroutine, so it increases in send order.
-func (a *Agent) buildHeartbeat(final bool) *isobarpb.CellHeartbeat {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if final && !a.st.stopping {
-		a.st.stopping = true
-		a.recomputeLocked()
-	}
-	c := a.st.capability
+// buildHeartbeat renders the current state. The single sending goroutine
+// draws the sequence, so it increases in send order.
+func (h *streamer) buildHeartbeat(final bool) *isobarpb.CellHeartbeat {
+	r := h.state.report(final)
+	c := r.capability
 	capability := &isobarpb.Capability{Model: c.Model, MaxModelLen: c.MaxModelLen,
-		PrefillTokensPerS: a.cfg.PrefillTokensPerSecond, MaxNumSeqs: a.cfg.MaxNumSeqs}
+		PrefillTokensPerS: h.cfg.PrefillTokensPerSecond, MaxNumSeqs: h.cfg.MaxNumSeqs}
 	return &isobarpb.CellHeartbeat{
-		CellId:      a.cfg.CellID,
-		Region:      a.cfg.Region,
-		Endpoint:    a.cfg.Advertise,
+		CellId:      h.cfg.CellID,
+		Region:      h.cfg.Region,
+		Endpoint:    h.cfg.Advertise,
 		Capability:  capability,
-		State:       a.st.lifecycle,
-		Signals:     a.st.signals().Proto(),
-		Vllm:        a.st.vllm.proto(),
-		Dcgm:        a.st.dcgm.proto(),
-		Sequence:    a.seq.Add(1),
-		SentAt:      timestamppb.New(a.clock.Now()),
-		Reason:      a.st.reason,
-		Incarnation: a.incarnation,
+		State:       r.lifecycle,
+		Signals:     r.signals.Proto(),
+		Vllm:        r.vllm.proto(),
+		Dcgm:        r.dcgm.proto(),
+		Sequence:    h.seq.Add(1),
+		SentAt:      timestamppb.New(h.clock.Now()),
+		Reason:      r.reason,
+		Incarnation: h.incarnation,
 	}
 }
 
 // handleAck applies a controller ack: a refusal is logged and counted, an
 // interval is adopted (clamped to [MinInterval, MaxInterval]), DRAIN and
 // UNDRAIN switch the reported state.
-func (a *Agent) handleAck(ack *isobarpb.HeartbeatAck) {
+func (h *streamer) handleAck(ack *isobarpb.HeartbeatAck) {
 	if e := ack.GetError(); e != "" {
-		a.m.refused.Inc()
-		a.log.Warn("controller refused heartbeat", "sequence", ack.GetSequence(), "err", truncate.Marked(e, 512, "..."))
+		h.m.refused.Inc()
+		h.log.Warn("controller refused heartbeat", "sequence", ack.GetSequence(), "err", truncate.Marked(e, 512, "..."))
 	}
 	if iv := ack.GetInterval(); iv != nil {
 		if err := iv.CheckValid(); err != nil || iv.AsDuration() <= 0 {
-			a.log.Warn("ignoring invalid heartbeat interval from controller", "interval", iv.String())
+			h.log.Warn("ignoring invalid heartbeat interval from controller", "interval", iv.String())
 		} else {
 			d := min(max(iv.AsDuration(), MinInterval), MaxInterval)
-			if old := time.Duration(a.interval.Swap(int64(d))); old != d {
-				a.log.Info("heartbeat interval adopted", "from", old, "to", d, "asked", iv.AsDuration())
+			if old := time.Duration(h.interval.Swap(int64(d))); old != d {
+				h.log.Info("heartbeat interval adopted", "from", old, "to", d, "asked", iv.AsDuration())
 				select {
-				case a.ivChanged <- struct{}{}:
+				case h.ivChanged <- struct{}{}:
 				default:
 				}
 			}
@@ -290,23 +335,26 @@ func (a *Agent) handleAck(ack *isobarpb.HeartbeatAck) {
 	if len(ack.GetCommands()) == 0 {
 		return
 	}
-	a.mu.Lock()
-	for _, c := range ack.GetCommands() {
-		switch c {
-		case isobarpb.Command_COMMAND_DRAIN:
-			a.st.draining = true
-			a.m.commands.WithLabelValues("drain").Inc()
-		case isobarpb.Command_COMMAND_UNDRAIN:
-			a.st.draining = false
-			a.m.commands.WithLabelValues("undrain").Inc()
-		default:
-			a.m.commands.WithLabelValues("unknown").Inc()
-			a.log.Warn("ignoring unknown command from controller", "command", int32(c))
-		}
+	h.state.applyCommands(ack.GetCommands())
+}
+
+func (h *streamer) currentInterval() time.Duration { return time.Duration(h.interval.Load()) }
+
+func (h *streamer) kickHeartbeat() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
 	}
-	kick := a.recomputeLocked()
-	a.mu.Unlock()
-	if kick {
-		a.kickHeartbeat()
+}
+
+// waitClock waits d on the agent's clock; false if ctx ended first.
+func (h *streamer) waitClock(ctx context.Context, d time.Duration) bool {
+	t := h.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.Chan():
+		return true
 	}
 }

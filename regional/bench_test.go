@@ -36,7 +36,11 @@ func BenchmarkCycle(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer xs.Stop()
-			r, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), newMetrics(nil), xs.Push)
+			m, err := newMetrics(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), m, xs.Push)
 			if err != nil {
 				b.Fatal(err)
 			}

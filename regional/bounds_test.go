@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -24,7 +23,7 @@ import (
 // failed summary.Validate.
 func TestHeartbeatTTFTAboveBoundKeepsSummaryValid(t *testing.T) {
 	f := newRegFixture(t)
-	s := newSyncer(DefaultConfig("r1").Global, "r1", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	s := newTestSyncer(DefaultConfig("r1").Global, "r1", f.reg, syncDeps{Clock: f.clock, Metrics: f.m})
 	hb := heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
 	hb.Signals.TtftP95Seconds, hb.Signals.RequestRate = f64(1e5), f64(1)
 	if err := validateHeartbeat(hb, "r1"); err != nil {
@@ -38,7 +37,7 @@ func TestHeartbeatTTFTAboveBoundKeepsSummaryValid(t *testing.T) {
 	if got := testutil.ToFloat64(f.m.signalsClamped.WithLabelValues("ttft_p95_seconds")); got != 1 {
 		t.Errorf("signals clamped{field=ttft_p95_seconds} = %v, want 1", got)
 	}
-	sm := s.buildSummary(f.clock.Now())
+	sm := s.summary.build(f.clock.Now())
 	if err := summary.ValidateAt(sm, f.clock.Now()); err != nil {
 		t.Fatalf("the region's summary is invalid after one cell's heartbeat: %v", err)
 	}
@@ -91,7 +90,7 @@ func randomSignal(rng *rand.Rand, fraction bool) *float64 {
 // than the summary's.
 func TestAcceptedInputAlwaysPublishable(t *testing.T) {
 	f := newRegFixture(t)
-	s := newSyncer(DefaultConfig("r1").Global, "r1", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	s := newTestSyncer(DefaultConfig("r1").Global, "r1", f.reg, syncDeps{Clock: f.clock, Metrics: f.m})
 	rng := rand.New(rand.NewPCG(22, 2))
 	states := []isobarpb.LifecycleState{
 		isobarpb.LifecycleState_LIFECYCLE_STATE_LOADING, isobarpb.LifecycleState_LIFECYCLE_STATE_READY,
@@ -133,7 +132,7 @@ func TestAcceptedInputAlwaysPublishable(t *testing.T) {
 		}
 		f.tick()
 		now := f.clock.Now()
-		if err := summary.ValidateAt(s.buildSummary(now), now); err != nil {
+		if err := summary.ValidateAt(s.summary.build(now), now); err != nil {
 			t.Fatalf("round %d: the summary built from what the registry accepted is invalid: %v", round, err)
 		}
 	}

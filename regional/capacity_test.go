@@ -1,7 +1,6 @@
 package regional
 
 import (
-	"log/slog"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -20,11 +19,11 @@ func TestSummaryCapacityMeasured(t *testing.T) {
 	// and little evidence needed, so a few seconds of fake time suffice.
 	cfg.Capacity.Tau, cfg.Capacity.EvidenceRequests = f.reg.cfg.CycleInterval*10, 5
 	cfg.withDefaults()
-	s := newSyncer(cfg, "r1", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	s := newTestSyncer(cfg, "r1", f.reg, syncDeps{Clock: f.clock, Metrics: f.m})
 	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
 	model := func() (capRPS, conf float64) {
 		t.Helper()
-		sm := s.buildSummary(f.clock.Now())
+		sm := s.summary.build(f.clock.Now())
 		if len(sm.GetModels()) != 1 {
 			t.Fatalf("models = %v", sm.GetModels())
 		}

@@ -56,7 +56,10 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	}
 	deps.withDefaults()
 	log := deps.Logger.With("region", cfg.Region)
-	m := newMetrics(deps.Registerer)
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	xdeps := xds.Deps{Logger: log, Registerer: deps.Registerer, Clock: deps.Clock}
 	if cfg.TLS.Enabled() {
 		xdeps.Authorize = func(ctx context.Context) error {
@@ -119,8 +122,10 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		if deps.Etcd != nil && len(deps.GlobalDialOptions) == 0 {
 			return nil, fmt.Errorf("%w: GlobalDialOptions must carry transport credentials", ErrInvalidConfig)
 		}
-		c.syncer = newSyncer(cfg.Global, cfg.Region, reg, deps.Etcd, deps.Gossip, deps.Demand, deps.GlobalDialOptions, deps.Clock, log, m)
-		c.syncer.mtls = cfg.TLS.Enabled()
+		c.syncer = newSyncer(syncConfigOf(cfg), syncDeps{
+			Registry: reg, Etcd: deps.Etcd, Gossip: deps.Gossip, Demand: deps.Demand,
+			DialOptions: deps.GlobalDialOptions, Clock: deps.Clock, Log: log, Metrics: m,
+		})
 		fence := deps.PlanFence
 		if fence == nil && cfg.WarmStart.StateDir != "" {
 			fence = FileFence{Path: filepath.Join(cfg.WarmStart.StateDir, planFenceFile)}

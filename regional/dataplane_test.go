@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // Data-plane reports give the region its ingress demand and the errors
@@ -40,17 +42,11 @@ func TestDataPlaneReports(t *testing.T) {
 	}
 	waitCells := func(cond func(*View) bool) *View {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			v := c.Registry().View()
-			if cond(v) {
-				return v
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("view never matched: demand %v cells %+v", v.Demand, v.Cells)
-			}
-			time.Sleep(5 * time.Millisecond) // polling the view, bounded above
+		var v *View
+		if !eventually.Wait(5*time.Second, func() bool { v = c.Registry().View(); return cond(v) }) {
+			t.Fatalf("view never matched: demand %v cells %+v", v.Demand, v.Cells)
 		}
+		return v
 	}
 	waitCells(func(v *View) bool { return len(v.Cells) == 2 })
 	report := &isobarpb.DataPlaneReport{

@@ -26,8 +26,13 @@
 //     summary goroutine when it may summarise and fall back.
 //   - Each heartbeat stream runs on its gRPC handler goroutine and keeps its
 //     own per-stream state (sequence, ownership of its cell id).
-//   - The summary goroutine (globalsync.go) owns the demand smoother and
-//     the capacity estimator (regional/capacity): each summary feeds the
+//   - The syncer (globalsync.go) composes four parts, each owning its
+//     state: the summary builder (summarybuilder.go), the fallback planner
+//     (fallback.go), the route keeper (routekeeper.go: the table in force
+//     and the plan fence, under its mutex) and the leader session
+//     (leadersession.go: leader lookup and the Sync stream, its goroutine).
+//     The summary goroutine owns the builder's demand smoother and
+//     capacity estimator (regional/capacity): each summary feeds the
 //     estimator every cell heartbeat the view shows for the first time, so
 //     a cell's capacity in the summary moves from the configured prior to
 //     what its engine shows.

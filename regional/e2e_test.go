@@ -28,6 +28,8 @@ import (
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/sim"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 type fleetOpts struct {
@@ -434,20 +436,15 @@ func TestE2EDCGMDown(t *testing.T) {
 	if err := f.dcgm.SetDown(false); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !eventually.Wait(5*time.Second, func() bool {
 		n := 0
 		for _, c := range f.ctrl.Registry().View().Cells {
 			if !c.Fallback {
 				n++
 			}
 		}
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fallback not cleared: %s", f.describe())
-		}
-		time.Sleep(5 * time.Millisecond) // polling the view, bounded above
+		return n == 3
+	}) {
+		t.Fatalf("fallback not cleared: %s", f.describe())
 	}
 }

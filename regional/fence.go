@@ -80,18 +80,18 @@ func (f FileFence) SaveFence(fe Fence) error {
 	return nil
 }
 
-// useFences makes the syncer keep its fence in st, starting from what st
-// holds. Call before the syncer runs.
-func (s *syncer) useFences(st FenceStore) error {
+// useFences makes the route keeper keep its fence in st, starting from
+// what st holds. Call before the syncer runs.
+func (k *routeKeeper) useFences(st FenceStore) error {
 	fe, err := st.LoadFence()
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fences = st
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fences = st
 	if fe.Epoch > 0 {
-		s.fence = &RouteTable{Source: RoutesPlan, Epoch: fe.Epoch, Sequence: fe.Sequence}
+		k.fence = &RouteTable{Source: RoutesPlan, Epoch: fe.Epoch, Sequence: fe.Sequence}
 	}
 	return nil
 }

@@ -97,10 +97,10 @@ func TestFallbackIgnoresUnprovenRegion(t *testing.T) {
 	}
 
 	fx := newRegFixture(t)
-	s := newSyncer(DefaultConfig("b").Global, "b", fx.reg, nil, b, nil, nil, clock, slog.New(slog.DiscardHandler), fx.m)
+	s := newTestSyncer(DefaultConfig("b").Global, "b", fx.reg, syncDeps{Gossip: b, Clock: clock, Metrics: fx.m})
 	self := sum("b", "127.0.0.2:8000", 1)
 	self.Models[0].DemandRps = 50 // more than b can serve: the fallback spills
-	tbl := s.fallback(clock.Now(), self)
+	tbl := s.planner.plan(clock.Now(), self)
 	if tbl.Source != RoutesFallback || tbl.Ingress["c"] != "127.0.0.3:8000" {
 		t.Fatalf("fallback without c: %+v", tbl)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -285,9 +284,9 @@ func TestForgedPlanRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newRegFixture(t)
-			s := newSyncer(DefaultConfig("b").Global, "b", f.reg, nil, nil, nil, tc.dial, f.clock, slog.New(slog.DiscardHandler), f.m)
-			s.mtls = true
-			s.latest.Store(&isobarpb.RegionSummary{Region: "b", Sequence: 1})
+			s := newTestSyncer(DefaultConfig("b").Global, "b", f.reg, syncDeps{DialOptions: tc.dial, Clock: f.clock, Metrics: f.m})
+			s.leader.mtls = true
+			s.summary.latest.Store(&isobarpb.RegionSummary{Region: "b", Sequence: 1})
 			fg := &fakeGlobal{plan: testPlan(7, 1, f.clock.Now()), summaries: make(chan *isobarpb.RegionSummary, 1)}
 			addr := serveFakeGlobal(t, fg, tc.creds)
 			refused := func() float64 { return testutil.ToFloat64(f.m.planPeerRefused.WithLabelValues(tc.reason)) }
@@ -295,7 +294,7 @@ func TestForgedPlanRefused(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			if tc.applied {
-				got, _ := s.stream(ctx, addr)
+				got, _ := s.leader.stream(ctx, addr)
 				if r := s.Routes(); !got || r == nil || r.Epoch != 7 {
 					t.Fatalf("plan from a global identity not installed: %v %+v", got, r)
 				}
@@ -304,7 +303,7 @@ func TestForgedPlanRefused(t *testing.T) {
 				}
 				return
 			}
-			got, err := s.stream(ctx, addr)
+			got, err := s.leader.stream(ctx, addr)
 			if got || !errors.Is(err, ErrPlanSource) {
 				t.Fatalf("stream = %v, %v; want ErrPlanSource", got, err)
 			}

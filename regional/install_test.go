@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 )
@@ -19,9 +18,9 @@ import (
 func TestInstallShowsOnlyWhatTheRegistryTook(t *testing.T) {
 	t.Run("refused table not shown", func(t *testing.T) {
 		f := newLimitedFixture(t, func(c *Config) { c.InboxSize = 16 })
-		s := newSyncer(DefaultConfig("r1").Global, "r1", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+		s := newTestSyncer(DefaultConfig("r1").Global, "r1", f.reg, syncDeps{Clock: f.clock, Metrics: f.m})
 		taken := &RouteTable{Source: RoutesLocal, Epoch: 1}
-		s.install(t.Context(), taken)
+		s.routes.install(t.Context(), taken)
 		if s.Routes() != taken {
 			t.Fatalf("table in force %+v, want the installed one", s.Routes())
 		}
@@ -32,19 +31,19 @@ func TestInstallShowsOnlyWhatTheRegistryTook(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		s.install(ctx, &RouteTable{Source: RoutesFallback, Epoch: 2})
+		s.routes.install(ctx, &RouteTable{Source: RoutesFallback, Epoch: 2})
 		if got := s.Routes(); got != taken {
 			t.Fatalf("/debug/routes shows %+v, a table the registry never took; want %+v", got, taken)
 		}
 	})
 	t.Run("concurrent installers agree with the registry", func(t *testing.T) {
 		f := newRegFixture(t)
-		s := newSyncer(DefaultConfig("r1").Global, "r1", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+		s := newTestSyncer(DefaultConfig("r1").Global, "r1", f.reg, syncDeps{Clock: f.clock, Metrics: f.m})
 		var wg sync.WaitGroup
 		for w := range 4 {
 			wg.Go(func() {
 				for i := range 200 {
-					s.install(t.Context(), &RouteTable{Source: fmt.Sprintf("w%d-%d", w, i)})
+					s.routes.install(t.Context(), &RouteTable{Source: fmt.Sprintf("w%d-%d", w, i)})
 				}
 			})
 		}

@@ -22,6 +22,8 @@ import (
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/summary"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // newLimitedFixture is newRegFixture with cfg changed by mut.
@@ -38,7 +40,10 @@ func newFixtureWith(t *testing.T, mut func(*Config), mutReg func(*Registry)) *re
 	mut(&cfg)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	prom := prometheus.NewRegistry()
-	m := newMetrics(prom)
+	m, err := newMetrics(prom)
+	if err != nil {
+		t.Fatal(err)
+	}
 	push := newRecordingPusher()
 	reg, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), m, push.push)
 	if err != nil {
@@ -158,15 +163,15 @@ func TestHeartbeatCellLimit(t *testing.T) {
 // (nil: is present), bounded above.
 func waitCell(t *testing.T, c *Controller, id string, cond func(CellView) bool) CellView {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if cv, ok := c.Registry().View().Cell(id); ok && (cond == nil || cond(cv)) {
-			return cv
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cell %s never reached the view", id)
-		}
-		time.Sleep(time.Millisecond) // polling the view, bounded above
+	var cv CellView
+	if !eventually.Wait(5*time.Second, func() bool {
+		var ok bool
+		cv, ok = c.Registry().View().Cell(id)
+		return ok && (cond == nil || cond(cv))
+	}) {
+		t.Fatalf("cell %s never reached the view", id)
 	}
+	return cv
 }
 
 // The registry bounds its own map even when the heartbeat service's view

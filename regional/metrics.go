@@ -1,6 +1,8 @@
 package regional
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
@@ -34,105 +36,124 @@ type metrics struct {
 	signalsClamped     *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		skewed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "isobar_regional_clock_skewed_heartbeats_total",
-			Help: "Heartbeats whose sent_at was further from this controller's clock than the skew bound (accepted; liveness uses the receive time).",
-		}),
-		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "isobar_regional_heartbeats_total",
-			Help: "Heartbeats accepted into the registry.",
-		}),
-		suspects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "isobar_regional_suspect_cells_total",
-			Help: "Cells made suspect (weight 0) because their heartbeat stream broke without a Terminated report.",
-		}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "isobar_regional_heartbeats_rejected_total",
-			Help: "Heartbeats refused, by reason.",
-		}, []string{"reason"}),
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "isobar_regional_heartbeat_streams",
-			Help: "Open heartbeat streams.",
-		}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "isobar_regional_lifecycle_transitions_total",
-			Help: "Cell lifecycle transitions.",
-		}, []string{"from", "to"}),
-		refusedTransitions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "isobar_regional_lifecycle_refused_total",
-			Help: "Reported states that the lifecycle refused (e.g. Draining after Terminated).",
-		}),
-		unknownCells: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "isobar_regional_unknown_cell_requests_total",
-			Help: "Requests naming a cell the registry does not know.",
-		}),
-		projection: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "isobar_regional_projection_duration_seconds",
-			Help:    "Time to score every cell and project weights, per cycle.",
-			Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 12),
-		}),
-		failover: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "isobar_regional_failover_seconds",
-			Help:    "From a serving cell's failure detection to the xDS push that removed it.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-		penaltyTrips: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "isobar_regional_penalty_trips_total",
-			Help: "Error-rate outlier penalties tripped.",
-		}),
-		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "isobar_regional_probes_total",
-			Help: "RTT probes of cells, by result.",
-		}, []string{"result"}),
-		plans: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "isobar_regional_plans_total",
-			Help: "Routing plans received from the global leader, by result (applied, stale, expired, invalid).",
-		}, []string{"result"}),
-		planEpoch: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "isobar_regional_plan_epoch",
-			Help: "Fencing epoch of the routing plan applied.",
-		}),
-		routeSource: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "isobar_regional_route_source",
-			Help: "1 for the source of the cross-region routing in force: plan, fallback or local.",
-		}, []string{"source"}),
-		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "isobar_regional_dataplane_reports_total",
-			Help: "Data-plane reports received, by result (accepted, invalid; out_of_range: a count above the shared rate bound over its interval; forbidden: a report stream refused because its certificate is not a gateway of this region).",
-		}, []string{"result"}),
-		planPeerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "isobar_regional_plan_sources_refused_total",
-			Help: "Sync sessions closed because the server dialled as the global leader is not a global identity, by reason (not_mtls, not_global).",
-		}, []string{"reason"}),
-		capacityRejected: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "isobar_regional_capacity_samples_rejected_total",
-			Help: "Heartbeat signals the capacity estimator ignored as bad input (NaN, negative, absurd, out of order).",
-		}),
-		capacityRPS: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "isobar_regional_capacity_rps",
-			Help: "Estimated capacity at SLO of the Ready cells (requests/s), as put in the last summary, by model.",
-		}, []string{"model"}),
-		capacityConfidence: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "isobar_regional_capacity_confidence",
-			Help: "Confidence in [0,1] that the capacity in the last summary is measured rather than the prior, by model.",
-		}, []string{"model"}),
+// newMetrics builds the controller's instruments and registers them on
+// reg unless it is nil. It fails when one is already registered there (two
+// controllers on one registry).
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{}
+	m.addCellMetrics()
+	m.addRoutingMetrics()
+	if reg == nil {
+		return m, nil
 	}
-	if reg != nil {
-		reg.MustRegister(m.capacityRejected, m.capacityRPS, m.capacityConfidence)
-		reg.MustRegister(m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions,
-			m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.probes,
-			m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused)
+	for _, c := range []prometheus.Collector{
+		m.capacityRejected, m.capacityRPS, m.capacityConfidence,
+		m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions,
+		m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.probes,
+		m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused,
+		m.skewed, m.suspects, m.signalsClamped,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("regional: register metrics: %w", err)
+		}
 	}
+	return m, nil
+}
+
+// addCellMetrics builds the instruments of heartbeats, cells and their
+// lifecycle.
+func (m *metrics) addCellMetrics() {
+	m.heartbeats = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_heartbeats_total",
+		Help: "Heartbeats accepted into the registry.",
+	})
+	m.skewed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_clock_skewed_heartbeats_total",
+		Help: "Heartbeats whose sent_at was further from this controller's clock than the skew bound (accepted; liveness uses the receive time).",
+	})
+	m.suspects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_suspect_cells_total",
+		Help: "Cells made suspect (weight 0) because their heartbeat stream broke without a Terminated report.",
+	})
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_regional_heartbeats_rejected_total",
+		Help: "Heartbeats refused, by reason.",
+	}, []string{"reason"})
+	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "isobar_regional_heartbeat_streams",
+		Help: "Open heartbeat streams.",
+	})
+	m.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_regional_lifecycle_transitions_total",
+		Help: "Cell lifecycle transitions.",
+	}, []string{"from", "to"})
+	m.refusedTransitions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_lifecycle_refused_total",
+		Help: "Reported states that the lifecycle refused (e.g. Draining after Terminated).",
+	})
+	m.unknownCells = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_unknown_cell_requests_total",
+		Help: "Requests naming a cell the registry does not know.",
+	})
+	m.projection = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "isobar_regional_projection_duration_seconds",
+		Help:    "Time to score every cell and project weights, per cycle.",
+		Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 12),
+	})
+	m.failover = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "isobar_regional_failover_seconds",
+		Help:    "From a serving cell's failure detection to the xDS push that removed it.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	})
+	m.penaltyTrips = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_penalty_trips_total",
+		Help: "Error-rate outlier penalties tripped.",
+	})
+	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_regional_probes_total",
+		Help: "RTT probes of cells, by result.",
+	}, []string{"result"})
 	m.signalsClamped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "isobar_regional_signals_clamped_total",
 		Help: "Heartbeat signals above their bound (summary/bounds.go) capped at it, by signal; the cell's heartbeat is kept.",
 	}, []string{"field"})
-	if reg != nil {
-		reg.MustRegister(m.skewed, m.suspects, m.signalsClamped)
-	}
-	return m
+}
+
+// addRoutingMetrics builds the instruments of cross-region routing:
+// plans, the route source, data-plane reports and capacity estimates.
+func (m *metrics) addRoutingMetrics() {
+	m.plans = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_regional_plans_total",
+		Help: "Routing plans received from the global leader, by result (applied, stale, expired, invalid).",
+	}, []string{"result"})
+	m.planEpoch = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "isobar_regional_plan_epoch",
+		Help: "Fencing epoch of the routing plan applied.",
+	})
+	m.routeSource = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "isobar_regional_route_source",
+		Help: "1 for the source of the cross-region routing in force: plan, fallback or local.",
+	}, []string{"source"})
+	m.reports = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_regional_dataplane_reports_total",
+		Help: "Data-plane reports received, by result (accepted, invalid; out_of_range: a count above the shared rate bound over its interval; forbidden: a report stream refused because its certificate is not a gateway of this region).",
+	}, []string{"result"})
+	m.planPeerRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_regional_plan_sources_refused_total",
+		Help: "Sync sessions closed because the server dialled as the global leader is not a global identity, by reason (not_mtls, not_global).",
+	}, []string{"reason"})
+	m.capacityRejected = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_capacity_samples_rejected_total",
+		Help: "Heartbeat signals the capacity estimator ignored as bad input (NaN, negative, absurd, out of order).",
+	})
+	m.capacityRPS = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "isobar_regional_capacity_rps",
+		Help: "Estimated capacity at SLO of the Ready cells (requests/s), as put in the last summary, by model.",
+	}, []string{"model"})
+	m.capacityConfidence = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "isobar_regional_capacity_confidence",
+		Help: "Confidence in [0,1] that the capacity in the last summary is measured rather than the prior, by model.",
+	}, []string{"model"})
 }
 
 // cellCollector exports per-cell gauges from the current view.

@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // Every metric the controller exposes — its own, the xDS server's and the
@@ -20,14 +23,8 @@ func TestMetricsLint(t *testing.T) {
 	if _, err := s.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, ok := c.Registry().View().Cell("lint"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("cell never reached the view")
-		}
-		time.Sleep(time.Millisecond) // polling the view, bounded above
+	if !eventually.Wait(5*time.Second, func() bool { _, ok := c.Registry().View().Cell("lint"); return ok }) {
+		t.Fatal("cell never reached the view")
 	}
 	mfs, err := prom.Gather()
 	if err != nil {
@@ -55,5 +52,16 @@ func TestMetricsLint(t *testing.T) {
 		if !names[want] {
 			t.Errorf("metric %s missing", want)
 		}
+	}
+}
+
+// A second set of instruments on one registry is an error, not a panic.
+func TestNewMetricsRefusesADoubleRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := newMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newMetrics(reg); err == nil {
+		t.Fatal("second registration on one registry: no error")
 	}
 }

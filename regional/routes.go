@@ -104,70 +104,26 @@ const (
 // against now. Fractions must be finite, in [0,1] and sum (with shed) to
 // 1; every remote destination needs an ingress address.
 func planTable(p *isobarpb.RoutingPlan, region string, fence *RouteTable, inForce bool, now time.Time, skew time.Duration) (*RouteTable, error) {
-	bad := func(format string, a ...any) (*RouteTable, error) {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidPlan, fmt.Sprintf(format, a...))
-	}
 	if p.GetEpoch() == 0 {
-		return bad("epoch 0")
+		return nil, badPlan("epoch 0")
 	}
-	if fence != nil {
-		lower := p.GetEpoch() < fence.Epoch || (p.GetEpoch() == fence.Epoch && p.GetSequence() < fence.Sequence)
-		same := p.GetEpoch() == fence.Epoch && p.GetSequence() == fence.Sequence
-		if lower || (same && inForce) {
-			return nil, fmt.Errorf("%w: epoch %d sequence %d after epoch %d sequence %d", ErrStalePlan,
-				p.GetEpoch(), p.GetSequence(), fence.Epoch, fence.Sequence)
-		}
+	if err := checkFence(p, fence, inForce); err != nil {
+		return nil, err
 	}
 	if p.GetValidUntil() == nil || p.GetValidUntil().CheckValid() != nil {
-		return bad("no valid_until")
+		return nil, badPlan("no valid_until")
 	}
 	switch {
 	case len(p.GetLeaderId()) > maxLeaderIDLen:
-		return bad("leader_id of %d bytes, at most %d", len(p.GetLeaderId()), maxLeaderIDLen)
+		return nil, badPlan("leader_id of %d bytes, at most %d", len(p.GetLeaderId()), maxLeaderIDLen)
 	case len(p.GetPlans()) > summary.MaxModels:
-		return bad("%d model plans, at most %d", len(p.GetPlans()), summary.MaxModels)
+		return nil, badPlan("%d model plans, at most %d", len(p.GetPlans()), summary.MaxModels)
 	case len(p.GetIngress()) > summary.MaxRegions:
-		return bad("%d ingress addresses, at most %d", len(p.GetIngress()), summary.MaxRegions)
+		return nil, badPlan("%d ingress addresses, at most %d", len(p.GetIngress()), summary.MaxRegions)
 	}
-	until := p.GetValidUntil().AsTime()
-	if is := p.GetIssuedAt(); is != nil {
-		if is.CheckValid() != nil {
-			return bad("invalid issued_at")
-		}
-		life := until.Sub(is.AsTime())
-		switch {
-		case life <= 0:
-			return nil, fmt.Errorf("%w: valid until %v, issued %v", ErrExpiredPlan, until, is.AsTime())
-		case life > maxPlanLifetime:
-			return bad("valid for %v, at most %v", life, maxPlanLifetime)
-		}
-		left := life
-		if sa := p.GetSentAt(); sa != nil {
-			// The life left at the send, on the leader's clock.
-			if sa.CheckValid() != nil {
-				return bad("invalid sent_at")
-			}
-			age := sa.AsTime().Sub(is.AsTime())
-			if age < 0 {
-				return bad("sent %v before it was issued", -age)
-			}
-			if left -= age; left <= 0 {
-				return nil, fmt.Errorf("%w: sent %v after it was issued, with a maximum age of %v", ErrExpiredPlan, age, life)
-			}
-		} else if late := p.GetValidUntil().AsTime().Add(skew).Sub(now); late < left {
-			// No send stamp: bounded on this clock, with the skew allowance.
-			if left = late; left <= 0 {
-				return nil, fmt.Errorf("%w: issued %v with a maximum age of %v, now %v (beyond the clock-skew allowance of %v; if the leader's clock is behind this one's, fix the clocks or raise --max-clock-skew)",
-					ErrExpiredPlan, is.AsTime(), life, now, skew)
-			}
-		}
-		until = now.Add(left)
-	}
-	if !until.After(now) {
-		return nil, fmt.Errorf("%w: valid until %v, now %v", ErrExpiredPlan, until, now)
-	}
-	if until.Sub(now) > maxPlanLifetime {
-		return bad("valid until %v, more than %v from now", until, maxPlanLifetime)
+	until, err := planUntil(p, now, skew)
+	if err != nil {
+		return nil, err
 	}
 	t := &RouteTable{
 		Source: RoutesPlan, Epoch: p.GetEpoch(), Sequence: p.GetSequence(), LeaderID: p.GetLeaderId(),
@@ -178,54 +134,139 @@ func planTable(p *isobarpb.RoutingPlan, region string, fence *RouteTable, inForc
 	}
 	for _, in := range p.GetIngress() {
 		if !summary.ValidName(in.GetRegion()) {
-			return bad("ingress region %q", in.GetRegion())
+			return nil, badPlan("ingress region %q", in.GetRegion())
 		}
 		if err := ingressAddress(in.GetAddress()); err != nil {
-			return bad("ingress of %s: %v", in.GetRegion(), err)
+			return nil, badPlan("ingress of %s: %v", in.GetRegion(), err)
 		}
 		t.Ingress[in.GetRegion()] = in.GetAddress()
 	}
 	for _, mp := range p.GetPlans() {
-		if mp.GetIngressRegion() != region {
-			return bad("model plan for ingress %q sent to %s", mp.GetIngressRegion(), region)
+		if err := t.addModelPlan(mp, region); err != nil {
+			return nil, err
 		}
-		m := mp.GetModel()
-		if m == "" || len(m) > 256 {
-			return bad("model name %q", trunc(m))
-		}
-		if _, dup := t.Models[m]; dup {
-			return bad("model %s planned twice", m)
-		}
-		if len(mp.GetRoutes()) > summary.MaxRegions {
-			return bad("model %s: %d routes, at most %d", m, len(mp.GetRoutes()), summary.MaxRegions)
-		}
-		mr := ModelRoutes{Routes: map[string]float64{}, Shed: mp.GetShed()}
-		sum := mp.GetShed()
-		if !fraction(mp.GetShed()) {
-			return bad("model %s: shed %v not in [0,1]", m, mp.GetShed())
-		}
-		for _, r := range mp.GetRoutes() {
-			d, f := r.GetDestination(), r.GetFraction()
-			switch {
-			case !summary.ValidName(d):
-				return bad("model %s: destination %q", m, d)
-			case !fraction(f):
-				return bad("model %s: fraction to %s is %v; want [0,1]", m, d, f)
-			case d != region && t.Ingress[d] == "":
-				return bad("model %s: destination %s has no ingress address", m, d)
-			}
-			if _, dup := mr.Routes[d]; dup {
-				return bad("model %s: destination %s listed twice", m, d)
-			}
-			mr.Routes[d] = f
-			sum += f
-		}
-		if math.Abs(sum-1) > sumTolerance {
-			return bad("model %s: routes and shed sum to %v, not 1", m, sum)
-		}
-		t.Models[m] = mr
 	}
 	return t, nil
+}
+
+// badPlan is an ErrInvalidPlan saying what is wrong.
+func badPlan(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidPlan, fmt.Sprintf(format, a...))
+}
+
+// checkFence refuses a plan below the fence, or the fenced plan itself
+// while a plan is in force (ErrStalePlan).
+func checkFence(p *isobarpb.RoutingPlan, fence *RouteTable, inForce bool) error {
+	if fence == nil {
+		return nil
+	}
+	lower := p.GetEpoch() < fence.Epoch || (p.GetEpoch() == fence.Epoch && p.GetSequence() < fence.Sequence)
+	same := p.GetEpoch() == fence.Epoch && p.GetSequence() == fence.Sequence
+	if lower || (same && inForce) {
+		return fmt.Errorf("%w: epoch %d sequence %d after epoch %d sequence %d", ErrStalePlan,
+			p.GetEpoch(), p.GetSequence(), fence.Epoch, fence.Sequence)
+	}
+	return nil
+}
+
+// planUntil is the time, on this region's clock, until which the plan
+// holds (see planTable's Lifetime).
+func planUntil(p *isobarpb.RoutingPlan, now time.Time, skew time.Duration) (time.Time, error) {
+	until := p.GetValidUntil().AsTime()
+	if is := p.GetIssuedAt(); is != nil {
+		left, err := planLifeLeft(p, now, skew)
+		if err != nil {
+			return time.Time{}, err
+		}
+		until = now.Add(left)
+	}
+	if !until.After(now) {
+		return time.Time{}, fmt.Errorf("%w: valid until %v, now %v", ErrExpiredPlan, until, now)
+	}
+	if until.Sub(now) > maxPlanLifetime {
+		return time.Time{}, badPlan("valid until %v, more than %v from now", until, maxPlanLifetime)
+	}
+	return until, nil
+}
+
+// planLifeLeft is the life a plan with issued_at has left at now.
+func planLifeLeft(p *isobarpb.RoutingPlan, now time.Time, skew time.Duration) (time.Duration, error) {
+	is, until := p.GetIssuedAt(), p.GetValidUntil().AsTime()
+	if is.CheckValid() != nil {
+		return 0, badPlan("invalid issued_at")
+	}
+	life := until.Sub(is.AsTime())
+	switch {
+	case life <= 0:
+		return 0, fmt.Errorf("%w: valid until %v, issued %v", ErrExpiredPlan, until, is.AsTime())
+	case life > maxPlanLifetime:
+		return 0, badPlan("valid for %v, at most %v", life, maxPlanLifetime)
+	}
+	left := life
+	if sa := p.GetSentAt(); sa != nil {
+		// The life left at the send, on the leader's clock.
+		if sa.CheckValid() != nil {
+			return 0, badPlan("invalid sent_at")
+		}
+		age := sa.AsTime().Sub(is.AsTime())
+		if age < 0 {
+			return 0, badPlan("sent %v before it was issued", -age)
+		}
+		if left -= age; left <= 0 {
+			return 0, fmt.Errorf("%w: sent %v after it was issued, with a maximum age of %v", ErrExpiredPlan, age, life)
+		}
+	} else if late := until.Add(skew).Sub(now); late < left {
+		// No send stamp: bounded on this clock, with the skew allowance.
+		if left = late; left <= 0 {
+			return 0, fmt.Errorf("%w: issued %v with a maximum age of %v, now %v (beyond the clock-skew allowance of %v; if the leader's clock is behind this one's, fix the clocks or raise --max-clock-skew)",
+				ErrExpiredPlan, is.AsTime(), life, now, skew)
+		}
+	}
+	return left, nil
+}
+
+// addModelPlan validates one model's plan for region against t's ingress
+// addresses and adds it to t.
+func (t *RouteTable) addModelPlan(mp *isobarpb.ModelPlan, region string) error {
+	if mp.GetIngressRegion() != region {
+		return badPlan("model plan for ingress %q sent to %s", mp.GetIngressRegion(), region)
+	}
+	m := mp.GetModel()
+	if m == "" || len(m) > 256 {
+		return badPlan("model name %q", trunc(m))
+	}
+	if _, dup := t.Models[m]; dup {
+		return badPlan("model %s planned twice", m)
+	}
+	if len(mp.GetRoutes()) > summary.MaxRegions {
+		return badPlan("model %s: %d routes, at most %d", m, len(mp.GetRoutes()), summary.MaxRegions)
+	}
+	mr := ModelRoutes{Routes: map[string]float64{}, Shed: mp.GetShed()}
+	sum := mp.GetShed()
+	if !fraction(mp.GetShed()) {
+		return badPlan("model %s: shed %v not in [0,1]", m, mp.GetShed())
+	}
+	for _, r := range mp.GetRoutes() {
+		d, f := r.GetDestination(), r.GetFraction()
+		switch {
+		case !summary.ValidName(d):
+			return badPlan("model %s: destination %q", m, d)
+		case !fraction(f):
+			return badPlan("model %s: fraction to %s is %v; want [0,1]", m, d, f)
+		case d != region && t.Ingress[d] == "":
+			return badPlan("model %s: destination %s has no ingress address", m, d)
+		}
+		if _, dup := mr.Routes[d]; dup {
+			return badPlan("model %s: destination %s listed twice", m, d)
+		}
+		mr.Routes[d] = f
+		sum += f
+	}
+	if math.Abs(sum-1) > sumTolerance {
+		return badPlan("model %s: routes and shed sum to %v, not 1", m, sum)
+	}
+	t.Models[m] = mr
+	return nil
 }
 
 func fraction(f float64) bool { return !math.IsNaN(f) && f >= 0 && f <= 1 }

@@ -2,7 +2,6 @@ package regional
 
 import (
 	"errors"
-	"log/slog"
 	"math"
 	"path/filepath"
 	"testing"
@@ -115,21 +114,21 @@ func TestBuildStateLocalities(t *testing.T) {
 // ones.
 func TestSyncerCountsPlans(t *testing.T) {
 	f := newRegFixture(t)
-	s := newSyncer(DefaultConfig("b").Global, "b", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	s := newTestSyncer(DefaultConfig("b").Global, "b", f.reg, syncDeps{Clock: f.clock, Metrics: f.m})
 	now := f.clock.Now()
 	count := func(result string) float64 { return testutil.ToFloat64(f.m.plans.WithLabelValues(result)) }
 
-	s.applyPlan(t.Context(), testPlan(5, 3, now))
+	s.routes.applyPlan(t.Context(), testPlan(5, 3, now))
 	if got := s.Routes(); got == nil || got.Epoch != 5 || got.Source != RoutesPlan {
 		t.Fatalf("valid plan not installed: %+v", got)
 	}
 	bad := testPlan(5, 4, now)
 	bad.Plans[0].Routes[0].Fraction = 0.5
-	s.applyPlan(t.Context(), bad)
-	s.applyPlan(t.Context(), testPlan(4, 9, now))
+	s.routes.applyPlan(t.Context(), bad)
+	s.routes.applyPlan(t.Context(), testPlan(4, 9, now))
 	expired := testPlan(6, 1, now)
 	expired.ValidUntil = timestamppb.New(now.Add(-time.Second))
-	s.applyPlan(t.Context(), expired)
+	s.routes.applyPlan(t.Context(), expired)
 	if count("applied") != 1 || count("invalid") != 1 || count("stale") != 1 || count("expired") != 1 {
 		t.Errorf("counters: applied %v invalid %v stale %v expired %v",
 			count("applied"), count("invalid"), count("stale"), count("expired"))
@@ -172,23 +171,23 @@ func TestBuildStateAllRemoteAndShed(t *testing.T) {
 func TestPlanFenceSurvivesFallbackAndRestart(t *testing.T) {
 	f := newRegFixture(t)
 	path := t.TempDir() + "/fence.json"
-	s := newSyncer(DefaultConfig("b").Global, "b", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	s := newTestSyncer(DefaultConfig("b").Global, "b", f.reg, syncDeps{Clock: f.clock, Metrics: f.m})
 	if err := s.useFences(FileFence{Path: path}); err != nil {
 		t.Fatal(err)
 	}
 	issued := f.clock.Now()
-	s.applyPlan(t.Context(), testPlan(5, 3, issued))
+	s.routes.applyPlan(t.Context(), testPlan(5, 3, issued))
 	if got := s.Routes(); got == nil || got.Epoch != 5 {
 		t.Fatalf("plan not installed: %+v", got)
 	}
 	// The global goes away: the plan expires and the fallback takes over.
 	f.clock.Advance(31 * time.Second)
 	now := f.clock.Now()
-	s.install(t.Context(), s.fallback(now, &isobarpb.RegionSummary{Region: "b"}))
+	s.routes.install(t.Context(), s.planner.plan(now, &isobarpb.RegionSummary{Region: "b"}))
 	if got := s.Routes(); got.Source == RoutesPlan {
 		t.Fatalf("fallback not installed: %+v", got)
 	}
-	s.applyPlan(t.Context(), testPlan(4, 9, now))
+	s.routes.applyPlan(t.Context(), testPlan(4, 9, now))
 	if got := s.Routes(); got.Source == RoutesPlan {
 		t.Fatalf("a lower epoch was accepted after fallback: %+v", got)
 	}
@@ -198,11 +197,11 @@ func TestPlanFenceSurvivesFallbackAndRestart(t *testing.T) {
 
 	// A restarted controller (a new syncer on the same fence file) refuses
 	// it too, and accepts the leader's next plan.
-	s2 := newSyncer(DefaultConfig("b").Global, "b", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	s2 := newTestSyncer(DefaultConfig("b").Global, "b", f.reg, syncDeps{Clock: f.clock, Metrics: f.m})
 	if err := s2.useFences(FileFence{Path: path}); err != nil {
 		t.Fatal(err)
 	}
-	s2.applyPlan(t.Context(), testPlan(4, 10, now))
+	s2.routes.applyPlan(t.Context(), testPlan(4, 10, now))
 	if got := s2.Routes(); got != nil {
 		t.Fatalf("a lower epoch was accepted after a restart: %+v", got)
 	}
@@ -211,7 +210,7 @@ func TestPlanFenceSurvivesFallbackAndRestart(t *testing.T) {
 	// 30 s.
 	replay := testPlan(5, 3, now.Add(-20*time.Second))
 	replay.SentAt = timestamppb.New(now)
-	s2.applyPlan(t.Context(), replay)
+	s2.routes.applyPlan(t.Context(), replay)
 	got := s2.Routes()
 	if got == nil || got.Epoch != 5 || got.Sequence != 3 {
 		t.Fatalf("the fenced plan's replay was refused: %+v", got)
@@ -219,7 +218,7 @@ func TestPlanFenceSurvivesFallbackAndRestart(t *testing.T) {
 	if want := now.Add(10 * time.Second); !got.ValidUntil.Equal(want) {
 		t.Fatalf("replayed plan valid until %v, want %v (its remaining life)", got.ValidUntil, want)
 	}
-	s2.applyPlan(t.Context(), testPlan(6, 1, now))
+	s2.routes.applyPlan(t.Context(), testPlan(6, 1, now))
 	if got := s2.Routes(); got.Epoch != 6 {
 		t.Fatalf("newer epoch refused: %+v", got)
 	}
@@ -297,7 +296,7 @@ func TestStateDirKeepsPlanFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.syncer.applyPlan(t.Context(), testPlan(4, 9, c.syncer.clock.Now()))
+	c.syncer.routes.applyPlan(t.Context(), testPlan(4, 9, c.syncer.clock.Now()))
 	if got := c.syncer.Routes(); got != nil {
 		t.Fatalf("a controller on its predecessor's state dir accepted a lower epoch: %+v", got)
 	}

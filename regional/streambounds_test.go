@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // startControllerClock is startController on an injected clock.
@@ -46,13 +48,7 @@ func startControllerClock(t *testing.T, clk clockwork.Clock, mut func(*Config)) 
 // awaitCond polls cond until it holds or a generous deadline passes.
 func awaitCond(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
+	eventually.True(t, 60*time.Second, what, cond)
 }
 
 // TestHeartbeatSilentStreamsBounded: one connection opens 3,000 heartbeat

@@ -11,6 +11,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // TestBrokenStreamMakesCellSuspect runs a controller on a fake clock behind
@@ -122,10 +124,7 @@ func advanceCycle(t *testing.T, c *Controller, clk *clockwork.FakeClock, d time.
 	t.Helper()
 	before := c.Registry().View().Cycle
 	clk.Advance(d)
-	for deadline := time.Now().Add(10 * time.Second); c.Registry().View().Cycle == before; {
-		if time.Now().After(deadline) {
-			t.Fatal("registry ran no cycle")
-		}
-		time.Sleep(time.Millisecond) // polling the view, bounded above
+	if !eventually.Wait(10*time.Second, func() bool { return c.Registry().View().Cycle != before }) {
+		t.Fatal("registry ran no cycle")
 	}
 }

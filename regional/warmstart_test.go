@@ -3,7 +3,6 @@ package regional
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/xds"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 func modelHB(id, ep, model string) *isobarpb.CellHeartbeat {
@@ -47,19 +48,16 @@ func servedBefore(t *testing.T, dir string) {
 	for _, c := range restartCells {
 		f.send(modelHB(c.id, c.ep, c.model))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := loadWarmState(dir, "r1", 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st != nil && len(st.Cells) == len(restartCells) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("warm-state file never listed the %d cells: %+v", len(restartCells), st)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, bounded above
+	var st *warmState
+	var err error
+	if !eventually.Wait(10*time.Second, func() bool {
+		st, err = loadWarmState(dir, "r1", 100)
+		return err != nil || (st != nil && len(st.Cells) == len(restartCells))
+	}) {
+		t.Fatalf("warm-state file never listed the %d cells: %+v", len(restartCells), st)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	f.reg.Stop()
 }
@@ -306,7 +304,7 @@ func TestWarmRestartSyncerWaitsForCells(t *testing.T) {
 	servedBefore(t, dir)
 	f := newFixtureWith(t, func(c *Config) { c.WarmStart.StateDir = dir },
 		func(r *Registry) { r.warm.needRoutes = true })
-	s := newSyncer(f.reg.cfg.Global, "r1", f.reg, nil, nil, nil, nil, f.clock, slog.New(slog.DiscardHandler), f.m)
+	s := newTestSyncer(f.reg.cfg.Global, "r1", f.reg, syncDeps{Clock: f.clock, Metrics: f.m})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); s.summaries(ctx) }()
@@ -322,7 +320,7 @@ func TestWarmRestartSyncerWaitsForCells(t *testing.T) {
 		f.send(modelHB("a", "127.0.0.1:1001", "m"))
 		f.tick()
 	}
-	if sm := s.latest.Load(); sm != nil {
+	if sm := s.summary.Latest(); sm != nil {
 		t.Fatalf("summary published with %d cells before the cells were back", len(sm.GetModels()))
 	}
 	if rt := s.Routes(); rt != nil {
@@ -352,7 +350,7 @@ func TestWarmRestartSyncerWaitsForCells(t *testing.T) {
 	if w := weights(first); len(w) != 3 {
 		t.Fatalf("first push = %v, want the three cells", w)
 	}
-	if s.latest.Load() == nil || s.Routes() == nil {
+	if s.summary.Latest() == nil || s.Routes() == nil {
 		t.Fatal("no summary or route table once the cells were back")
 	}
 }

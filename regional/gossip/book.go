@@ -245,115 +245,145 @@ func (b *book) receive(raw []byte) verdict {
 }
 
 func (b *book) judge(raw []byte) (verdict, []any, error) {
-	env, err := decodeEnvelope(raw, b.maxBytes)
-	if errors.Is(err, errOversized) {
-		return refusedOversized, []any{"bytes", len(raw)}, err
-	}
-	if err != nil {
-		return refusedUndecodable, []any{"bytes", len(raw)}, err
-	}
-	attrs := []any{"sender", env.Sender}
-	if env.Sender == b.self {
-		return ignoredOwn, attrs, nil
-	}
-	sum := &isobarpb.RegionSummary{}
-	if err := proto.Unmarshal(env.Summary, sum); err != nil {
-		return refusedUndecodable, attrs, err
-	}
-	if err := basicCheck(sum); err != nil {
-		return refusedInvalid, attrs, err
-	}
-	region := sum.GetRegion()
-	attrs = append(attrs, "region", region, "sequence", sum.GetSequence())
-	// A time from the future (beyond the skew allowance, on this node's
-	// clock) is refused: it would win every later-time comparison and
-	// mask the region's real summaries.
-	if at, now := sum.GetAt().AsTime(), b.clock.Now(); at.Sub(now) > b.skew {
-		return refusedFuture, attrs, fmt.Errorf("summary time %v is %v ahead of this node's clock, more than the %v allowed (Config.MaxClockSkew)",
-			at, at.Sub(now).Round(time.Millisecond), b.skew)
-	}
-
-	b.mu.Lock()
-	rec := b.mems[env.Sender]
-	h := b.held[region]
-	var key ed25519.PublicKey
-	var rawMeta []byte
-	needProof := false
-	var v verdict
-	switch {
-	case rec == nil:
-		v = refusedUnknownSender
-	case !rec.metaOK || rec.meta.Role != RoleRegional:
-		v = refusedNotRegional
-	case rec.meta.Region != region:
-		v = refusedRegionMismatch
-		attrs = append(attrs, "sender_region", rec.meta.Region)
-	case h != nil && bytes.Equal(h.env, raw):
-		v = ignoredDuplicate
-	case !bytes.Equal(env.PubKey, rec.meta.PubKey):
-		if slices.ContainsFunc(rec.retired, func(k ed25519.PublicKey) bool { return bytes.Equal(k, env.PubKey) }) {
-			v = ignoredStale // relayed from an earlier process of the member
-		} else {
-			v = refusedBadSignature
-			err = errors.New("signing key is not the member's")
-		}
-	case b.roots != nil && env.Proof == nil:
-		v = refusedNoIdentity
-		err = fmt.Errorf("%w: this node requires members to prove their region with their certificate (Deps.Identity); the sender runs without one", ErrNoIdentity)
-	default:
-		key = rec.meta.PubKey
-		rawMeta = rec.rawMeta
-		needProof = b.roots != nil && !rec.proven.covers(env.Proof, b.clock.Now())
-	}
-	b.mu.Unlock()
+	env, sum, attrs, v, err := b.decode(raw)
 	if v != "" {
 		return v, attrs, err
 	}
-
-	if !env.verify(key) {
-		return refusedBadSignature, attrs, errors.New("signature does not verify")
+	region := sum.GetRegion()
+	sender, attrs, v, err := b.checkSender(env, raw, region, attrs)
+	if v != "" {
+		return v, attrs, err
 	}
-	var proven *provenID
-	if needProof {
-		idRegion, until, err := verifyProof(env.Proof, env.Sender, rawMeta, b.roots, b.clock.Now())
-		if err != nil {
-			return refusedBadIdentity, attrs, err
-		}
-		if idRegion != region {
-			return refusedBadIdentity, append(attrs, "identity_region", idRegion),
-				fmt.Errorf("%w: the member claims region %s but its certificate is region %s's", ErrBadIdentity, region, idRegion)
-		}
-		proven = &provenID{hash: sha256.Sum256(env.Proof), until: until}
+	proven, attrs, v, err := b.authenticate(env, sender, region, attrs)
+	if v != "" {
+		return v, attrs, err
 	}
 	if b.validate != nil {
 		if err := b.validate(sum); err != nil {
 			return refusedInvalid, attrs, err
 		}
 	}
+	return b.store(env, raw, sum, sender, proven), attrs, nil
+}
 
-	now := b.clock.Now()
+// decode opens the envelope and its summary and runs the checks that
+// need no member state. A non-empty verdict ends the judgement.
+func (b *book) decode(raw []byte) (*envelope, *isobarpb.RegionSummary, []any, verdict, error) {
+	env, err := decodeEnvelope(raw, b.maxBytes)
+	if errors.Is(err, errOversized) {
+		return nil, nil, []any{"bytes", len(raw)}, refusedOversized, err
+	}
+	if err != nil {
+		return nil, nil, []any{"bytes", len(raw)}, refusedUndecodable, err
+	}
+	attrs := []any{"sender", env.Sender}
+	if env.Sender == b.self {
+		return nil, nil, attrs, ignoredOwn, nil
+	}
+	sum := &isobarpb.RegionSummary{}
+	if err := proto.Unmarshal(env.Summary, sum); err != nil {
+		return nil, nil, attrs, refusedUndecodable, err
+	}
+	if err := basicCheck(sum); err != nil {
+		return nil, nil, attrs, refusedInvalid, err
+	}
+	attrs = append(attrs, "region", sum.GetRegion(), "sequence", sum.GetSequence())
+	// A time from the future (beyond the skew allowance, on this node's
+	// clock) is refused: it would win every later-time comparison and
+	// mask the region's real summaries.
+	if at, now := sum.GetAt().AsTime(), b.clock.Now(); at.Sub(now) > b.skew {
+		return nil, nil, attrs, refusedFuture, fmt.Errorf("summary time %v is %v ahead of this node's clock, more than the %v allowed (Config.MaxClockSkew)",
+			at, at.Sub(now).Round(time.Millisecond), b.skew)
+	}
+	return &env, sum, attrs, "", nil
+}
+
+// senderFacts is what the judgement takes from the sender's member record
+// (read under b.mu).
+type senderFacts struct {
+	key       ed25519.PublicKey
+	rawMeta   []byte
+	needProof bool
+}
+
+// checkSender checks the envelope against its sender's member record. A
+// non-empty verdict ends the judgement.
+func (b *book) checkSender(env *envelope, raw []byte, region string, attrs []any) (senderFacts, []any, verdict, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if rec := b.mems[env.Sender]; proven != nil && rec != nil && bytes.Equal(rec.rawMeta, rawMeta) {
+	rec := b.mems[env.Sender]
+	h := b.held[region]
+	switch {
+	case rec == nil:
+		return senderFacts{}, attrs, refusedUnknownSender, nil
+	case !rec.metaOK || rec.meta.Role != RoleRegional:
+		return senderFacts{}, attrs, refusedNotRegional, nil
+	case rec.meta.Region != region:
+		return senderFacts{}, append(attrs, "sender_region", rec.meta.Region), refusedRegionMismatch, nil
+	case h != nil && bytes.Equal(h.env, raw):
+		return senderFacts{}, attrs, ignoredDuplicate, nil
+	case !bytes.Equal(env.PubKey, rec.meta.PubKey):
+		if slices.ContainsFunc(rec.retired, func(k ed25519.PublicKey) bool { return bytes.Equal(k, env.PubKey) }) {
+			return senderFacts{}, attrs, ignoredStale, nil // relayed from an earlier process of the member
+		}
+		return senderFacts{}, attrs, refusedBadSignature, errors.New("signing key is not the member's")
+	case b.roots != nil && env.Proof == nil:
+		return senderFacts{}, attrs, refusedNoIdentity,
+			fmt.Errorf("%w: this node requires members to prove their region with their certificate (Deps.Identity); the sender runs without one", ErrNoIdentity)
+	}
+	return senderFacts{
+		key: rec.meta.PubKey, rawMeta: rec.rawMeta,
+		needProof: b.roots != nil && !rec.proven.covers(env.Proof, b.clock.Now()),
+	}, attrs, "", nil
+}
+
+// authenticate verifies the signature and, when needed, the sender's
+// proof of region. A non-empty verdict ends the judgement.
+func (b *book) authenticate(env *envelope, sf senderFacts, region string, attrs []any) (*provenID, []any, verdict, error) {
+	if !env.verify(sf.key) {
+		return nil, attrs, refusedBadSignature, errors.New("signature does not verify")
+	}
+	if !sf.needProof {
+		return nil, attrs, "", nil
+	}
+	idRegion, until, err := verifyProof(env.Proof, env.Sender, sf.rawMeta, b.roots, b.clock.Now())
+	if err != nil {
+		return nil, attrs, refusedBadIdentity, err
+	}
+	if idRegion != region {
+		return nil, append(attrs, "identity_region", idRegion), refusedBadIdentity,
+			fmt.Errorf("%w: the member claims region %s but its certificate is region %s's", ErrBadIdentity, region, idRegion)
+	}
+	return &provenID{hash: sha256.Sum256(env.Proof), until: until}, attrs, "", nil
+}
+
+// store holds sum as its region's summary when it is newer than the one
+// held, and records the sender's proof.
+func (b *book) store(env *envelope, raw []byte, sum *isobarpb.RegionSummary, sf senderFacts, proven *provenID) verdict {
+	now := b.clock.Now()
+	region := sum.GetRegion()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if rec := b.mems[env.Sender]; proven != nil && rec != nil && bytes.Equal(rec.rawMeta, sf.rawMeta) {
 		rec.proven = proven
 	}
-	h = b.held[region]
+	h := b.held[region]
 	originAlive := false
 	if h != nil {
 		rec := b.mems[h.origin]
 		originAlive = rec != nil && rec.alive
 	}
-	if !newer(sum, env.Sender, key, h, originAlive) {
-		return ignoredStale, attrs, nil
+	if !newer(sum, env.Sender, sf.key, h, originAlive) {
+		return ignoredStale
 	}
 	b.held[region] = &heldSummary{
 		sum:        sum,
 		env:        bytes.Clone(raw),
 		origin:     env.Sender,
-		key:        key,
+		key:        sf.key,
 		receivedAt: now,
 	}
-	return applied, attrs, nil
+	return applied
 }
 
 // covers reports whether p is a still-valid verification of proof.

@@ -55,7 +55,7 @@ func testBook(t testing.TB, clk clockwork.Clock, validate func(*isobarpb.RegionS
 	// clock's start: a day's skew allowance keeps the future check
 	// (TestForgedFutureSummaryChangesNothing) out of the ordering tests.
 	cfg := Config{Role: RoleRegional, Region: "self", NodeName: "regional/self", MaxClockSkew: 24 * time.Hour}.withDefaults(rand.Reader)
-	b := newBook(cfg, Deps{Clock: clk, Logger: slog.New(slog.DiscardHandler), Validate: validate}, newMetrics(nil))
+	b := newBook(cfg, Deps{Clock: clk, Logger: slog.New(slog.DiscardHandler), Validate: validate}, nilMetrics(t))
 	for _, p := range peers {
 		b.memberUp(p.name, net.IPv4(127, 0, 0, 1), 7946, p.meta())
 	}

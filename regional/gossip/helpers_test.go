@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // t0 is the base time of summaries built by tests.
@@ -164,15 +166,7 @@ func regional(region string, join ...string) Config {
 // waitFor polls cond until it holds, failing the test after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
+	eventually.True(t, timeout, what, cond)
 }
 
 // sendRaw sends payload from one node to another as a memberlist user
@@ -228,4 +222,14 @@ func suspicionBound(mc *memberlist.Config, n int) time.Duration {
 	}
 	suspicion := time.Duration(mc.SuspicionMaxTimeoutMult*mc.SuspicionMult*scale) * mc.ProbeInterval
 	return 2*(time.Duration(n)*mc.ProbeInterval+mc.ProbeTimeout) + suspicion
+}
+
+// nilMetrics is a node's instruments, registered nowhere.
+func nilMetrics(t testing.TB) *metrics {
+	t.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -149,7 +149,7 @@ func TestForgedFutureSummaryChangesNothing(t *testing.T) {
 	forger := newPeer(t, "regional/x-forged", RoleRegional, "x")
 	clk := clockwork.NewFakeClockAt(t0)
 	cfg := Config{Role: RoleRegional, Region: "self", NodeName: "regional/self"}.withDefaults(nil)
-	b := newBook(cfg, Deps{Clock: clk, Logger: testLogger(t)}, newMetrics(nil))
+	b := newBook(cfg, Deps{Clock: clk, Logger: testLogger(t)}, nilMetrics(t))
 	for _, p := range []*peer{x, forger} {
 		b.memberUp(p.name, net.IPv4(127, 0, 0, 1), 7946, p.meta())
 	}

@@ -1,6 +1,8 @@
 package gossip
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -47,7 +49,10 @@ type metrics struct {
 	directSends *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics builds the node's instruments and registers them on reg
+// unless it is nil. It fails when one is already registered there (two
+// nodes on one registry).
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		received: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "isobar_gossip_summaries_received_total",
@@ -88,10 +93,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.joins.WithLabelValues(r)
 		m.directSends.WithLabelValues(r)
 	}
-	if reg != nil {
-		reg.MustRegister(m.received, m.applied, m.refused, m.ignored, m.badMeta, m.joins, m.directSends)
+	if reg == nil {
+		return m, nil
 	}
-	return m
+	for _, c := range []prometheus.Collector{m.received, m.applied, m.refused, m.ignored, m.badMeta, m.joins, m.directSends} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gossip: register metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // bookCollector exports the book's per-role and per-region gauges.

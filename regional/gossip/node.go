@@ -123,7 +123,10 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		// Unreachable with the Config limits; kept as a guard.
 		return nil, fmt.Errorf("gossip: node meta of %d bytes exceeds %d", len(meta), memberlist.MetaMaxSize)
 	}
-	m := newMetrics(deps.Registerer)
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	log := deps.Logger.With("node", cfg.NodeName)
 	deps.Logger = log
 	n := &Node{
@@ -151,7 +154,9 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	n.mc.Alive = d
 	n.mc.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	if deps.Registerer != nil {
-		deps.Registerer.MustRegister(newBookCollector(n.book))
+		if err := deps.Registerer.Register(newBookCollector(n.book)); err != nil {
+			return nil, fmt.Errorf("gossip: register metrics: %w", err)
+		}
 	}
 	return n, nil
 }

@@ -736,39 +736,14 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 		lbs := make([]*endpoint.LbEndpoint, len(l.Endpoints))
 		pos[i] = make([]*endpointParts, len(l.Endpoints))
 		for j := range l.Endpoints {
-			ep := &l.Endpoints[j]
-			k := endpointKey{cell: ep.CellID, host: ep.Host, port: ep.Port, maxModelLen: ep.MaxModelLen, probeBudget: ep.ProbeBudget,
-				maxNumSeqs: ep.MaxNumSeqs, prefillRate: ep.PrefillTokensPerSecond, rttUS: ep.RTT.Microseconds(), jitterUS: ep.Jitter.Microseconds()}
-			var p *endpointParts
-			if i < len(e.pos) && j < len(e.pos[i]) && e.pos[i][j].key == k {
-				p = e.pos[i][j]
-			} else if p = e.parts[k]; p == nil {
-				var err error
-				if p, err = newEndpointParts(k); err != nil {
-					return nil, wrap(err)
-				}
-				e.parts[k] = p
-			}
-			pos[i][j] = p
-			if p.gen != e.gen {
-				p.gen = e.gen
-				used++
-			}
-			health := core.HealthStatus_UNKNOWN
-			if ep.Degraded {
-				health = core.HealthStatus_DEGRADED
-			}
-			var err error
-			if p.lb, err = p.lbEndpoint(p.lb, ep.Weight, health); err != nil {
+			p, first, err := e.partsAt(i, j, &l.Endpoints[j])
+			if err != nil {
 				return nil, wrap(err)
 			}
-			if cw := ep.ClassWeight; cw != 0 && cw != ep.Weight {
-				if p.classLB, err = p.lbEndpoint(p.classLB, cw, health); err != nil {
-					return nil, wrap(err)
-				}
-			} else {
-				p.classLB = nil
+			if first {
+				used++
 			}
+			pos[i][j] = p
 			lbs[j] = p.lb
 		}
 		ll.LbEndpoints = lbs
@@ -784,6 +759,43 @@ func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.C
 		}
 	}
 	return cla, nil
+}
+
+// partsAt returns the parts of endpoint j of locality i: those of
+// the same position in the previous build when the endpoint is unchanged,
+// else those of an equal endpoint elsewhere, else new ones; its
+// LbEndpoints are brought up to ep's weights and health. first reports
+// the parts' first use in this generation.
+func (e *modelEntry) partsAt(i, j int, ep *Endpoint) (p *endpointParts, first bool, err error) {
+	k := endpointKey{cell: ep.CellID, host: ep.Host, port: ep.Port, maxModelLen: ep.MaxModelLen, probeBudget: ep.ProbeBudget,
+		maxNumSeqs: ep.MaxNumSeqs, prefillRate: ep.PrefillTokensPerSecond, rttUS: ep.RTT.Microseconds(), jitterUS: ep.Jitter.Microseconds()}
+	if i < len(e.pos) && j < len(e.pos[i]) && e.pos[i][j].key == k {
+		p = e.pos[i][j]
+	} else if p = e.parts[k]; p == nil {
+		if p, err = newEndpointParts(k); err != nil {
+			return nil, false, err
+		}
+		e.parts[k] = p
+	}
+	if p.gen != e.gen {
+		p.gen = e.gen
+		first = true
+	}
+	health := core.HealthStatus_UNKNOWN
+	if ep.Degraded {
+		health = core.HealthStatus_DEGRADED
+	}
+	if p.lb, err = p.lbEndpoint(p.lb, ep.Weight, health); err != nil {
+		return nil, false, err
+	}
+	if cw := ep.ClassWeight; cw != 0 && cw != ep.Weight {
+		if p.classLB, err = p.lbEndpoint(p.classLB, cw, health); err != nil {
+			return nil, false, err
+		}
+	} else {
+		p.classLB = nil
+	}
+	return p, first, nil
 }
 
 // lbEndpoint returns prev when it already carries weight and health, else

@@ -621,7 +621,7 @@ func TestBuildReusesUnchangedResources(t *testing.T) {
 	if r3.GRPC.Endpoints[0] != r1.GRPC.Endpoints[0] || r3.GRPC.Endpoints[1] == r1.GRPC.Endpoints[1] {
 		t.Error("weight change in b: want a's gRPC assignment reused and b's rebuilt")
 	}
-	for _, typ := range []int{0, 1, 2} {
+	for _, typ := range []resourceType{typeListener, typeRoute, typeCluster} {
 		if !sameResources(&r1.Envoy, &r3.Envoy, typ) || !sameResources(&r1.GRPC, &r3.GRPC, typ) {
 			t.Errorf("weight change rebuilt type %d", typ)
 		}

@@ -144,7 +144,7 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 		st.kind = ClassifyNode(req.GetNode())
 	}
 	t := typeIndex(typeURL)
-	if t < 0 {
+	if t == typeOther {
 		return nil
 	}
 	ts := &st.types[t]
@@ -192,7 +192,7 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 // names resources the client's snapshot does not hold (a typo, a model
 // that left, or a client probing). The cache answers with what it has.
 // Called with s.mu held.
-func (c callbacks) checkNames(st *streamState, ts *typeState, t int, label string, names []string) {
+func (c callbacks) checkNames(st *streamState, ts *typeState, t resourceType, label string, names []string) {
 	s := c.s
 	if !st.hasNode || len(names) == 0 {
 		return
@@ -229,7 +229,7 @@ func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.Di
 	typeURL := resp.GetTypeUrl()
 	s.m.responses.WithLabelValues(typeLabel(typeURL)).Inc()
 	t := typeIndex(typeURL)
-	if t < 0 {
+	if t == typeOther {
 		return
 	}
 	s.mu.Lock()
@@ -301,7 +301,7 @@ func (s *Server) WaitForAck(ctx context.Context, typeURL, version string) error 
 		return fmt.Errorf("%w: %q is not a version returned by Push", ErrBadVersion, version)
 	}
 	t := typeIndex(typeURL)
-	if t < 0 {
+	if t == typeOther {
 		return fmt.Errorf("%w: type %q is not served", ErrBadVersion, typeURL)
 	}
 	for {
@@ -331,7 +331,7 @@ func (s *Server) WaitForAck(ctx context.Context, typeURL, version string) error 
 // newer. Versions of a type are the pushes that changed it, so an ACK of a
 // >= v holds v's content or newer, and so does an ACK of the type's current
 // version.
-func (s *Server) ackedLocked(t int, v uint64) bool {
+func (s *Server) ackedLocked(t resourceType, v uint64) bool {
 	for _, st := range s.streams {
 		a, err := strconv.ParseUint(st.types[t].acked, 10, 64)
 		if err != nil || a == 0 {
@@ -356,7 +356,7 @@ func (s *Server) Streams() []StreamStatus {
 			if ts.sentNonce == "" {
 				continue
 			}
-			ss.Types[servedType(t)] = TypeStatus{Sent: ts.sentVersion, Acked: ts.acked, Nacked: ts.nacked, NackDetail: ts.nackDetail}
+			ss.Types[t.url()] = TypeStatus{Sent: ts.sentVersion, Acked: ts.acked, Nacked: ts.nacked, NackDetail: ts.nackDetail}
 		}
 		out = append(out, ss)
 	}

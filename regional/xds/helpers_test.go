@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 func ep(cell, host string, port, weight uint32) Endpoint {
@@ -87,13 +88,5 @@ func metricValue(t testing.TB, m prometheus.Metric) float64 {
 // waitFor polls cond until it holds, failing the test after testTimeout.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	eventually.True(t, testTimeout, what, cond)
 }

@@ -73,12 +73,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "xDS streams and fetches refused by Deps.Authorize (PermissionDenied): the client's identity may not read this controller's configuration.",
 		}),
 	}
-	for _, t := range []string{"listener", "route", "cluster", "endpoint"} {
-		m.acks.WithLabelValues(t)
-		m.nacks.WithLabelValues(t)
-		m.responses.WithLabelValues(t)
-		m.staleNonces.WithLabelValues(t)
-		m.unknownNames.WithLabelValues(t)
+	for t := range numTypes {
+		m.acks.WithLabelValues(t.label())
+		m.nacks.WithLabelValues(t.label())
+		m.responses.WithLabelValues(t.label())
+		m.staleNonces.WithLabelValues(t.label())
+		m.unknownNames.WithLabelValues(t.label())
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.acks, m.nacks, m.requests, m.responses, m.streams, m.buildDuration, m.pushes, m.pushErrors, m.refused, m.staleNonces, m.unknownNames} {

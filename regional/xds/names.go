@@ -23,52 +23,69 @@ func statName(model string) string {
 	return b.String()
 }
 
-// typeLabel maps a type URL to the bounded label used in metrics and logs.
-// Type URLs come from clients, so anything unknown is "other".
-func typeLabel(typeURL string) string {
+// resourceType indexes the resource types this server serves, as
+// go-control-plane's types.ResponseType indexes a snapshot's: per-type
+// arrays (stream state, versions, resource names) are [numTypes]T indexed
+// by it. The order is the xDS one: listener, route, cluster, endpoint.
+type resourceType int
+
+const (
+	typeListener resourceType = iota
+	typeRoute
+	typeCluster
+	typeEndpoint
+	// numTypes is the number of served resource types.
+	numTypes
+	// typeOther is any type URL this server does not serve.
+	typeOther resourceType = -1
+)
+
+// typeIndex maps a type URL to its resourceType; typeOther for any other.
+func typeIndex(typeURL string) resourceType {
 	switch typeURL {
 	case resource.ListenerType:
-		return "listener"
+		return typeListener
 	case resource.RouteType:
-		return "route"
+		return typeRoute
 	case resource.ClusterType:
-		return "cluster"
+		return typeCluster
 	case resource.EndpointType:
+		return typeEndpoint
+	default:
+		return typeOther
+	}
+}
+
+// url is the type URL of a served type.
+func (t resourceType) url() string {
+	switch t {
+	case typeListener:
+		return resource.ListenerType
+	case typeRoute:
+		return resource.RouteType
+	case typeCluster:
+		return resource.ClusterType
+	default:
+		return resource.EndpointType
+	}
+}
+
+// label is the bounded name of t used in metrics and logs.
+func (t resourceType) label() string {
+	switch t {
+	case typeListener:
+		return "listener"
+	case typeRoute:
+		return "route"
+	case typeCluster:
+		return "cluster"
+	case typeEndpoint:
 		return "endpoint"
 	default:
 		return "other"
 	}
 }
 
-// typeIndex orders the four served types; -1 for any other.
-func typeIndex(typeURL string) int {
-	switch typeURL {
-	case resource.ListenerType:
-		return 0
-	case resource.RouteType:
-		return 1
-	case resource.ClusterType:
-		return 2
-	case resource.EndpointType:
-		return 3
-	default:
-		return -1
-	}
-}
-
-// numTypes is the number of served resource types.
-const numTypes = 4
-
-// servedType is the inverse of typeIndex.
-func servedType(i int) string {
-	switch i {
-	case 0:
-		return resource.ListenerType
-	case 1:
-		return resource.RouteType
-	case 2:
-		return resource.ClusterType
-	default:
-		return resource.EndpointType
-	}
-}
+// typeLabel maps a type URL to the bounded label used in metrics and logs.
+// Type URLs come from clients, so anything unknown is "other".
+func typeLabel(typeURL string) string { return typeIndex(typeURL).label() }

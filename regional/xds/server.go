@@ -22,9 +22,14 @@ import (
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
-// kinds lists the node kinds in snapshot order.
-func kinds() [2]NodeKind { return [2]NodeKind{KindEnvoy, KindGRPC} }
+// numKinds is the number of node kinds; per-kind arrays are
+// [numKinds]T indexed by kindIndex, in the order of kinds.
+const numKinds = 2
 
+// kinds lists the node kinds in snapshot order.
+func kinds() [numKinds]NodeKind { return [numKinds]NodeKind{KindEnvoy, KindGRPC} }
+
+// kindIndex is the index of k in kinds.
 func kindIndex(k NodeKind) int {
 	if k == KindGRPC {
 		return 1
@@ -47,16 +52,16 @@ type Server struct {
 
 	pushMu    sync.Mutex // serialises Push; guards builder, last and lastSnaps
 	builder   *Builder
-	last      [2]*Set            // per kind, the Set of the last snapshot
-	lastSnaps [2]*cache.Snapshot // per kind, the last snapshot
+	last      [numKinds]*Set            // per kind, the Set of the last snapshot
+	lastSnaps [numKinds]*cache.Snapshot // per kind, the last snapshot
 
 	mu       sync.Mutex // guards the fields below; callbacks take it
 	stopped  bool
-	seq      uint64              // last pushed version
-	versions [2][numTypes]uint64 // per kind and type, the push that last changed it
+	seq      uint64                     // last pushed version
+	versions [numKinds][numTypes]uint64 // per kind and type, the push that last changed it
 	// names holds, per kind and type, the resource names of the last
 	// snapshot, to recognise requests for names it does not hold.
-	names   [2][numTypes]map[string]struct{}
+	names   [numKinds][numTypes]map[string]struct{}
 	streams map[int64]*streamState
 	// deltaStreams holds open delta streams, counted but not tracked.
 	deltaStreams map[int64]struct{}
@@ -153,9 +158,9 @@ func (s *Server) Push(st State) (string, error) {
 // prepared is a validated pair of snapshots not yet set.
 type prepared struct {
 	seq      uint64
-	versions [2][numTypes]uint64
-	sets     [2]*Set
-	snaps    [2]*cache.Snapshot
+	versions [numKinds][numTypes]uint64
+	sets     [numKinds]*Set
+	snaps    [numKinds]*cache.Snapshot
 }
 
 // prepare builds and validates the snapshots of st. It returns nil, nil when
@@ -166,7 +171,7 @@ func (s *Server) prepare(st State) (*prepared, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	p := &prepared{seq: s.seq + 1, versions: s.versions, sets: [2]*Set{&res.Envoy, &res.GRPC}}
+	p := &prepared{seq: s.seq + 1, versions: s.versions, sets: [numKinds]*Set{&res.Envoy, &res.GRPC}}
 	s.mu.Unlock()
 	changed := false
 	for k := range p.sets {
@@ -183,8 +188,8 @@ func (s *Server) prepare(st State) (*prepared, error) {
 	for i, k := range kinds() {
 		prev := s.lastSnaps[i]
 		p.snaps[i] = newSnapshot(p.sets[i], &p.versions[i], prev)
-		if prev != nil && p.versions[i][0] == s.versions[i][0] && p.versions[i][1] == s.versions[i][1] &&
-			p.versions[i][2] == s.versions[i][2] && sameAssignmentNames(s.last[i], p.sets[i]) {
+		if prev != nil && p.versions[i][typeListener] == s.versions[i][typeListener] && p.versions[i][typeRoute] == s.versions[i][typeRoute] &&
+			p.versions[i][typeCluster] == s.versions[i][typeCluster] && sameAssignmentNames(s.last[i], p.sets[i]) {
 			// Only assignment contents changed. Every check below depends
 			// on listeners, routes, clusters and the assignment names alone,
 			// all equal to those of the previous snapshot, which passed.
@@ -217,35 +222,35 @@ func sameAssignmentNames(a, b *Set) bool {
 // equality is content equality (a rebuilt but equal resource only costs a
 // spare version bump).
 // setNames returns the resource names of each kind's Set, by type.
-func setNames(sets [2]*Set) [2][numTypes]map[string]struct{} {
-	var out [2][numTypes]map[string]struct{}
+func setNames(sets [numKinds]*Set) [numKinds][numTypes]map[string]struct{} {
+	var out [numKinds][numTypes]map[string]struct{}
 	for k, set := range sets {
 		for t := range numTypes {
 			out[k][t] = make(map[string]struct{})
 		}
 		for _, r := range set.Listeners {
-			out[k][0][r.GetName()] = struct{}{}
+			out[k][typeListener][r.GetName()] = struct{}{}
 		}
 		for _, r := range set.Routes {
-			out[k][1][r.GetName()] = struct{}{}
+			out[k][typeRoute][r.GetName()] = struct{}{}
 		}
 		for _, r := range set.Clusters {
-			out[k][2][r.GetName()] = struct{}{}
+			out[k][typeCluster][r.GetName()] = struct{}{}
 		}
 		for _, r := range set.Endpoints {
-			out[k][3][r.GetClusterName()] = struct{}{}
+			out[k][typeEndpoint][r.GetClusterName()] = struct{}{}
 		}
 	}
 	return out
 }
 
-func sameResources(a, b *Set, t int) bool {
+func sameResources(a, b *Set, t resourceType) bool {
 	switch t {
-	case 0:
+	case typeListener:
 		return samePtrs(a.Listeners, b.Listeners)
-	case 1:
+	case typeRoute:
 		return samePtrs(a.Routes, b.Routes)
-	case 2:
+	case typeCluster:
 		return samePtrs(a.Clusters, b.Clusters)
 	default:
 		return samePtrs(a.Endpoints, b.Endpoints)
@@ -269,7 +274,7 @@ func samePtrs[T any](a, b []*T) bool {
 func newSnapshot(set *Set, versions *[numTypes]uint64, prev *cache.Snapshot) *cache.Snapshot {
 	snap := &cache.Snapshot{}
 	for t := range numTypes {
-		idx := cache.GetResponseType(servedType(t))
+		idx := cache.GetResponseType(t.url())
 		version := strconv.FormatUint(versions[t], 10)
 		if prev != nil && prev.Resources[idx].Version == version {
 			snap.Resources[idx] = prev.Resources[idx]
@@ -277,11 +282,11 @@ func newSnapshot(set *Set, versions *[numTypes]uint64, prev *cache.Snapshot) *ca
 		}
 		var items []types.Resource
 		switch t {
-		case 0:
+		case typeListener:
 			items = toResources(set.Listeners)
-		case 1:
+		case typeRoute:
 			items = toResources(set.Routes)
-		case 2:
+		case typeCluster:
 			items = toResources(set.Clusters)
 		default:
 			items = toResources(set.Endpoints)

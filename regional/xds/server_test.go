@@ -346,8 +346,8 @@ func snapshotVersions(t *testing.T, s *Server, k NodeKind) [numTypes]string {
 		t.Fatal(err)
 	}
 	var out [numTypes]string
-	for i := range out {
-		out[i] = snap.(*cache.Snapshot).GetVersion(servedType(i))
+	for i := range numTypes {
+		out[i] = snap.(*cache.Snapshot).GetVersion(i.url())
 	}
 	return out
 }

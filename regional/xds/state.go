@@ -236,6 +236,25 @@ type addrKey struct {
 	port uint32
 }
 
+// locKey identifies a locality within a model, for duplicate detection.
+type locKey struct {
+	region, zone string
+	priority     uint32
+}
+
+// modelCanon is the state of one canonicalizeModel call: the model's
+// problems go to p; sc's maps are reused across models.
+type modelCanon struct {
+	cfg        *Config
+	m          *Model
+	p          *problems
+	addrs      map[addrKey]string
+	cells      map[string]struct{}
+	locs       map[locKey]struct{}
+	prioWeight map[uint32]uint64
+	total      uint64 // the endpoints' weights
+}
+
 func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonModel, bool) {
 	before := len(p.list) + p.more
 	cm := canonModel{name: m.Name, localities: make([]Locality, len(m.Localities))}
@@ -243,124 +262,16 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 		sc.addrs = make(map[addrKey]string)
 		sc.cells = make(map[string]struct{})
 	}
-	addrs, cells := sc.addrs, sc.cells
-	clear(addrs)
-	clear(cells)
-	type locKey struct {
-		region, zone string
-		priority     uint32
+	clear(sc.addrs)
+	clear(sc.cells)
+	mc := modelCanon{
+		cfg: cfg, m: m, p: p, addrs: sc.addrs, cells: sc.cells,
+		locs: make(map[locKey]struct{}, len(m.Localities)), prioWeight: make(map[uint32]uint64, 2),
 	}
-	locs := make(map[locKey]struct{}, len(m.Localities))
-	prioWeight := make(map[uint32]uint64, 2)
-	var total uint64
 	for li := range m.Localities {
-		in := &m.Localities[li]
-		l := Locality{Region: in.Region, Zone: in.Zone, Weight: in.Weight, Priority: in.Priority, RTT: in.RTT, Jitter: in.Jitter}
-		if l.Region == "" {
-			l.Region = cfg.Region
-			if l.Zone == "" {
-				l.Zone = cfg.Zone
-			}
-		}
-		where := locality{m.Name, l.Region, l.Zone, l.Priority}
-		if err := xdscontract.CheckName("region", l.Region); err != nil {
-			p.addf("%s: %v", where, err)
-		}
-		if l.Zone != "" {
-			if err := xdscontract.CheckName("zone", l.Zone); err != nil {
-				p.addf("%s: %v", where, err)
-			}
-		}
-		if l.Weight == 0 {
-			p.addf("%s: locality weight 0; a locality without weight gets no traffic, set at least 1 or remove it", where)
-		}
-		if err := checkRTT(l.RTT, l.Jitter); err != nil {
-			p.addf("%s: %v", where, err)
-		}
-		k := locKey{l.Region, l.Zone, l.Priority}
-		if _, dup := locs[k]; dup {
-			p.addf("%s: listed twice at the same priority; merge the two", where)
-		}
-		locs[k] = struct{}{}
-		prioWeight[l.Priority] += uint64(l.Weight)
-
-		l.Endpoints = make([]Endpoint, len(in.Endpoints))
-		parsed := make([]netip.Addr, len(in.Endpoints))
-		for ei, e := range in.Endpoints {
-			addr, err := netip.ParseAddr(e.Host)
-			switch {
-			case err != nil:
-				p.addf("%s: cell %q: host %q is not an IP address; Envoy does not resolve names in EDS, resolve it first", where, e.CellID, e.Host)
-			case addr.Zone() != "":
-				p.addf("%s: cell %q: host %q has an IPv6 zone; use an address without %%zone", where, e.CellID, e.Host)
-			case addr.Is4():
-				// Accepted IPv4 text is already canonical (no leading
-				// zeros), so e.Host stays as it is.
-			default:
-				addr = addr.Unmap()
-				if s := addr.String(); s != e.Host {
-					e.Host = s
-				}
-			}
-			if e.Port == 0 || e.Port > 65535 {
-				p.addf("%s: cell %q: port %d is out of range 1-65535", where, e.CellID, e.Port)
-			}
-			if e.Weight == 0 {
-				p.addf("%s: cell %q: weight 0; weights start at 1, remove the endpoint to drain it", where, e.CellID)
-			}
-			// !(x >= 0) also catches NaN.
-			if !(e.PrefillTokensPerSecond >= 0) || e.PrefillTokensPerSecond > xdscontract.MaxPrefillTokensPerSecond {
-				p.addf("%s: cell %q: prefill rate %v is out of range; use 0 (unknown) or tokens per second up to %g",
-					where, e.CellID, e.PrefillTokensPerSecond, float64(xdscontract.MaxPrefillTokensPerSecond))
-			}
-			if err := checkRTT(e.RTT, e.Jitter); err != nil {
-				p.addf("%s: cell %q: %v", where, e.CellID, err)
-			}
-			if err := xdscontract.CheckName("cell id", e.CellID); err != nil {
-				p.addf("%s: endpoint %s: %v", where, e.Host, err)
-			} else if _, dup := cells[e.CellID]; dup {
-				p.addf("%s: cell %q: listed twice in the model", where, e.CellID)
-			}
-			cells[e.CellID] = struct{}{}
-			if addr.IsValid() && len(m.Localities) > 1 {
-				ak := addrKey{addr, e.Port}
-				if other, dup := addrs[ak]; dup {
-					p.addf("%s: cell %q: address %s is also cell %q's; each address may appear once per model",
-						where, e.CellID, netip.AddrPortFrom(addr, uint16(e.Port)), other)
-				}
-				addrs[ak] = e.CellID
-			}
-			total += uint64(e.Weight)
-			parsed[ei] = addr
-			l.Endpoints[ei] = e
-		}
-		sortEndpoints(l.Endpoints, parsed)
-		if len(m.Localities) == 1 {
-			// One locality: duplicates are neighbours once sorted.
-			for j := 1; j < len(parsed); j++ {
-				a, b := &l.Endpoints[j-1], &l.Endpoints[j]
-				if parsed[j].IsValid() && parsed[j] == parsed[j-1] && a.Port == b.Port {
-					p.addf("%s: cell %q: address %s is also cell %q's; each address may appear once per model",
-						where, b.CellID, netip.AddrPortFrom(parsed[j], uint16(b.Port)), a.CellID)
-				}
-			}
-		}
-		cm.localities[li] = l
+		cm.localities[li] = mc.locality(&m.Localities[li])
 	}
-	if total > math.MaxUint32 {
-		p.addf("model %q: endpoint weights sum to %d, above 2^32-1; scale them down", m.Name, total)
-	}
-	for prio, w := range prioWeight {
-		if w > math.MaxUint32 {
-			p.addf("model %q: locality weights at priority %d sum to %d, above 2^32-1; scale them down", m.Name, prio, w)
-		}
-	}
-	for prio := range uint32(len(prioWeight)) {
-		if _, ok := prioWeight[prio]; !ok {
-			p.addf("model %q: priorities have a gap, %d is missing; number them from 0 without gaps", m.Name, prio)
-			break
-		}
-	}
+	mc.checkWeights()
 	if len(p.list)+p.more != before {
 		return canonModel{}, false
 	}
@@ -369,6 +280,128 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 	})
 	cm.raw = copyLocalities(m.Localities)
 	return cm, true
+}
+
+// locality checks one locality of the model and returns it canonical:
+// the default region and zone filled in, endpoints checked and sorted.
+func (mc *modelCanon) locality(in *Locality) Locality {
+	p := mc.p
+	l := Locality{Region: in.Region, Zone: in.Zone, Weight: in.Weight, Priority: in.Priority, RTT: in.RTT, Jitter: in.Jitter}
+	if l.Region == "" {
+		l.Region = mc.cfg.Region
+		if l.Zone == "" {
+			l.Zone = mc.cfg.Zone
+		}
+	}
+	where := locality{mc.m.Name, l.Region, l.Zone, l.Priority}
+	if err := xdscontract.CheckName("region", l.Region); err != nil {
+		p.addf("%s: %v", where, err)
+	}
+	if l.Zone != "" {
+		if err := xdscontract.CheckName("zone", l.Zone); err != nil {
+			p.addf("%s: %v", where, err)
+		}
+	}
+	if l.Weight == 0 {
+		p.addf("%s: locality weight 0; a locality without weight gets no traffic, set at least 1 or remove it", where)
+	}
+	if err := checkRTT(l.RTT, l.Jitter); err != nil {
+		p.addf("%s: %v", where, err)
+	}
+	k := locKey{l.Region, l.Zone, l.Priority}
+	if _, dup := mc.locs[k]; dup {
+		p.addf("%s: listed twice at the same priority; merge the two", where)
+	}
+	mc.locs[k] = struct{}{}
+	mc.prioWeight[l.Priority] += uint64(l.Weight)
+
+	l.Endpoints = make([]Endpoint, len(in.Endpoints))
+	parsed := make([]netip.Addr, len(in.Endpoints))
+	for ei, e := range in.Endpoints {
+		l.Endpoints[ei], parsed[ei] = mc.endpoint(where, e)
+	}
+	sortEndpoints(l.Endpoints, parsed)
+	if len(mc.m.Localities) == 1 {
+		// One locality: duplicates are neighbours once sorted.
+		for j := 1; j < len(parsed); j++ {
+			a, b := &l.Endpoints[j-1], &l.Endpoints[j]
+			if parsed[j].IsValid() && parsed[j] == parsed[j-1] && a.Port == b.Port {
+				p.addf("%s: cell %q: address %s is also cell %q's; each address may appear once per model",
+					where, b.CellID, netip.AddrPortFrom(parsed[j], uint16(b.Port)), a.CellID)
+			}
+		}
+	}
+	return l
+}
+
+// endpoint checks one endpoint of the locality where and returns it
+// canonical, with its parsed address (invalid when the host is not an IP).
+func (mc *modelCanon) endpoint(where locality, e Endpoint) (Endpoint, netip.Addr) {
+	p := mc.p
+	addr, err := netip.ParseAddr(e.Host)
+	switch {
+	case err != nil:
+		p.addf("%s: cell %q: host %q is not an IP address; Envoy does not resolve names in EDS, resolve it first", where, e.CellID, e.Host)
+	case addr.Zone() != "":
+		p.addf("%s: cell %q: host %q has an IPv6 zone; use an address without %%zone", where, e.CellID, e.Host)
+	case addr.Is4():
+		// Accepted IPv4 text is already canonical (no leading
+		// zeros), so e.Host stays as it is.
+	default:
+		addr = addr.Unmap()
+		if s := addr.String(); s != e.Host {
+			e.Host = s
+		}
+	}
+	if e.Port == 0 || e.Port > 65535 {
+		p.addf("%s: cell %q: port %d is out of range 1-65535", where, e.CellID, e.Port)
+	}
+	if e.Weight == 0 {
+		p.addf("%s: cell %q: weight 0; weights start at 1, remove the endpoint to drain it", where, e.CellID)
+	}
+	// !(x >= 0) also catches NaN.
+	if !(e.PrefillTokensPerSecond >= 0) || e.PrefillTokensPerSecond > xdscontract.MaxPrefillTokensPerSecond {
+		p.addf("%s: cell %q: prefill rate %v is out of range; use 0 (unknown) or tokens per second up to %g",
+			where, e.CellID, e.PrefillTokensPerSecond, float64(xdscontract.MaxPrefillTokensPerSecond))
+	}
+	if err := checkRTT(e.RTT, e.Jitter); err != nil {
+		p.addf("%s: cell %q: %v", where, e.CellID, err)
+	}
+	if err := xdscontract.CheckName("cell id", e.CellID); err != nil {
+		p.addf("%s: endpoint %s: %v", where, e.Host, err)
+	} else if _, dup := mc.cells[e.CellID]; dup {
+		p.addf("%s: cell %q: listed twice in the model", where, e.CellID)
+	}
+	mc.cells[e.CellID] = struct{}{}
+	if addr.IsValid() && len(mc.m.Localities) > 1 {
+		ak := addrKey{addr, e.Port}
+		if other, dup := mc.addrs[ak]; dup {
+			p.addf("%s: cell %q: address %s is also cell %q's; each address may appear once per model",
+				where, e.CellID, netip.AddrPortFrom(addr, uint16(e.Port)), other)
+		}
+		mc.addrs[ak] = e.CellID
+	}
+	mc.total += uint64(e.Weight)
+	return e, addr
+}
+
+// checkWeights checks the model's weight sums and its priorities.
+func (mc *modelCanon) checkWeights() {
+	m, p := mc.m, mc.p
+	if mc.total > math.MaxUint32 {
+		p.addf("model %q: endpoint weights sum to %d, above 2^32-1; scale them down", m.Name, mc.total)
+	}
+	for prio, w := range mc.prioWeight {
+		if w > math.MaxUint32 {
+			p.addf("model %q: locality weights at priority %d sum to %d, above 2^32-1; scale them down", m.Name, prio, w)
+		}
+	}
+	for prio := range uint32(len(mc.prioWeight)) {
+		if _, ok := mc.prioWeight[prio]; !ok {
+			p.addf("model %q: priorities have a gap, %d is missing; number them from 0 without gaps", m.Name, prio)
+			break
+		}
+	}
 }
 
 // checkRTT checks a round trip and its jitter: each in [0, xdscontract.MaxRTT].

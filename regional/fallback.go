@@ -1,0 +1,167 @@
+package regional
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/isobar-mesh/isobar/optimize"
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/gossip"
+)
+
+// peerSource reports the gossiped peer summaries and the RTT to each peer.
+type peerSource interface {
+	Summaries() map[string]gossip.PeerSummary
+	RTT() map[string]time.Duration
+}
+
+var _ peerSource = (*gossip.Node)(nil)
+
+// fallbackPlanner computes the route table this region uses while no
+// leader's plan is in force: local-first routing with spill-over from the
+// gossiped summaries, with the global optimiser's code, keeping only this
+// region's row. Without fresh peers everything stays local.
+//
+// Concurrency: it holds no mutable state; plan is safe from any goroutine
+// as far as its peerSource is.
+type fallbackPlanner struct {
+	cfg    GlobalConfig
+	region string
+	peers  peerSource // nil: no peers, everything local
+}
+
+func newFallbackPlanner(cfg syncConfig, d syncDeps) *fallbackPlanner {
+	p := &fallbackPlanner{cfg: cfg.Global, region: cfg.Region}
+	if d.Gossip != nil {
+		p.peers = d.Gossip
+	}
+	return p
+}
+
+// fallbackRegions is the set of regions a fallback plan spans: this one
+// and its fresh, reachable peers, sorted, with their summaries.
+type fallbackRegions struct {
+	names   []string
+	self    int
+	sums    map[string]*isobarpb.RegionSummary
+	rtt     map[string]time.Duration
+	ingress map[string]string
+}
+
+// plan returns the fallback route table at now, self being this region's
+// latest summary.
+func (p *fallbackPlanner) plan(now time.Time, self *isobarpb.RegionSummary) *RouteTable {
+	fr := p.regions(now, self)
+	t := &RouteTable{Source: RoutesLocal, Models: map[string]ModelRoutes{}, Ingress: fr.ingress}
+	if len(fr.names) > 1 {
+		t.Source = RoutesFallback
+	}
+	mat := fr.rttMatrix()
+	for _, m := range self.GetModels() {
+		t.Models[m.GetModel()] = p.modelRoutes(fr, mat, m.GetModel())
+	}
+	return t
+}
+
+// regions collects this region and the peers fresh at now and reachable
+// from here.
+func (p *fallbackPlanner) regions(now time.Time, self *isobarpb.RegionSummary) fallbackRegions {
+	fr := fallbackRegions{
+		names: []string{p.region}, sums: map[string]*isobarpb.RegionSummary{p.region: self}, ingress: map[string]string{},
+	}
+	var peers map[string]gossip.PeerSummary
+	if p.peers != nil {
+		peers, fr.rtt = p.peers.Summaries(), p.peers.RTT()
+	}
+	for r, ps := range peers {
+		if r == p.region || !ps.Alive || now.Sub(ps.ReceivedAt) > p.cfg.FallbackSummaryTTL || ps.Summary == nil {
+			continue
+		}
+		if _, ok := fr.rtt[r]; !ok {
+			continue // unreachable from here
+		}
+		fr.names = append(fr.names, r)
+		fr.sums[r] = ps.Summary
+		if a := ps.Summary.GetIngressAddress(); a != "" && ingressAddress(a) == nil {
+			fr.ingress[r] = a
+		}
+	}
+	slices.Sort(fr.names)
+	fr.self = slices.Index(fr.names, p.region)
+	return fr
+}
+
+// rttMatrix is the RTT (ms) between the regions: this region's own
+// measurements, then the peers' reported ones for pairs not yet known;
+// unknown pairs are +Inf.
+func (fr fallbackRegions) rttMatrix() [][]float64 {
+	n := len(fr.names)
+	mat := make([][]float64, n)
+	for i := range mat {
+		mat[i] = make([]float64, n)
+		for j := range mat[i] {
+			if i != j {
+				mat[i][j] = math.Inf(1)
+			}
+		}
+	}
+	idx := map[string]int{}
+	for i, r := range fr.names {
+		idx[r] = i
+	}
+	for r, d := range fr.rtt {
+		if j, ok := idx[r]; ok && j != fr.self {
+			ms := float64(d) / float64(time.Millisecond)
+			mat[fr.self][j], mat[j][fr.self] = ms, ms
+		}
+	}
+	for i, r := range fr.names {
+		if i == fr.self {
+			continue
+		}
+		for _, pr := range fr.sums[r].GetRtt() {
+			if j, ok := idx[pr.GetRegion()]; ok && j != fr.self && j != i && math.IsInf(mat[i][j], 1) {
+				mat[i][j], mat[j][i] = pr.GetRttMs(), pr.GetRttMs()
+			}
+		}
+	}
+	return mat
+}
+
+// modelRoutes solves the local-first problem for one model and keeps this
+// region's row; alone, the region keeps all its traffic.
+func (p *fallbackPlanner) modelRoutes(fr fallbackRegions, mat [][]float64, model string) ModelRoutes {
+	n := len(fr.names)
+	mr := ModelRoutes{Routes: map[string]float64{p.region: 1}}
+	if n <= 1 {
+		return mr
+	}
+	prob := optimize.Problem{
+		Regions: make([]optimize.Region, n), RTTms: mat, Headroom: p.cfg.Headroom,
+		Beta: p.cfg.Beta, K: p.cfg.K, ShedPenaltyMs: p.cfg.ShedPenaltyMs,
+	}
+	for i, r := range fr.names {
+		reg := optimize.Region{Name: r, EngineLatencyMs: p.cfg.DefaultEngineLatencyMs}
+		for _, pm := range fr.sums[r].GetModels() {
+			if pm.GetModel() == model {
+				reg.DemandRPS, reg.CapacityRPS = pm.GetDemandRps(), pm.GetCapacityRps()
+				if pm.GetEngineLatencyMs() > 0 {
+					reg.EngineLatencyMs = pm.GetEngineLatencyMs()
+				}
+			}
+		}
+		prob.Regions[i] = reg
+	}
+	pl, err := optimize.SolveLocalFirst(prob, p.cfg.LocalFill)
+	if err != nil {
+		return mr
+	}
+	mr = ModelRoutes{Routes: map[string]float64{}, Shed: pl.Shed[fr.self]}
+	for j, f := range pl.Fractions[fr.self] {
+		if f >= 1e-4 {
+			mr.Routes[fr.names[j]] = f
+		}
+	}
+	return mr
+}
