@@ -61,7 +61,9 @@ func (l *Lab) startAdmin() error {
 			Name: "isobar_lab_admin_requests_total",
 			Help: "Admin API requests by result: ok, unauthenticated, forbidden, bad_request, error.",
 		}, []string{"result"})}
-	a.reg.MustRegister(a.requests)
+	if err := a.reg.Register(a.requests); err != nil {
+		return fmt.Errorf("lab: admin metrics: %w", err)
+	}
 	ln, err := net.Listen("tcp", l.cfg.AdminListen)
 	if err != nil {
 		return fmt.Errorf("lab: --admin-listen %s: %w", l.cfg.AdminListen, err)
