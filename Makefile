@@ -114,7 +114,7 @@ verify-genproto: proto ## fail if the committed generated code is stale
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
 
-lint: $(TOOLS)/staticcheck ## gofmt check, go vet, staticcheck, dependency rules
+lint: $(TOOLS)/staticcheck ## gofmt check, go vet, staticcheck, the architecture tests (dependency rules in TestLayers, function and command-file sizes)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
