@@ -43,10 +43,15 @@ func newLimitedSync(t *testing.T, l Limits) (*syncService, *clockwork.FakeClock,
 	prom := prometheus.NewRegistry()
 	svc := &syncService{
 		lead: alwaysLeader{done: make(chan struct{})}, store: newStore(), hub: newHub(clock.Now),
-		limits: l, regionTTL: 3 * time.Second, skew: newSkewWatch(l, slog.New(slog.DiscardHandler), prom),
-		clock: clock, log: slog.New(slog.DiscardHandler), metrics: newMetrics(prom),
+		limits: l, regionTTL: 3 * time.Second, skew: newSkewWatch(l, slog.New(slog.DiscardHandler)),
+		clock: clock, log: slog.New(slog.DiscardHandler), metrics: newMetrics(),
 	}
-	prom.MustRegister(newSkewCollector(svc.store))
+	if err := svc.metrics.register(prom); err != nil {
+		t.Fatal(err)
+	}
+	if err := registerAll(prom, svc.skew.counter, newSkewCollector(svc.store)); err != nil {
+		t.Fatal(err)
+	}
 	gs := grpc.NewServer()
 	isobarpb.RegisterGlobalControlServer(gs, svc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -263,8 +268,8 @@ func FuzzAcceptSummary(f *testing.F) {
 			return
 		}
 		svc := &syncService{store: newStore(), limits: l, regionTTL: time.Second,
-			skew: newSkewWatch(l, slog.New(slog.DiscardHandler), nil), clock: clockwork.NewFakeClockAt(limitsT0),
-			log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil)}
+			skew: newSkewWatch(l, slog.New(slog.DiscardHandler)), clock: clockwork.NewFakeClockAt(limitsT0),
+			log: slog.New(slog.DiscardHandler), metrics: newMetrics()}
 		_ = svc.accept("", limitSummary("held1", "x", 1, limitsT0), nil)
 		_ = svc.accept("", limitSummary("held2", "x", 1, limitsT0), nil)
 		for _, bound := range []string{"", "a"} {
@@ -303,8 +308,8 @@ func TestCapacityConfidenceRefused(t *testing.T) {
 	var l Limits
 	l.withDefaults()
 	svc := &syncService{store: newStore(), limits: l, regionTTL: time.Second,
-		skew: newSkewWatch(l, slog.New(slog.DiscardHandler), nil), clock: clockwork.NewFakeClockAt(limitsT0),
-		log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil)}
+		skew: newSkewWatch(l, slog.New(slog.DiscardHandler)), clock: clockwork.NewFakeClockAt(limitsT0),
+		log: slog.New(slog.DiscardHandler), metrics: newMetrics()}
 	seq := uint64(0)
 	next := func() *isobarpb.RegionSummary {
 		seq++

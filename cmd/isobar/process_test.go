@@ -126,7 +126,7 @@ func TestProcessesSIGKILL(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	ctrl, ctrlHTTP := freeAddr(t), freeAddr(t)
-	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--http-listen", ctrlHTTP, "--insecure")
+	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--metrics-listen", ctrlHTTP, "--insecure")
 	waitDial(t, ctrl)
 
 	var engines, agents []*proc
@@ -202,7 +202,7 @@ func TestGlobalPairSIGKILL(t *testing.T) {
 	ep := strings.Join(e.Endpoints(), ",")
 	procs := map[string]*proc{}
 	for _, name := range []string{"g1", "g2"} {
-		procs[name] = startCLI(t, name, "global", "--name", name, "--listen", freeAddr(t), "--http-listen", "-",
+		procs[name] = startCLI(t, name, "global", "--name", name, "--listen", freeAddr(t), "--metrics-listen", "-",
 			"--etcd-endpoints", ep, "--lease-ttl", "1s", "--cycle-interval", "200ms", "--insecure")
 	}
 	leader := func(within time.Duration, not int64) (string, int64) {
