@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/debugapi"
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
@@ -402,20 +403,9 @@ func (g *Server) servePlan(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// RegionStatus is one region as the leader sees it (GET /debug/regions).
-type RegionStatus struct {
-	Region     string  `json:"region"`
-	AgeSeconds float64 `json:"age_seconds"`
-	Live       bool    `json:"live"`
-	Sequence   uint64  `json:"sequence"`
-	Models     int     `json:"models"`
-	Ingress    string  `json:"ingress_address"`
-	// ClockSkewSeconds is the latest summary's own time minus its receive
-	// time; ClockSkewed: beyond Limits.MaxClockSkew. Age and liveness
-	// always use the receive time.
-	ClockSkewSeconds float64 `json:"clock_skew_seconds"`
-	ClockSkewed      bool    `json:"clock_skewed"`
-}
+// RegionStatus is one region as the leader sees it (GET /debug/regions);
+// the shape is debugapi's, the contract statusview reads.
+type RegionStatus = debugapi.RegionStatus
 
 // Regions lists the summaries held, sorted by region, with their age.
 func (g *Server) Regions() []RegionStatus {

@@ -67,7 +67,7 @@ controllers' open heartbeat streams (isobar_regional_heartbeat_streams),
 cells Ready and Failed in their registries, and the plan (epoch:sequence)
 each region applied.
 
-Checks (any failure exits with status 1 and says which):
+Checks (any failure exits with status 3 and says which):
   rss_flat, goroutines_flat  the median of the last third of the samples
                              after the warm-up is at most the median of
                              the first third × (1 + --max-*-growth) plus
@@ -177,6 +177,9 @@ func runBenchSoak(cmd *cobra.Command, ro *rootOpts, cfg bench.SoakConfig, f benc
 				return fmt.Errorf("--report: %w", err)
 			}
 		}
+	}
+	if errors.Is(runErr, bench.ErrSoakFailed) {
+		return checkFailedError{runErr} // ran to the end, a check failed
 	}
 	return runErr
 }
