@@ -39,13 +39,8 @@ type benchSoakFlags struct {
 	rssAllowMiB int
 }
 
-func newBenchSoakCmd(ro *rootOpts) *cobra.Command {
-	var cfg bench.SoakConfig
-	var f benchSoakFlags
-	cmd := &cobra.Command{
-		Use:   "soak",
-		Short: "Run the control plane for a long time under churn and check it stays flat",
-		Long: `soak starts, in this process, an embedded etcd, the global HA pair and one
+// benchSoakLong is the command's --help text.
+const benchSoakLong = `soak starts, in this process, an embedded etcd, the global HA pair and one
 regional controller per region (the real code of isobar global and isobar
 regional), then --cells synthetic cells split over the regions. Each cell
 is a real CellRegistry.Heartbeat gRPC stream over its own TCP connection,
@@ -91,7 +86,15 @@ The series is printed as it is taken (stderr, unless --quiet) and again as
 a table with the checks on stdout; --report writes it all as JSON, also
 for a failed or interrupted run. The run is bounded: start-up at most
 2 min, churn for --duration, each end check at most --settle. Ctrl-C stops
-everything cleanly (exit status 1, report marked interrupted).`,
+everything cleanly (exit status 1, report marked interrupted).`
+
+func newBenchSoakCmd(ro *rootOpts) *cobra.Command {
+	var cfg bench.SoakConfig
+	var f benchSoakFlags
+	cmd := &cobra.Command{
+		Use:   "soak",
+		Short: "Run the control plane for a long time under churn and check it stays flat",
+		Long:  benchSoakLong,
 		Example: `  isobar bench soak --duration 10m --cells 1000 --report soak.json
   isobar bench soak --duration 60s --warmup 15s --cells 1000
   isobar bench soak --duration 2m --regions a,b --cells 200 --churn 0.1 --churn-interval 2s`,
