@@ -30,6 +30,7 @@ import (
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/sim"
@@ -357,13 +358,7 @@ func TestMultiRegion(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e2.Stop)
-	deadline = time.Now().Add(30 * time.Second)
-	for b.ctrl.Routes().Epoch <= before.Epoch {
-		if time.Now().After(deadline) {
-			t.Fatal("plans did not resume after etcd came back")
-		}
-		time.Sleep(20 * time.Millisecond) // polling the route table, bounded above
-	}
+	eventually.True(t, 30*time.Second, "plans to resume after etcd came back", func() bool { return b.ctrl.Routes().Epoch > before.Epoch })
 	t.Logf("etcd back → b on epoch %d", b.ctrl.Routes().Epoch)
 
 	// The global pair gone for good: once the plan expires, b falls back
@@ -372,13 +367,7 @@ func TestMultiRegion(t *testing.T) {
 	g1.srv.Stop()
 	g2.srv.Stop()
 	gone := time.Now()
-	deadline = time.Now().Add(15 * time.Second)
-	for b.ctrl.Routes().Source != regional.RoutesFallback {
-		if time.Now().After(deadline) {
-			t.Fatalf("b never fell back: %+v", b.ctrl.Routes())
-		}
-		time.Sleep(20 * time.Millisecond) // polling the route table, bounded above
-	}
+	eventually.True(t, 15*time.Second, "b to fall back", func() bool { return b.ctrl.Routes().Source == regional.RoutesFallback })
 	fb := b.ctrl.Routes()
 	t.Logf("global gone → b on the fallback after %v (plan TTL 6s): %+v", time.Since(gone), fb.Models)
 	b.waitLocalities(t, "fallback spills to a", 5*time.Second, func(l map[string]uint32) bool { return l["b"] > 0 && l["a"] > 0 })
