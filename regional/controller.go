@@ -267,7 +267,10 @@ func (c *Controller) newHTTPServer(log *slog.Logger) error {
 	if cfg.HTTPListen == "-" && deps.HTTPListener == nil {
 		return nil
 	}
-	admin := newAdminPolicy(cfg.AdminToken, cfg.TLS.Enabled(), deps.Registerer)
+	admin, err := newAdminPolicy(cfg.AdminToken, cfg.TLS.Enabled(), deps.Registerer)
+	if err != nil {
+		return err
+	}
 	c.admin = admin
 	c.http = &http.Server{
 		Handler:           newHTTPHandler(c.reg, c.Routes, cfg.Score, deps.Gatherer, admin),

@@ -185,19 +185,21 @@ type adminPolicy struct {
 	csrf     *http.CrossOriginProtection
 }
 
-func newAdminPolicy(token string, mtls bool, reg prometheus.Registerer) *adminPolicy {
+func newAdminPolicy(token string, mtls bool, reg prometheus.Registerer) (*adminPolicy, error) {
 	p := &adminPolicy{token: token, mtls: mtls, csrf: http.NewCrossOriginProtection(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "isobar_regional_admin_requests_total",
 			Help: "Requests to the debug pages and the drain API by result: ok, unauthenticated, forbidden, cross_site.",
 		}, []string{"result"})}
 	if reg != nil {
-		reg.MustRegister(p.requests)
+		if err := reg.Register(p.requests); err != nil {
+			return nil, fmt.Errorf("regional: register admin metrics: %w", err)
+		}
 	}
 	p.csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		p.refuse(w, http.StatusForbidden, "cross_site", "cross-origin request refused: the admin API takes requests from isobar clients, not from web pages")
 	}))
-	return p
+	return p, nil
 }
 
 // open reports whether the admin endpoints need no credential.
