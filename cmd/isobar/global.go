@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
@@ -120,20 +119,6 @@ func (e *etcdFlags) config(log *slog.Logger) (election.ClientConfig, error) {
 		}
 	}
 	return cc, nil
-}
-
-// client connects with config (commands that use etcd themselves).
-func (e *etcdFlags) client(ro *rootOpts) (*clientv3.Client, error) {
-	log, _ := ro.logger()
-	cc, err := e.config(log)
-	if err != nil {
-		return nil, err
-	}
-	cli, err := election.NewClient(cc)
-	if errors.Is(err, election.ErrInvalidConfig) {
-		return nil, usageError{err}
-	}
-	return cli, err
 }
 
 // globalOpts are the flags of `isobar global`; cfg starts from

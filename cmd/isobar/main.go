@@ -1,6 +1,10 @@
 // Command isobar is the single binary of the isobar control plane. This file
-// is a shim: it builds the command tree, parses flags into each role's Config
-// and calls that role's Run. All wiring lives in the role packages.
+// is a shim: it builds the command tree; each command parses its flags (and
+// the files they name) into its role's Config and calls that role's Run.
+// The roles assemble themselves from their Config: regional.New builds the
+// etcd client and the gossip node, global.New the etcd client, as the lab
+// and the soak do. The commands add only the process-wide pieces: the
+// logger, tracing, and a global member's optional gossip node.
 package main
 
 import (
