@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -34,7 +35,6 @@ import (
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/sim"
-	"github.com/isobar-mesh/isobar/summary"
 )
 
 var insecureDial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -54,16 +54,6 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	t.Helper()
 	r := &testRegion{name: name}
 	ingLn := listen(t)
-	node, err := gossip.New(gossip.Config{Role: gossip.RoleRegional, Region: name, IngressAddress: ingLn.Addr().String(),
-		Profile: gossip.ProfileLocal, Join: seeds}, gossip.Deps{Validate: summary.Validate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(node.Stop)
-	r.gossip = node
 	cfg := regional.DefaultConfig(name)
 	cfg.HeartbeatInterval = 100 * time.Millisecond
 	cfg.TTLGrace = 100 * time.Millisecond
@@ -75,10 +65,26 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	// measurement counts). The engines run 10x fast and would otherwise
 	// show ten times the prior.
 	cfg.Global.Capacity.EvidenceRequests = 1e12
-	ctrl, err := regional.New(cfg, regional.Deps{
-		GRPCListener: listen(t), HTTPListener: listen(t), Etcd: etcdClient(t, e), GlobalDialOptions: insecureDial, Gossip: node,
+	// The one assembly of a region (isobar regional's, the lab's, the
+	// soak's): the gossip node from cfg.Gossip, the etcd client from
+	// cfg.Etcd. The node is built here, as the lab does, so that the test
+	// can stop it (a region lost) while the controller runs.
+	cfg.Gossip = regional.GossipConfig{Listen: "127.0.0.1:0", Profile: gossip.ProfileLocal, Join: seeds}
+	cfg.Etcd = election.ClientConfig{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second}
+	deps := regional.Deps{
+		GRPCListener: listen(t), HTTPListener: listen(t), GlobalDialOptions: insecureDial,
 		Demand: func() map[string]float64 { return map[string]float64{sim.DefaultModel: demand} },
-	})
+	}
+	node, err := regional.NewGossip(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	r.gossip, deps.Gossip = node, node
+	ctrl, err := regional.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +93,15 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	}
 	t.Cleanup(ctrl.Stop)
 	r.ctrl = ctrl
+	r.serveIngress(t, ingLn, r.startCells(t, ctrl.Addr()))
+	return r
+}
+
+// startCells runs the region's two engines, their exporter and agents,
+// and returns the engines' URLs.
+func (r *testRegion) startCells(t *testing.T, ctrlAddr string) []*url.URL {
+	t.Helper()
+	name := r.name
 	dcgm := sim.NewDCGMExporter(sim.DCGMConfig{Hostname: name}, sim.Deps{})
 	var targets []*url.URL
 	for i := range 2 {
@@ -109,7 +124,7 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	t.Cleanup(func() { stopWith(dcgm.Stop) })
 	for i, eng := range r.engines {
 		ag, err := cellagent.NewAgent(cellagent.Config{
-			CellID: fmt.Sprintf("%s-cell-%d", name, i), Region: name, ControllerAddr: ctrl.Addr(),
+			CellID: fmt.Sprintf("%s-cell-%d", name, i), Region: name, ControllerAddr: ctrlAddr,
 			VLLMURL: "http://" + eng.Addr() + "/metrics", DCGMURL: "http://" + dcgm.Addr() + "/metrics", DCGMGPU: fmt.Sprint(i),
 			Interval: 100 * time.Millisecond, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		}, cellagent.Deps{DialOptions: insecureDial})
@@ -121,6 +136,13 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 		}
 		t.Cleanup(ag.Stop)
 	}
+	return targets
+}
+
+// serveIngress proxies the region's ingress round-robin to targets and
+// watches its controller's xDS as a gateway would.
+func (r *testRegion) serveIngress(t *testing.T, ingLn net.Listener, targets []*url.URL) {
+	t.Helper()
 	var next atomic.Uint64
 	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(targets[next.Add(1)%uint64(len(targets))])
@@ -128,7 +150,7 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	r.ingress = &http.Server{Handler: proxy, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = r.ingress.Serve(ingLn) }()
 	t.Cleanup(func() { _ = r.ingress.Close() })
-	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: ctrl.Addr(), NodeID: "e2e-" + name, MinBackoff: 20 * time.Millisecond},
+	w, err := gateway.NewWatcher(gateway.WatchConfig{Server: r.ctrl.Addr(), NodeID: "e2e-" + r.name, MinBackoff: 20 * time.Millisecond},
 		gateway.WatchDeps{DialOptions: insecureDial})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +160,6 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	}
 	t.Cleanup(w.Stop)
 	r.watch = w
-	return r
 }
 
 func stopWith(stop func(context.Context) error) {
