@@ -48,6 +48,76 @@ type testRegion struct {
 	watch   *gateway.Watcher
 }
 
+// leaderFailover drives traffic from b while the leader crashes: b's plan
+// moves to the new leader's epoch with no request lost, and traffic
+// crosses regions as planned.
+func leaderFailover(ctx context.Context, t *testing.T, b *testRegion, leader, g2 *member) {
+	t.Helper()
+	d := &driver{client: &http.Client{Timeout: 30 * time.Second}}
+	driving := make(chan struct{})
+	go func() { defer close(driving); d.run(ctx, b, 20, 200) }()
+	epoch := b.ctrl.Routes().Epoch
+	killed := time.Now()
+	_ = leader.cli.Close()
+	leader.srv.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.ctrl.Routes().Epoch == epoch {
+		if time.Now().After(deadline) {
+			t.Fatal("no plan from the new leader")
+		}
+		if src := b.ctrl.Routes().Source; src != regional.RoutesPlan {
+			t.Fatalf("b left the plan during the gap: %s", src)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the route table, bounded above
+	}
+	t.Logf("leader crash → b applied epoch %d after %v (was %d); leader now %s", b.ctrl.Routes().Epoch, time.Since(killed), epoch, g2.srv.ID())
+	<-driving
+	t.Logf("requests from b through the failover: %d ok, %d failed, served by %v", d.ok.Load(), d.failed.Load(), d.served())
+	if d.failed.Load() != 0 {
+		d.errs.Range(func(k, v any) bool { t.Logf("error %v (%v)", k, v); return true })
+		t.Errorf("%d requests failed during the leader failover, want 0", d.failed.Load())
+	}
+	if srv := d.served(); srv["b"] == 0 || srv["a"]+srv["c"] == 0 {
+		t.Errorf("traffic did not cross regions as planned: %v", srv)
+	}
+}
+
+// etcdOutage stops etcd under b's traffic: b keeps its plan until it
+// expires, no request fails, and plans resume once etcd is back.
+func etcdOutage(ctx context.Context, t *testing.T, e *election.Embedded, b *testRegion) {
+	t.Helper()
+	before := b.ctrl.Routes()
+	cfg := e.Config()
+	e.Stop()
+	d2 := &driver{client: &http.Client{Timeout: 30 * time.Second}}
+	outage, stopOutage := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		for outage.Err() == nil {
+			if got := b.ctrl.Routes(); got.Source != regional.RoutesPlan && time.Now().Before(before.ValidUntil) {
+				t.Errorf("b left its plan before it expired: %+v", got)
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // sampling the route table, bounded by the outage
+		}
+	}()
+	d2.run(ctx, b, 20, 40)
+	stopOutage()
+	<-watching
+	if d2.failed.Load() != 0 {
+		t.Errorf("%d requests failed during the etcd outage", d2.failed.Load())
+	}
+	t.Logf("etcd outage: %d requests ok, %d failed; b on %s epoch %d", d2.ok.Load(), d2.failed.Load(), b.ctrl.Routes().Source, b.ctrl.Routes().Epoch)
+	e2, err := election.StartEmbedded(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e2.Stop)
+	eventually.True(t, 30*time.Second, "plans to resume after etcd came back", func() bool { return b.ctrl.Routes().Epoch > before.Epoch })
+	t.Logf("etcd back → b on epoch %d", b.ctrl.Routes().Epoch)
+}
+
 // startRegion runs a region with two cells and the given ingress demand;
 // its gossip node joins seeds.
 func startRegion(t *testing.T, e *election.Embedded, name string, demand float64, seeds ...string) *testRegion {
@@ -311,35 +381,9 @@ func TestMultiRegion(t *testing.T) {
 	}
 
 	// Traffic from b through the leader crash.
-	d := &driver{client: &http.Client{Timeout: 30 * time.Second}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	driving := make(chan struct{})
-	go func() { defer close(driving); d.run(ctx, b, 20, 200) }()
-	epoch := b.ctrl.Routes().Epoch
-	killed := time.Now()
-	_ = leader.cli.Close()
-	leader.srv.Stop()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.ctrl.Routes().Epoch == epoch {
-		if time.Now().After(deadline) {
-			t.Fatal("no plan from the new leader")
-		}
-		if src := b.ctrl.Routes().Source; src != regional.RoutesPlan {
-			t.Fatalf("b left the plan during the gap: %s", src)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the route table, bounded above
-	}
-	t.Logf("leader crash → b applied epoch %d after %v (was %d); leader now %s", b.ctrl.Routes().Epoch, time.Since(killed), epoch, g2.srv.ID())
-	<-driving
-	t.Logf("requests from b through the failover: %d ok, %d failed, served by %v", d.ok.Load(), d.failed.Load(), d.served())
-	if d.failed.Load() != 0 {
-		d.errs.Range(func(k, v any) bool { t.Logf("error %v (%v)", k, v); return true })
-		t.Errorf("%d requests failed during the leader failover, want 0", d.failed.Load())
-	}
-	if srv := d.served(); srv["b"] == 0 || srv["a"]+srv["c"] == 0 {
-		t.Errorf("traffic did not cross regions as planned: %v", srv)
-	}
+	leaderFailover(ctx, t, b, leader, g2)
 
 	// Region c goes silent (its controller, with its gossip member, stops):
 	// after the region TTL nobody routes to it.
@@ -351,36 +395,7 @@ func TestMultiRegion(t *testing.T) {
 
 	// etcd outage: plans stop; regions keep the last plan until it expires
 	// (then they fall back), and requests keep succeeding.
-	before := b.ctrl.Routes()
-	cfg := e.Config()
-	e.Stop()
-	d2 := &driver{client: &http.Client{Timeout: 30 * time.Second}}
-	outage, stopOutage := context.WithCancel(ctx)
-	watching := make(chan struct{})
-	go func() {
-		defer close(watching)
-		for outage.Err() == nil {
-			if got := b.ctrl.Routes(); got.Source != regional.RoutesPlan && time.Now().Before(before.ValidUntil) {
-				t.Errorf("b left its plan before it expired: %+v", got)
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // sampling the route table, bounded by the outage
-		}
-	}()
-	d2.run(ctx, b, 20, 40)
-	stopOutage()
-	<-watching
-	if d2.failed.Load() != 0 {
-		t.Errorf("%d requests failed during the etcd outage", d2.failed.Load())
-	}
-	t.Logf("etcd outage: %d requests ok, %d failed; b on %s epoch %d", d2.ok.Load(), d2.failed.Load(), b.ctrl.Routes().Source, b.ctrl.Routes().Epoch)
-	e2, err := election.StartEmbedded(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e2.Stop)
-	eventually.True(t, 30*time.Second, "plans to resume after etcd came back", func() bool { return b.ctrl.Routes().Epoch > before.Epoch })
-	t.Logf("etcd back → b on epoch %d", b.ctrl.Routes().Epoch)
+	etcdOutage(ctx, t, e, b)
 
 	// The global pair gone for good: once the plan expires, b falls back
 	// to local-first routing with spill-over computed from the gossiped
