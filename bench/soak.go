@@ -119,7 +119,31 @@ func (r *soakRun) run(ctx context.Context) error {
 	r.progress("fleet up in %v: %d goroutines, RSS %.1f MiB; starting %d cells", r.clock.Since(started).Round(time.Millisecond),
 		ps.goroutines, float64(ps.rss)/mib, cfg.Cells)
 
-	// Cells, split round-robin over the regions.
+	stopCells := r.startCells(ctx)
+	defer stopCells()
+	started = r.clock.Now()
+	if ok, err := r.waitFor(ctx, cfg.StartTimeout, r.allReady); err != nil {
+		return err
+	} else if !ok {
+		s := r.sample(PhaseWarmup)
+		return fmt.Errorf("bench: %d of %d cells live and %d Ready after %v", s.LiveCells, cfg.Cells, s.Ready, cfg.StartTimeout)
+	}
+	r.progress("%d cells Ready in %v; churning %.0f%% every %v for %v (warm-up %v)", cfg.Cells,
+		r.clock.Since(started).Round(time.Millisecond), 100*max(cfg.ChurnFraction, 0), cfg.ChurnInterval, cfg.Duration, cfg.Warmup)
+
+	stopWatch, stopChurn := r.startWatchers(ctx)
+	defer stopWatch()
+	defer stopChurn()
+	if err := r.sampleAll(ctx); err != nil {
+		return err
+	}
+	return r.endChecks(ctx, stopChurn, stopWatch, stopCells)
+}
+
+// startCells starts the synthetic cells, split round-robin over the
+// regions; the returned func stops them and waits (idempotent).
+func (r *soakRun) startCells(ctx context.Context) func() {
+	cfg := r.cfg
 	r.cells = make([][]*synthCell, len(cfg.Regions))
 	r.perWant = map[string]int{}
 	for i := range cfg.Cells {
@@ -136,37 +160,32 @@ func (r *soakRun) run(ctx context.Context) error {
 			cellWG.Go(func() { c.run(cellsCtx) })
 		}
 	}
-	stopCells := sync.OnceFunc(func() { stopCellsCtx(); cellWG.Wait() })
-	defer stopCells()
-	started = r.clock.Now()
-	if ok, err := r.waitFor(ctx, cfg.StartTimeout, r.allReady); err != nil {
-		return err
-	} else if !ok {
-		s := r.sample(PhaseWarmup)
-		return fmt.Errorf("bench: %d of %d cells live and %d Ready after %v", s.LiveCells, cfg.Cells, s.Ready, cfg.StartTimeout)
-	}
-	r.progress("%d cells Ready in %v; churning %.0f%% every %v for %v (warm-up %v)", cfg.Cells,
-		r.clock.Since(started).Round(time.Millisecond), 100*max(cfg.ChurnFraction, 0), cfg.ChurnInterval, cfg.Duration, cfg.Warmup)
+	return sync.OnceFunc(func() { stopCellsCtx(); cellWG.Wait() })
+}
 
-	// The plan watcher and the churner.
-	watcher := newPlanWatcher(r.fleet.regions, cfg.PlanPoll, r.clock)
+// startWatchers starts the plan watcher and the churner; each returned
+// func stops one and waits for it (idempotent).
+func (r *soakRun) startWatchers(ctx context.Context) (stopWatch, stopChurn func()) {
+	watcher := newPlanWatcher(r.fleet.regions, r.cfg.PlanPoll, r.clock)
 	watchCtx, stopWatchCtx := context.WithCancel(context.Background())
 	plansCh := make(chan []RegionPlans, 1)
 	go func() { plansCh <- watcher.run(watchCtx) }()
-	stopWatch := sync.OnceFunc(func() { stopWatchCtx(); r.rep.Plans = <-plansCh })
-	defer stopWatch()
+	stopWatch = sync.OnceFunc(func() { stopWatchCtx(); r.rep.Plans = <-plansCh })
 	churnCtx, stopChurnCtx := context.WithCancel(ctx)
 	churnDone := make(chan struct{})
 	go func() {
 		defer close(churnDone)
 		r.churn(churnCtx)
 	}()
-	stopChurn := sync.OnceFunc(func() { stopChurnCtx(); <-churnDone })
-	defer stopChurn()
+	stopChurn = sync.OnceFunc(func() { stopChurnCtx(); <-churnDone })
+	return stopWatch, stopChurn
+}
 
+// sampleAll takes the scheduled samples of the churn phase.
+func (r *soakRun) sampleAll(ctx context.Context) error {
 	r.soakT0 = r.clock.Now()
 	WriteSampleHeader(r.deps.Progress)
-	for _, at := range schedule(cfg.Warmup, cfg.Duration, cfg.SampleEvery) {
+	for _, at := range schedule(r.cfg.Warmup, r.cfg.Duration, r.cfg.SampleEvery) {
 		if wait := at.at - r.clock.Since(r.soakT0); wait > 0 {
 			select {
 			case <-ctx.Done():
@@ -176,6 +195,13 @@ func (r *soakRun) run(ctx context.Context) error {
 		}
 		r.sample(at.phase)
 	}
+	return nil
+}
+
+// endChecks stops the churn, waits for the cells to settle, stops them
+// and judges the run.
+func (r *soakRun) endChecks(ctx context.Context, stopChurn, stopWatch, stopCells func()) error {
+	cfg := r.cfg
 	stopChurn()
 	ch := r.churnStats()
 	r.progress("churn stopped (%d kills, %d returns); waiting up to %v for every cell to reconnect", ch.Kills, ch.Returns, cfg.Settle)

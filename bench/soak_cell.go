@@ -131,24 +131,38 @@ const killTimeout = 2 * time.Second
 // errKilled ends a session the churner cut.
 var errKilled = errors.New("bench: killed by the churner")
 
+// connTracker remembers every connection a session dials (gRPC may
+// redial, and retries an RPC that never reached the server transparently
+// on the new one), so a kill can close them all.
+type connTracker struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (t *connTracker) dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		t.mu.Lock()
+		t.conns = append(t.conns, conn)
+		t.mu.Unlock()
+	}
+	return conn, err
+}
+
+func (t *connTracker) closeAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, conn := range t.conns {
+		_ = conn.Close()
+	}
+}
+
 // session runs one stream. killed reports that the churner cut it.
 func (c *synthCell) session(ctx context.Context, incarnation int, returning bool) (killed bool, err error) {
-	// Every connection the session dials (gRPC may redial, and retries
-	// an RPC that never reached the server transparently on the new one).
-	var mu sync.Mutex
-	var raws []net.Conn
-	dialer := func(dctx context.Context, addr string) (net.Conn, error) {
-		var d net.Dialer
-		conn, err := d.DialContext(dctx, "tcp", addr)
-		if err == nil {
-			mu.Lock()
-			raws = append(raws, conn)
-			mu.Unlock()
-		}
-		return conn, err
-	}
+	var conns connTracker
 	cc, err := grpc.NewClient(c.ctrl, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dialer), grpc.WithReadBufferSize(8<<10), grpc.WithWriteBufferSize(8<<10))
+		grpc.WithContextDialer(conns.dial), grpc.WithReadBufferSize(8<<10), grpc.WithWriteBufferSize(8<<10))
 	if err != nil {
 		return false, err
 	}
@@ -164,22 +178,7 @@ func (c *synthCell) session(ctx context.Context, incarnation int, returning bool
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() {
-		for {
-			ack, err := stream.Recv()
-			if err != nil {
-				recvDone <- err
-				return
-			}
-			if e := ack.GetError(); e != "" {
-				c.stats.ackErrors.Add(1)
-				c.stats.noteError(fmt.Sprintf("%s: heartbeat refused: %s", c.id, e))
-			}
-			if !c.up.Swap(true) && returning {
-				c.stats.returns.Add(1)
-			}
-		}
-	})
+	wg.Go(func() { recvDone <- c.receiveAcks(stream, returning) })
 	defer c.up.Store(false)
 	inc := fmt.Sprintf("soak-%d", incarnation)
 	var seq uint64
@@ -211,24 +210,7 @@ func (c *synthCell) session(ctx context.Context, incarnation int, returning bool
 			}
 			return false, ctx.Err()
 		case <-c.kill:
-			// Die like a SIGKILLed agent: the kernel closes the socket.
-			c.up.Store(false)
-			c.stats.kills.Add(1)
-			mu.Lock()
-			for _, conn := range raws {
-				_ = conn.Close()
-			}
-			mu.Unlock()
-			select {
-			case <-recvDone:
-			case <-c.clock.After(killTimeout):
-				// The stream outlived its sockets (a transparent retry on
-				// a connection dialled since): end it from this side.
-				c.stats.slowKills.Add(1)
-				cancel()
-				_ = cc.Close()
-				<-recvDone
-			}
+			c.die(&conns, recvDone, func() { cancel(); _ = cc.Close() })
 			return true, errKilled
 		case err := <-recvDone:
 			if errors.Is(err, io.EOF) {
@@ -237,6 +219,40 @@ func (c *synthCell) session(ctx context.Context, incarnation int, returning bool
 			return false, err
 		case <-t.Chan():
 		}
+	}
+}
+
+// receiveAcks reads the stream's acks until it ends and returns Recv's
+// error; the first ack of a returning cell counts its return.
+func (c *synthCell) receiveAcks(stream isobarpb.CellRegistry_HeartbeatClient, returning bool) error {
+	for {
+		ack, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if e := ack.GetError(); e != "" {
+			c.stats.ackErrors.Add(1)
+			c.stats.noteError(fmt.Sprintf("%s: heartbeat refused: %s", c.id, e))
+		}
+		if !c.up.Swap(true) && returning {
+			c.stats.returns.Add(1)
+		}
+	}
+}
+
+// die ends the session like a SIGKILLed agent: the kernel closes the
+// sockets. When the stream outlives them (a transparent retry on a
+// connection dialled since), abort ends it from this side.
+func (c *synthCell) die(conns *connTracker, recvDone <-chan error, abort func()) {
+	c.up.Store(false)
+	c.stats.kills.Add(1)
+	conns.closeAll()
+	select {
+	case <-recvDone:
+	case <-c.clock.After(killTimeout):
+		c.stats.slowKills.Add(1)
+		abort()
+		<-recvDone
 	}
 }
 

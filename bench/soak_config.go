@@ -93,6 +93,17 @@ type SoakConfig struct {
 // DefaultSoakRegions are the regions of a soak unless told otherwise.
 func DefaultSoakRegions() []string { return []string{"us-east", "us-west", "eu-west"} }
 
+// DefaultSoakConfig returns a SoakConfig with every default filled in,
+// the one source of the defaults (isobar bench soak's flags take theirs
+// from it). Warmup derives from Duration and stays zero here, filled by
+// RunSoak.
+func DefaultSoakConfig() SoakConfig {
+	var c SoakConfig
+	c.withDefaults()
+	c.Warmup = 0
+	return c
+}
+
 func (c *SoakConfig) withDefaults() {
 	if len(c.Regions) == 0 {
 		c.Regions = DefaultSoakRegions()

@@ -14,7 +14,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/global"
@@ -63,17 +62,14 @@ func startFleet(ctx context.Context, cfg SoakConfig, dir string, clock clockwork
 	}
 	f.onStop(f.etcd.Stop)
 	for g := range 2 {
-		cli, err := f.etcdClient()
-		if err != nil {
-			return nil, err
-		}
 		name := fmt.Sprintf("g%d", g+1)
 		gc := global.Config{
 			Name: name, Listen: "127.0.0.1:0", HTTPListen: "-", Regions: cfg.Regions,
 			LeaseTTL: cfg.LeaseTTL, CycleInterval: cfg.PlanInterval, PlanTTL: cfg.PlanTTL,
 			RegionTTL: max(3*time.Second, 3*cfg.SummaryInterval),
+			Etcd:      f.etcdConfig(), // global.New connects; Stop closes
 		}
-		srv, err := global.New(gc, global.Deps{Etcd: cli, Clock: clock, Logger: log.With("component", "global", "global", name),
+		srv, err := global.New(gc, global.Deps{Clock: clock, Logger: log.With("component", "global", "global", name),
 			Registerer: prometheus.NewRegistry()})
 		if err != nil {
 			return nil, err
@@ -90,11 +86,8 @@ func startFleet(ctx context.Context, cfg SoakConfig, dir string, clock clockwork
 	}
 	sinkAddr := f.sink.Addr().String()
 	for _, name := range cfg.Regions {
-		cli, err := f.etcdClient()
-		if err != nil {
-			return nil, err
-		}
 		rc := regional.DefaultConfig(name)
+		rc.Etcd = f.etcdConfig() // regional.New connects; Stop closes
 		rc.Listen, rc.HTTPListen = "127.0.0.1:0", "-"
 		rc.HeartbeatInterval, rc.TTLGrace = cfg.HeartbeatInterval, cfg.TTLGrace
 		rc.Global.SummaryInterval = cfg.SummaryInterval
@@ -106,7 +99,7 @@ func startFleet(ctx context.Context, cfg SoakConfig, dir string, clock clockwork
 		r := &soakRegion{name: name, metrics: newCapturingRegisterer()}
 		r.ctrl, err = regional.New(rc, regional.Deps{
 			Clock: clock, Logger: log.With("component", "regional", "region", name), Registerer: r.metrics,
-			Etcd: cli, GlobalDialOptions: dial,
+			GlobalDialOptions: dial,
 			Dialer: func(network, _ string, timeout time.Duration) (net.Conn, error) {
 				return net.DialTimeout(network, sinkAddr, timeout)
 			},
@@ -123,13 +116,11 @@ func startFleet(ctx context.Context, cfg SoakConfig, dir string, clock clockwork
 	return f, nil
 }
 
-func (f *soakFleet) etcdClient() (*clientv3.Client, error) {
-	cli, err := election.NewClient(election.ClientConfig{Endpoints: f.etcd.Endpoints(), DialTimeout: 10 * time.Second})
-	if err != nil {
-		return nil, err
-	}
-	f.onStop(func() { _ = cli.Close() })
-	return cli, nil
+// etcdConfig is the embedded etcd's client configuration, from which
+// global.New and regional.New connect (the assembly isobar global and
+// isobar regional use).
+func (f *soakFleet) etcdConfig() election.ClientConfig {
+	return election.ClientConfig{Endpoints: f.etcd.Endpoints(), DialTimeout: 10 * time.Second}
 }
 
 func (f *soakFleet) onStop(fn func()) { f.stops = append(f.stops, fn) }

@@ -86,7 +86,29 @@ func TestSoakTiny(t *testing.T) {
 			t.Errorf("check %s not computed (have %v)", want, names)
 		}
 	}
-	// Epochs: non-decreasing in the series, advancing over the run.
+	checkSoakPlans(t, rep)
+	if rep.Churn.Kills == 0 || rep.Churn.Returns == 0 || rep.Churn.Returns > rep.Churn.Kills {
+		t.Errorf("churn %+v: want kills and as many or fewer returns", rep.Churn)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"samples", "checks", "plans", "churn", "passed", "rss_source", "baseline_goroutines"} {
+		if _, ok := back[k]; !ok {
+			t.Errorf("report JSON lacks %q", k)
+		}
+	}
+}
+
+// checkSoakPlans: every sample on a plan, epochs non-decreasing in the
+// series and advancing over the run.
+func checkSoakPlans(t *testing.T, rep *SoakReport) {
+	t.Helper()
 	prev := map[string]PlanMark{}
 	for _, s := range rep.Samples {
 		for _, r := range s.Regions {
@@ -108,22 +130,6 @@ func TestSoakTiny(t *testing.T) {
 		}
 		if !p.First.Less(p.Last) || p.Plans["applied"] < 2 {
 			t.Errorf("%s: plans %s→%s, by result %v", p.Region, p.First, p.Last, p.Plans)
-		}
-	}
-	if rep.Churn.Kills == 0 || rep.Churn.Returns == 0 || rep.Churn.Returns > rep.Churn.Kills {
-		t.Errorf("churn %+v: want kills and as many or fewer returns", rep.Churn)
-	}
-	b, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back map[string]any
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"samples", "checks", "plans", "churn", "passed", "rss_source", "baseline_goroutines"} {
-		if _, ok := back[k]; !ok {
-			t.Errorf("report JSON lacks %q", k)
 		}
 	}
 }

@@ -203,6 +203,17 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
+// DefaultConfig returns a Config with every default filled in, the one
+// source of the defaults (isobar cellagent's flags take theirs from it).
+// The defaults derived from other fields stay zero, filled when the agent
+// is built: ScrapeInterval (Interval) and Advertise (host:port of
+// VLLMURL).
+func DefaultConfig() Config {
+	c := Config{}.withDefaults()
+	c.ScrapeInterval, c.Advertise = 0, ""
+	return c
+}
+
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
 	if c.Interval == 0 {

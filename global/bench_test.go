@@ -102,7 +102,7 @@ func BenchmarkIngest1000Regions(b *testing.B) {
 	lead := alwaysLeader{done: make(chan struct{})}
 	st := newStore()
 	svc := &syncService{lead: lead, store: st, hub: newHub(clockwork.NewRealClock().Now), clock: clockwork.NewRealClock(),
-		log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil)}
+		log: slog.New(slog.DiscardHandler), metrics: newMetrics()}
 	gs := grpc.NewServer()
 	isobarpb.RegisterGlobalControlServer(gs, svc)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")

@@ -12,6 +12,7 @@ import (
 	"github.com/isobar-mesh/isobar/cellagent"
 	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/lab/wan"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -210,11 +211,5 @@ func TestBlackHoledPeerDetected(t *testing.T) {
 // real-time bound, not a measurement).
 func awaitWithin(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
+	eventually.True(t, within, what, cond)
 }

@@ -66,6 +66,10 @@ type Config struct {
 	TLSCert, TLSKey, TLSCA string
 	// Limits bound what regions can make this member hold (see Limits).
 	Limits Limits
+	// Etcd is the cluster New connects to when Deps.Etcd is nil: the
+	// member then owns the client and closes it on Stop. One of the two
+	// is required. Its Logger defaults to Deps.Logger.
+	Etcd election.ClientConfig
 }
 
 // PlanConfig parameterises the optimiser (see package optimize).
@@ -89,6 +93,18 @@ type PlanConfig struct {
 	// spilled stops below LocalFill·capacity·Headroom. Default 0.05;
 	// negative turns it off.
 	LocalFillBand float64
+}
+
+// DefaultConfig returns a Config with every default filled in, the one
+// source of the defaults (flags take theirs from it). Two defaults derive
+// from other fields and stay zero here, filled by New: Name (hostname-pid)
+// and Limits.MaxSyncStreams (2 × MaxRegions), so a caller that changes
+// MaxRegions still gets the derived stream cap.
+func DefaultConfig() Config {
+	c := Config{Name: "-"}
+	c.withDefaults()
+	c.Name, c.Limits.MaxSyncStreams = "", 0
+	return c
 }
 
 func (c *Config) withDefaults() {
@@ -193,7 +209,8 @@ func (c Config) validate() error {
 
 // Deps are the controller's collaborators.
 type Deps struct {
-	// Etcd is the client for the election and plan writes. Required.
+	// Etcd is the client for the election and plan writes; the caller
+	// owns it. Nil: New connects to Config.Etcd.
 	Etcd       *clientv3.Client
 	Clock      clockwork.Clock
 	Logger     *slog.Logger

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -30,10 +31,10 @@ import (
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/sim"
-	"github.com/isobar-mesh/isobar/summary"
 )
 
 var insecureDial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -47,22 +48,82 @@ type testRegion struct {
 	watch   *xdsclient.Watcher
 }
 
+// leaderFailover drives traffic from b while the leader crashes: b's plan
+// moves to the new leader's epoch with no request lost, and traffic
+// crosses regions as planned.
+func leaderFailover(ctx context.Context, t *testing.T, b *testRegion, leader, g2 *member) {
+	t.Helper()
+	d := &driver{client: &http.Client{Timeout: 30 * time.Second}}
+	driving := make(chan struct{})
+	go func() { defer close(driving); d.run(ctx, b, 20, 200) }()
+	epoch := b.ctrl.Routes().Epoch
+	killed := time.Now()
+	_ = leader.cli.Close()
+	leader.srv.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.ctrl.Routes().Epoch == epoch {
+		if time.Now().After(deadline) {
+			t.Fatal("no plan from the new leader")
+		}
+		if src := b.ctrl.Routes().Source; src != regional.RoutesPlan {
+			t.Fatalf("b left the plan during the gap: %s", src)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the route table, bounded above
+	}
+	t.Logf("leader crash → b applied epoch %d after %v (was %d); leader now %s", b.ctrl.Routes().Epoch, time.Since(killed), epoch, g2.srv.ID())
+	<-driving
+	t.Logf("requests from b through the failover: %d ok, %d failed, served by %v", d.ok.Load(), d.failed.Load(), d.served())
+	if d.failed.Load() != 0 {
+		d.errs.Range(func(k, v any) bool { t.Logf("error %v (%v)", k, v); return true })
+		t.Errorf("%d requests failed during the leader failover, want 0", d.failed.Load())
+	}
+	if srv := d.served(); srv["b"] == 0 || srv["a"]+srv["c"] == 0 {
+		t.Errorf("traffic did not cross regions as planned: %v", srv)
+	}
+}
+
+// etcdOutage stops etcd under b's traffic: b keeps its plan until it
+// expires, no request fails, and plans resume once etcd is back.
+func etcdOutage(ctx context.Context, t *testing.T, e *election.Embedded, b *testRegion) {
+	t.Helper()
+	before := b.ctrl.Routes()
+	cfg := e.Config()
+	e.Stop()
+	d2 := &driver{client: &http.Client{Timeout: 30 * time.Second}}
+	outage, stopOutage := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		for outage.Err() == nil {
+			if got := b.ctrl.Routes(); got.Source != regional.RoutesPlan && time.Now().Before(before.ValidUntil) {
+				t.Errorf("b left its plan before it expired: %+v", got)
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // sampling the route table, bounded by the outage
+		}
+	}()
+	d2.run(ctx, b, 20, 40)
+	stopOutage()
+	<-watching
+	if d2.failed.Load() != 0 {
+		t.Errorf("%d requests failed during the etcd outage", d2.failed.Load())
+	}
+	t.Logf("etcd outage: %d requests ok, %d failed; b on %s epoch %d", d2.ok.Load(), d2.failed.Load(), b.ctrl.Routes().Source, b.ctrl.Routes().Epoch)
+	e2, err := election.StartEmbedded(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e2.Stop)
+	eventually.True(t, 30*time.Second, "plans to resume after etcd came back", func() bool { return b.ctrl.Routes().Epoch > before.Epoch })
+	t.Logf("etcd back → b on epoch %d", b.ctrl.Routes().Epoch)
+}
+
 // startRegion runs a region with two cells and the given ingress demand;
 // its gossip node joins seeds.
 func startRegion(t *testing.T, e *election.Embedded, name string, demand float64, seeds ...string) *testRegion {
 	t.Helper()
 	r := &testRegion{name: name}
 	ingLn := listen(t)
-	node, err := gossip.New(gossip.Config{Role: gossip.RoleRegional, Region: name, IngressAddress: ingLn.Addr().String(),
-		Profile: gossip.ProfileLocal, Join: seeds}, gossip.Deps{Validate: summary.Validate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(node.Stop)
-	r.gossip = node
 	cfg := regional.DefaultConfig(name)
 	cfg.HeartbeatInterval = 100 * time.Millisecond
 	cfg.TTLGrace = 100 * time.Millisecond
@@ -74,10 +135,26 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	// measurement counts). The engines run 10x fast and would otherwise
 	// show ten times the prior.
 	cfg.Global.Capacity.EvidenceRequests = 1e12
-	ctrl, err := regional.New(cfg, regional.Deps{
-		GRPCListener: listen(t), HTTPListener: listen(t), Etcd: etcdClient(t, e), GlobalDialOptions: insecureDial, Gossip: node,
+	// The one assembly of a region (isobar regional's, the lab's, the
+	// soak's): the gossip node from cfg.Gossip, the etcd client from
+	// cfg.Etcd. The node is built here, as the lab does, so that the test
+	// can stop it (a region lost) while the controller runs.
+	cfg.Gossip = regional.GossipConfig{Listen: "127.0.0.1:0", Profile: gossip.ProfileLocal, Join: seeds}
+	cfg.Etcd = election.ClientConfig{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second}
+	deps := regional.Deps{
+		GRPCListener: listen(t), HTTPListener: listen(t), GlobalDialOptions: insecureDial,
 		Demand: func() map[string]float64 { return map[string]float64{sim.DefaultModel: demand} },
-	})
+	}
+	node, err := regional.NewGossip(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	r.gossip, deps.Gossip = node, node
+	ctrl, err := regional.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +163,15 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	}
 	t.Cleanup(ctrl.Stop)
 	r.ctrl = ctrl
+	r.serveIngress(t, ingLn, r.startCells(t, ctrl.Addr()))
+	return r
+}
+
+// startCells runs the region's two engines, their exporter and agents,
+// and returns the engines' URLs.
+func (r *testRegion) startCells(t *testing.T, ctrlAddr string) []*url.URL {
+	t.Helper()
+	name := r.name
 	dcgm := sim.NewDCGMExporter(sim.DCGMConfig{Hostname: name}, sim.Deps{})
 	var targets []*url.URL
 	for i := range 2 {
@@ -108,7 +194,7 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	t.Cleanup(func() { stopWith(dcgm.Stop) })
 	for i, eng := range r.engines {
 		ag, err := cellagent.NewAgent(cellagent.Config{
-			CellID: fmt.Sprintf("%s-cell-%d", name, i), Region: name, ControllerAddr: ctrl.Addr(),
+			CellID: fmt.Sprintf("%s-cell-%d", name, i), Region: name, ControllerAddr: ctrlAddr,
 			VLLMURL: "http://" + eng.Addr() + "/metrics", DCGMURL: "http://" + dcgm.Addr() + "/metrics", DCGMGPU: fmt.Sprint(i),
 			Interval: 100 * time.Millisecond, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		}, cellagent.Deps{DialOptions: insecureDial})
@@ -120,6 +206,13 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 		}
 		t.Cleanup(ag.Stop)
 	}
+	return targets
+}
+
+// serveIngress proxies the region's ingress round-robin to targets and
+// watches its controller's xDS as a gateway would.
+func (r *testRegion) serveIngress(t *testing.T, ingLn net.Listener, targets []*url.URL) {
+	t.Helper()
 	var next atomic.Uint64
 	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(targets[next.Add(1)%uint64(len(targets))])
@@ -127,7 +220,7 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	r.ingress = &http.Server{Handler: proxy, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = r.ingress.Serve(ingLn) }()
 	t.Cleanup(func() { _ = r.ingress.Close() })
-	w, err := xdsclient.NewWatcher(xdsclient.WatchConfig{Server: ctrl.Addr(), NodeID: "e2e-" + name, MinBackoff: 20 * time.Millisecond},
+	w, err := xdsclient.NewWatcher(xdsclient.WatchConfig{Server: r.ctrl.Addr(), NodeID: "e2e-" + r.name, MinBackoff: 20 * time.Millisecond},
 		xdsclient.WatchDeps{DialOptions: insecureDial})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +230,6 @@ func startRegion(t *testing.T, e *election.Embedded, name string, demand float64
 	}
 	t.Cleanup(w.Stop)
 	r.watch = w
-	return r
 }
 
 func stopWith(stop func(context.Context) error) {
@@ -289,35 +381,9 @@ func TestMultiRegion(t *testing.T) {
 	}
 
 	// Traffic from b through the leader crash.
-	d := &driver{client: &http.Client{Timeout: 30 * time.Second}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	driving := make(chan struct{})
-	go func() { defer close(driving); d.run(ctx, b, 20, 200) }()
-	epoch := b.ctrl.Routes().Epoch
-	killed := time.Now()
-	_ = leader.cli.Close()
-	leader.srv.Stop()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.ctrl.Routes().Epoch == epoch {
-		if time.Now().After(deadline) {
-			t.Fatal("no plan from the new leader")
-		}
-		if src := b.ctrl.Routes().Source; src != regional.RoutesPlan {
-			t.Fatalf("b left the plan during the gap: %s", src)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the route table, bounded above
-	}
-	t.Logf("leader crash → b applied epoch %d after %v (was %d); leader now %s", b.ctrl.Routes().Epoch, time.Since(killed), epoch, g2.srv.ID())
-	<-driving
-	t.Logf("requests from b through the failover: %d ok, %d failed, served by %v", d.ok.Load(), d.failed.Load(), d.served())
-	if d.failed.Load() != 0 {
-		d.errs.Range(func(k, v any) bool { t.Logf("error %v (%v)", k, v); return true })
-		t.Errorf("%d requests failed during the leader failover, want 0", d.failed.Load())
-	}
-	if srv := d.served(); srv["b"] == 0 || srv["a"]+srv["c"] == 0 {
-		t.Errorf("traffic did not cross regions as planned: %v", srv)
-	}
+	leaderFailover(ctx, t, b, leader, g2)
 
 	// Region c goes silent (its controller, with its gossip member, stops):
 	// after the region TTL nobody routes to it.
@@ -329,42 +395,7 @@ func TestMultiRegion(t *testing.T) {
 
 	// etcd outage: plans stop; regions keep the last plan until it expires
 	// (then they fall back), and requests keep succeeding.
-	before := b.ctrl.Routes()
-	cfg := e.Config()
-	e.Stop()
-	d2 := &driver{client: &http.Client{Timeout: 30 * time.Second}}
-	outage, stopOutage := context.WithCancel(ctx)
-	watching := make(chan struct{})
-	go func() {
-		defer close(watching)
-		for outage.Err() == nil {
-			if got := b.ctrl.Routes(); got.Source != regional.RoutesPlan && time.Now().Before(before.ValidUntil) {
-				t.Errorf("b left its plan before it expired: %+v", got)
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // sampling the route table, bounded by the outage
-		}
-	}()
-	d2.run(ctx, b, 20, 40)
-	stopOutage()
-	<-watching
-	if d2.failed.Load() != 0 {
-		t.Errorf("%d requests failed during the etcd outage", d2.failed.Load())
-	}
-	t.Logf("etcd outage: %d requests ok, %d failed; b on %s epoch %d", d2.ok.Load(), d2.failed.Load(), b.ctrl.Routes().Source, b.ctrl.Routes().Epoch)
-	e2, err := election.StartEmbedded(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e2.Stop)
-	deadline = time.Now().Add(30 * time.Second)
-	for b.ctrl.Routes().Epoch <= before.Epoch {
-		if time.Now().After(deadline) {
-			t.Fatal("plans did not resume after etcd came back")
-		}
-		time.Sleep(20 * time.Millisecond) // polling the route table, bounded above
-	}
-	t.Logf("etcd back → b on epoch %d", b.ctrl.Routes().Epoch)
+	etcdOutage(ctx, t, e, b)
 
 	// The global pair gone for good: once the plan expires, b falls back
 	// to local-first routing with spill-over computed from the gossiped
@@ -372,13 +403,7 @@ func TestMultiRegion(t *testing.T) {
 	g1.srv.Stop()
 	g2.srv.Stop()
 	gone := time.Now()
-	deadline = time.Now().Add(15 * time.Second)
-	for b.ctrl.Routes().Source != regional.RoutesFallback {
-		if time.Now().After(deadline) {
-			t.Fatalf("b never fell back: %+v", b.ctrl.Routes())
-		}
-		time.Sleep(20 * time.Millisecond) // polling the route table, bounded above
-	}
+	eventually.True(t, 15*time.Second, "b to fall back", func() bool { return b.ctrl.Routes().Source == regional.RoutesFallback })
 	fb := b.ctrl.Routes()
 	t.Logf("global gone → b on the fallback after %v (plan TTL 6s): %+v", time.Since(gone), fb.Models)
 	b.waitLocalities(t, "fallback spills to a", 5*time.Second, func(l map[string]uint32) bool { return l["b"] > 0 && l["a"] > 0 })

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/election"
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -41,13 +42,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 	}
 	waitFor := func(cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatal("condition not reached")
-			}
-			time.Sleep(10 * time.Millisecond) // polling leadership, bounded above
-		}
+		eventually.True(t, 10*time.Second, "the condition", cond)
 	}
 	g1 := start("g1")
 	waitFor(g1.IsLeader)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -165,13 +166,7 @@ func TestEtcdOutage(t *testing.T) {
 	before := r.waitPlan(5*time.Second, func(*isobarpb.RoutingPlan) bool { return true })
 	cfg := e.Config()
 	e.Stop()
-	deadline := time.Now().Add(10 * time.Second)
-	for g.srv.IsLeader() {
-		if time.Now().After(deadline) {
-			t.Fatal("leader kept leading without etcd")
-		}
-		time.Sleep(20 * time.Millisecond) // polling leadership, bounded above
-	}
+	eventually.True(t, 10*time.Second, "the leader to stop leading without etcd", func() bool { return !g.srv.IsLeader() })
 	// The region still holds a valid plan (PlanTTL 10 s).
 	r.mu.Lock()
 	last := r.plans[len(r.plans)-1]
@@ -289,11 +284,5 @@ func metric(t *testing.T, m *member, name, label string) float64 {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, bounded above
-	}
+	eventually.True(t, 5*time.Second, "the condition", cond)
 }

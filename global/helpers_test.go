@@ -16,6 +16,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -81,17 +82,17 @@ func startGlobal(t *testing.T, name string, e *election.Embedded, mut func(*glob
 // waitLeader waits until one of ms leads and returns it.
 func waitLeader(t *testing.T, within time.Duration, ms ...*member) *member {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var leader *member
+	eventually.True(t, within, "a leader", func() bool {
 		for _, m := range ms {
 			if m.srv.IsLeader() {
-				return m
+				leader = m
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond) // polling leadership, bounded above
-	}
-	t.Fatalf("no leader within %v", within)
-	return nil
+		return false
+	})
+	return leader
 }
 
 // region is a fake regional controller: it finds the leader in etcd,

@@ -145,16 +145,15 @@ type skewWatch struct {
 	flagged map[string]bool
 }
 
-func newSkewWatch(l Limits, log *slog.Logger, reg prometheus.Registerer) *skewWatch {
+// newSkewWatch builds the watch; its counter is registered by the caller
+// (Server registers it with the other instruments).
+func newSkewWatch(l Limits, log *slog.Logger) *skewWatch {
 	w := &skewWatch{
 		bound: l.MaxClockSkew, max: l.MaxRegions, log: log, flagged: map[string]bool{},
 		counter: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "isobar_global_clock_skewed_summaries_total",
 			Help: "Summaries whose time was further from this member's clock than the skew bound (accepted; freshness uses the receive time).",
 		}),
-	}
-	if reg != nil {
-		reg.MustRegister(w.counter)
 	}
 	return w
 }

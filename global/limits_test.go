@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/summary"
@@ -43,10 +44,15 @@ func newLimitedSync(t *testing.T, l Limits) (*syncService, *clockwork.FakeClock,
 	prom := prometheus.NewRegistry()
 	svc := &syncService{
 		lead: alwaysLeader{done: make(chan struct{})}, store: newStore(), hub: newHub(clock.Now),
-		limits: l, regionTTL: 3 * time.Second, skew: newSkewWatch(l, slog.New(slog.DiscardHandler), prom),
-		clock: clock, log: slog.New(slog.DiscardHandler), metrics: newMetrics(prom),
+		limits: l, regionTTL: 3 * time.Second, skew: newSkewWatch(l, slog.New(slog.DiscardHandler)),
+		clock: clock, log: slog.New(slog.DiscardHandler), metrics: newMetrics(),
 	}
-	prom.MustRegister(newSkewCollector(svc.store))
+	if err := svc.metrics.register(prom); err != nil {
+		t.Fatal(err)
+	}
+	if err := registerAll(prom, svc.skew.counter, newSkewCollector(svc.store)); err != nil {
+		t.Fatal(err)
+	}
 	gs := grpc.NewServer()
 	isobarpb.RegisterGlobalControlServer(gs, svc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,15 +87,13 @@ func syncSend(t *testing.T, cl isobarpb.GlobalControlClient, sm *isobarpb.Region
 // waitHeld polls the store until region is held, bounded above.
 func waitHeld(t *testing.T, st *store, region string) received {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if rc, ok := st.snapshot()[region]; ok {
-			return rc
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("region %s never stored", region)
-		}
-		time.Sleep(time.Millisecond) // polling the store, bounded above
-	}
+	var rc received
+	eventually.True(t, 5*time.Second, "region "+region+" stored", func() bool {
+		var ok bool
+		rc, ok = st.snapshot()[region]
+		return ok
+	})
+	return rc
 }
 
 func TestGlobalLimitsValidate(t *testing.T) {
@@ -137,12 +141,7 @@ func TestSyncRegionLimit(t *testing.T) {
 	if err := r2.Send(limitSummary("r2", "x", 2, clock.Now())); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); svc.store.snapshot()["r2"].s.GetSequence() != 2; {
-		if time.Now().After(deadline) {
-			t.Fatal("r2's second summary never stored")
-		}
-		time.Sleep(time.Millisecond) // polling the store, bounded above
-	}
+	eventually.True(t, 5*time.Second, "r2's second summary stored", func() bool { return svc.store.snapshot()["r2"].s.GetSequence() == 2 })
 	// r1 falls silent for RegionForgetAfter: r4 takes its place.
 	clock.Advance(time.Minute)
 	syncSend(t, cl, limitSummary("r4", "x", 1, clock.Now()))
@@ -164,12 +163,9 @@ func TestSyncRegionLimit(t *testing.T) {
 func TestSummaryClockSkew(t *testing.T) {
 	svc, clock, prom, cl := newLimitedSync(t, Limits{MaxClockSkew: 5 * time.Second})
 	syncSend(t, cl, limitSummary("future", "x", 1, clock.Now().Add(time.Hour)))
-	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(svc.metrics.rejected.WithLabelValues("future")) != 1; {
-		if time.Now().After(deadline) {
-			t.Fatal("a summary an hour ahead was never refused as future")
-		}
-		time.Sleep(time.Millisecond) // polling the counter, bounded above
-	}
+	eventually.True(t, 5*time.Second, "a summary an hour ahead refused as future", func() bool {
+		return testutil.ToFloat64(svc.metrics.rejected.WithLabelValues("future")) == 1
+	})
 	if _, held := svc.store.snapshot()["future"]; held {
 		t.Fatal("a summary an hour ahead was stored")
 	}
@@ -263,8 +259,8 @@ func FuzzAcceptSummary(f *testing.F) {
 			return
 		}
 		svc := &syncService{store: newStore(), limits: l, regionTTL: time.Second,
-			skew: newSkewWatch(l, slog.New(slog.DiscardHandler), nil), clock: clockwork.NewFakeClockAt(limitsT0),
-			log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil)}
+			skew: newSkewWatch(l, slog.New(slog.DiscardHandler)), clock: clockwork.NewFakeClockAt(limitsT0),
+			log: slog.New(slog.DiscardHandler), metrics: newMetrics()}
 		_ = svc.accept("", limitSummary("held1", "x", 1, limitsT0), nil)
 		_ = svc.accept("", limitSummary("held2", "x", 1, limitsT0), nil)
 		for _, bound := range []string{"", "a"} {
@@ -303,8 +299,8 @@ func TestCapacityConfidenceRefused(t *testing.T) {
 	var l Limits
 	l.withDefaults()
 	svc := &syncService{store: newStore(), limits: l, regionTTL: time.Second,
-		skew: newSkewWatch(l, slog.New(slog.DiscardHandler), nil), clock: clockwork.NewFakeClockAt(limitsT0),
-		log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil)}
+		skew: newSkewWatch(l, slog.New(slog.DiscardHandler)), clock: clockwork.NewFakeClockAt(limitsT0),
+		log: slog.New(slog.DiscardHandler), metrics: newMetrics()}
 	seq := uint64(0)
 	next := func() *isobarpb.RegionSummary {
 		seq++
@@ -381,10 +377,5 @@ func TestSyncStreamsBounded(t *testing.T) {
 	if err := live.Send(limitSummary("r1", "x", 2, clock.Now())); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); svc.store.snapshot()["r1"].s.GetSequence() != 2; {
-		if time.Now().After(deadline) {
-			t.Fatal("r1's second summary never stored")
-		}
-		time.Sleep(time.Millisecond) // polling the store, bounded above
-	}
+	eventually.True(t, 5*time.Second, "r1's second summary stored", func() bool { return svc.store.snapshot()["r1"].s.GetSequence() == 2 })
 }

@@ -1,6 +1,10 @@
 package global
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	summaries    prometheus.Counter
@@ -14,7 +18,9 @@ type metrics struct {
 	planSequence prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics builds the member's instruments, unregistered: register
+// them with (*metrics).register.
+func newMetrics() *metrics {
 	m := &metrics{
 		summaries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "isobar_global_summaries_total", Help: "Region summaries accepted.",
@@ -45,8 +51,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "isobar_global_plan_sequence", Help: "Sequence of the last plan published in this epoch.",
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.summaries, m.rejected, m.streams, m.leader, m.epoch, m.regions, m.solve, m.planWrites, m.planSequence)
-	}
 	return m
+}
+
+// register registers the instruments with reg (nil: none), returning the
+// first registration error (a name another collector holds) rather than
+// panicking.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	return registerAll(reg, m.summaries, m.rejected, m.streams, m.leader, m.epoch, m.regions, m.solve, m.planWrites, m.planSequence)
+}
+
+// registerAll registers cs with reg in order and stops at the first error.
+// A nil reg registers nothing.
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("global: register metrics: %w", err)
+		}
+	}
+	return nil
 }

@@ -87,63 +87,7 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 	st.models = len(names)
 	rtt := rttMatrix(live, sums)
 	for _, model := range names {
-		prob := optimize.Problem{
-			Regions: make([]optimize.Region, len(live)), RTTms: rtt, Headroom: pl.cfg.Headroom,
-			Beta: pl.cfg.Beta, K: pl.cfg.K, ShedPenaltyMs: pl.cfg.ShedPenaltyMs,
-		}
-		for i, r := range live {
-			reg := optimize.Region{Name: r}
-			for _, m := range sums[r].s.GetModels() {
-				if m.GetModel() == model {
-					reg.DemandRPS, reg.CapacityRPS, reg.EngineLatencyMs = m.GetDemandRps(), m.GetCapacityRps(), m.GetEngineLatencyMs()
-				}
-			}
-			if reg.EngineLatencyMs <= 0 {
-				reg.EngineLatencyMs = 300
-			}
-			prob.Regions[i] = reg
-		}
-		target, err := optimize.SolveLocalFirstFills(prob, pl.fills(model, live))
-		if err != nil {
-			continue // validated input cannot fail; a model without a solution gets no plan
-		}
-		if ex, err := optimize.ExplainLocalFirst(prob, pl.cfg.LocalFill, target); err == nil {
-			seen := pl.verdicts[model]
-			if seen == nil {
-				seen = map[string]string{}
-				pl.verdicts[model] = seen
-			}
-			for _, e := range ex {
-				if seen[e.Region] != e.Verdict {
-					seen[e.Region] = e.Verdict
-					st.changes = append(st.changes, verdictChange{model: model, region: e.Region, verdict: e.Verdict, reason: e.Reason})
-				}
-			}
-		}
-		chosen := target
-		demand := make([]float64, len(live))
-		for i := range live {
-			demand[i] = prob.Regions[i].DemandRPS
-		}
-		if prev, ok := pl.prev[model]; ok && comparable(prev, live, demand) {
-			chosen = dampToward(prob, prev.plan, target, pl.cfg.DampStep)
-		}
-		pl.prev[model] = prevPlan{regions: live, demand: demand, plan: chosen}
-		st.costMs[model] = optimize.Cost(prob, chosen)
-		st.localOnlyMs[model] = optimize.Cost(prob, optimize.LocalOnly(prob))
-		for i, r := range live {
-			if prob.Regions[i].DemandRPS <= 0 {
-				// No demand: nothing to split. Demand that appears before
-				// the next cycle is served locally, never shed on a share
-				// computed for no traffic.
-				if prob.Regions[i].CapacityRPS > 0 {
-					out.Plans = append(out.Plans, &isobarpb.ModelPlan{Model: model, IngressRegion: r,
-						Routes: []*isobarpb.Route{{Destination: r, Fraction: 1}}})
-				}
-				continue
-			}
-			out.Plans = append(out.Plans, modelPlan(model, r, live, chosen.Fractions[i], chosen.Shed[i]))
-		}
+		out.Plans = append(out.Plans, pl.planModel(model, live, sums, rtt, &st)...)
 	}
 	for m := range pl.prev {
 		if !models[m] {
@@ -152,6 +96,85 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 		}
 	}
 	return out, st
+}
+
+// planModel solves one model over the live regions, damped toward its
+// previous plan, and returns its per-ingress plans; it records the
+// model's cost and verdict changes in st.
+func (pl *planner) planModel(model string, live []string, sums map[string]received, rtt [][]float64, st *planStats) []*isobarpb.ModelPlan {
+	prob := pl.problem(model, live, sums, rtt)
+	target, err := optimize.SolveLocalFirstFills(prob, pl.fills(model, live))
+	if err != nil {
+		return nil // validated input cannot fail; a model without a solution gets no plan
+	}
+	pl.noteVerdicts(model, prob, target, st)
+	chosen := target
+	demand := make([]float64, len(live))
+	for i := range live {
+		demand[i] = prob.Regions[i].DemandRPS
+	}
+	if prev, ok := pl.prev[model]; ok && comparable(prev, live, demand) {
+		chosen = dampToward(prob, prev.plan, target, pl.cfg.DampStep)
+	}
+	pl.prev[model] = prevPlan{regions: live, demand: demand, plan: chosen}
+	st.costMs[model] = optimize.Cost(prob, chosen)
+	st.localOnlyMs[model] = optimize.Cost(prob, optimize.LocalOnly(prob))
+	var plans []*isobarpb.ModelPlan
+	for i, r := range live {
+		if prob.Regions[i].DemandRPS <= 0 {
+			// No demand: nothing to split. Demand that appears before
+			// the next cycle is served locally, never shed on a share
+			// computed for no traffic.
+			if prob.Regions[i].CapacityRPS > 0 {
+				plans = append(plans, &isobarpb.ModelPlan{Model: model, IngressRegion: r,
+					Routes: []*isobarpb.Route{{Destination: r, Fraction: 1}}})
+			}
+			continue
+		}
+		plans = append(plans, modelPlan(model, r, live, chosen.Fractions[i], chosen.Shed[i]))
+	}
+	return plans
+}
+
+// problem is model's routing problem over the live regions' summaries.
+func (pl *planner) problem(model string, live []string, sums map[string]received, rtt [][]float64) optimize.Problem {
+	prob := optimize.Problem{
+		Regions: make([]optimize.Region, len(live)), RTTms: rtt, Headroom: pl.cfg.Headroom,
+		Beta: pl.cfg.Beta, K: pl.cfg.K, ShedPenaltyMs: pl.cfg.ShedPenaltyMs,
+	}
+	for i, r := range live {
+		reg := optimize.Region{Name: r}
+		for _, m := range sums[r].s.GetModels() {
+			if m.GetModel() == model {
+				reg.DemandRPS, reg.CapacityRPS, reg.EngineLatencyMs = m.GetDemandRps(), m.GetCapacityRps(), m.GetEngineLatencyMs()
+			}
+		}
+		if reg.EngineLatencyMs <= 0 {
+			reg.EngineLatencyMs = 300
+		}
+		prob.Regions[i] = reg
+	}
+	return prob
+}
+
+// noteVerdicts records in st each region whose local-first verdict for
+// model changed since the last plan.
+func (pl *planner) noteVerdicts(model string, prob optimize.Problem, target optimize.Plan, st *planStats) {
+	ex, err := optimize.ExplainLocalFirst(prob, pl.cfg.LocalFill, target)
+	if err != nil {
+		return
+	}
+	seen := pl.verdicts[model]
+	if seen == nil {
+		seen = map[string]string{}
+		pl.verdicts[model] = seen
+	}
+	for _, e := range ex {
+		if seen[e.Region] != e.Verdict {
+			seen[e.Region] = e.Verdict
+			st.changes = append(st.changes, verdictChange{model: model, region: e.Region, verdict: e.Verdict, reason: e.Reason})
+		}
+	}
 }
 
 // dampToward moves prev a step of the way to target, row by row (a convex

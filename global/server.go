@@ -18,12 +18,14 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/debugapi"
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
@@ -47,41 +49,90 @@ type Server struct {
 	lastPlan       atomic.Pointer[isobarpb.RoutingPlan]
 	seq            uint64 // owned by the leader loop
 
+	ownedEtcd *clientv3.Client // made by New from Config.Etcd; closed by Stop
+
 	startOnce, stopOnce sync.Once
 	cancel              context.CancelFunc
 	wg                  sync.WaitGroup
 	errs                chan error
 }
 
-// New builds a member; nothing runs until Start.
+// New builds a member; nothing runs until Start. Without Deps.Etcd it
+// connects to Config.Etcd, and Stop closes that client.
 func New(cfg Config, deps Deps) (*Server, error) {
 	cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if deps.Etcd == nil {
-		return nil, fmt.Errorf("%w: an etcd client is required", ErrInvalidConfig)
+	deps.withDefaults()
+	owned, err := deps.connectEtcd(cfg.Etcd)
+	if err != nil {
+		return nil, err
 	}
-	if deps.Clock == nil {
-		deps.Clock = clockwork.NewRealClock()
+	g, err := newServer(cfg, deps)
+	if err != nil {
+		if owned != nil {
+			_ = owned.Close()
+		}
+		return nil, err
 	}
-	if deps.Logger == nil {
-		deps.Logger = slog.New(slog.DiscardHandler)
+	g.ownedEtcd = owned
+	return g, nil
+}
+
+// withDefaults fills the nil collaborators: the real clock, a discarding
+// logger, a fresh registry.
+func (d *Deps) withDefaults() {
+	if d.Clock == nil {
+		d.Clock = clockwork.NewRealClock()
 	}
-	if deps.Registerer == nil && deps.Gatherer == nil {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Registerer == nil && d.Gatherer == nil {
 		r := prometheus.NewRegistry()
-		deps.Registerer, deps.Gatherer = r, r
+		d.Registerer, d.Gatherer = r, r
 	}
-	if deps.Gatherer == nil {
-		if g, ok := deps.Registerer.(prometheus.Gatherer); ok {
-			deps.Gatherer = g
+	if d.Gatherer == nil {
+		if g, ok := d.Registerer.(prometheus.Gatherer); ok {
+			d.Gatherer = g
 		} else {
-			deps.Gatherer = prometheus.NewRegistry()
+			d.Gatherer = prometheus.NewRegistry()
 		}
 	}
+}
+
+// connectEtcd sets d.Etcd from cc when the caller gave no client, and
+// returns the client it made (nil when the caller's is used).
+func (d *Deps) connectEtcd(cc election.ClientConfig) (*clientv3.Client, error) {
+	if d.Etcd != nil {
+		return nil, nil
+	}
+	if len(cc.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: an etcd client is required", ErrInvalidConfig)
+	}
+	if cc.Logger == nil {
+		cc.Logger = d.Logger
+	}
+	cli, err := election.NewClient(cc)
+	if err != nil {
+		return nil, err
+	}
+	d.Etcd = cli
+	return cli, nil
+}
+
+func newServer(cfg Config, deps Deps) (*Server, error) {
 	g := &Server{
-		cfg: cfg, deps: deps, log: deps.Logger.With("global", cfg.Name), metrics: newMetrics(deps.Registerer),
+		cfg: cfg, deps: deps, log: deps.Logger.With("global", cfg.Name), metrics: newMetrics(),
 		store: newStore(), hub: newHub(deps.Clock.Now), planner: newPlanner(cfg.Plan), errs: make(chan error, 2),
+	}
+	skew := newSkewWatch(cfg.Limits, g.log)
+	if err := g.metrics.register(deps.Registerer); err != nil {
+		return nil, err
+	}
+	if err := registerAll(deps.Registerer, skew.counter, newSkewCollector(g.store)); err != nil {
+		return nil, err
 	}
 	var opts []grpc.ServerOption
 	if cfg.TLSCert != "" {
@@ -96,21 +147,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	opts = append(opts, cfg.Keepalive.ServerOptions(cfg.Limits.MaxRecvMsgBytes)...)
 	opts = append(opts, deps.GRPCServerOptions...)
 	g.grpc = grpc.NewServer(opts...)
-	var allowed map[string]bool
-	if len(cfg.Regions) > 0 {
-		allowed = map[string]bool{}
-		for _, r := range cfg.Regions {
-			allowed[r] = true
-		}
-	}
 	isobarpb.RegisterGlobalControlServer(g.grpc, &syncService{
-		lead: g, store: g.store, hub: g.hub, allowed: allowed, mtls: cfg.TLSCert != "",
-		limits: cfg.Limits, regionTTL: cfg.RegionTTL, skew: newSkewWatch(cfg.Limits, g.log, deps.Registerer),
+		lead: g, store: g.store, hub: g.hub, allowed: allowlist(cfg.Regions), mtls: cfg.TLSCert != "",
+		limits: cfg.Limits, regionTTL: cfg.RegionTTL, skew: skew,
 		clock: deps.Clock, log: g.log, metrics: g.metrics,
 	})
-	if deps.Registerer != nil {
-		deps.Registerer.MustRegister(newSkewCollector(g.store))
-	}
 	if cfg.HTTPListen != "-" || deps.HTTPListener != nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}))
@@ -120,6 +161,18 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		g.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 	return g, nil
+}
+
+// allowlist is the set of regions, nil (any region) when empty.
+func allowlist(regions []string) map[string]bool {
+	if len(regions) == 0 {
+		return nil
+	}
+	allowed := map[string]bool{}
+	for _, r := range regions {
+		allowed[r] = true
+	}
+	return allowed
 }
 
 // Start listens, serves and campaigns. A second Start returns an error.
@@ -181,6 +234,7 @@ func (g *Server) start(ctx context.Context) error {
 func (g *Server) Stop() {
 	g.stopOnce.Do(func() {
 		g.startOnce.Do(func() {})
+		defer g.closeEtcd()
 		if g.cancel == nil {
 			return
 		}
@@ -200,6 +254,13 @@ func (g *Server) Stop() {
 		}
 		g.wg.Wait()
 	})
+}
+
+// closeEtcd closes the client New made (none when the caller gave one).
+func (g *Server) closeEtcd() {
+	if g.ownedEtcd != nil {
+		_ = g.ownedEtcd.Close()
+	}
 }
 
 // Err yields fatal serve errors.
@@ -342,20 +403,9 @@ func (g *Server) servePlan(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// RegionStatus is one region as the leader sees it (GET /debug/regions).
-type RegionStatus struct {
-	Region     string  `json:"region"`
-	AgeSeconds float64 `json:"age_seconds"`
-	Live       bool    `json:"live"`
-	Sequence   uint64  `json:"sequence"`
-	Models     int     `json:"models"`
-	Ingress    string  `json:"ingress_address"`
-	// ClockSkewSeconds is the latest summary's own time minus its receive
-	// time; ClockSkewed: beyond Limits.MaxClockSkew. Age and liveness
-	// always use the receive time.
-	ClockSkewSeconds float64 `json:"clock_skew_seconds"`
-	ClockSkewed      bool    `json:"clock_skewed"`
-}
+// RegionStatus is one region as the leader sees it (GET /debug/regions);
+// the shape is debugapi's, the contract statusview reads.
+type RegionStatus = debugapi.RegionStatus
 
 // Regions lists the summaries held, sorted by region, with their age.
 func (g *Server) Regions() []RegionStatus {

@@ -89,24 +89,11 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 		return status.Errorf(codes.FailedPrecondition, "global: this member is a standby; the leader is %s", s.lead.leaderHint())
 	}
 	ctx := stream.Context()
-	var cert *certs.Identity
-	if s.mtls {
-		id, err := peerRegion(ctx)
-		if err != nil {
-			s.metrics.rejected.WithLabelValues(reason(err)).Inc()
-			s.log.Warn("region stream refused", "peer_identity", peerName(ctx), "err", err)
-			return status.Error(codes.PermissionDenied, err.Error())
-		}
-		cert = &id
+	cert, release, err := s.admit(ctx)
+	if err != nil {
+		return err
 	}
-	if max := s.limits.MaxSyncStreams; max > 0 {
-		if n := s.open.Add(1); n > int64(max) {
-			s.open.Add(-1)
-			s.metrics.rejected.WithLabelValues("too_many_streams").Inc()
-			return status.Errorf(codes.ResourceExhausted, "global: %d Sync streams open, at most %d (Limits.MaxSyncStreams)", n-1, max)
-		}
-		defer s.open.Add(-1)
-	}
+	defer release()
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
 	// A stream must name its region soon: silent streams would hold the
@@ -117,13 +104,45 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 		defer t.Stop()
 		first = t.Chan()
 	}
+	return s.serve(ctx, stream, done, first, cert, receive(ctx, stream))
+}
 
-	type recvd struct {
-		sm  *isobarpb.RegionSummary
-		err error
+// admit checks the peer's region identity (with mTLS) and takes a place
+// under Limits.MaxSyncStreams; release gives the place back.
+func (s *syncService) admit(ctx context.Context) (cert *certs.Identity, release func(), err error) {
+	release = func() {}
+	if s.mtls {
+		id, err := peerRegion(ctx)
+		if err != nil {
+			s.metrics.rejected.WithLabelValues(reason(err)).Inc()
+			s.log.Warn("region stream refused", "peer_identity", peerName(ctx), "err", err)
+			return nil, release, status.Error(codes.PermissionDenied, err.Error())
+		}
+		cert = &id
 	}
+	if max := s.limits.MaxSyncStreams; max > 0 {
+		if n := s.open.Add(1); n > int64(max) {
+			s.open.Add(-1)
+			s.metrics.rejected.WithLabelValues("too_many_streams").Inc()
+			return nil, release, status.Errorf(codes.ResourceExhausted, "global: %d Sync streams open, at most %d (Limits.MaxSyncStreams)", n-1, max)
+		}
+		release = func() { s.open.Add(-1) }
+	}
+	return cert, release, nil
+}
+
+// recvd is one Recv's result.
+type recvd struct {
+	sm  *isobarpb.RegionSummary
+	err error
+}
+
+// receive hands the stream's summaries over a channel, so the serve loop
+// can select on them; the goroutine ends when the stream does (ctx is
+// cancelled once Sync returns).
+func receive(ctx context.Context, stream isobarpb.GlobalControl_SyncServer) <-chan recvd {
 	in := make(chan recvd, 1)
-	go func() { // ends when the stream does (ctx cancelled after return)
+	go func() {
 		for {
 			sm, err := stream.Recv()
 			select {
@@ -136,7 +155,13 @@ func (s *syncService) Sync(stream isobarpb.GlobalControl_SyncServer) error {
 			}
 		}
 	}()
+	return in
+}
 
+// serve is the stream's loop: summaries in, plans of its region out,
+// until the stream, the term or the first-summary deadline ends it.
+func (s *syncService) serve(ctx context.Context, stream isobarpb.GlobalControl_SyncServer, done <-chan struct{},
+	first <-chan time.Time, cert *certs.Identity, in <-chan recvd) error {
 	var region string
 	var plans <-chan *isobarpb.RoutingPlan
 	for {

@@ -8,11 +8,13 @@ import (
 	"net"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
@@ -104,6 +106,34 @@ type Config struct {
 	// WarmStart holds the first xDS push after a start until the cells
 	// are back (warmstart.go, docs/design.md §5.4).
 	WarmStart WarmStartConfig
+	// Gossip is the memberlist node New builds (NewGossip) when
+	// Gossip.Listen is set and Deps.Gossip is nil; the controller then
+	// starts and stops it.
+	Gossip GossipConfig
+	// Etcd is the cluster New connects to when Etcd.Endpoints is set and
+	// Deps.Etcd is nil, to find the global leader; the controller then
+	// closes the client on Stop. Its Logger defaults to Deps.Logger.
+	Etcd election.ClientConfig
+}
+
+// GossipConfig is the region's gossip member (regional/gossip): its role,
+// region and advertised ingress come from Config (Region,
+// Global.IngressAddress), its identity from Config.TLS.
+type GossipConfig struct {
+	// Listen is the memberlist address, host:port (UDP and TCP). Empty:
+	// no gossip node is built.
+	Listen string
+	// Join lists seed members as host:port. Empty: others join this one.
+	Join []string
+	// SecretKey encrypts all gossip (16, 24 or 32 bytes; gossip.ParseKey
+	// reads a key file). Required with TLS, where it binds members to
+	// their certificates.
+	SecretKey []byte
+	// Profile selects memberlist's timings. Default gossip.ProfileWAN.
+	Profile string
+	// RTTSmoothing is the EWMA weight of a new RTT sample. Default
+	// gossip.DefaultRTTSmoothing.
+	RTTSmoothing float64
 }
 
 // TLSFiles names PEM files for mutual TLS. All three or none.
@@ -282,8 +312,12 @@ type Deps struct {
 	// required when Etcd is set).
 	GlobalDialOptions []grpc.DialOption
 	// Gossip, when set, carries this region's summary to its peers and
-	// theirs to it, with inter-region RTT, for the fallback plan.
+	// theirs to it, with inter-region RTT, for the fallback plan; the
+	// caller owns it. Nil: the node Config.Gossip describes, if any.
 	Gossip gossiper
+	// GossipTransport, when set, wraps the transport of the gossip node
+	// NewGossip builds (the lab routes gossip through emulated WAN paths).
+	GossipTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 	// Demand reports the ingress demand per model (requests/s). Nil: what
 	// the region's data planes report over DataPlane.Report, or, when none
 	// does, the cells' served load.

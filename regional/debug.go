@@ -14,72 +14,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/debugapi"
 	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/score"
 )
 
-// CellDebug is the JSON shape of GET /debug/cells/{id}: everything that
-// went into a cell's weight.
-type CellDebug struct {
-	ID          string    `json:"id"`
-	Endpoint    string    `json:"endpoint"`
-	Model       string    `json:"model"`
-	MaxModelLen uint32    `json:"max_model_len"`
-	State       string    `json:"state"`
-	StateSince  time.Time `json:"state_since"`
-	Reason      string    `json:"reason"`
-	LastSeen    time.Time `json:"last_seen"`
-	Sequence    uint64    `json:"sequence"`
-	// Suspect: the heartbeat stream broke without a Terminated report.
-	Suspect bool `json:"suspect,omitempty"`
-	// Raw signals as reported, plus the controller's own RTT/jitter.
-	Raw map[string]float64 `json:"raw"`
-	// Normalised score, configured weight and contribution per present
-	// signal.
-	Signals  map[string]SignalDebug `json:"signals"`
-	Pressure float64                `json:"pressure"`
-	Fallback bool                   `json:"fallback"`
-	Sources  map[string]SourceDebug `json:"sources"`
-	// Weight published to the data plane (0 = not in the load balancer)
-	// and the target the cell's state and slow signals alone would give.
-	Weight       uint32 `json:"weight"`
-	TargetWeight uint32 `json:"target_weight"`
-	// ClassWeight is the weight in the context-class clusters the cell
-	// fits when its max_model_len is below its model's longest (Weight is
-	// then 1, for the main cluster); absent otherwise.
-	ClassWeight uint32 `json:"class_weight,omitempty"`
-	// Band is the weight band behind the target ("full", "1/2", ...,
-	// "probe", "out") and BandReason why; Degraded: published with EDS
-	// health DEGRADED (a hardware derate). Load signals never move a band.
-	Band             string  `json:"band"`
-	BandReason       string  `json:"band_reason"`
-	Degraded         bool    `json:"degraded"`
-	Penalty          float64 `json:"penalty"`
-	Probation        bool    `json:"probation"`
-	PenaltyTrips     int     `json:"penalty_trips"`
-	OperatorDrain    bool    `json:"operator_drain"`
-	EndpointConflict bool    `json:"endpoint_conflict"`
-	// ClockSkewSeconds is the cell's sent_at minus the receive time of its
-	// last heartbeat (absent when it carried none); ClockSkewed: beyond
-	// the bound. Skew never affects liveness.
-	ClockSkewSeconds *float64 `json:"clock_skew_seconds,omitempty"`
-	ClockSkewed      bool     `json:"clock_skewed"`
-}
-
-// SignalDebug explains one signal's part in the pressure.
-type SignalDebug struct {
-	Normalized   float64 `json:"normalized"`
-	Weight       float64 `json:"weight"`
-	Contribution float64 `json:"contribution"`
-}
-
-// SourceDebug is a telemetry source's health.
-type SourceDebug struct {
-	OK          bool       `json:"ok"`
-	Error       string     `json:"error,omitempty"`
-	LastSuccess *time.Time `json:"last_success,omitempty"`
-}
+// The debug API's JSON shapes live in debugapi, the contract statusview
+// reads; these names keep regional's callers unchanged.
+type (
+	// CellDebug is the JSON shape of GET /debug/cells/{id}.
+	CellDebug = debugapi.CellDebug
+	// SignalDebug explains one signal's part in the pressure.
+	SignalDebug = debugapi.SignalDebug
+	// SourceDebug is a telemetry source's health.
+	SourceDebug = debugapi.SourceDebug
+)
 
 func debugCell(cv CellView, sc score.Config) CellDebug {
 	d := CellDebug{
@@ -235,19 +185,21 @@ type adminPolicy struct {
 	csrf     *http.CrossOriginProtection
 }
 
-func newAdminPolicy(token string, mtls bool, reg prometheus.Registerer) *adminPolicy {
+func newAdminPolicy(token string, mtls bool, reg prometheus.Registerer) (*adminPolicy, error) {
 	p := &adminPolicy{token: token, mtls: mtls, csrf: http.NewCrossOriginProtection(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "isobar_regional_admin_requests_total",
 			Help: "Requests to the debug pages and the drain API by result: ok, unauthenticated, forbidden, cross_site.",
 		}, []string{"result"})}
 	if reg != nil {
-		reg.MustRegister(p.requests)
+		if err := reg.Register(p.requests); err != nil {
+			return nil, fmt.Errorf("regional: register admin metrics: %w", err)
+		}
 	}
 	p.csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		p.refuse(w, http.StatusForbidden, "cross_site", "cross-origin request refused: the admin API takes requests from isobar clients, not from web pages")
 	}))
-	return p
+	return p, nil
 }
 
 // open reports whether the admin endpoints need no credential.

@@ -9,41 +9,30 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/isobar-mesh/isobar/debugapi"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
-// Route sources, in the order a region prefers them.
+// Route sources, in the order a region prefers them (debugapi's, the
+// contract /debug/routes serves).
 const (
 	// RoutesPlan: the global leader's plan, valid and unexpired.
-	RoutesPlan = "plan"
+	RoutesPlan = debugapi.RoutesPlan
 	// RoutesFallback: the plan expired (global unreachable); local-first
 	// with spill-over computed from the gossiped summaries.
-	RoutesFallback = "fallback"
+	RoutesFallback = debugapi.RoutesFallback
 	// RoutesLocal: no cross-region information at all; everything local.
-	RoutesLocal = "local"
+	RoutesLocal = debugapi.RoutesLocal
 )
 
-// RouteTable is the cross-region routing in force for this region's
-// ingress: per model, the share served by each destination region (this
-// region included) and the share shed. Immutable once published.
-type RouteTable struct {
-	Source     string
-	Epoch      uint64
-	Sequence   uint64
-	LeaderID   string
-	IssuedAt   time.Time
-	ValidUntil time.Time
-	Models     map[string]ModelRoutes
-	// Ingress addresses of destination regions.
-	Ingress map[string]string
-}
-
-// ModelRoutes is one model's split.
-type ModelRoutes struct {
-	Routes map[string]float64
-	Shed   float64
-}
+type (
+	// RouteTable is the cross-region routing in force for this region's
+	// ingress (debugapi.RouteTable). Immutable once published.
+	RouteTable = debugapi.RouteTable
+	// ModelRoutes is one model's split.
+	ModelRoutes = debugapi.ModelRoutes
+)
 
 // Plan refusal classes; each is a result label of
 // isobar_regional_plans_total. Test with errors.Is.
@@ -142,7 +131,7 @@ func planTable(p *isobarpb.RoutingPlan, region string, fence *RouteTable, inForc
 		t.Ingress[in.GetRegion()] = in.GetAddress()
 	}
 	for _, mp := range p.GetPlans() {
-		if err := t.addModelPlan(mp, region); err != nil {
+		if err := addModelPlan(t, mp, region); err != nil {
 			return nil, err
 		}
 	}
@@ -227,7 +216,7 @@ func planLifeLeft(p *isobarpb.RoutingPlan, now time.Time, skew time.Duration) (t
 
 // addModelPlan validates one model's plan for region against t's ingress
 // addresses and adds it to t.
-func (t *RouteTable) addModelPlan(mp *isobarpb.ModelPlan, region string) error {
+func addModelPlan(t *RouteTable, mp *isobarpb.ModelPlan, region string) error {
 	if mp.GetIngressRegion() != region {
 		return badPlan("model plan for ingress %q sent to %s", mp.GetIngressRegion(), region)
 	}

@@ -10,13 +10,13 @@
 //   - the client: Fetcher.Collect reads GET /debug/cells and GET
 //     /debug/routes of each regional controller and GET /debug/regions
 //     and GET /debug/plan of each global member into a Report, decoding
-//     the debug API's own types (regional.CellDebug, regional.RouteTable,
-//     global.RegionStatus, the routing plan as protojson). A source that
+//     the debug API's own types (debugapi.CellDebug, debugapi.RouteTable,
+//     debugapi.RegionStatus, the routing plan as protojson). A source that
 //     cannot be reached, answers an HTTP error, something other than JSON
 //     or more than MaxBody bytes is recorded in its place with an error
 //     naming the URL, never returned; Report.Failed counts them;
 //   - the rendering: WriteTable prints a Report as tables, one section
-//     per source; RoutesSummary and Shares format a regional.RouteTable.
+//     per source; RoutesSummary and Shares format a debugapi.RouteTable.
 //     Every string that came from a source passes through Text, so no
 //     control character reaches the terminal.
 //

@@ -17,9 +17,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/debugapi"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
-	"github.com/isobar-mesh/isobar/regional"
 )
 
 const (
@@ -67,7 +66,7 @@ func (f Fetcher) Collect(ctx context.Context, controllers, globals []Source) Rep
 }
 
 func (f Fetcher) controller(ctx context.Context, src Source) Controller {
-	st := Controller{Controller: src.Addr, Cells: []regional.CellDebug{}}
+	st := Controller{Controller: src.Addr, Cells: []debugapi.CellDebug{}}
 	var cells cellsAnswer
 	if _, err := f.get(ctx, src.Base+"/debug/cells", &cells, false); err != nil {
 		st.Errors = append(st.Errors, err.Error())
@@ -80,9 +79,9 @@ func (f Fetcher) controller(ctx context.Context, src Source) Controller {
 		if cells.Cells != nil {
 			st.Cells = cells.Cells
 		}
-		slices.SortFunc(st.Cells, func(a, b regional.CellDebug) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(st.Cells, func(a, b debugapi.CellDebug) int { return strings.Compare(a.ID, b.ID) })
 	}
-	var routes regional.RouteTable
+	var routes debugapi.RouteTable
 	if _, err := f.get(ctx, src.Base+"/debug/routes", &routes, false); err != nil {
 		st.Errors = append(st.Errors, err.Error())
 	} else {
@@ -92,7 +91,7 @@ func (f Fetcher) controller(ctx context.Context, src Source) Controller {
 }
 
 func (f Fetcher) global(ctx context.Context, src Source) Global {
-	st := Global{Global: src.Addr, Regions: []global.RegionStatus{}}
+	st := Global{Global: src.Addr, Regions: []debugapi.RegionStatus{}}
 	var regions regionsAnswer
 	if _, err := f.get(ctx, src.Base+"/debug/regions", &regions, false); err != nil {
 		st.Errors = append(st.Errors, err.Error())

@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/debugapi"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional"
 )
@@ -37,7 +37,7 @@ func TestReportJSON(t *testing.T) {
 	if c.Controller != srv.URL || c.Cycle != 4242 || c.At == nil || !c.At.Equal(statusAt) || len(c.Errors) != 0 {
 		t.Errorf("controller %q cycle %d at %v errors %q", c.Controller, c.Cycle, c.At, c.Errors)
 	}
-	byID := map[string]regional.CellDebug{}
+	byID := map[string]debugapi.CellDebug{}
 	for _, cell := range statusCellsFixture().Cells {
 		byID[cell.ID] = cell
 	}
@@ -171,7 +171,7 @@ func TestGlobal(t *testing.T) {
 	var back struct {
 		Globals []struct {
 			Leader  bool
-			Regions []global.RegionStatus
+			Regions []debugapi.RegionStatus
 			Plan    json.RawMessage
 		}
 	}

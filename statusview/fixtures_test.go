@@ -15,9 +15,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/debugapi"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
-	"github.com/isobar-mesh/isobar/regional"
 )
 
 // statusAt is the controller clock of the recorded fixtures.
@@ -26,7 +25,7 @@ var statusAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // statusCellsFixture is a recorded GET /debug/cells answer built from the
 // real types, so a change of their JSON shape breaks these tests.
 func statusCellsFixture() cellsAnswer {
-	return cellsAnswer{At: statusAt, Cycle: 4242, Cells: []regional.CellDebug{
+	return cellsAnswer{At: statusAt, Cycle: 4242, Cells: []debugapi.CellDebug{
 		{
 			ID: "east-1", Endpoint: "127.0.0.1:8002", Model: "llama-70b", MaxModelLen: 4096,
 			State: "Failed", StateSince: statusAt.Add(-20 * time.Second), Reason: "no heartbeat for 1s",
@@ -38,9 +37,9 @@ func statusCellsFixture() cellsAnswer {
 			State: "Ready", StateSince: statusAt.Add(-time.Minute), Reason: "engine ready",
 			LastSeen: statusAt.Add(-1500 * time.Millisecond), Sequence: 991,
 			Raw:      map[string]float64{"queue_depth": 3, "rtt_seconds": 0.002},
-			Signals:  map[string]regional.SignalDebug{"queue_depth": {Normalized: 0.3, Weight: 1, Contribution: 0.3}},
+			Signals:  map[string]debugapi.SignalDebug{"queue_depth": {Normalized: 0.3, Weight: 1, Contribution: 0.3}},
 			Pressure: 0.41234, Weight: 37, TargetWeight: 40,
-			Sources: map[string]regional.SourceDebug{"vllm": {OK: true}, "dcgm": {OK: false, Error: "connection refused"}},
+			Sources: map[string]debugapi.SourceDebug{"vllm": {OK: true}, "dcgm": {OK: false, Error: "connection refused"}},
 		},
 		{
 			ID: "east-2", Endpoint: "127.0.0.1:8003", Model: "llama-70b", MaxModelLen: 8192,
@@ -52,11 +51,11 @@ func statusCellsFixture() cellsAnswer {
 }
 
 // statusRoutesFixture is a recorded GET /debug/routes answer.
-func statusRoutesFixture() regional.RouteTable {
-	return regional.RouteTable{
-		Source: regional.RoutesPlan, Epoch: 7, Sequence: 12, LeaderID: "global-a",
+func statusRoutesFixture() debugapi.RouteTable {
+	return debugapi.RouteTable{
+		Source: debugapi.RoutesPlan, Epoch: 7, Sequence: 12, LeaderID: "global-a",
 		IssuedAt: statusAt.Add(-2 * time.Second), ValidUntil: statusAt.Add(28 * time.Second),
-		Models: map[string]regional.ModelRoutes{
+		Models: map[string]debugapi.ModelRoutes{
 			"llama-70b": {Routes: map[string]float64{"east": 0.7, "west": 0.25}, Shed: 0.05},
 			"mistral":   {Routes: map[string]float64{"east": 1}},
 		},
@@ -121,7 +120,7 @@ func controllerServer(t *testing.T) *fakeDebugServer {
 }
 
 func globalServer(t *testing.T, plan *isobarpb.RoutingPlan) *fakeDebugServer {
-	regions := map[string]any{"leader": true, "regions": []global.RegionStatus{
+	regions := map[string]any{"leader": true, "regions": []debugapi.RegionStatus{
 		{Region: "east", AgeSeconds: 0.4, Live: true, Sequence: 88, Models: 1, Ingress: "127.0.0.1:7000"},
 		{Region: "west", AgeSeconds: 31, Live: false, Sequence: 12, Models: 1, Ingress: "127.0.0.1:7100"},
 	}}

@@ -4,8 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/isobar-mesh/isobar/global"
-	"github.com/isobar-mesh/isobar/regional"
+	"github.com/isobar-mesh/isobar/debugapi"
 )
 
 // Report is what one Collect read. Its JSON form is `isobar status
@@ -22,8 +21,8 @@ type Controller struct {
 	Errors     []string             `json:"errors,omitempty"`
 	At         *time.Time           `json:"at,omitempty"`
 	Cycle      uint64               `json:"cycle,omitempty"`
-	Cells      []regional.CellDebug `json:"cells"`
-	Routes     *regional.RouteTable `json:"routes,omitempty"`
+	Cells      []debugapi.CellDebug `json:"cells"`
+	Routes     *debugapi.RouteTable `json:"routes,omitempty"`
 }
 
 // Global is one global member: GET /debug/regions and GET /debug/plan.
@@ -31,12 +30,12 @@ type Controller struct {
 // compacted); PlanNote says why there is none when the member published
 // none.
 type Global struct {
-	Global   string                `json:"global"`
-	Errors   []string              `json:"errors,omitempty"`
-	Leader   bool                  `json:"leader"`
-	Regions  []global.RegionStatus `json:"regions"`
-	Plan     json.RawMessage       `json:"plan,omitempty"`
-	PlanNote string                `json:"plan_note,omitempty"`
+	Global   string                  `json:"global"`
+	Errors   []string                `json:"errors,omitempty"`
+	Leader   bool                    `json:"leader"`
+	Regions  []debugapi.RegionStatus `json:"regions"`
+	Plan     json.RawMessage         `json:"plan,omitempty"`
+	PlanNote string                  `json:"plan_note,omitempty"`
 }
 
 // Failed counts the sources that could not be read in full.
@@ -59,11 +58,11 @@ func (r Report) Failed() int {
 type cellsAnswer struct {
 	At    time.Time            `json:"at"`
 	Cycle uint64               `json:"cycle"`
-	Cells []regional.CellDebug `json:"cells"`
+	Cells []debugapi.CellDebug `json:"cells"`
 }
 
 // regionsAnswer is the JSON shape of GET /debug/regions.
 type regionsAnswer struct {
-	Leader  bool                  `json:"leader"`
-	Regions []global.RegionStatus `json:"regions"`
+	Leader  bool                    `json:"leader"`
+	Regions []debugapi.RegionStatus `json:"regions"`
 }

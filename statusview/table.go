@@ -12,8 +12,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/isobar-mesh/isobar/debugapi"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
-	"github.com/isobar-mesh/isobar/regional"
 )
 
 // maxText caps a string printed in a table cell, in runes.
@@ -157,9 +157,9 @@ func writeController(w io.Writer, c Controller) error {
 // and, for a plan, its epoch, sequence and leader and how long it stays
 // valid. at is the controller's clock, against which the validity becomes
 // a remaining time; with at nil the expiry time is given instead.
-func RoutesSummary(t regional.RouteTable, at *time.Time) string {
+func RoutesSummary(t debugapi.RouteTable, at *time.Time) string {
 	line := Text(t.Source)
-	if t.Source == regional.RoutesPlan || t.Epoch > 0 {
+	if t.Source == debugapi.RoutesPlan || t.Epoch > 0 {
 		line += fmt.Sprintf(", epoch %d, sequence %d", t.Epoch, t.Sequence)
 		if t.LeaderID != "" {
 			line += ", leader " + Text(t.LeaderID)
@@ -181,10 +181,10 @@ func RoutesSummary(t regional.RouteTable, at *time.Time) string {
 
 // writeRoutes prints the cross-region routes in force: the summary line,
 // then per model the shares by destination and the share shed.
-func writeRoutes(w io.Writer, t regional.RouteTable, at *time.Time) error {
+func writeRoutes(w io.Writer, t debugapi.RouteTable, at *time.Time) error {
 	fmt.Fprintln(w, "routes: "+RoutesSummary(t, at))
 	if len(t.Models) == 0 {
-		if t.Source == regional.RoutesLocal || t.Source == "" {
+		if t.Source == debugapi.RoutesLocal || t.Source == "" {
 			fmt.Fprintln(w, "all traffic served locally")
 		}
 		return nil

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/isobar-mesh/isobar/debugapi"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
-	"github.com/isobar-mesh/isobar/regional"
 )
 
 func TestControllerTable(t *testing.T) {
@@ -64,16 +64,16 @@ func TestRoutesSummary(t *testing.T) {
 	rt := statusRoutesFixture()
 	for _, tc := range []struct {
 		name string
-		t    regional.RouteTable
+		t    debugapi.RouteTable
 		at   *time.Time
 		want string
 	}{
 		{"plan", rt, &statusAt, "plan, epoch 7, sequence 12, leader global-a, valid 28s more"},
 		{"expired", rt, new(statusAt.Add(90 * time.Second)), "plan, epoch 7, sequence 12, leader global-a, expired 1m02s ago"},
 		{"no clock", rt, nil, "plan, epoch 7, sequence 12, leader global-a, valid until 2026-03-01T12:00:28Z"},
-		{"local", regional.RouteTable{Source: regional.RoutesLocal}, &statusAt, "local"},
-		{"fallback", regional.RouteTable{Source: regional.RoutesFallback}, &statusAt, "fallback"},
-		{"hostile leader", regional.RouteTable{Source: "plan", Epoch: 1, LeaderID: "x\x1b[2J"}, nil, `plan, epoch 1, sequence 0, leader x\x1b[2J`},
+		{"local", debugapi.RouteTable{Source: debugapi.RoutesLocal}, &statusAt, "local"},
+		{"fallback", debugapi.RouteTable{Source: debugapi.RoutesFallback}, &statusAt, "fallback"},
+		{"hostile leader", debugapi.RouteTable{Source: "plan", Epoch: 1, LeaderID: "x\x1b[2J"}, nil, `plan, epoch 1, sequence 0, leader x\x1b[2J`},
 	} {
 		if got := RoutesSummary(tc.t, tc.at); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
@@ -161,7 +161,7 @@ func FuzzAnswers(f *testing.F) {
 			at := cd.At
 			c.At, c.Cells = &at, cd.Cells
 		}
-		var rt regional.RouteTable
+		var rt debugapi.RouteTable
 		if json.Unmarshal(routesBody, &rt) == nil {
 			c.Routes = &rt
 		}

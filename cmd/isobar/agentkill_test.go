@@ -38,7 +38,7 @@ func TestAgentSIGKILLLeavesEDS(t *testing.T) {
 	}
 	const ttl = 60 * time.Second
 	ctrl, ctrlHTTP := freeAddr(t), freeAddr(t)
-	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--http-listen", ctrlHTTP, "--insecure",
+	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--metrics-listen", ctrlHTTP, "--insecure",
 		"--heartbeat-interval", "500ms", "--ttl-grace", (ttl - 500*time.Millisecond).String())
 	waitDial(t, ctrl)
 	api, dcgm := freeAddr(t), freeAddr(t)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -39,13 +38,8 @@ type benchSoakFlags struct {
 	rssAllowMiB int
 }
 
-func newBenchSoakCmd(ro *rootOpts) *cobra.Command {
-	var cfg bench.SoakConfig
-	var f benchSoakFlags
-	cmd := &cobra.Command{
-		Use:   "soak",
-		Short: "Run the control plane for a long time under churn and check it stays flat",
-		Long: `soak starts, in this process, an embedded etcd, the global HA pair and one
+// benchSoakLong is the command's --help text.
+const benchSoakLong = `soak starts, in this process, an embedded etcd, the global HA pair and one
 regional controller per region (the real code of isobar global and isobar
 regional), then --cells synthetic cells split over the regions. Each cell
 is a real CellRegistry.Heartbeat gRPC stream over its own TCP connection,
@@ -67,7 +61,7 @@ controllers' open heartbeat streams (isobar_regional_heartbeat_streams),
 cells Ready and Failed in their registries, and the plan (epoch:sequence)
 each region applied.
 
-Checks (any failure exits with status 1 and says which):
+Checks (any failure exits with status 3 and says which):
   rss_flat, goroutines_flat  the median of the last third of the samples
                              after the warm-up is at most the median of
                              the first third × (1 + --max-*-growth) plus
@@ -91,7 +85,15 @@ The series is printed as it is taken (stderr, unless --quiet) and again as
 a table with the checks on stdout; --report writes it all as JSON, also
 for a failed or interrupted run. The run is bounded: start-up at most
 2 min, churn for --duration, each end check at most --settle. Ctrl-C stops
-everything cleanly (exit status 1, report marked interrupted).`,
+everything cleanly (exit status 1, report marked interrupted).`
+
+func newBenchSoakCmd(ro *rootOpts) *cobra.Command {
+	cfg := bench.DefaultSoakConfig()
+	var f benchSoakFlags
+	cmd := &cobra.Command{
+		Use:   "soak",
+		Short: "Run the control plane for a long time under churn and check it stays flat",
+		Long:  benchSoakLong,
 		Example: `  isobar bench soak --duration 10m --cells 1000 --report soak.json
   isobar bench soak --duration 60s --warmup 15s --cells 1000
   isobar bench soak --duration 2m --regions a,b --cells 200 --churn 0.1 --churn-interval 2s`,
@@ -101,26 +103,26 @@ everything cleanly (exit status 1, report marked interrupted).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "how long the cells run under churn, warm-up included")
-	fl.StringSliceVar(&cfg.Regions, "regions", bench.DefaultSoakRegions(), "region names (one regional controller each)")
-	fl.IntVar(&cfg.Cells, "cells", 1000, "synthetic cells in total, split over the regions")
-	fl.Float64Var(&cfg.ChurnFraction, "churn", 0.05, "fraction of the cells that die every --churn-interval (0: no churn)")
-	fl.DurationVar(&cfg.ChurnInterval, "churn-interval", 5*time.Second, "interval between churn rounds")
-	fl.DurationVar(&cfg.ChurnDown, "churn-down", 3*time.Second, "how long a dead cell stays away before it returns")
-	fl.DurationVar(&cfg.SampleEvery, "sample", 10*time.Second, "interval between samples")
-	fl.DurationVar(&cfg.Warmup, "warmup", 0, "samples before this are not judged for flatness (default min(30s, --duration/3))")
-	fl.DurationVar(&cfg.Settle, "settle", 30*time.Second, "bound on each end check (cells back after churn; goroutines back after stop)")
-	fl.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 500*time.Millisecond, "heartbeat interval of the cells and controllers")
-	fl.Float64Var(&cfg.MaxRSSGrowth, "max-rss-growth", 0.25, "rss_flat: allowed relative growth of the median RSS")
-	fl.IntVar(&f.rssAllowMiB, "rss-allowance-mib", 64, "rss_flat: allowed absolute growth of the median RSS, MiB")
-	fl.Float64Var(&cfg.MaxGoroutineGrowth, "max-goroutine-growth", 0.10, "goroutines_flat: allowed relative growth of the median goroutine count")
-	fl.IntVar(&cfg.GoroutineAllowance, "goroutine-allowance", 200, "goroutines_flat: allowed absolute growth of the median goroutine count")
-	fl.IntVar(&cfg.GoroutineReturnAllowance, "goroutine-return-allowance", 50, "goroutines_return: goroutines allowed above the count before the cells started")
-	fl.IntVar(&cfg.MaxStreamErrors, "max-stream-errors", 0, "stream_errors: unexpected stream ends plus refused heartbeats allowed (-1: no check)")
+	fl.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long the cells run under churn, warm-up included")
+	fl.StringSliceVar(&cfg.Regions, "regions", cfg.Regions, "region names (one regional controller each)")
+	fl.IntVar(&cfg.Cells, "cells", cfg.Cells, "synthetic cells in total, split over the regions")
+	fl.Float64Var(&cfg.ChurnFraction, "churn", cfg.ChurnFraction, "fraction of the cells that die every --churn-interval (0: no churn)")
+	fl.DurationVar(&cfg.ChurnInterval, "churn-interval", cfg.ChurnInterval, "interval between churn rounds")
+	fl.DurationVar(&cfg.ChurnDown, "churn-down", cfg.ChurnDown, "how long a dead cell stays away before it returns")
+	fl.DurationVar(&cfg.SampleEvery, "sample", cfg.SampleEvery, "interval between samples")
+	fl.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "samples before this are not judged for flatness (0: min(30s, --duration/3))")
+	fl.DurationVar(&cfg.Settle, "settle", cfg.Settle, "bound on each end check (cells back after churn; goroutines back after stop)")
+	fl.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat interval of the cells and controllers")
+	fl.Float64Var(&cfg.MaxRSSGrowth, "max-rss-growth", cfg.MaxRSSGrowth, "rss_flat: allowed relative growth of the median RSS")
+	fl.IntVar(&f.rssAllowMiB, "rss-allowance-mib", int(cfg.RSSAllowance>>20), "rss_flat: allowed absolute growth of the median RSS, MiB")
+	fl.Float64Var(&cfg.MaxGoroutineGrowth, "max-goroutine-growth", cfg.MaxGoroutineGrowth, "goroutines_flat: allowed relative growth of the median goroutine count")
+	fl.IntVar(&cfg.GoroutineAllowance, "goroutine-allowance", cfg.GoroutineAllowance, "goroutines_flat: allowed absolute growth of the median goroutine count")
+	fl.IntVar(&cfg.GoroutineReturnAllowance, "goroutine-return-allowance", cfg.GoroutineReturnAllowance, "goroutines_return: goroutines allowed above the count before the cells started")
+	fl.IntVar(&cfg.MaxStreamErrors, "max-stream-errors", cfg.MaxStreamErrors, "stream_errors: unexpected stream ends plus refused heartbeats allowed (-1: no check)")
 	fl.StringVar(&f.report, "report", "", "write the series and the verdicts as JSON to this file")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines, only the final table")
 	fl.StringVar(&cfg.Dir, "dir", "", "directory for etcd's data (default temporary, removed after)")
-	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the churn and the synthetic signals")
+	fl.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the churn and the synthetic signals")
 	return cmd
 }
 
@@ -177,6 +179,9 @@ func runBenchSoak(cmd *cobra.Command, ro *rootOpts, cfg bench.SoakConfig, f benc
 				return fmt.Errorf("--report: %w", err)
 			}
 		}
+	}
+	if errors.Is(runErr, bench.ErrSoakFailed) {
+		return checkFailedError{runErr} // ran to the end, a check failed
 	}
 	return runErr
 }

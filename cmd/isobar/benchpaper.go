@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"path/filepath"
 	"slices"
@@ -94,6 +95,35 @@ pipeline check whose figures are noise.`,
 }
 
 func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	grounds, err := f.pickGrounds(cmd.Flags().Changed("affinity-band"))
+	if err != nil {
+		return err
+	}
+	opt, err := f.options()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if !f.quiet {
+		if opt.Mode == paper.Full {
+			fmt.Fprintln(ro.stderr, "isobar bench paper: full run: up to 30 minutes on a 2-core machine (virtual time; --quick takes under 3)")
+		}
+		opt.Progress = func(stage, msg string) {
+			fmt.Fprintf(ro.stderr, "[%6.1fs] %-17s %s\n", time.Since(start).Seconds(), stage, msg)
+		}
+	}
+	rep, err := paper.Run(cmd.Context(), grounds, opt, f.out)
+	if err != nil {
+		return err
+	}
+	return writeBenchPaperTargets(cmd.OutOrStdout(), grounds, rep, f.out)
+}
+
+// check refuses flag values no run could use.
+func (f *benchPaperFlags) check() error {
 	if f.out == "" {
 		return usageError{errors.New("--out is required: the directory for report.json, report.md and the charts")}
 	}
@@ -109,9 +139,15 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 	if f.decodeCost < 0 {
 		return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 25ms", f.decodeCost)}
 	}
+	return nil
+}
+
+// pickGrounds returns the grounds --grounds names (all by default), with
+// the data-plane flags applied.
+func (f *benchPaperFlags) pickGrounds(affinityBandSet bool) ([]paper.Config, error) {
 	grounds, err := paper.Grounds()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if f.grounds != "" {
 		var pick []paper.Config
@@ -119,7 +155,7 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 			name = strings.TrimSpace(name)
 			i := slices.IndexFunc(grounds, func(c paper.Config) bool { return c.Ground == name })
 			if i < 0 {
-				return usageError{fmt.Errorf("--grounds: unknown ground %q: want some of %s,%s", name, paper.GroundPhysics, paper.GroundPaperFit)}
+				return nil, usageError{fmt.Errorf("--grounds: unknown ground %q: want some of %s,%s", name, paper.GroundPhysics, paper.GroundPaperFit)}
 			}
 			if !slices.ContainsFunc(pick, func(c paper.Config) bool { return c.Ground == name }) {
 				pick = append(pick, grounds[i])
@@ -129,13 +165,18 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 	}
 	for i := range grounds {
 		grounds[i].DataPlane.DecodeCost = f.decodeCost
-		if cmd.Flags().Changed("affinity-band") {
+		if affinityBandSet {
 			if !(f.affinityBand >= 0) || math.IsInf(f.affinityBand, 1) {
-				return usageError{fmt.Errorf("--affinity-band %v: want a number >= 0", f.affinityBand)}
+				return nil, usageError{fmt.Errorf("--affinity-band %v: want a number >= 0", f.affinityBand)}
 			}
 			grounds[i].DataPlane.AffinityBand = &f.affinityBand
 		}
 	}
+	return grounds, nil
+}
+
+// options are the run's mode, seeds, stages and classes.
+func (f *benchPaperFlags) options() (paper.Options, error) {
 	opt := paper.Options{Mode: paper.Full, Seed: f.seed, Seeds: f.seeds, Parallel: f.parallel}
 	switch {
 	case f.quick:
@@ -148,12 +189,8 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 			opt.Stages = append(opt.Stages, strings.TrimSpace(s))
 		}
 		for _, s := range opt.Stages {
-			found := false
-			for _, k := range paper.Stages() {
-				found = found || k == s
-			}
-			if !found {
-				return usageError{fmt.Errorf("--stages: unknown stage %q: want some of %s", s, strings.Join(paper.Stages(), ","))}
+			if !slices.Contains(paper.Stages(), s) {
+				return opt, usageError{fmt.Errorf("--stages: unknown stage %q: want some of %s", s, strings.Join(paper.Stages(), ","))}
 			}
 		}
 	}
@@ -162,20 +199,12 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 			opt.Classes = append(opt.Classes, strings.TrimSpace(c))
 		}
 	}
-	start := time.Now()
-	if !f.quiet {
-		if opt.Mode == paper.Full {
-			fmt.Fprintln(ro.stderr, "isobar bench paper: full run: up to 30 minutes on a 2-core machine (virtual time; --quick takes under 3)")
-		}
-		opt.Progress = func(stage, msg string) {
-			fmt.Fprintf(ro.stderr, "[%6.1fs] %-17s %s\n", time.Since(start).Seconds(), stage, msg)
-		}
-	}
-	rep, err := paper.Run(cmd.Context(), grounds, opt, f.out)
-	if err != nil {
-		return err
-	}
-	out := cmd.OutOrStdout()
+	return opt, nil
+}
+
+// writeBenchPaperTargets prints each ground's targets and where the
+// report went.
+func writeBenchPaperTargets(out io.Writer, grounds []paper.Config, rep *paper.Report, dir string) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUND\tTARGET\tGOT (MEDIAN)\tMET")
 	var charts []string
@@ -197,6 +226,6 @@ func runBenchPaper(cmd *cobra.Command, ro *rootOpts, f *benchPaperFlags) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "report: %s (and report.md, %s)\n", filepath.Join(f.out, "report.json"), strings.Join(charts, ", "))
+	fmt.Fprintf(out, "report: %s (and report.md, %s)\n", filepath.Join(dir, "report.json"), strings.Join(charts, ", "))
 	return nil
 }

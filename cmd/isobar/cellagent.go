@@ -56,7 +56,7 @@ type cellagentFlags struct {
 }
 
 func newCellagentCmd(opts *rootOpts) *cobra.Command {
-	f := &cellagentFlags{}
+	f := &cellagentFlags{cfg: cellagent.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "cellagent",
 		Short: "Per-GPU agent: scrape vLLM and dcgm-exporter, stream heartbeats to the regional controller",
@@ -100,15 +100,15 @@ report says so); 2 for a bad command line.`,
 	fl.StringVar(&f.cfg.DCGMGPU, "dcgm-gpu", "", "this cell's GPU on the exporter (or NVML): index or UUID; empty: the only GPU")
 	fl.BoolVar(&f.cfg.NVML, "nvml", false, "read the GPU through NVML instead of dcgm-exporter (binary built with -tags nvml)")
 	fl.StringVar(&f.cfg.Advertise, "advertise", "", "host:port the data plane sends requests to (default: host:port of --vllm-url)")
-	fl.DurationVar(&f.cfg.Interval, "interval", cellagent.DefaultInterval, "heartbeat interval (the controller's ack may change it)")
-	fl.DurationVar(&f.cfg.ScrapeInterval, "scrape-interval", 0, "scrape period (default: --interval)")
-	fl.DurationVar(&f.cfg.Window, "window", cellagent.DefaultWindow, "sliding window for TTFT P95, error rate and request rate")
-	fl.DurationVar(&f.cfg.ScrapeTimeout, "scrape-timeout", cellagent.DefaultScrapeTimeout, "timeout of each scrape and /health probe")
-	fl.IntVar(&f.cfg.HealthTimeouts, "health-timeouts", cellagent.DefaultHealthTimeouts, "consecutive /health probes that must time out before an engine that was answering counts as down (a refused or reset connection counts at once)")
-	fl.Int64Var(&f.cfg.MaxBodyBytes, "max-body-bytes", cellagent.DefaultMaxBodyBytes, "cap on each scraped response body")
-	fl.StringSliceVar(&f.cfg.CompletionHandlers, "completion-handlers", cellagent.DefaultCompletionHandlers(), "http_requests_total handler values counted for the error rate")
+	fl.DurationVar(&f.cfg.Interval, "interval", f.cfg.Interval, "heartbeat interval (the controller's ack may change it)")
+	fl.DurationVar(&f.cfg.ScrapeInterval, "scrape-interval", f.cfg.ScrapeInterval, "scrape period; 0: --interval")
+	fl.DurationVar(&f.cfg.Window, "window", f.cfg.Window, "sliding window for TTFT P95, error rate and request rate")
+	fl.DurationVar(&f.cfg.ScrapeTimeout, "scrape-timeout", f.cfg.ScrapeTimeout, "timeout of each scrape and /health probe")
+	fl.IntVar(&f.cfg.HealthTimeouts, "health-timeouts", f.cfg.HealthTimeouts, "consecutive /health probes that must time out before an engine that was answering counts as down (a refused or reset connection counts at once)")
+	fl.Int64Var(&f.cfg.MaxBodyBytes, "max-body-bytes", f.cfg.MaxBodyBytes, "cap on each scraped response body")
+	fl.StringSliceVar(&f.cfg.CompletionHandlers, "completion-handlers", f.cfg.CompletionHandlers, "http_requests_total handler values counted for the error rate")
 	fl.DurationVar(&f.cfg.StartupGrace, "startup-grace", 0, "report an engine that was never reachable as LOADING, not FAILED, for this long (vLLM listens only once its model is loaded)")
-	fl.DurationVar(&f.cfg.ShutdownTimeout, "shutdown-timeout", cellagent.DefaultShutdownTimeout, "how long to wait for the final heartbeat to be delivered")
+	fl.DurationVar(&f.cfg.ShutdownTimeout, "shutdown-timeout", f.cfg.ShutdownTimeout, "how long to wait for the final heartbeat to be delivered")
 	fl.StringVar(&f.cfg.MetricsListen, "metrics-listen", "", "address to serve the agent's own /metrics on; empty: none")
 	fl.StringVar(&f.cfg.TLS.Cert, "tls-cert", "", "client certificate (PEM) with identity spiffe://isobar/region/<region>/cell/<cell-id> (isobar certs issue --role cellagent) for mTLS to the controller; with --tls-key and --tls-ca")
 	fl.StringVar(&f.cfg.TLS.Key, "tls-key", "", "client private key (PEM)")

@@ -21,7 +21,7 @@ func TestRegionalEndpointBindingFlags(t *testing.T) {
 	if err := os.WriteFile(badMap, []byte("gpu-* 10.0.0.0/33\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"regional", "--region", "r1", "--listen", "127.0.0.1:1", "--http-listen", "-", "--insecure"}
+	base := []string{"regional", "--region", "r1", "--listen", "127.0.0.1:1", "--metrics-listen", "-", "--insecure"}
 	for _, tc := range []struct {
 		name string
 		args []string

@@ -12,11 +12,11 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/global"
+	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/summary"
 )
@@ -54,14 +54,8 @@ func startGossip(ctx context.Context, cfg gossip.Config, listen string, join []s
 	if err := checkGossipKey(listen, keyFile, tlsf.enabled()); err != nil {
 		return nil, err
 	}
-	if keyFile != "" {
-		b, err := os.ReadFile(keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--gossip-key-file: %w", err)
-		}
-		if cfg.SecretKey, err = gossip.ParseKey(b); err != nil {
-			return nil, usageError{fmt.Errorf("--gossip-key-file %s: %w", keyFile, err)}
-		}
+	if cfg.SecretKey, err = readGossipKey(keyFile); err != nil {
+		return nil, err
 	}
 	deps := gossip.Deps{Logger: log, Validate: summary.Validate}
 	if tlsf.enabled() {
@@ -106,36 +100,39 @@ func (e *etcdFlags) add(cmd *cobra.Command) {
 	f.StringVar(&e.passwordFile, "etcd-password-file", "", "file holding the etcd user's password (surrounding whitespace trimmed); never pass a password on the command line")
 }
 
-func (e *etcdFlags) client(ro *rootOpts) (*clientv3.Client, error) {
-	log, _ := ro.logger()
+// config is the etcd client configuration the flags describe (the
+// password read from its file); the role's New connects with it.
+func (e *etcdFlags) config(log *slog.Logger) (election.ClientConfig, error) {
 	cc := election.ClientConfig{Endpoints: e.endpoints, TLS: e.tls, Logger: log, Username: e.username}
 	switch {
 	case e.username != "" && e.passwordFile == "":
-		return nil, usageError{fmt.Errorf("--etcd-username needs --etcd-password-file")}
+		return cc, usageError{fmt.Errorf("--etcd-username needs --etcd-password-file")}
 	case e.username == "" && e.passwordFile != "":
-		return nil, usageError{fmt.Errorf("--etcd-password-file needs --etcd-username")}
+		return cc, usageError{fmt.Errorf("--etcd-password-file needs --etcd-username")}
 	case e.passwordFile != "":
 		b, err := os.ReadFile(e.passwordFile)
 		if err != nil {
-			return nil, fmt.Errorf("--etcd-password-file: %w", err)
+			return cc, fmt.Errorf("--etcd-password-file: %w", err)
 		}
 		if cc.Password = strings.TrimSpace(string(b)); cc.Password == "" {
-			return nil, usageError{fmt.Errorf("--etcd-password-file %s is empty", e.passwordFile)}
+			return cc, usageError{fmt.Errorf("--etcd-password-file %s is empty", e.passwordFile)}
 		}
 	}
-	cli, err := election.NewClient(cc)
-	if errors.Is(err, election.ErrInvalidConfig) {
-		return nil, usageError{err}
-	}
-	return cli, err
+	return cc, nil
+}
+
+// globalOpts are the flags of `isobar global`; cfg starts from
+// global.DefaultConfig, so every flag's default is the config's.
+type globalOpts struct {
+	cfg                                  global.Config
+	ef                                   etcdFlags
+	tf                                   transportFlags
+	regions, gossipListen, gossipKeyFile string
+	gossipJoin                           []string
 }
 
 func newGlobalCmd(ro *rootOpts) *cobra.Command {
-	var cfg global.Config
-	var ef etcdFlags
-	var tf transportFlags
-	var regions, gossipListen, gossipKeyFile string
-	var gossipJoin []string
+	o := &globalOpts{cfg: global.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "global",
 		Short: "Run a global controller: one member of the HA pair that routes between regions",
@@ -152,74 +149,129 @@ Regions whose summaries are older than --region-ttl are treated as down.`,
   isobar global --name g1 --etcd-endpoints 127.0.0.1:2379 --insecure   # plain text, development only
   isobar global plan --input whatif.json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := tf.check(cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSCA != ""); err != nil {
-				return err
-			}
-			if !tf.insecure && (cfg.TLSCert == "" || cfg.TLSKey == "" || cfg.TLSCA == "") {
-				return usageError{errors.New("--tls-cert, --tls-key and --tls-ca must be given together")}
-			}
-			if err := checkGossipKey(gossipListen, gossipKeyFile, cfg.TLSCert != ""); err != nil {
-				return err
-			}
-			log, err := ro.logger()
-			if err != nil {
-				return err
-			}
-			tf.warn(log)
-			if len(ef.endpoints) == 0 {
-				return usageError{fmt.Errorf("--etcd-endpoints is required")}
-			}
-			if regions != "" {
-				cfg.Regions = strings.Split(regions, ",")
-			}
-			cli, err := ef.client(ro)
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			if gossipListen != "" {
-				node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleGlobal}, gossipListen, gossipJoin, gossipKeyFile,
-					gossipTLS{cfg.TLSCert, cfg.TLSKey, cfg.TLSCA}, log)
-				if err != nil {
-					return err
-				}
-				defer node.Stop()
-			}
-			tr, err := ro.tracing(cmd.Context(), "global")
-			if err != nil {
-				return err
-			}
-			defer shutdownTracing(tr)
-			return global.Run(cmd.Context(), cfg, global.Deps{Etcd: cli, Logger: log, GRPCServerOptions: tr.server})
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, ro) },
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.Name, "name", "", "member name (default hostname-pid)")
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:19000", "gRPC address for GlobalControl.Sync")
-	f.StringVar(&cfg.Advertise, "advertise", "", "address regions dial, published in the election (default: the bound --listen address)")
-	f.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9091", `address for /metrics and /debug/plan ("-" disables)`)
-	f.StringVar(&cfg.ElectionPrefix, "election-prefix", election.DefaultPrefix, "etcd election prefix")
-	f.StringVar(&cfg.PlanKey, "plan-key", "/isobar/global/plan", "etcd key plans are written to (fenced)")
-	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "election lease TTL: a crashed leader is replaced within about this (default 2s)")
-	f.DurationVar(&cfg.CycleInterval, "cycle-interval", 0, "time between plans (default 1s)")
-	f.DurationVar(&cfg.RegionTTL, "region-ttl", 0, "a region whose summary is older is down (default 3s)")
-	f.DurationVar(&cfg.PlanTTL, "plan-ttl", 0, "plans are valid this long; regions fall back after (default 30s)")
-	f.StringVar(&regions, "regions", "", "comma-separated allowlist of region names (default: any)")
-	f.IntVar(&cfg.Limits.MaxRegions, "max-regions", 0, "regions held at most; a new region beyond it is refused (ResourceExhausted) (default 1024)")
-	f.DurationVar(&cfg.Limits.RegionForgetAfter, "region-forget-after", 0, "a region silent this long may be forgotten to admit a new one (default 10m)")
-	f.IntVar(&cfg.Limits.MaxRecvMsgBytes, "max-grpc-message-bytes", 0, "largest gRPC message received (default 1 MiB)")
-	f.DurationVar(&cfg.Limits.MaxClockSkew, "max-clock-skew", 0, "a region whose summary time is further off is flagged (never refused) (default 5s)")
-	f.Float64Var(&cfg.Plan.Headroom, "headroom", 0, "plan each region to at most capacity × headroom (default 0.9)")
-	f.Float64Var(&cfg.Plan.DampStep, "damp-step", 0, "share of the way to the new optimum taken per cycle (default 0.5)")
+	o.register(cmd)
+	cmd.AddCommand(newGlobalPlanCmd(ro))
+	return cmd
+}
+
+func (o *globalOpts) run(cmd *cobra.Command, ro *rootOpts) error {
+	cfg := o.cfg
+	if err := o.tf.check(cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSCA != ""); err != nil {
+		return err
+	}
+	if !o.tf.insecure && (cfg.TLSCert == "" || cfg.TLSKey == "" || cfg.TLSCA == "") {
+		return usageError{errors.New("--tls-cert, --tls-key and --tls-ca must be given together")}
+	}
+	if err := checkGossipKey(o.gossipListen, o.gossipKeyFile, cfg.TLSCert != ""); err != nil {
+		return err
+	}
+	log, err := ro.logger()
+	if err != nil {
+		return err
+	}
+	o.tf.warn(log)
+	if len(o.ef.endpoints) == 0 {
+		return usageError{fmt.Errorf("--etcd-endpoints is required")}
+	}
+	if o.regions != "" {
+		cfg.Regions = strings.Split(o.regions, ",")
+	}
+	// global.New connects to etcd from the config and closes the client
+	// on Stop.
+	if cfg.Etcd, err = o.ef.config(log); err != nil {
+		return err
+	}
+	if o.gossipListen != "" {
+		node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleGlobal}, o.gossipListen, o.gossipJoin, o.gossipKeyFile,
+			gossipTLS{cfg.TLSCert, cfg.TLSKey, cfg.TLSCA}, log)
+		if err != nil {
+			return err
+		}
+		defer node.Stop()
+	}
+	tr, err := ro.tracing(cmd.Context(), "global")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tr)
+	err = global.Run(cmd.Context(), cfg, global.Deps{Logger: log, GRPCServerOptions: tr.server})
+	if errors.Is(err, election.ErrInvalidConfig) {
+		return usageError{err}
+	}
+	return err
+}
+
+func (o *globalOpts) register(cmd *cobra.Command) {
+	f, cfg := cmd.Flags(), &o.cfg
+	f.StringVar(&cfg.Name, "name", cfg.Name, "member name (default hostname-pid)")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC address for GlobalControl.Sync")
+	f.StringVar(&cfg.Advertise, "advertise", cfg.Advertise, "address regions dial, published in the election (default: the bound --listen address)")
+	f.StringVar(&cfg.HTTPListen, metricsListenFlag, cfg.HTTPListen, `address for /metrics and /debug/plan ("-" disables)`)
+	deprecatedAlias(f, oldHTTPListenFlag, metricsListenFlag)
+	f.StringVar(&cfg.ElectionPrefix, "election-prefix", cfg.ElectionPrefix, "etcd election prefix")
+	f.StringVar(&cfg.PlanKey, "plan-key", cfg.PlanKey, "etcd key plans are written to (fenced)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "election lease TTL: a crashed leader is replaced within about this")
+	f.DurationVar(&cfg.CycleInterval, "cycle-interval", cfg.CycleInterval, "time between plans")
+	f.DurationVar(&cfg.RegionTTL, "region-ttl", cfg.RegionTTL, "a region whose summary is older is down")
+	f.DurationVar(&cfg.PlanTTL, "plan-ttl", cfg.PlanTTL, "plans are valid this long; regions fall back after")
+	f.StringVar(&o.regions, "regions", "", "comma-separated allowlist of region names (default: any)")
+	f.IntVar(&cfg.Limits.MaxRegions, "max-regions", cfg.Limits.MaxRegions, "regions held at most; a new region beyond it is refused (ResourceExhausted)")
+	f.DurationVar(&cfg.Limits.RegionForgetAfter, "region-forget-after", cfg.Limits.RegionForgetAfter, "a region silent this long may be forgotten to admit a new one")
+	f.IntVar(&cfg.Limits.MaxRecvMsgBytes, "max-grpc-message-bytes", cfg.Limits.MaxRecvMsgBytes, "largest gRPC message received")
+	f.DurationVar(&cfg.Limits.MaxClockSkew, "max-clock-skew", cfg.Limits.MaxClockSkew, "a region whose summary time is further off is flagged (never refused)")
+	f.Float64Var(&cfg.Plan.Headroom, "headroom", cfg.Plan.Headroom, "plan each region to at most capacity × headroom")
+	f.Float64Var(&cfg.Plan.DampStep, "damp-step", cfg.Plan.DampStep, "share of the way to the new optimum taken per cycle")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "server certificate (PEM) with identity spiffe://isobar/global/<name> (isobar certs issue --role global): regions accept plans only from it")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "key (PEM) of --tls-cert")
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "CA bundle (PEM) region certificates must chain to")
-	f.StringVar(&gossipListen, "gossip-listen", "", "memberlist address (host:port) to join the regions' gossip as a global member; empty: none")
-	f.StringSliceVar(&gossipJoin, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
-	f.StringVar(&gossipKeyFile, "gossip-key-file", "", gossipKeyHelp)
-	ef.add(cmd)
-	tf.add(cmd)
-	cmd.AddCommand(newGlobalPlanCmd(ro))
-	return cmd
+	f.StringVar(&o.gossipListen, "gossip-listen", "", "memberlist address (host:port) to join the regions' gossip as a global member; empty: none")
+	f.StringSliceVar(&o.gossipJoin, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
+	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", gossipKeyHelp)
+	o.ef.add(cmd)
+	o.tf.add(cmd)
+}
+
+// gossipFlags are a controller's --gossip-listen, --gossip-join and
+// --gossip-key-file.
+type gossipFlags struct {
+	listen, keyFile string
+	join            []string
+}
+
+// config checks the flags and reads the key into the region's gossip
+// configuration (empty Listen: no gossip).
+func (g gossipFlags) config(mtls bool) (regional.GossipConfig, error) {
+	gc := regional.GossipConfig{Listen: g.listen, Join: g.join}
+	if err := checkGossipKey(g.listen, g.keyFile, mtls); err != nil || g.listen == "" {
+		return gc, err
+	}
+	_, port, err := net.SplitHostPort(g.listen)
+	if err != nil {
+		return gc, usageError{fmt.Errorf("--gossip-listen %q: %v", g.listen, err)}
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return gc, usageError{fmt.Errorf("--gossip-listen %q: bad port", g.listen)}
+	}
+	if gc.SecretKey, err = readGossipKey(g.keyFile); err != nil {
+		return gc, err
+	}
+	return gc, nil
+}
+
+// readGossipKey reads --gossip-key-file ("" : no key).
+func readGossipKey(keyFile string) ([]byte, error) {
+	if keyFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-key-file: %w", err)
+	}
+	key, err := gossip.ParseKey(b)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--gossip-key-file %s: %w", keyFile, err)}
+	}
+	return key, nil
 }

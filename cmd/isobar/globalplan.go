@@ -25,15 +25,8 @@ type globalPlanFlags struct {
 	explain   bool
 }
 
-// newGlobalPlanCmd builds `isobar global plan`, the offline what-if of the
-// cross-region optimiser. It reads the command's input and writes its
-// output writer (the root sets both); it needs nothing else from ro.
-func newGlobalPlanCmd(_ *rootOpts) *cobra.Command {
-	f := &globalPlanFlags{}
-	cmd := &cobra.Command{
-		Use:   "plan --input FILE.json",
-		Short: "Offline what-if: the cross-region routing plan for given demand, capacity and RTT",
-		Long: `plan solves the cross-region routing problem the global controller solves
+// globalPlanLong is the command's --help text.
+const globalPlanLong = `plan solves the cross-region routing problem the global controller solves
 each cycle, for demand, capacity and RTT given in a JSON file, and prints the
 plan: which share of each region's ingress demand is served where, and which
 share is shed.
@@ -93,7 +86,17 @@ shed, cost_ms, local_only_cost_ms, load_rps, iterations (solver rounds) and
 gap (the Frank-Wolfe duality gap in ms per request: cost_ms exceeds the
 optimum by at most gap). --output text prints a table.
 
-Exit status: 0 on success, 2 for a bad command line or bad input.`,
+Exit status: 0 on success, 2 for a bad command line or bad input.`
+
+// newGlobalPlanCmd builds `isobar global plan`, the offline what-if of the
+// cross-region optimiser. It reads the command's input and writes its
+// output writer (the root sets both); it needs nothing else from ro.
+func newGlobalPlanCmd(_ *rootOpts) *cobra.Command {
+	f := &globalPlanFlags{}
+	cmd := &cobra.Command{
+		Use:   "plan --input FILE.json",
+		Short: "Offline what-if: the cross-region routing plan for given demand, capacity and RTT",
+		Long:  globalPlanLong,
 		Example: `  isobar global plan --input regions.json
   isobar global plan --input - --output text < regions.json`,
 		Args: func(_ *cobra.Command, args []string) error {

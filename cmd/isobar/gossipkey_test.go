@@ -20,7 +20,7 @@ import (
 func TestGossipWithMTLSNeedsKey(t *testing.T) {
 	tls := []string{"--tls-cert", "absent.pem", "--tls-key", "absent-key.pem", "--tls-ca", "absent-ca.pem"}
 	for _, args := range [][]string{
-		append([]string{"regional", "--region", "r1", "--listen", "127.0.0.1:1", "--http-listen", "-", "--gossip-listen", "127.0.0.1:0"}, tls...),
+		append([]string{"regional", "--region", "r1", "--listen", "127.0.0.1:1", "--metrics-listen", "-", "--gossip-listen", "127.0.0.1:0"}, tls...),
 		append([]string{"global", "--name", "g1", "--listen", "127.0.0.1:1", "--etcd-endpoints", "127.0.0.1:1", "--gossip-listen", "127.0.0.1:0"}, tls...),
 	} {
 		t.Run(args[0], func(t *testing.T) {

@@ -1,6 +1,10 @@
 // Command isobar is the single binary of the isobar control plane. This file
-// is a shim: it builds the command tree, parses flags into each role's Config
-// and calls that role's Run. All wiring lives in the role packages.
+// is a shim: it builds the command tree; each command parses its flags (and
+// the files they name) into its role's Config and calls that role's Run.
+// The roles assemble themselves from their Config: regional.New builds the
+// etcd client and the gossip node, global.New the etcd client, as the lab
+// and the soak do. The commands add only the process-wide pieces: the
+// logger, tracing, and a global member's optional gossip node.
 package main
 
 import (
@@ -54,8 +58,22 @@ func exitCode(err error) int {
 	if errors.As(err, &cf) {
 		return exitCheckFailed
 	}
+	var es exitStatusError
+	if errors.As(err, &es) {
+		return es.code
+	}
 	return exitError
 }
+
+// exitStatusError carries a status of its own: `sim engine
+// --exit-on-kill` ends with 137 (128+SIGKILL), as a killed vLLM would,
+// after the command's deferred shutdown has run.
+type exitStatusError struct {
+	error
+	code int
+}
+
+func (e exitStatusError) Unwrap() error { return e.error }
 
 // usageError marks errors caused by a bad command line (exit status 2).
 type usageError struct{ error }
@@ -107,7 +125,13 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `isobar is a hierarchical control plane for vLLM fleets spread over several
 sites: a cellagent per GPU replica, a regional controller per datacenter that
 scores cells and programs Envoy over xDS, and a global HA pair that routes
-across regions.`,
+across regions.
+
+Exit status, the same for every command: 0 done; 1 an error (the command
+could not do its work: a source unreachable, a server that failed); 2 a bad
+command line; 3 a check, drill or benchmark target that ran to the end and
+failed (bench soak's checks, a chaos drill's budgets). isobar sim engine
+--exit-on-kill exits 137 when killed, as a killed engine would.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+	"github.com/isobar-mesh/isobar/internal/eventually"
 )
 
 // The test binary doubles as the isobar CLI: with ISOBAR_TEST_AS_CLI=1 it
@@ -102,18 +103,13 @@ func freeAddr(t *testing.T) string {
 
 func waitDial(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.NoError(t, 20*time.Second, addr+" accepting connections", func() error {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
 			_ = c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never accepted connections: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond) // waiting for a child process to listen, bounded above
-	}
+		return err
+	})
 }
 
 // TestProcessesSIGKILL runs the real binaries — regional controller, two
@@ -126,7 +122,7 @@ func TestProcessesSIGKILL(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	ctrl, ctrlHTTP := freeAddr(t), freeAddr(t)
-	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--http-listen", ctrlHTTP, "--insecure")
+	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--metrics-listen", ctrlHTTP, "--insecure")
 	waitDial(t, ctrl)
 
 	var engines, agents []*proc
@@ -202,24 +198,23 @@ func TestGlobalPairSIGKILL(t *testing.T) {
 	ep := strings.Join(e.Endpoints(), ",")
 	procs := map[string]*proc{}
 	for _, name := range []string{"g1", "g2"} {
-		procs[name] = startCLI(t, name, "global", "--name", name, "--listen", freeAddr(t), "--http-listen", "-",
+		procs[name] = startCLI(t, name, "global", "--name", name, "--listen", freeAddr(t), "--metrics-listen", "-",
 			"--etcd-endpoints", ep, "--lease-ttl", "1s", "--cycle-interval", "200ms", "--insecure")
 	}
 	leader := func(within time.Duration, not int64) (string, int64) {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
+		var id string
+		var epoch int64
+		eventually.NoError(t, within, "a new leader", func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			id, epoch, err := election.Leader(ctx, cli, "/isobar/global/election/")
-			cancel()
-			if err == nil && epoch > not {
-				return id, epoch
+			defer cancel()
+			var err error
+			if id, epoch, err = election.Leader(ctx, cli, "/isobar/global/election/"); err == nil && epoch <= not {
+				err = fmt.Errorf("leader %q still on epoch %d", id, epoch)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no new leader within %v (last %q %d %v)", within, id, epoch, err)
-			}
-			time.Sleep(20 * time.Millisecond) // polling etcd, bounded above
-		}
+			return err
+		})
+		return id, epoch
 	}
 	id, epoch := leader(10*time.Second, 0)
 	name := id[:strings.IndexByte(id, '@')]

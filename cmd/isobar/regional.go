@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -8,23 +9,28 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/isobar-mesh/isobar/election"
 	"github.com/isobar-mesh/isobar/regional"
-	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
+// regionalOpts are the flags of `isobar regional`; cfg starts from
+// regional.DefaultConfig, so every flag's default is the config's.
+type regionalOpts struct {
+	cfg                               regional.Config
+	weights, lbPolicy, adminTokenFile string
+	endpointBinding, endpointMapFile  string
+	ef                                etcdFlags
+	tf                                transportFlags
+	gossip                            gossipFlags
+}
+
 func newRegionalCmd(ro *rootOpts) *cobra.Command {
-	cfg := regional.DefaultConfig("")
+	o := &regionalOpts{cfg: regional.DefaultConfig("")}
 	// The binary always holds its first push (warm start); --state-dir
 	// lets it end the hold as soon as the cells it last served are back.
-	cfg.WarmStart.Hold = regional.DefaultWarmStartHold
-	var weights, lbPolicy, adminTokenFile string
-	var endpointBinding, endpointMapFile string
-	var ef etcdFlags
-	var tf transportFlags
-	var gossipListen, gossipKeyFile string
-	var gossipJoin []string
+	o.cfg.WarmStart.Hold = regional.DefaultWarmStartHold
 	cmd := &cobra.Command{
 		Use:   "regional",
 		Short: "Run a regional controller: heartbeat registry, scoring, xDS server",
@@ -34,97 +40,109 @@ Cellagents stream heartbeats to --listen (gRPC CellRegistry); the controller
 tracks each cell's lifecycle, scores its pressure from 11 signals, projects
 endpoint weights and serves them over ADS on the same address to the
 region's Envoy (and isobar gateways, and proxyless gRPC clients).
---http-listen serves /metrics, /debug/cells[/ID] and the drain API
+--metrics-listen serves /metrics, /debug/cells[/ID] and the drain API
 (POST /v1/cells/ID/drain, /undrain, with Content-Type: application/json).
 With --tls-cert it is HTTPS, and the debug pages and drain API need an
 operator client certificate (isobar certs issue --role operator) or the
 --admin-token-file token; cross-origin requests are refused.`,
-		Example: `  isobar regional --region us-east --listen 0.0.0.0:18000 --http-listen 127.0.0.1:9090 \
+		Example: `  isobar regional --region us-east --listen 0.0.0.0:18000 --metrics-listen 127.0.0.1:9090 \
     --tls-cert pki/us-east.pem --tls-key pki/us-east-key.pem --tls-ca pki/ca.pem
   isobar regional --region us-east --insecure   # plain text, development only`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := tf.check(cfg.TLS.Enabled()); err != nil {
-				return err
-			}
-			if err := cfg.TLS.Validate(); err != nil {
-				return usageError{err}
-			}
-			if err := checkGossipKey(gossipListen, gossipKeyFile, cfg.TLS.Enabled()); err != nil {
-				return err
-			}
-			log, err := ro.logger()
-			if err != nil {
-				return err
-			}
-			tf.warn(log)
-			if cfg.Region == "" {
-				return usageError{fmt.Errorf("--region is required")}
-			}
-			if weights != "" {
-				if cfg.Score.Weights, err = parseWeights(cfg.Score.Weights, weights); err != nil {
-					return usageError{err}
-				}
-			}
-			cfg.XDS.LBPolicy = xdscontract.LBPolicy(lbPolicy)
-			cfg.EndpointBinding = regional.EndpointBinding(endpointBinding)
-			if endpointMapFile != "" {
-				b, err := os.ReadFile(endpointMapFile)
-				if err != nil {
-					return fmt.Errorf("--endpoint-map-file: %w", err)
-				}
-				if cfg.EndpointMap, err = regional.ParseEndpointMap(string(b)); err != nil {
-					return usageError{fmt.Errorf("--endpoint-map-file %s: %w", endpointMapFile, err)}
-				}
-			}
-			if adminTokenFile != "" {
-				b, err := os.ReadFile(adminTokenFile)
-				if err != nil {
-					return fmt.Errorf("--admin-token-file: %w", err)
-				}
-				cfg.AdminToken = strings.TrimSpace(string(b))
-			}
-			tr, err := ro.tracing(cmd.Context(), "regional")
-			if err != nil {
-				return err
-			}
-			defer shutdownTracing(tr)
-			deps := regional.Deps{Logger: log, GRPCServerOptions: tr.server}
-			if len(ef.endpoints) > 0 {
-				cli, err := ef.client(ro)
-				if err != nil {
-					return err
-				}
-				defer cli.Close()
-				deps.Etcd = cli
-				if deps.GlobalDialOptions, err = regional.ClientDialOptions(cfg.TLS); err != nil {
-					return err
-				}
-				deps.GlobalDialOptions = append(deps.GlobalDialOptions, tr.dial...)
-			}
-			if gossipListen != "" {
-				node, err := startGossip(cmd.Context(), gossip.Config{Role: gossip.RoleRegional, Region: cfg.Region,
-					IngressAddress: cfg.Global.IngressAddress}, gossipListen, gossipJoin, gossipKeyFile,
-					gossipTLS{cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA}, log)
-				if err != nil {
-					return err
-				}
-				defer node.Stop()
-				deps.Gossip = node
-			}
-			return regional.Run(cmd.Context(), cfg, deps)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, ro) },
 	}
-	f := cmd.Flags()
+	o.register(cmd)
+	return cmd
+}
+
+func (o *regionalOpts) run(cmd *cobra.Command, ro *rootOpts) error {
+	cfg := o.cfg
+	if err := o.tf.check(cfg.TLS.Enabled()); err != nil {
+		return err
+	}
+	if err := cfg.TLS.Validate(); err != nil {
+		return usageError{err}
+	}
+	var err error
+	if cfg.Gossip, err = o.gossip.config(cfg.TLS.Enabled()); err != nil {
+		return err
+	}
+	log, err := ro.logger()
+	if err != nil {
+		return err
+	}
+	o.tf.warn(log)
+	if err := o.apply(&cfg); err != nil {
+		return err
+	}
+	tr, err := ro.tracing(cmd.Context(), "regional")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tr)
+	// regional.New connects to etcd and builds the gossip node from cfg
+	// (the same assembly as the lab's and the soak's), and closes both.
+	deps := regional.Deps{Logger: log, GRPCServerOptions: tr.server}
+	if len(o.ef.endpoints) > 0 {
+		if cfg.Etcd, err = o.ef.config(log); err != nil {
+			return err
+		}
+		if deps.GlobalDialOptions, err = regional.ClientDialOptions(cfg.TLS); err != nil {
+			return err
+		}
+		deps.GlobalDialOptions = append(deps.GlobalDialOptions, tr.dial...)
+	}
+	err = regional.Run(cmd.Context(), cfg, deps)
+	if errors.Is(err, election.ErrInvalidConfig) {
+		return usageError{err}
+	}
+	return err
+}
+
+// apply sets the fields that come from files or parsed flag values.
+func (o *regionalOpts) apply(cfg *regional.Config) error {
+	var err error
+	if cfg.Region == "" {
+		return usageError{fmt.Errorf("--region is required")}
+	}
+	if o.weights != "" {
+		if cfg.Score.Weights, err = parseWeights(cfg.Score.Weights, o.weights); err != nil {
+			return usageError{err}
+		}
+	}
+	cfg.XDS.LBPolicy = xdscontract.LBPolicy(o.lbPolicy)
+	cfg.EndpointBinding = regional.EndpointBinding(o.endpointBinding)
+	if o.endpointMapFile != "" {
+		b, err := os.ReadFile(o.endpointMapFile)
+		if err != nil {
+			return fmt.Errorf("--endpoint-map-file: %w", err)
+		}
+		if cfg.EndpointMap, err = regional.ParseEndpointMap(string(b)); err != nil {
+			return usageError{fmt.Errorf("--endpoint-map-file %s: %w", o.endpointMapFile, err)}
+		}
+	}
+	if o.adminTokenFile != "" {
+		b, err := os.ReadFile(o.adminTokenFile)
+		if err != nil {
+			return fmt.Errorf("--admin-token-file: %w", err)
+		}
+		cfg.AdminToken = strings.TrimSpace(string(b))
+	}
+	return nil
+}
+
+func (o *regionalOpts) register(cmd *cobra.Command) {
+	f, cfg := cmd.Flags(), &o.cfg
 	f.StringVar(&cfg.Region, "region", "", "region (datacenter) this controller serves (required)")
 	f.StringVar(&cfg.Zone, "zone", "", "locality zone written into xDS (default: the region)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC address for cellagent heartbeats and xDS (ADS)")
-	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, `address for /metrics, /debug/cells and the drain API, over TLS with --tls-cert ("-" disables); debug pages and drain API need an operator certificate or --admin-token-file's token when either is configured`)
+	f.StringVar(&cfg.HTTPListen, metricsListenFlag, cfg.HTTPListen, `address for /metrics, /debug/cells and the drain API, over TLS with --tls-cert ("-" disables); debug pages and drain API need an operator certificate or --admin-token-file's token when either is configured`)
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat interval agents are told to use")
 	f.DurationVar(&cfg.TTLGrace, "ttl-grace", cfg.TTLGrace, "a cell is Failed after heartbeat-interval + ttl-grace without a heartbeat")
 	f.DurationVar(&cfg.CycleInterval, "cycle-interval", cfg.CycleInterval, "how often pressure is rescored and weights projected")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "RTT/jitter probe interval per cell")
 	f.DurationVar(&cfg.ForgetAfter, "forget-after", cfg.ForgetAfter, "how long Failed/Terminated cells stay visible before they are forgotten")
+	deprecatedAlias(f, oldHTTPListenFlag, metricsListenFlag)
 	f.IntVar(&cfg.MaxMessageBytes, "max-heartbeat-bytes", cfg.MaxMessageBytes, "largest heartbeat message accepted")
 	f.IntVar(&cfg.Limits.MaxRecvMsgBytes, "max-grpc-message-bytes", cfg.Limits.MaxRecvMsgBytes, "largest gRPC message received (heartbeats, data-plane reports, xDS requests)")
 	f.IntVar(&cfg.Limits.MaxCells, "max-cells", cfg.Limits.MaxCells, "cells this region holds at most; a new cell beyond it is refused (ResourceExhausted)")
@@ -135,13 +153,13 @@ operator client certificate (isobar certs issue --role operator) or the
 	f.DurationVar(&cfg.WarmStart.Hold, "warm-start-hold", cfg.WarmStart.Hold, "longest a starting controller holds its first xDS push for its cells to reconnect: set it to the TTL (heartbeat-interval + ttl-grace) plus twice the agents' largest backoff (2s); negative: no hold")
 	f.Float64Var(&cfg.WarmStart.Quorum, "warm-start-quorum", cfg.WarmStart.Quorum, "share of the last pushed cells whose reconnection ends the hold early (with --state-dir), in (0, 1]")
 	f.IntVar(&cfg.Limits.MaxDemandKeys, "max-demand-keys", cfg.Limits.MaxDemandKeys, "(data plane, model) demand windows kept at most")
-	f.StringVar(&weights, "score-weights", "", "override signal weights, e.g. queue=0.3,rtt=0 (signals: "+signalList()+")")
-	f.StringVar(&lbPolicy, "lb-policy", "least_request", "cluster LB policy in xDS: least_request, ring_hash or round_robin")
-	f.StringVar(&endpointBinding, "endpoint-binding", "", "how a cell's advertised endpoint is checked against its certificate: san (its IP must be an IP SAN of the cell's certificate; the default with mTLS), mapping (an IP SAN, or a prefix --endpoint-map-file lists for the cell), off (any endpoint; the default with --insecure)")
-	f.StringVar(&endpointMapFile, "endpoint-map-file", "", "with --endpoint-binding=mapping: lines of <cell-id glob> <IP or CIDR>... (e.g. '* 10.244.0.0/16' for a pod network); '#' comments")
-	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding a bearer token accepted by the debug pages and drain API (besides an operator certificate with TLS)")
+	f.StringVar(&o.weights, "score-weights", "", "override signal weights, e.g. queue=0.3,rtt=0 (signals: "+signalList()+")")
+	f.StringVar(&o.lbPolicy, "lb-policy", string(xdscontract.LeastRequest), "cluster LB policy in xDS: least_request, ring_hash or round_robin")
+	f.StringVar(&o.endpointBinding, "endpoint-binding", "", "how a cell's advertised endpoint is checked against its certificate: san (its IP must be an IP SAN of the cell's certificate; the default with mTLS), mapping (an IP SAN, or a prefix --endpoint-map-file lists for the cell), off (any endpoint; the default with --insecure)")
+	f.StringVar(&o.endpointMapFile, "endpoint-map-file", "", "with --endpoint-binding=mapping: lines of <cell-id glob> <IP or CIDR>... (e.g. '* 10.244.0.0/16' for a pod network); '#' comments")
+	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding a bearer token accepted by the debug pages and drain API (besides an operator certificate with TLS)")
 	f.DurationVar(&cfg.FirstHeartbeatTimeout, "first-heartbeat-timeout", cfg.FirstHeartbeatTimeout, "a heartbeat stream silent this long after it opens is closed (DeadlineExceeded)")
-	f.IntVar(&cfg.Limits.MaxHeartbeatStreams, "max-heartbeat-streams", 0, "heartbeat streams open at once, all connections together; one more is refused (ResourceExhausted) (default 2 x --max-cells)")
+	f.IntVar(&cfg.Limits.MaxHeartbeatStreams, "max-heartbeat-streams", 0, "heartbeat streams open at once, all connections together; one more is refused (ResourceExhausted); 0: 2 x --max-cells")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "certificate (PEM) with identity spiffe://isobar/region/<region> (isobar certs issue --role regional), served to cellagents and gateways and presented to the global leader")
 	f.StringVar(&cfg.TLS.Key, "tls-key", "", "key (PEM) of --tls-cert")
 	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that client certificates and the global leader's must chain to")
@@ -149,12 +167,11 @@ operator client certificate (isobar certs issue --role operator) or the
 	f.DurationVar(&cfg.Global.SummaryInterval, "summary-interval", cfg.Global.SummaryInterval, "interval between summaries to the global leader and gossip")
 	f.Float64Var(&cfg.Global.NominalCellRPS, "cell-capacity-rps", cfg.Global.NominalCellRPS, "cold-start prior of one healthy cell's capacity at SLO (requests/s); the summary moves to the capacity measured from the cell's signals as evidence arrives (docs/capacity.md)")
 	f.DurationVar(&cfg.Global.Capacity.TTFTSLO, "capacity-ttft-slo", cfg.Global.Capacity.TTFTSLO, "TTFT P95 SLO against which a cell's capacity is measured")
-	f.StringVar(&gossipListen, "gossip-listen", "", "memberlist address (host:port) for gossip among regions; empty: no gossip")
-	f.StringSliceVar(&gossipJoin, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
-	f.StringVar(&gossipKeyFile, "gossip-key-file", "", gossipKeyHelp)
-	ef.add(cmd)
-	tf.add(cmd)
-	return cmd
+	f.StringVar(&o.gossip.listen, "gossip-listen", "", "memberlist address (host:port) for gossip among regions; empty: no gossip")
+	f.StringSliceVar(&o.gossip.join, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
+	f.StringVar(&o.gossip.keyFile, "gossip-key-file", "", gossipKeyHelp)
+	o.ef.add(cmd)
+	o.tf.add(cmd)
 }
 
 func signalList() string {

@@ -103,8 +103,17 @@ func defaultHostname() string {
 	return h
 }
 
-func newSimEngineCmd(opts *rootOpts) *cobra.Command {
-	var cfg sim.EngineProcessConfig
+// simEngineOpts are the flags of `isobar sim engine`.
+type simEngineOpts struct {
+	cfg           sim.EngineProcessConfig
+	ef            engineFlags
+	served        string
+	prefixCaching bool
+}
+
+func newSimEngineOpts() *simEngineOpts {
+	o := &simEngineOpts{ef: engineFlags{servedModel: true}, prefixCaching: true}
+	cfg := &o.cfg
 	cfg.Listen = sim.DefaultEngineListen
 	cfg.DCGMListen = sim.DefaultDCGMListen
 	cfg.Engine = sim.EngineConfig{
@@ -115,9 +124,11 @@ func newSimEngineCmd(opts *rootOpts) *cobra.Command {
 	}
 	cfg.DCGM.Hostname = defaultHostname()
 	cfg.DCGM.DriverVersion = sim.DefaultDCGMDriverVersion
-	ef := engineFlags{servedModel: true}
-	var served string
-	prefixCaching := true
+	return o
+}
+
+func newSimEngineCmd(opts *rootOpts) *cobra.Command {
+	o := newSimEngineOpts()
 	cmd := &cobra.Command{
 		Use:   "engine",
 		Short: "Run one simulated vLLM engine and its dcgm-exporter until SIGINT/SIGTERM",
@@ -145,67 +156,73 @@ vllm:prefix_cache_hits_total count the prompt tokens looked up and found.
   isobar sim engine --gpu rtx-pro-6000 --model llama-3.1-70b-awq
   isobar sim engine --gpu h100-sxm --model llama-3.3-70b-fp8 --tp 2 --kv-dtype fp8`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			f := cmd.Flags()
-			if f.Changed("model") {
-				ef.model = cfg.Engine.Model
-			}
-			if ef.physics(f) {
-				p, err := ef.resolve(f)
-				if err != nil {
-					return err
-				}
-				cfg.Engine.CustomProfile = &p
-				if !f.Changed("served-model-name") {
-					served = ef.model
-				}
-			} else {
-				if _, err := ef.resolve(f); err != nil {
-					return err
-				}
-				cfg.Engine.Profile = ef.profile
-			}
-			if f.Changed("served-model-name") || cfg.Engine.CustomProfile != nil {
-				cfg.Engine.Model = served
-			}
-			cfg.Engine.DisablePrefixCaching = !prefixCaching
-			if err := cfg.Engine.Validate(); err != nil {
-				return usageError{err}
-			}
-			if (cfg.AdminListen == "") != (cfg.AdminTokenFile == "") {
-				return usageError{errors.New("--admin-listen and --admin-token-file go together")}
-			}
-			logger, err := opts.logger()
-			if err != nil {
-				return err
-			}
-			err = sim.RunEngine(cmd.Context(), cfg, sim.Deps{Logger: logger})
-			if errors.Is(err, sim.ErrKilled) {
-				fmt.Fprintln(opts.stderr, "isobar: sim engine killed")
-				os.Exit(exitKilled)
-			}
-			return err
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, opts) },
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "engine API listen address (host:port)")
-	f.StringVar(&cfg.DCGMListen, "dcgm-listen", cfg.DCGMListen, `dcgm-exporter listen address; "" runs none`)
-	f.StringVar(&cfg.AdminListen, "admin-listen", "", `fault-injection admin API listen address; "" disables it`)
-	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", fmt.Sprintf("file holding the admin bearer token (at least %d characters)", sim.MinAdminTokenLen))
-	f.BoolVar(&cfg.ExitOnKill, "exit-on-kill", false, "make the kill fault exit the process with status 137")
-	f.StringVar(&cfg.Engine.Model, "model", cfg.Engine.Model, "served model name; with --gpu, the catalogue model of the physics engine")
-	f.StringVar(&served, "served-model-name", "", "served model name (default: --model)")
-	f.IntVar(&cfg.Engine.MaxModelLen, "max-model-len", cfg.Engine.MaxModelLen, "context length (prompt + max_tokens) accepted and advertised")
-	ef.register(f, sim.DefaultProfile)
-	f.Float64Var(&cfg.Engine.TimeScale, "time-scale", cfg.Engine.TimeScale, "multiplies every model duration (0.05 runs 20x faster)")
-	f.Int64Var(&cfg.Engine.Seed, "seed", 0, "seed of the engine's random choices and the default GPU UUID")
-	f.IntVar(&cfg.Engine.GPUIndex, "gpu-index", 0, "index of the simulated GPU (dcgm label gpu)")
-	f.StringVar(&cfg.Engine.GPUUUID, "gpu-uuid", "", "UUID of the simulated GPU (default derived from --seed and --gpu-index)")
-	f.DurationVar(&cfg.Engine.StartupDelay, "startup-delay", 0, "time (model time) the engine stays Loading after start")
-	f.BoolVar(&prefixCaching, "enable-prefix-caching", true, "automatic prefix caching, on as in vLLM v1; =false turns it off (vLLM's --no-enable-prefix-caching)")
-	f.StringVar(&cfg.DCGM.Hostname, "hostname", cfg.DCGM.Hostname, "dcgm-exporter Hostname label")
-	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", sim.DefaultShutdownTimeout, "bound on the graceful shutdown")
+	o.register(cmd.Flags())
 	return cmd
+}
+
+func (o *simEngineOpts) run(cmd *cobra.Command, opts *rootOpts) error {
+	f := cmd.Flags()
+	if f.Changed("model") {
+		o.ef.model = o.cfg.Engine.Model
+	}
+	if o.ef.physics(f) {
+		p, err := o.ef.resolve(f)
+		if err != nil {
+			return err
+		}
+		o.cfg.Engine.CustomProfile = &p
+		if !f.Changed("served-model-name") {
+			o.served = o.ef.model
+		}
+	} else {
+		if _, err := o.ef.resolve(f); err != nil {
+			return err
+		}
+		o.cfg.Engine.Profile = o.ef.profile
+	}
+	if f.Changed("served-model-name") || o.cfg.Engine.CustomProfile != nil {
+		o.cfg.Engine.Model = o.served
+	}
+	o.cfg.Engine.DisablePrefixCaching = !o.prefixCaching
+	if err := o.cfg.Engine.Validate(); err != nil {
+		return usageError{err}
+	}
+	if (o.cfg.AdminListen == "") != (o.cfg.AdminTokenFile == "") {
+		return usageError{errors.New("--admin-listen and --admin-token-file go together")}
+	}
+	logger, err := opts.logger()
+	if err != nil {
+		return err
+	}
+	err = sim.RunEngine(cmd.Context(), o.cfg, sim.Deps{Logger: logger})
+	if errors.Is(err, sim.ErrKilled) {
+		// Deferred shutdown has run; the process ends as a killed
+		// engine would.
+		return exitStatusError{errors.New("sim engine killed"), exitKilled}
+	}
+	return err
+}
+
+func (o *simEngineOpts) register(f *pflag.FlagSet) {
+	f.StringVar(&o.cfg.Listen, "listen", o.cfg.Listen, "engine API listen address (host:port)")
+	f.StringVar(&o.cfg.DCGMListen, "dcgm-listen", o.cfg.DCGMListen, `dcgm-exporter listen address; "" runs none`)
+	f.StringVar(&o.cfg.AdminListen, "admin-listen", "", `fault-injection admin API listen address; "" disables it`)
+	f.StringVar(&o.cfg.AdminTokenFile, "admin-token-file", "", fmt.Sprintf("file holding the admin bearer token (at least %d characters)", sim.MinAdminTokenLen))
+	f.BoolVar(&o.cfg.ExitOnKill, "exit-on-kill", false, "make the kill fault exit the process with status 137")
+	f.StringVar(&o.cfg.Engine.Model, "model", o.cfg.Engine.Model, "served model name; with --gpu, the catalogue model of the physics engine")
+	f.StringVar(&o.served, "served-model-name", "", "served model name (default: --model)")
+	f.IntVar(&o.cfg.Engine.MaxModelLen, "max-model-len", o.cfg.Engine.MaxModelLen, "context length (prompt + max_tokens) accepted and advertised")
+	o.ef.register(f, sim.DefaultProfile)
+	f.Float64Var(&o.cfg.Engine.TimeScale, "time-scale", o.cfg.Engine.TimeScale, "multiplies every model duration (0.05 runs 20x faster)")
+	f.Int64Var(&o.cfg.Engine.Seed, "seed", 0, "seed of the engine's random choices and the default GPU UUID")
+	f.IntVar(&o.cfg.Engine.GPUIndex, "gpu-index", 0, "index of the simulated GPU (dcgm label gpu)")
+	f.StringVar(&o.cfg.Engine.GPUUUID, "gpu-uuid", "", "UUID of the simulated GPU (default derived from --seed and --gpu-index)")
+	f.DurationVar(&o.cfg.Engine.StartupDelay, "startup-delay", 0, "time (model time) the engine stays Loading after start")
+	f.BoolVar(&o.prefixCaching, "enable-prefix-caching", true, "automatic prefix caching, on as in vLLM v1; =false turns it off (vLLM's --no-enable-prefix-caching)")
+	f.StringVar(&o.cfg.DCGM.Hostname, "hostname", o.cfg.DCGM.Hostname, "dcgm-exporter Hostname label")
+	f.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", sim.DefaultShutdownTimeout, "bound on the graceful shutdown")
 }
 
 func newSimDCGMCmd(opts *rootOpts) *cobra.Command {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/isobar-mesh/isobar/sim"
 )
@@ -43,14 +44,17 @@ type sweepJSON struct {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// simSweepOpts are the flags of `isobar sim sweep`.
+type simSweepOpts struct {
+	ef           engineFlags
+	conc         []int
+	prompt, out  int
+	requests     int
+	outputFormat string
+}
+
 func newSimSweepCmd(_ *rootOpts) *cobra.Command {
-	var (
-		ef           engineFlags
-		conc         []int
-		prompt, out  int
-		requests     int
-		outputFormat string
-	)
+	o := &simSweepOpts{}
 	cmd := &cobra.Command{
 		Use:   "sweep",
 		Short: "Print one simulated engine's closed-loop load curve (TTFT, ITL, throughput per concurrency)",
@@ -76,70 +80,85 @@ vLLM's scheduler defaults for the GPU and a KV cache sized as vLLM sizes it.
   isobar sim sweep --profile 70b-awq --concurrency 1,4,12 --prompt-tokens 512 --output-tokens 128`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f := cmd.Flags()
-			if !ef.physics(f) && !f.Changed("profile") {
-				return usageError{fmt.Errorf("--gpu and --model (the physics engine, GPUs %v, models %v) or --profile (one of %v) is required",
-					sim.GPUNames(), sim.ModelNames(), sim.ProfileNames())}
-			}
-			p, err := ef.resolve(f)
+			p, err := o.check(cmd.Flags())
 			if err != nil {
 				return err
 			}
-			if len(conc) == 0 {
-				return usageError{errors.New("--concurrency: want a list of levels >= 1, e.g. 1,8,32")}
-			}
-			for _, c := range conc {
-				if c < 1 || c > sim.MaxSweepConcurrency {
-					return usageError{fmt.Errorf("--concurrency %d: want levels of 1-%d", c, sim.MaxSweepConcurrency)}
-				}
-				if requests > 0 && requests < c {
-					return usageError{fmt.Errorf("--requests %d: want at least one per client (concurrency %d)", requests, c)}
-				}
-			}
-			switch {
-			case prompt < 1:
-				return usageError{fmt.Errorf("--prompt-tokens %d: want >= 1", prompt)}
-			case out < 1:
-				return usageError{fmt.Errorf("--output-tokens %d: want >= 1", out)}
-			case requests < 0 || requests > sim.MaxSweepRequests:
-				return usageError{fmt.Errorf("--requests %d: want 0-%d (0: 40 per client)", requests, sim.MaxSweepRequests)}
-			case prompt+out > p.MaxContext():
-				return usageError{fmt.Errorf("--prompt-tokens + --output-tokens = %d exceed the context of %s (%d tokens)", prompt+out, p.Name, p.MaxContext())}
-			case outputFormat != "table" && outputFormat != "json":
-				return usageError{fmt.Errorf("--output %q: want table or json", outputFormat)}
-			}
-			rows, err := sim.Sweep(p, sim.SweepSpec{Concurrency: conc, PromptTokens: prompt, OutputTokens: out, Requests: requests})
-			if err != nil {
-				return err
-			}
-			doc := sweepJSON{Profile: p.Name, PromptTokens: prompt, OutputTokens: out,
-				MaxNumSeqs: p.MaxNumSeqs, MaxBatchedTokens: p.MaxBatchedTokens, KVCacheTokens: p.KVCacheTokens}
-			for _, r := range rows {
-				doc.Rows = append(doc.Rows, sweepRowJSON{
-					Concurrency: r.Concurrency, Requests: r.Requests,
-					TTFTP50Ms: ms(r.TTFTP50), TTFTP95Ms: ms(r.TTFTP95), TTFTMeanMs: ms(r.TTFTMean),
-					ITLP50Ms: ms(r.ITLP50), ITLP95Ms: ms(r.ITLP95), ITLMeanMs: ms(r.ITLMean),
-					E2EP50Ms: ms(r.E2EP50), E2EP95Ms: ms(r.E2EP95),
-					OutputTokensPerSec: r.OutputTokensPerSec, RequestsPerSec: r.RequestsPerSec,
-					Preemptions: r.Preemptions,
-				})
-			}
-			if outputFormat == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(doc)
-			}
-			return writeSweepTable(cmd.OutOrStdout(), doc)
+			return o.run(cmd.OutOrStdout(), p)
 		},
 	}
-	f := cmd.Flags()
-	ef.register(f, "")
-	f.IntSliceVar(&conc, "concurrency", []int{1, 8, 32, 64, 128}, "comma-separated concurrency levels (clients)")
-	f.IntVar(&prompt, "prompt-tokens", 512, "prompt tokens of every request")
-	f.IntVar(&out, "output-tokens", 128, "output tokens of every request (generation runs to max_tokens)")
-	f.IntVar(&requests, "requests", 0, "requests per concurrency level (0: 40 per client)")
-	f.StringVar(&outputFormat, "output", "table", "table or json")
+	o.register(cmd.Flags())
 	return cmd
+}
+
+// check refuses flag values no sweep could use and returns the profile.
+func (o *simSweepOpts) check(f *pflag.FlagSet) (sim.Profile, error) {
+	if !o.ef.physics(f) && !f.Changed("profile") {
+		return sim.Profile{}, usageError{fmt.Errorf("--gpu and --model (the physics engine, GPUs %v, models %v) or --profile (one of %v) is required",
+			sim.GPUNames(), sim.ModelNames(), sim.ProfileNames())}
+	}
+	p, err := o.ef.resolve(f)
+	if err != nil {
+		return sim.Profile{}, err
+	}
+	if len(o.conc) == 0 {
+		return sim.Profile{}, usageError{errors.New("--concurrency: want a list of levels >= 1, e.g. 1,8,32")}
+	}
+	for _, c := range o.conc {
+		if c < 1 || c > sim.MaxSweepConcurrency {
+			return sim.Profile{}, usageError{fmt.Errorf("--concurrency %d: want levels of 1-%d", c, sim.MaxSweepConcurrency)}
+		}
+		if o.requests > 0 && o.requests < c {
+			return sim.Profile{}, usageError{fmt.Errorf("--requests %d: want at least one per client (concurrency %d)", o.requests, c)}
+		}
+	}
+	switch {
+	case o.prompt < 1:
+		return sim.Profile{}, usageError{fmt.Errorf("--prompt-tokens %d: want >= 1", o.prompt)}
+	case o.out < 1:
+		return sim.Profile{}, usageError{fmt.Errorf("--output-tokens %d: want >= 1", o.out)}
+	case o.requests < 0 || o.requests > sim.MaxSweepRequests:
+		return sim.Profile{}, usageError{fmt.Errorf("--requests %d: want 0-%d (0: 40 per client)", o.requests, sim.MaxSweepRequests)}
+	case o.prompt+o.out > p.MaxContext():
+		return sim.Profile{}, usageError{fmt.Errorf("--prompt-tokens + --output-tokens = %d exceed the context of %s (%d tokens)", o.prompt+o.out, p.Name, p.MaxContext())}
+	case o.outputFormat != "table" && o.outputFormat != "json":
+		return sim.Profile{}, usageError{fmt.Errorf("--output %q: want table or json", o.outputFormat)}
+	}
+	return p, nil
+}
+
+func (o *simSweepOpts) run(w io.Writer, p sim.Profile) error {
+	rows, err := sim.Sweep(p, sim.SweepSpec{Concurrency: o.conc, PromptTokens: o.prompt, OutputTokens: o.out, Requests: o.requests})
+	if err != nil {
+		return err
+	}
+	doc := sweepJSON{Profile: p.Name, PromptTokens: o.prompt, OutputTokens: o.out,
+		MaxNumSeqs: p.MaxNumSeqs, MaxBatchedTokens: p.MaxBatchedTokens, KVCacheTokens: p.KVCacheTokens}
+	for _, r := range rows {
+		doc.Rows = append(doc.Rows, sweepRowJSON{
+			Concurrency: r.Concurrency, Requests: r.Requests,
+			TTFTP50Ms: ms(r.TTFTP50), TTFTP95Ms: ms(r.TTFTP95), TTFTMeanMs: ms(r.TTFTMean),
+			ITLP50Ms: ms(r.ITLP50), ITLP95Ms: ms(r.ITLP95), ITLMeanMs: ms(r.ITLMean),
+			E2EP50Ms: ms(r.E2EP50), E2EP95Ms: ms(r.E2EP95),
+			OutputTokensPerSec: r.OutputTokensPerSec, RequestsPerSec: r.RequestsPerSec,
+			Preemptions: r.Preemptions,
+		})
+	}
+	if o.outputFormat == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(doc)
+	}
+	return writeSweepTable(w, doc)
+}
+
+func (o *simSweepOpts) register(f *pflag.FlagSet) {
+	o.ef.register(f, "")
+	f.IntSliceVar(&o.conc, "concurrency", []int{1, 8, 32, 64, 128}, "comma-separated concurrency levels (clients)")
+	f.IntVar(&o.prompt, "prompt-tokens", 512, "prompt tokens of every request")
+	f.IntVar(&o.out, "output-tokens", 128, "output tokens of every request (generation runs to max_tokens)")
+	f.IntVar(&o.requests, "requests", 0, "requests per concurrency level (0: 40 per client)")
+	f.StringVar(&o.outputFormat, "output", "table", "table or json")
 }
 
 func writeSweepTable(w io.Writer, d sweepJSON) error {

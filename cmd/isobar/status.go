@@ -50,13 +50,17 @@ func newStatusCmd(ro *rootOpts) *cobra.Command {
 	return newStatusCmdWith(ro, statusDeps{clock: clockwork.NewRealClock(), client: &http.Client{}})
 }
 
+// statusDebugAddrFlag names a regional controller's debug HTTP API, the
+// spelling that replaced --controller (a gRPC address on other commands).
+const statusDebugAddrFlag = "debug-addr"
+
 func newStatusCmdWith(_ *rootOpts, deps statusDeps) *cobra.Command {
 	f := &statusFlags{}
 	cmd := &cobra.Command{
-		Use:   "status --controller ADDR [--controller ADDR ...] [--global ADDR ...]",
+		Use:   "status --debug-addr ADDR [--debug-addr ADDR ...] [--global ADDR ...]",
 		Short: "Show the live fleet of regional controllers and the global plan",
 		Long: `status reads the debug HTTP API of one or more regional controllers
-(their --http-listen address) and prints, per controller, one row per cell and
+(their --metrics-listen address, given with --debug-addr) and prints, per controller, one row per cell and
 the cross-region routes in force; with --global, also a global member's view
 of the regions and the plan it last published.
 
@@ -74,19 +78,21 @@ with spill-over from gossiped summaries; local: everything local), the plan's
 epoch and sequence, and per model the share of this region's ingress served
 by each region and the share shed.
 
-Addresses are host:port or http(s)://host:port. --controller and --global may
-be repeated. --output json prints the same as JSON (the debug API's own
+Addresses are host:port or http(s)://host:port. --debug-addr and --global may
+be repeated. --debug-addr was --controller, a spelling still accepted (and
+deprecated: cellagent's and gateway's --controller is a gRPC address). --output json prints the same as JSON (the debug API's own
 shapes); with --watch, one JSON document per line per refresh.
 
 Exit status: 0 when every source answered, 1 when one could not be reached
-or did not answer JSON (the others are still printed), 2 for a bad command
+or did not answer JSON (the others are still printed: an unreachable source
+is an error, not a check that failed, so never 3), 2 for a bad command
 line. With --watch, status runs until interrupted and exits 0.`,
-		Example: `  isobar status --controller 127.0.0.1:9090
-  isobar status --controller 127.0.0.1:9090 --controller 127.0.0.1:9190 --watch 2s
+		Example: `  isobar status --debug-addr 127.0.0.1:9090
+  isobar status --debug-addr 127.0.0.1:9090 --debug-addr 127.0.0.1:9190 --watch 2s
   isobar status --global 127.0.0.1:9091 --output json`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageError{fmt.Errorf("status takes no arguments, got %q; give addresses with --controller", args)}
+				return usageError{fmt.Errorf("status takes no arguments, got %q; give addresses with --debug-addr", args)}
 			}
 			return nil
 		},
@@ -96,7 +102,8 @@ line. With --watch, status runs until interrupted and exits 0.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	fl := cmd.Flags()
-	fl.StringArrayVarP(&f.controllers, "controller", "c", nil, "regional controller debug address, host:port (repeatable)")
+	fl.StringArrayVarP(&f.controllers, statusDebugAddrFlag, "c", nil, "regional controller debug HTTP address (its --metrics-listen), host:port (repeatable)")
+	deprecatedAlias(fl, "controller", statusDebugAddrFlag)
 	fl.StringArrayVarP(&f.globals, "global", "g", nil, "global member debug address, host:port (repeatable)")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.DurationVarP(&f.watch, "watch", "w", 0, "refresh every DURATION until interrupted (0: print once)")
@@ -110,7 +117,7 @@ line. With --watch, status runs until interrupted and exits 0.`,
 
 func (f *statusFlags) sources() (ctrls, globals []statusview.Source, err error) {
 	if len(f.controllers) == 0 && len(f.globals) == 0 {
-		return nil, nil, usageError{errors.New("give at least one --controller ADDR (a regional controller's --http-listen address) or --global ADDR")}
+		return nil, nil, usageError{errors.New("give at least one --debug-addr ADDR (a regional controller's --metrics-listen address) or --global ADDR")}
 	}
 	parse := func(flag string, addrs []string) ([]statusview.Source, error) {
 		var out []statusview.Source
@@ -126,7 +133,7 @@ func (f *statusFlags) sources() (ctrls, globals []statusview.Source, err error) 
 		}
 		return out, nil
 	}
-	if ctrls, err = parse("controller", f.controllers); err != nil {
+	if ctrls, err = parse(statusDebugAddrFlag, f.controllers); err != nil {
 		return nil, nil, err
 	}
 	if globals, err = parse("global", f.globals); err != nil {

@@ -141,7 +141,7 @@ func TestStatusSourcesFailed(t *testing.T) {
 	down := ln.Addr().String()
 	_ = ln.Close()
 	var out statusBuffer
-	err = runStatus(t, context.Background(), nil, &out, "--controller", srv.URL, "--global", down)
+	err = runStatus(t, context.Background(), nil, &out, "--debug-addr", srv.URL, "--global", down)
 	t.Log("\n" + out.String())
 	if !errors.Is(err, errStatusSources) || !strings.Contains(err.Error(), "1 of 2") {
 		t.Fatalf("error %v, want 1 of 2 sources failed", err)
@@ -153,7 +153,7 @@ func TestStatusSourcesFailed(t *testing.T) {
 		t.Error("the unreachable member is not reported in its place")
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"status", "--controller", down}, &stdout, &stderr); code != 1 {
+	if code := run([]string{"status", "--debug-addr", down}, &stdout, &stderr); code != 1 {
 		t.Errorf("exit %d, want 1 (stderr %s)", code, stderr.String())
 	}
 }
@@ -182,7 +182,7 @@ func TestStatusWatch(t *testing.T) {
 	defer cancel()
 	var out statusBuffer
 	done := make(chan error, 1)
-	go func() { done <- runStatus(t, ctx, clk, &out, "--controller", srv.URL, "--watch", "2s") }()
+	go func() { done <- runStatus(t, ctx, clk, &out, "--debug-addr", srv.URL, "--watch", "2s") }()
 	waitFor := func(what string, cond func() bool) { t.Helper(); statusWaitFor(t, &out, what, cond) }
 	frames := func() int { return strings.Count(out.String(), "isobar status at ") }
 	waitFor("first frame", func() bool { return frames() == 1 && strings.Contains(out.String(), "MODEL") })
@@ -238,7 +238,7 @@ func TestStatusUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "give at least one --controller"},
+		{nil, "give at least one --debug-addr"},
 		{[]string{"-c", "localhost"}, "want host:port"},
 		{[]string{"-c", "127.0.0.1:99999"}, "port \"99999\""},
 		{[]string{"-c", "127.0.0.1:0"}, "port \"0\""},

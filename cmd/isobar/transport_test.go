@@ -17,7 +17,7 @@ import (
 // if they were used), with a message naming --tls-cert and --insecure.
 func TestNoTLSWithoutInsecureRefused(t *testing.T) {
 	for _, args := range [][]string{
-		{"regional", "--region", "r1", "--listen", "127.0.0.1:1", "--http-listen", "-"},
+		{"regional", "--region", "r1", "--listen", "127.0.0.1:1", "--metrics-listen", "-"},
 		{"global", "--name", "g1", "--listen", "127.0.0.1:1", "--etcd-endpoints", "127.0.0.1:1"},
 		{"cellagent", "--cell-id", "c1", "--region", "r1", "--controller", "127.0.0.1:1", "--vllm-url", "http://127.0.0.1:1/metrics"},
 		{"gateway", "--controller", "127.0.0.1:1", "--region", "r1", "--listen", "127.0.0.1:1"},
@@ -45,7 +45,7 @@ func TestNoTLSWithoutInsecureRefused(t *testing.T) {
 // (before etcd, listeners or the controller are touched).
 func TestPartialTLSRefused(t *testing.T) {
 	for _, args := range [][]string{
-		{"regional", "--region", "r1", "--listen", "127.0.0.1:1", "--http-listen", "-", "--tls-cert", "c.pem"},
+		{"regional", "--region", "r1", "--listen", "127.0.0.1:1", "--metrics-listen", "-", "--tls-cert", "c.pem"},
 		{"global", "--name", "g1", "--etcd-endpoints", "127.0.0.1:1", "--tls-cert", "c.pem"},
 		{"cellagent", "--cell-id", "c1", "--region", "r1", "--controller", "127.0.0.1:1", "--vllm-url", "http://127.0.0.1:1/metrics", "--tls-cert", "c.pem"},
 		{"gateway", "--controller", "127.0.0.1:1", "--region", "r1", "--tls-cert", "c.pem"},
