@@ -103,8 +103,9 @@ func TestLayers(t *testing.T) {
 		"global":    others("/global"),
 		"gateway":   others("/gateway", "/election"),
 		// The status client reads the regional and global debug APIs
-		// through their contract, debugapi, and imports nothing else of
-		// ours; it must stay importable by the lab and cmd.
+		// through their contracts, debugapi and the wire protocol, and
+		// imports nothing else of ours; it must stay importable by the lab
+		// and cmd.
 		"statusview": {module + "/"},
 	}
 	// shared are leaves any package may import, a leaf such as election
@@ -118,7 +119,9 @@ func TestLayers(t *testing.T) {
 	allowed := map[string][]string{
 		"election":   {module + "/certs", module + "/internal/truncate"},
 		"completion": {module + "/xdscontract"},
-		"statusview": {module + "/debugapi"},
+		// The global's debug API serves the plan in force as the wire
+		// protocol's RoutingPlan (protojson): a contract too.
+		"statusview": {module + "/debugapi", module + "/proto/isobarpb"},
 	}
 	// forbiddenDeps[a] lists the trees (a package and every package under
 	// it) that a must not depend on, even transitively: go list's Deps, the
