@@ -98,14 +98,7 @@ func dialPicker(t testing.TB, addr string, creds credentials.TransportCredential
 // load sums the in-flight counts and pending prompt tokens of the hosts
 // of the picker's table, by address.
 func (p *testPicker) load() (inflight, pending map[string]int64) {
-	inflight, pending = map[string]int64{}, map[string]int64{}
-	if t := p.g.tbl.Load(); t != nil {
-		for _, cl := range t.clusters {
-			for _, h := range cl.all {
-				inflight[h.ep.Address], pending[h.ep.Address] = h.st.inflight.Load(), h.st.pending.Load()
-			}
-		}
-	}
+	inflight, pending, _ = p.g.Load()
 	return inflight, pending
 }
 

@@ -3,14 +3,14 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 
 	extprocpb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -64,17 +64,15 @@ func (c PickerConfig) withDefaults() PickerConfig {
 	if c.Gateway.Listen == "" {
 		c.Gateway.Listen = "127.0.0.1:9003"
 	}
-	c.Gateway = c.Gateway.withDefaults()
+	c.Gateway.HealthOnly = true
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:9002"
 	}
 	return c
 }
 
+// validate checks the picker's own values; New checks the Gateway's.
 func (c PickerConfig) validate() error {
-	if err := c.Gateway.validate(); err != nil {
-		return err
-	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("%w: Listen %q is not host:port: %v", ErrInvalidConfig, c.Listen, err)
 	}
@@ -118,6 +116,8 @@ var healthServices = []string{"", "readiness", extprocpb.ExternalProcessor_Servi
 type Picker struct {
 	cfg    PickerConfig
 	g      *Gateway
+	log    *slog.Logger
+	clock  clockwork.Clock
 	x      *extProc
 	gs     *grpc.Server
 	health *health.Server
@@ -142,16 +142,18 @@ func NewPicker(cfg PickerConfig, deps PickerDeps) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Gateway = g.Config()
+	log, clock := deps.Gateway.Logger, deps.Gateway.Clock
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
 	m, err := newPickerMetrics(deps.Gateway.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", g.handleHealth)
-	if deps.Gateway.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(deps.Gateway.Gatherer, promhttp.HandlerOpts{}))
-	}
-	g.handler = mux
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(cfg.Gateway.MaxBodyBytes+extProcHeadroom, 1<<30))),
 	}
@@ -167,9 +169,9 @@ func NewPicker(cfg PickerConfig, deps PickerDeps) (*Picker, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	p := &Picker{
-		cfg: cfg, g: g, health: health.NewServer(), done: make(chan struct{}),
+		cfg: cfg, g: g, log: log, clock: clock, health: health.NewServer(), done: make(chan struct{}),
 		gs: grpc.NewServer(append(opts, deps.GRPCServerOptions...)...),
-		x:  &extProc{g: g, m: m, log: g.log.With("component", "picker"), mtls: cfg.TLS.Enabled()},
+		x:  newExtProc(g, m, log.With("component", "picker"), clock, cfg.TLS.Enabled()),
 	}
 	extprocpb.RegisterExternalProcessorServer(p.gs, p.x)
 	healthpb.RegisterHealthServer(p.gs, p.health)
@@ -201,7 +203,7 @@ func (p *Picker) Start(ctx context.Context, ln, httpLn net.Listener) error {
 	p.cancel = cancel
 	p.wg.Go(func() {
 		if err := p.gs.Serve(ln); err != nil {
-			p.g.log.Error("picker grpc server failed", "err", err)
+			p.log.Error("picker grpc server failed", "err", err)
 		}
 	})
 	p.wg.Go(func() {
@@ -212,7 +214,7 @@ func (p *Picker) Start(ctx context.Context, ln, httpLn net.Listener) error {
 			p.health.SetServingStatus(s, healthpb.HealthCheckResponse_SERVING)
 		}
 	})
-	p.g.log.Info("picker started", "listen", p.addr, "http_listen", p.g.Addr(), "controller", p.cfg.Gateway.Controller,
+	p.log.Info("picker started", "listen", p.addr, "http_listen", p.g.Addr(), "controller", p.cfg.Gateway.Controller,
 		"region", p.cfg.Gateway.Region, "lb", string(p.cfg.Gateway.LB), "mtls", p.cfg.TLS.Enabled())
 	return nil
 }
@@ -260,11 +262,11 @@ func (p *Picker) Stop() {
 			defer close(drained)
 			p.gs.GracefulStop()
 		}()
-		t := p.g.clock.NewTimer(p.cfg.Gateway.DrainTimeout)
+		t := p.clock.NewTimer(p.cfg.Gateway.DrainTimeout)
 		select {
 		case <-drained:
 		case <-t.Chan():
-			p.g.log.Warn("open ext_proc streams cut at the drain timeout")
+			p.log.Warn("open ext_proc streams cut at the drain timeout")
 			p.gs.Stop()
 			<-drained
 		}
@@ -274,7 +276,7 @@ func (p *Picker) Stop() {
 	p.g.Stop()
 	p.wg.Wait()
 	if started {
-		p.g.log.Info("picker stopped")
+		p.log.Info("picker stopped")
 	}
 }
 

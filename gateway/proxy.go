@@ -123,7 +123,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		model := headerModel
 		if model == "" {
 			var err error
-			if model, err = bodyModel(body); err != nil {
+			if model, err = BodyModel(body); err != nil {
 				q.fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
 				return
 			}
