@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
 
@@ -324,4 +326,22 @@ func (g *Gateway) Load() (inflight, pending, active map[string]int64) {
 		active[cl.name] = cl.st.active.Load()
 	}
 	return inflight, pending, active
+}
+
+// GenerateHandler is the gateway's OpenAI completion handler (POST
+// /v1/completions and /v1/chat/completions), whatever Config.HealthOnly
+// says: the picker's tests compare its pick with the HTTP proxy's on one
+// state.
+func (g *Gateway) GenerateHandler() http.Handler { return http.HandlerFunc(g.handleGenerate) }
+
+// LoadResources applies a configuration's clusters, endpoints and routes
+// as the xDS subscriptions would, without a controller (tests and fuzzing
+// of what runs on the table).
+func (g *Gateway) LoadResources(clusters, endpoints, routes []*anypb.Any, version string) error {
+	for i, rs := range [][]*anypb.Any{clusters, endpoints, routes} {
+		if err := g.apply(i, rs, version); err != nil {
+			return err
+		}
+	}
+	return nil
 }

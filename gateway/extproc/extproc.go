@@ -1,4 +1,4 @@
-package gateway
+package extproc
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
@@ -76,13 +77,13 @@ var _ extprocpb.ExternalProcessorServer = (*extProc)(nil)
 // picker is what the ext_proc service needs of a Gateway: a route and a
 // pick for a request's facts, held until the stream ends.
 type picker interface {
-	Pick(PickRequest) (*Pick, *Refusal)
+	Pick(gateway.PickRequest) (*gateway.Pick, *gateway.Refusal)
 }
 
-var _ picker = (*Gateway)(nil)
+var _ picker = (*gateway.Gateway)(nil)
 
 // newExtProc is the ext_proc service on g.
-func newExtProc(g *Gateway, m *pickerMetrics, log *slog.Logger, clock clockwork.Clock, mtls bool) *extProc {
+func newExtProc(g *gateway.Gateway, m *pickerMetrics, log *slog.Logger, clock clockwork.Clock, mtls bool) *extProc {
 	cfg := g.Config()
 	return &extProc{pk: g, m: m, log: log, clock: clock, region: cfg.Region, modelHeader: cfg.ModelHeader, maxBody: cfg.MaxBodyBytes, mtls: mtls}
 }
@@ -183,12 +184,12 @@ type epStream struct {
 	reqMode, respMode filterpb.ProcessingMode_BodySendMode
 	seen              bool // a message has arrived
 
-	req     *epHeaders // nil until the request headers
-	hint    *subset    // the subset hint, nil when the proxy sent none
-	hadDest bool       // the client sent xdscontract.DestinationEndpointHeader itself
-	body    []byte     // FULL_DUPLEX_STREAMED: the body so far
-	decided bool       // the request phase is answered
-	p       *Pick      // nil without a pick
+	req     *epHeaders    // nil until the request headers
+	hint    *subset       // the subset hint, nil when the proxy sent none
+	hadDest bool          // the client sent xdscontract.DestinationEndpointHeader itself
+	body    []byte        // FULL_DUPLEX_STREAMED: the body so far
+	decided bool          // the request phase is answered
+	p       *gateway.Pick // nil without a pick
 
 	respHeaders bool // the response headers have arrived
 }
@@ -356,14 +357,14 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 	}
 	model := v.hdr.Get(s.x.modelHeader)
 	if model == "" && body != nil {
-		m, err := BodyModel(body)
+		m, err := gateway.BodyModel(body)
 		if err != nil {
 			return decision{err: fmt.Errorf("%w: %w", errExtProcMalformed, err)}
 		}
 		model = m
 	}
 	v.model = model
-	r := PickRequest{Match: v, Header: v.hdr, Authority: v.authority, Path: v.path, Model: model,
+	r := gateway.PickRequest{Match: v, Header: v.hdr, Authority: v.authority, Path: v.path, Model: model,
 		Body: body, BodyLen: bodyLen, Start: s.start}
 	if s.hint != nil {
 		r.Allow = s.hint.allows
@@ -379,7 +380,7 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 
 // picked is the answer naming p's endpoint: the destination header and
 // metadata, the hop header and proof, and the headers removed.
-func picked(p *Pick) decision {
+func picked(p *gateway.Pick) decision {
 	set := make([]*core.HeaderValueOption, 0, len(p.Set))
 	for _, kv := range p.Set {
 		set = append(set, overwrite(kv[0], kv[1]))
@@ -411,7 +412,7 @@ func (s *epStream) pass() decision {
 // refuseRequest answers the request with the gateway's refusal (its
 // status, the OpenAI error body of writeError and its headers), counted
 // under its result.
-func (s *epStream) refuseRequest(r *Refusal) decision {
+func (s *epStream) refuseRequest(r *gateway.Refusal) decision {
 	s.x.m.decisions.WithLabelValues(r.Result).Inc()
 	var set []*core.HeaderValueOption
 	for k, vs := range r.Header {

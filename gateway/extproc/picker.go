@@ -1,4 +1,4 @@
-package gateway
+package extproc
 
 import (
 	"context"
@@ -17,14 +17,15 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
-// PickerConfig holds the values of `isobar picker`. Zero fields take the
+// Config holds the values of `isobar picker`. Zero fields take the
 // documented defaults.
-type PickerConfig struct {
+type Config struct {
 	// Gateway configures what the picker shares with the gateway: the
 	// controller and region (required), the xDS node id (default
 	// "isobar-picker-" + Region), the pick (LB, Placement,
@@ -34,7 +35,7 @@ type PickerConfig struct {
 	// long Stop lets open streams finish), ReportInterval and the reconnect
 	// backoff. Gateway.Listen serves /health and /metrics only, no OpenAI
 	// API (default "127.0.0.1:9003"); Gateway.MetricsListen is not used.
-	Gateway Config
+	Gateway gateway.Config
 	// Listen is the gRPC address ext_proc (and the gRPC health service)
 	// is served on. Default "127.0.0.1:9002", the Endpoint Picker's port
 	// in the Gateway API Inference Extension's examples.
@@ -57,7 +58,7 @@ type TLSFiles struct {
 // Enabled reports whether any file is set.
 func (t TLSFiles) Enabled() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
 
-func (c PickerConfig) withDefaults() PickerConfig {
+func (c Config) withDefaults() Config {
 	if c.Gateway.NodeID == "" && c.Gateway.Region != "" {
 		c.Gateway.NodeID = "isobar-picker-" + c.Gateway.Region
 	}
@@ -72,24 +73,24 @@ func (c PickerConfig) withDefaults() PickerConfig {
 }
 
 // validate checks the picker's own values; New checks the Gateway's.
-func (c PickerConfig) validate() error {
+func (c Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return fmt.Errorf("%w: Listen %q is not host:port: %v", ErrInvalidConfig, c.Listen, err)
+		return fmt.Errorf("%w: Listen %q is not host:port: %v", gateway.ErrInvalidConfig, c.Listen, err)
 	}
 	if t := c.TLS; t.Enabled() && (t.Cert == "" || t.Key == "" || t.CA == "") {
-		return fmt.Errorf("%w: TLS needs the certificate, the key and the CA bundle together (--tls-cert, --tls-key, --tls-ca)", ErrInvalidConfig)
+		return fmt.Errorf("%w: TLS needs the certificate, the key and the CA bundle together (--tls-cert, --tls-key, --tls-ca)", gateway.ErrInvalidConfig)
 	}
 	return nil
 }
 
-// PickerDeps holds a picker's collaborators.
-type PickerDeps struct {
+// Deps holds a picker's collaborators.
+type Deps struct {
 	// Gateway holds those of the xDS client, the pick and the reports:
 	// Clock, Logger, Registerer, Gatherer (served on /metrics), Rand, and
 	// DialOptions, which must carry transport credentials for the
 	// controller. Transport and DialContext are not used: Envoy, not the
 	// picker, talks to the endpoints.
-	Gateway Deps
+	Gateway gateway.Deps
 	// GRPCServerOptions are added to the ext_proc server's options
 	// (tracing).
 	GRPCServerOptions []grpc.ServerOption
@@ -114,8 +115,8 @@ var healthServices = []string{"", "readiness", extprocpb.ExternalProcessor_Servi
 // /metrics) and a gRPC server serving ext_proc and gRPC health. See the
 // package doc and docs/picker.md.
 type Picker struct {
-	cfg    PickerConfig
-	g      *Gateway
+	cfg    Config
+	g      *gateway.Gateway
 	log    *slog.Logger
 	clock  clockwork.Clock
 	x      *extProc
@@ -131,14 +132,14 @@ type Picker struct {
 	done    chan struct{}  // closed when Stop has finished
 }
 
-// NewPicker validates cfg (after applying defaults) and returns a Picker.
+// New validates cfg (after applying defaults) and returns a Picker.
 // It connects and serves on Start.
-func NewPicker(cfg PickerConfig, deps PickerDeps) (*Picker, error) {
+func New(cfg Config, deps Deps) (*Picker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g, err := New(cfg.Gateway, deps.Gateway)
+	g, err := gateway.New(cfg.Gateway, deps.Gateway)
 	if err != nil {
 		return nil, err
 	}
@@ -185,15 +186,15 @@ func NewPicker(cfg PickerConfig, deps PickerDeps) (*Picker, error) {
 // Start connects to the controller (the Gateway's xDS subscriptions and
 // reports), serves /health and /metrics on httpLn and ext_proc on ln, and
 // reports ready over gRPC health once the table is ready. A second Start
-// fails with ErrAlreadyStarted, a Start after Stop with ErrStopped.
+// fails with gateway.ErrAlreadyStarted, a Start after Stop with gateway.ErrStopped.
 func (p *Picker) Start(ctx context.Context, ln, httpLn net.Listener) error {
 	p.lifeMu.Lock()
 	defer p.lifeMu.Unlock()
 	switch {
 	case p.stopped:
-		return ErrStopped
+		return gateway.ErrStopped
 	case p.started:
-		return ErrAlreadyStarted
+		return gateway.ErrAlreadyStarted
 	}
 	if err := p.g.Start(ctx, httpLn); err != nil {
 		return err
@@ -280,17 +281,17 @@ func (p *Picker) Stop() {
 	}
 }
 
-// RunPicker is the composition root of `isobar picker`: it serves ext_proc
+// Run is the composition root of `isobar picker`: it serves ext_proc
 // on cfg.Listen and /health and /metrics on cfg.Gateway.Listen until ctx
 // ends, then stops gracefully. A nil deps.Gateway.Registerer gets a fresh
 // registry with the Go and process collectors, served on /metrics.
-func RunPicker(ctx context.Context, cfg PickerConfig, deps PickerDeps) error {
+func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if deps.Gateway.Registerer == nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		deps.Gateway.Registerer, deps.Gateway.Gatherer = reg, reg
 	}
-	p, err := NewPicker(cfg, deps)
+	p, err := New(cfg, deps)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package gateway
+package extproc
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -62,9 +63,9 @@ func (f *fakeEPStream) SetTrailer(metadata.MD)       {}
 
 // fuzzPicker is a gateway (not started) holding one model's table, and
 // the ext_proc service on it.
-func fuzzPicker(t testing.TB) (*extProc, *Gateway) {
-	g, err := New(Config{Controller: "127.0.0.1:1", Region: "r1", LB: LBIsobar, MaxBodyBytes: 64 << 10},
-		Deps{Logger: discardLogger(), DialOptions: insecureDial})
+func fuzzPicker(t testing.TB) (*extProc, *gateway.Gateway) {
+	g, err := gateway.New(gateway.Config{Controller: "127.0.0.1:1", Region: "r1", LB: gateway.LBIsobar, MaxBodyBytes: 64 << 10},
+		gateway.Deps{Logger: discardLogger(), DialOptions: insecureDial})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +99,8 @@ func fuzzPicker(t testing.TB) (*extProc, *Gateway) {
 	for _, r := range res.Envoy.Routes {
 		rs = append(rs, r)
 	}
-	for i, set := range [][]proto.Message{cs, es, rs} {
-		if err := g.apply(i, pack(set...), "1"); err != nil {
-			t.Fatal(err)
-		}
+	if err := g.LoadResources(pack(cs...), pack(es...), pack(rs...), "1"); err != nil {
+		t.Fatal(err)
 	}
 	if !g.Table().Ready() {
 		t.Fatal("fuzz table not ready")

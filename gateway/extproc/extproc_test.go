@@ -1,4 +1,4 @@
-package gateway
+package extproc
 
 import (
 	"bytes"
@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
 
@@ -47,7 +48,7 @@ type testPicker struct {
 
 // startPicker starts a picker against ctrl (plain text unless cfg.TLS is
 // set; then the client is not dialled) and waits for a ready table.
-func startPicker(t testing.TB, ctrl *control, cfg PickerConfig, deps PickerDeps) *testPicker {
+func startPicker(t testing.TB, ctrl *control, cfg Config, deps Deps) *testPicker {
 	t.Helper()
 	cfg.Gateway.Controller = ctrl.addr
 	if cfg.Gateway.Region == "" {
@@ -65,7 +66,7 @@ func startPicker(t testing.TB, ctrl *control, cfg PickerConfig, deps PickerDeps)
 		deps.Gateway.Logger = testLogger(t)
 	}
 	deps.Gateway.DialOptions = insecureDial
-	p, err := NewPicker(cfg, deps)
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,9 +356,9 @@ func threeEndpoints() (xds.State, []string) {
 func TestPickerEveryRequestGetsAnEndpoint(t *testing.T) {
 	st, addrs := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	for _, lb := range []LBMode{LBXDS, LBIsobar, LBRoundRobin, LBLeastRequest} {
+	for _, lb := range []gateway.LBMode{gateway.LBXDS, gateway.LBIsobar, gateway.LBRoundRobin, gateway.LBLeastRequest} {
 		t.Run(string(lb), func(t *testing.T) {
-			p := startPicker(t, ctrl, PickerConfig{Gateway: Config{LB: lb}}, PickerDeps{})
+			p := startPicker(t, ctrl, Config{Gateway: gateway.Config{LB: lb}}, Deps{})
 			modes := []struct {
 				name    string
 				mode    filterpb.ProcessingMode_BodySendMode
@@ -441,7 +442,7 @@ func TestPickerPicksAsTheGateway(t *testing.T) {
 	}
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model, eps...))
 	clock := clockwork.NewFakeClock()
-	p := startPicker(t, ctrl, PickerConfig{Gateway: Config{LB: LBIsobar}}, PickerDeps{Gateway: Deps{Clock: clock, Rand: newLockedRand(1, 2)}})
+	p := startPicker(t, ctrl, Config{Gateway: gateway.Config{LB: gateway.LBIsobar}}, Deps{Gateway: gateway.Deps{Clock: clock, Rand: newLockedRand(1, 2)}})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	if _, err := p.WaitForTable(ctx, func(tb *xdsclient.Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 3 }); err != nil {
@@ -453,7 +454,7 @@ func TestPickerPicksAsTheGateway(t *testing.T) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/completions", bytes.NewReader(completionBody(model, n)))
 		req.Host = "isobar.example"
 		w := httptest.NewRecorder()
-		p.g.handleGenerate(w, req)
+		p.g.GenerateHandler().ServeHTTP(w, req)
 		if w.Code != http.StatusOK {
 			t.Fatalf("gateway: status %d: %s", w.Code, w.Body)
 		}
@@ -543,7 +544,7 @@ func envoyDecide(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest)
 func TestPickerKilledMidStreamFallsBack(t *testing.T) {
 	st, _ := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	p := startPicker(t, ctrl, PickerConfig{}, PickerDeps{})
+	p := startPicker(t, ctrl, Config{}, Deps{})
 	d, live := envoyDecide(t, p.client, epRequest{mode: filterpb.ProcessingMode_BUFFERED, body: completionBody(model, 100)})
 	if d.dest == "" || d.fallback {
 		t.Fatalf("before the kill: %+v", d)
@@ -609,7 +610,7 @@ func TestPickerRefusesOtherIdentities(t *testing.T) {
 	srvCert, srvKey := issue("picker", certs.Identity{Kind: certs.KindGateway, Name: "r1"}, true)
 	st, _ := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	p := startPicker(t, ctrl, PickerConfig{TLS: TLSFiles{Cert: srvCert, Key: srvKey, CA: caFile}}, PickerDeps{})
+	p := startPicker(t, ctrl, Config{TLS: TLSFiles{Cert: srvCert, Key: srvKey, CA: caFile}}, Deps{})
 	client := func(name string, id certs.Identity) extprocpb.ExternalProcessorClient {
 		c, k := issue(name, id, false)
 		tc, err := certs.ClientConfig(c, k, caFile, "")
@@ -656,7 +657,7 @@ func TestPickerRefusesOtherIdentities(t *testing.T) {
 func TestPickerRefusesBadInput(t *testing.T) {
 	st, _ := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	p := startPicker(t, ctrl, PickerConfig{Gateway: Config{MaxBodyBytes: 4096}}, PickerDeps{})
+	p := startPicker(t, ctrl, Config{Gateway: gateway.Config{MaxBodyBytes: 4096}}, Deps{})
 	headers := func(kv ...string) *extprocpb.ProcessingRequest {
 		hm := &core.HeaderMap{}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -743,9 +744,9 @@ func TestPickerHonoursSubsetHint(t *testing.T) {
 		}
 		return structpb.NewListValue(l)
 	}
-	for _, lb := range []LBMode{LBXDS, LBIsobar, LBLeastRequest} {
+	for _, lb := range []gateway.LBMode{gateway.LBXDS, gateway.LBIsobar, gateway.LBLeastRequest} {
 		t.Run(string(lb), func(t *testing.T) {
-			p := startPicker(t, ctrl, PickerConfig{Gateway: Config{LB: lb}}, PickerDeps{})
+			p := startPicker(t, ctrl, Config{Gateway: gateway.Config{LB: lb}}, Deps{})
 			for _, tc := range []struct {
 				name string
 				hint *structpb.Value
@@ -795,7 +796,7 @@ func TestPickerHonoursSubsetHint(t *testing.T) {
 func TestPickerHealthAndHTTP(t *testing.T) {
 	st, _ := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	p := startPicker(t, ctrl, PickerConfig{}, PickerDeps{})
+	p := startPicker(t, ctrl, Config{}, Deps{})
 	conn, err := grpc.NewClient(p.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
