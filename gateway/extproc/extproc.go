@@ -34,7 +34,7 @@ var (
 	// errExtProcOrder: a message out of the protocol's order (a body
 	// before its headers, headers twice). codes.InvalidArgument.
 	errExtProcOrder = errors.New("gateway: ext_proc message out of order")
-	// errExtProcTooLarge: a request body over Config.MaxBodyBytes.
+	// errExtProcTooLarge: a request body over Config.Gateway.MaxBodyBytes.
 	// codes.ResourceExhausted.
 	errExtProcTooLarge = errors.New("gateway: request body too large")
 	// errExtProcUnsupported: a processing mode the picker cannot answer
@@ -410,7 +410,7 @@ func (s *epStream) pass() decision {
 }
 
 // refuseRequest answers the request with the gateway's refusal (its
-// status, the OpenAI error body of writeError and its headers), counted
+// status, the gateway's OpenAI error body and its headers), counted
 // under its result.
 func (s *epStream) refuseRequest(r *gateway.Refusal) decision {
 	s.x.m.decisions.WithLabelValues(r.Result).Inc()

@@ -157,27 +157,7 @@ type epCall struct {
 // is the stream's (a gRPC status).
 func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCall, error) {
 	t.Helper()
-	if r.method == "" {
-		r.method = http.MethodPost
-	}
-	if r.path == "" {
-		r.path = "/v1/completions"
-	}
-	hm := &core.HeaderMap{Headers: []*core.HeaderValue{
-		{Key: ":method", RawValue: []byte(r.method)}, {Key: ":path", RawValue: []byte(r.path)},
-		{Key: ":authority", RawValue: []byte("isobar.example")}, {Key: ":scheme", RawValue: []byte("http")},
-	}}
-	if r.body != nil {
-		hm.Headers = append(hm.Headers, &core.HeaderValue{Key: "content-length", RawValue: fmt.Append(nil, len(r.body))})
-	}
-	for k, v := range r.headers {
-		hm.Headers = append(hm.Headers, &core.HeaderValue{Key: k, RawValue: []byte(v)})
-	}
-	var md *core.Metadata
-	if r.hint != nil {
-		md = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			xdscontract.SubsetHintNamespace: {Fields: map[string]*structpb.Value{xdscontract.SubsetHintKey: r.hint}}}}
-	}
+	hm, md := envoyRequest(&r)
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := c.Process(ctx)
 	if err != nil {
@@ -186,14 +166,7 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 	}
 	call := &epCall{t: t, s: s, cancel: cancel}
 	t.Cleanup(cancel)
-	// A Send on a stream the picker ended says io.EOF; Recv says why.
-	sendMsg := func(m *extprocpb.ProcessingRequest) error {
-		err := s.Send(m)
-		if errors.Is(err, io.EOF) {
-			_, err = s.Recv()
-		}
-		return err
-	}
+	sendMsg := call.sendMsg
 	err = sendMsg(&extprocpb.ProcessingRequest{
 		Request:         &extprocpb.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocpb.HttpHeaders{Headers: hm, EndOfStream: r.body == nil}},
 		MetadataContext: md,
@@ -228,17 +201,61 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 	} else if m := hr.GetResponse().GetHeaderMutation(); m != nil {
 		t.Fatalf("BUFFERED: the headers' answer mutates %v before the body is seen", m)
 	}
+	return call, call.requestBody(r, headersOnly)
+}
+
+// envoyRequest is r's request headers and metadata as Envoy's ext_proc
+// filter sends them (r's method and path defaulted).
+func envoyRequest(r *epRequest) (*core.HeaderMap, *core.Metadata) {
+	if r.method == "" {
+		r.method = http.MethodPost
+	}
+	if r.path == "" {
+		r.path = "/v1/completions"
+	}
+	hm := &core.HeaderMap{Headers: []*core.HeaderValue{
+		{Key: ":method", RawValue: []byte(r.method)}, {Key: ":path", RawValue: []byte(r.path)},
+		{Key: ":authority", RawValue: []byte("isobar.example")}, {Key: ":scheme", RawValue: []byte("http")},
+	}}
+	if r.body != nil {
+		hm.Headers = append(hm.Headers, &core.HeaderValue{Key: "content-length", RawValue: fmt.Append(nil, len(r.body))})
+	}
+	for k, v := range r.headers {
+		hm.Headers = append(hm.Headers, &core.HeaderValue{Key: k, RawValue: []byte(v)})
+	}
+	var md *core.Metadata
+	if r.hint != nil {
+		md = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			xdscontract.SubsetHintNamespace: {Fields: map[string]*structpb.Value{xdscontract.SubsetHintKey: r.hint}}}}
+	}
+	return hm, md
+}
+
+// sendMsg sends m; a Send on a stream the picker ended says io.EOF, and
+// Recv then says why.
+func (c *epCall) sendMsg(m *extprocpb.ProcessingRequest) error {
+	err := c.s.Send(m)
+	if errors.Is(err, io.EOF) {
+		_, err = c.s.Recv()
+	}
+	return err
+}
+
+// requestBody plays the request body phase in r's mode after the
+// headers' answer and reads the body's answer.
+func (c *epCall) requestBody(r epRequest, headersOnly bool) error {
+	c.t.Helper()
 	switch {
 	case r.mode == filterpb.ProcessingMode_FULL_DUPLEX_STREAMED && r.body != nil:
 		var back []byte
 		for {
-			resp, err := s.Recv()
+			resp, err := c.s.Recv()
 			if err != nil {
-				return call, err
+				return err
 			}
 			sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
 			if sr == nil {
-				t.Fatalf("FULL_DUPLEX_STREAMED: answer %v, want the body sent back", resp)
+				c.t.Fatalf("FULL_DUPLEX_STREAMED: answer %v, want the body sent back", resp)
 			}
 			back = append(back, sr.GetBody()...)
 			if sr.GetEndOfStream() {
@@ -246,38 +263,38 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 			}
 		}
 		if !bytes.Equal(back, r.body) {
-			t.Fatalf("FULL_DUPLEX_STREAMED: the body came back as %d bytes, want the %d sent", len(back), len(r.body))
+			c.t.Fatalf("FULL_DUPLEX_STREAMED: the body came back as %d bytes, want the %d sent", len(back), len(r.body))
 		}
 	case r.mode == filterpb.ProcessingMode_STREAMED && r.body != nil:
-		if err := sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
+		if err := c.sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
 			RequestBody: &extprocpb.HttpBody{Body: r.body, EndOfStream: true}}}); err != nil {
-			return call, err
+			return err
 		}
-		resp, err := s.Recv()
+		resp, err := c.s.Recv()
 		if err != nil {
-			return call, err
+			return err
 		}
 		if resp.GetRequestBody() == nil || resp.GetRequestBody().GetResponse().GetHeaderMutation() != nil {
-			t.Fatalf("STREAMED: answer %v to a body chunk, want it let through", resp)
+			c.t.Fatalf("STREAMED: answer %v to a body chunk, want it let through", resp)
 		}
 	case !headersOnly: // BUFFERED, BUFFERED_PARTIAL
-		if err := sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
+		if err := c.sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
 			RequestBody: &extprocpb.HttpBody{Body: r.body, EndOfStream: true}}}); err != nil {
-			return call, err
+			return err
 		}
-		resp, err := s.Recv()
+		resp, err := c.s.Recv()
 		if err != nil {
-			return call, err
+			return err
 		}
-		if call.immediate(resp) {
-			return call, nil
+		if c.immediate(resp) {
+			return nil
 		}
 		if resp.GetRequestBody() == nil {
-			t.Fatalf("answer %v to the body, want a body response", resp)
+			c.t.Fatalf("answer %v to the body, want a body response", resp)
 		}
-		call.read(resp.GetRequestBody().GetResponse(), resp.GetDynamicMetadata())
+		c.read(resp.GetRequestBody().GetResponse(), resp.GetDynamicMetadata())
 	}
-	return call, nil
+	return nil
 }
 
 func (c *epCall) immediate(resp *extprocpb.ProcessingResponse) bool {

@@ -97,7 +97,7 @@ type Deps struct {
 }
 
 // extProcHeadroom is what a ProcessingRequest may carry beyond
-// Config.MaxBodyBytes of body (headers, metadata): the server's message
+// Config.Gateway.MaxBodyBytes of body (headers, metadata): the server's message
 // size limit is their sum.
 const extProcHeadroom = 1 << 20
 
@@ -241,7 +241,7 @@ func (p *Picker) WaitForTable(ctx context.Context, cond func(*xdsclient.Table) b
 }
 
 // Stop shuts the picker down: gRPC health turns NOT_SERVING, new streams
-// are refused, open streams get Config.DrainTimeout to end (their HTTP
+// are refused, open streams get Config.Gateway.DrainTimeout to end (their HTTP
 // requests to finish), then are cut; then the Gateway stops (final
 // report, xDS streams). It is idempotent and blocks until every goroutine
 // has exited.
