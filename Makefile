@@ -54,7 +54,7 @@ FUZZ_TARGETS := \
 	./certs:FuzzParseKey \
 	./regional/capacity:FuzzObserve \
 	./gateway:FuzzStatedContextLimit \
-	./gateway:FuzzExtProcStream \
+	./gateway/extproc:FuzzExtProcStream \
 	./internal/truncate:FuzzTruncate
 
 .PHONY: help build test test-short run proto verify-genproto fix-genproto lint fmt verify tidy verify-tidy bench fuzz tools clean

@@ -145,6 +145,9 @@ type Config struct {
 	// default "127.0.0.1:8080"; MetricsListen default "" (metrics on the
 	// main listener only).
 	Listen, MetricsListen string
+	// HealthOnly: the HTTP handler serves /health and /metrics only, no
+	// OpenAI API (the ext_proc picker's listener). Default false.
+	HealthOnly bool
 }
 
 func (c Config) withDefaults() Config {

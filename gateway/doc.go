@@ -154,21 +154,10 @@
 //     could not be sent roll into the next report; Stop sends a final one.
 //   - Metrics (isobar_gateway_*) on the injected registry, per-endpoint
 //     series dropped when the endpoint leaves the configuration.
-//   - The endpoint picker (Picker, `isobar picker`; docs/picker.md): the
-//     Gateway API Inference Extension's Endpoint Picker Protocol over
-//     Envoy's ext_proc, so that a stock Envoy gets this package's pick. A
-//     Picker owns a Gateway whose HTTP listener serves only /health and
-//     /metrics, and a gRPC server (ext_proc, gRPC health). Per stream (one
-//     HTTP request) it routes as handleGenerate does, picks with
-//     chooseEndpoint (the proxy's own choice; the subset hint
-//     envoy.lb.subset_hint as a strict exclusion) and counts the request
-//     with startAttempt (in flight until the stream ends, prompt tokens
-//     pending until the first response body chunk), and answers with the
-//     header x-gateway-destination-endpoint and the dynamic metadata
-//     envoy.lb, or an immediate response with the gateway's JSON error.
-//     With mTLS only this region's gateway identity may open a stream.
-//     Bad input closes the stream with InvalidArgument or
-//     ResourceExhausted, counted in isobar_picker_stream_errors_total.
+//   - The pick for another data plane (Gateway.Pick, pick.go): a request's
+//     facts routed and picked as the proxy does, held as a Pick whose
+//     methods record the response, first byte and end. The ext_proc
+//     Endpoint Picker (gateway/extproc, `isobar picker`) runs on it.
 //
 // # Concurrency
 //
@@ -190,13 +179,9 @@
 // blocking: it shuts the HTTP server down gracefully (in-flight requests
 // get Config.DrainTimeout, then their connections are closed), sends the
 // final report (bounded by one report interval), cancels the streams and
-// waits for every goroutine. A Picker adds, between
-// Start and Stop, the gRPC server's Serve goroutine, one handler goroutine
-// per ext_proc stream (the only one touching that stream's state; it
-// shares the host and cluster atomics with the rest) and a goroutine that
-// turns gRPC health SERVING once the table is ready; its Stop drains the
-// streams for Config.DrainTimeout, cuts what is left, then stops its
-// Gateway.
+// waits for every goroutine. A Pick is used from one goroutine (gateway/
+// extproc's stream goroutine) and shares the host and cluster atomics with
+// the handlers.
 //
 // # Contracts
 //
@@ -213,6 +198,6 @@
 //     random values from Deps.Rand (safe for concurrent use); tests inject
 //     a seeded source and replay Envoy's sequence. The other draws use
 //     math/rand/v2's global generator and so are not replayed: the route's
-//     fault-abort shed (handleGenerate and the ext_proc picker's decide)
+//     fault-abort shed (handleGenerate and Gateway.Pick)
 //     and the outlier detector's enforcing percentage (hosts.go).
 package gateway

@@ -9,8 +9,8 @@ import (
 // Error classes. Errors returned by this package wrap one of these; test
 // with errors.Is.
 var (
-	// ErrInvalidConfig wraps every error from New and NewPicker about a
-	// Config (or PickerConfig) field or a missing dependency.
+	// ErrInvalidConfig wraps every error from New (and gateway/extproc's
+	// New) about a Config field or a missing dependency.
 	ErrInvalidConfig = errors.New("gateway: invalid config")
 	// ErrAlreadyStarted is returned by a second Start.
 	ErrAlreadyStarted = errors.New("gateway: already started")

@@ -100,9 +100,11 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		g.transport = g.ownTr
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/completions", g.handleGenerate)
-	mux.HandleFunc("POST /v1/chat/completions", g.handleGenerate)
-	mux.HandleFunc("GET /v1/models", g.handleModels)
+	if !cfg.HealthOnly {
+		mux.HandleFunc("POST /v1/completions", g.handleGenerate)
+		mux.HandleFunc("POST /v1/chat/completions", g.handleGenerate)
+		mux.HandleFunc("GET /v1/models", g.handleModels)
+	}
 	mux.HandleFunc("GET /health", g.handleHealth)
 	if deps.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}))

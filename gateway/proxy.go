@@ -123,7 +123,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		model := headerModel
 		if model == "" {
 			var err error
-			if model, err = bodyModel(body); err != nil {
+			if model, err = BodyModel(body); err != nil {
 				q.fail(http.StatusBadRequest, "malformed", strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
 				return
 			}
@@ -381,8 +381,9 @@ func (g *Gateway) sendTokens(h *hostRT, tokens int64, chain []uint64) int64 {
 }
 
 // chooseEndpoint is the one choice of an endpoint for a request that both
-// data planes make: the HTTP proxy for each attempt, and the ext_proc picker
-// (extproc.go) once per stream. The cluster's circuit breaker first (its
+// data planes make: the HTTP proxy for each attempt, and the ext_proc
+// picker (gateway/extproc, through Pick) once per stream. The cluster's
+// circuit breaker first (its
 // attempts in flight against max_requests: pickOverflow), then the pick of
 // Config.LB (balancer.pick) at the clock's now, which takes one of the chosen
 // host's in-flight slots. On pickOK the caller owns that slot and passes it

@@ -12,7 +12,7 @@ import (
 // maxModelNameLen bounds the model name taken from a body.
 const maxModelNameLen = 256
 
-// bodyModel returns the top-level "model" of an OpenAI request body ("" when
+// BodyModel returns the top-level "model" of an OpenAI request body ("" when
 // absent or null). A body that is not a JSON object, or whose model is not
 // a string, is an error wrapping ErrBadRequest.
 //
@@ -21,7 +21,7 @@ const maxModelNameLen = 256
 // engine behind validates the body in full. On valid JSON it agrees with
 // encoding/json (a repeated key: the last one wins); on invalid JSON it
 // either fails or returns what a lenient reader would.
-func bodyModel(body []byte) (string, error) {
+func BodyModel(body []byte) (string, error) {
 	s := scanner{b: body}
 	s.ws()
 	if !s.eat('{') {

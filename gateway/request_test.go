@@ -15,7 +15,7 @@ func oracleModel(body []byte) (string, bool) {
 	if err := json.Unmarshal(body, &members); err != nil || members == nil {
 		return "", false
 	}
-	// map decoding keeps the last duplicate, like bodyModel.
+	// map decoding keeps the last duplicate, like BodyModel.
 	raw, ok := members["model"]
 	if !ok || string(raw) == "null" {
 		return "", true
@@ -57,12 +57,12 @@ func TestBodyModel(t *testing.T) {
 		{`{"a":` + strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2) + `}`, "", true},
 	}
 	for _, tc := range tests {
-		got, err := bodyModel([]byte(tc.body))
+		got, err := BodyModel([]byte(tc.body))
 		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("bodyModel(%.60q) = %q, %v; want %q, error %v", tc.body, got, err, tc.want, tc.wantErr)
+			t.Errorf("BodyModel(%.60q) = %q, %v; want %q, error %v", tc.body, got, err, tc.want, tc.wantErr)
 		}
 		if err != nil && !errors.Is(err, ErrBadRequest) {
-			t.Errorf("bodyModel(%.60q) error %v does not wrap ErrBadRequest", tc.body, err)
+			t.Errorf("BodyModel(%.60q) error %v does not wrap ErrBadRequest", tc.body, err)
 		}
 	}
 }
@@ -79,13 +79,13 @@ func FuzzBodyModel(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		got, err := bodyModel(body)
+		got, err := BodyModel(body)
 		if !json.Valid(body) {
 			return
 		}
 		want, ok := oracleModel(body)
 		if ok != (err == nil) || (ok && got != want) {
-			t.Fatalf("bodyModel(%q) = %q, %v; encoding/json says %q, ok %v", body, got, err, want, ok)
+			t.Fatalf("BodyModel(%q) = %q, %v; encoding/json says %q, ok %v", body, got, err, want, ok)
 		}
 	})
 }
@@ -94,7 +94,7 @@ func BenchmarkBodyModel(b *testing.B) {
 	body := []byte(fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1}`, strings.Repeat("lorem ipsum ", 2000)))
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := bodyModel(body); err != nil {
+		if _, err := BodyModel(body); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/isobar-mesh/isobar/gateway"
+	"github.com/isobar-mesh/isobar/gateway/extproc"
 )
 
 // newPickerCmd builds `isobar picker`.
@@ -73,10 +74,10 @@ exits.`,
 				return err
 			}
 			defer shutdownTracing(tr)
-			cfg := gateway.PickerConfig{Gateway: d.cfg, Listen: listen,
-				TLS: gateway.TLSFiles{Cert: d.tlsFiles.Cert, Key: d.tlsFiles.Key, CA: d.tlsFiles.CA}}
+			cfg := extproc.Config{Gateway: d.cfg, Listen: listen,
+				TLS: extproc.TLSFiles{Cert: d.tlsFiles.Cert, Key: d.tlsFiles.Key, CA: d.tlsFiles.CA}}
 			cfg.Gateway.Listen = httpListen
-			err = gateway.RunPicker(cmd.Context(), cfg, gateway.PickerDeps{
+			err = extproc.Run(cmd.Context(), cfg, extproc.Deps{
 				Gateway:           gateway.Deps{Logger: log, DialOptions: append(dial, tr.dial...)},
 				GRPCServerOptions: tr.server,
 			})

@@ -1,4 +1,4 @@
-package gateway
+package extproc
 
 import (
 	"context"
@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,17 +14,14 @@ import (
 	filterpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocpb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/isobar-mesh/isobar/certs"
-	"github.com/isobar-mesh/isobar/internal/truncate"
+	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/xdscontract"
-
-	"github.com/isobar-mesh/isobar/gateway/xdsclient"
-
-	"github.com/isobar-mesh/isobar/gateway/placement"
 )
 
 // The classes of a stream's failure. refuse maps each to its gRPC code
@@ -40,7 +34,7 @@ var (
 	// errExtProcOrder: a message out of the protocol's order (a body
 	// before its headers, headers twice). codes.InvalidArgument.
 	errExtProcOrder = errors.New("gateway: ext_proc message out of order")
-	// errExtProcTooLarge: a request body over Config.MaxBodyBytes.
+	// errExtProcTooLarge: a request body over Config.Gateway.MaxBodyBytes.
 	// codes.ResourceExhausted.
 	errExtProcTooLarge = errors.New("gateway: request body too large")
 	// errExtProcUnsupported: a processing mode the picker cannot answer
@@ -59,20 +53,40 @@ const streamBodyChunk = 62000
 
 // extProc is the Endpoint Picker Protocol (kubernetes-sigs/
 // gateway-api-inference-extension docs/proposals/004-endpoint-picker-
-// protocol) over Envoy's ext_proc service, on a Gateway's state: its
-// table, its pick (chooseEndpoint) and its per-address accounting
-// (startAttempt). One stream is one HTTP request; gRPC runs each on its
-// own goroutine, which alone touches the stream's state.
+// protocol) over Envoy's ext_proc service, on a Gateway's pick (its
+// table, its endpoint choice and its per-address accounting). One stream
+// is one HTTP request; gRPC runs each on its own goroutine, which alone
+// touches the stream's state.
 type extProc struct {
 	extprocpb.UnsafeExternalProcessorServer
-	g   *Gateway
-	m   *pickerMetrics
-	log *slog.Logger
+	pk    picker
+	m     *pickerMetrics
+	log   *slog.Logger
+	clock clockwork.Clock
+	// From the gateway's configuration (after defaults): the region whose
+	// gateway identity may open a stream (with mtls), the model header and
+	// the largest request body read.
+	region, modelHeader string
+	maxBody             int64
 	// mtls: only this region's gateway identity may open a stream.
 	mtls bool
 }
 
 var _ extprocpb.ExternalProcessorServer = (*extProc)(nil)
+
+// picker is what the ext_proc service needs of a Gateway: a route and a
+// pick for a request's facts, held until the stream ends.
+type picker interface {
+	Pick(gateway.PickRequest) (*gateway.Pick, *gateway.Refusal)
+}
+
+var _ picker = (*gateway.Gateway)(nil)
+
+// newExtProc is the ext_proc service on g.
+func newExtProc(g *gateway.Gateway, m *pickerMetrics, log *slog.Logger, clock clockwork.Clock, mtls bool) *extProc {
+	cfg := g.Config()
+	return &extProc{pk: g, m: m, log: log, clock: clock, region: cfg.Region, modelHeader: cfg.ModelHeader, maxBody: cfg.MaxBodyBytes, mtls: mtls}
+}
 
 // Process serves one ext_proc stream: it answers every message the proxy
 // sends in its processing mode, picks at the first moment the request
@@ -84,13 +98,13 @@ var _ extprocpb.ExternalProcessorServer = (*extProc)(nil)
 func (x *extProc) Process(srv extprocpb.ExternalProcessor_ProcessServer) error {
 	ctx := srv.Context()
 	if x.mtls {
-		if err := authorizeGateway(ctx, x.g.cfg.Region); err != nil {
+		if err := authorizeGateway(ctx, x.region); err != nil {
 			return x.refuse(ctx, err)
 		}
 	}
 	x.m.streams.Inc()
 	defer x.m.streams.Dec()
-	s := &epStream{x: x, g: x.g, srv: srv, start: x.g.clock.Now(), reqMode: filterpb.ProcessingMode_BUFFERED}
+	s := &epStream{x: x, srv: srv, start: x.clock.Now(), reqMode: filterpb.ProcessingMode_BUFFERED}
 	defer s.end()
 	for {
 		req, err := srv.Recv()
@@ -158,18 +172,9 @@ func authorizeGateway(ctx context.Context, region string) error {
 	return nil
 }
 
-// epPick is a stream's pick and what the accounting needs of it.
-type epPick struct {
-	a      *attempt // the host's in-flight slot, pending tokens and the cluster's active count
-	cl     *clusterRT
-	model  string // the metrics label
-	tokens int64
-}
-
 // epStream is one ext_proc stream's state, owned by its goroutine.
 type epStream struct {
 	x     *extProc
-	g     *Gateway
 	srv   extprocpb.ExternalProcessor_ProcessServer
 	start time.Time
 
@@ -179,20 +184,14 @@ type epStream struct {
 	reqMode, respMode filterpb.ProcessingMode_BodySendMode
 	seen              bool // a message has arrived
 
-	req     *epHeaders // nil until the request headers
-	hint    *subset    // the subset hint, nil when the proxy sent none
-	hadDest bool       // the client sent xdscontract.DestinationEndpointHeader itself
-	body    []byte     // FULL_DUPLEX_STREAMED: the body so far
-	decided bool       // the request phase is answered
-	p       *epPick    // nil without a pick
+	req     *epHeaders    // nil until the request headers
+	hint    *subset       // the subset hint, nil when the proxy sent none
+	hadDest bool          // the client sent xdscontract.DestinationEndpointHeader itself
+	body    []byte        // FULL_DUPLEX_STREAMED: the body so far
+	decided bool          // the request phase is answered
+	p       *gateway.Pick // nil without a pick
 
-	// The response, when the proxy sends it.
-	respHeaders bool
-	status      int
-	sse         bool      // text/event-stream: the slot is held from the first byte
-	first       bool      // the first response body byte has arrived
-	holdFrom    time.Time // the slot hold's start
-	refusal     bool      // a 400 waits for its body's stated context limit
+	respHeaders bool // the response headers have arrived
 }
 
 // handle answers one message.
@@ -253,7 +252,7 @@ func (s *epStream) requestHeaders(h *extprocpb.HttpHeaders, md *core.Metadata) e
 	if s.req != nil {
 		return fmt.Errorf("%w: request headers twice", errExtProcOrder)
 	}
-	v, err := parseEPHeaders(h.GetHeaders(), s.g.cfg.ModelHeader)
+	v, err := parseEPHeaders(h.GetHeaders(), s.x.modelHeader)
 	if err != nil {
 		return err
 	}
@@ -266,7 +265,7 @@ func (s *epStream) requestHeaders(h *extprocpb.HttpHeaders, md *core.Metadata) e
 	case h.GetEndOfStream():
 		return s.answer(s.decide([]byte{}, 0, true), phaseHeaders, false)
 	case s.headersOnly():
-		n, known := v.knownLength(s.g.cfg.MaxBodyBytes)
+		n, known := v.knownLength(s.x.maxBody)
 		return s.answer(s.decide(nil, n, known), phaseHeaders, false)
 	case s.fullDuplex():
 		return nil
@@ -283,7 +282,7 @@ func (s *epStream) requestBody(b *extprocpb.HttpBody) error {
 	if s.req == nil {
 		return fmt.Errorf("%w: request body before its headers", errExtProcOrder)
 	}
-	limit := s.g.cfg.MaxBodyBytes
+	limit := s.x.maxBody
 	switch {
 	case s.headersOnly():
 		if !s.decided {
@@ -342,168 +341,55 @@ type decision struct {
 }
 
 // decide routes the request and picks its endpoint as the gateway does
-// (handleGenerate, proxy): model from ModelHeader, else the body's
-// "model" (bodyModel); the route by the same virtual host and route
-// matchers with content-length the body's length; the route's fault
-// abort; the cluster; the prompt tokens (placement.PromptTokens); then
-// chooseEndpoint with the subset hint as a strict exclusion, and
-// startAttempt's accounting. body nil: not seen (a headers-only pick,
-// lenKnown from content-length). Requests the gateway does not proxy
-// pass through.
+// (Gateway.Pick): model from ModelHeader, else the body's "model"
+// (gateway.BodyModel); the route with content-length the body's length;
+// the pick with the subset hint as a strict exclusion. body nil: not seen
+// (a headers-only pick, lenKnown from content-length). Requests the
+// gateway does not proxy pass through.
 func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 	s.decided = true
-	g, v := s.g, s.req
+	v := s.req
 	if !v.generates() {
 		return s.pass()
 	}
 	if lenKnown {
 		v.contentLength = strconv.Itoa(bodyLen)
 	}
-	model := v.hdr.Get(g.cfg.ModelHeader)
+	model := v.hdr.Get(s.x.modelHeader)
 	if model == "" && body != nil {
-		m, err := bodyModel(body)
+		m, err := gateway.BodyModel(body)
 		if err != nil {
 			return decision{err: fmt.Errorf("%w: %w", errExtProcMalformed, err)}
 		}
 		model = m
 	}
 	v.model = model
-	r, refused := s.route()
-	if refused != nil {
-		return *refused
-	}
-	tokens := placement.PromptTokens(v.hdr, bodyLen)
-	var chain []uint64
-	if body != nil {
-		chain = g.promptChain(body)
-	}
-	h, refused := s.pick(r, pickQuery{tokens: tokens, chain: chain})
-	if refused != nil {
-		return *refused
-	}
-	s.p = &epPick{a: g.startAttempt(r.cl, h, g.sendTokens(h, tokens, chain)), cl: r.cl, model: r.label, tokens: tokens}
-	s.holdFrom = s.p.a.sent
-	s.x.m.decisions.WithLabelValues("picked").Inc()
-	return s.picked(h, r.hop, r.removed)
-}
-
-// epRoute is what decide settled of the request before the pick.
-type epRoute struct {
-	cl      *clusterRT
-	label   string   // the model label of metrics and reports
-	hop     bool     // the hop header's proof held
-	removed []string // headers to remove from Envoy's copy of the request
-}
-
-// route matches the request to its route and cluster as handleGenerate
-// does (the virtual host and route matchers with content-length the
-// body's length; demand counted; the route's fault abort); a refusal is
-// the answer when it is not routed.
-func (s *epStream) route() (epRoute, *decision) {
-	g, v := s.g, s.req
-	refuse := func(result string, code int, msg string, extra http.Header) (epRoute, *decision) {
-		d := s.refuseRequest(result, code, msg, extra)
-		return epRoute{}, &d
-	}
-	t := g.tbl.Load()
-	if t == nil || t.vhosts == nil {
-		return refuse("unavailable", http.StatusServiceUnavailable, "the picker has no route configuration yet", nil)
-	}
-	// As the gateway: the hop header counts only with a valid proof
-	// (hop.go); otherwise it is removed here and from Envoy's copy of the
-	// request (with the route recomputed), so that neither this pick nor
-	// Envoy's route treats the request as forwarded.
-	hop, removed := g.trustHop(v.hdr, t.internalOnly)
-	var rt *xdsclient.Route
-	if vh := xdsclient.SelectVirtualHost(t.vhosts, strings.ToLower(v.authority)); vh != nil {
-		rt = xdsclient.MatchRoute(vh, v.path, v)
-	}
-	if rt == nil {
-		return refuse("not_found", http.StatusNotFound, fmt.Sprintf("no route for model %q", truncate.String(v.model, maxModelNameLen)), nil)
-	}
-	r := epRoute{label: rt.Model, hop: hop, removed: removed}
-	if r.label == "" {
-		r.label = t.soleModel
-	}
-	if r.label == "" {
-		r.label = "unknown"
-	}
-	if !hop {
-		g.rep.addDemand(r.label)
-	}
-	// The route's fault abort, drawn as handleGenerate draws it.
-	if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
-		var hdr http.Header
-		if rt.AbortStatus == http.StatusTooManyRequests {
-			hdr = s.shed(r, "fault", "plan")
-		}
-		return refuse("shed", rt.AbortStatus, "request shed by the routing plan; retry later", hdr)
-	}
-	if r.cl = t.clusters[rt.Cluster]; r.cl == nil {
-		return refuse("unavailable", http.StatusServiceUnavailable, fmt.Sprintf("cluster %q not found", rt.Cluster), nil)
-	}
-	return r, nil
-}
-
-// shed counts a refusal with 429 by reason and returns the header that
-// tells the client why.
-func (s *epStream) shed(r epRoute, reason, header string) http.Header {
-	s.g.m.shed.WithLabelValues(r.label, reason).Inc()
-	if !r.hop {
-		s.g.rep.addShed(r.label)
-	}
-	return http.Header{xdscontract.ShedHeader: {header}}
-}
-
-// pick chooses the endpoint with chooseEndpoint, the subset hint a strict
-// exclusion; a refusal is the answer when none can take the request.
-func (s *epStream) pick(r epRoute, q pickQuery) (*hostRT, *decision) {
+	r := gateway.PickRequest{Match: v, Header: v.hdr, Authority: v.authority, Path: v.path, Model: model,
+		Body: body, BodyLen: bodyLen, Start: s.start}
 	if s.hint != nil {
-		q.strict = true
-		for _, h := range r.cl.all {
-			if !s.hint.allows(h.ep.Address) {
-				q.exclude = append(q.exclude, h)
-			}
-		}
+		r.Allow = s.hint.allows
 	}
-	h, res := s.g.chooseEndpoint(r.cl, q)
-	var d decision
-	switch {
-	case res == pickOverflow:
-		d = s.refuseRequest("unavailable", http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open", nil)
-	case h == nil && res == pickSaturated:
-		d = s.refuseRequest("saturated", http.StatusTooManyRequests, "every endpoint is at its in-flight limit; retry later", s.shed(r, "saturated", "saturated"))
-	case h == nil && s.hint != nil:
-		d = s.refuseRequest("unavailable", http.StatusServiceUnavailable, "no endpoint of the proxy's subset hint is eligible", nil)
-	case h == nil:
-		d = s.refuseRequest("unavailable", http.StatusServiceUnavailable, "no healthy upstream", nil)
-	default:
-		return h, nil
+	p, ref := s.x.pk.Pick(r)
+	if ref != nil {
+		return s.refuseRequest(ref)
 	}
-	return nil, &d
+	s.p = p
+	s.x.m.decisions.WithLabelValues("picked").Inc()
+	return picked(p)
 }
 
-// picked is the answer naming h: the destination header and metadata, the
-// hop header and a fresh proof for another region's endpoint, and the
-// headers removed (a hop proof is never shown to a cell).
-func (s *epStream) picked(h *hostRT, hop bool, removed []string) decision {
-	g := s.g
-	set := []*core.HeaderValueOption{overwrite(xdscontract.DestinationEndpointHeader, h.ep.Address)}
-	if h.remote {
-		set = append(set, overwrite(g.cfg.HopHeader, g.cfg.Region))
-		if tok := g.hop.token(g.cfg.Region, g.clock.Now()); tok != "" {
-			set = append(set, overwrite(xdscontract.HopAuthHeader, tok))
-		}
-		// Set, not removed: this picker forwards it now.
-		removed = slices.DeleteFunc(removed, func(h string) bool { return h == g.cfg.HopHeader || h == xdscontract.HopAuthHeader })
-	} else if hop {
-		removed = append(removed, xdscontract.HopAuthHeader) // never shown to a cell
+// picked is the answer naming p's endpoint: the destination header and
+// metadata, the hop header and proof, and the headers removed.
+func picked(p *gateway.Pick) decision {
+	set := make([]*core.HeaderValueOption, 0, len(p.Set))
+	for _, kv := range p.Set {
+		set = append(set, overwrite(kv[0], kv[1]))
 	}
 	return decision{
-		common: &extprocpb.CommonResponse{HeaderMutation: &extprocpb.HeaderMutation{SetHeaders: set, RemoveHeaders: removed}, ClearRouteCache: true},
+		common: &extprocpb.CommonResponse{HeaderMutation: &extprocpb.HeaderMutation{SetHeaders: set, RemoveHeaders: p.Remove}, ClearRouteCache: true},
 		md: &structpb.Struct{Fields: map[string]*structpb.Value{
 			xdscontract.DestinationEndpointNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				xdscontract.DestinationEndpointHeader: structpb.NewStringValue(h.ep.Address)}})}},
+				xdscontract.DestinationEndpointHeader: structpb.NewStringValue(p.Address())}})}},
 	}
 }
 
@@ -523,31 +409,26 @@ func (s *epStream) pass() decision {
 	}}
 }
 
-// refuseRequest answers the request with the gateway's own error (status,
-// the OpenAI error body of writeError, its headers and extra), counted
-// under result.
-func (s *epStream) refuseRequest(result string, code int, msg string, extra http.Header) decision {
-	s.x.m.decisions.WithLabelValues(result).Inc()
-	r := &replyRecorder{h: http.Header{}}
-	for k, vs := range extra {
-		r.h[k] = vs
-	}
-	writeError(r, code, msg)
+// refuseRequest answers the request with the gateway's refusal (its
+// status, the gateway's OpenAI error body and its headers), counted
+// under its result.
+func (s *epStream) refuseRequest(r *gateway.Refusal) decision {
+	s.x.m.decisions.WithLabelValues(r.Result).Inc()
 	var set []*core.HeaderValueOption
-	for k, vs := range r.h {
+	for k, vs := range r.Header {
 		for _, v := range vs {
 			set = append(set, overwrite(strings.ToLower(k), v))
 		}
 	}
-	sc := typepb.StatusCode(code)
-	if _, ok := typepb.StatusCode_name[int32(code)]; !ok {
+	sc := typepb.StatusCode(r.Status)
+	if _, ok := typepb.StatusCode_name[int32(r.Status)]; !ok {
 		sc = typepb.StatusCode_InternalServerError
 	}
 	return decision{immediate: &extprocpb.ImmediateResponse{
 		Status:  &typepb.HttpStatus{Code: sc},
 		Headers: &extprocpb.HeaderMutation{SetHeaders: set},
-		Body:    r.body,
-		Details: "isobar_picker_" + result,
+		Body:    r.Body,
+		Details: "isobar_picker_" + r.Result,
 	}}
 }
 
@@ -592,9 +473,9 @@ func (s *epStream) answer(d decision, phase int, trailers bool) error {
 }
 
 // responseHeaders records the endpoint's answer as the proxy path does
-// (try: the status in metrics, reports and outlier detection, the
-// context memory) and names the endpoint in the response (xdscontract.EndpointHeader,
-// xdscontract.RegionHeader), as the gateway does.
+// (Pick.Response) and names the endpoint in the response
+// (xdscontract.EndpointHeader, xdscontract.RegionHeader), as the gateway
+// does.
 func (s *epStream) responseHeaders(h *extprocpb.HttpHeaders) error {
 	if s.req == nil {
 		return fmt.Errorf("%w: response headers before the request", errExtProcOrder)
@@ -606,6 +487,7 @@ func (s *epStream) responseHeaders(h *extprocpb.HttpHeaders) error {
 	common := &extprocpb.CommonResponse{}
 	if p := s.p; p != nil {
 		var upstream string
+		status, sse := 0, false
 		for _, hv := range h.GetHeaders().GetHeaders() {
 			val := hv.GetValue()
 			if raw := hv.GetRawValue(); len(raw) > 0 {
@@ -613,72 +495,36 @@ func (s *epStream) responseHeaders(h *extprocpb.HttpHeaders) error {
 			}
 			switch strings.ToLower(hv.GetKey()) {
 			case ":status":
-				s.status, _ = strconv.Atoi(val)
+				status, _ = strconv.Atoi(val)
 			case "content-type":
-				s.sse = strings.HasPrefix(val, "text/event-stream")
+				sse = strings.HasPrefix(val, "text/event-stream")
 			case xdscontract.EndpointHeader:
 				upstream = val
 			}
 		}
-		if s.status < 100 || s.status > 599 {
+		if status < 100 || status > 599 {
 			return fmt.Errorf("%w: response headers without a valid :status", errExtProcMalformed)
 		}
-		host := p.a.h
-		kind := failNone
-		if s.status >= 500 {
-			kind = fail5xx
-		}
-		s.g.recordEndpoint(p.cl, host, s.status, kind)
-		if host.st.ctx != nil {
-			switch {
-			case s.status == http.StatusBadRequest:
-				s.refusal = true // its body states the limit
-			case s.status < 300:
-				host.st.ctx.served(p.tokens)
-			}
-		}
-		id := host.ep.Cell
-		if host.remote || id == "" {
-			id = host.ep.Address
-		}
-		set := []*core.HeaderValueOption{overwrite(xdscontract.EndpointHeader, id), overwrite(xdscontract.RegionHeader, host.ep.Region)}
+		id, region := p.Response(status, sse, h.GetEndOfStream())
+		set := []*core.HeaderValueOption{overwrite(xdscontract.EndpointHeader, id), overwrite(xdscontract.RegionHeader, region)}
 		if upstream != "" {
 			set = append(set, overwrite(xdscontract.UpstreamEndpointHeader, upstream))
 		}
 		common.HeaderMutation = &extprocpb.HeaderMutation{SetHeaders: set}
-		if h.GetEndOfStream() {
-			s.responseEnd()
-		}
 	}
 	return s.srv.Send(&extprocpb.ProcessingResponse{Response: &extprocpb.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocpb.HeadersResponse{Response: common}}})
 }
 
-// responseBody takes the pick's pending prompt tokens back at the first
-// response body byte, as relay does, and answers the chunk: sent back in
-// FULL_DUPLEX_STREAMED, let through otherwise.
+// responseBody hands the chunk to the pick (Pick.Body: the pending prompt
+// tokens back at the first byte, as relay does) and answers it: sent back
+// in FULL_DUPLEX_STREAMED, let through otherwise.
 func (s *epStream) responseBody(b *extprocpb.HttpBody) error {
 	if s.req == nil {
 		return fmt.Errorf("%w: response body before the request", errExtProcOrder)
 	}
 	if p := s.p; p != nil {
-		if len(b.GetBody()) > 0 && !s.first {
-			s.first = true
-			now := s.g.clock.Now()
-			p.a.firstByte()
-			if s.sse {
-				s.holdFrom = now
-			}
-			s.g.m.ttft.WithLabelValues(p.model).Observe(now.Sub(s.start).Seconds())
-			if s.refusal {
-				s.refusal = false
-				peek := b.GetBody()[:min(len(b.GetBody()), refusalPeekBytes)]
-				p.a.h.st.ctx.refusedPrompt(p.tokens, statedContextLimit(peek), now)
-			}
-		}
-		if b.GetEndOfStream() {
-			s.responseEnd()
-		}
+		p.Body(b.GetBody(), b.GetEndOfStream())
 	}
 	if s.respMode != filterpb.ProcessingMode_FULL_DUPLEX_STREAMED {
 		return s.srv.Send(&extprocpb.ProcessingResponse{Response: &extprocpb.ProcessingResponse_ResponseBody{
@@ -690,24 +536,11 @@ func (s *epStream) responseBody(b *extprocpb.HttpBody) error {
 	})
 }
 
-// responseEnd is the response's last byte: a successful answer's slot
-// hold is observed as relay observes it.
-func (s *epStream) responseEnd() {
-	if s.status > 0 && s.status < 300 {
-		s.p.a.h.st.observeSlotHold(s.g.clock.Since(s.holdFrom))
-	}
-}
-
 // end gives the pick's accounting back: the stream is over.
 func (s *epStream) end() {
-	p := s.p
-	if p == nil {
-		return
+	if s.p != nil {
+		s.p.Close()
 	}
-	if s.refusal { // a 400 whose body never came: no stated limit
-		p.a.h.st.ctx.refusedPrompt(p.tokens, 0, s.g.clock.Now())
-	}
-	p.a.close()
 }
 
 func headersAnswer(common *extprocpb.CommonResponse, md *structpb.Struct) *extprocpb.ProcessingResponse {
@@ -743,18 +576,4 @@ func overwrite(key, value string) *core.HeaderValueOption {
 		Header:       &core.HeaderValue{Key: key, RawValue: []byte(value)},
 		AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}
-}
-
-// replyRecorder is an http.ResponseWriter that keeps what writeError
-// writes, to send it as an ImmediateResponse.
-type replyRecorder struct {
-	h    http.Header
-	body []byte
-}
-
-func (r *replyRecorder) Header() http.Header { return r.h }
-func (r *replyRecorder) WriteHeader(int)     {}
-func (r *replyRecorder) Write(b []byte) (int, error) {
-	r.body = append(r.body, b...)
-	return len(b), nil
 }

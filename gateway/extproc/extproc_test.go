@@ -1,4 +1,4 @@
-package gateway
+package extproc
 
 import (
 	"bytes"
@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
 
@@ -47,7 +48,7 @@ type testPicker struct {
 
 // startPicker starts a picker against ctrl (plain text unless cfg.TLS is
 // set; then the client is not dialled) and waits for a ready table.
-func startPicker(t testing.TB, ctrl *control, cfg PickerConfig, deps PickerDeps) *testPicker {
+func startPicker(t testing.TB, ctrl *control, cfg Config, deps Deps) *testPicker {
 	t.Helper()
 	cfg.Gateway.Controller = ctrl.addr
 	if cfg.Gateway.Region == "" {
@@ -65,7 +66,7 @@ func startPicker(t testing.TB, ctrl *control, cfg PickerConfig, deps PickerDeps)
 		deps.Gateway.Logger = testLogger(t)
 	}
 	deps.Gateway.DialOptions = insecureDial
-	p, err := NewPicker(cfg, deps)
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,14 +99,7 @@ func dialPicker(t testing.TB, addr string, creds credentials.TransportCredential
 // load sums the in-flight counts and pending prompt tokens of the hosts
 // of the picker's table, by address.
 func (p *testPicker) load() (inflight, pending map[string]int64) {
-	inflight, pending = map[string]int64{}, map[string]int64{}
-	if t := p.g.tbl.Load(); t != nil {
-		for _, cl := range t.clusters {
-			for _, h := range cl.all {
-				inflight[h.ep.Address], pending[h.ep.Address] = h.st.inflight.Load(), h.st.pending.Load()
-			}
-		}
-	}
+	inflight, pending, _ = p.g.Load()
 	return inflight, pending
 }
 
@@ -163,27 +157,7 @@ type epCall struct {
 // is the stream's (a gRPC status).
 func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCall, error) {
 	t.Helper()
-	if r.method == "" {
-		r.method = http.MethodPost
-	}
-	if r.path == "" {
-		r.path = "/v1/completions"
-	}
-	hm := &core.HeaderMap{Headers: []*core.HeaderValue{
-		{Key: ":method", RawValue: []byte(r.method)}, {Key: ":path", RawValue: []byte(r.path)},
-		{Key: ":authority", RawValue: []byte("isobar.example")}, {Key: ":scheme", RawValue: []byte("http")},
-	}}
-	if r.body != nil {
-		hm.Headers = append(hm.Headers, &core.HeaderValue{Key: "content-length", RawValue: fmt.Append(nil, len(r.body))})
-	}
-	for k, v := range r.headers {
-		hm.Headers = append(hm.Headers, &core.HeaderValue{Key: k, RawValue: []byte(v)})
-	}
-	var md *core.Metadata
-	if r.hint != nil {
-		md = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			xdscontract.SubsetHintNamespace: {Fields: map[string]*structpb.Value{xdscontract.SubsetHintKey: r.hint}}}}
-	}
+	hm, md := envoyRequest(&r)
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := c.Process(ctx)
 	if err != nil {
@@ -192,14 +166,7 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 	}
 	call := &epCall{t: t, s: s, cancel: cancel}
 	t.Cleanup(cancel)
-	// A Send on a stream the picker ended says io.EOF; Recv says why.
-	sendMsg := func(m *extprocpb.ProcessingRequest) error {
-		err := s.Send(m)
-		if errors.Is(err, io.EOF) {
-			_, err = s.Recv()
-		}
-		return err
-	}
+	sendMsg := call.sendMsg
 	err = sendMsg(&extprocpb.ProcessingRequest{
 		Request:         &extprocpb.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocpb.HttpHeaders{Headers: hm, EndOfStream: r.body == nil}},
 		MetadataContext: md,
@@ -234,17 +201,61 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 	} else if m := hr.GetResponse().GetHeaderMutation(); m != nil {
 		t.Fatalf("BUFFERED: the headers' answer mutates %v before the body is seen", m)
 	}
+	return call, call.requestBody(r, headersOnly)
+}
+
+// envoyRequest is r's request headers and metadata as Envoy's ext_proc
+// filter sends them (r's method and path defaulted).
+func envoyRequest(r *epRequest) (*core.HeaderMap, *core.Metadata) {
+	if r.method == "" {
+		r.method = http.MethodPost
+	}
+	if r.path == "" {
+		r.path = "/v1/completions"
+	}
+	hm := &core.HeaderMap{Headers: []*core.HeaderValue{
+		{Key: ":method", RawValue: []byte(r.method)}, {Key: ":path", RawValue: []byte(r.path)},
+		{Key: ":authority", RawValue: []byte("isobar.example")}, {Key: ":scheme", RawValue: []byte("http")},
+	}}
+	if r.body != nil {
+		hm.Headers = append(hm.Headers, &core.HeaderValue{Key: "content-length", RawValue: fmt.Append(nil, len(r.body))})
+	}
+	for k, v := range r.headers {
+		hm.Headers = append(hm.Headers, &core.HeaderValue{Key: k, RawValue: []byte(v)})
+	}
+	var md *core.Metadata
+	if r.hint != nil {
+		md = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			xdscontract.SubsetHintNamespace: {Fields: map[string]*structpb.Value{xdscontract.SubsetHintKey: r.hint}}}}
+	}
+	return hm, md
+}
+
+// sendMsg sends m; a Send on a stream the picker ended says io.EOF, and
+// Recv then says why.
+func (c *epCall) sendMsg(m *extprocpb.ProcessingRequest) error {
+	err := c.s.Send(m)
+	if errors.Is(err, io.EOF) {
+		_, err = c.s.Recv()
+	}
+	return err
+}
+
+// requestBody plays the request body phase in r's mode after the
+// headers' answer and reads the body's answer.
+func (c *epCall) requestBody(r epRequest, headersOnly bool) error {
+	c.t.Helper()
 	switch {
 	case r.mode == filterpb.ProcessingMode_FULL_DUPLEX_STREAMED && r.body != nil:
 		var back []byte
 		for {
-			resp, err := s.Recv()
+			resp, err := c.s.Recv()
 			if err != nil {
-				return call, err
+				return err
 			}
 			sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
 			if sr == nil {
-				t.Fatalf("FULL_DUPLEX_STREAMED: answer %v, want the body sent back", resp)
+				c.t.Fatalf("FULL_DUPLEX_STREAMED: answer %v, want the body sent back", resp)
 			}
 			back = append(back, sr.GetBody()...)
 			if sr.GetEndOfStream() {
@@ -252,38 +263,38 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 			}
 		}
 		if !bytes.Equal(back, r.body) {
-			t.Fatalf("FULL_DUPLEX_STREAMED: the body came back as %d bytes, want the %d sent", len(back), len(r.body))
+			c.t.Fatalf("FULL_DUPLEX_STREAMED: the body came back as %d bytes, want the %d sent", len(back), len(r.body))
 		}
 	case r.mode == filterpb.ProcessingMode_STREAMED && r.body != nil:
-		if err := sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
+		if err := c.sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
 			RequestBody: &extprocpb.HttpBody{Body: r.body, EndOfStream: true}}}); err != nil {
-			return call, err
+			return err
 		}
-		resp, err := s.Recv()
+		resp, err := c.s.Recv()
 		if err != nil {
-			return call, err
+			return err
 		}
 		if resp.GetRequestBody() == nil || resp.GetRequestBody().GetResponse().GetHeaderMutation() != nil {
-			t.Fatalf("STREAMED: answer %v to a body chunk, want it let through", resp)
+			c.t.Fatalf("STREAMED: answer %v to a body chunk, want it let through", resp)
 		}
 	case !headersOnly: // BUFFERED, BUFFERED_PARTIAL
-		if err := sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
+		if err := c.sendMsg(&extprocpb.ProcessingRequest{Request: &extprocpb.ProcessingRequest_RequestBody{
 			RequestBody: &extprocpb.HttpBody{Body: r.body, EndOfStream: true}}}); err != nil {
-			return call, err
+			return err
 		}
-		resp, err := s.Recv()
+		resp, err := c.s.Recv()
 		if err != nil {
-			return call, err
+			return err
 		}
-		if call.immediate(resp) {
-			return call, nil
+		if c.immediate(resp) {
+			return nil
 		}
 		if resp.GetRequestBody() == nil {
-			t.Fatalf("answer %v to the body, want a body response", resp)
+			c.t.Fatalf("answer %v to the body, want a body response", resp)
 		}
-		call.read(resp.GetRequestBody().GetResponse(), resp.GetDynamicMetadata())
+		c.read(resp.GetRequestBody().GetResponse(), resp.GetDynamicMetadata())
 	}
-	return call, nil
+	return nil
 }
 
 func (c *epCall) immediate(resp *extprocpb.ProcessingResponse) bool {
@@ -362,9 +373,9 @@ func threeEndpoints() (xds.State, []string) {
 func TestPickerEveryRequestGetsAnEndpoint(t *testing.T) {
 	st, addrs := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	for _, lb := range []LBMode{LBXDS, LBIsobar, LBRoundRobin, LBLeastRequest} {
+	for _, lb := range []gateway.LBMode{gateway.LBXDS, gateway.LBIsobar, gateway.LBRoundRobin, gateway.LBLeastRequest} {
 		t.Run(string(lb), func(t *testing.T) {
-			p := startPicker(t, ctrl, PickerConfig{Gateway: Config{LB: lb}}, PickerDeps{})
+			p := startPicker(t, ctrl, Config{Gateway: gateway.Config{LB: lb}}, Deps{})
 			modes := []struct {
 				name    string
 				mode    filterpb.ProcessingMode_BodySendMode
@@ -448,7 +459,7 @@ func TestPickerPicksAsTheGateway(t *testing.T) {
 	}
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model, eps...))
 	clock := clockwork.NewFakeClock()
-	p := startPicker(t, ctrl, PickerConfig{Gateway: Config{LB: LBIsobar}}, PickerDeps{Gateway: Deps{Clock: clock, Rand: newLockedRand(1, 2)}})
+	p := startPicker(t, ctrl, Config{Gateway: gateway.Config{LB: gateway.LBIsobar}}, Deps{Gateway: gateway.Deps{Clock: clock, Rand: newLockedRand(1, 2)}})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	if _, err := p.WaitForTable(ctx, func(tb *xdsclient.Table) bool { return len(tb.Clusters[xdscontract.ClusterName(model)].Endpoints) == 3 }); err != nil {
@@ -460,7 +471,7 @@ func TestPickerPicksAsTheGateway(t *testing.T) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/completions", bytes.NewReader(completionBody(model, n)))
 		req.Host = "isobar.example"
 		w := httptest.NewRecorder()
-		p.g.handleGenerate(w, req)
+		p.g.GenerateHandler().ServeHTTP(w, req)
 		if w.Code != http.StatusOK {
 			t.Fatalf("gateway: status %d: %s", w.Code, w.Body)
 		}
@@ -550,7 +561,7 @@ func envoyDecide(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest)
 func TestPickerKilledMidStreamFallsBack(t *testing.T) {
 	st, _ := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	p := startPicker(t, ctrl, PickerConfig{}, PickerDeps{})
+	p := startPicker(t, ctrl, Config{}, Deps{})
 	d, live := envoyDecide(t, p.client, epRequest{mode: filterpb.ProcessingMode_BUFFERED, body: completionBody(model, 100)})
 	if d.dest == "" || d.fallback {
 		t.Fatalf("before the kill: %+v", d)
@@ -616,7 +627,7 @@ func TestPickerRefusesOtherIdentities(t *testing.T) {
 	srvCert, srvKey := issue("picker", certs.Identity{Kind: certs.KindGateway, Name: "r1"}, true)
 	st, _ := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	p := startPicker(t, ctrl, PickerConfig{TLS: TLSFiles{Cert: srvCert, Key: srvKey, CA: caFile}}, PickerDeps{})
+	p := startPicker(t, ctrl, Config{TLS: TLSFiles{Cert: srvCert, Key: srvKey, CA: caFile}}, Deps{})
 	client := func(name string, id certs.Identity) extprocpb.ExternalProcessorClient {
 		c, k := issue(name, id, false)
 		tc, err := certs.ClientConfig(c, k, caFile, "")
@@ -663,7 +674,7 @@ func TestPickerRefusesOtherIdentities(t *testing.T) {
 func TestPickerRefusesBadInput(t *testing.T) {
 	st, _ := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	p := startPicker(t, ctrl, PickerConfig{Gateway: Config{MaxBodyBytes: 4096}}, PickerDeps{})
+	p := startPicker(t, ctrl, Config{Gateway: gateway.Config{MaxBodyBytes: 4096}}, Deps{})
 	headers := func(kv ...string) *extprocpb.ProcessingRequest {
 		hm := &core.HeaderMap{}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -750,9 +761,9 @@ func TestPickerHonoursSubsetHint(t *testing.T) {
 		}
 		return structpb.NewListValue(l)
 	}
-	for _, lb := range []LBMode{LBXDS, LBIsobar, LBLeastRequest} {
+	for _, lb := range []gateway.LBMode{gateway.LBXDS, gateway.LBIsobar, gateway.LBLeastRequest} {
 		t.Run(string(lb), func(t *testing.T) {
-			p := startPicker(t, ctrl, PickerConfig{Gateway: Config{LB: lb}}, PickerDeps{})
+			p := startPicker(t, ctrl, Config{Gateway: gateway.Config{LB: lb}}, Deps{})
 			for _, tc := range []struct {
 				name string
 				hint *structpb.Value
@@ -802,7 +813,7 @@ func TestPickerHonoursSubsetHint(t *testing.T) {
 func TestPickerHealthAndHTTP(t *testing.T) {
 	st, _ := threeEndpoints()
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
-	p := startPicker(t, ctrl, PickerConfig{}, PickerDeps{})
+	p := startPicker(t, ctrl, Config{}, Deps{})
 	conn, err := grpc.NewClient(p.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

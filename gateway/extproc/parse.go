@@ -1,4 +1,4 @@
-package gateway
+package extproc
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ const (
 
 // epHeaders is a request's headers as ext_proc sends them
 // (HttpHeaders.headers: lower-case names, each value in raw_value or
-// value), seen as the route matcher sees an HTTP request's (requestView):
+// value), seen as the route matcher sees an HTTP request's (the gateway's requestView):
 // pseudo-headers, ModelHeader filled from the body's model when the
 // client did not send it, content-length the body's length.
 type epHeaders struct {

@@ -1,4 +1,4 @@
-package gateway
+package extproc
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocpb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -61,9 +63,9 @@ func (f *fakeEPStream) SetTrailer(metadata.MD)       {}
 
 // fuzzPicker is a gateway (not started) holding one model's table, and
 // the ext_proc service on it.
-func fuzzPicker(t testing.TB) *extProc {
-	g, err := New(Config{Controller: "127.0.0.1:1", Region: "r1", LB: LBIsobar, MaxBodyBytes: 64 << 10},
-		Deps{Logger: discardLogger(), DialOptions: insecureDial})
+func fuzzPicker(t testing.TB) (*extProc, *gateway.Gateway) {
+	g, err := gateway.New(gateway.Config{Controller: "127.0.0.1:1", Region: "r1", LB: gateway.LBIsobar, MaxBodyBytes: 64 << 10},
+		gateway.Deps{Logger: discardLogger(), DialOptions: insecureDial})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,10 +99,8 @@ func fuzzPicker(t testing.TB) *extProc {
 	for _, r := range res.Envoy.Routes {
 		rs = append(rs, r)
 	}
-	for i, set := range [][]proto.Message{cs, es, rs} {
-		if err := g.apply(i, pack(set...), "1"); err != nil {
-			t.Fatal(err)
-		}
+	if err := g.LoadResources(pack(cs...), pack(es...), pack(rs...), "1"); err != nil {
+		t.Fatal(err)
 	}
 	if !g.Table().Ready() {
 		t.Fatal("fuzz table not ready")
@@ -109,7 +109,7 @@ func fuzzPicker(t testing.TB) *extProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &extProc{g: g, m: m, log: discardLogger()}
+	return newExtProc(g, m, discardLogger(), clockwork.NewRealClock(), false), g
 }
 
 // FuzzExtProcStream drives one ext_proc stream, as a proxy would shape it
@@ -125,7 +125,7 @@ func FuzzExtProcStream(f *testing.F) {
 	f.Add(uint8(3), uint8(2), ":method: POST\n:path: /v1/completions\nx-isobar-prompt-tokens: 7", []byte(`{"model":7}`), "x;y", uint16(400), []byte{0x0a, 0x00})
 	f.Add(uint8(1), uint8(1), ":method: GET\n:path: /v1/models\nx-gateway-destination-endpoint: 203.0.113.1:22", []byte(nil), "", uint16(200), []byte(nil))
 	f.Add(uint8(2), uint8(9), ":method: POST\n:path: /v1/completions", []byte("\x00{"), "", uint16(0), []byte{0x1a, 0x02, 0x0a, 0x00})
-	ep := fuzzPicker(f)
+	ep, g := fuzzPicker(f)
 	f.Fuzz(func(t *testing.T, reqMode, respMode uint8, headerText string, body []byte, hint string, respStatus uint16, raw []byte) {
 		if len(body) > 1<<17 || len(headerText) > 1<<14 || len(hint) > 1<<12 {
 			return
@@ -182,14 +182,15 @@ func FuzzExtProcStream(f *testing.F) {
 				t.Fatal("io.EOF leaked as an error")
 			}
 		}
-		for _, cl := range ep.g.tbl.Load().clusters {
-			for _, h := range cl.all {
-				if n, p := h.st.inflight.Load(), h.st.pending.Load(); n != 0 || p != 0 {
-					t.Fatalf("host %s keeps %d in flight and %d pending tokens after the stream", h.ep.Address, n, p)
-				}
+		inflight, pending, active := g.Load()
+		for a, n := range inflight {
+			if p := pending[a]; n != 0 || p != 0 {
+				t.Fatalf("host %s keeps %d in flight and %d pending tokens after the stream", a, n, p)
 			}
-			if a := cl.st.active.Load(); a != 0 {
-				t.Fatalf("cluster %s keeps %d active after the stream", cl.name, a)
+		}
+		for cl, a := range active {
+			if a != 0 {
+				t.Fatalf("cluster %s keeps %d active after the stream", cl, a)
 			}
 		}
 	})

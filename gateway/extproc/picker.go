@@ -1,30 +1,31 @@
-package gateway
+package extproc
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 
 	extprocpb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/gateway"
 	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
-// PickerConfig holds the values of `isobar picker`. Zero fields take the
+// Config holds the values of `isobar picker`. Zero fields take the
 // documented defaults.
-type PickerConfig struct {
+type Config struct {
 	// Gateway configures what the picker shares with the gateway: the
 	// controller and region (required), the xDS node id (default
 	// "isobar-picker-" + Region), the pick (LB, Placement,
@@ -34,7 +35,7 @@ type PickerConfig struct {
 	// long Stop lets open streams finish), ReportInterval and the reconnect
 	// backoff. Gateway.Listen serves /health and /metrics only, no OpenAI
 	// API (default "127.0.0.1:9003"); Gateway.MetricsListen is not used.
-	Gateway Config
+	Gateway gateway.Config
 	// Listen is the gRPC address ext_proc (and the gRPC health service)
 	// is served on. Default "127.0.0.1:9002", the Endpoint Picker's port
 	// in the Gateway API Inference Extension's examples.
@@ -57,48 +58,46 @@ type TLSFiles struct {
 // Enabled reports whether any file is set.
 func (t TLSFiles) Enabled() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
 
-func (c PickerConfig) withDefaults() PickerConfig {
+func (c Config) withDefaults() Config {
 	if c.Gateway.NodeID == "" && c.Gateway.Region != "" {
 		c.Gateway.NodeID = "isobar-picker-" + c.Gateway.Region
 	}
 	if c.Gateway.Listen == "" {
 		c.Gateway.Listen = "127.0.0.1:9003"
 	}
-	c.Gateway = c.Gateway.withDefaults()
+	c.Gateway.HealthOnly = true
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:9002"
 	}
 	return c
 }
 
-func (c PickerConfig) validate() error {
-	if err := c.Gateway.validate(); err != nil {
-		return err
-	}
+// validate checks the picker's own values; New checks the Gateway's.
+func (c Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return fmt.Errorf("%w: Listen %q is not host:port: %v", ErrInvalidConfig, c.Listen, err)
+		return fmt.Errorf("%w: Listen %q is not host:port: %v", gateway.ErrInvalidConfig, c.Listen, err)
 	}
 	if t := c.TLS; t.Enabled() && (t.Cert == "" || t.Key == "" || t.CA == "") {
-		return fmt.Errorf("%w: TLS needs the certificate, the key and the CA bundle together (--tls-cert, --tls-key, --tls-ca)", ErrInvalidConfig)
+		return fmt.Errorf("%w: TLS needs the certificate, the key and the CA bundle together (--tls-cert, --tls-key, --tls-ca)", gateway.ErrInvalidConfig)
 	}
 	return nil
 }
 
-// PickerDeps holds a picker's collaborators.
-type PickerDeps struct {
+// Deps holds a picker's collaborators.
+type Deps struct {
 	// Gateway holds those of the xDS client, the pick and the reports:
 	// Clock, Logger, Registerer, Gatherer (served on /metrics), Rand, and
 	// DialOptions, which must carry transport credentials for the
 	// controller. Transport and DialContext are not used: Envoy, not the
 	// picker, talks to the endpoints.
-	Gateway Deps
+	Gateway gateway.Deps
 	// GRPCServerOptions are added to the ext_proc server's options
 	// (tracing).
 	GRPCServerOptions []grpc.ServerOption
 }
 
 // extProcHeadroom is what a ProcessingRequest may carry beyond
-// Config.MaxBodyBytes of body (headers, metadata): the server's message
+// Config.Gateway.MaxBodyBytes of body (headers, metadata): the server's message
 // size limit is their sum.
 const extProcHeadroom = 1 << 20
 
@@ -116,8 +115,10 @@ var healthServices = []string{"", "readiness", extprocpb.ExternalProcessor_Servi
 // /metrics) and a gRPC server serving ext_proc and gRPC health. See the
 // package doc and docs/picker.md.
 type Picker struct {
-	cfg    PickerConfig
-	g      *Gateway
+	cfg    Config
+	g      *gateway.Gateway
+	log    *slog.Logger
+	clock  clockwork.Clock
 	x      *extProc
 	gs     *grpc.Server
 	health *health.Server
@@ -131,27 +132,29 @@ type Picker struct {
 	done    chan struct{}  // closed when Stop has finished
 }
 
-// NewPicker validates cfg (after applying defaults) and returns a Picker.
+// New validates cfg (after applying defaults) and returns a Picker.
 // It connects and serves on Start.
-func NewPicker(cfg PickerConfig, deps PickerDeps) (*Picker, error) {
+func New(cfg Config, deps Deps) (*Picker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g, err := New(cfg.Gateway, deps.Gateway)
+	g, err := gateway.New(cfg.Gateway, deps.Gateway)
 	if err != nil {
 		return nil, err
+	}
+	cfg.Gateway = g.Config()
+	log, clock := deps.Gateway.Logger, deps.Gateway.Clock
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if clock == nil {
+		clock = clockwork.NewRealClock()
 	}
 	m, err := newPickerMetrics(deps.Gateway.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", g.handleHealth)
-	if deps.Gateway.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(deps.Gateway.Gatherer, promhttp.HandlerOpts{}))
-	}
-	g.handler = mux
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(cfg.Gateway.MaxBodyBytes+extProcHeadroom, 1<<30))),
 	}
@@ -167,9 +170,9 @@ func NewPicker(cfg PickerConfig, deps PickerDeps) (*Picker, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	p := &Picker{
-		cfg: cfg, g: g, health: health.NewServer(), done: make(chan struct{}),
+		cfg: cfg, g: g, log: log, clock: clock, health: health.NewServer(), done: make(chan struct{}),
 		gs: grpc.NewServer(append(opts, deps.GRPCServerOptions...)...),
-		x:  &extProc{g: g, m: m, log: g.log.With("component", "picker"), mtls: cfg.TLS.Enabled()},
+		x:  newExtProc(g, m, log.With("component", "picker"), clock, cfg.TLS.Enabled()),
 	}
 	extprocpb.RegisterExternalProcessorServer(p.gs, p.x)
 	healthpb.RegisterHealthServer(p.gs, p.health)
@@ -183,15 +186,15 @@ func NewPicker(cfg PickerConfig, deps PickerDeps) (*Picker, error) {
 // Start connects to the controller (the Gateway's xDS subscriptions and
 // reports), serves /health and /metrics on httpLn and ext_proc on ln, and
 // reports ready over gRPC health once the table is ready. A second Start
-// fails with ErrAlreadyStarted, a Start after Stop with ErrStopped.
+// fails with gateway.ErrAlreadyStarted, a Start after Stop with gateway.ErrStopped.
 func (p *Picker) Start(ctx context.Context, ln, httpLn net.Listener) error {
 	p.lifeMu.Lock()
 	defer p.lifeMu.Unlock()
 	switch {
 	case p.stopped:
-		return ErrStopped
+		return gateway.ErrStopped
 	case p.started:
-		return ErrAlreadyStarted
+		return gateway.ErrAlreadyStarted
 	}
 	if err := p.g.Start(ctx, httpLn); err != nil {
 		return err
@@ -201,7 +204,7 @@ func (p *Picker) Start(ctx context.Context, ln, httpLn net.Listener) error {
 	p.cancel = cancel
 	p.wg.Go(func() {
 		if err := p.gs.Serve(ln); err != nil {
-			p.g.log.Error("picker grpc server failed", "err", err)
+			p.log.Error("picker grpc server failed", "err", err)
 		}
 	})
 	p.wg.Go(func() {
@@ -212,7 +215,7 @@ func (p *Picker) Start(ctx context.Context, ln, httpLn net.Listener) error {
 			p.health.SetServingStatus(s, healthpb.HealthCheckResponse_SERVING)
 		}
 	})
-	p.g.log.Info("picker started", "listen", p.addr, "http_listen", p.g.Addr(), "controller", p.cfg.Gateway.Controller,
+	p.log.Info("picker started", "listen", p.addr, "http_listen", p.g.Addr(), "controller", p.cfg.Gateway.Controller,
 		"region", p.cfg.Gateway.Region, "lb", string(p.cfg.Gateway.LB), "mtls", p.cfg.TLS.Enabled())
 	return nil
 }
@@ -238,7 +241,7 @@ func (p *Picker) WaitForTable(ctx context.Context, cond func(*xdsclient.Table) b
 }
 
 // Stop shuts the picker down: gRPC health turns NOT_SERVING, new streams
-// are refused, open streams get Config.DrainTimeout to end (their HTTP
+// are refused, open streams get Config.Gateway.DrainTimeout to end (their HTTP
 // requests to finish), then are cut; then the Gateway stops (final
 // report, xDS streams). It is idempotent and blocks until every goroutine
 // has exited.
@@ -260,11 +263,11 @@ func (p *Picker) Stop() {
 			defer close(drained)
 			p.gs.GracefulStop()
 		}()
-		t := p.g.clock.NewTimer(p.cfg.Gateway.DrainTimeout)
+		t := p.clock.NewTimer(p.cfg.Gateway.DrainTimeout)
 		select {
 		case <-drained:
 		case <-t.Chan():
-			p.g.log.Warn("open ext_proc streams cut at the drain timeout")
+			p.log.Warn("open ext_proc streams cut at the drain timeout")
 			p.gs.Stop()
 			<-drained
 		}
@@ -274,21 +277,21 @@ func (p *Picker) Stop() {
 	p.g.Stop()
 	p.wg.Wait()
 	if started {
-		p.g.log.Info("picker stopped")
+		p.log.Info("picker stopped")
 	}
 }
 
-// RunPicker is the composition root of `isobar picker`: it serves ext_proc
+// Run is the composition root of `isobar picker`: it serves ext_proc
 // on cfg.Listen and /health and /metrics on cfg.Gateway.Listen until ctx
 // ends, then stops gracefully. A nil deps.Gateway.Registerer gets a fresh
 // registry with the Go and process collectors, served on /metrics.
-func RunPicker(ctx context.Context, cfg PickerConfig, deps PickerDeps) error {
+func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if deps.Gateway.Registerer == nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		deps.Gateway.Registerer, deps.Gateway.Gatherer = reg, reg
 	}
-	p, err := NewPicker(cfg, deps)
+	p, err := New(cfg, deps)
 	if err != nil {
 		return err
 	}
