@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/xds"
@@ -118,13 +119,7 @@ func (f *regFixture) tick() {
 		f.t.Fatal(err)
 	}
 	f.clock.Advance(f.reg.cfg.CycleInterval)
-	deadline := time.Now().Add(5 * time.Second)
-	for f.reg.View().Cycle == before {
-		if time.Now().After(deadline) {
-			f.t.Fatal("registry did not run a cycle")
-		}
-		time.Sleep(time.Millisecond) // polling a condition, bounded above
-	}
+	eventually.True(f.t, 5*time.Second, "the registry to run a cycle", func() bool { return f.reg.View().Cycle != before })
 }
 
 func (f *regFixture) nextPush() map[string]uint32 {
