@@ -58,7 +58,7 @@ func TestBenchMapsCellsAsTheRegistry(t *testing.T) {
 	spec := runSpec{policy: IsobarCapability, requests: w.generate(cfg.Profile), seed: 9, until: 40 * time.Second,
 		maxModelLen: mml, declareCapability: true,
 		faults: []fault{{at: 8 * time.Second, kind: faultKill, cell: 4}, {at: 5 * time.Second, kind: faultDCGMDown, cell: 2}},
-		onTick: func(time.Duration, []cellScore) {
+		onTick: func(_ time.Duration, scores []cellScore) {
 			ticks++
 			bench := f.cycleCells
 			reg := make([]cycle.Cell, len(bench))
@@ -78,6 +78,11 @@ func TestBenchMapsCellsAsTheRegistry(t *testing.T) {
 			rp, rs := cycle.Map(f.scorer, reg)
 			if !reflect.DeepEqual(bp, rp) || !reflect.DeepEqual(bs, rs) {
 				t.Fatalf("tick %d: projection cells differ:\nbench    %+v\nregistry %+v", ticks, bp, rp)
+			}
+			for i, sc := range scores {
+				if !reflect.DeepEqual(sc.res, rs[i]) {
+					t.Fatalf("tick %d cell %d: the bench scored %+v, the registry's mapping %+v", ticks, i, sc.res, rs[i])
+				}
 			}
 		}}
 	f, err := newFleet(cfg, spec)
