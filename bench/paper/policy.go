@@ -439,14 +439,10 @@ func (f *fleet) tick() {
 	}
 }
 
-// siteRTTRepush and siteRTTTolerance are the controller's rules for
-// re-pushing a round trip (regional/placement.go: placementRepush,
-// rttTolerance): when it moved by more than max(1 ms, a tenth), at most
-// every 5 s.
-const (
-	siteRTTRepush    = 5 * time.Second
-	siteRTTTolerance = time.Millisecond
-)
+// siteRTTRepush is the controller's rule for re-pushing a round trip
+// (regional/cycle: at most every PlacementRepush, when it moved by more
+// than RTTDrifted's max(1 ms, a tenth)).
+const siteRTTRepush = cycle.PlacementRepush
 
 // siteRTT is a round trip and jitter as pushed to the ingress.
 type siteRTT struct {
@@ -455,7 +451,7 @@ type siteRTT struct {
 }
 
 // pushSiteRTT updates the round trips the ingress has, as the regional
-// controller pushes them (regional/placement.go): each site is a locality
+// controller pushes them (regional/cycle/placement.go): each site is a locality
 // whose cells share a network, so it carries the median of its cells'
 // probed RTTs and jitters (per-cell probe noise would otherwise read as a
 // lasting preference), re-pushed when either drifts by more than
@@ -466,12 +462,6 @@ func (f *fleet) pushSiteRTT() {
 		for i := range f.siteRTT {
 			f.siteRTT[i].at = -siteRTTRepush
 		}
-	}
-	drift := func(a, b time.Duration) bool {
-		if (a > 0) != (b > 0) {
-			return true
-		}
-		return (b - a).Abs() > max(siteRTTTolerance, a/10)
 	}
 	for s := range f.siteRTT {
 		var rtts, jits []time.Duration
@@ -487,7 +477,7 @@ func (f *fleet) pushSiteRTT() {
 		slices.Sort(jits)
 		want := siteRTT{rtt: rtts[(len(rtts)-1)/2], jitter: jits[(len(jits)-1)/2], at: f.now}
 		cur := &f.siteRTT[s]
-		if f.now-cur.at >= siteRTTRepush && (drift(cur.rtt, want.rtt) || drift(cur.jitter, want.jitter)) {
+		if f.now-cur.at >= siteRTTRepush && (cycle.RTTDrifted(cur.rtt, want.rtt) || cycle.RTTDrifted(cur.jitter, want.jitter)) {
 			*cur = want
 		}
 	}
