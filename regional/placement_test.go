@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
 
@@ -92,7 +93,7 @@ func (r *regionRTTs) get() map[string]time.Duration {
 // heartbeat, the local locality its cells' median probed RTT and jitter (a
 // cell that stands apart its own), and each remote locality the gossip RTT
 // to its region. A round trip that drifts materially is pushed again (at
-// most once per placementRepush); probe noise is not.
+// most once per cycle.PlacementRepush); probe noise is not.
 func TestBuildStatePlacementInputs(t *testing.T) {
 	rtts := &regionRTTs{m: map[string]time.Duration{"r2": 60 * time.Millisecond}}
 	f := newFixtureWith(t, func(*Config) {}, func(r *Registry) { r.regionRTT = rtts.get })
@@ -120,7 +121,7 @@ func TestBuildStatePlacementInputs(t *testing.T) {
 		t.Fatalf("endpoint b = %+v, want nothing declared", eb)
 	}
 
-	// The first probe is pushed, within placementRepush, as the local
+	// The first probe is pushed, within cycle.PlacementRepush, as the local
 	// locality's round trip: the median over the probed cells.
 	probe := func(id string, rtt, jitter time.Duration) {
 		t.Helper()
@@ -129,7 +130,7 @@ func TestBuildStatePlacementInputs(t *testing.T) {
 		}
 	}
 	probe("a", 400*time.Microsecond, 50*time.Microsecond)
-	cycles := int(placementRepush/f.reg.cfg.CycleInterval) + 5
+	cycles := int(cycle.PlacementRepush/f.reg.cfg.CycleInterval) + 5
 	if st, ok = f.tickUntilPush(cycles, a, b); !ok {
 		t.Fatal("the first probe of a was never pushed")
 	}
@@ -189,26 +190,6 @@ func TestBuildStatePlacementInputs(t *testing.T) {
 	}
 }
 
-func TestRTTDrifted(t *testing.T) {
-	for _, tc := range []struct {
-		a, b time.Duration
-		want bool
-	}{
-		{0, 0, false},
-		{0, time.Microsecond, true}, // became known
-		{time.Millisecond, 0, true}, // became unknown
-		{400 * time.Microsecond, 1300 * time.Microsecond, false},
-		{400 * time.Microsecond, 1500 * time.Microsecond, true},
-		{60 * time.Millisecond, 65 * time.Millisecond, false},
-		{60 * time.Millisecond, 67 * time.Millisecond, true},
-		{60 * time.Millisecond, 53 * time.Millisecond, true},
-	} {
-		if got := rttDrifted(tc.a, tc.b); got != tc.want {
-			t.Errorf("rttDrifted(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
-		}
-	}
-}
-
 // A heartbeat whose declared capacity is not a number, negative or absurd
 // is refused, like any corrupt field.
 func TestValidateHeartbeatCapacity(t *testing.T) {
@@ -234,31 +215,5 @@ func TestValidateHeartbeatCapacity(t *testing.T) {
 				t.Errorf("validateHeartbeat = %v, want invalid %v", err, tc.invalid)
 			}
 		})
-	}
-}
-
-func TestLocalPlacement(t *testing.T) {
-	cell := func(id string, rtt, jitter time.Duration, probed bool, weight uint32) CellView {
-		v := CellView{ID: id, RTT: rtt, Jitter: jitter, RTTOK: probed}
-		v.Weight.Published = weight
-		return v
-	}
-	us := time.Microsecond
-	loc, apart := localPlacement([]CellView{
-		cell("a", 100*us, 20*us, true, 100),
-		cell("b", 250*us, 100*us, true, 100),
-		cell("c", 1600*us, 1200*us, true, 100), // a noisy spike, within its jitter
-		cell("d", 9*time.Millisecond, 200*us, true, 100),
-		cell("e", 300*us, 50*us, false, 100),       // not probed
-		cell("f", 40*time.Millisecond, 0, true, 0), // not in the load balancer
-	})
-	if loc != (placeSent{250 * us, 100 * us}) {
-		t.Errorf("locality %+v, want the lower medians 250µs and 100µs", loc)
-	}
-	if len(apart) != 1 || apart["d"] != (placeSent{9 * time.Millisecond, 200 * us}) {
-		t.Errorf("cells apart %+v, want d alone", apart)
-	}
-	if loc, apart := localPlacement([]CellView{cell("e", 300*us, 0, false, 100)}); loc != (placeSent{}) || apart != nil {
-		t.Errorf("no probed cell: %+v %+v", loc, apart)
 	}
 }

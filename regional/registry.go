@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,11 +14,10 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
-	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
-	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // Registry errors; test with errors.Is.
@@ -117,7 +113,7 @@ type Registry struct {
 	cycles     uint64
 	removals   []removal
 	lastPushed map[string]uint32    // weights in the last offered state
-	sentPlace  map[string]placeSent // drifting placement inputs in the last offered state
+	sentPlace  cycle.Placement      // round trips in the last offered state
 	lastOffer  time.Time            // when the last state was offered
 	index      map[string]int       // id → position in ids, shared by views
 	routes     *RouteTable          // cross-region routing in force
@@ -157,7 +153,7 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		cells:      make(map[string]*cell),
 		byEndpoint: make(map[string]string),
 		lastPushed: make(map[string]uint32),
-		sentPlace:  make(map[string]placeSent),
+		sentPlace:  make(cycle.Placement),
 		dpCells:    make(map[string]*dpWindow),
 		dpDemand:   make(map[string]*dpWindow),
 		offered:    make(map[string]bool),
@@ -519,115 +515,18 @@ func (r *Registry) sweep(now time.Time) {
 	}
 }
 
-// scoreInput is the scorer's input for c: its heartbeat's signals, the
-// probe's RTT and the data plane's error rate (dpOK when there is one),
-// through score.InputFrom.
-func scoreInput(c *cell, dpRate float64, dpOK bool) score.Input {
-	r := reading(c.hb.GetSignals(), c.hb.GetVllm().GetOk(), c.hb.GetDcgm().GetOk(), c.rtt, c.jitter, c.rttOK)
-	if dpOK {
-		r.DataPlaneErrorRate = score.Some(dpRate)
-	}
-	return score.InputFrom(r)
-}
-
-// reading is the score.Reading of a heartbeat's signals s (a field is
-// present when it is set; nil s sets none), with the health of its
-// sources and the probe's RTT and jitter.
-func reading(s *isobarpb.Signals, vllmOK, dcgmOK bool, rtt, jitter time.Duration, rttOK bool) score.Reading {
-	opt := func(p *float64) score.Value {
-		if p == nil {
-			return score.Value{}
-		}
-		return score.Some(*p)
-	}
-	r := score.Reading{AppOK: vllmOK, HardwareOK: dcgmOK, RTT: rtt, Jitter: jitter, RTTOK: rttOK}
-	if s == nil {
-		return r
-	}
-	r.QueueDepth, r.Running, r.TTFTP95, r.ErrorRate, r.KVCache = opt(s.QueueDepth), opt(s.Running), opt(s.TtftP95Seconds), opt(s.ErrorRate), opt(s.KvCacheUsage)
-	r.GPUUtil, r.VRAM, r.SMActive, r.DRAMActive = opt(s.GpuUtil), opt(s.VramUsed), opt(s.SmActive), opt(s.DramActive)
-	r.TemperatureC = opt(s.TemperatureCelsius)
-	if s.ClockThrottleReasons != nil {
-		r.ThrottleReasons, r.ThrottleOK = *s.ClockThrottleReasons, true
-	}
-	return r
-}
-
 // cycle scores every cell, projects weights, publishes a view and, when
-// the projection says so, offers a new xDS state to the publisher.
+// the projection says so, offers a new xDS state to the publisher. The
+// mapping is regional/cycle's; the writes are the loop's.
 func (r *Registry) cycle(now time.Time) {
 	start := time.Now() // wall time for the cost metric, not for logic
 	r.cycles++
-	if r.idsDirty {
-		r.ids = r.ids[:0]
-		for id := range r.cells {
-			r.ids = append(r.ids, id)
-		}
-		slices.Sort(r.ids)
-		r.idsDirty = false
-		r.index = make(map[string]int, len(r.ids))
-		for i, id := range r.ids {
-			r.index[id] = i
-		}
-	}
-	views := make([]CellView, 0, len(r.ids))
-	pcells := make([]projection.Cell, 0, len(r.ids))
-	// The longest context each model's cells declare (projection's
-	// ContextShare).
-	longest := map[string]uint32{}
-	for _, id := range r.ids {
-		cp := r.cells[id].hb.GetCapability()
-		longest[cp.GetModel()] = max(longest[cp.GetModel()], cp.GetMaxModelLen())
-	}
-	for _, id := range r.ids {
-		c := r.cells[id]
-		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, id)
-		res := r.cfg.Score.Score(scoreInput(c, dpRate, dpOK))
-		state := c.state
-		if c.conflict || c.suspect {
-			state = lifecycle.Failed // never in the load balancer
-		}
-		pc := projection.Cell{ID: id, State: state, Pressure: res.Pressure,
-			Thermal: res.Normalized[score.Thermal], ThermalOK: res.Present[score.Thermal]}
-		if cp := c.hb.GetCapability(); cp.GetMaxModelLen() > 0 {
-			pc.ContextShare = float64(cp.GetMaxModelLen()) / float64(longest[cp.GetModel()])
-		}
-		if s := c.hb.GetSignals(); c.hb.GetVllm().GetOk() && s != nil && s.ErrorRate != nil {
-			pc.ErrorRate, pc.ErrorOK = *s.ErrorRate, true
-			pc.ErrorRequests = s.GetWindowRequests()
-		}
-		// The data plane also sees failures the engine never counts
-		// (connect failures, resets, timeouts): the worse of the two wins.
-		if dpOK && (!pc.ErrorOK || dpRate > pc.ErrorRate) {
-			pc.ErrorRate, pc.ErrorRequests, pc.ErrorOK = dpRate, dpReq, true
-		}
-		pcells = append(pcells, pc)
-		views = append(views, CellView{
-			ID: id, Endpoint: c.hb.GetEndpoint(), Model: c.hb.GetCapability().GetModel(),
-			MaxModelLen: c.hb.GetCapability().GetMaxModelLen(),
-			State:       c.state, StateSince: c.stateSince, Reason: c.reason, LastSeen: c.lastSeen,
-			Incarnation: c.hb.GetIncarnation(), Sequence: c.hb.GetSequence(),
-			Signals: c.hb.GetSignals(), VLLM: sourceView(c.hb.GetVllm()), DCGM: sourceView(c.hb.GetDcgm()),
-			RTT: c.rtt, Jitter: c.jitter, RTTOK: c.rttOK, Score: res,
-			OperatorDrain: c.drain, Fallback: res.Fallback || !c.hb.GetDcgm().GetOk() || !c.hb.GetVllm().GetOk(),
-			EndpointConflict: c.conflict, Suspect: c.suspect,
-			ClockSkew: c.skew, ClockSkewKnown: c.skewKnown, ClockSkewed: c.skewed,
-			PrefillTokensPerSecond: c.hb.GetCapability().GetPrefillTokensPerS(),
-			MaxNumSeqs:             c.hb.GetCapability().GetMaxNumSeqs(),
-		})
-	}
+	r.refreshIDs()
+	views, cells := r.cellViews(now)
+	pcells, results := cycle.Map(r.cfg.Score, cells)
 	d := r.proj.Project(now, pcells)
-	for i := range views {
-		views[i].Weight = d.Weights[i] // same order as pcells
-		if views[i].Weight.Published == 0 {
-			if c := r.cells[views[i].ID]; !c.leftLBAt.IsZero() {
-				if _, was := r.lastPushed[c.id]; was {
-					r.removals = append(r.removals, removal{id: c.id, since: c.leftLBAt})
-				}
-				c.leftLBAt = time.Time{}
-			}
-		}
-	}
+	views = cycle.Weighted(cycle.Scored(views, results), d.Weights) // same order as pcells
+	r.noteRemovals(views)
 	for _, id := range d.NewTrips {
 		r.metrics.penaltyTrips.Inc()
 		r.log.Warn("error-rate outlier penalised", "cell", id)
@@ -636,13 +535,85 @@ func (r *Registry) cycle(now time.Time) {
 	v.Demand = r.demand(now)
 	r.view.Store(v)
 	r.metrics.projection.Observe(time.Since(start).Seconds())
-	push := d.Push || r.routesNew
+	r.offerIfDue(now, views, d.Push)
+}
+
+// refreshIDs sorts the cell ids and rebuilds their index after cells came
+// or went.
+func (r *Registry) refreshIDs() {
+	if !r.idsDirty {
+		return
+	}
+	r.ids = r.ids[:0]
+	for id := range r.cells {
+		r.ids = append(r.ids, id)
+	}
+	slices.Sort(r.ids)
+	r.idsDirty = false
+	r.index = make(map[string]int, len(r.ids))
+	for i, id := range r.ids {
+		r.index[id] = i
+	}
+}
+
+// cellViews returns, in id order, each cell's view (without score and
+// weight) and its input to the mapping.
+func (r *Registry) cellViews(now time.Time) ([]CellView, []cycle.Cell) {
+	views := make([]CellView, 0, len(r.ids))
+	cells := make([]cycle.Cell, 0, len(r.ids))
+	for _, id := range r.ids {
+		c := r.cells[id]
+		v := c.view()
+		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, id)
+		views = append(views, v)
+		cells = append(cells, cycle.FromView(v, cycle.ErrorWindow{Rate: dpRate, Requests: dpReq, OK: dpOK}))
+	}
+	return views, cells
+}
+
+// view is c as a CellView, without score and weight.
+func (c *cell) view() CellView {
+	cp := c.hb.GetCapability()
+	return CellView{
+		ID: c.id, Endpoint: c.hb.GetEndpoint(), Model: cp.GetModel(), MaxModelLen: cp.GetMaxModelLen(),
+		State: c.state, StateSince: c.stateSince, Reason: c.reason, LastSeen: c.lastSeen,
+		Incarnation: c.hb.GetIncarnation(), Sequence: c.hb.GetSequence(),
+		Signals: c.hb.GetSignals(), VLLM: sourceView(c.hb.GetVllm()), DCGM: sourceView(c.hb.GetDcgm()),
+		RTT: c.rtt, Jitter: c.jitter, RTTOK: c.rttOK,
+		OperatorDrain: c.drain, EndpointConflict: c.conflict, Suspect: c.suspect,
+		ClockSkew: c.skew, ClockSkewKnown: c.skewKnown, ClockSkewed: c.skewed,
+		PrefillTokensPerSecond: cp.GetPrefillTokensPerS(), MaxNumSeqs: cp.GetMaxNumSeqs(),
+	}
+}
+
+// noteRemovals queues, for the failover histogram, the cells that left
+// the load balancer and have now lost the weight they were last pushed.
+func (r *Registry) noteRemovals(views []CellView) {
+	for i := range views {
+		if views[i].Weight.Published != 0 {
+			continue
+		}
+		if c := r.cells[views[i].ID]; !c.leftLBAt.IsZero() {
+			if _, was := r.lastPushed[c.id]; was {
+				r.removals = append(r.removals, removal{id: c.id, since: c.leftLBAt})
+			}
+			c.leftLBAt = time.Time{}
+		}
+	}
+}
+
+// offerIfDue offers a new state to the publisher when the projection
+// asks for one (push), the routes changed, a round trip drifted
+// (cycle.Drifted, looked at most every cycle.PlacementRepush) or the warm
+// start's hold ends, and records what it offered.
+func (r *Registry) offerIfDue(now time.Time, views []CellView, push bool) {
+	push = push || r.routesNew
 	var rtts map[string]time.Duration
-	if push || now.Sub(r.lastOffer) >= placementRepush {
+	if push || now.Sub(r.lastOffer) >= cycle.PlacementRepush {
 		if r.regionRTT != nil {
 			rtts = r.regionRTT()
 		}
-		push = push || r.placementDrift(views, rtts)
+		push = push || cycle.Drifted(r.sentPlace, views, rtts)
 	}
 	// A starting controller holds every push until its cells are back
 	// (warmstart.go); the cycle that ends the hold pushes.
@@ -650,155 +621,31 @@ func (r *Registry) cycle(now time.Time) {
 	if hold {
 		return // routesNew stays set: the release pushes the routes too
 	}
-	if push || release {
-		if release && rtts == nil && r.regionRTT != nil {
-			rtts = r.regionRTT()
-		}
-		r.routesNew = false
-		st := r.buildState(views, rtts)
-		r.noteDropped(views, st)
-		r.lastOffer = now
-		r.pub.offer(st, r.removals)
-		r.removals = nil
+	if !push && !release {
+		return
 	}
+	if release && rtts == nil && r.regionRTT != nil {
+		rtts = r.regionRTT()
+	}
+	r.routesNew = false
+	o := cycle.BuildState(r.stateParams(rtts), views)
+	r.lastPushed, r.sentPlace = o.Weights, o.Placement
+	r.noteDropped(views, o.State)
+	r.lastOffer = now
+	r.pub.offer(o.State, r.removals)
+	r.removals = nil
 }
 
-// localityScale turns route fractions into integer locality weights.
-const localityScale = 1000
-
-// buildState turns the cells with a published weight into the xDS state:
-// per model, the local cells as one locality and, when the route table
-// sends a share of the model's demand to other regions, each such region's
-// ingress as another locality weighted by its share. For the data plane's
-// pick, each local endpoint carries its declared capacity, the local
-// locality its cells' round trip (a cell whose own stands apart carries
-// it: localPlacement) and each remote locality the gossip RTT to its
-// region (rtts).
-func (r *Registry) buildState(views []CellView, rtts map[string]time.Duration) xds.State {
-	clear(r.lastPushed)
-	clear(r.sentPlace)
-	localRTT, apart := localPlacement(views)
-	r.sentPlace[localPlaceKey] = localRTT
-	byModel := map[string]*xds.Model{}
-	local := map[string]*xds.Locality{}
-	model := func(name string) *xds.Model {
-		m := byModel[name]
-		if m == nil {
-			m = &xds.Model{Name: name}
-			byModel[name] = m
-		}
-		return m
-	}
-	// After a restart, the models the data planes were last given stay
-	// until a cell of theirs registers or ForgetAfter passes (warmstart.go).
-	for m := range r.keptModels() {
-		model(m)
-	}
-	for _, v := range views {
-		// A model stays routable while any of its cells is known (not
-		// terminated), even with no endpoint left: callers then get "no
-		// healthy upstream" (retryable), and remote localities can still
-		// serve it, instead of the model vanishing from the routes.
-		if v.Model != "" && v.State != lifecycle.Terminated {
-			model(v.Model)
-		}
-		if v.Weight.Published == 0 {
-			continue
-		}
-		host, portStr, err := net.SplitHostPort(v.Endpoint)
-		if err != nil {
-			continue // validated on receipt; unreachable
-		}
-		port, _ := strconv.ParseUint(portStr, 10, 32)
-		l := local[v.Model]
-		if l == nil {
-			l = &xds.Locality{Region: r.cfg.Region, Zone: r.cfg.Zone, Weight: localityScale, RTT: localRTT.rtt, Jitter: localRTT.jitter}
-			local[v.Model] = l
-			model(v.Model)
-		}
-		ep := xds.Endpoint{
-			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
-			ClassWeight: v.Weight.ClassWeight, Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
-			PrefillTokensPerSecond: v.PrefillTokensPerSecond, MaxNumSeqs: v.MaxNumSeqs,
-		}
-		if a, ok := apart[v.ID]; ok {
-			ep.RTT, ep.Jitter = a.rtt, a.jitter
-			r.sentPlace[v.ID] = a
-		}
-		l.Endpoints = append(l.Endpoints, ep)
-		r.lastPushed[v.ID] = v.Weight.Published
-	}
-	var remote map[string][]xds.Locality
-	shed := map[string]float64{}
+// stateParams is what cycle.BuildState takes besides the views: this
+// region's locality, the models a warm start keeps, the routes in force
+// and the round trips to the other regions (rtts).
+func (r *Registry) stateParams(rtts map[string]time.Duration) cycle.Params {
+	p := cycle.Params{Region: r.cfg.Region, Zone: r.cfg.Zone, Kept: r.keptModels(), RTTs: rtts}
 	if t := r.routes; t != nil {
-		remote = map[string][]xds.Locality{}
+		p.Routes = &cycle.Routes{Models: make(map[string]cycle.ModelRoutes, len(t.Models)), Ingress: t.Ingress}
 		for name, mr := range t.Models {
-			shed[name] = mr.Shed
-			if l := local[name]; l != nil {
-				if w := localityWeight(mr.Routes[r.cfg.Region]); w > 0 {
-					l.Weight = w
-				} else {
-					// The plan sends all of this region's demand elsewhere:
-					// the local cells stay as a lower priority (Envoy only
-					// spills to it if the remote localities fail), and they
-					// keep serving traffic forwarded here (the local-only
-					// clusters promote them).
-					l.Weight, l.Priority = 1, 1
-				}
-			}
-			dests := make([]string, 0, len(mr.Routes))
-			for d := range mr.Routes {
-				dests = append(dests, d)
-			}
-			slices.Sort(dests)
-			for _, d := range dests {
-				w := localityWeight(mr.Routes[d])
-				addr := t.Ingress[d]
-				if d == r.cfg.Region || w == 0 || addr == "" {
-					continue
-				}
-				host, portStr, err := net.SplitHostPort(addr)
-				if err != nil {
-					continue // validated with the plan
-				}
-				port, _ := strconv.ParseUint(portStr, 10, 32)
-				rtt := min(max(rtts[d], 0), xdscontract.MaxRTT)
-				remote[name] = append(remote[name], xds.Locality{
-					Region: d, Zone: d, Weight: w, RTT: rtt,
-					Endpoints: []xds.Endpoint{{CellID: "region/" + d, Host: host, Port: uint32(port), Weight: 1}},
-				})
-				r.sentPlace[remotePlaceKey(d)] = placeSent{rtt: rtt}
-				model(name)
-			}
+			p.Routes.Models[name] = cycle.ModelRoutes{Routes: mr.Routes, Shed: mr.Shed}
 		}
 	}
-	names := make([]string, 0, len(byModel))
-	for n := range byModel {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	st := xds.State{Models: make([]xds.Model, 0, len(names))}
-	for _, n := range names {
-		m := byModel[n]
-		m.Shed = shed[n]
-		if l := local[n]; l != nil {
-			if len(remote[n]) == 0 {
-				l.Priority = 0 // nothing else to serve at priority 0
-			}
-			m.Localities = append(m.Localities, *l)
-		}
-		m.Localities = append(m.Localities, remote[n]...)
-		// A model with no locality left stays: its route and an empty
-		// cluster answer "no healthy upstream" (503, retryable) until a
-		// cell is back, rather than "no route" (404) while, say, every
-		// cell is briefly suspect.
-		st.Models = append(st.Models, *m)
-	}
-	return st
-}
-
-// localityWeight scales a fraction to an integer locality weight; 0 means
-// no traffic (the locality is left out: xDS needs weights >= 1).
-func localityWeight(f float64) uint32 {
-	return uint32(math.Round(f * localityScale))
+	return p
 }

@@ -3,6 +3,7 @@ package regional
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
@@ -118,13 +121,7 @@ func (f *regFixture) tick() {
 		f.t.Fatal(err)
 	}
 	f.clock.Advance(f.reg.cfg.CycleInterval)
-	deadline := time.Now().Add(5 * time.Second)
-	for f.reg.View().Cycle == before {
-		if time.Now().After(deadline) {
-			f.t.Fatal("registry did not run a cycle")
-		}
-		time.Sleep(time.Millisecond) // polling a condition, bounded above
-	}
+	eventually.True(f.t, 5*time.Second, "the registry to run a cycle", func() bool { return f.reg.View().Cycle != before })
 }
 
 func (f *regFixture) nextPush() map[string]uint32 {
@@ -410,6 +407,31 @@ func TestRegistryModelStaysRoutableWithNoEndpoint(t *testing.T) {
 			return
 		case <-time.After(10 * time.Second):
 			t.Fatal("no push with a out")
+		}
+	}
+}
+
+// The registry scores its cells with regional/cycle's mapping, the one
+// the benches run: each cell's score in the view is what cycle.Map makes
+// of cycle.FromView of that cell (no data plane reports here).
+func TestRegistryScoresWithTheCycleMapping(t *testing.T) {
+	f := newRegFixture(t)
+	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+	a := heartbeat("a", "127.0.0.1:1001", ready, 0)
+	a.Signals.QueueDepth, a.Signals.ErrorRate, a.Signals.WindowRequests = f64(12), f64(0.2), f64(40)
+	b := heartbeat("b", "127.0.0.1:1002", ready, 0)
+	b.Dcgm.Ok = false
+	f.send(a)
+	f.send(b)
+	v := f.reg.View()
+	cells := make([]cycle.Cell, len(v.Cells))
+	for i, c := range v.Cells {
+		cells[i] = cycle.FromView(c, cycle.ErrorWindow{})
+	}
+	_, results := cycle.Map(f.reg.cfg.Score, cells)
+	for i, c := range v.Cells {
+		if !reflect.DeepEqual(c.Score, results[i]) {
+			t.Errorf("%s: view score %+v, cycle.Map %+v", c.ID, c.Score, results[i])
 		}
 	}
 }

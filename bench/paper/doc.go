@@ -26,8 +26,10 @@
 //     same retries, retry budget and outlier detection as isobar's cluster
 //     (rr-plain, in the failover stage, has health checks only);
 //   - the isobar policies run isobar's own control code every heartbeat:
-//     the cellagent's signal window, regional/score for the pressure and
-//     regional/projection for the weights; the ingress picks as isobar's
+//     the cellagent's signal window, the regional controller's mapping
+//     (regional/cycle: score and projection cell, the error rate the worse
+//     of the engine's and the data plane's) and regional/projection for
+//     the weights; the ingress picks as isobar's
 //     gateway does (gateway/placement: least expected TTFT), or, for
 //     isobar-envoy, as stock Envoy's LEAST_REQUEST does with those weights;
 //   - the oracle sends each request where its predicted TTFT, from the true

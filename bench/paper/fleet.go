@@ -14,6 +14,7 @@ import (
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/gateway/prefix"
+	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/sim"
@@ -344,10 +345,13 @@ type fleet struct {
 	proj      *projection.Projector
 	res       runResult
 	nextSeq   sim.SeqID
-	pcells    []projection.Cell
-	tickBuf   []cellScore
-	killedAt  []time.Duration
-	dcgmAt    []time.Duration
+	// cycleCells and wins: each tick's inputs to the mapping and the
+	// cells' signal windows (reused buffers).
+	cycleCells []cycle.Cell
+	wins       []window
+	tickBuf    []cellScore
+	killedAt   []time.Duration
+	dcgmAt     []time.Duration
 	// pendingWeights are weight snapshots on their way to the ingress,
 	// keyed by the evWeights event's a.
 	pendingWeights map[int]weightSnap
@@ -357,20 +361,9 @@ type fleet struct {
 var errBadRun = errors.New("paper: invalid run")
 
 func newFleet(cfg Config, spec runSpec) (*fleet, error) {
-	n := cfg.Topology.Cells()
-	if len(spec.cells) > 0 {
-		n = len(spec.cells)
-		for i, c := range spec.cells {
-			if c.site < 0 || c.site >= len(cfg.Topology.Sites) {
-				return nil, fmt.Errorf("%w: cell %d in site %d of %d", errBadRun, i, c.site, len(cfg.Topology.Sites))
-			}
-			if err := c.profile.Validate(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if len(spec.maxModelLen) != 0 && len(spec.maxModelLen) != n {
-		return nil, fmt.Errorf("%w: %d max_model_len values for %d cells", errBadRun, len(spec.maxModelLen), n)
+	n, err := fleetSize(cfg, spec)
+	if err != nil {
+		return nil, err
 	}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := &fleet{
@@ -398,11 +391,9 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 	for i := range n {
 		f.res.removedAt[i], f.res.fallbackAt[i], f.killedAt[i], f.dcgmAt[i] = -1, -1, -1, -1
 	}
-	proj, err := projection.New(projection.DefaultConfig())
-	if err != nil {
+	if f.proj, err = projection.New(projection.DefaultConfig()); err != nil {
 		return nil, err
 	}
-	f.proj = proj
 	f.placement = placement.DefaultConfig()
 	if cfg.DataPlane.DecodeCost > 0 {
 		f.placement.DecodeCost = cfg.DataPlane.DecodeCost
@@ -425,32 +416,63 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 		}
 	}
 	for i := range n {
-		prof, site := cfg.Profile, cfg.Topology.SiteOf(i)
-		if len(spec.cells) > 0 {
-			prof, site = spec.cells[i].profile, spec.cells[i].site
-		}
-		b, err := sim.NewBatcher(prof)
-		if err != nil {
+		if err := f.addEngine(i); err != nil {
 			return nil, err
 		}
-		g, err := sim.NewGPU(sim.GPUConfig{Info: sim.GPUInfo{Index: i}, Profile: prof.GPU, Seed: int64(spec.seed)}, f.clock)
-		if err != nil {
-			return nil, err
-		}
-		g.SetProcess(sim.ProcessReady, 0)
-		e := &engine{
-			id: fmt.Sprintf("cell-%d", i), site: site, prof: prof,
-			b: b, gpu: g, alive: true, dcgmUp: true,
-			seqs: make(map[sim.SeqID]int), frontend: make(map[int]bool),
-			weight: projection.DefaultConfig().MaxWeight, probeLeft: -1,
-		}
-		if len(spec.maxModelLen) > 0 {
-			e.maxModelLen = spec.maxModelLen[i]
-		}
-		f.cells = append(f.cells, e)
-		f.prefillRate = append(f.prefillRate, prefillRate(prof))
 	}
 	return f, nil
+}
+
+// fleetSize is the number of cells spec runs on cfg's topology, after
+// checking its cells and max_model_len values.
+func fleetSize(cfg Config, spec runSpec) (int, error) {
+	n := cfg.Topology.Cells()
+	if len(spec.cells) > 0 {
+		n = len(spec.cells)
+		for i, c := range spec.cells {
+			if c.site < 0 || c.site >= len(cfg.Topology.Sites) {
+				return 0, fmt.Errorf("%w: cell %d in site %d of %d", errBadRun, i, c.site, len(cfg.Topology.Sites))
+			}
+			if err := c.profile.Validate(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if len(spec.maxModelLen) != 0 && len(spec.maxModelLen) != n {
+		return 0, fmt.Errorf("%w: %d max_model_len values for %d cells", errBadRun, len(spec.maxModelLen), n)
+	}
+	return n, nil
+}
+
+// addEngine adds cell i: its engine (batcher and GPU) on its profile and
+// site.
+func (f *fleet) addEngine(i int) error {
+	cfg, spec := f.cfg, f.spec
+	prof, site := cfg.Profile, cfg.Topology.SiteOf(i)
+	if len(spec.cells) > 0 {
+		prof, site = spec.cells[i].profile, spec.cells[i].site
+	}
+	b, err := sim.NewBatcher(prof)
+	if err != nil {
+		return err
+	}
+	g, err := sim.NewGPU(sim.GPUConfig{Info: sim.GPUInfo{Index: i}, Profile: prof.GPU, Seed: int64(spec.seed)}, f.clock)
+	if err != nil {
+		return err
+	}
+	g.SetProcess(sim.ProcessReady, 0)
+	e := &engine{
+		id: fmt.Sprintf("cell-%d", i), site: site, prof: prof,
+		b: b, gpu: g, alive: true, dcgmUp: true,
+		seqs: make(map[sim.SeqID]int), frontend: make(map[int]bool),
+		weight: projection.DefaultConfig().MaxWeight, probeLeft: -1,
+	}
+	if len(spec.maxModelLen) > 0 {
+		e.maxModelLen = spec.maxModelLen[i]
+	}
+	f.cells = append(f.cells, e)
+	f.prefillRate = append(f.prefillRate, prefillRate(prof))
+	return nil
 }
 
 func (f *fleet) push(at time.Duration, k evKind, a, b, inc int) {

@@ -12,8 +12,8 @@ import (
 	"github.com/isobar-mesh/isobar/gateway/placement"
 
 	"github.com/isobar-mesh/isobar/internal/quantile"
+	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
-	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 )
 
@@ -401,27 +401,17 @@ func (f *fleet) predictTTFT(c int, r *request) time.Duration {
 func (f *fleet) tick() {
 	start := time.Now() // wall time, for the routing-update cost only
 	f.advanceClock()
-	scores := f.tickBuf[:0]
-	pcells := f.pcells[:0]
-	for i, e := range f.cells {
+	cells, wins := f.cycleCells[:0], f.wins[:0]
+	for _, e := range f.cells {
 		e.rtt.Add(f.oneWay(e.site, f.probeRand) + f.oneWay(e.site, f.probeRand))
-		in, w := f.input(e)
-		res := f.scorer.Score(in)
-		state := lifecycle.Ready
-		if e.detected {
-			state = lifecycle.Failed
-		}
-		pc := projection.Cell{ID: e.id, State: state, Pressure: res.Pressure}
-		if f.declared() && e.maxModelLen > 0 {
-			pc.ContextShare = float64(e.maxModelLen) / fullContext
-		}
-		if res.Present[score.Thermal] {
-			pc.Thermal, pc.ThermalOK = res.Normalized[score.Thermal], true
-		}
-		if e.alive && w.requests > 0 {
-			pc.ErrorRate, pc.ErrorRequests, pc.ErrorOK = w.errRate, float64(w.requests), true
-		}
-		pcells = append(pcells, pc)
+		c, w := f.cycleCell(e)
+		cells, wins = append(cells, c), append(wins, w)
+	}
+	// The regional controller's mapping (regional/cycle), as it runs it.
+	pcells, results := cycle.Map(f.scorer, cells)
+	scores := f.tickBuf[:0]
+	for i, e := range f.cells {
+		res, w := results[i], wins[i]
 		if !e.dcgmUp && res.Fallback && f.dcgmAt[i] >= 0 && f.res.fallbackAt[i] < 0 {
 			f.res.fallbackAt[i] = f.now
 		}
@@ -443,20 +433,16 @@ func (f *fleet) tick() {
 		}
 		f.res.updateCost = append(f.res.updateCost, time.Since(start))
 	}
-	f.tickBuf, f.pcells = scores, pcells
+	f.tickBuf, f.cycleCells, f.wins = scores, cells, wins
 	if f.spec.onTick != nil {
 		f.spec.onTick(f.now, scores)
 	}
 }
 
-// siteRTTRepush and siteRTTTolerance are the controller's rules for
-// re-pushing a round trip (regional/placement.go: placementRepush,
-// rttTolerance): when it moved by more than max(1 ms, a tenth), at most
-// every 5 s.
-const (
-	siteRTTRepush    = 5 * time.Second
-	siteRTTTolerance = time.Millisecond
-)
+// siteRTTRepush is the controller's rule for re-pushing a round trip
+// (regional/cycle: at most every PlacementRepush, when it moved by more
+// than RTTDrifted's max(1 ms, a tenth)).
+const siteRTTRepush = cycle.PlacementRepush
 
 // siteRTT is a round trip and jitter as pushed to the ingress.
 type siteRTT struct {
@@ -465,7 +451,7 @@ type siteRTT struct {
 }
 
 // pushSiteRTT updates the round trips the ingress has, as the regional
-// controller pushes them (regional/placement.go): each site is a locality
+// controller pushes them (regional/cycle/placement.go): each site is a locality
 // whose cells share a network, so it carries the median of its cells'
 // probed RTTs and jitters (per-cell probe noise would otherwise read as a
 // lasting preference), re-pushed when either drifts by more than
@@ -476,12 +462,6 @@ func (f *fleet) pushSiteRTT() {
 		for i := range f.siteRTT {
 			f.siteRTT[i].at = -siteRTTRepush
 		}
-	}
-	drift := func(a, b time.Duration) bool {
-		if (a > 0) != (b > 0) {
-			return true
-		}
-		return (b - a).Abs() > max(siteRTTTolerance, a/10)
 	}
 	for s := range f.siteRTT {
 		var rtts, jits []time.Duration
@@ -497,7 +477,7 @@ func (f *fleet) pushSiteRTT() {
 		slices.Sort(jits)
 		want := siteRTT{rtt: rtts[(len(rtts)-1)/2], jitter: jits[(len(jits)-1)/2], at: f.now}
 		cur := &f.siteRTT[s]
-		if f.now-cur.at >= siteRTTRepush && (drift(cur.rtt, want.rtt) || drift(cur.jitter, want.jitter)) {
+		if f.now-cur.at >= siteRTTRepush && (cycle.RTTDrifted(cur.rtt, want.rtt) || cycle.RTTDrifted(cur.jitter, want.jitter)) {
 			*cur = want
 		}
 	}
@@ -523,15 +503,26 @@ type window struct {
 	ttftP95  time.Duration
 }
 
-// input is what cell e's heartbeat carries, with the probe's RTT and
-// jitter and the data plane's error rate, mapped by score.InputFrom as the
-// regional registry maps it: application signals while the engine
-// answers, hardware ones while the DCGM exporter does, and the data
-// plane's error rate when it is higher.
-func (f *fleet) input(e *engine) (score.Input, window) {
+// cycleCell is what the regional controller knows of cell e (the
+// regional/cycle input): what its heartbeat carries, with the probe's RTT
+// and jitter, as the registry reads it (application signals while the
+// engine answers, hardware ones while the DCGM exporter does), its state
+// (failed once detected), its declared context when the run declares it,
+// and the data plane's error window.
+func (f *fleet) cycleCell(e *engine) (cycle.Cell, window) {
 	from := f.now - f.cfg.DataPlane.Window
 	e.win = pruneWin(e.win, from)
 	e.dpWin = pruneWin(e.dpWin, from)
+	c := cycle.Cell{ID: e.id, State: lifecycle.Ready}
+	if e.detected {
+		c.State = lifecycle.Failed
+	}
+	if f.declared() {
+		c.MaxModelLen = uint32(fullContext) // 0: the model's full context
+		if e.maxModelLen > 0 {
+			c.MaxModelLen = uint32(e.maxModelLen)
+		}
+	}
 	var w window
 	r := score.Reading{AppOK: e.alive, HardwareOK: e.dcgmUp, RTT: e.rtt.RTT, Jitter: e.rtt.Jitter, RTTOK: true}
 	if e.alive {
@@ -575,9 +566,10 @@ func (f *fleet) input(e *engine) (score.Input, window) {
 				errs++
 			}
 		}
-		r.DataPlaneErrorRate = score.Some(float64(errs) / float64(n))
+		c.DataPlane = cycle.ErrorWindow{Rate: float64(errs) / float64(n), Requests: float64(n), OK: true}
 	}
-	return score.InputFrom(r), w
+	c.Reading, c.EngineRequests = r, float64(w.requests)
+	return c, w
 }
 
 func pruneWin(w []winEv, from time.Duration) []winEv {

@@ -189,6 +189,23 @@ func (r *runner) prefixAffinity(ctx context.Context) error {
 	for _, p := range pols {
 		figs[p], rate[p] = Figures{}, map[string]float64{}
 	}
+	if err := r.prefixRates(ctx, classes, pols, figs, rate); err != nil {
+		return err
+	}
+	prefixRatios(classes, pols, figs, rate)
+	if err := r.prefixPileup(pols, figs, rate); err != nil {
+		return err
+	}
+	for _, p := range pols {
+		r.set(StagePrefix, p, figs[p])
+	}
+	return nil
+}
+
+// prefixRates bisects each class's sustainable rate under each policy
+// into rate, and records it, the prefix hit rate and the TTFT P95 there
+// in figs.
+func (r *runner) prefixRates(ctx context.Context, classes []load.Class, pols []Policy, figs map[Policy]Figures, rate map[Policy]map[string]float64) error {
 	for ci, c := range classes {
 		seed := r.seed(StagePrefix, ci)
 		for _, p := range pols {
@@ -211,6 +228,12 @@ func (r *runner) prefixAffinity(ctx context.Context) error {
 			r.progress(StagePrefix, "%s %s: %.2f RPS, prefix hit rate %.3f", p, c.Name, lo, deref(hitRate(res)))
 		}
 	}
+	return nil
+}
+
+// prefixRatios records each policy's sustainable rate against rr's,
+// isobar's, precise-prefix's and the oracle's.
+func prefixRatios(classes []load.Class, pols []Policy, figs map[Policy]Figures, rate map[Policy]map[string]float64) {
 	for _, p := range pols {
 		f := figs[p]
 		for _, c := range classes {
@@ -229,9 +252,13 @@ func (r *runner) prefixAffinity(ctx context.Context) error {
 			}
 		}
 	}
-	// The pile-up: rag_multidoc, every policy at one rate, three quarters
-	// of isobar-affinity's sustainable rate at this seed (a load the
-	// fleet holds with room when it is spread).
+}
+
+// prefixPileup is the pile-up: rag_multidoc, every policy at one rate,
+// three quarters of isobar-affinity's sustainable rate at this seed (a
+// load the fleet holds with room when it is spread).
+func (r *runner) prefixPileup(pols []Policy, figs map[Policy]Figures, rate map[Policy]map[string]float64) error {
+	pl := r.plan
 	if top := rate[IsobarAffinity]["rag_multidoc"]; top > 0 {
 		c := class("rag_multidoc")
 		seed := r.seed(StagePrefix, 1000)
@@ -271,9 +298,6 @@ func (r *runner) prefixAffinity(ctx context.Context) error {
 			r.progress(StagePrefix, "%s rag_multidoc at %.2f RPS: busiest cell %.2f× the mean requests, %.2f× the mean prefill; hottest cell's TTFT P95 %.0f ms; TTFT P99 %.0f ms, success %.4f",
 				p, at, deref(figs[p]["pileup_max_over_mean"]), deref(figs[p]["pileup_prefill_max_over_mean"]), float64(hot)/1e6, float64(st.ttftP99)/1e6, st.success)
 		}
-	}
-	for _, p := range pols {
-		r.set(StagePrefix, p, figs[p])
 	}
 	return nil
 }

@@ -148,48 +148,9 @@ const method = `Virtual-time simulation of the published flat topology (one ingr
 // report.json, report.md and the charts into dir (created if needed).
 // The (ground, seed) jobs run in parallel, up to opt.Parallel at once.
 func Run(ctx context.Context, grounds []Config, opt Options, dir string) (*Report, error) {
-	if len(grounds) == 0 {
-		return nil, fmt.Errorf("%w: no ground to run", ErrInvalidConfig)
-	}
-	seen := map[string]bool{}
-	for _, g := range grounds {
-		if err := g.Validate(); err != nil {
-			return nil, err
-		}
-		if seen[g.Ground] {
-			return nil, fmt.Errorf("%w: ground %q given twice", ErrInvalidConfig, g.Ground)
-		}
-		seen[g.Ground] = true
-	}
-	if opt.Mode == "" {
-		opt.Mode = Quick
-	}
-	pl, err := planFor(opt.Mode, grounds[0].Topology.Cells())
+	pl, stages, err := checkRun(grounds, &opt, dir)
 	if err != nil {
 		return nil, err
-	}
-	if opt.Seeds < 0 {
-		return nil, fmt.Errorf("paper: %d seeds: want at least 1", opt.Seeds)
-	}
-	if opt.Seeds > 0 {
-		pl.seeds = opt.Seeds
-	}
-	stages := opt.Stages
-	if len(stages) == 0 {
-		stages = Stages()
-	}
-	for _, s := range stages {
-		if !slices.Contains(Stages(), s) {
-			return nil, fmt.Errorf("paper: unknown stage %q: want one of %s", s, strings.Join(Stages(), ", "))
-		}
-	}
-	for _, c := range opt.Classes {
-		if _, err := load.LookupClass(c); err != nil {
-			return nil, fmt.Errorf("paper: %w", err)
-		}
-	}
-	if dir == "" {
-		return nil, errors.New("paper: an output directory is required")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("paper: output directory: %w", err)
@@ -200,6 +161,79 @@ func Run(ctx context.Context, grounds []Config, opt Options, dir string) (*Repor
 	for k := range pl.seeds {
 		rep.Seeds = append(rep.Seeds, opt.Seed+uint64(k))
 	}
+	jobs, err := runJobs(ctx, grounds, opt, pl, rep.Seeds, stages)
+	if err != nil {
+		return nil, err
+	}
+	for gi, cfg := range grounds {
+		gr, err := groundReport(dir, cfg, jobs[gi])
+		if err != nil {
+			return nil, err
+		}
+		rep.Grounds[cfg.Ground] = gr
+	}
+	rep.WallSeconds = time.Since(start).Seconds()
+	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(Markdown(rep)), 0o644); err != nil {
+		return nil, fmt.Errorf("paper: %w", err)
+	}
+	return rep, nil
+}
+
+// checkRun validates Run's arguments, defaults opt's mode and returns the
+// plan and the stages to run.
+func checkRun(grounds []Config, opt *Options, dir string) (plan, []string, error) {
+	if len(grounds) == 0 {
+		return plan{}, nil, fmt.Errorf("%w: no ground to run", ErrInvalidConfig)
+	}
+	seen := map[string]bool{}
+	for _, g := range grounds {
+		if err := g.Validate(); err != nil {
+			return plan{}, nil, err
+		}
+		if seen[g.Ground] {
+			return plan{}, nil, fmt.Errorf("%w: ground %q given twice", ErrInvalidConfig, g.Ground)
+		}
+		seen[g.Ground] = true
+	}
+	if opt.Mode == "" {
+		opt.Mode = Quick
+	}
+	pl, err := planFor(opt.Mode, grounds[0].Topology.Cells())
+	if err != nil {
+		return plan{}, nil, err
+	}
+	if opt.Seeds < 0 {
+		return plan{}, nil, fmt.Errorf("paper: %d seeds: want at least 1", opt.Seeds)
+	}
+	if opt.Seeds > 0 {
+		pl.seeds = opt.Seeds
+	}
+	stages := opt.Stages
+	if len(stages) == 0 {
+		stages = Stages()
+	}
+	for _, s := range stages {
+		if !slices.Contains(Stages(), s) {
+			return plan{}, nil, fmt.Errorf("paper: unknown stage %q: want one of %s", s, strings.Join(Stages(), ", "))
+		}
+	}
+	for _, c := range opt.Classes {
+		if _, err := load.LookupClass(c); err != nil {
+			return plan{}, nil, fmt.Errorf("paper: %w", err)
+		}
+	}
+	if dir == "" {
+		return plan{}, nil, errors.New("paper: an output directory is required")
+	}
+	return pl, stages, nil
+}
+
+// runJobs runs the stages for every ground and seed, opt.Parallel jobs
+// at a time, and returns the jobs by ground and seed.
+func runJobs(ctx context.Context, grounds []Config, opt Options, pl plan, seeds []uint64, stages []string) ([][]*runner, error) {
 	jobs := make([][]*runner, len(grounds))
 	g, gctx := errgroup.WithContext(ctx)
 	par := opt.Parallel
@@ -209,7 +243,7 @@ func Run(ctx context.Context, grounds []Config, opt Options, dir string) (*Repor
 	g.SetLimit(par)
 	for gi, cfg := range grounds {
 		jobs[gi] = make([]*runner, pl.seeds)
-		for k, seed := range rep.Seeds {
+		for k, seed := range seeds {
 			r := &runner{cfg: cfg, opt: opt, plan: pl, seed0: seed,
 				figs: map[string]map[string]Figures{}, digests: map[string]map[string]string{},
 				calibTTFT: map[Policy][]time.Duration{}, timeline: map[Policy][]timelineBin{}, spikeRPS: map[Policy]float64{},
@@ -221,68 +255,70 @@ func Run(ctx context.Context, grounds []Config, opt Options, dir string) (*Repor
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	for gi, cfg := range grounds {
-		gr := &GroundReport{Profile: cfg.Profile, Stages: map[string]map[string]map[string]Agg{},
-			RequestDigests: map[string]map[string]string{}}
-		per := map[string]map[string]map[string][]float64{}
-		for _, r := range jobs[gi] {
-			for st, pols := range r.figs {
-				if per[st] == nil {
-					per[st] = map[string]map[string][]float64{}
-				}
-				for pol, figs := range pols {
-					if per[st][pol] == nil {
-						per[st][pol] = map[string][]float64{}
-					}
-					for k, v := range figs {
-						vals := per[st][pol][k]
-						if v != nil {
-							vals = append(vals, *v)
-						}
-						per[st][pol][k] = vals
-					}
-				}
+	return jobs, nil
+}
+
+// groundReport aggregates one ground's jobs (one per seed) over the
+// seeds, evaluates the targets and writes the ground's charts into dir.
+func groundReport(dir string, cfg Config, jobs []*runner) (*GroundReport, error) {
+	gr := &GroundReport{Profile: cfg.Profile, Stages: map[string]map[string]map[string]Agg{},
+		RequestDigests: map[string]map[string]string{}}
+	per := map[string]map[string]map[string][]float64{}
+	for _, r := range jobs {
+		collectFigures(per, r.figs)
+		for st, pols := range r.digests {
+			if gr.RequestDigests[st] == nil {
+				gr.RequestDigests[st] = map[string]string{}
 			}
-			for st, pols := range r.digests {
-				if gr.RequestDigests[st] == nil {
-					gr.RequestDigests[st] = map[string]string{}
-				}
-				for pol, d := range pols {
-					gr.RequestDigests[st][pol] = digestCombine(gr.RequestDigests[st][pol], d)
-				}
+			for pol, d := range pols {
+				gr.RequestDigests[st][pol] = digestCombine(gr.RequestDigests[st][pol], d)
 			}
 		}
-		medians := map[string]map[string]Figures{}
-		for st, pols := range per {
-			gr.Stages[st] = map[string]map[string]Agg{}
-			medians[st] = map[string]Figures{}
-			for pol, figs := range pols {
-				gr.Stages[st][pol] = map[string]Agg{}
-				medians[st][pol] = Figures{}
-				for k, vals := range figs {
-					a := aggregate(vals)
-					gr.Stages[st][pol][k] = a
-					medians[st][pol][k] = a.Median
-				}
-			}
-		}
-		gr.Targets = evaluate(medians)
-		gr.Knee = knee(cfg, gr.Stages)
-		charts, err := writeCharts(dir, jobs[gi][0], medians[StageSLOThroughput])
-		if err != nil {
-			return nil, err
-		}
-		gr.Charts = charts
-		rep.Grounds[cfg.Ground] = gr
 	}
-	rep.WallSeconds = time.Since(start).Seconds()
-	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
+	medians := map[string]map[string]Figures{}
+	for st, pols := range per {
+		gr.Stages[st] = map[string]map[string]Agg{}
+		medians[st] = map[string]Figures{}
+		for pol, figs := range pols {
+			gr.Stages[st][pol] = map[string]Agg{}
+			medians[st][pol] = Figures{}
+			for k, vals := range figs {
+				a := aggregate(vals)
+				gr.Stages[st][pol][k] = a
+				medians[st][pol][k] = a.Median
+			}
+		}
+	}
+	gr.Targets = evaluate(medians)
+	gr.Knee = knee(cfg, gr.Stages)
+	charts, err := writeCharts(dir, jobs[0], medians[StageSLOThroughput])
+	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(Markdown(rep)), 0o644); err != nil {
-		return nil, fmt.Errorf("paper: %w", err)
+	gr.Charts = charts
+	return gr, nil
+}
+
+// collectFigures appends one job's figures (stage → policy → figure) to
+// per's values (stage → policy → figure → one value per job that has it).
+func collectFigures(per map[string]map[string]map[string][]float64, figs map[string]map[string]Figures) {
+	for st, pols := range figs {
+		if per[st] == nil {
+			per[st] = map[string]map[string][]float64{}
+		}
+		for pol, figs := range pols {
+			if per[st][pol] == nil {
+				per[st][pol] = map[string][]float64{}
+			}
+			for k, v := range figs {
+				vals := per[st][pol][k]
+				if v != nil {
+					vals = append(vals, *v)
+				}
+				per[st][pol][k] = vals
+			}
+		}
 	}
-	return rep, nil
 }
 
 // runStages runs the given stages, in run order, at this job's seed.

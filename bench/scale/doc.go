@@ -17,6 +17,7 @@
 //     process and are included;
 //   - cycle cost: the scoring, projection and xDS build+push of one
 //     controller's cells, P50/P99 over repeated cycles run with the real
+//     regional/cycle (the registry's mapping and state build),
 //     regional/score, regional/projection and regional/xds code on the
 //     cells the live registry holds, every cell's load changed each cycle
 //     so every weight moves and a full push happens (the worst case, as in

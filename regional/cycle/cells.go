@@ -1,0 +1,130 @@
+package cycle
+
+import (
+	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/regional/projection"
+	"github.com/isobar-mesh/isobar/regional/score"
+)
+
+// Cell is what the mapping needs of one cell: what its heartbeat and the
+// probe say (Reading, without the data plane's error rate), its lifecycle
+// state and declared context, and the data plane's error window.
+type Cell struct {
+	ID    string
+	Model string
+	// MaxModelLen is the declared max_model_len (0: not declared).
+	MaxModelLen uint32
+	// State is the lifecycle state; Excluded (an endpoint conflict, a
+	// suspect stream) keeps the cell out of the load balancer whatever it
+	// is.
+	State    lifecycle.State
+	Excluded bool
+	// Reading is the heartbeat's signals and the probe's round trip;
+	// its DataPlaneErrorRate is ignored (DataPlane sets it).
+	Reading score.Reading
+	// EngineRequests is the engine's request count over the window its
+	// error rate (Reading.ErrorRate) covers.
+	EngineRequests float64
+	// DataPlane is the data planes' error rate for the cell.
+	DataPlane ErrorWindow
+}
+
+// ErrorWindow is an error rate over a window of Requests requests; OK
+// when there is one.
+type ErrorWindow struct {
+	Rate, Requests float64
+	OK             bool
+}
+
+// FromView is the Cell of view v, with the data plane's error window dp.
+func FromView(v CellView, dp ErrorWindow) Cell {
+	return Cell{
+		ID: v.ID, Model: v.Model, MaxModelLen: v.MaxModelLen,
+		State: v.State, Excluded: v.EndpointConflict || v.Suspect,
+		Reading: v.ScoreReading(), EngineRequests: v.Signals.GetWindowRequests(),
+		DataPlane: dp,
+	}
+}
+
+// ScoreInput is the scorer's input for c: its reading and the data
+// plane's error rate (when there is one), through score.InputFrom.
+func ScoreInput(c Cell) score.Input {
+	r := c.Reading
+	r.DataPlaneErrorRate = score.Value{}
+	if c.DataPlane.OK {
+		r.DataPlaneErrorRate = score.Some(c.DataPlane.Rate)
+	}
+	return score.InputFrom(r)
+}
+
+// Map scores each cell with scorer and returns, in the order of cells,
+// its projection.Cell and its score.
+//
+// A cell's ContextShare is its declared context over the longest its
+// model's cells declare. Its error rate is the engine's (when the engine
+// reports one) or the data plane's, whichever is worse: the data plane
+// also sees failures the engine never counts (connect failures, resets,
+// timeouts).
+func Map(scorer score.Config, cells []Cell) ([]projection.Cell, []score.Result) {
+	longest := map[string]uint32{}
+	for i := range cells {
+		c := &cells[i]
+		longest[c.Model] = max(longest[c.Model], c.MaxModelLen)
+	}
+	pcells := make([]projection.Cell, len(cells))
+	results := make([]score.Result, len(cells))
+	for i := range cells {
+		c := &cells[i]
+		res := scorer.Score(ScoreInput(*c))
+		results[i] = res
+		pcells[i] = projectionCell(c, res, longest[c.Model])
+	}
+	return pcells, results
+}
+
+// projectionCell is c as the projection takes it, scored res, its model's
+// longest declared context being longest.
+func projectionCell(c *Cell, res score.Result, longest uint32) projection.Cell {
+	state := c.State
+	if c.Excluded {
+		state = lifecycle.Failed // never in the load balancer
+	}
+	pc := projection.Cell{ID: c.ID, State: state, Pressure: res.Pressure,
+		Thermal: res.Normalized[score.Thermal], ThermalOK: res.Present[score.Thermal]}
+	if c.MaxModelLen > 0 {
+		pc.ContextShare = float64(c.MaxModelLen) / float64(longest)
+	}
+	if c.Reading.AppOK && c.Reading.ErrorRate.OK {
+		pc.ErrorRate, pc.ErrorOK = c.Reading.ErrorRate.V, true
+		pc.ErrorRequests = c.EngineRequests
+	}
+	if dp := c.DataPlane; dp.OK && (!pc.ErrorOK || dp.Rate > pc.ErrorRate) {
+		pc.ErrorRate, pc.ErrorRequests, pc.ErrorOK = dp.Rate, dp.Requests, true
+	}
+	return pc
+}
+
+// Scored returns views with each one's score (results, in the same
+// order) and Fallback: the scorer fell back, or a telemetry source is
+// down.
+func Scored(views []CellView, results []score.Result) []CellView {
+	out := make([]CellView, len(views))
+	for i, v := range views {
+		v.Score = results[i]
+		v.Fallback = results[i].Fallback || !v.DCGM.OK || !v.VLLM.OK
+		out[i] = v
+	}
+	return out
+}
+
+// Weighted returns views with each one's projected weight (weights, in
+// the same order: projection.Decision.Weights for the cells Map made of
+// them).
+func Weighted(views []CellView, weights []projection.Weight) []CellView {
+	out := make([]CellView, len(views))
+	for i, v := range views {
+		v.Weight = weights[i]
+		out[i] = v
+	}
+	return out
+}

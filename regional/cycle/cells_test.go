@@ -1,0 +1,97 @@
+package cycle
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/regional/projection"
+	"github.com/isobar-mesh/isobar/regional/score"
+)
+
+// Map's error rate is the worse of the engine's (while the engine
+// reports) and the data plane's, with the window of the one that wins.
+func TestMapErrorRateIsTheWorse(t *testing.T) {
+	engine := func(rate float64, ok bool) score.Reading {
+		return score.Reading{AppOK: ok, ErrorRate: score.Some(rate)}
+	}
+	for _, tc := range []struct {
+		name    string
+		r       score.Reading
+		dp      ErrorWindow
+		rate    float64
+		req     float64
+		present bool
+	}{
+		{"none", score.Reading{AppOK: true}, ErrorWindow{}, 0, 0, false},
+		{"engine only", engine(0.1, true), ErrorWindow{}, 0.1, 50, true},
+		{"engine down", engine(0.1, false), ErrorWindow{}, 0, 0, false},
+		{"data plane only", score.Reading{}, ErrorWindow{Rate: 0.3, Requests: 7, OK: true}, 0.3, 7, true},
+		{"data plane worse", engine(0.1, true), ErrorWindow{Rate: 0.3, Requests: 7, OK: true}, 0.3, 7, true},
+		{"engine worse", engine(0.5, true), ErrorWindow{Rate: 0.3, Requests: 7, OK: true}, 0.5, 50, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pc, _ := Map(score.DefaultConfig(), []Cell{{ID: "a", State: lifecycle.Ready, Reading: tc.r, EngineRequests: 50, DataPlane: tc.dp}})
+			got := pc[0]
+			if got.ErrorOK != tc.present || got.ErrorRate != tc.rate || got.ErrorRequests != tc.req {
+				t.Errorf("error rate %v over %v (ok %v), want %v over %v (ok %v)", got.ErrorRate, got.ErrorRequests, got.ErrorOK, tc.rate, tc.req, tc.present)
+			}
+		})
+	}
+}
+
+// A cell's context share is over its own model's longest declared
+// context; an excluded cell is failed whatever its state.
+func TestMapContextShareAndExclusion(t *testing.T) {
+	pc, _ := Map(score.DefaultConfig(), []Cell{
+		{ID: "a", Model: "m", MaxModelLen: 4096, State: lifecycle.Ready},
+		{ID: "b", Model: "m", MaxModelLen: 1024, State: lifecycle.Ready, Excluded: true},
+		{ID: "c", Model: "n", MaxModelLen: 1024, State: lifecycle.Ready},
+		{ID: "d", Model: "n", State: lifecycle.Ready},
+	})
+	want := []struct {
+		share float64
+		state lifecycle.State
+	}{{1, lifecycle.Ready}, {0.25, lifecycle.Failed}, {1, lifecycle.Ready}, {0, lifecycle.Ready}}
+	for i, w := range want {
+		if pc[i].ContextShare != w.share || pc[i].State != w.state {
+			t.Errorf("%s: share %v state %s, want %v %s", pc[i].ID, pc[i].ContextShare, pc[i].State, w.share, w.state)
+		}
+	}
+}
+
+// BuildState reads its arguments only: the same views give the same
+// offer, and the views are left as they were.
+func TestBuildStateIsPure(t *testing.T) {
+	views := []CellView{
+		{ID: "a", Endpoint: "10.0.0.1:8000", Model: "m", State: lifecycle.Ready, RTT: time.Millisecond, RTTOK: true,
+			Weight: projection.Weight{Published: 100}},
+		{ID: "b", Endpoint: "10.0.0.2:8000", Model: "m", State: lifecycle.Ready, RTT: 30 * time.Millisecond, RTTOK: true,
+			Weight: projection.Weight{Published: 50}},
+		{ID: "c", Endpoint: "10.0.0.3:8000", Model: "m", State: lifecycle.Failed},
+	}
+	before := append([]CellView(nil), views...)
+	p := Params{Region: "r1", Zone: "z", RTTs: map[string]time.Duration{"r2": 40 * time.Millisecond},
+		Routes: &Routes{Models: map[string]ModelRoutes{"m": {Routes: map[string]float64{"r1": 0.7, "r2": 0.3}}},
+			Ingress: map[string]string{"r2": "10.1.0.1:443"}}}
+	a, b := BuildState(p, views), BuildState(p, views)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("two calls, two offers:\n%+v\n%+v", a, b)
+	}
+	if !reflect.DeepEqual(views, before) {
+		t.Fatal("BuildState changed its views")
+	}
+	if a.Weights["a"] != 100 || a.Weights["b"] != 50 || len(a.Weights) != 2 {
+		t.Errorf("weights %v", a.Weights)
+	}
+	if a.Placement[RemoteKey("r2")].RTT != 40*time.Millisecond || a.Placement["b"].RTT != 30*time.Millisecond {
+		t.Errorf("placement %v", a.Placement)
+	}
+	if m := a.State.Models; len(m) != 1 || len(m[0].Localities) != 2 || m[0].Localities[0].Weight != 700 || m[0].Localities[1].Weight != 300 {
+		t.Errorf("state %+v", a.State.Models)
+	}
+	if Drifted(a.Placement, Weighted(views, []projection.Weight{{Published: 100}, {Published: 50}, {}}), p.RTTs) {
+		t.Error("the placement just offered drifted")
+	}
+}

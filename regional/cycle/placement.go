@@ -1,0 +1,117 @@
+package cycle
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Round trips for the data plane's least-expected-TTFT pick (the gateway's
+// --lb isobar), which adds a host's RTT and jitter to its expected time to
+// first token. What matters to it is distance: a remote region's ingress
+// tens of milliseconds away against the local cells. The local cells share
+// one network and their probed RTTs differ by less than the probes' own
+// noise (a TCP connect timed by a busy process), so the local locality
+// carries the median of its cells' round trips and jitters, and only a
+// cell whose round trip stands apart from it (another zone, a slow link)
+// carries its own: noise would otherwise look like a lasting preference,
+// the pick trading about a millisecond of it for a request in flight.
+
+// PlacementRepush is the least time between two states offered only
+// because a round trip drifted (Drifted): the pick follows the path, not
+// every probe.
+const PlacementRepush = 5 * time.Second
+
+// RTTTolerance is the least round-trip change worth a push, and the least
+// distance from its locality at which a cell's round trip stands apart.
+const RTTTolerance = time.Millisecond
+
+// Place is a round trip and its jitter as offered (0: unknown).
+type Place struct{ RTT, Jitter time.Duration }
+
+// Placement is the round trips of an offered state by key: a cell id
+// (which never holds '/') for a cell that stands apart, LocalKey for the
+// local locality, RemoteKey(region) for a remote region's locality.
+type Placement map[string]Place
+
+// LocalKey is the Placement key of the local locality.
+const LocalKey = "locality/local"
+
+// RemoteKey is the Placement key of a remote region's locality.
+func RemoteKey(region string) string { return "region/" + region }
+
+// LocalPlacement returns the local locality's round trip, the medians of
+// the probed RTTs and jitters of the cells in the load balancer (zero when
+// none is probed), and the cells whose round trip stands apart from it.
+func LocalPlacement(views []CellView) (loc Place, apart map[string]Place) {
+	var rtts, jitters []time.Duration
+	for i := range views {
+		if v := &views[i]; v.Weight.Published > 0 && v.RTTOK {
+			rtts, jitters = append(rtts, v.RTT), append(jitters, v.Jitter)
+		}
+	}
+	if len(rtts) == 0 {
+		return Place{}, nil
+	}
+	loc = Place{median(rtts), median(jitters)}
+	for i := range views {
+		v := &views[i]
+		if c := (Place{v.RTT, v.Jitter}); v.Weight.Published > 0 && v.RTTOK && standsApart(c, loc) {
+			if apart == nil {
+				apart = map[string]Place{}
+			}
+			apart[v.ID] = c
+		}
+	}
+	return loc, apart
+}
+
+// median returns the middle of ds (the lower one of an even count),
+// sorting ds.
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[(len(ds)-1)/2]
+}
+
+// standsApart reports whether a cell's round trip differs from its
+// locality's by more than RTTTolerance and more than twice their jitters
+// together: a difference the probes' noise does not explain.
+func standsApart(c, loc Place) bool {
+	return (c.RTT - loc.RTT).Abs() > max(RTTTolerance, 2*(c.Jitter+loc.Jitter))
+}
+
+// Drifted reports whether the round trips to offer, those of views and of
+// the remote regions (rtts), moved materially (RTTDrifted) from sent, the
+// last offered: the local locality's, a cell's that stands apart (or
+// stopped or started to), a remote region's.
+func Drifted(sent Placement, views []CellView, rtts map[string]time.Duration) bool {
+	loc, apart := LocalPlacement(views)
+	if got := sent[LocalKey]; RTTDrifted(got.RTT, loc.RTT) || RTTDrifted(got.Jitter, loc.Jitter) {
+		return true
+	}
+	for i := range views {
+		v := &views[i]
+		if v.Weight.Published == 0 {
+			continue
+		}
+		want, got := apart[v.ID], sent[v.ID]
+		if RTTDrifted(got.RTT, want.RTT) || RTTDrifted(got.Jitter, want.Jitter) {
+			return true
+		}
+	}
+	for k, got := range sent {
+		if region, ok := strings.CutPrefix(k, RemoteKey("")); ok && RTTDrifted(got.RTT, rtts[region]) {
+			return true
+		}
+	}
+	return false
+}
+
+// RTTDrifted: b became known or unknown (0), or differs from a by more
+// than RTTTolerance and a tenth of a.
+func RTTDrifted(a, b time.Duration) bool {
+	if (a > 0) != (b > 0) {
+		return true
+	}
+	return (b - a).Abs() > max(RTTTolerance, a/10)
+}

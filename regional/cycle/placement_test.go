@@ -1,0 +1,52 @@
+package cycle
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRTTDrifted(t *testing.T) {
+	for _, tc := range []struct {
+		a, b time.Duration
+		want bool
+	}{
+		{0, 0, false},
+		{0, time.Microsecond, true}, // became known
+		{time.Millisecond, 0, true}, // became unknown
+		{400 * time.Microsecond, 1300 * time.Microsecond, false},
+		{400 * time.Microsecond, 1500 * time.Microsecond, true},
+		{60 * time.Millisecond, 65 * time.Millisecond, false},
+		{60 * time.Millisecond, 67 * time.Millisecond, true},
+		{60 * time.Millisecond, 53 * time.Millisecond, true},
+	} {
+		if got := RTTDrifted(tc.a, tc.b); got != tc.want {
+			t.Errorf("RTTDrifted(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func TestLocalPlacement(t *testing.T) {
+	cell := func(id string, rtt, jitter time.Duration, probed bool, weight uint32) CellView {
+		v := CellView{ID: id, RTT: rtt, Jitter: jitter, RTTOK: probed}
+		v.Weight.Published = weight
+		return v
+	}
+	us := time.Microsecond
+	loc, apart := LocalPlacement([]CellView{
+		cell("a", 100*us, 20*us, true, 100),
+		cell("b", 250*us, 100*us, true, 100),
+		cell("c", 1600*us, 1200*us, true, 100), // a noisy spike, within its jitter
+		cell("d", 9*time.Millisecond, 200*us, true, 100),
+		cell("e", 300*us, 50*us, false, 100),       // not probed
+		cell("f", 40*time.Millisecond, 0, true, 0), // not in the load balancer
+	})
+	if loc != (Place{250 * us, 100 * us}) {
+		t.Errorf("locality %+v, want the lower medians 250µs and 100µs", loc)
+	}
+	if len(apart) != 1 || apart["d"] != (Place{9 * time.Millisecond, 200 * us}) {
+		t.Errorf("cells apart %+v, want d alone", apart)
+	}
+	if loc, apart := LocalPlacement([]CellView{cell("e", 300*us, 0, false, 100)}); loc != (Place{}) || apart != nil {
+		t.Errorf("no probed cell: %+v %+v", loc, apart)
+	}
+}

@@ -1,0 +1,229 @@
+package cycle
+
+import (
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
+)
+
+// LocalityScale turns route fractions into integer locality weights.
+const LocalityScale = 1000
+
+// Routes is the cross-region routing in force: per model the share of
+// its demand each region serves, and the ingress address of each
+// destination region.
+type Routes struct {
+	Models  map[string]ModelRoutes
+	Ingress map[string]string
+}
+
+// ModelRoutes is one model's split: region → fraction, and the share
+// shed.
+type ModelRoutes struct {
+	Routes map[string]float64
+	Shed   float64
+}
+
+// Params is what BuildState needs besides the views.
+type Params struct {
+	// Region and Zone name the local locality.
+	Region, Zone string
+	// Kept are models that stay routable with no cell of theirs known (a
+	// warm start keeps those the data planes were last given).
+	Kept map[string]bool
+	// Routes is the cross-region routing in force; nil: none.
+	Routes *Routes
+	// RTTs is the round trip to each remote region; a region missing is
+	// unknown (0).
+	RTTs map[string]time.Duration
+}
+
+// Offer is a state to offer the data planes, with what it carries that
+// the next cycle compares against.
+type Offer struct {
+	State xds.State
+	// Weights is the published weight of each cell in the state.
+	Weights map[string]uint32
+	// Placement is the round trips the state carries (Drifted's sent).
+	Placement Placement
+}
+
+// BuildState turns the views with a published weight into the xDS state:
+// per model, the local cells as one locality and, when the routes send a
+// share of the model's demand to other regions, each such region's
+// ingress as another locality weighted by its share. For the data plane's
+// pick, each local endpoint carries its declared capacity, the local
+// locality its cells' round trip (a cell whose own stands apart carries
+// it: LocalPlacement) and each remote locality the round trip to its
+// region (p.RTTs).
+func BuildState(p Params, views []CellView) Offer {
+	b := stateBuilder{p: p, byModel: map[string]*xds.Model{}, local: map[string]*xds.Locality{},
+		offer: Offer{Weights: map[string]uint32{}, Placement: Placement{}}}
+	// After a restart, the models the data planes were last given stay
+	// until a cell of theirs registers or ForgetAfter passes.
+	for m := range p.Kept {
+		b.model(m)
+	}
+	b.addLocal(views)
+	remote, shed := b.addRemote()
+	b.offer.State = b.assemble(remote, shed)
+	return b.offer
+}
+
+// stateBuilder is one BuildState call's work in progress.
+type stateBuilder struct {
+	p       Params
+	byModel map[string]*xds.Model
+	local   map[string]*xds.Locality // the local locality per model
+	offer   Offer
+}
+
+func (b *stateBuilder) model(name string) *xds.Model {
+	m := b.byModel[name]
+	if m == nil {
+		m = &xds.Model{Name: name}
+		b.byModel[name] = m
+	}
+	return m
+}
+
+// addLocal adds the models of views and, per model, the local locality of
+// the views with a published weight.
+func (b *stateBuilder) addLocal(views []CellView) {
+	localRTT, apart := LocalPlacement(views)
+	b.offer.Placement[LocalKey] = localRTT
+	for _, v := range views {
+		// A model stays routable while any of its cells is known (not
+		// terminated), even with no endpoint left: callers then get "no
+		// healthy upstream" (retryable), and remote localities can still
+		// serve it, instead of the model vanishing from the routes.
+		if v.Model != "" && v.State != lifecycle.Terminated {
+			b.model(v.Model)
+		}
+		if v.Weight.Published == 0 {
+			continue
+		}
+		host, portStr, err := net.SplitHostPort(v.Endpoint)
+		if err != nil {
+			continue // validated on receipt; unreachable
+		}
+		port, _ := strconv.ParseUint(portStr, 10, 32)
+		l := b.local[v.Model]
+		if l == nil {
+			l = &xds.Locality{Region: b.p.Region, Zone: b.p.Zone, Weight: LocalityScale, RTT: localRTT.RTT, Jitter: localRTT.Jitter}
+			b.local[v.Model] = l
+			b.model(v.Model)
+		}
+		ep := xds.Endpoint{
+			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
+			ClassWeight: v.Weight.ClassWeight, Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
+			PrefillTokensPerSecond: v.PrefillTokensPerSecond, MaxNumSeqs: v.MaxNumSeqs,
+		}
+		if a, ok := apart[v.ID]; ok {
+			ep.RTT, ep.Jitter = a.RTT, a.Jitter
+			b.offer.Placement[v.ID] = a
+		}
+		l.Endpoints = append(l.Endpoints, ep)
+		b.offer.Weights[v.ID] = v.Weight.Published
+	}
+}
+
+// addRemote applies the routes: the local locality's weight per model,
+// and the remote localities (by model) and shed shares they set.
+func (b *stateBuilder) addRemote() (remote map[string][]xds.Locality, shed map[string]float64) {
+	shed = map[string]float64{}
+	t := b.p.Routes
+	if t == nil {
+		return nil, shed
+	}
+	remote = map[string][]xds.Locality{}
+	for name, mr := range t.Models {
+		shed[name] = mr.Shed
+		if l := b.local[name]; l != nil {
+			if w := localityWeight(mr.Routes[b.p.Region]); w > 0 {
+				l.Weight = w
+			} else {
+				// The plan sends all of this region's demand elsewhere:
+				// the local cells stay as a lower priority (Envoy only
+				// spills to it if the remote localities fail), and they
+				// keep serving traffic forwarded here (the local-only
+				// clusters promote them).
+				l.Weight, l.Priority = 1, 1
+			}
+		}
+		remote[name] = append(remote[name], b.remoteLocalities(name, mr, t.Ingress)...)
+	}
+	return remote, shed
+}
+
+// remoteLocalities are model name's localities of the other regions that
+// mr sends a share to, in region order.
+func (b *stateBuilder) remoteLocalities(name string, mr ModelRoutes, ingress map[string]string) []xds.Locality {
+	dests := make([]string, 0, len(mr.Routes))
+	for d := range mr.Routes {
+		dests = append(dests, d)
+	}
+	slices.Sort(dests)
+	var out []xds.Locality
+	for _, d := range dests {
+		w := localityWeight(mr.Routes[d])
+		addr := ingress[d]
+		if d == b.p.Region || w == 0 || addr == "" {
+			continue
+		}
+		host, portStr, err := net.SplitHostPort(addr)
+		if err != nil {
+			continue // validated with the plan
+		}
+		port, _ := strconv.ParseUint(portStr, 10, 32)
+		rtt := min(max(b.p.RTTs[d], 0), xdscontract.MaxRTT)
+		out = append(out, xds.Locality{
+			Region: d, Zone: d, Weight: w, RTT: rtt,
+			Endpoints: []xds.Endpoint{{CellID: "region/" + d, Host: host, Port: uint32(port), Weight: 1}},
+		})
+		b.offer.Placement[RemoteKey(d)] = Place{RTT: rtt}
+		b.model(name)
+	}
+	return out
+}
+
+// assemble is the state: the models in name order, each with its local
+// locality (priority 0 when nothing else serves it) and then its remote
+// ones.
+func (b *stateBuilder) assemble(remote map[string][]xds.Locality, shed map[string]float64) xds.State {
+	names := make([]string, 0, len(b.byModel))
+	for n := range b.byModel {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	st := xds.State{Models: make([]xds.Model, 0, len(names))}
+	for _, n := range names {
+		m := b.byModel[n]
+		m.Shed = shed[n]
+		if l := b.local[n]; l != nil {
+			if len(remote[n]) == 0 {
+				l.Priority = 0 // nothing else to serve at priority 0
+			}
+			m.Localities = append(m.Localities, *l)
+		}
+		m.Localities = append(m.Localities, remote[n]...)
+		// A model with no locality left stays: its route and an empty
+		// cluster answer "no healthy upstream" (503, retryable) until a
+		// cell is back, rather than "no route" (404) while, say, every
+		// cell is briefly suspect.
+		st.Models = append(st.Models, *m)
+	}
+	return st
+}
+
+// localityWeight scales a fraction to an integer locality weight; 0 means
+// no traffic (the locality is left out: xDS needs weights >= 1).
+func localityWeight(f float64) uint32 {
+	return uint32(math.Round(f * LocalityScale))
+}
