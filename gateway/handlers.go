@@ -60,7 +60,11 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, _ *http.Request) {
 func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if deps.Registerer == nil {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+			if err := reg.Register(c); err != nil {
+				return fmt.Errorf("gateway: register runtime metrics: %w", err)
+			}
+		}
 		deps.Registerer, deps.Gatherer = reg, reg
 	}
 	g, err := New(cfg, deps)

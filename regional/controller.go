@@ -171,7 +171,11 @@ func newController(cfg Config, deps Deps) (*Controller, error) {
 	if deps.Gossip != nil {
 		reg.regionRTT = deps.Gossip.RTT // remote localities' round trips
 	}
-	reg.useWarmMetrics(newWarmMetrics(deps.Registerer))
+	wm, err := newWarmMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	reg.useWarmMetrics(wm)
 	// With cross-region routing the first push also waits for a route
 	// table (a plan, or the fallback built once the cells are back).
 	reg.warm.needRoutes = deps.Etcd != nil || deps.Gossip != nil

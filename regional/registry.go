@@ -159,7 +159,7 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		offered:    make(map[string]bool),
 		remoteOnly: make(map[string]bool),
 		settledCh:  make(chan struct{}),
-		warmM:      newWarmMetrics(nil),
+		warmM:      unregisteredWarmMetrics(),
 		done:       make(chan struct{}),
 	}
 	r.saver = &warmSaver{dir: cfg.WarmStart.StateDir, region: cfg.Region, log: log, m: r.warmM}

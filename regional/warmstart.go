@@ -273,7 +273,16 @@ type warmMetrics struct {
 	errors   *prometheus.CounterVec
 }
 
-func newWarmMetrics(reg prometheus.Registerer) *warmMetrics {
+// unregisteredWarmMetrics are the registry's warm-start metrics until the
+// controller installs registered ones (useWarmMetrics).
+func unregisteredWarmMetrics() *warmMetrics {
+	m, _ := newWarmMetrics(nil) // nothing to register: cannot fail
+	return m
+}
+
+// newWarmMetrics builds the warm-start metrics and registers them with reg
+// when reg is not nil; a registration error is returned, never a panic.
+func newWarmMetrics(reg prometheus.Registerer) (*warmMetrics, error) {
 	m := &warmMetrics{
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "isobar_regional_warm_start_hold_seconds",
@@ -293,9 +302,13 @@ func newWarmMetrics(reg prometheus.Registerer) *warmMetrics {
 		}, []string{"op"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.held, m.releases, m.dropped, m.errors)
+		for _, c := range []prometheus.Collector{m.held, m.releases, m.dropped, m.errors} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("regional: register warm-start metrics: %w", err)
+			}
+		}
 	}
-	return m
+	return m, nil
 }
 
 // warmHold is the registry loop's warm-start state.

@@ -11,16 +11,8 @@ import (
 )
 
 // newPickerCmd builds `isobar picker`.
-func newPickerCmd(ro *rootOpts) *cobra.Command {
-	var (
-		d          dataPlaneFlags
-		listen     string
-		httpListen string
-	)
-	cmd := &cobra.Command{
-		Use:   "picker",
-		Short: "Endpoint picker for stock Envoy: the Gateway API Inference Extension's protocol over ext_proc",
-		Long: `picker lets a stock Envoy pick endpoints per request as isobar's gateway
+// pickerLong is the picker's --help.
+const pickerLong = `picker lets a stock Envoy pick endpoints per request as isobar's gateway
 does. It is an Envoy external processor (envoy.filters.http.ext_proc, gRPC
 on --listen) speaking the Gateway API Inference Extension's Endpoint Picker
 Protocol: for each completion request (POST /v1/completions,
@@ -54,10 +46,23 @@ refuses a stream leaves the request without the header, and a route on the
 header's absence sends it to the weighted clusters from xDS
 (deploy/envoy/picker.yaml, docs/picker.md). On SIGINT/SIGTERM the picker
 stops taking streams, lets open ones finish for up to --drain-timeout, and
-exits.`,
-		Example: `  isobar picker --controller 10.0.0.5:18000 --region eu-west --listen 0.0.0.0:9002 \
+exits.`
+
+const pickerExample = `  isobar picker --controller 10.0.0.5:18000 --region eu-west --listen 0.0.0.0:9002 \
     --tls-cert pki/picker.pem --tls-key pki/picker-key.pem --tls-ca pki/ca.pem
-  isobar picker --controller 127.0.0.1:18000 --region us-east --insecure   # plain text, development only`,
+  isobar picker --controller 127.0.0.1:18000 --region us-east --insecure   # plain text, development only`
+
+func newPickerCmd(ro *rootOpts) *cobra.Command {
+	var (
+		d          dataPlaneFlags
+		listen     string
+		httpListen string
+	)
+	cmd := &cobra.Command{
+		Use:     "picker",
+		Short:   "Endpoint picker for stock Envoy: the Gateway API Inference Extension's protocol over ext_proc",
+		Long:    pickerLong,
+		Example: pickerExample,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usageError{fmt.Errorf("picker takes no arguments, got %q", args)}

@@ -288,7 +288,11 @@ func (p *Picker) Stop() {
 func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if deps.Gateway.Registerer == nil {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+			if err := reg.Register(c); err != nil {
+				return fmt.Errorf("extproc: register runtime metrics: %w", err)
+			}
+		}
 		deps.Gateway.Registerer, deps.Gateway.Gatherer = reg, reg
 	}
 	p, err := New(cfg, deps)
