@@ -147,6 +147,28 @@ func (p *point) start(ctx context.Context) error {
 	p.onStop(func() { _ = p.sink.Close(); sinkWG.Wait() })
 	sinkAddr := p.sink.Addr().String()
 
+	if err := p.startControllers(ctx, sinkAddr); err != nil {
+		return err
+	}
+	if err := p.startCells(ctx); err != nil {
+		return err
+	}
+	if p.watcher, err = xdsclient.NewWatcher(xdsclient.WatchConfig{Server: p.regions[0].ctrl.Addr(), NodeID: "isobar-bench-scale"},
+		xdsclient.WatchDeps{Clock: p.clock, Logger: p.log.With("component", "xds-client"),
+			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}); err != nil {
+		return err
+	}
+	if err := p.watcher.Start(ctx); err != nil {
+		return err
+	}
+	p.onStop(p.watcher.Stop)
+	return nil
+}
+
+// startControllers starts the point's regional controllers, every RTT
+// probe answered by the sink at sinkAddr.
+func (p *point) startControllers(ctx context.Context, sinkAddr string) error {
+	var err error
 	n := p.spec.controllers()
 	rtt := regionMap(p.cfg.Seed, n)
 	for i := range n {
@@ -186,7 +208,13 @@ func (p *point) start(ctx context.Context) error {
 		p.onStop(r.ctrl.Stop)
 		p.regions = append(p.regions, r)
 	}
+	return nil
+}
 
+// startCells builds the synthetic cells, spread over the controllers, and
+// runs each until the point stops.
+func (p *point) startCells(ctx context.Context) error {
+	n := len(p.regions)
 	for k := range p.spec.cells {
 		ri := k % n
 		r := p.regions[ri]
@@ -207,16 +235,6 @@ func (p *point) start(ctx context.Context) error {
 			cellWG.Go(func() { c.Run(cctx) })
 		}
 	}
-
-	if p.watcher, err = xdsclient.NewWatcher(xdsclient.WatchConfig{Server: p.regions[0].ctrl.Addr(), NodeID: "isobar-bench-scale"},
-		xdsclient.WatchDeps{Clock: p.clock, Logger: p.log.With("component", "xds-client"),
-			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}); err != nil {
-		return err
-	}
-	if err := p.watcher.Start(ctx); err != nil {
-		return err
-	}
-	p.onStop(p.watcher.Stop)
 	return nil
 }
 

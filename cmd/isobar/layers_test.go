@@ -60,6 +60,10 @@ func TestLayers(t *testing.T) {
 		"regional/score": true, "regional/lifecycle": true, "regional/projection": true, "regional/capacity": true,
 		"optimize": true, "summary": true, "xdscontract": true, "internal/quantile": true, "internal/truncate": true, "internal/backoff": true,
 	}
+	// pureMay lists what a pure package may import despite ioImports:
+	// regional/cycle parses endpoint addresses with net.SplitHostPort, a
+	// string function (no dial, no listen: checked by reading it).
+	pureMay := map[string][]string{"regional/cycle": {"net"}}
 	ioImports := []string{"net", "net/http", "os", "log/slog", "google.golang.org/grpc", "github.com/prometheus/client_golang/prometheus"}
 	// forbidden[a] lists packages a must not import (prefix match).
 	roles := []string{"/regional", "/global", "/sim", "/cellagent", "/gateway", "/lab"}
@@ -151,7 +155,7 @@ func TestLayers(t *testing.T) {
 		for _, imp := range p.Imports {
 			if pure[rel] {
 				for _, bad := range ioImports {
-					if imp == bad {
+					if imp == bad && !slices.Contains(pureMay[rel], imp) {
 						t.Errorf("pure package %s imports %s", rel, imp)
 					}
 				}
