@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	crand "crypto/rand"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -32,7 +31,6 @@ import (
 	"github.com/isobar-mesh/isobar/regional/capacity"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/sim"
-	"github.com/isobar-mesh/isobar/summary"
 	"github.com/isobar-mesh/isobar/xdscontract"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
@@ -322,15 +320,6 @@ func (l *Lab) Controller() *regional.Controller { return l.Regions()[0].Ctrl }
 // Engines are the first region's engines (single-region use).
 func (l *Lab) Engines() []*sim.Engine { return l.Regions()[0].Engines }
 
-func (l *Lab) etcdClient(id identity) (*clientv3.Client, error) {
-	cli, err := l.newEtcdClient(id)
-	if err != nil {
-		return nil, err
-	}
-	l.onStop(func() { _ = cli.Close() })
-	return cli, nil
-}
-
 func (l *Lab) newEtcdClient(id identity) (*clientv3.Client, error) {
 	cc := election.ClientConfig{Endpoints: l.Etcd().Endpoints(), DialTimeout: 10 * time.Second}
 	if !l.cfg.Insecure {
@@ -475,14 +464,15 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	if err != nil {
 		return nil, err
 	}
-	if r.Gossip, err = l.startGossip(ctx, r, rid); err != nil {
+	rc := l.regionalConfig(r, rid)
+	if r.Gossip, err = l.startGossip(ctx, r, rc); err != nil {
 		return nil, err
 	}
 	rdeps, err := l.regionalDeps(r, rid)
 	if err != nil {
 		return nil, err
 	}
-	r.ctrl = l.controllerFactory(l.regionalConfig(r, rid), rdeps)
+	r.ctrl = l.controllerFactory(rc, rdeps)
 	if r.Ctrl, err = r.ctrl(ctx, "127.0.0.1:0", "127.0.0.1:0"); err != nil {
 		return nil, err
 	}
@@ -502,38 +492,16 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	return r, nil
 }
 
-// startGossip starts r's gossip member on its reserved address, joining
-// the first region's, its traffic routed through the emulated WAN.
-func (l *Lab) startGossip(ctx context.Context, r *Region, rid identity) (*gossip.Node, error) {
-	cfg, name, idx, gossipAddrs := l.cfg, r.Name, r.idx, r.gossipAddrs
-	log := l.log.With("region", name)
-	host, port, _ := net.SplitHostPort(gossipAddrs[idx])
-	gcfg := gossip.Config{Role: gossip.RoleRegional, Region: name, IngressAddress: r.ingress,
-		BindAddr: host, Profile: gossip.ProfileLAN}
-	gcfg.BindPort, _ = atoi(port)
-	if cfg.Fast {
-		// Short probes, and an RTT average that follows a step within two
-		// probes of a peer (the default 0.2 needs four).
-		gcfg.Profile, gcfg.RTTSmoothing = gossip.ProfileLocal, 0.5
-	}
-	if idx > 0 {
-		gcfg.Join = []string{gossipAddrs[0]}
-	}
-	gdeps := gossip.Deps{Logger: log.With("component", "gossip"), Validate: summary.Validate,
-		WrapTransport: func(nt memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+// startGossip starts r's gossip member as regional.New would build it from
+// rc.Gossip (regional.NewGossip), its traffic routed through the emulated
+// WAN. The lab starts it itself because the node outlives controller
+// restarts (stop-controller) and a fault stops it.
+func (l *Lab) startGossip(ctx context.Context, r *Region, rc regional.Config) (*gossip.Node, error) {
+	name := r.Name
+	node, err := regional.NewGossip(rc, regional.Deps{Logger: l.log.With("region", name),
+		GossipTransport: func(nt memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
 			return &wan.Transport{NodeAwareTransport: nt, Route: func(a string) string { return l.router.via(name, a) }}
-		}}
-	if !cfg.Insecure {
-		// Gossip bound to identities, as isobar regional runs it with mTLS.
-		sc, err := certs.ServerConfig(rid.cert, rid.key, l.pki.ca)
-		if err != nil {
-			return nil, err
-		}
-		gcfg.SecretKey = l.pki.gossipKey
-		gdeps.Identity = &gossip.Identity{Roots: sc.ClientCAs,
-			Certificate: func() (*tls.Certificate, error) { return sc.GetCertificate(nil) }}
-	}
-	node, err := gossip.New(gcfg, gdeps)
+		}})
 	if err != nil {
 		return nil, err
 	}
@@ -582,20 +550,45 @@ func (l *Lab) regionalConfig(r *Region, rid identity) regional.Config {
 	if !cfg.Insecure {
 		rc.TLS = regional.TLSFiles{Cert: rid.cert, Key: rid.key, CA: l.pki.ca}
 	}
+	l.crossRegion(&rc, r, rid)
 	return rc
 }
 
+// crossRegion sets rc's gossip member (on r's reserved address, joining
+// the first region's; bound to r's identity with the lab's key unless
+// insecure) and, with the global pair, the etcd cluster regional.New
+// connects to.
+func (l *Lab) crossRegion(rc *regional.Config, r *Region, rid identity) {
+	cfg := l.cfg
+	rc.Gossip = regional.GossipConfig{Listen: r.gossipAddrs[r.idx], Profile: gossip.ProfileLAN}
+	if cfg.Fast {
+		// Short probes, and an RTT average that follows a step within two
+		// probes of a peer (the default 0.2 needs four).
+		rc.Gossip.Profile, rc.Gossip.RTTSmoothing = gossip.ProfileLocal, 0.5
+	}
+	if r.idx > 0 {
+		rc.Gossip.Join = []string{r.gossipAddrs[0]}
+	}
+	if !cfg.Insecure {
+		rc.Gossip.SecretKey = l.pki.gossipKey
+	}
+	if l.Etcd() != nil {
+		rc.Etcd = election.ClientConfig{Endpoints: l.Etcd().Endpoints(), DialTimeout: 10 * time.Second}
+		if !cfg.Insecure {
+			rc.Etcd.TLS = election.TLSFiles{CertFile: rid.cert, KeyFile: rid.key, CAFile: l.pki.ca}
+		}
+	}
+}
+
 // regionalDeps are the collaborators of r's regional controller: its
-// gossip member and registry and, with the global pair, an etcd client
-// and a dialer through the emulated WAN.
+// gossip member and registry and, with the global pair, a dialer through
+// the emulated WAN.
 func (l *Lab) regionalDeps(r *Region, rid identity) (regional.Deps, error) {
 	name, log := r.Name, l.log.With("region", r.Name)
-	var err error
 	rdeps := regional.Deps{Logger: log.With("component", "regional"), Gossip: r.Gossip, Registerer: r.Metrics}
 	if l.Etcd() != nil {
-		if rdeps.Etcd, err = l.etcdClient(rid); err != nil {
-			return regional.Deps{}, err
-		}
+		// The etcd client: regional.New opens it from Config.Etcd and
+		// closes it on Stop, a restarted controller its own.
 		dial, err := l.pki.dial(rid)
 		if err != nil {
 			return regional.Deps{}, err
@@ -786,10 +779,4 @@ func freeAddr() (string, error) {
 		return a, nil
 	}
 	return "", fmt.Errorf("lab: no free loopback port for gossip in [%d, %d)", lo, hi)
-}
-
-func atoi(s string) (int, error) {
-	var n int
-	_, err := fmt.Sscan(s, &n)
-	return n, err
 }
