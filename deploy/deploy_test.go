@@ -291,7 +291,7 @@ var cliFlags = map[string]map[string]flagKind{
 	"regional": {
 		"admin-token-file": str, "cell-capacity-rps": number, "cycle-interval": duration, "etcd-ca": str,
 		"etcd-cert": str, "etcd-endpoints": str, "etcd-key": str, "forget-after": duration, "gossip-join": str,
-		"gossip-key-file": str, "gossip-listen": str, "heartbeat-interval": duration, "http-listen": str,
+		"gossip-key-file": str, "gossip-listen": str, "heartbeat-interval": duration, "metrics-listen": str,
 		"ingress-address": str, "lb-policy": str, "listen": str, "max-heartbeat-bytes": number,
 		"endpoint-binding": str, "endpoint-map-file": str, "state-dir": str,
 		"probe-interval": duration, "region": str, "score-weights": str, "summary-interval": duration,
@@ -307,7 +307,7 @@ var cliFlags = map[string]map[string]flagKind{
 	"global": {
 		"advertise": str, "cycle-interval": duration, "damp-step": number, "election-prefix": str, "etcd-ca": str,
 		"etcd-cert": str, "etcd-endpoints": str, "etcd-key": str, "gossip-join": str, "gossip-key-file": str,
-		"gossip-listen": str, "headroom": number, "http-listen": str, "lease-ttl": duration, "listen": str,
+		"gossip-listen": str, "headroom": number, "metrics-listen": str, "lease-ttl": duration, "listen": str,
 		"name": str, "plan-key": str, "plan-ttl": duration, "region-ttl": duration, "regions": str,
 		"tls-ca": str, "tls-cert": str, "tls-key": str,
 	},

@@ -20,7 +20,7 @@ import (
 //   - xDS (ADS and the per-type services) and DataPlane.Report: a gateway
 //     of this region, spiffe://isobar/gateway/<region> (gatewayPeer);
 //   - the global leader a region dials: a global identity (checkLeader in
-//     globalsync.go).
+//     leadersession.go).
 //
 // Refusals are PermissionDenied, logged with the peer's identity and
 // counted.

@@ -183,7 +183,7 @@ func (f Fetcher) get(ctx context.Context, rawURL string, v any, allow404 bool) (
 		if mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err == nil {
 			what = mt
 		}
-		return resp.StatusCode, fmt.Errorf("GET %s: answered %s, not JSON: %s (is this the --http-listen address?)", rawURL, what, quote(body))
+		return resp.StatusCode, fmt.Errorf("GET %s: answered %s, not JSON: %s (is this the --metrics-listen address?)", rawURL, what, quote(body))
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return resp.StatusCode, fmt.Errorf("GET %s: not the expected JSON: %v: %s", rawURL, err, quote(body))

@@ -10,7 +10,7 @@ import (
 )
 
 // Source is one debug API to read: a regional controller's or a global
-// member's --http-listen address.
+// member's --metrics-listen address.
 type Source struct {
 	// Addr is the address as given, the name the report uses.
 	Addr string

@@ -33,7 +33,7 @@
 //   - cell death to weight removed: a cell's TCP connection is closed under
 //     its stream (as when its agent is SIGKILLed) and the time until an xDS
 //     client subscribed to EDS on its controller (go-control-plane's ADS
-//     client, through gateway.Watcher) receives an assignment without it.
+//     client, through xdsclient.Watcher) receives an assignment without it.
 //
 // Points beyond what the machine allows (file descriptors: both ends of
 // every loopback stream live in this process) or beyond Config.MaxCells are

@@ -62,7 +62,7 @@ func TestPickerProcess(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	ctrl, ctrlHTTP, listen, metrics := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--http-listen", ctrlHTTP, "--insecure")
+	startCLI(t, "regional", "regional", "--region", "r1", "--listen", ctrl, "--metrics-listen", ctrlHTTP, "--insecure")
 	waitDial(t, ctrl)
 	p := startCLI(t, "picker", "picker", "--region", "r1", "--controller", ctrl, "--listen", listen,
 		"--metrics-listen", metrics, "--insecure")

@@ -77,7 +77,7 @@ func TestContainerImage(t *testing.T) {
 			args := append(append([]string{"run", "--rm", "--name", name}, runFlags...), image)
 			args = append(args, tc.args...)
 			if tc.name == "regional" {
-				args = append(args, "--listen", freeAddr(t), "--http-listen", addr)
+				args = append(args, "--listen", freeAddr(t), "--metrics-listen", addr)
 			} else {
 				args = append(args, "--listen", addr)
 			}

@@ -45,7 +45,7 @@ func startFleet(t *testing.T, policy string, n int) *fleet {
 		t.Fatal(err)
 	}
 	f.regional = start(t, "regional", nil, nil, isobarBin, "regional", "--region", "r1", "--listen", f.ctrl,
-		"--http-listen", f.http, "--insecure", "--lb-policy", policy, "--heartbeat-interval", "250ms")
+		"--metrics-listen", f.http, "--insecure", "--lb-policy", policy, "--heartbeat-interval", "250ms")
 	waitDial(t, f.ctrl)
 	for i := range n {
 		c := &cell{id: fmt.Sprintf("cell-%d", i), backend: startBackend(t, fmt.Sprintf("b%d", i)), admin: freeAddr(t)}

@@ -119,7 +119,7 @@ func TestGlobalPairExternalEtcd34(t *testing.T) {
 	var members []*member
 	for _, name := range []string{"g1", "g2"} {
 		m := &member{name: name, http: freeAddr(t)}
-		m.p = start(t, name, nil, nil, isobarBin, "global", "--name", name, "--listen", freeAddr(t), "--http-listen", m.http,
+		m.p = start(t, name, nil, nil, isobarBin, "global", "--name", name, "--listen", freeAddr(t), "--metrics-listen", m.http,
 			"--insecure", "--lease-ttl", "2s", "--cycle-interval", "250ms",
 			"--etcd-endpoints", "https://"+client, "--etcd-ca", ca, "--etcd-cert", cert, "--etcd-key", key,
 			"--etcd-username", "isobar", "--etcd-password-file", pw)

@@ -161,7 +161,7 @@ func (s *wlServer) set(t *testing.T, set xds.Set, edit func(*endpoint.ClusterLoa
 var bandWeights = map[string]uint32{"b0": 100, "b1": 50, "b2": 25}
 
 // wlState is the State isobar's registry builds (regional/registry.go
-// buildState) for one model with three local cells in r1 (b0, b1, b2, one
+// cycle.BuildState) for one model with three local cells in r1 (b0, b1, b2, one
 // per weight band) and a remote region r2 whose ingress is b3:
 //   - spill: the plan keeps localShare of the demand (locality weight
 //     round(localShare × 1000)) and sends the rest to r2 (its locality
