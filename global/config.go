@@ -136,18 +136,8 @@ func (c *Config) withDefaults() {
 	if c.PlanTTL == 0 {
 		c.PlanTTL = 30 * time.Second
 	}
-	if c.Plan.Headroom == 0 {
-		c.Plan.Headroom = optimize.DefaultHeadroom
-	}
-	if c.Plan.Beta == 0 {
-		c.Plan.Beta = optimize.DefaultBeta
-	}
-	if c.Plan.K == 0 {
-		c.Plan.K = optimize.DefaultK
-	}
-	if c.Plan.ShedPenaltyMs == 0 {
-		c.Plan.ShedPenaltyMs = optimize.DefaultShedPenaltyMs
-	}
+	m := optimize.Model{Headroom: c.Plan.Headroom, Beta: c.Plan.Beta, K: c.Plan.K, ShedPenaltyMs: c.Plan.ShedPenaltyMs}.WithDefaults()
+	c.Plan.Headroom, c.Plan.Beta, c.Plan.K, c.Plan.ShedPenaltyMs = m.Headroom, m.Beta, m.K, m.ShedPenaltyMs
 	if c.Plan.DampStep == 0 {
 		c.Plan.DampStep = 0.5
 	}

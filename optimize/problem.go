@@ -85,20 +85,36 @@ type Problem struct {
 	MaxIterations int
 }
 
+// Model is the latency model's parameters as a Problem and the planners'
+// configurations (global's PlanConfig, regional's fallback) carry them: a
+// zero field means its default. WithDefaults is the one place those
+// defaults are applied.
+type Model struct {
+	Headroom, Beta, K, ShedPenaltyMs float64
+}
+
+// WithDefaults returns m with every zero field replaced by its default
+// (DefaultHeadroom, DefaultBeta, DefaultK, DefaultShedPenaltyMs).
+func (m Model) WithDefaults() Model {
+	if m.Headroom == 0 {
+		m.Headroom = DefaultHeadroom
+	}
+	if m.Beta == 0 {
+		m.Beta = DefaultBeta
+	}
+	if m.K == 0 {
+		m.K = DefaultK
+	}
+	if m.ShedPenaltyMs == 0 {
+		m.ShedPenaltyMs = DefaultShedPenaltyMs
+	}
+	return m
+}
+
 // withDefaults returns p with every zero parameter replaced by its default.
 func (p Problem) withDefaults() Problem {
-	if p.Headroom == 0 {
-		p.Headroom = DefaultHeadroom
-	}
-	if p.Beta == 0 {
-		p.Beta = DefaultBeta
-	}
-	if p.K == 0 {
-		p.K = DefaultK
-	}
-	if p.ShedPenaltyMs == 0 {
-		p.ShedPenaltyMs = DefaultShedPenaltyMs
-	}
+	m := Model{Headroom: p.Headroom, Beta: p.Beta, K: p.K, ShedPenaltyMs: p.ShedPenaltyMs}.WithDefaults()
+	p.Headroom, p.Beta, p.K, p.ShedPenaltyMs = m.Headroom, m.Beta, m.K, m.ShedPenaltyMs
 	if p.Tolerance == 0 {
 		p.Tolerance = DefaultTolerance
 	}

@@ -89,18 +89,8 @@ func (g *GlobalConfig) withDefaults() {
 	if g.BackoffMax == 0 {
 		g.BackoffMax = 5 * time.Second
 	}
-	if g.Headroom == 0 {
-		g.Headroom = optimize.DefaultHeadroom
-	}
-	if g.Beta == 0 {
-		g.Beta = optimize.DefaultBeta
-	}
-	if g.K == 0 {
-		g.K = optimize.DefaultK
-	}
-	if g.ShedPenaltyMs == 0 {
-		g.ShedPenaltyMs = optimize.DefaultShedPenaltyMs
-	}
+	m := optimize.Model{Headroom: g.Headroom, Beta: g.Beta, K: g.K, ShedPenaltyMs: g.ShedPenaltyMs}.WithDefaults()
+	g.Headroom, g.Beta, g.K, g.ShedPenaltyMs = m.Headroom, m.Beta, m.K, m.ShedPenaltyMs
 }
 
 // gossiper is what the region needs from its gossip node. Each part of
