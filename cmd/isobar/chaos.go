@@ -92,7 +92,8 @@ The report is a table on stdout and, with --report, JSON: one object for a
 drill, {"passed": bool, "drills": [...]} for a scenario. Figures that do not
 apply to a drill are null. Thresholds (--max-rto, --max-error-rate,
 --max-detect, --max-lost, --max-leak) fail a drill; the exit status is then
-1, so a drill can gate a CI job or a rollout. A drill the target cannot
+3 (1 is an error that kept a drill from running, 2 a bad command line), so a
+drill can gate a CI job or a rollout. A drill the target cannot
 inject is refused before anything is injected.
 
 A scenario file (YAML or JSON):
@@ -317,7 +318,9 @@ func runChaos(cmd *cobra.Command, ro *rootOpts, f *chaosFlags, args []string) er
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("chaos: %d of %d drills failed: %s", len(failed), len(reports), strings.Join(failed, " | "))
+		// The drills ran and a threshold failed: exit status 3, apart
+		// from an error that kept a drill from running (1).
+		return checkFailedError{fmt.Errorf("chaos: %d of %d drills failed: %s", len(failed), len(reports), strings.Join(failed, " | "))}
 	}
 	return nil
 }
