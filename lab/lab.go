@@ -468,7 +468,7 @@ func (l *Lab) startRegion(ctx context.Context, idx int, name string, gwLn net.Li
 	if r.Gossip, err = l.startGossip(ctx, r, rc); err != nil {
 		return nil, err
 	}
-	rdeps, err := l.regionalDeps(r, rid)
+	rdeps, err := l.regionalDeps(r, rid, rc)
 	if err != nil {
 		return nil, err
 	}
@@ -581,14 +581,23 @@ func (l *Lab) crossRegion(rc *regional.Config, r *Region, rid identity) {
 }
 
 // regionalDeps are the collaborators of r's regional controller: its
-// gossip member and registry and, with the global pair, a dialer through
-// the emulated WAN.
-func (l *Lab) regionalDeps(r *Region, rid identity) (regional.Deps, error) {
+// gossip member and registry and, with the global pair, its etcd client
+// and a dialer through the emulated WAN.
+func (l *Lab) regionalDeps(r *Region, rid identity, rc regional.Config) (regional.Deps, error) {
 	name, log := r.Name, l.log.With("region", r.Name)
 	rdeps := regional.Deps{Logger: log.With("component", "regional"), Gossip: r.Gossip, Registerer: r.Metrics}
 	if l.Etcd() != nil {
-		// The etcd client: regional.New opens it from Config.Etcd and
-		// closes it on Stop, a restarted controller its own.
+		// The etcd client from rc.Etcd, as regional.New would open it; the
+		// lab opens it once because, like the gossip node, it outlives
+		// controller restarts: a controller restarted while etcd is down
+		// (controller-restart-blackout) keeps it, where a new client
+		// would refuse to start without an answer from etcd.
+		cli, err := election.NewClient(rc.Etcd)
+		if err != nil {
+			return regional.Deps{}, err
+		}
+		l.onStop(func() { _ = cli.Close() })
+		rdeps.Etcd = cli
 		dial, err := l.pki.dial(rid)
 		if err != nil {
 			return regional.Deps{}, err
