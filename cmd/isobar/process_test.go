@@ -90,15 +90,27 @@ func startCLI(t *testing.T, name string, args ...string) *proc {
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
+// handedOut holds every address freeAddr returned in this test binary:
+// the kernel may hand a just-closed port out again (TestPickerProcess once
+// got the controller's port for the picker), so freeAddr never returns
+// one twice.
+var handedOut sync.Map
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
+			return addr
+		}
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	t.Fatal("no loopback port not handed out before in 100 tries")
+	return ""
 }
 
 func waitDial(t *testing.T, addr string) {
