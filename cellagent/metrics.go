@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 )
 
 // Label values of the source label.
@@ -93,13 +95,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{
-		m.scrapes, m.scrapeDuration, m.invalidValues, m.sourceUp, m.windowRestarts,
-		m.heartbeatsSent, m.refused, m.reconnects, m.commands, m.engineEvents, m.healthTimeouts, m.state,
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("cellagent: register metrics: %w", err)
-		}
+	if err := promreg.Register(reg, m.scrapes, m.scrapeDuration, m.invalidValues, m.sourceUp, m.windowRestarts, m.heartbeatsSent, m.refused, m.reconnects, m.commands, m.engineEvents, m.healthTimeouts, m.state); err != nil {
+		return nil, fmt.Errorf("cellagent: register metrics: %w", err)
 	}
 	return m, nil
 }

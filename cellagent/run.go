@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -22,11 +23,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	var gatherer prometheus.Gatherer
 	if cfg.MetricsListen != "" {
 		if deps.Registerer == nil {
-			reg := prometheus.NewRegistry()
-			for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-				if err := reg.Register(c); err != nil {
-					return fmt.Errorf("cellagent: register metrics: %w", err)
-				}
+			reg, err := promreg.NewRuntime()
+			if err != nil {
+				return fmt.Errorf("cellagent: register metrics: %w", err)
 			}
 			deps.Registerer = reg
 		}

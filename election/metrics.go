@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 )
 
 // metrics are a candidate's instruments. FencedPut and FencedTxn reach them
@@ -42,14 +44,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.isLeader, m.terms, m.leaderChanges, m.fencedRefused, m.campaignFailures}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("election: register metrics (one registry per candidate): %w", err)
-		}
+	// promreg unregisters what it registered when one fails.
+	if err := promreg.Register(reg, m.isLeader, m.terms, m.leaderChanges, m.fencedRefused, m.campaignFailures); err != nil {
+		return nil, fmt.Errorf("election: register metrics (one registry per candidate): %w", err)
 	}
 	return m, nil
 }

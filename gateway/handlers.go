@@ -9,8 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/isobar-mesh/isobar/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -59,11 +58,9 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, _ *http.Request) {
 // the Go and process collectors, served on /metrics.
 func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if deps.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-			if err := reg.Register(c); err != nil {
-				return fmt.Errorf("gateway: register runtime metrics: %w", err)
-			}
+		reg, err := promreg.NewRuntime()
+		if err != nil {
+			return fmt.Errorf("gateway: register runtime metrics: %w", err)
 		}
 		deps.Registerer, deps.Gatherer = reg, reg
 	}

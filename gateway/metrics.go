@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+	"github.com/isobar-mesh/isobar/internal/promreg"
 )
 
 type metrics struct {
@@ -61,13 +62,8 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 		m.reports.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration,
-			m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks,
-			m.xdsConnected, m.reports, m.lbFallbacks, m.untrustedHops, m.overloadRefused, m.xdsRespBytes, m.xdsRespLimit,
-			m.xdsNearLimit, m.xdsTooLarge, collector} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("gateway: register metrics: %w", err)
-			}
+		if err := promreg.Register(reg, m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration, m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks, m.xdsConnected, m.reports, m.lbFallbacks, m.untrustedHops, m.overloadRefused, m.xdsRespBytes, m.xdsRespLimit, m.xdsNearLimit, m.xdsTooLarge, collector); err != nil {
+			return nil, fmt.Errorf("gateway: register metrics: %w", err)
 		}
 	}
 	return m, nil

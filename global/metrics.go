@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 )
 
 type metrics struct {
@@ -67,10 +69,8 @@ func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("global: register metrics: %w", err)
-		}
+	if err := promreg.Register(reg, cs...); err != nil {
+		return fmt.Errorf("global: register metrics: %w", err)
 	}
 	return nil
 }

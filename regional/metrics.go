@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/isobar-mesh/isobar/internal/promreg"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/score"
 )
@@ -46,16 +47,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{
-		m.capacityRejected, m.capacityRPS, m.capacityConfidence,
-		m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions,
-		m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.probes,
-		m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused,
-		m.skewed, m.suspects, m.signalsClamped,
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("regional: register metrics: %w", err)
-		}
+	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.signalsClamped); err != nil {
+		return nil, fmt.Errorf("regional: register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -58,6 +58,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/isobar-mesh/isobar/internal/promreg"
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
 
@@ -302,10 +303,8 @@ func newWarmMetrics(reg prometheus.Registerer) (*warmMetrics, error) {
 		}, []string{"op"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.held, m.releases, m.dropped, m.errors} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("regional: register warm-start metrics: %w", err)
-			}
+		if err := promreg.Register(reg, m.held, m.releases, m.dropped, m.errors); err != nil {
+			return nil, fmt.Errorf("regional: register warm-start metrics: %w", err)
 		}
 	}
 	return m, nil

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 )
 
 // MinAdminTokenLen is the shortest admin token accepted.
@@ -113,10 +115,8 @@ func newAdminMetrics(reg prometheus.Registerer) (*adminMetrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.authFailures, m.faults, m.badRequests} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := promreg.Register(reg, m.authFailures, m.faults, m.badRequests); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

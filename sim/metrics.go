@@ -2,6 +2,8 @@ package sim
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 )
 
 // Reasons a request body is refused, the values of
@@ -48,10 +50,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.badRequests, m.injectedErrors, m.kills, m.restarts} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := promreg.Register(reg, m.badRequests, m.injectedErrors, m.kills, m.restarts); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 	"github.com/prometheus/common/expfmt"
 )
 
@@ -126,10 +128,8 @@ func newVLLMMetrics(model string, maxModelLen int) (*vllmMetrics, error) {
 		Buckets: httpDurationBuckets,
 	}, []string{"method", "handler"})
 	cs = append(cs, m.httpRequests, m.httpDuration)
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("sim: register vLLM metrics: %w", err)
-		}
+	if err := promreg.Register(reg, cs...); err != nil {
+		return nil, fmt.Errorf("sim: register vLLM metrics: %w", err)
 	}
 	return m, nil
 }

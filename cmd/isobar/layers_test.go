@@ -116,7 +116,7 @@ func TestLayers(t *testing.T) {
 	// included: each owns one small mechanism the repository has once
 	// (backoff, quantile, truncate), and depends on nothing of ours
 	// (forbiddenDeps).
-	shared := []string{module + "/internal/backoff", module + "/internal/quantile", module + "/internal/truncate", module + "/internal/grpcbounds"}
+	shared := []string{module + "/internal/backoff", module + "/internal/quantile", module + "/internal/truncate", module + "/internal/grpcbounds", module + "/internal/promreg"}
 	// allowed[a] lists packages of ours a may import despite its rules:
 	// election loads its etcd client certificate with certs' reloading key
 	// pair (one rotation mechanism; certs depends only on truncate).
@@ -144,6 +144,8 @@ func TestLayers(t *testing.T) {
 		// grpcbounds is the one source of keepalive and stream bounds
 		// every gRPC client and server uses: it depends on nothing of ours.
 		"internal/grpcbounds": {module},
+		// promreg is the one metric-registration idiom (all or an error).
+		"internal/promreg": {module},
 	}
 	under := func(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
 	for _, p := range pkgs {

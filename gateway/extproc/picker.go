@@ -10,7 +10,8 @@ import (
 	extprocpb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -287,11 +288,9 @@ func (p *Picker) Stop() {
 // registry with the Go and process collectors, served on /metrics.
 func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if deps.Gateway.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-			if err := reg.Register(c); err != nil {
-				return fmt.Errorf("extproc: register runtime metrics: %w", err)
-			}
+		reg, err := promreg.NewRuntime()
+		if err != nil {
+			return fmt.Errorf("extproc: register runtime metrics: %w", err)
 		}
 		deps.Gateway.Registerer, deps.Gateway.Gatherer = reg, reg
 	}
@@ -355,10 +354,8 @@ func newPickerMetrics(reg prometheus.Registerer) (*pickerMetrics, error) {
 		m.decisions.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.streamErrors, m.decisions} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("gateway: register picker metrics: %w", err)
-			}
+		if err := promreg.Register(reg, m.streams, m.streamErrors, m.decisions); err != nil {
+			return nil, fmt.Errorf("gateway: register picker metrics: %w", err)
 		}
 	}
 	return m, nil

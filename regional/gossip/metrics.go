@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 )
 
 // Reasons a received summary is refused (bad input: worth an alert) ...
@@ -96,10 +98,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.received, m.applied, m.refused, m.ignored, m.badMeta, m.joins, m.directSends} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("gossip: register metrics: %w", err)
-		}
+	if err := promreg.Register(reg, m.received, m.applied, m.refused, m.ignored, m.badMeta, m.joins, m.directSends); err != nil {
+		return nil, fmt.Errorf("gossip: register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/internal/promreg"
 )
 
 type metrics struct {
@@ -81,10 +83,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.unknownNames.WithLabelValues(t.label())
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.acks, m.nacks, m.requests, m.responses, m.streams, m.buildDuration, m.pushes, m.pushErrors, m.refused, m.staleNonces, m.unknownNames} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("xds: register metrics: %w", err)
-			}
+		if err := promreg.Register(reg, m.acks, m.nacks, m.requests, m.responses, m.streams, m.buildDuration, m.pushes, m.pushErrors, m.refused, m.staleNonces, m.unknownNames); err != nil {
+			return nil, fmt.Errorf("xds: register metrics: %w", err)
 		}
 	}
 	return m, nil
