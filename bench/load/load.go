@@ -125,6 +125,11 @@ func (c Config) Validate() error {
 
 // Record is one request as the client saw it: a line of the NDJSON output.
 type Record struct {
+	// due is the request's scheduled arrival, from the run's start: the
+	// summary's window is decided on it, not on Start, so a request due
+	// inside the window but sent late by a busy machine still counts.
+	due time.Duration
+
 	Seq   int       `json:"seq"`
 	Class string    `json:"class"`
 	Start time.Time `json:"start"`
@@ -280,12 +285,12 @@ func (r *run) send(ctx context.Context) {
 			}
 			sh := shapes.Next(at)
 			seq++
-			r.launch(ctx, seq, sh, burst)
+			r.launch(ctx, seq, sh, burst, at)
 		}
 	}
 }
 
-func (r *run) launch(ctx context.Context, seq int, sh Shape, burst bool) {
+func (r *run) launch(ctx context.Context, seq int, sh Shape, burst bool, due time.Duration) {
 	select {
 	case r.sem <- struct{}{}:
 	default:
@@ -300,7 +305,7 @@ func (r *run) launch(ctx context.Context, seq int, sh Shape, burst bool) {
 	r.wg.Go(func() {
 		defer func() { <-r.sem }()
 		rec := r.one(ctx, seq, sh)
-		rec.Burst = burst
+		rec.Burst, rec.due = burst, due
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.records = append(r.records, rec)
@@ -410,14 +415,14 @@ func percentiles(vs []float64) *Percentiles {
 	return &Percentiles{P50: quantile.Sorted(s, 0.50), P95: quantile.Sorted(s, 0.95), P99: quantile.Sorted(s, 0.99)}
 }
 
-// summarize describes the records that started in the measured window.
+// summarize describes the records due in the measured window.
 func summarize(cfg Config, start time.Time, recs []Record, shed int) Summary {
 	from, to := start.Add(cfg.Warmup), start.Add(cfg.Duration-cfg.Cooldown)
 	s := Summary{URL: cfg.URL, Class: cfg.Class.Name, Arrival: cfg.Arrival, RPS: cfg.RPS, Seed: cfg.Seed,
 		WindowS: to.Sub(from).Seconds(), ClientShed: shed, Statuses: map[string]int{}}
 	var ttft, e2e []float64
 	for _, r := range recs {
-		if r.Start.Before(from) || !r.Start.Before(to) {
+		if due := start.Add(r.due); due.Before(from) || !due.Before(to) {
 			continue
 		}
 		s.Requests++
