@@ -554,13 +554,21 @@ func maxLenSeen(dataPlane bool) func(*target, *adminapi.FleetState) bool {
 		if !ok {
 			return false
 		}
-		for _, id := range t.cells {
-			if dataPlane {
-				if e, ok := r.Endpoint(id); ok && e.MaxModelLen != want {
+		if !dataPlane {
+			for _, id := range t.cells {
+				if c, ok := r.Cell(id); !ok || c.MaxModelLen != want {
 					return false
 				}
-			} else if c, ok := r.Cell(id); !ok || c.MaxModelLen != want {
-				return false
+			}
+			return true
+		}
+		// Every data plane that lists the cell (its own region's and any
+		// that spills to it) must carry the new length.
+		for _, rs := range s.Regions {
+			for _, id := range t.cells {
+				if e, ok := rs.Endpoint(id); ok && e.MaxModelLen != want {
+					return false
+				}
 			}
 		}
 		return true

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"github.com/isobar-mesh/isobar/adminapi"
 	"testing"
 	"time"
 )
@@ -25,7 +26,7 @@ func TestMeasurePhases(t *testing.T) {
 	}
 	rep := &Report{}
 	d := &Drill{Name: "test"}
-	(&Runner{}).measure(rep, d, &target{}, os, t0, t1, recovered, end, t0.Add(minRerouteWindow))
+	(&Runner{}).measure(rep, d, &target{}, os, marks{t0: t0, t1: t1, recovered: recovered, end: end, windowEnd: t0.Add(minRerouteWindow)})
 	if rep.Requests.Before != 2 || rep.Requests.During != 2 || rep.Requests.After != 1 {
 		t.Errorf("requests %+v: want before 2, during 2, after 1", rep.Requests)
 	}
@@ -42,5 +43,34 @@ func TestMeasurePhases(t *testing.T) {
 		if rep.Errors[k] != 1 {
 			t.Errorf("errors %v: want %q once", rep.Errors, k)
 		}
+	}
+}
+
+// TestMeasureLeak: a long prompt started during the drill leaks when it
+// reached a restarted cell or was refused with 400; only those started at
+// or after the reroute count as leaked after it. Short prompts and the
+// ones outside the drill never count.
+func TestMeasureLeak(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	tg := &target{faults: []adminapi.Fault{{Kind: adminapi.FaultMaxModelLen, MaxModelLen: 1024}}, cells: []string{"a-cell-0"}}
+	os := []Outcome{
+		{Start: at(-1), End: at(-0.5), Prompt: 4000, Cell: "a-cell-0", OK: true, Status: 200}, // before
+		{Start: at(0.1), End: at(0.2), Prompt: 4000, Cell: "a-cell-0", Status: 400},           // leaked, before the reroute
+		{Start: at(0.3), End: at(0.4), Prompt: 4000, Cell: "a-cell-1", OK: true, Status: 200}, // kept away
+		{Start: at(0.5), End: at(0.6), Prompt: 500, Cell: "a-cell-0", OK: true, Status: 200},  // short: fits
+		{Start: at(1.5), End: at(1.6), Prompt: 4000, Cell: "a-cell-0", OK: true, Status: 200}, // leaked after the reroute
+		{Start: at(1.7), End: at(1.8), Prompt: 4000, Cell: "a-cell-2", OK: true, Status: 200}, // kept away
+		{Start: at(11), End: at(11.5), Prompt: 4000, Cell: "a-cell-0", OK: true, Status: 200}, // after the heal
+	}
+	rep := &Report{}
+	d := &Drill{Name: "leak", leak: true}
+	m := marks{t0: t0, t1: at(10), recovered: at(10.5), end: at(20), windowEnd: at(2), rerouteAt: at(1)}
+	(&Runner{}).measure(rep, d, tg, os, m)
+	if rep.LeakRate == nil || *rep.LeakRate != 0.5 {
+		t.Errorf("leak_rate %v: want 0.5 (2 of 4 long prompts during the drill)", rep.LeakRate)
+	}
+	if rep.LeakedAfterReroute != 1 {
+		t.Errorf("leaked after the reroute %d: want 1", rep.LeakedAfterReroute)
 	}
 }

@@ -75,6 +75,12 @@ type Report struct {
 	// LeakRate: share of long prompts sent during the drill that reached a
 	// replica that could not take them (capability-mismatch only).
 	LeakRate *float64 `json:"leak_rate"`
+	// LeakedAfterReroute counts the long prompts among them that started
+	// after every data plane listing the cell carried its new context
+	// length: the leak that is not a matter of detection time, which must
+	// be none. LeakRate depends on how fast a heartbeat travels (slower on
+	// a busy machine); this does not.
+	LeakedAfterReroute int `json:"leaked_after_reroute"`
 	// NoRoute counts requests started after the injection that a data
 	// plane answered 404 (no route for the model): the model had vanished
 	// from its routing, which a restart must never cause.

@@ -273,13 +273,16 @@ func (r *Runner) observe(ctx context.Context, d *Drill, t *target, o Options, lo
 		now := clock.Now()
 		st, err := r.Fleet.State(ctx)
 		if err == nil {
+			// Stamped once the state is read: every request that starts
+			// later met the data plane as read, or a newer one.
+			seen := clock.Now()
 			if d.detected != nil && detectAt.IsZero() && d.detected(t, st) {
-				detectAt = now
-				r.say(o, "  ✓ detected after %.0f ms: %s", float64(now.Sub(t0))/1e6, d.Detects)
+				detectAt = seen
+				r.say(o, "  ✓ detected after %.0f ms: %s", float64(seen.Sub(t0))/1e6, d.Detects)
 			}
 			if d.rerouted != nil && rerouteAt.IsZero() && d.rerouted(t, st) {
-				rerouteAt = now
-				r.say(o, "  ✓ rerouted after %.0f ms: %s", float64(now.Sub(t0))/1e6, d.Reroutes)
+				rerouteAt = seen
+				r.say(o, "  ✓ rerouted after %.0f ms: %s", float64(seen.Sub(t0))/1e6, d.Reroutes)
 			}
 		}
 		seen := (d.detected == nil || !detectAt.IsZero()) && (d.rerouted == nil || !rerouteAt.IsZero())
@@ -340,7 +343,7 @@ func (r *Runner) conclude(ctx context.Context, d *Drill, t *target, o Options, l
 	if rerouteAt.After(windowEnd) {
 		windowEnd = rerouteAt
 	}
-	r.measure(rep, d, t, outcomes, t0, t1, recovered, end, windowEnd)
+	r.measure(rep, d, t, outcomes, marks{t0: t0, t1: t1, recovered: recovered, end: end, windowEnd: windowEnd, rerouteAt: rerouteAt})
 	rep.Requests.ClientShed = shed
 	r.finish(o, d, rep, cells)
 	return rep, nil
@@ -456,8 +459,16 @@ func setPhases(rep *Report, before, during, after phase) {
 	}
 }
 
+// marks are a drill's instants: the injection (t0), the heal (t1), the
+// fleet healthy again (recovered, zero: never), the end of the load, the
+// end of the exposure window and the reroute (zero: not seen).
+type marks struct {
+	t0, t1, recovered, end, windowEnd, rerouteAt time.Time
+}
+
 // measure fills the request figures from the outcomes.
-func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1, recovered, end, windowEnd time.Time) {
+func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, m marks) {
+	t0, t1, recovered, end, windowEnd := m.t0, m.t1, m.recovered, m.end, m.windowEnd
 	var before, during, after phase
 	var exposed []time.Duration
 	var long, leaked int
@@ -505,6 +516,9 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, t0, t1,
 			long++
 			if slices.Contains(t.cells, o.Cell) || o.Status == 400 {
 				leaked++
+				if !m.rerouteAt.IsZero() && !o.Start.Before(m.rerouteAt) {
+					rep.LeakedAfterReroute++
+				}
 			}
 		}
 		if ph == nil {

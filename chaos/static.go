@@ -181,7 +181,7 @@ func (r *Runner) runRolling(ctx context.Context, d *Drill, t *target, o Options,
 	if !detectAt.IsZero() {
 		rep.DetectMS = durMS(detectAt.Sub(t0))
 	}
-	r.measure(rep, d, t, outcomes, t0, t1, recovered, end, t0.Add(minRerouteWindow))
+	r.measure(rep, d, t, outcomes, marks{t0: t0, t1: t1, recovered: recovered, end: end, windowEnd: t0.Add(minRerouteWindow)})
 	rep.Requests.ClientShed = shed
 	r.finish(o, d, rep, cells)
 	return rep, nil
