@@ -46,6 +46,8 @@ FUZZ_TARGETS := \
 	./gateway/xdsclient:FuzzRouteMatch \
 	./chaos:FuzzParseScenario \
 	./adminapi:FuzzDecodeFault \
+	./reqclass:FuzzNormalizeTenant \
+	./residency:FuzzParse \
 	./statusview:FuzzAnswers \
 	./election:FuzzCheckEndpoint \
 	./election:FuzzPrefixAndFence \

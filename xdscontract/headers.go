@@ -22,6 +22,21 @@ const (
 	// ceil(n/4) tokens; JSON framing makes the estimate a little high, which
 	// errs towards the larger class.
 	BytesPerToken = 4
+	// CriticalityHeader carries a request's criticality: "critical",
+	// "standard" (the default) or "sheddable" (package reqclass). A data
+	// plane trusts "critical" only from the sources its operator lists;
+	// from any other it is read as at most standard.
+	CriticalityHeader = "x-isobar-criticality"
+	// TenantHeader names a request's tenant (package reqclass bounds it):
+	// fairness between tenants in the gateway's queues and residency pins
+	// (package residency) read it.
+	TenantHeader = "x-isobar-tenant"
+	// ObjectiveHeader names the Gateway API Inference Extension
+	// InferenceObjective of a request, whose priority maps to a
+	// criticality (reqclass.FromPriority) where a deployment configures
+	// the objectives' priorities (site-src/api-types/inferenceobjective.md:
+	// "the system uses a specific header: x-gateway-inference-objective").
+	ObjectiveHeader = "x-gateway-inference-objective"
 )
 
 // HopAuthHeader carries the proof that a request bearing the hop header

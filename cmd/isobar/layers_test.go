@@ -245,6 +245,7 @@ var topLevel = map[string]string{
 	"lab": "harness", "chaos": "harness", "bench": "harness", "statusview": "harness",
 	"xdscontract": "contract", "summary": "contract", "optimize": "contract", "election": "contract",
 	"certs": "contract", "adminapi": "contract", "completion": "contract", "debugapi": "contract",
+	"reqclass": "contract", "residency": "contract",
 	"proto": "wire protocol", "cmd": "binary", "deploy": "deployment", "test": "judges", "internal": "internal",
 }
 

@@ -26,6 +26,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Criticality is what a request may lose under overload: sheddable first,
+// then standard; critical only when critical demand alone exceeds every
+// capacity it may use (docs/design.md, "Criticality").
+type Criticality int32
+
+const (
+	// Unset: treated as standard.
+	Criticality_CRITICALITY_UNSPECIFIED Criticality = 0
+	Criticality_CRITICALITY_CRITICAL    Criticality = 1
+	Criticality_CRITICALITY_STANDARD    Criticality = 2
+	Criticality_CRITICALITY_SHEDDABLE   Criticality = 3
+)
+
+// Enum value maps for Criticality.
+var (
+	Criticality_name = map[int32]string{
+		0: "CRITICALITY_UNSPECIFIED",
+		1: "CRITICALITY_CRITICAL",
+		2: "CRITICALITY_STANDARD",
+		3: "CRITICALITY_SHEDDABLE",
+	}
+	Criticality_value = map[string]int32{
+		"CRITICALITY_UNSPECIFIED": 0,
+		"CRITICALITY_CRITICAL":    1,
+		"CRITICALITY_STANDARD":    2,
+		"CRITICALITY_SHEDDABLE":   3,
+	}
+)
+
+func (x Criticality) Enum() *Criticality {
+	p := new(Criticality)
+	*p = x
+	return p
+}
+
+func (x Criticality) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Criticality) Descriptor() protoreflect.EnumDescriptor {
+	return file_isobar_v1_dataplane_proto_enumTypes[0].Descriptor()
+}
+
+func (Criticality) Type() protoreflect.EnumType {
+	return &file_isobar_v1_dataplane_proto_enumTypes[0]
+}
+
+func (x Criticality) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Criticality.Descriptor instead.
+func (Criticality) EnumDescriptor() ([]byte, []int) {
+	return file_isobar_v1_dataplane_proto_rawDescGZIP(), []int{0}
+}
+
 // EndpointStats counts requests a data plane sent to one endpoint since its
 // previous report (deltas, not totals).
 type EndpointStats struct {
@@ -116,7 +172,12 @@ type ModelDemand struct {
 	// Requests that arrived from clients (not forwarded by another region).
 	Requests uint64 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
 	// Of those, refused with 429 (plan shed or every endpoint saturated).
-	Shed          uint64 `protobuf:"varint,3,opt,name=shed,proto3" json:"shed,omitempty"`
+	Shed uint64 `protobuf:"varint,3,opt,name=shed,proto3" json:"shed,omitempty"`
+	// The same requests split by criticality and residency set: at most one
+	// entry per (criticality, residency) pair and 64 in all. Their requests
+	// add up to requests (a report from a data plane that does not split its
+	// demand leaves this empty: all of it is standard and unpinned).
+	Slices        []*SliceDemand `protobuf:"bytes,4,rep,name=slices,proto3" json:"slices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -172,6 +233,86 @@ func (x *ModelDemand) GetShed() uint64 {
 	return 0
 }
 
+func (x *ModelDemand) GetSlices() []*SliceDemand {
+	if x != nil {
+		return x.Slices
+	}
+	return nil
+}
+
+// SliceDemand is the ingress demand of one (criticality, residency set)
+// since the previous report. No tenant is named: tenants are the data
+// plane's own business (fairness), never in reports or summaries.
+type SliceDemand struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Criticality Criticality            `protobuf:"varint,1,opt,name=criticality,proto3,enum=isobar.v1.Criticality" json:"criticality,omitempty"`
+	// Name of the residency set the requests were pinned to (the residency
+	// config's set name); empty: not pinned.
+	Residency     string `protobuf:"bytes,2,opt,name=residency,proto3" json:"residency,omitempty"`
+	Requests      uint64 `protobuf:"varint,3,opt,name=requests,proto3" json:"requests,omitempty"`
+	Shed          uint64 `protobuf:"varint,4,opt,name=shed,proto3" json:"shed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SliceDemand) Reset() {
+	*x = SliceDemand{}
+	mi := &file_isobar_v1_dataplane_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SliceDemand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SliceDemand) ProtoMessage() {}
+
+func (x *SliceDemand) ProtoReflect() protoreflect.Message {
+	mi := &file_isobar_v1_dataplane_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SliceDemand.ProtoReflect.Descriptor instead.
+func (*SliceDemand) Descriptor() ([]byte, []int) {
+	return file_isobar_v1_dataplane_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SliceDemand) GetCriticality() Criticality {
+	if x != nil {
+		return x.Criticality
+	}
+	return Criticality_CRITICALITY_UNSPECIFIED
+}
+
+func (x *SliceDemand) GetResidency() string {
+	if x != nil {
+		return x.Residency
+	}
+	return ""
+}
+
+func (x *SliceDemand) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *SliceDemand) GetShed() uint64 {
+	if x != nil {
+		return x.Shed
+	}
+	return 0
+}
+
 type DataPlaneReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Identifies the reporting data plane (its xDS node id).
@@ -190,7 +331,7 @@ type DataPlaneReport struct {
 
 func (x *DataPlaneReport) Reset() {
 	*x = DataPlaneReport{}
-	mi := &file_isobar_v1_dataplane_proto_msgTypes[2]
+	mi := &file_isobar_v1_dataplane_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -202,7 +343,7 @@ func (x *DataPlaneReport) String() string {
 func (*DataPlaneReport) ProtoMessage() {}
 
 func (x *DataPlaneReport) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_dataplane_proto_msgTypes[2]
+	mi := &file_isobar_v1_dataplane_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -215,7 +356,7 @@ func (x *DataPlaneReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneReport.ProtoReflect.Descriptor instead.
 func (*DataPlaneReport) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_dataplane_proto_rawDescGZIP(), []int{2}
+	return file_isobar_v1_dataplane_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DataPlaneReport) GetNode() string {
@@ -270,7 +411,7 @@ type DataPlaneAck struct {
 
 func (x *DataPlaneAck) Reset() {
 	*x = DataPlaneAck{}
-	mi := &file_isobar_v1_dataplane_proto_msgTypes[3]
+	mi := &file_isobar_v1_dataplane_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +423,7 @@ func (x *DataPlaneAck) String() string {
 func (*DataPlaneAck) ProtoMessage() {}
 
 func (x *DataPlaneAck) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_dataplane_proto_msgTypes[3]
+	mi := &file_isobar_v1_dataplane_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +436,7 @@ func (x *DataPlaneAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneAck.ProtoReflect.Descriptor instead.
 func (*DataPlaneAck) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_dataplane_proto_rawDescGZIP(), []int{3}
+	return file_isobar_v1_dataplane_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DataPlaneAck) GetError() string {
@@ -315,11 +456,17 @@ const file_isobar_v1_dataplane_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
 	"\brequests\x18\x03 \x01(\x04R\brequests\x12\x16\n" +
 	"\x06errors\x18\x04 \x01(\x04R\x06errors\x12\x1a\n" +
-	"\brejected\x18\x05 \x01(\x04R\brejected\"S\n" +
+	"\brejected\x18\x05 \x01(\x04R\brejected\"\x83\x01\n" +
 	"\vModelDemand\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\brequests\x18\x02 \x01(\x04R\brequests\x12\x12\n" +
-	"\x04shed\x18\x03 \x01(\x04R\x04shed\"\xfc\x01\n" +
+	"\x04shed\x18\x03 \x01(\x04R\x04shed\x12.\n" +
+	"\x06slices\x18\x04 \x03(\v2\x16.isobar.v1.SliceDemandR\x06slices\"\x95\x01\n" +
+	"\vSliceDemand\x128\n" +
+	"\vcriticality\x18\x01 \x01(\x0e2\x16.isobar.v1.CriticalityR\vcriticality\x12\x1c\n" +
+	"\tresidency\x18\x02 \x01(\tR\tresidency\x12\x1a\n" +
+	"\brequests\x18\x03 \x01(\x04R\brequests\x12\x12\n" +
+	"\x04shed\x18\x04 \x01(\x04R\x04shed\"\xfc\x01\n" +
 	"\x0fDataPlaneReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12*\n" +
@@ -328,7 +475,12 @@ const file_isobar_v1_dataplane_proto_rawDesc = "" +
 	"\tendpoints\x18\x05 \x03(\v2\x18.isobar.v1.EndpointStatsR\tendpoints\x12.\n" +
 	"\x06demand\x18\x06 \x03(\v2\x16.isobar.v1.ModelDemandR\x06demand\"$\n" +
 	"\fDataPlaneAck\x12\x14\n" +
-	"\x05error\x18\x01 \x01(\tR\x05error2N\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error*y\n" +
+	"\vCriticality\x12\x1b\n" +
+	"\x17CRITICALITY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14CRITICALITY_CRITICAL\x10\x01\x12\x18\n" +
+	"\x14CRITICALITY_STANDARD\x10\x02\x12\x19\n" +
+	"\x15CRITICALITY_SHEDDABLE\x10\x032N\n" +
 	"\tDataPlane\x12A\n" +
 	"\x06Report\x12\x1a.isobar.v1.DataPlaneReport\x1a\x17.isobar.v1.DataPlaneAck(\x010\x01B7Z5github.com/isobar-mesh/isobar/proto/isobarpb;isobarpbb\x06proto3"
 
@@ -344,25 +496,30 @@ func file_isobar_v1_dataplane_proto_rawDescGZIP() []byte {
 	return file_isobar_v1_dataplane_proto_rawDescData
 }
 
-var file_isobar_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_isobar_v1_dataplane_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_isobar_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_isobar_v1_dataplane_proto_goTypes = []any{
-	(*EndpointStats)(nil),         // 0: isobar.v1.EndpointStats
-	(*ModelDemand)(nil),           // 1: isobar.v1.ModelDemand
-	(*DataPlaneReport)(nil),       // 2: isobar.v1.DataPlaneReport
-	(*DataPlaneAck)(nil),          // 3: isobar.v1.DataPlaneAck
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(Criticality)(0),              // 0: isobar.v1.Criticality
+	(*EndpointStats)(nil),         // 1: isobar.v1.EndpointStats
+	(*ModelDemand)(nil),           // 2: isobar.v1.ModelDemand
+	(*SliceDemand)(nil),           // 3: isobar.v1.SliceDemand
+	(*DataPlaneReport)(nil),       // 4: isobar.v1.DataPlaneReport
+	(*DataPlaneAck)(nil),          // 5: isobar.v1.DataPlaneAck
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_isobar_v1_dataplane_proto_depIdxs = []int32{
-	4, // 0: isobar.v1.DataPlaneReport.at:type_name -> google.protobuf.Timestamp
-	0, // 1: isobar.v1.DataPlaneReport.endpoints:type_name -> isobar.v1.EndpointStats
-	1, // 2: isobar.v1.DataPlaneReport.demand:type_name -> isobar.v1.ModelDemand
-	2, // 3: isobar.v1.DataPlane.Report:input_type -> isobar.v1.DataPlaneReport
-	3, // 4: isobar.v1.DataPlane.Report:output_type -> isobar.v1.DataPlaneAck
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	3, // 0: isobar.v1.ModelDemand.slices:type_name -> isobar.v1.SliceDemand
+	0, // 1: isobar.v1.SliceDemand.criticality:type_name -> isobar.v1.Criticality
+	6, // 2: isobar.v1.DataPlaneReport.at:type_name -> google.protobuf.Timestamp
+	1, // 3: isobar.v1.DataPlaneReport.endpoints:type_name -> isobar.v1.EndpointStats
+	2, // 4: isobar.v1.DataPlaneReport.demand:type_name -> isobar.v1.ModelDemand
+	4, // 5: isobar.v1.DataPlane.Report:input_type -> isobar.v1.DataPlaneReport
+	5, // 6: isobar.v1.DataPlane.Report:output_type -> isobar.v1.DataPlaneAck
+	6, // [6:7] is the sub-list for method output_type
+	5, // [5:6] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_isobar_v1_dataplane_proto_init() }
@@ -375,13 +532,14 @@ func file_isobar_v1_dataplane_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isobar_v1_dataplane_proto_rawDesc), len(file_isobar_v1_dataplane_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   4,
+			NumEnums:      1,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_isobar_v1_dataplane_proto_goTypes,
 		DependencyIndexes: file_isobar_v1_dataplane_proto_depIdxs,
+		EnumInfos:         file_isobar_v1_dataplane_proto_enumTypes,
 		MessageInfos:      file_isobar_v1_dataplane_proto_msgTypes,
 	}.Build()
 	File_isobar_v1_dataplane_proto = out.File

@@ -138,8 +138,13 @@ type ModelSummary struct {
 	// prior: the capacity-weighted mean of the Ready cells' confidences (0:
 	// the prior alone).
 	CapacityConfidence float64 `protobuf:"fixed64,19,opt,name=capacity_confidence,json=capacityConfidence,proto3" json:"capacity_confidence,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Demand split by criticality and allowed regions, at most 32 entries
+	// (3 criticalities times the residency sets the region's config names,
+	// plus the unpinned ones). Their rps add up to demand_rps; empty means
+	// all of demand_rps is one standard, unpinned slice.
+	DemandSlices  []*DemandSlice `protobuf:"bytes,20,rep,name=demand_slices,json=demandSlices,proto3" json:"demand_slices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelSummary) Reset() {
@@ -305,7 +310,77 @@ func (x *ModelSummary) GetCapacityConfidence() float64 {
 	return 0
 }
 
+func (x *ModelSummary) GetDemandSlices() []*DemandSlice {
+	if x != nil {
+		return x.DemandSlices
+	}
+	return nil
+}
+
 // PeerRTT is the measured round-trip time to another region.
+// DemandSlice is ingress demand that shares a criticality and the regions
+// it may be served in.
+type DemandSlice struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Criticality Criticality            `protobuf:"varint,1,opt,name=criticality,proto3,enum=isobar.v1.Criticality" json:"criticality,omitempty"`
+	// Regions the demand may be served in, sorted; empty: any region.
+	AllowedRegions []string `protobuf:"bytes,2,rep,name=allowed_regions,json=allowedRegions,proto3" json:"allowed_regions,omitempty"`
+	Rps            float64  `protobuf:"fixed64,3,opt,name=rps,proto3" json:"rps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DemandSlice) Reset() {
+	*x = DemandSlice{}
+	mi := &file_isobar_v1_global_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DemandSlice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DemandSlice) ProtoMessage() {}
+
+func (x *DemandSlice) ProtoReflect() protoreflect.Message {
+	mi := &file_isobar_v1_global_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DemandSlice.ProtoReflect.Descriptor instead.
+func (*DemandSlice) Descriptor() ([]byte, []int) {
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DemandSlice) GetCriticality() Criticality {
+	if x != nil {
+		return x.Criticality
+	}
+	return Criticality_CRITICALITY_UNSPECIFIED
+}
+
+func (x *DemandSlice) GetAllowedRegions() []string {
+	if x != nil {
+		return x.AllowedRegions
+	}
+	return nil
+}
+
+func (x *DemandSlice) GetRps() float64 {
+	if x != nil {
+		return x.Rps
+	}
+	return 0
+}
+
 type PeerRTT struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Region        string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
@@ -316,7 +391,7 @@ type PeerRTT struct {
 
 func (x *PeerRTT) Reset() {
 	*x = PeerRTT{}
-	mi := &file_isobar_v1_global_proto_msgTypes[2]
+	mi := &file_isobar_v1_global_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +403,7 @@ func (x *PeerRTT) String() string {
 func (*PeerRTT) ProtoMessage() {}
 
 func (x *PeerRTT) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[2]
+	mi := &file_isobar_v1_global_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +416,7 @@ func (x *PeerRTT) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerRTT.ProtoReflect.Descriptor instead.
 func (*PeerRTT) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{2}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PeerRTT) GetRegion() string {
@@ -379,7 +454,7 @@ type RegionSummary struct {
 
 func (x *RegionSummary) Reset() {
 	*x = RegionSummary{}
-	mi := &file_isobar_v1_global_proto_msgTypes[3]
+	mi := &file_isobar_v1_global_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +466,7 @@ func (x *RegionSummary) String() string {
 func (*RegionSummary) ProtoMessage() {}
 
 func (x *RegionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[3]
+	mi := &file_isobar_v1_global_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +479,7 @@ func (x *RegionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionSummary.ProtoReflect.Descriptor instead.
 func (*RegionSummary) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{3}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegionSummary) GetRegion() string {
@@ -468,7 +543,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_isobar_v1_global_proto_msgTypes[4]
+	mi := &file_isobar_v1_global_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +555,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[4]
+	mi := &file_isobar_v1_global_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +568,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{4}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Route) GetDestination() string {
@@ -519,14 +594,20 @@ type ModelPlan struct {
 	Routes []*Route `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`
 	// Share of the demand refused (HTTP 429) because total demand exceeds
 	// capacity.
-	Shed          float64 `protobuf:"fixed64,4,opt,name=shed,proto3" json:"shed,omitempty"`
+	Shed float64 `protobuf:"fixed64,4,opt,name=shed,proto3" json:"shed,omitempty"`
+	// Per demand slice of this ingress: the routes and shed of each
+	// (criticality, allowed regions) the leader planned. A pinned slice's
+	// routes name only its allowed regions (a region refuses a plan that
+	// breaks this). routes and shed above stay the unpinned standard slice's,
+	// for regions that read no slices.
+	Slices        []*SlicePlan `protobuf:"bytes,5,rep,name=slices,proto3" json:"slices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelPlan) Reset() {
 	*x = ModelPlan{}
-	mi := &file_isobar_v1_global_proto_msgTypes[5]
+	mi := &file_isobar_v1_global_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +619,7 @@ func (x *ModelPlan) String() string {
 func (*ModelPlan) ProtoMessage() {}
 
 func (x *ModelPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[5]
+	mi := &file_isobar_v1_global_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +632,7 @@ func (x *ModelPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelPlan.ProtoReflect.Descriptor instead.
 func (*ModelPlan) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{5}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ModelPlan) GetModel() string {
@@ -582,7 +663,86 @@ func (x *ModelPlan) GetShed() float64 {
 	return 0
 }
 
+func (x *ModelPlan) GetSlices() []*SlicePlan {
+	if x != nil {
+		return x.Slices
+	}
+	return nil
+}
+
 // RegionIngress tells regions where to forward traffic for a destination.
+// SlicePlan routes one demand slice of a model at one ingress.
+type SlicePlan struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Criticality Criticality            `protobuf:"varint,1,opt,name=criticality,proto3,enum=isobar.v1.Criticality" json:"criticality,omitempty"`
+	// Sorted; empty: any region.
+	AllowedRegions []string `protobuf:"bytes,2,rep,name=allowed_regions,json=allowedRegions,proto3" json:"allowed_regions,omitempty"`
+	// With shed they sum to 1.
+	Routes []*Route `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`
+	// Share of the slice's demand refused at the ingress.
+	Shed          float64 `protobuf:"fixed64,4,opt,name=shed,proto3" json:"shed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlicePlan) Reset() {
+	*x = SlicePlan{}
+	mi := &file_isobar_v1_global_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlicePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlicePlan) ProtoMessage() {}
+
+func (x *SlicePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_isobar_v1_global_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlicePlan.ProtoReflect.Descriptor instead.
+func (*SlicePlan) Descriptor() ([]byte, []int) {
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SlicePlan) GetCriticality() Criticality {
+	if x != nil {
+		return x.Criticality
+	}
+	return Criticality_CRITICALITY_UNSPECIFIED
+}
+
+func (x *SlicePlan) GetAllowedRegions() []string {
+	if x != nil {
+		return x.AllowedRegions
+	}
+	return nil
+}
+
+func (x *SlicePlan) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *SlicePlan) GetShed() float64 {
+	if x != nil {
+		return x.Shed
+	}
+	return 0
+}
+
 type RegionIngress struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Region        string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
@@ -593,7 +753,7 @@ type RegionIngress struct {
 
 func (x *RegionIngress) Reset() {
 	*x = RegionIngress{}
-	mi := &file_isobar_v1_global_proto_msgTypes[6]
+	mi := &file_isobar_v1_global_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +765,7 @@ func (x *RegionIngress) String() string {
 func (*RegionIngress) ProtoMessage() {}
 
 func (x *RegionIngress) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[6]
+	mi := &file_isobar_v1_global_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +778,7 @@ func (x *RegionIngress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionIngress.ProtoReflect.Descriptor instead.
 func (*RegionIngress) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{6}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RegionIngress) GetRegion() string {
@@ -664,7 +824,7 @@ type RoutingPlan struct {
 
 func (x *RoutingPlan) Reset() {
 	*x = RoutingPlan{}
-	mi := &file_isobar_v1_global_proto_msgTypes[7]
+	mi := &file_isobar_v1_global_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +836,7 @@ func (x *RoutingPlan) String() string {
 func (*RoutingPlan) ProtoMessage() {}
 
 func (x *RoutingPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[7]
+	mi := &file_isobar_v1_global_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +849,7 @@ func (x *RoutingPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingPlan.ProtoReflect.Descriptor instead.
 func (*RoutingPlan) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{7}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RoutingPlan) GetLeaderId() string {
@@ -752,13 +912,13 @@ var File_isobar_v1_global_proto protoreflect.FileDescriptor
 
 const file_isobar_v1_global_proto_rawDesc = "" +
 	"\n" +
-	"\x16isobar/v1/global.proto\x12\tisobar.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
+	"\x16isobar/v1/global.proto\x12\tisobar.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19isobar/v1/dataplane.proto\"\x97\x01\n" +
 	"\fContextClass\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\rR\tmaxTokens\x12\x14\n" +
 	"\x05cells\x18\x02 \x01(\rR\x05cells\x12!\n" +
 	"\fcapacity_rps\x18\x03 \x01(\x01R\vcapacityRps\x12/\n" +
-	"\x13capacity_confidence\x18\x04 \x01(\x01R\x12capacityConfidence\"\xd7\x05\n" +
+	"\x13capacity_confidence\x18\x04 \x01(\x01R\x12capacityConfidence\"\x94\x06\n" +
 	"\fModelSummary\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12#\n" +
 	"\rcells_loading\x18\x02 \x01(\rR\fcellsLoading\x12\x1f\n" +
@@ -783,7 +943,12 @@ const file_isobar_v1_global_proto_rawDesc = "" +
 	"\x0fcontext_classes\x18\x10 \x03(\v2\x17.isobar.v1.ContextClassR\x0econtextClasses\x12%\n" +
 	"\x0efallback_cells\x18\x11 \x01(\rR\rfallbackCells\x12*\n" +
 	"\x11engine_latency_ms\x18\x12 \x01(\x01R\x0fengineLatencyMs\x12/\n" +
-	"\x13capacity_confidence\x18\x13 \x01(\x01R\x12capacityConfidence\"8\n" +
+	"\x13capacity_confidence\x18\x13 \x01(\x01R\x12capacityConfidence\x12;\n" +
+	"\rdemand_slices\x18\x14 \x03(\v2\x16.isobar.v1.DemandSliceR\fdemandSlices\"\x82\x01\n" +
+	"\vDemandSlice\x128\n" +
+	"\vcriticality\x18\x01 \x01(\x0e2\x16.isobar.v1.CriticalityR\vcriticality\x12'\n" +
+	"\x0fallowed_regions\x18\x02 \x03(\tR\x0eallowedRegions\x12\x10\n" +
+	"\x03rps\x18\x03 \x01(\x01R\x03rps\"8\n" +
 	"\aPeerRTT\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x15\n" +
 	"\x06rtt_ms\x18\x02 \x01(\x01R\x05rttMs\"\x91\x02\n" +
@@ -797,10 +962,16 @@ const file_isobar_v1_global_proto_rawDesc = "" +
 	"\x0fingress_address\x18\a \x01(\tR\x0eingressAddress\"E\n" +
 	"\x05Route\x12 \n" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x1a\n" +
-	"\bfraction\x18\x02 \x01(\x01R\bfraction\"\x86\x01\n" +
+	"\bfraction\x18\x02 \x01(\x01R\bfraction\"\xb4\x01\n" +
 	"\tModelPlan\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12%\n" +
 	"\x0eingress_region\x18\x02 \x01(\tR\ringressRegion\x12(\n" +
+	"\x06routes\x18\x03 \x03(\v2\x10.isobar.v1.RouteR\x06routes\x12\x12\n" +
+	"\x04shed\x18\x04 \x01(\x01R\x04shed\x12,\n" +
+	"\x06slices\x18\x05 \x03(\v2\x14.isobar.v1.SlicePlanR\x06slices\"\xac\x01\n" +
+	"\tSlicePlan\x128\n" +
+	"\vcriticality\x18\x01 \x01(\x0e2\x16.isobar.v1.CriticalityR\vcriticality\x12'\n" +
+	"\x0fallowed_regions\x18\x02 \x03(\tR\x0eallowedRegions\x12(\n" +
 	"\x06routes\x18\x03 \x03(\v2\x10.isobar.v1.RouteR\x06routes\x12\x12\n" +
 	"\x04shed\x18\x04 \x01(\x01R\x04shed\"A\n" +
 	"\rRegionIngress\x12\x16\n" +
@@ -831,36 +1002,44 @@ func file_isobar_v1_global_proto_rawDescGZIP() []byte {
 	return file_isobar_v1_global_proto_rawDescData
 }
 
-var file_isobar_v1_global_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_isobar_v1_global_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_isobar_v1_global_proto_goTypes = []any{
 	(*ContextClass)(nil),          // 0: isobar.v1.ContextClass
 	(*ModelSummary)(nil),          // 1: isobar.v1.ModelSummary
-	(*PeerRTT)(nil),               // 2: isobar.v1.PeerRTT
-	(*RegionSummary)(nil),         // 3: isobar.v1.RegionSummary
-	(*Route)(nil),                 // 4: isobar.v1.Route
-	(*ModelPlan)(nil),             // 5: isobar.v1.ModelPlan
-	(*RegionIngress)(nil),         // 6: isobar.v1.RegionIngress
-	(*RoutingPlan)(nil),           // 7: isobar.v1.RoutingPlan
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*DemandSlice)(nil),           // 2: isobar.v1.DemandSlice
+	(*PeerRTT)(nil),               // 3: isobar.v1.PeerRTT
+	(*RegionSummary)(nil),         // 4: isobar.v1.RegionSummary
+	(*Route)(nil),                 // 5: isobar.v1.Route
+	(*ModelPlan)(nil),             // 6: isobar.v1.ModelPlan
+	(*SlicePlan)(nil),             // 7: isobar.v1.SlicePlan
+	(*RegionIngress)(nil),         // 8: isobar.v1.RegionIngress
+	(*RoutingPlan)(nil),           // 9: isobar.v1.RoutingPlan
+	(Criticality)(0),              // 10: isobar.v1.Criticality
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_isobar_v1_global_proto_depIdxs = []int32{
 	0,  // 0: isobar.v1.ModelSummary.context_classes:type_name -> isobar.v1.ContextClass
-	8,  // 1: isobar.v1.RegionSummary.at:type_name -> google.protobuf.Timestamp
-	1,  // 2: isobar.v1.RegionSummary.models:type_name -> isobar.v1.ModelSummary
-	2,  // 3: isobar.v1.RegionSummary.rtt:type_name -> isobar.v1.PeerRTT
-	4,  // 4: isobar.v1.ModelPlan.routes:type_name -> isobar.v1.Route
-	8,  // 5: isobar.v1.RoutingPlan.issued_at:type_name -> google.protobuf.Timestamp
-	8,  // 6: isobar.v1.RoutingPlan.valid_until:type_name -> google.protobuf.Timestamp
-	5,  // 7: isobar.v1.RoutingPlan.plans:type_name -> isobar.v1.ModelPlan
-	6,  // 8: isobar.v1.RoutingPlan.ingress:type_name -> isobar.v1.RegionIngress
-	8,  // 9: isobar.v1.RoutingPlan.sent_at:type_name -> google.protobuf.Timestamp
-	3,  // 10: isobar.v1.GlobalControl.Sync:input_type -> isobar.v1.RegionSummary
-	7,  // 11: isobar.v1.GlobalControl.Sync:output_type -> isobar.v1.RoutingPlan
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	2,  // 1: isobar.v1.ModelSummary.demand_slices:type_name -> isobar.v1.DemandSlice
+	10, // 2: isobar.v1.DemandSlice.criticality:type_name -> isobar.v1.Criticality
+	11, // 3: isobar.v1.RegionSummary.at:type_name -> google.protobuf.Timestamp
+	1,  // 4: isobar.v1.RegionSummary.models:type_name -> isobar.v1.ModelSummary
+	3,  // 5: isobar.v1.RegionSummary.rtt:type_name -> isobar.v1.PeerRTT
+	5,  // 6: isobar.v1.ModelPlan.routes:type_name -> isobar.v1.Route
+	7,  // 7: isobar.v1.ModelPlan.slices:type_name -> isobar.v1.SlicePlan
+	10, // 8: isobar.v1.SlicePlan.criticality:type_name -> isobar.v1.Criticality
+	5,  // 9: isobar.v1.SlicePlan.routes:type_name -> isobar.v1.Route
+	11, // 10: isobar.v1.RoutingPlan.issued_at:type_name -> google.protobuf.Timestamp
+	11, // 11: isobar.v1.RoutingPlan.valid_until:type_name -> google.protobuf.Timestamp
+	6,  // 12: isobar.v1.RoutingPlan.plans:type_name -> isobar.v1.ModelPlan
+	8,  // 13: isobar.v1.RoutingPlan.ingress:type_name -> isobar.v1.RegionIngress
+	11, // 14: isobar.v1.RoutingPlan.sent_at:type_name -> google.protobuf.Timestamp
+	4,  // 15: isobar.v1.GlobalControl.Sync:input_type -> isobar.v1.RegionSummary
+	9,  // 16: isobar.v1.GlobalControl.Sync:output_type -> isobar.v1.RoutingPlan
+	16, // [16:17] is the sub-list for method output_type
+	15, // [15:16] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_isobar_v1_global_proto_init() }
@@ -868,13 +1047,14 @@ func file_isobar_v1_global_proto_init() {
 	if File_isobar_v1_global_proto != nil {
 		return
 	}
+	file_isobar_v1_dataplane_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isobar_v1_global_proto_rawDesc), len(file_isobar_v1_global_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
