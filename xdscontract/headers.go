@@ -37,6 +37,12 @@ const (
 	// the objectives' priorities (site-src/api-types/inferenceobjective.md:
 	// "the system uses a specific header: x-gateway-inference-objective").
 	ObjectiveHeader = "x-gateway-inference-objective"
+	// ResidencyHeader names the residency set (package residency) a
+	// request is pinned to; routes matching it select the set's pinned
+	// cluster (PinnedClusterName). isobar's gateway always sets or removes
+	// it from its own residency config (tenant and model), whatever the
+	// client sent; an Envoy deployment must do the same at its edge.
+	ResidencyHeader = "x-isobar-residency"
 )
 
 // HopAuthHeader carries the proof that a request bearing the hop header

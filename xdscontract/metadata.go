@@ -41,6 +41,13 @@ const (
 	// MetadataJitter: that round trip's jitter (one standard deviation),
 	// milliseconds; at most MaxRTT.
 	MetadataJitter = "jitter_ms"
+	// MetadataResidency: on a pinned cluster (PinnedClusterName), the
+	// residency set's name, a string.
+	MetadataResidency = "residency"
+	// MetadataAllowedRegions: on a pinned cluster, the regions the set
+	// allows, a list of strings; a data plane never picks an endpoint of
+	// another region for the cluster's requests.
+	MetadataAllowedRegions = "allowed_regions"
 )
 
 // Bounds of the placement inputs: far above any real value; the server

@@ -36,6 +36,14 @@ func LocalClassClusterName(model string, tokens uint32) string {
 	return LocalClusterName(model) + "/ctx-" + strconv.FormatUint(uint64(tokens), 10)
 }
 
+// PinnedClusterName is the cluster of model's requests pinned to residency
+// set set (package residency): only the localities of the regions the set
+// allows. Routes matching ResidencyHeader = set select it; a data plane
+// never sends its requests elsewhere, and answers 503 naming the set when
+// it is empty. It is present for every set the server's residency config
+// names, empty or not.
+func PinnedClusterName(model, set string) string { return ClusterName(model) + "/pin-" + set }
+
 // GRPCListenerName is the Listener name a proxyless gRPC client subscribes
 // to when it dials "xds:///" + model: the model name itself.
 func GRPCListenerName(model string) string { return model }

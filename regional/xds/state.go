@@ -97,8 +97,42 @@ type Model struct {
 	// Shed is the share of the model's client traffic (requests without
 	// the hop header) to refuse with HTTP 429, in [0, 1]. Default 0. It is
 	// written as a per-route fault abort, rounded to parts per million.
-	// Forwarded traffic is never shed.
+	// Forwarded traffic is never shed. Shed is the share of the standard
+	// requests (no criticality header, or "standard").
 	Shed float64
+	// ShedCritical and ShedSheddable are the shares of the model's
+	// critical and sheddable client requests to refuse: routes matching
+	// xdscontract.CriticalityHeader "critical" and "sheddable" carry them
+	// as their own fault abort. In [0, 1]; default 0.
+	ShedCritical, ShedSheddable float64
+	// Pinned lists the residency sets whose requests of this model may be
+	// served only in some regions: each becomes a cluster of its own
+	// (xdscontract.PinnedClusterName) that routes matching
+	// xdscontract.ResidencyHeader select. At most residency.MaxSets.
+	Pinned []Pinned
+	// RetryBudgetPercent is the retry budget of the model's clusters, as a
+	// percentage of their active requests (Envoy's
+	// circuit_breakers.thresholds.retry_budget.budget_percent); 0 means
+	// the Config's static budget. The regional controller sets it from
+	// the region's utilisation (RetryBudgetAt).
+	RetryBudgetPercent float64
+}
+
+// Pinned is one residency set's share of a model.
+type Pinned struct {
+	// Set is the residency set's name (package residency).
+	Set string
+	// Regions are the regions the set allows, sorted; carried in the
+	// cluster's metadata (xdscontract.MetadataAllowedRegions).
+	Regions []string
+	// Localities are the ones the set may use: the local cells' locality
+	// when the local region is allowed, and the allowed remote regions'
+	// ingress localities. Every locality's Region must be in Regions
+	// (validated). None: the set's requests are answered 503 naming it.
+	Localities []Locality
+	// Shed, ShedCritical and ShedSheddable are as on Model, for the set's
+	// requests.
+	Shed, ShedCritical, ShedSheddable float64
 }
 
 // State is the desired state pushed to the data plane.
