@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/isobar-mesh/isobar/residency"
 	"log/slog"
 	"net"
 	"net/http"
@@ -148,6 +149,11 @@ type Config struct {
 	// HealthOnly: the HTTP handler serves /health and /metrics only, no
 	// OpenAI API (the ext_proc picker's listener). Default false.
 	HealthOnly bool
+	// Residency pins tenants' and models' requests to regions (package
+	// residency): the gateway sets xdscontract.ResidencyHeader from it and
+	// never picks an endpoint outside a request's regions, whatever its
+	// routes say. nil pins nothing.
+	Residency *residency.Config
 }
 
 func (c Config) withDefaults() Config {

@@ -3,6 +3,7 @@ package regional
 import (
 	"errors"
 	"fmt"
+	"github.com/isobar-mesh/isobar/residency"
 	"log/slog"
 	"math"
 	"net"
@@ -114,6 +115,11 @@ type Config struct {
 	// Deps.Etcd is nil, to find the global leader; the controller then
 	// closes the client on Stop. Its Logger defaults to Deps.Logger.
 	Etcd election.ClientConfig
+	// Residency pins tenants' and models' requests to regions (package
+	// residency): the controller refuses a plan that breaks it, builds one
+	// pinned cluster per set and keeps pinned requests in their regions
+	// when the plan is stale or gone. nil pins nothing.
+	Residency *residency.Config
 }
 
 // GossipConfig is the region's gossip member (regional/gossip): its role,
