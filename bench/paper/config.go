@@ -76,6 +76,16 @@ type DataPlane struct {
 	EjectConsecutive int
 	EjectFor         time.Duration
 	MaxEjectPercent  int
+	// Eject5xx: outlier detection's consecutive_5xx — a host answering
+	// this many 5xx in a row is ejected as above (regional/xds
+	// OutlierConsecutive5xx, default 5). Only the retry-storm stage's
+	// brownout answers 5xx.
+	Eject5xx int
+	// MaxInflightPerEndpoint is isobar gateway's per-endpoint in-flight
+	// cap (gateway.Config.MaxInflightPerEndpoint, default 64): an arrival
+	// whose every eligible endpoint is at it is saturated (429, or the
+	// flow-control queue). Applied in the overload stage, where it binds.
+	MaxInflightPerEndpoint int
 	// Workers is the number of Envoy worker threads at the ingress: each
 	// has its own load balancer (round-robin index, EDF schedule), while
 	// requests in flight per host are shared. Default 4.
@@ -111,7 +121,7 @@ func DefaultDataPlane() DataPlane {
 	return DataPlane{
 		HCInterval: 2 * time.Second, HCUnhealthy: 2,
 		NumRetries: 1, RetryBudgetPercent: 20, RetryBudgetMin: 3,
-		EjectConsecutive: 1, EjectFor: 10 * time.Second, MaxEjectPercent: 50,
+		EjectConsecutive: 1, EjectFor: 10 * time.Second, MaxEjectPercent: 50, Eject5xx: 5, MaxInflightPerEndpoint: 64,
 		Workers: 4, ChoiceCount: 2,
 		Heartbeat: 500 * time.Millisecond, Window: 10 * time.Second,
 		KillDetect: 10 * time.Millisecond, PushDelay: 5 * time.Millisecond,
@@ -191,8 +201,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: retries, ejection, detection and push delays must be >= 0", ErrInvalidConfig)
 	case !(d.RetryBudgetPercent >= 0 && d.RetryBudgetPercent <= 100) || d.MaxEjectPercent < 0 || d.MaxEjectPercent > 100:
 		return fmt.Errorf("%w: retry budget and max ejection are percentages in [0, 100]", ErrInvalidConfig)
-	case d.EjectConsecutive < 1 || d.Workers < 1 || d.ChoiceCount < 1:
-		return fmt.Errorf("%w: ejection threshold, workers and choice count must be >= 1", ErrInvalidConfig)
+	case d.EjectConsecutive < 1 || d.Eject5xx < 1 || d.Workers < 1 || d.ChoiceCount < 1 || d.MaxInflightPerEndpoint < 1:
+		return fmt.Errorf("%w: ejection thresholds, workers, choice count and the in-flight cap must be >= 1", ErrInvalidConfig)
 	case !(c.SLOHigh > 0):
 		return fmt.Errorf("%w: the bisection's upper bound must be > 0", ErrInvalidConfig)
 	}
@@ -230,6 +240,8 @@ const (
 	saltHC       = 0x6863
 	saltProbe    = 0x9b0be
 	saltSchedule = 0x5c4ed
+	saltClass    = 0xc1a55
+	saltBrownout = 0xb1017
 )
 
 // keyed returns a source for stream (seed, salt, i).

@@ -17,6 +17,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
+	"github.com/isobar-mesh/isobar/reqclass"
 	"github.com/isobar-mesh/isobar/sim"
 )
 
@@ -27,6 +28,14 @@ const (
 	statusTooLong = 400 // the engine's max_model_len refused the prompt
 	statusRefused = 503 // connection refused (a dead engine), no retry left
 	statusReset   = 502 // the engine died with the request in flight
+	// statusShed: the ingress refused it with 429 — every eligible
+	// endpoint at its in-flight cap (the gateway's saturation), or it left
+	// the flow-control queue evicted or expired.
+	statusShed = 429
+	// statusEngineError: the engine answered 503 before any token (a
+	// brownout): a retriable status code for the route's retry policy, an
+	// external-origin error for outlier detection (consecutive 5xx).
+	statusEngineError = 500
 )
 
 // request is one client request and what happened to it. Times are virtual,
@@ -60,6 +69,13 @@ type request struct {
 	status       int
 	leaked       bool // sent to a cell whose max_model_len cannot hold it
 	sentToDead   bool
+	// crit and tenant: the request's criticality and tenant (0 the loud
+	// tenant, 1 the quiet one), drawn per request in the overload stage
+	// (assignClasses); standard and tenant 0 elsewhere.
+	crit   reqclass.Criticality
+	tenant int
+	// dequeued: it left the flow-control queue to be routed.
+	dequeued bool
 }
 
 func (r *request) ttft() time.Duration { return r.first - r.arrive }
@@ -85,6 +101,9 @@ const (
 	faultDCGMDown
 	faultDCGMUp
 	faultJitter
+	// faultBrownout: the site's engines answer 503 to a share (value) of
+	// the requests that reach them.
+	faultBrownout
 )
 
 // runSpec is one run of the fleet: the same requests and faults for every
@@ -111,6 +130,19 @@ type runSpec struct {
 	// prefix stage); otherwise every prompt is prefilled whole, as with
 	// vLLM's --no-enable-prefix-caching.
 	prefixCache bool
+	// inflightCap, when > 0, is the gateway's per-endpoint in-flight cap
+	// (gateway.Config.MaxInflightPerEndpoint) for the isobar policies: an
+	// arrival whose every eligible endpoint is at it is saturated (429,
+	// or the flow-control queue with flowControl).
+	inflightCap int
+	// flowControl: saturated arrivals wait in the gateway's queue
+	// (gateway/flowcontrol, its default bounds) by criticality and tenant.
+	flowControl bool
+	// capacityRPS, when > 0 with dynamicBudget, is the fleet's capacity
+	// the controller divides its demand by: the retry budget is then
+	// xds.RetryBudgetAt(demand/capacity) (see dynamicBudgetPercent).
+	capacityRPS   float64
+	dynamicBudget bool
 	// onTick is called after every control-plane tick (isobar and the
 	// monitoring scorer of the baselines) with the cells' scores.
 	onTick func(now time.Duration, scores []cellScore)
@@ -150,24 +182,30 @@ type runResult struct {
 	// cellPrefill: prompt tokens each cell's engine computed (its prefill
 	// work, cache hits excluded).
 	cellPrefill []int64
+	// budget: the dynamic retry budget at each tick (spec.dynamicBudget).
+	budget []budgetSample
+	// queued, evicted, expired: requests the flow-control queue took in,
+	// and that left it evicted or expired (spec.flowControl).
+	queued, evicted, expired int
 }
 
 // event kinds of the simulation.
 type evKind uint8
 
 const (
-	evArrive    evKind = iota + 1 // a request reaches the ingress
-	evAtEngine                    // a request attempt reaches a cell
-	evJoin                        // a request leaves the engine frontend
-	evStepDone                    // an engine step ends
-	evReply                       // a response ends at the ingress (refused, 400, done, reset)
-	evTick                        // control-plane tick
-	evHC                          // one active health-check probe result
-	evHCRound                     // an active health-check round starts
-	evFault                       // a fault is injected
-	evWeights                     // new weights reach the ingress
-	evDetect                      // the control plane learns a cell died
-	evFirstByte                   // a response's first token reaches the ingress
+	evArrive      evKind = iota + 1 // a request reaches the ingress
+	evAtEngine                      // a request attempt reaches a cell
+	evJoin                          // a request leaves the engine frontend
+	evStepDone                      // an engine step ends
+	evReply                         // a response ends at the ingress (refused, 400, done, reset)
+	evTick                          // control-plane tick
+	evHC                            // one active health-check probe result
+	evHCRound                       // an active health-check round starts
+	evFault                         // a fault is injected
+	evWeights                       // new weights reach the ingress
+	evDetect                        // the control plane learns a cell died
+	evFirstByte                     // a response's first token reaches the ingress
+	evQueueExpire                   // a flow-control queue entry may have expired
 )
 
 type event struct {
@@ -272,6 +310,11 @@ type engine struct {
 	slotHold time.Duration
 	// prefilled: prompt tokens the engine computed (every incarnation).
 	prefilled int64
+	// brownout is the share of arrivals the engine answers 503
+	// (faultBrownout); consec5xx the ingress's count of consecutive 5xx
+	// from it (outlier detection's consecutive_5xx).
+	brownout  float64
+	consec5xx int
 }
 
 // slotHoldAlpha is the weight of the newest sample in engine.slotHold:
@@ -356,6 +399,16 @@ type fleet struct {
 	// keyed by the evWeights event's a.
 	pendingWeights map[int]weightSnap
 	nextSnap       int
+	// saturated: the last pick found every eligible endpoint at the
+	// in-flight cap (spec.inflightCap).
+	saturated bool
+	// arrivals: when requests reached the ingress (the demand the
+	// controller sees); budgetPct the retry budget in effect with
+	// spec.dynamicBudget.
+	arrivals  []time.Duration
+	budgetPct float64
+	// queue is the gateway's flow-control queue (spec.flowControl).
+	queue *flowQueue
 }
 
 var errBadRun = errors.New("paper: invalid run")
@@ -376,6 +429,7 @@ func newFleet(cfg Config, spec runSpec) (*fleet, error) {
 		hcRand:    keyed(spec.seed, saltHC, 0),
 		probeRand: keyed(spec.seed, saltProbe, 0),
 		schedRand: keyed(spec.seed, saltSchedule, 0),
+		budgetPct: cfg.DataPlane.RetryBudgetPercent,
 		hostW:     make([]uint32, n),
 		active:    make(lb.Counts, n),
 		jitter:    make([]time.Duration, len(cfg.Topology.Sites)),
@@ -560,7 +614,10 @@ func (f *fleet) run() (runResult, error) {
 func (f *fleet) handle(ev event) error {
 	switch ev.kind {
 	case evArrive:
+		f.arrivals = append(f.arrivals, f.now)
 		f.route(ev.a)
+	case evQueueExpire:
+		f.expireQueued()
 	case evAtEngine:
 		f.atEngine(ev.a, ev.b, ev.inc)
 	case evJoin:
@@ -621,8 +678,14 @@ func (f *fleet) markRemoved(c int) {
 func (f *fleet) route(i int) {
 	r := &f.reqs[i]
 	c := f.pick(i)
+	if c < 0 && f.saturated && r.attempts == 0 && f.enqueue(i) {
+		return
+	}
 	if c < 0 {
 		r.status, r.end = statusRefused, f.now
+		if f.saturated && r.attempts == 0 {
+			r.status = statusShed
+		}
 		f.ended++
 		f.endRetry(r)
 		return
@@ -661,6 +724,12 @@ func (f *fleet) atEngine(i, c, inc int) {
 		return
 	}
 	r.engineArrive = f.now
+	if e.brownout > 0 && keyed(f.spec.seed, saltBrownout, uint64(i)<<8|uint64(r.attempts)).Float64() < e.brownout {
+		e.win = append(e.win, winEv{at: f.now, err: true, ttft: -1})
+		r.status = statusEngineError
+		f.push(back, evReply, i, c, 0)
+		return
+	}
 	if e.maxModelLen > 0 && r.prompt+r.out > e.maxModelLen {
 		e.win = append(e.win, winEv{at: f.now, err: true, ttft: -1})
 		r.status = statusTooLong
@@ -788,6 +857,20 @@ func (f *fleet) reply(i, c int) {
 				r.status = statusPending
 				r.first = 0
 				f.route(i)
+				f.dispatchQueued()
+				return
+			}
+		}
+		r.end = f.now
+		f.ended++
+	case statusEngineError:
+		e.dpWin = append(e.dpWin, winEv{at: f.now, err: true, ttft: -1})
+		if f.spec.policy.resilient() {
+			f.external5xx(c)
+			if f.retry(r) {
+				r.status = statusPending
+				f.route(i)
+				f.dispatchQueued()
 				return
 			}
 		}
@@ -804,7 +887,7 @@ func (f *fleet) reply(i, c int) {
 		r.end = f.now
 		f.ended++
 	default:
-		e.localFails = 0
+		e.localFails, e.consec5xx = 0, 0
 		e.okNeed = max(e.okNeed, r.prompt+r.out)
 		e.dpWin = append(e.dpWin, winEv{at: f.now, ttft: -1})
 		if r.status == statusOK && r.first > 0 {
@@ -814,6 +897,7 @@ func (f *fleet) reply(i, c int) {
 		f.ended++
 	}
 	f.endRetry(r)
+	f.dispatchQueued()
 }
 
 // ceiling is the largest context (prompt + max tokens) the ingress still
@@ -842,8 +926,20 @@ func (e *engine) fits(need int, declared bool) bool {
 func (f *fleet) localFailure(c int) {
 	e := f.cells[c]
 	e.localFails++
-	if e.localFails < f.cfg.DataPlane.EjectConsecutive || e.ejectUntil > f.now {
+	if e.localFails < f.cfg.DataPlane.EjectConsecutive {
 		return
+	}
+	if f.eject(c) {
+		e.localFails = 0
+	}
+}
+
+// eject takes cell c out for EjectFor × times ejected, unless it is out
+// already or MaxEjectPercent of the hosts are; it reports whether it did.
+func (f *fleet) eject(c int) bool {
+	e := f.cells[c]
+	if e.ejectUntil > f.now {
+		return false
 	}
 	out := 0
 	for _, x := range f.cells {
@@ -852,12 +948,12 @@ func (f *fleet) localFailure(c int) {
 		}
 	}
 	if 100*(out+1) > f.cfg.DataPlane.MaxEjectPercent*len(f.cells) {
-		return
+		return false
 	}
 	e.ejections++
-	e.localFails = 0
 	e.ejectUntil = f.now + time.Duration(e.ejections)*f.cfg.DataPlane.EjectFor
 	f.markRemoved(c)
+	return true
 }
 
 // retry reports whether request r may be retried: attempts left and room
@@ -873,7 +969,11 @@ func (f *fleet) retry(r *request) bool {
 		for _, a := range f.active {
 			inflight += a
 		}
-		budget := max(d.RetryBudgetMin, int(d.RetryBudgetPercent*float64(inflight)/100))
+		pct := d.RetryBudgetPercent
+		if f.spec.dynamicBudget {
+			pct = f.budgetPct
+		}
+		budget := max(d.RetryBudgetMin, int(pct*float64(inflight)/100))
 		if f.retriesActive >= budget {
 			return false
 		}
@@ -935,6 +1035,12 @@ func (f *fleet) inject(ft fault) {
 		f.cells[ft.cell].dcgmUp = true
 	case faultJitter:
 		f.jitter[ft.site] = time.Duration(ft.value)
+	case faultBrownout:
+		for _, e := range f.cells {
+			if e.site == ft.site {
+				e.brownout = ft.value
+			}
+		}
 	}
 }
 

@@ -56,6 +56,16 @@ const (
 	// only to cells whose max_model_len holds them (the context-class
 	// clusters).
 	IsobarCapability Policy = "isobar-capability"
+	// IsobarNoCrit is Isobar as its gateway behaves without issue 25's
+	// criticality: every request standard, no flow-control queue, 429
+	// once every eligible endpoint is at the in-flight cap
+	// (DataPlane.MaxInflightPerEndpoint). Overload stage.
+	IsobarNoCrit Policy = "isobar-nocrit"
+	// IsobarStaticBudget is Isobar with the static retry budget
+	// (DataPlane.RetryBudgetPercent); Isobar in the retry-storm stage runs
+	// the dynamic one the regional controller publishes
+	// (regional/xds RetryBudgetAt).
+	IsobarStaticBudget Policy = "isobar-static-budget"
 	// Oracle knows every engine's state (prompt tokens waiting to be
 	// prefilled, running batch, liveness, max_model_len) and the network
 	// at the instant a request arrives, and sends it where its predicted
@@ -66,7 +76,8 @@ const (
 
 // Policies lists every policy, in report order.
 func Policies() []Policy {
-	return []Policy{RR, RRPlain, LR, Isobar, IsobarEnvoy, IsobarGPUOnly, IsobarCapability, IsobarAffinity, PrefixHash, PrecisePrefix, Oracle}
+	return []Policy{RR, RRPlain, LR, IsobarNoCrit, IsobarStaticBudget, Isobar, IsobarEnvoy, IsobarGPUOnly, IsobarCapability,
+		IsobarAffinity, PrefixHash, PrecisePrefix, Oracle}
 }
 
 // ParsePolicy returns the named policy.
@@ -119,6 +130,7 @@ func (p Policy) scoreConfig() score.Config {
 // pick chooses the cell for request i's next attempt, or -1.
 func (f *fleet) pick(i int) int {
 	r := &f.reqs[i]
+	f.saturated = false
 	switch {
 	case f.pool != nil:
 		return f.pickEnvoy(r, i)
@@ -320,7 +332,28 @@ func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 	if !ok {
 		return -1
 	}
+	if limit := f.spec.inflightCap; limit > 0 && f.active[c] >= uint64(limit) {
+		return f.belowCap(hosts, uint64(limit))
+	}
 	return c
+}
+
+// belowCap is the gateway's fallback when its pick is at the in-flight
+// cap (gateway/balance.go, scan): the eligible endpoint with the fewest
+// requests in flight below the cap, the first on ties; none sets
+// f.saturated (the gateway's pickSaturated).
+func (f *fleet) belowCap(hosts []placement.Host, limit uint64) int {
+	best := -1
+	for c, h := range hosts {
+		if h.Weight == 0 || f.active[c] >= limit {
+			continue
+		}
+		if best < 0 || f.active[c] < f.active[best] {
+			best = c
+		}
+	}
+	f.saturated = best < 0
+	return best
 }
 
 // pickOracle sends the request where its predicted TTFT is lowest, from
@@ -418,6 +451,9 @@ func (f *fleet) tick() {
 		scores = append(scores, cellScore{res: res, weight: e.weight, ttftP95: w.ttftP95, windowReq: w.requests, hwAlert: hardwareAlert(res)})
 	}
 	f.pushSiteRTT()
+	if f.spec.dynamicBudget {
+		f.budgetPct = f.dynamicBudgetPercent()
+	}
 	if f.spec.policy.isobar() {
 		d := f.proj.Project(f.base.Add(f.now), pcells)
 		if d.Push {

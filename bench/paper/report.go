@@ -70,6 +70,10 @@ type Target struct {
 	Got    *float64 `json:"got"`
 	Met    bool     `json:"met"`
 	What   string   `json:"what"`
+	// AllSeeds: the target must hold on every seed, so Got is the worst
+	// seed's figure (the minimum for ">=", the maximum for "<="), not the
+	// median.
+	AllSeeds bool `json:"all_seeds,omitempty"`
 }
 
 func aggregate(vals []float64) Agg {
@@ -123,8 +127,18 @@ func targets() []Target {
 		{Stage: StageTelemetryFailure, Policy: "isobar", Figure: "success_during", Op: ">=", Value: 0.999, What: "≥ 99.9 % success while the DCGM exporter is down"},
 		{Stage: StageLeadTime, Policy: "isobar", Figure: "lead_time_mean_s", Op: ">=", Value: 11, What: "average hardware lead time ≥ 11 s"},
 		{Stage: StageLeadTime, Policy: "isobar", Figure: "slo_breaches", Op: "<=", Value: 0, What: "zero SLO breaches under hardware stress"},
+		{Stage: StageOverloadPriority, Policy: "isobar", Figure: "critical_success", Op: ">=", Value: 0.999, AllSeeds: true, What: "at 150 % load: critical success ≥ 99.9 % (worst seed)"},
+		{Stage: StageOverloadPriority, Policy: "isobar", Figure: "critical_ttft_p95_ms", Op: "<=", Value: ms1(class("baseline_mixed").SLO), AllSeeds: true, What: "at 150 % load: critical TTFT P95 within the class SLO (worst seed)"},
+		{Stage: StageOverloadPriority, Policy: "isobar", Figure: "standard_success", Op: ">=", Value: 0.99, AllSeeds: true, What: "at 150 % load: standard success ≥ 99 %, sheddable absorbing the shortfall (worst seed)"},
+		{Stage: StageOverloadPriority, Policy: "isobar", Figure: "quiet_tenant_success_reduction_vs_no_overload", Op: "<=", Value: 0.01, AllSeeds: true, What: "at 150 % load: the quiet tenant's success within 1 point of its no-overload figure (worst seed)"},
+		{Stage: StageOverloadPriority, Policy: "isobar", Figure: "goodput_vs_nocrit", Op: ">=", Value: 1, AllSeeds: true, What: "at 150 % load: goodput ≥ isobar without criticality (worst seed)"},
+		{Stage: StageRetryStorm, Policy: "isobar", Figure: "attempts_per_request", Op: "<=", Value: 1.1, AllSeeds: true, What: "brownout at 90 % load: ≤ 1.1 attempts per request with the dynamic retry budget (worst seed)"},
+		{Stage: StageRetryStorm, Policy: "isobar", Figure: "success_vs_static", Op: ">=", Value: 1, AllSeeds: true, What: "brownout at 90 % load: success with the dynamic budget no worse than the static budget's (worst seed)"},
 	}
 }
+
+// ms1 is d in milliseconds.
+func ms1(d time.Duration) float64 { return float64(d) / 1e6 }
 
 const method = `Virtual-time simulation of the published flat topology (one ingress, 9 cells in 3 sites at 2/12/20 ms one way), ` +
 	`on two grounds: physics (sim.PhysicsProfile rtx-pro-6000 + llama-3.1-70b-awq: vLLM V1 scheduling at vLLM's defaults, KV capacity ` +
@@ -247,6 +261,7 @@ func runJobs(ctx context.Context, grounds []Config, opt Options, pl plan, seeds 
 			r := &runner{cfg: cfg, opt: opt, plan: pl, seed0: seed,
 				figs: map[string]map[string]Figures{}, digests: map[string]map[string]string{},
 				calibTTFT: map[Policy][]time.Duration{}, timeline: map[Policy][]timelineBin{}, spikeRPS: map[Policy]float64{},
+				sloRate: map[Policy]map[string]float64{},
 			}
 			jobs[gi][k] = r
 			g.Go(func() error { return r.runStages(gctx, stages) })
@@ -289,7 +304,7 @@ func groundReport(dir string, cfg Config, jobs []*runner) (*GroundReport, error)
 			}
 		}
 	}
-	gr.Targets = evaluate(medians)
+	gr.Targets = evaluate(medians, gr.Stages)
 	gr.Knee = knee(cfg, gr.Stages)
 	charts, err := writeCharts(dir, jobs[0], medians[StageSLOThroughput])
 	if err != nil {
@@ -328,7 +343,7 @@ func (r *runner) runStages(ctx context.Context, stages []string) error {
 		StageFailover: r.failover, StageBurst: r.burst, StageMismatch: r.mismatch,
 		StageTelemetryFailure: r.telemetryFailure, StageNetwork: r.network,
 		StageHetero: r.hetero, StageHomogeneous6: r.homogeneous6, StageThrottled: r.throttled,
-		StagePrefix: r.prefixAffinity,
+		StagePrefix: r.prefixAffinity, StageOverloadPriority: r.overloadPriority, StageRetryStorm: r.retryStorm,
 	}
 	for _, s := range Stages() {
 		if !slices.Contains(stages, s) {
@@ -371,7 +386,9 @@ func knee(cfg Config, st map[string]map[string]map[string]Agg) string {
 
 func pct(x float64) string { return fmt.Sprintf("%+.0f %%", 100*x) }
 
-func evaluate(st map[string]map[string]Figures) []Target {
+// evaluate sets each target's figure (the median, or the worst seed's
+// for an AllSeeds target, from aggs) and whether it is met.
+func evaluate(st map[string]map[string]Figures, aggs map[string]map[string]map[string]Agg) []Target {
 	var out []Target
 	for _, t := range targets() {
 		f, ok := st[t.Stage][t.Policy]
@@ -379,6 +396,12 @@ func evaluate(st map[string]map[string]Figures) []Target {
 			continue
 		}
 		t.Got = f[t.Figure]
+		if a := aggs[t.Stage][t.Policy][t.Figure]; t.AllSeeds {
+			t.Got = a.Min
+			if t.Op == "<=" {
+				t.Got = a.Max
+			}
+		}
 		if t.Got != nil {
 			if t.Op == "<=" {
 				t.Met = *t.Got <= t.Value
@@ -432,6 +455,8 @@ var stageTitles = map[string]string{
 	StageHetero:           "Heterogeneous fleet — 2×h200-sxm, 2×h100-sxm, 2×h100-sxm at max_model_len 1024; baseline_mixed at 12 RPS; E2E over every request, a failure counting as a miss (— where the percentile is a failed request), and over answered ones (_served) (physics grounds only)",
 	StageHomogeneous6:     "Homogeneous fleet — 6×h100-sxm; baseline_mixed at 12 and 20 RPS (physics grounds only)",
 	StageThrottled:        "Throttled GPUs — one cell per site at half clock; sustainable baseline_mixed RPS",
+	StageOverloadPriority: "Overload priority — baseline_mixed at 150 % of the fleet's capacity (the oracle's sustainable baseline_mixed rate at this seed), 20 % critical / 50 % standard / 30 % sheddable, a loud tenant sending 5× the quiet one; success, TTFT P95 (answered requests) and goodput (share answered within the SLO) in all, by criticality and by tenant; the quiet tenant's success at 75 % of capacity for comparison",
+	StageRetryStorm:       "Retry storm — baseline_mixed at 90 % of the fleet's capacity; from the end of the warm-up the nearest site's engines answer 503 to 30 % of requests; attempts per request, success and the retry budget (static 20 % for rr, lr and isobar-static-budget; isobar: regional/xds RetryBudgetAt of demand over capacity)",
 	StagePrefix:           "Prefix-cache affinity — every engine with vLLM's automatic prefix caching; sustainable RPS per class (bisection, as SLO throughput), the engines' prefix-cache hit rate (tokens) at that rate, and on rag_multidoc at 75 % of isobar-affinity's sustainable rate the busiest cell's requests over the mean, TTFT P99 and success (pile-up)",
 }
 

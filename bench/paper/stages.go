@@ -28,7 +28,8 @@ const (
 // Stages lists every stage in run order.
 func Stages() []string {
 	return []string{StageCalibration, StageSLOThroughput, StageLeadTime, StageFailover, StageBurst,
-		StageMismatch, StageTelemetryFailure, StageNetwork, StageHetero, StageHomogeneous6, StageThrottled, StagePrefix}
+		StageMismatch, StageTelemetryFailure, StageNetwork, StageHetero, StageHomogeneous6, StageThrottled, StagePrefix,
+		StageOverloadPriority, StageRetryStorm}
 }
 
 // stagePolicies are the policies each stage compares. The oracle runs
@@ -44,6 +45,10 @@ func stagePolicies(stage string) []Policy {
 		return []Policy{RR, LR, IsobarGPUOnly, Isobar, Oracle}
 	case StagePrefix:
 		return []Policy{RR, LR, Isobar, IsobarAffinity, PrefixHash, PrecisePrefix, Oracle}
+	case StageOverloadPriority:
+		return []Policy{RR, LR, IsobarNoCrit, Isobar}
+	case StageRetryStorm:
+		return []Policy{RR, LR, IsobarStaticBudget, Isobar}
 	case StageLeadTime, StageTelemetryFailure:
 		return []Policy{RR, LR, Isobar}
 	case StageCalibration, StageSLOThroughput, StageHetero, StageHomogeneous6, StageThrottled:
@@ -146,6 +151,9 @@ type runner struct {
 	timeline  map[Policy][]timelineBin
 	// sustainable adversarial_spike rate, for the burst stage.
 	spikeRPS map[Policy]float64
+	// sloRate: policy → class → sustainable rate at this seed (the
+	// slo_throughput stage's, or fleetCapacity's own bisection).
+	sloRate map[Policy]map[string]float64
 }
 
 type timelineBin struct {
@@ -333,6 +341,7 @@ func (r *runner) sloThroughput(ctx context.Context) error {
 			}
 			r.digestOf(StageSLOThroughput, p, fmt.Sprintf("%s/%d", c.Name, seed))
 			rate[p][c.Name] = lo
+			r.noteRate(p, c.Name, lo)
 			if c.Name == "adversarial_spike" {
 				r.spikeRPS[p] = lo
 			}
