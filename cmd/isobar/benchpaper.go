@@ -31,6 +31,9 @@ type benchPaperFlags struct {
 	quiet        bool
 	// decodeCost: isobar's pick's cost per request in flight (0: default).
 	decodeCost time.Duration
+	// maxInflight: isobar gateway's per-endpoint in-flight cap in the
+	// overload stage.
+	maxInflight int
 }
 
 func newBenchPaperCmd(ro *rootOpts) *cobra.Command {
@@ -59,7 +62,12 @@ burst (adversarial_spike), mismatch (one cell at max_model_len 1024; isobar
 with the error-rate signal alone and isobar-capability with capability
 discovery), telemetry_failure (each cell's DCGM exporter down) and network
 (near-idle, symmetric, saturation, 20 ms jitter on one site, recovery; with
-isobar-gpu-only, isobar without the RTT and jitter signals).
+isobar-gpu-only, isobar without the RTT and jitter signals); issue 25's
+overload_priority (150 % of the fleet's measured capacity, 20 % critical /
+50 % standard / 30 % sheddable, two tenants 5:1; isobar with the gateway's
+flow-control queue against isobar-nocrit, 429 at the in-flight cap) and
+retry_storm (one site's engines answering 503 to 30 % of requests at 90 %
+load; the dynamic retry budget against the static 20 %).
 
 What runs: the published flat topology — one ingress in front of 9 cells in
 3 sites at 2, 12 and 20 ms one way — in virtual time. Request i's random
@@ -74,7 +82,8 @@ Sizes: the full run (default) uses 5 seeds and longer windows (under 30
 minutes on 2 cores); --quick uses 3 seeds (under 3 minutes); --smoke is a
 pipeline check whose figures are noise.`,
 		Example: `  isobar bench paper --quick --out /tmp/paper
-  isobar bench paper --out results/ --stages calibration,failover`,
+  isobar bench paper --out results/ --stages calibration,failover
+  isobar bench paper --quick --out /tmp/o25 --stages overload_priority,retry_storm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchPaper(cmd, ro, &f) },
 	}
@@ -91,6 +100,8 @@ pipeline check whose figures are noise.`,
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fl.Float64Var(&f.affinityBand, "affinity-band", placement.DefaultAffinityBand, "isobar-affinity's and precise-prefix's band, as isobar gateway --affinity-band")
 	fl.DurationVar(&f.decodeCost, "isobar-decode-cost", 0, "isobar's pick: cost per request in flight, as isobar gateway --isobar-decode-cost (default 25ms)")
+	fl.IntVar(&f.maxInflight, "max-inflight-per-endpoint", paper.DefaultDataPlane().MaxInflightPerEndpoint,
+		"overload_priority: isobar's per-endpoint in-flight cap, as isobar gateway --max-inflight-per-endpoint")
 	return cmd
 }
 
@@ -136,6 +147,9 @@ func (f *benchPaperFlags) check() error {
 	if f.parallel < 0 {
 		return usageError{fmt.Errorf("--parallel %d: want at least 1", f.parallel)}
 	}
+	if f.maxInflight < 1 {
+		return usageError{fmt.Errorf("--max-inflight-per-endpoint %d: want at least 1", f.maxInflight)}
+	}
 	if f.decodeCost < 0 {
 		return usageError{fmt.Errorf("--isobar-decode-cost %v: want a duration >= 0, e.g. 25ms", f.decodeCost)}
 	}
@@ -165,6 +179,7 @@ func (f *benchPaperFlags) pickGrounds(affinityBandSet bool) ([]paper.Config, err
 	}
 	for i := range grounds {
 		grounds[i].DataPlane.DecodeCost = f.decodeCost
+		grounds[i].DataPlane.MaxInflightPerEndpoint = f.maxInflight
 		if affinityBandSet {
 			if !(f.affinityBand >= 0) || math.IsInf(f.affinityBand, 1) {
 				return nil, usageError{fmt.Errorf("--affinity-band %v: want a number >= 0", f.affinityBand)}
