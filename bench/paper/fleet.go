@@ -74,8 +74,9 @@ type request struct {
 	// (assignClasses); standard and tenant 0 elsewhere.
 	crit   reqclass.Criticality
 	tenant int
-	// dequeued: it left the flow-control queue to be routed.
-	dequeued bool
+	// queued: it waited in the flow-control queue; dequeued: it left it
+	// to be routed.
+	queued, dequeued bool
 }
 
 func (r *request) ttft() time.Duration { return r.first - r.arrive }
@@ -184,9 +185,6 @@ type runResult struct {
 	cellPrefill []int64
 	// budget: the dynamic retry budget at each tick (spec.dynamicBudget).
 	budget []budgetSample
-	// queued, evicted, expired: requests the flow-control queue took in,
-	// and that left it evicted or expired (spec.flowControl).
-	queued, evicted, expired int
 }
 
 // event kinds of the simulation.

@@ -162,8 +162,8 @@ func (r *runner) overloadPriority(ctx context.Context) error {
 			p, overloadFactor*capRPS, fig(f, "critical_success"), fig(f, "critical_ttft_p95_ms"), fig(f, "standard_success"),
 			fig(f, "sheddable_success"), goodput[p])
 	}
-	if g := goodput[IsobarNoCrit]; g > 0 {
-		r.figs[StageOverloadPriority][string(Isobar)]["goodput_vs_nocrit"] = num(goodput[Isobar] / g)
+	if g, ok := goodput[IsobarNoCrit]; ok {
+		r.figs[StageOverloadPriority][string(Isobar)]["goodput_reduction_vs_nocrit"] = num(g - goodput[Isobar])
 	}
 	return nil
 }
@@ -193,6 +193,19 @@ func overloadFigures(rs []request, keep func(*request) bool, slo time.Duration) 
 		f[prefix+"goodput"] = num(float64(good) / float64(max(st.n, 1)))
 	}
 	add("", func(*request) bool { return true })
+	queued, shed, n := 0, 0, 0
+	for i := range rs {
+		if q := &rs[i]; keep(q) {
+			n++
+			if q.queued {
+				queued++
+			}
+			if q.status == statusShed {
+				shed++
+			}
+		}
+	}
+	f["queued_share"], f["shed_429_share"] = num(float64(queued)/float64(max(n, 1))), num(float64(shed)/float64(max(n, 1)))
 	for _, c := range reqclass.All() {
 		add(c.String()+"_", func(q *request) bool { return q.crit == c })
 	}

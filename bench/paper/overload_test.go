@@ -96,8 +96,8 @@ func TestOverloadAndRetryStormStages(t *testing.T) {
 	if v := med(StageOverloadPriority, RR, "sheddable_success"); v < 0.99 {
 		t.Errorf("rr shed %.3f of sheddable requests without a cap", 1-v)
 	}
-	if med(StageOverloadPriority, Isobar, "goodput_vs_nocrit") <= 0 {
-		t.Error("isobar's goodput against isobar-nocrit is not positive")
+	if d, g := med(StageOverloadPriority, Isobar, "goodput_reduction_vs_nocrit"), med(StageOverloadPriority, IsobarNoCrit, "goodput"); math.Abs(d-(g-med(StageOverloadPriority, Isobar, "goodput"))) > 1e-9 {
+		t.Errorf("goodput reduction %v against isobar-nocrit's %v", d, g)
 	}
 	for _, p := range stagePolicies(StageRetryStorm) {
 		if v := med(StageRetryStorm, p, "attempts_per_request"); v < 1 || v > 2 {
