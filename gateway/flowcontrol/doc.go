@@ -28,6 +28,9 @@
 //     priority), and within a band round-robin between tenants, each
 //     tenant's own entries in arrival order. A tenant sending five times as
 //     much as another gets one turn per round like it, never more.
+//     Dispatch is the same order for a caller whose capacity serves only
+//     some entries (a freed slot on one endpoint): the first entry in that
+//     order the caller accepts.
 //   - Expiry: an entry past its band's MaxAge comes out of Push, Pop or
 //     Expire with Outcome Expired and is never dispatched; NextExpiry tells
 //     the caller when to call Expire.

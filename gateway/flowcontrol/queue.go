@@ -240,6 +240,32 @@ func (q *Queue[T]) Pop(now time.Time) (e Entry[T], ok bool, expired []Entry[T]) 
 	return Entry[T]{}, false, expired
 }
 
+// Dispatch is Pop for a caller whose capacity serves only some entries
+// (the gateway: a freed slot on one endpoint serves only the requests that
+// may use it): it offers the entries to eligible in dispatch order (the
+// most important band first; within a band the tenants in round-robin
+// order from the one due, each tenant's entries oldest first) and takes out
+// the first one eligible accepts (Outcome Dispatched); the round-robin
+// moves past its tenant. eligible must not call the Queue. ok is false
+// when it accepted none; expired is as for Pop.
+func (q *Queue[T]) Dispatch(now time.Time, eligible func(Entry[T]) bool) (e Entry[T], ok bool, expired []Entry[T]) {
+	now = q.clock(now)
+	expired = q.expire(now, nil)
+	for _, c := range reqclass.All() {
+		b := &q.bands[c]
+		for k := range len(b.ring) {
+			i := (b.next + k) % len(b.ring)
+			for n := b.ring[i].head; n != nil; n = n.flowNext {
+				if eligible(n.e) {
+					b.next = i + 1
+					return q.unlink(n, Dispatched), true, expired
+				}
+			}
+		}
+	}
+	return Entry[T]{}, false, expired
+}
+
 // Expire takes out every entry that has waited its band's MaxAge at now.
 func (q *Queue[T]) Expire(now time.Time) []Entry[T] {
 	return q.expire(q.clock(now), nil)

@@ -340,3 +340,34 @@ func BenchmarkPushPop(b *testing.B) {
 		}
 	}
 }
+
+// TestDispatchEligible: Dispatch keeps the dispatch order among the
+// entries the caller can serve, and moves the round-robin past the tenant
+// served.
+func TestDispatchEligible(t *testing.T) {
+	q := mustNew(t, cfg(8, 8, 8, 0))
+	push(t, q, at(0), reqclass.Critical, "a", "c-x")
+	push(t, q, at(1), reqclass.Standard, "a", "s-a1-y")
+	push(t, q, at(2), reqclass.Standard, "a", "s-a2-x")
+	push(t, q, at(3), reqclass.Standard, "b", "s-b1-x")
+	push(t, q, at(4), reqclass.Standard, "c", "s-c1-x")
+	onlyX := func(e Entry[string]) bool { return e.Payload[len(e.Payload)-1] == 'x' }
+	var got []string
+	for {
+		e, ok, _ := q.Dispatch(at(5), onlyX)
+		if !ok {
+			break
+		}
+		got = append(got, e.Payload)
+	}
+	// a's first x entry is behind its y entry; after a, b then c are due.
+	if want := "[c-x s-a2-x s-b1-x s-c1-x]"; fmt.Sprint(got) != want {
+		t.Fatalf("dispatched %v, want %s", got, want)
+	}
+	if q.Len() != 1 {
+		t.Fatalf("len %d, want the y entry left", q.Len())
+	}
+	if _, ok, _ := q.Dispatch(at(5), func(Entry[string]) bool { return false }); ok {
+		t.Fatal("dispatched what the caller refused")
+	}
+}
