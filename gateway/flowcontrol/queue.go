@@ -1,0 +1,415 @@
+package flowcontrol
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/isobar-mesh/isobar/reqclass"
+)
+
+// Errors Push returns for an arrival it refuses; check with errors.Is. The
+// caller answers the request itself (the gateway: 429).
+var (
+	// ErrBandFull: the arrival's band holds Config.MaxLen[class] entries.
+	ErrBandFull = errors.New("flowcontrol: band full")
+	// ErrQueueFull: the queue holds Config.MaxTotal entries and no less
+	// important entry could be displaced.
+	ErrQueueFull = errors.New("flowcontrol: queue full")
+	// ErrClass: the criticality is not one of reqclass's.
+	ErrClass = errors.New("flowcontrol: unknown criticality")
+)
+
+// MaxBound caps every length bound of a Config.
+const MaxBound = 1 << 20
+
+// Config bounds a Queue. Build one with DefaultConfig and adjust it.
+type Config struct {
+	// MaxLen[class] is the most entries the band of that criticality
+	// holds (0: that class never waits). Default 128 critical, 256
+	// standard, 256 sheddable.
+	MaxLen [reqclass.Count]int
+	// MaxTotal is the most entries the queue holds in all; while it is
+	// reached an arrival displaces a less important entry (see the package
+	// doc). 0 means the sum of MaxLen (no displacement). Default 384.
+	MaxTotal int
+	// MaxAge[class] is the longest an entry of that criticality waits
+	// before it comes out Expired; positive for every band that may hold
+	// entries. Default 10 s critical, 5 s standard, 2 s sheddable.
+	MaxAge [reqclass.Count]time.Duration
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		MaxLen:   [reqclass.Count]int{128, 256, 256},
+		MaxTotal: 384,
+		MaxAge:   [reqclass.Count]time.Duration{10 * time.Second, 5 * time.Second, 2 * time.Second},
+	}
+}
+
+// Validate reports the first bound that is out of range.
+func (c Config) Validate() error {
+	for _, cl := range reqclass.All() {
+		n, age := c.MaxLen[cl], c.MaxAge[cl]
+		if n < 0 || n > MaxBound {
+			return fmt.Errorf("flowcontrol: max length of %s %d outside [0, %d]", cl, n, MaxBound)
+		}
+		if n > 0 && age <= 0 {
+			return fmt.Errorf("flowcontrol: max age of %s must be positive, got %s", cl, age)
+		}
+	}
+	if c.MaxTotal < 0 || c.MaxTotal > MaxBound {
+		return fmt.Errorf("flowcontrol: max total %d outside [0, %d]", c.MaxTotal, MaxBound)
+	}
+	return nil
+}
+
+// Outcome is how an entry left the queue.
+type Outcome uint8
+
+// The outcomes.
+const (
+	// Dispatched: Pop handed it out; the caller serves it.
+	Dispatched Outcome = iota
+	// Evicted: displaced by a more important arrival while the queue was
+	// full.
+	Evicted
+	// Expired: it waited its band's MaxAge.
+	Expired
+	// Removed: the caller withdrew it (Remove).
+	Removed
+)
+
+// String is the outcome's label: dispatched, evicted, expired, removed.
+func (o Outcome) String() string {
+	switch o {
+	case Dispatched:
+		return "dispatched"
+	case Evicted:
+		return "evicted"
+	case Expired:
+		return "expired"
+	case Removed:
+		return "removed"
+	}
+	return "unknown"
+}
+
+// Handle names a queued entry (for Remove). The zero Handle names none.
+type Handle uint64
+
+// Entry is one queued request as it leaves the queue.
+type Entry[T any] struct {
+	Handle   Handle
+	Class    reqclass.Criticality
+	Tenant   string
+	Enqueued time.Time
+	Outcome  Outcome
+	Payload  T
+}
+
+// node is an entry linked into its band's arrival order and its flow.
+type node[T any] struct {
+	e                  Entry[T]
+	flow               *flow[T]
+	bandPrev, bandNext *node[T]
+	flowPrev, flowNext *node[T]
+}
+
+// flow is one tenant's FIFO within a band.
+type flow[T any] struct {
+	tenant     string
+	head, tail *node[T]
+	n          int
+}
+
+// band is one criticality's entries: arrival order (oldest first) and the
+// tenants' flows in round-robin order.
+type band[T any] struct {
+	head, tail *node[T]
+	n          int
+	flows      map[string]*flow[T]
+	ring       []*flow[T]
+	next       int
+}
+
+// Queue is the bounded per-criticality queue. Not safe for concurrent use.
+type Queue[T any] struct {
+	cfg     Config
+	total   int
+	bands   [reqclass.Count]band[T]
+	handles map[Handle]*node[T]
+	lastID  Handle
+	last    time.Time
+}
+
+// New returns an empty queue bounded by cfg.
+func New[T any](cfg Config) (*Queue[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxTotal == 0 {
+		for _, n := range cfg.MaxLen {
+			cfg.MaxTotal += n
+		}
+	}
+	q := &Queue[T]{cfg: cfg, handles: make(map[Handle]*node[T])}
+	for i := range q.bands {
+		q.bands[i].flows = make(map[string]*flow[T])
+	}
+	return q, nil
+}
+
+// Config returns the queue's bounds (MaxTotal resolved).
+func (q *Queue[T]) Config() Config { return q.cfg }
+
+func (q *Queue[T]) clock(now time.Time) time.Time {
+	if now.Before(q.last) {
+		return q.last
+	}
+	q.last = now
+	return now
+}
+
+// Push queues payload as an entry of class and tenant arriving at now. It
+// first takes out every expired entry, then admits the arrival as the
+// package doc describes, displacing at most one less important entry.
+// out lists the entries that left (Expired, Evicted): the caller answers
+// them. On error the arrival is not queued and the caller keeps payload.
+func (q *Queue[T]) Push(now time.Time, class reqclass.Criticality, tenant string, payload T) (h Handle, out []Entry[T], err error) {
+	if int(class) >= reqclass.Count {
+		return 0, nil, ErrClass
+	}
+	now = q.clock(now)
+	out = q.expire(now, nil)
+	b := &q.bands[class]
+	if b.n >= q.cfg.MaxLen[class] {
+		return 0, out, ErrBandFull
+	}
+	if q.total >= q.cfg.MaxTotal {
+		victim := q.victim(class)
+		if victim == nil {
+			return 0, out, ErrQueueFull
+		}
+		out = append(out, q.unlink(victim, Evicted))
+	}
+	q.lastID++
+	n := &node[T]{e: Entry[T]{Handle: q.lastID, Class: class, Tenant: tenant, Enqueued: now, Payload: payload}}
+	q.link(n)
+	return n.e.Handle, out, nil
+}
+
+// victim is the oldest entry of the least important non-empty band below
+// class, or nil.
+func (q *Queue[T]) victim(class reqclass.Criticality) *node[T] {
+	for _, c := range reqclass.ShedOrder() {
+		if c <= class {
+			return nil
+		}
+		if b := &q.bands[c]; b.head != nil {
+			return b.head
+		}
+	}
+	return nil
+}
+
+// Pop takes out the next entry to dispatch at now (Outcome Dispatched):
+// the most important non-empty band, round-robin between its tenants. ok
+// is false when nothing unexpired waits. expired lists the entries it
+// found expired on the way: the caller answers them.
+func (q *Queue[T]) Pop(now time.Time) (e Entry[T], ok bool, expired []Entry[T]) {
+	now = q.clock(now)
+	expired = q.expire(now, nil)
+	for _, c := range reqclass.All() {
+		b := &q.bands[c]
+		if len(b.ring) == 0 {
+			continue
+		}
+		if b.next >= len(b.ring) {
+			b.next = 0
+		}
+		f := b.ring[b.next]
+		head := f.head
+		// The cursor moves past this tenant; unlink moves it back by one
+		// if the tenant's flow empties and leaves the ring.
+		b.next++
+		return q.unlink(head, Dispatched), true, expired
+	}
+	return Entry[T]{}, false, expired
+}
+
+// Dispatch is Pop for a caller whose capacity serves only some entries
+// (the gateway: a freed slot on one endpoint serves only the requests that
+// may use it): it offers the entries to eligible in dispatch order (the
+// most important band first; within a band the tenants in round-robin
+// order from the one due, each tenant's entries oldest first) and takes out
+// the first one eligible accepts (Outcome Dispatched); the round-robin
+// moves past its tenant. eligible must not call the Queue. ok is false
+// when it accepted none; expired is as for Pop.
+func (q *Queue[T]) Dispatch(now time.Time, eligible func(Entry[T]) bool) (e Entry[T], ok bool, expired []Entry[T]) {
+	now = q.clock(now)
+	expired = q.expire(now, nil)
+	for _, c := range reqclass.All() {
+		b := &q.bands[c]
+		for k := range len(b.ring) {
+			i := (b.next + k) % len(b.ring)
+			for n := b.ring[i].head; n != nil; n = n.flowNext {
+				if eligible(n.e) {
+					b.next = i + 1
+					return q.unlink(n, Dispatched), true, expired
+				}
+			}
+		}
+	}
+	return Entry[T]{}, false, expired
+}
+
+// Expire takes out every entry that has waited its band's MaxAge at now.
+func (q *Queue[T]) Expire(now time.Time) []Entry[T] {
+	return q.expire(q.clock(now), nil)
+}
+
+func (q *Queue[T]) expire(now time.Time, out []Entry[T]) []Entry[T] {
+	for c := range q.bands {
+		b := &q.bands[c]
+		for b.head != nil && !now.Before(b.head.e.Enqueued.Add(q.cfg.MaxAge[c])) {
+			out = append(out, q.unlink(b.head, Expired))
+		}
+	}
+	return out
+}
+
+// NextExpiry is the earliest instant at which Expire will take an entry
+// out; ok is false when the queue is empty.
+func (q *Queue[T]) NextExpiry() (at time.Time, ok bool) {
+	for c := range q.bands {
+		if h := q.bands[c].head; h != nil {
+			d := h.e.Enqueued.Add(q.cfg.MaxAge[c])
+			if !ok || d.Before(at) {
+				at, ok = d, true
+			}
+		}
+	}
+	return at, ok
+}
+
+// Remove withdraws the entry h names (Outcome Removed); ok is false when
+// it is no longer queued.
+func (q *Queue[T]) Remove(h Handle) (e Entry[T], ok bool) {
+	n, ok := q.handles[h]
+	if !ok {
+		return Entry[T]{}, false
+	}
+	return q.unlink(n, Removed), true
+}
+
+// Len is the number of queued entries.
+func (q *Queue[T]) Len() int { return q.total }
+
+// BandStats describes one band.
+type BandStats struct {
+	// Len is the number of entries queued; Tenants the number of tenants
+	// among them.
+	Len, Tenants int
+	// Oldest is the arrival of the oldest entry (zero when empty).
+	Oldest time.Time
+}
+
+// Stats describes every band, indexed by criticality.
+func (q *Queue[T]) Stats() [reqclass.Count]BandStats {
+	var s [reqclass.Count]BandStats
+	for c := range q.bands {
+		b := &q.bands[c]
+		s[c] = BandStats{Len: b.n, Tenants: len(b.ring)}
+		if b.head != nil {
+			s[c].Oldest = b.head.e.Enqueued
+		}
+	}
+	return s
+}
+
+func (q *Queue[T]) link(n *node[T]) {
+	b := &q.bands[n.e.Class]
+	n.bandPrev = b.tail
+	if b.tail != nil {
+		b.tail.bandNext = n
+	} else {
+		b.head = n
+	}
+	b.tail = n
+	b.n++
+	f := b.flows[n.e.Tenant]
+	if f == nil {
+		f = &flow[T]{tenant: n.e.Tenant}
+		b.flows[n.e.Tenant] = f
+		b.ring = append(b.ring, f)
+	}
+	n.flow = f
+	n.flowPrev = f.tail
+	if f.tail != nil {
+		f.tail.flowNext = n
+	} else {
+		f.head = n
+	}
+	f.tail = n
+	f.n++
+	q.handles[n.e.Handle] = n
+	q.total++
+}
+
+func (q *Queue[T]) unlink(n *node[T], o Outcome) Entry[T] {
+	b := &q.bands[n.e.Class]
+	if n.bandPrev != nil {
+		n.bandPrev.bandNext = n.bandNext
+	} else {
+		b.head = n.bandNext
+	}
+	if n.bandNext != nil {
+		n.bandNext.bandPrev = n.bandPrev
+	} else {
+		b.tail = n.bandPrev
+	}
+	b.n--
+	f := n.flow
+	if n.flowPrev != nil {
+		n.flowPrev.flowNext = n.flowNext
+	} else {
+		f.head = n.flowNext
+	}
+	if n.flowNext != nil {
+		n.flowNext.flowPrev = n.flowPrev
+	} else {
+		f.tail = n.flowPrev
+	}
+	f.n--
+	if f.n == 0 {
+		b.dropFlow(f)
+	}
+	delete(q.handles, n.e.Handle)
+	q.total--
+	e := n.e
+	e.Outcome = o
+	*n = node[T]{}
+	return e
+}
+
+// dropFlow takes an empty flow out of the ring, keeping the cursor on the
+// tenant that was to be served next.
+func (b *band[T]) dropFlow(f *flow[T]) {
+	delete(b.flows, f.tenant)
+	for i, g := range b.ring {
+		if g != f {
+			continue
+		}
+		b.ring = slices.Delete(b.ring, i, i+1)
+		if i < b.next {
+			b.next--
+		}
+		break
+	}
+	if b.next >= len(b.ring) {
+		b.next = 0
+	}
+}

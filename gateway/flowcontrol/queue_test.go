@@ -1,0 +1,373 @@
+package flowcontrol
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/isobar-mesh/isobar/reqclass"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func cfg(crit, std, shed, total int) Config {
+	c := DefaultConfig()
+	c.MaxLen = [reqclass.Count]int{crit, std, shed}
+	c.MaxTotal = total
+	return c
+}
+
+func mustNew(t *testing.T, c Config) *Queue[string] {
+	t.Helper()
+	q, err := New[string](c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func push(t *testing.T, q *Queue[string], now time.Time, c reqclass.Criticality, tenant, p string) []Entry[string] {
+	t.Helper()
+	_, out, err := q.Push(now, c, tenant, p)
+	if err != nil {
+		t.Fatalf("push %s: %v", p, err)
+	}
+	return out
+}
+
+func drain(q *Queue[string], now time.Time) []string {
+	var got []string
+	for {
+		e, ok, _ := q.Pop(now)
+		if !ok {
+			return got
+		}
+		if e.Outcome != Dispatched {
+			panic("pop returned " + e.Outcome.String())
+		}
+		got = append(got, e.Payload)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		ok   bool
+	}{
+		{"default", func(*Config) {}, true},
+		{"zero band allowed", func(c *Config) { c.MaxLen[reqclass.Sheddable] = 0; c.MaxAge[reqclass.Sheddable] = 0 }, true},
+		{"negative length", func(c *Config) { c.MaxLen[reqclass.Standard] = -1 }, false},
+		{"huge length", func(c *Config) { c.MaxLen[reqclass.Standard] = MaxBound + 1 }, false},
+		{"no age", func(c *Config) { c.MaxAge[reqclass.Critical] = 0 }, false},
+		{"negative total", func(c *Config) { c.MaxTotal = -1 }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.mod(&c)
+			_, err := New[int](c)
+			if (err == nil) != tc.ok {
+				t.Fatalf("New: err %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
+func TestBandBound(t *testing.T) {
+	q := mustNew(t, cfg(2, 2, 2, 0))
+	push(t, q, at(0), reqclass.Standard, "a", "s1")
+	push(t, q, at(0), reqclass.Standard, "a", "s2")
+	if _, _, err := q.Push(at(0), reqclass.Standard, "b", "s3"); !errors.Is(err, ErrBandFull) {
+		t.Fatalf("third standard: err %v, want ErrBandFull", err)
+	}
+	// A full critical band is refused even with less important entries
+	// queued: the band bound is the class's own.
+	push(t, q, at(0), reqclass.Critical, "a", "c1")
+	push(t, q, at(0), reqclass.Critical, "a", "c2")
+	if _, out, err := q.Push(at(0), reqclass.Critical, "a", "c3"); !errors.Is(err, ErrBandFull) || len(out) != 0 {
+		t.Fatalf("third critical: err %v out %v, want ErrBandFull and nothing out", err, out)
+	}
+	if q.Len() != 4 {
+		t.Fatalf("len %d, want 4", q.Len())
+	}
+	if _, _, err := q.Push(at(0), reqclass.Criticality(7), "a", "x"); !errors.Is(err, ErrClass) {
+		t.Fatalf("bad class: %v", err)
+	}
+}
+
+func TestEviction(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		queued  []reqclass.Criticality
+		arrival reqclass.Criticality
+		err     error
+		evicted string
+	}{
+		{"critical evicts oldest sheddable", []reqclass.Criticality{reqclass.Sheddable, reqclass.Standard, reqclass.Sheddable}, reqclass.Critical, nil, "q0"},
+		{"critical evicts standard when no sheddable", []reqclass.Criticality{reqclass.Standard, reqclass.Critical, reqclass.Standard}, reqclass.Critical, nil, "q0"},
+		{"standard evicts sheddable", []reqclass.Criticality{reqclass.Standard, reqclass.Sheddable, reqclass.Sheddable}, reqclass.Standard, nil, "q1"},
+		{"standard never evicts standard", []reqclass.Criticality{reqclass.Standard, reqclass.Critical, reqclass.Standard}, reqclass.Standard, ErrQueueFull, ""},
+		{"sheddable never evicts", []reqclass.Criticality{reqclass.Sheddable, reqclass.Sheddable, reqclass.Sheddable}, reqclass.Sheddable, ErrQueueFull, ""},
+		{"critical never evicts critical", []reqclass.Criticality{reqclass.Critical, reqclass.Critical, reqclass.Critical}, reqclass.Critical, ErrQueueFull, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := mustNew(t, cfg(4, 4, 4, 3))
+			for i, c := range tc.queued {
+				push(t, q, at(i), c, "t", fmt.Sprintf("q%d", i))
+			}
+			_, out, err := q.Push(at(10), tc.arrival, "t", "new")
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err %v, want %v", err, tc.err)
+			}
+			if tc.evicted == "" {
+				if len(out) != 0 || q.Len() != 3 {
+					t.Fatalf("out %v len %d, want nothing out and 3", out, q.Len())
+				}
+				return
+			}
+			if len(out) != 1 || out[0].Payload != tc.evicted || out[0].Outcome != Evicted {
+				t.Fatalf("out %+v, want %s evicted", out, tc.evicted)
+			}
+			if q.Len() != 3 {
+				t.Fatalf("len %d, want 3", q.Len())
+			}
+			if _, ok := q.Remove(out[0].Handle); ok {
+				t.Fatal("the evicted entry's handle still removes something")
+			}
+		})
+	}
+}
+
+func TestOrderStrictPriorityFIFO(t *testing.T) {
+	q := mustNew(t, cfg(8, 8, 8, 0))
+	push(t, q, at(0), reqclass.Sheddable, "a", "d1")
+	push(t, q, at(1), reqclass.Standard, "a", "s1")
+	push(t, q, at(2), reqclass.Critical, "a", "c1")
+	push(t, q, at(3), reqclass.Standard, "a", "s2")
+	push(t, q, at(4), reqclass.Critical, "a", "c2")
+	push(t, q, at(5), reqclass.Sheddable, "a", "d2")
+	got := fmt.Sprint(drain(q, at(6)))
+	if want := "[c1 c2 s1 s2 d1 d2]"; got != want {
+		t.Fatalf("order %s, want %s", got, want)
+	}
+	if q.Len() != 0 {
+		t.Fatalf("len %d after drain", q.Len())
+	}
+}
+
+// TestTenantFairness: a tenant queueing five times as much as another gets
+// one turn per round, so the quiet tenant's requests all leave among the
+// first 2·n dispatches, and the noisy one's in its own order.
+func TestTenantFairness(t *testing.T) {
+	q := mustNew(t, cfg(64, 64, 64, 0))
+	ms := 0
+	for i := range 5 {
+		for j := range 5 {
+			push(t, q, at(ms), reqclass.Standard, "noisy", fmt.Sprintf("n%d", i*5+j))
+			ms++
+		}
+		push(t, q, at(ms), reqclass.Standard, "quiet", fmt.Sprintf("q%d", i))
+		ms++
+	}
+	got := drain(q, at(ms))
+	want := []string{"n0", "q0", "n1", "q1", "n2", "q2", "n3", "q3", "n4", "q4"}
+	if fmt.Sprint(got[:10]) != fmt.Sprint(want) {
+		t.Fatalf("first ten %v, want %v", got[:10], want)
+	}
+	for i, p := range got[10:] {
+		if p != fmt.Sprintf("n%d", i+5) {
+			t.Fatalf("tail %v: the noisy tenant's own order broken", got[10:])
+		}
+	}
+}
+
+// TestFairnessThreeTenants checks the cursor when a tenant's flow empties
+// mid-round and a new tenant arrives.
+func TestFairnessThreeTenants(t *testing.T) {
+	q := mustNew(t, cfg(64, 64, 64, 0))
+	push(t, q, at(0), reqclass.Standard, "a", "a1")
+	push(t, q, at(0), reqclass.Standard, "a", "a2")
+	push(t, q, at(0), reqclass.Standard, "b", "b1")
+	push(t, q, at(0), reqclass.Standard, "c", "c1")
+	push(t, q, at(0), reqclass.Standard, "c", "c2")
+	e, _, _ := q.Pop(at(1)) // a1
+	if e.Payload != "a1" {
+		t.Fatalf("first %s", e.Payload)
+	}
+	e, _, _ = q.Pop(at(1)) // b1: b leaves the ring
+	if e.Payload != "b1" {
+		t.Fatalf("second %s", e.Payload)
+	}
+	push(t, q, at(1), reqclass.Standard, "d", "d1")
+	got := fmt.Sprint(drain(q, at(2)))
+	if want := "[c1 d1 a2 c2]"; got != want {
+		t.Fatalf("rest %s, want %s", got, want)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	c := cfg(8, 8, 8, 0)
+	c.MaxAge = [reqclass.Count]time.Duration{100 * time.Millisecond, 50 * time.Millisecond, 10 * time.Millisecond}
+	q := mustNew(t, c)
+	push(t, q, at(0), reqclass.Sheddable, "a", "d1")
+	push(t, q, at(0), reqclass.Standard, "a", "s1")
+	push(t, q, at(5), reqclass.Sheddable, "a", "d2")
+	push(t, q, at(0), reqclass.Critical, "a", "c1")
+	if next, ok := q.NextExpiry(); !ok || !next.Equal(at(10)) {
+		t.Fatalf("next expiry %v %v, want %v", next, ok, at(10))
+	}
+	if out := q.Expire(at(9)); len(out) != 0 {
+		t.Fatalf("expired early: %v", out)
+	}
+	out := q.Expire(at(10))
+	if len(out) != 1 || out[0].Payload != "d1" || out[0].Outcome != Expired {
+		t.Fatalf("at 10 ms: %+v, want d1 expired", out)
+	}
+	// Pop takes out what expired on the way and never dispatches it.
+	e, ok, expired := q.Pop(at(60))
+	if !ok || e.Payload != "c1" {
+		t.Fatalf("pop %v %v, want c1", e.Payload, ok)
+	}
+	if len(expired) != 2 || expired[0].Payload != "s1" || expired[1].Payload != "d2" {
+		t.Fatalf("expired %+v, want s1 and d2", expired)
+	}
+	// An earlier now is taken as the latest seen: nothing comes back.
+	if _, ok, _ := q.Pop(at(0)); ok || q.Len() != 0 {
+		t.Fatalf("queue not empty: %d", q.Len())
+	}
+	if _, ok := q.NextExpiry(); ok {
+		t.Fatal("next expiry on an empty queue")
+	}
+	// Push expires first, so expired entries free their room.
+	c2 := cfg(1, 1, 1, 0)
+	c2.MaxAge = c.MaxAge
+	q2 := mustNew(t, c2)
+	push(t, q2, at(0), reqclass.Sheddable, "a", "old")
+	out = push(t, q2, at(20), reqclass.Sheddable, "a", "new")
+	if len(out) != 1 || out[0].Payload != "old" || out[0].Outcome != Expired {
+		t.Fatalf("push out %+v, want old expired", out)
+	}
+}
+
+func TestRemoveAndStats(t *testing.T) {
+	q := mustNew(t, cfg(8, 8, 8, 0))
+	h, _, _ := q.Push(at(0), reqclass.Standard, "a", "s1")
+	push(t, q, at(1), reqclass.Standard, "b", "s2")
+	push(t, q, at(2), reqclass.Critical, "a", "c1")
+	s := q.Stats()
+	if s[reqclass.Standard].Len != 2 || s[reqclass.Standard].Tenants != 2 || !s[reqclass.Standard].Oldest.Equal(at(0)) || s[reqclass.Critical].Len != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	e, ok := q.Remove(h)
+	if !ok || e.Payload != "s1" || e.Outcome != Removed {
+		t.Fatalf("remove: %+v %v", e, ok)
+	}
+	if _, ok := q.Remove(h); ok {
+		t.Fatal("removed twice")
+	}
+	if got := fmt.Sprint(drain(q, at(3))); got != "[c1 s2]" {
+		t.Fatalf("after remove %s", got)
+	}
+	if s := q.Stats(); s[reqclass.Standard].Tenants != 0 {
+		t.Fatalf("tenants left behind: %+v", s)
+	}
+}
+
+// TestInvariantsRandom drives the queue with a deterministic mix and
+// checks the bounds after every call.
+func TestInvariantsRandom(t *testing.T) {
+	c := cfg(5, 7, 9, 12)
+	c.MaxAge = [reqclass.Count]time.Duration{40 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond}
+	q, err := New[int](c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := map[Handle]bool{}
+	x := uint32(1)
+	rnd := func(n int) int { x = x*1664525 + 1013904223; return int(x>>8) % n }
+	for step := range 5000 {
+		now := at(step)
+		var out []Entry[int]
+		switch rnd(3) {
+		case 0, 1:
+			h, o, err := q.Push(now, reqclass.Criticality(rnd(3)), fmt.Sprint(rnd(4)), step)
+			if err == nil {
+				queued[h] = true
+			}
+			out = o
+		case 2:
+			e, ok, o := q.Pop(now)
+			if ok {
+				if !queued[e.Handle] || now.Sub(e.Enqueued) >= c.MaxAge[e.Class] {
+					t.Fatalf("step %d: dispatched %+v", step, e)
+				}
+				delete(queued, e.Handle)
+			}
+			out = o
+		}
+		for _, e := range out {
+			if !queued[e.Handle] {
+				t.Fatalf("step %d: %+v left twice", step, e)
+			}
+			delete(queued, e.Handle)
+		}
+		s := q.Stats()
+		sum := 0
+		for cl, b := range s {
+			if b.Len > c.MaxLen[cl] {
+				t.Fatalf("step %d: band %d holds %d", step, cl, b.Len)
+			}
+			sum += b.Len
+		}
+		if sum != q.Len() || q.Len() > c.MaxTotal || q.Len() != len(queued) {
+			t.Fatalf("step %d: len %d sum %d tracked %d", step, q.Len(), sum, len(queued))
+		}
+	}
+}
+
+func BenchmarkPushPop(b *testing.B) {
+	q, _ := New[int](DefaultConfig())
+	tenants := []string{"a", "b", "c", "d"}
+	for i := 0; b.Loop(); i++ {
+		now := at(i)
+		_, _, _ = q.Push(now, reqclass.Criticality(i%3), tenants[i%4], i)
+		if i%2 == 1 {
+			q.Pop(now)
+			q.Pop(now)
+		}
+	}
+}
+
+// TestDispatchEligible: Dispatch keeps the dispatch order among the
+// entries the caller can serve, and moves the round-robin past the tenant
+// served.
+func TestDispatchEligible(t *testing.T) {
+	q := mustNew(t, cfg(8, 8, 8, 0))
+	push(t, q, at(0), reqclass.Critical, "a", "c-x")
+	push(t, q, at(1), reqclass.Standard, "a", "s-a1-y")
+	push(t, q, at(2), reqclass.Standard, "a", "s-a2-x")
+	push(t, q, at(3), reqclass.Standard, "b", "s-b1-x")
+	push(t, q, at(4), reqclass.Standard, "c", "s-c1-x")
+	onlyX := func(e Entry[string]) bool { return e.Payload[len(e.Payload)-1] == 'x' }
+	var got []string
+	for {
+		e, ok, _ := q.Dispatch(at(5), onlyX)
+		if !ok {
+			break
+		}
+		got = append(got, e.Payload)
+	}
+	// a's first x entry is behind its y entry; after a, b then c are due.
+	if want := "[c-x s-a2-x s-b1-x s-c1-x]"; fmt.Sprint(got) != want {
+		t.Fatalf("dispatched %v, want %s", got, want)
+	}
+	if q.Len() != 1 {
+		t.Fatalf("len %d, want the y entry left", q.Len())
+	}
+	if _, ok, _ := q.Dispatch(at(5), func(Entry[string]) bool { return false }); ok {
+		t.Fatal("dispatched what the caller refused")
+	}
+}
