@@ -1,15 +1,85 @@
 package paper
 
-// flowQueue will hold the gateway's flow-control queue
-// (gateway/flowcontrol) once that package is on main; until then the
-// isobar policy answers a saturated arrival 429 like isobar-nocrit.
-type flowQueue struct{}
+import (
+	"time"
 
-// enqueue queues saturated request i; false: not queued (429).
-func (f *fleet) enqueue(int) bool { return false }
+	"github.com/isobar-mesh/isobar/gateway/flowcontrol"
+)
 
-// dispatchQueued routes queued requests while an endpoint has room.
-func (f *fleet) dispatchQueued() {}
+// flowQueue is the gateway's flow-control queue (gateway/flowcontrol,
+// with its default bounds and ages) over request indices: the same code
+// isobar gateway runs, driven here in virtual time.
+type flowQueue = flowcontrol.Queue[int]
 
-// expireQueued answers the queued requests past their band's age.
-func (f *fleet) expireQueued() {}
+// enqueue queues saturated request i in the flow-control queue (isobar
+// with spec.flowControl) and answers 429 the entries its arrival
+// displaced or found expired. false: not queued (no flow control, the
+// request already left the queue once, or its band or the queue is full)
+// and the caller answers it 429.
+func (f *fleet) enqueue(i int) bool {
+	r := &f.reqs[i]
+	if !f.spec.flowControl || r.dequeued {
+		return false
+	}
+	if f.queue == nil {
+		q, err := flowcontrol.New[int](flowcontrol.DefaultConfig())
+		if err != nil {
+			return false // DefaultConfig is valid
+		}
+		f.queue = q
+	}
+	_, out, err := f.queue.Push(f.wall(), r.crit, tenantNames[r.tenant], i)
+	f.shedQueued(out)
+	if err != nil {
+		return false
+	}
+	r.queued = true
+	f.push(f.now+f.queue.Config().MaxAge[r.crit], evQueueExpire, 0, 0, 0)
+	return true
+}
+
+// wall is the virtual instant now as the queue's time.
+func (f *fleet) wall() time.Time { return f.base.Add(f.now) }
+
+// shedQueued answers 429 the entries that left the queue other than by
+// dispatch (evicted by a more important arrival, or expired).
+func (f *fleet) shedQueued(out []flowcontrol.Entry[int]) {
+	for _, e := range out {
+		r := &f.reqs[e.Payload]
+		r.status, r.end = statusShed, f.now
+		f.ended++
+	}
+}
+
+// dispatchQueued routes queued requests, most important band first and
+// round-robin between tenants (the queue's Pop), while some endpoint is
+// below the in-flight cap: what the gateway does when a slot frees.
+func (f *fleet) dispatchQueued() {
+	for f.queue != nil && f.queue.Len() > 0 && f.belowCapAnywhere() {
+		e, ok, expired := f.queue.Pop(f.wall())
+		f.shedQueued(expired)
+		if !ok {
+			return
+		}
+		f.reqs[e.Payload].dequeued = true
+		f.route(e.Payload)
+	}
+}
+
+// expireQueued answers 429 the queued requests past their band's age.
+func (f *fleet) expireQueued() {
+	if f.queue != nil {
+		f.shedQueued(f.queue.Expire(f.wall()))
+	}
+}
+
+// belowCapAnywhere reports whether an endpoint with a weight is below
+// the in-flight cap.
+func (f *fleet) belowCapAnywhere() bool {
+	for c, e := range f.cells {
+		if e.weight > 0 && f.active[c] < uint64(f.spec.inflightCap) {
+			return true
+		}
+	}
+	return false
+}
