@@ -1,7 +1,8 @@
 // Package paper runs the published evaluation of multi-site LLM routing —
 // calibration, SLO throughput, hardware-telemetry lead time, failover,
 // burst, capability mismatch, telemetry-exporter failure and network-aware
-// placement — for stock Envoy round-robin and least-request, isobar and
+// placement, and issue 25's overload priority and retry storm — for stock
+// Envoy round-robin and least-request, isobar and
 // an oracle, on the same requests, on several grounds at several seeds,
 // and writes the report (JSON, Markdown, PNG charts).
 //
@@ -36,10 +37,40 @@
 //     state of every engine and of the network, is lowest: the limit every
 //     policy is reported against.
 //
+// Issue 25's stages (overload that protects what matters):
+//
+//   - overload_priority runs baseline_mixed at 150 % of the fleet's
+//     measured capacity (the oracle's sustainable baseline_mixed rate at
+//     the seed, slo_throughput's figure, bisected here when that stage
+//     did not run), each request's criticality (20 % critical, 50 %
+//     standard, 30 % sheddable) and tenant (a loud one sending 5× the
+//     quiet one) drawn from a source keyed by (seed, request) of its own.
+//     The isobar policies sit behind isobar gateway's per-endpoint
+//     in-flight cap (DataPlane.MaxInflightPerEndpoint, the gateway's 64):
+//     an arrival whose every eligible endpoint is at it is saturated.
+//     isobar-nocrit answers it 429, as the gateway did before issue 25;
+//     isobar queues it in the gateway's own flow-control queue
+//     (gateway/flowcontrol with its default bounds and ages: the most
+//     important band first, round-robin between tenants, a critical
+//     arrival evicting the oldest sheddable entry), dispatched as slots
+//     free, 429 when evicted or expired. rr and lr are stock Envoy with
+//     no cap. The same demand at 75 % of capacity gives the quiet
+//     tenant's no-overload figure.
+//   - retry_storm runs baseline_mixed at 90 % of that capacity; from the
+//     end of the warm-up the nearest site's engines answer 503 (a
+//     retriable status, an external error for consecutive-5xx outlier
+//     detection) to 30 % of the requests, drawn per (request, attempt).
+//     rr, lr and isobar-static-budget keep the static retry budget; isobar
+//     runs the one the regional controller publishes, regional/xds
+//     RetryBudgetAt at the region's utilisation: its demand (requests at
+//     the ingress over the last signal window) over the measured
+//     capacity.
+//
 // # Same draws, several seeds
 //
 // Request i's random draws (arrival gap, class, lengths, frontend latency,
-// Envoy worker, network delay and jitter, load-balancer choices) come from
+// Envoy worker, network delay and jitter, load-balancer choices, and in
+// issue 25's stages its criticality, tenant and brownout draws) come from
 // sources keyed by (seed, i), and the health checks, RTT probes and
 // control-loop phases have streams of their own, so every policy sees the
 // same draws whatever it consumes. Every stage and policy runs at each
