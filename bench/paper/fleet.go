@@ -651,8 +651,11 @@ func (f *fleet) handle(ev event) error {
 	case evFault:
 		f.inject(f.spec.faults[ev.a])
 	case evWeights:
-		// ev.a indexes the pending weight snapshot carried in pending.
+		// ev.a indexes the pending weight snapshot carried in pending. As
+		// the gateway's table update, new weights offer the flow-control
+		// queue any slot they open.
 		f.applyWeights(ev.a)
+		f.dispatchQueued()
 	case evFirstByte:
 		f.clearPending(ev.a, ev.b)
 	case evDetect:

@@ -53,7 +53,10 @@ func (f *fleet) shedQueued(out []flowcontrol.Entry[int]) {
 
 // dispatchQueued routes queued requests, most important band first and
 // round-robin between tenants (the queue's Pop), while some endpoint is
-// below the in-flight cap: what the gateway does when a slot frees.
+// below the in-flight cap: what the gateway does when an attempt gives
+// its slot back or a table update opens one (gateway/flow.go, offer).
+// Every queued request may use every endpoint here, so Pop is the
+// gateway's Dispatch with every entry eligible.
 func (f *fleet) dispatchQueued() {
 	for f.queue != nil && f.queue.Len() > 0 && f.belowCapAnywhere() {
 		e, ok, expired := f.queue.Pop(f.wall())
