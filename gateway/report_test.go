@@ -113,7 +113,7 @@ func TestReporterCapsAndUndo(t *testing.T) {
 		r.addEndpoint(h, i%2 == 0, false)
 	}
 	for i := range maxReportModels + 3 {
-		r.addDemand(fmt.Sprintf("m%03d", i))
+		r.addDemand(fmt.Sprintf("m%03d", i), nil)
 	}
 	clock.Advance(2 * time.Second)
 	rep, undo := r.take()
