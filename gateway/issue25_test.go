@@ -49,12 +49,12 @@ func applyState(t *testing.T, g *testGateway, st xds.State, mod func(*route.Rout
 	}
 	for i, set := range [][]*anypb.Any{cs, es, rs} {
 		if err := g.apply(i, set, "1"); err != nil {
-			t.Fatalf("apply %s: %v", xdsclient_TypeLabel(i), err)
+			t.Fatalf("apply %s: %v", typeLabel(i), err)
 		}
 	}
 }
 
-func xdsclient_TypeLabel(i int) string { return [...]string{"cluster", "endpoint", "route"}[i] }
+func typeLabel(i int) string { return [...]string{"cluster", "endpoint", "route"}[i] }
 
 // serve sends one completion for model through g's handler from remote with
 // headers.
@@ -272,5 +272,3 @@ func TestResidencyInPick(t *testing.T) {
 		p.Close()
 	}
 }
-
-
