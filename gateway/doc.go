@@ -81,7 +81,9 @@
 //     order whose own pick succeeds. Full, evicted (a more critical arrival
 //     while the queue is full) or expired: 429 with Retry-After and
 //     xdscontract.ShedHeader queue_full, queue_evicted or queue_expired.
-//     Config.NoQueue answers 429 "saturated" at once instead. The queue is
+//     Config.NoQueue answers 429 "saturated" at once instead, as
+//     Gateway.Pick always does (Envoy bounds an ext_proc answer by its
+//     message_timeout, 200 ms by default, too short to wait in). The queue is
 //     in /metrics (isobar_gateway_queue_*) and GET /debug/queue
 //     (QueueState).
 //   - Load balancing (balancer), with no weighted-random pick anywhere.
