@@ -59,6 +59,12 @@ type clusterRT struct {
 	lb         *lbState
 }
 
+// allowedRegions is the regions a pinned cluster's metadata allows
+// (xdscontract.MetadataAllowedRegions), nil for any other cluster. The
+// decoded cluster does not carry them yet: at the merge with the xDS
+// side's decoding this returns c.policy.AllowedRegions.
+func (c *clusterRT) allowedRegions() []string { return nil }
+
 // ejectedCount counts the cluster's hosts other than h that are ejected.
 func (c *clusterRT) ejectedCount(h *hostState, nowNanos int64) (ejected, total int) {
 	for _, x := range c.all {
@@ -118,10 +124,26 @@ type pickQuery struct {
 	// gateway's region, for hosts without one) are ever picked.
 	class *classOf
 	local string
+	// regions, when set, are the cluster's own allowed regions (a pinned
+	// cluster's xdscontract.MetadataAllowedRegions): a hard limit too.
+	regions []string
 }
 
-// allowed reports whether q's residency lets h serve it.
-func (q *pickQuery) allowed(h *hostRT) bool { return q.class.allows(h, q.local) }
+// allowed reports whether q's residency (the request's set and the
+// cluster's allowed regions) lets h serve it.
+func (q *pickQuery) allowed(h *hostRT) bool {
+	if !q.class.allows(h, q.local) {
+		return false
+	}
+	if len(q.regions) == 0 {
+		return true
+	}
+	r := h.ep.Region
+	if r == "" {
+		r = q.local
+	}
+	return slices.Contains(q.regions, r)
+}
 
 // pick chooses a host of c and takes one of its in-flight slots; the
 // caller releases it. Hosts in q.exclude are avoided while another

@@ -447,6 +447,7 @@ func (g *Gateway) chooseEndpoint(cl *clusterRT, q pickQuery) (*hostRT, pickResul
 		return nil, pickOverflow
 	}
 	q.now = g.clock.Now().UnixNano()
+	q.regions = cl.allowedRegions()
 	return g.balancer.pick(cl, q)
 }
 
