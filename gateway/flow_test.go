@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -107,8 +108,17 @@ func TestQueueTenantFairness(t *testing.T) {
 	}
 	r.send("quiet", "", "quiet", "standard")
 	r.waiting(reqclass.Standard, 6)
-	if tn := r.g.QueueState()[reqclass.Standard].Tenants; tn != 2 {
-		t.Fatalf("tenants in the band: %d", tn)
+	rec := httptest.NewRecorder()
+	r.g.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/queue", nil))
+	var view struct{ Bands []QueueBand }
+	if err := json.Unmarshal(rec.Body.Bytes(), &view); err != nil || len(view.Bands) != reqclass.Count {
+		t.Fatalf("/debug/queue: %v %s", err, rec.Body)
+	}
+	if b := view.Bands[reqclass.Standard]; b.Criticality != "standard" || b.Waiting != 6 || b.Tenants != 2 || b.MaxLen != 256 {
+		t.Fatalf("/debug/queue standard band %+v", b)
+	}
+	if r.g.metric(t, "isobar_gateway_queue_requests", map[string]string{"criticality": "standard"}) != 6 {
+		t.Error("queue gauge is not 6")
 	}
 	for i := range 6 {
 		r.up.release <- struct{}{}
