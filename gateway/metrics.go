@@ -65,10 +65,9 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 		m.reports.WithLabelValues(r)
 	}
 	if reg != nil {
-		if err := promreg.Register(reg, m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration, m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks, m.xdsConnected, m.reports, m.lbFallbacks, m.untrustedHops, m.overloadRefused, m.xdsRespBytes, m.xdsRespLimit, m.xdsNearLimit, m.xdsTooLarge, collector); err != nil {
-			return nil, fmt.Errorf("gateway: register metrics: %w", err)
-		}
-		if err := promreg.Register(reg, append(m.class.collectors(), m.flow.collectors()...)...); err != nil {
+		cs := append([]prometheus.Collector{m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration, m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks, m.xdsConnected, m.reports, m.lbFallbacks, m.untrustedHops, m.overloadRefused, m.xdsRespBytes, m.xdsRespLimit, m.xdsNearLimit, m.xdsTooLarge, collector}, m.class.collectors()...)
+		cs = append(cs, m.flow.collectors()...)
+		if err := promreg.Register(reg, cs...); err != nil {
 			return nil, fmt.Errorf("gateway: register metrics: %w", err)
 		}
 	}
