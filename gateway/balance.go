@@ -59,6 +59,12 @@ type clusterRT struct {
 	lb         *lbState
 }
 
+// allowedRegions is the regions a pinned cluster's metadata allows
+// (xdscontract.MetadataAllowedRegions), nil for any other cluster. The
+// decoded cluster does not carry them yet: at the merge with the xDS
+// side's decoding this returns c.policy.AllowedRegions.
+func (c *clusterRT) allowedRegions() []string { return nil }
+
 // ejectedCount counts the cluster's hosts other than h that are ejected.
 func (c *clusterRT) ejectedCount(h *hostState, nowNanos int64) (ejected, total int) {
 	for _, x := range c.all {
@@ -113,6 +119,30 @@ type pickQuery struct {
 	// strict makes exclude a hard limit (the ext_proc subset hint): scan
 	// never falls back to an excluded host.
 	strict bool
+	// class, when pinned to a residency set, is a hard limit in every mode
+	// and every fallback: only hosts of its regions (local: this
+	// gateway's region, for hosts without one) are ever picked.
+	class *classOf
+	local string
+	// regions, when set, are the cluster's own allowed regions (a pinned
+	// cluster's xdscontract.MetadataAllowedRegions): a hard limit too.
+	regions []string
+}
+
+// allowed reports whether q's residency (the request's set and the
+// cluster's allowed regions) lets h serve it.
+func (q *pickQuery) allowed(h *hostRT) bool {
+	if !q.class.allows(h, q.local) {
+		return false
+	}
+	if len(q.regions) == 0 {
+		return true
+	}
+	r := h.ep.Region
+	if r == "" {
+		r = q.local
+	}
+	return slices.Contains(q.regions, r)
 }
 
 // pick chooses a host of c and takes one of its in-flight slots; the
@@ -145,8 +175,8 @@ func (p *balancer) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 
 // accepts reports whether h may take the request: not excluded (the
 // previous_hosts predicate), weight > 0 and below the in-flight cap.
-func (p *balancer) accepts(h *hostRT, exclude []*hostRT) bool {
-	return h.ep.Weight > 0 && !slices.Contains(exclude, h) && h.st.inflight.Load() < p.limit
+func (p *balancer) accepts(h *hostRT, q *pickQuery) bool {
+	return h.ep.Weight > 0 && q.allowed(h) && !slices.Contains(q.exclude, h) && h.st.inflight.Load() < p.limit
 }
 
 // choose is Envoy's LoadBalancerBase::chooseHost (load_balancer_impl.cc):
@@ -162,12 +192,12 @@ func (p *balancer) choose(c *clusterRT, q pickQuery) (*hostRT, bool) {
 	s.mu.Lock()
 	var h *hostRT
 	for range 1 + q.redraws {
-		if h = s.chooseOnce(p, q); h == nil || p.accepts(h, q.exclude) {
+		if h = s.chooseOnce(p, q); h == nil || p.accepts(h, &q) {
 			break
 		}
 	}
 	s.mu.Unlock()
-	if h != nil && p.accepts(h, q.exclude) {
+	if h != nil && p.accepts(h, &q) {
 		return h, false
 	}
 	return p.scan(c, q)
@@ -189,7 +219,7 @@ func (p *balancer) scan(c *clusterRT, q pickQuery) (best *hostRT, saturated bool
 	for _, step := range steps {
 		var bestN int64
 		for _, h := range c.all {
-			if h.ep.Weight == 0 || slices.Contains(step.exclude, h) || (!step.allowEjected && h.st.ejected(q.now)) {
+			if h.ep.Weight == 0 || !q.allowed(h) || slices.Contains(step.exclude, h) || (!step.allowEjected && h.st.ejected(q.now)) {
 				continue
 			}
 			n := h.st.inflight.Load()
@@ -744,7 +774,7 @@ func (s *lbState) place(p *balancer, q pickQuery, pr *priorityRT, in func(j int)
 	hosts, inputs := s.placeHosts[:0], s.placeIn[:0]
 	defer func() { s.placeHosts, s.placeIn = hosts[:0], inputs[:0] }() // reused: s.mu is held
 	for j, h := range pr.hosts {
-		if !in(j) || localities && s.localityWeighted && pr.localities[pr.locOf[j]].weight == 0 || !p.accepts(h, q.exclude) || !placeable(h, q) {
+		if !in(j) || localities && s.localityWeighted && pr.localities[pr.locOf[j]].weight == 0 || !p.accepts(h, &q) || !placeable(h, q) {
 			continue
 		}
 		hosts = append(hosts, h)

@@ -3,19 +3,22 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"github.com/isobar-mesh/isobar/residency"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/isobar-mesh/isobar/gateway/flowcontrol"
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/internal/grpcbounds"
+	"github.com/isobar-mesh/isobar/reqclass"
+	"github.com/isobar-mesh/isobar/residency"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
@@ -154,6 +157,31 @@ type Config struct {
 	// never picks an endpoint outside a request's regions, whatever its
 	// routes say. nil pins nothing.
 	Residency *residency.Config
+	// TrustedSources are the peers (CIDR prefixes) whose
+	// xdscontract.CriticalityHeader "critical" (or objective mapped to
+	// critical) is believed; from any other peer it is lowered to standard
+	// (class.go). A request proven forwarded by another isobar gateway (the
+	// hop proof) keeps its class wherever it comes from. Default none: a
+	// gateway cannot tell an authenticating proxy in front of it from a
+	// client, so no client may promote itself until the operator names the
+	// proxies that set the header (--trusted-sources).
+	TrustedSources []netip.Prefix
+	// ObjectivePriority maps Inference Extension objective names
+	// (xdscontract.ObjectiveHeader) to their priority, read through
+	// reqclass.FromPriority when a request has no criticality header.
+	// Default none: an objective is then standard (and counted).
+	ObjectivePriority map[string]int
+	// MaxTenants bounds the distinct tenants the gateway tracks for
+	// fairness and labels; later ones share reqclass.OtherTenant. Default
+	// reqclass.DefaultMaxTenants.
+	MaxTenants int
+	// Queue bounds the flow-control queue requests wait in while every
+	// eligible endpoint is at MaxInflightPerEndpoint (package
+	// gateway/flowcontrol). Zero: flowcontrol.DefaultConfig().
+	Queue flowcontrol.Config
+	// NoQueue answers such requests 429 at once instead (the behaviour
+	// before flow control).
+	NoQueue bool
 }
 
 func (c Config) withDefaults() Config {
@@ -213,6 +241,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
+	}
+	if c.MaxTenants == 0 {
+		c.MaxTenants = reqclass.DefaultMaxTenants
+	}
+	if c.Queue == (flowcontrol.Config{}) {
+		c.Queue = flowcontrol.DefaultConfig()
 	}
 	return c
 }
@@ -278,6 +312,20 @@ func (c Config) validate() error {
 	}
 	if c.MaxBackoff < c.MinBackoff {
 		return bad("MaxBackoff %v is below MinBackoff %v", c.MaxBackoff, c.MinBackoff)
+	}
+	return c.validateClasses(bad)
+}
+
+// validateClasses checks the request-class and queue settings.
+func (c Config) validateClasses(bad func(string, ...any) error) error {
+	if c.MaxTenants < 1 || c.MaxTenants > 1<<16 {
+		return bad("MaxTenants %d outside [1, 65536]", c.MaxTenants)
+	}
+	if len(c.ObjectivePriority) > 1024 {
+		return bad("ObjectivePriority maps %d objectives, at most 1024", len(c.ObjectivePriority))
+	}
+	if err := c.Queue.Validate(); err != nil {
+		return bad("Queue: %v", err)
 	}
 	return nil
 }

@@ -47,7 +47,45 @@
 //     (chunked bodies included); the controller's routes turn it into a
 //     token need at 4 bytes per token when x-isobar-prompt-tokens is absent
 //     (xdscontract.BytesPerToken). The route's fault abort sheds its share of
-//     requests with a JSON error of its status (429).
+//     requests with a JSON error of its status (429, with Retry-After and
+//     xdscontract.ShedHeader "plan"); the controller's per-criticality
+//     routes carry their own share, so a sheddable-only share sheds only
+//     sheddable requests.
+//   - The request class (class.go), settled before the route is matched, by
+//     the proxy and Gateway.Pick alike (classify, one function): the
+//     criticality from xdscontract.CriticalityHeader, else the Inference
+//     Extension objective (xdscontract.ObjectiveHeader) through
+//     Config.ObjectivePriority and reqclass.FromPriority, else standard
+//     (unknown or repeated values standard and counted); "critical" kept
+//     only from Config.TrustedSources (default none) or with a valid hop
+//     proof, else lowered to standard and counted; the tenant
+//     (xdscontract.TenantHeader) normalised and bounded (reqclass), bucketed
+//     for fairness among at most Config.MaxTenants; the residency set
+//     Config.Residency.Lookup(tenant, model). The headers are rewritten
+//     canonically (criticality always set, tenant normalised, the residency
+//     header set from the gateway's own config or removed) so that routes
+//     match the gateway's decision and the next hop reads it.
+//   - Residency: a request with a residency set is never sent to an
+//     endpoint whose region (this gateway's for one without) the set does
+//     not allow, in every --lb mode, every fallback (the scan, ejected
+//     hosts, retries to tried hosts, priority spill) and in Gateway.Pick,
+//     whatever the routes say: the pick treats such hosts as absent. When
+//     none is left the answer is 503 naming the set and its regions
+//     (isobar_gateway_residency_refused_total).
+//   - Flow control (flow.go, package gateway/flowcontrol): a request whose
+//     first pick finds every eligible endpoint at MaxInflightPerEndpoint
+//     waits in one bounded queue (bands by criticality, round-robin between
+//     tenant buckets within a band, Config.Queue's length, total and age
+//     bounds) instead of being answered 429; each slot an attempt gives
+//     back, and each table update, dispatches the first waiter in that
+//     order whose own pick succeeds. Full, evicted (a more critical arrival
+//     while the queue is full) or expired: 429 with Retry-After and
+//     xdscontract.ShedHeader queue_full, queue_evicted or queue_expired.
+//     Config.NoQueue answers 429 "saturated" at once instead, as
+//     Gateway.Pick always does (Envoy bounds an ext_proc answer by its
+//     message_timeout, 200 ms by default, too short to wait in). The queue is
+//     in /metrics (isobar_gateway_queue_*) and GET /debug/queue
+//     (QueueState).
 //   - Load balancing (balancer), with no weighted-random pick anywhere.
 //     LBXDS behaves as stock Envoy on the same resources, citing its
 //     source (load_balancer_impl.cc, locality_wrr.cc, round_robin_lb.h,
@@ -150,7 +188,9 @@
 //     Config.ReportInterval with per-endpoint deltas (requests; errors =
 //     connect failures, resets, timeouts and 5xx; rejected = 4xx) and the
 //     client-originated demand per model (requests without a proven hop
-//     header that matched a route) with the share refused with 429. Deltas that
+//     header that matched a route) with the share refused with 429, and
+//     its slices by (criticality, residency set), at most 64 per model,
+//     adding up to the model's demand; never tenants. Deltas that
 //     could not be sent roll into the next report; Stop sends a final one.
 //   - Metrics (isobar_gateway_*) on the injected registry, per-endpoint
 //     series dropped when the endpoint leaves the configuration.
@@ -164,7 +204,11 @@
 // A Gateway owns, between Start and Stop: three subscription goroutines
 // (xdsclient.Subscription, each the only reader of its stream), one
 // reporter goroutine, the HTTP server's Serve goroutine and its handler
-// goroutines. Subscriptions apply
+// goroutines. A request waiting in the flow-control queue blocks its own
+// handler goroutine on a 1-buffered channel written once by whichever
+// goroutine takes it out of the queue (flowQueue.mu guards the queue;
+// picks made under it take cluster mutexes inside it, never the reverse).
+// Subscriptions apply
 // updates under one mutex that rebuilds the table and publishes it through
 // an atomic pointer; handlers read the table without locks and share
 // atomics (in-flight, pending-token, active and retry counts, ejection

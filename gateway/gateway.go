@@ -21,6 +21,7 @@ import (
 	"github.com/isobar-mesh/isobar/gateway/prefix"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
+	"github.com/isobar-mesh/isobar/reqclass"
 )
 
 // Gateway is an HTTP data plane that routes OpenAI-compatible requests as
@@ -40,6 +41,8 @@ type Gateway struct {
 	bufs      sync.Pool
 	hop       hopAuth
 	inflight  atomic.Int64 // completion requests held, against Config.MaxInflightRequests
+	tenants   *reqclass.Tenants
+	flow      *flowQueue // nil with Config.NoQueue
 
 	tbl atomic.Pointer[table]
 
@@ -92,6 +95,12 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.m.xdsRespLimit.Set(float64(cfg.MaxXDSMessageBytes))
+	g.tenants = reqclass.NewTenants(cfg.MaxTenants)
+	if !cfg.NoQueue {
+		if g.flow, err = newFlowQueue(cfg.Queue, g.clock, g.m.flow); err != nil {
+			return nil, err
+		}
+	}
 	g.rep = newReporter(cfg, g.clock, g.log, g.m)
 	if deps.Transport != nil {
 		g.transport = deps.Transport
@@ -106,6 +115,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		mux.HandleFunc("GET /v1/models", g.handleModels)
 	}
 	mux.HandleFunc("GET /health", g.handleHealth)
+	mux.HandleFunc("GET /debug/queue", g.handleQueue)
 	if deps.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}))
 	}
@@ -316,6 +326,7 @@ func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
 		g.m.xdsNacks.WithLabelValues(label).Inc()
 		return err
 	}
+	defer g.offer(0) // new endpoints may take queued requests (after the unlock)
 	g.cfgMu.Lock()
 	defer g.cfgMu.Unlock()
 	switch label {

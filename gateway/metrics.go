@@ -33,6 +33,8 @@ type metrics struct {
 	xdsRespLimit     prometheus.Gauge
 	xdsNearLimit     *prometheus.CounterVec // type
 	xdsTooLarge      *prometheus.CounterVec // type
+	class            *classMetrics
+	flow             *flowMetrics
 }
 
 // xdsNearLimitFraction is the share of Config.MaxXDSMessageBytes above
@@ -48,6 +50,7 @@ var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1
 func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*metrics, error) {
 	m := newProxyMetrics()
 	m.addXDSMetrics()
+	m.class, m.flow = newClassMetrics(), newFlowMetrics()
 	for _, r := range hopReasons {
 		m.untrustedHops.WithLabelValues(r)
 	}
@@ -62,7 +65,9 @@ func newMetrics(reg prometheus.Registerer, collector prometheus.Collector) (*met
 		m.reports.WithLabelValues(r)
 	}
 	if reg != nil {
-		if err := promreg.Register(reg, m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration, m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks, m.xdsConnected, m.reports, m.lbFallbacks, m.untrustedHops, m.overloadRefused, m.xdsRespBytes, m.xdsRespLimit, m.xdsNearLimit, m.xdsTooLarge, collector); err != nil {
+		cs := append([]prometheus.Collector{m.requests, m.upstreamRequests, m.upstreamErrors, m.ttft, m.duration, m.retries, m.retriesRefused, m.ejections, m.shed, m.inflight, m.badRequests, m.xdsUpdates, m.xdsNacks, m.xdsConnected, m.reports, m.lbFallbacks, m.untrustedHops, m.overloadRefused, m.xdsRespBytes, m.xdsRespLimit, m.xdsNearLimit, m.xdsTooLarge, collector}, m.class.collectors()...)
+		cs = append(cs, m.flow.collectors()...)
+		if err := promreg.Register(reg, cs...); err != nil {
 			return nil, fmt.Errorf("gateway: register metrics: %w", err)
 		}
 	}

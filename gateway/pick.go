@@ -41,6 +41,10 @@ type PickRequest struct {
 	// Start is when the request began (its time to first byte is observed
 	// from it).
 	Start time.Time
+	// Source is the client's address (host:port or an address) when the
+	// data plane knows it; "" is unknown, hence not among
+	// Config.TrustedSources (only a hop proof then keeps "critical").
+	Source string
 }
 
 // Refusal is the gateway's answer to a request it does not pick an
@@ -95,13 +99,14 @@ func (g *Gateway) Pick(r PickRequest) (*Pick, *Refusal) {
 	if r.Body != nil {
 		chain = g.promptChain(r.Body)
 	}
-	h, ref := g.pickEndpoint(rt, &r, pickQuery{tokens: tokens, chain: chain})
+	h, ref := g.pickEndpoint(rt, &r, pickQuery{tokens: tokens, chain: chain, class: &rt.class, local: g.cfg.Region})
 	if ref != nil {
 		return nil, ref
 	}
 	p := &Pick{g: g, a: g.startAttempt(rt.cl, h, g.sendTokens(h, tokens, chain)), cl: rt.cl, model: rt.label, tokens: tokens, start: r.Start}
 	p.holdFrom = p.a.sent
 	g.pickHeaders(p, h, rt.hop, rt.removed)
+	p.Set = append(p.Set, rt.classSet...)
 	return p, nil
 }
 
@@ -111,6 +116,11 @@ type pickedRoute struct {
 	label   string   // the model label of metrics and reports
 	hop     bool     // the hop header's proof held
 	removed []string // headers to remove from the proxy's copy of the request
+	// class is the request's class; classSet the class headers to set on
+	// the proxy's copy of the request (classify's rewrite; the ones it
+	// removed are in removed).
+	class    classOf
+	classSet [][2]string
 }
 
 // pickRoute matches r to its route and cluster as handleGenerate does.
@@ -124,6 +134,10 @@ func (g *Gateway) pickRoute(r *PickRequest) (pickedRoute, *Refusal) {
 	// the request, so that neither this pick nor the proxy's route treats
 	// the request as forwarded.
 	hop, removed := g.trustHop(r.Header, t.internalOnly)
+	// The class headers are settled and rewritten before the match, as
+	// handleGenerate does; the proxy's copy gets the same rewrite.
+	class, classSet, classRemoved := g.classify(r.Header, r.Source, hop, r.Model)
+	removed = append(removed, classRemoved...)
 	var rt *xdsclient.Route
 	if vh := xdsclient.SelectVirtualHost(t.vhosts, strings.ToLower(r.Authority)); vh != nil {
 		rt = xdsclient.MatchRoute(vh, r.Path, r.Match)
@@ -131,7 +145,7 @@ func (g *Gateway) pickRoute(r *PickRequest) (pickedRoute, *Refusal) {
 	if rt == nil {
 		return pickedRoute{}, refusal("not_found", http.StatusNotFound, fmt.Sprintf("no route for model %q", truncate.String(r.Model, maxModelNameLen)), nil)
 	}
-	p := pickedRoute{label: rt.Model, hop: hop, removed: removed}
+	p := pickedRoute{label: rt.Model, hop: hop, removed: removed, class: class, classSet: classSet}
 	if p.label == "" {
 		p.label = t.soleModel
 	}
@@ -139,7 +153,7 @@ func (g *Gateway) pickRoute(r *PickRequest) (pickedRoute, *Refusal) {
 		p.label = "unknown"
 	}
 	if !hop {
-		g.rep.addDemand(p.label)
+		g.rep.addDemand(p.label, &p.class)
 	}
 	// The route's fault abort, drawn as handleGenerate draws it.
 	if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
@@ -160,7 +174,7 @@ func (g *Gateway) pickRoute(r *PickRequest) (pickedRoute, *Refusal) {
 func (g *Gateway) pickShed(p pickedRoute, reason, header string) http.Header {
 	g.m.shed.WithLabelValues(p.label, reason).Inc()
 	if !p.hop {
-		g.rep.addShed(p.label)
+		g.rep.addShed(p.label, &p.class)
 	}
 	return http.Header{xdscontract.ShedHeader: {header}}
 }
@@ -182,6 +196,9 @@ func (g *Gateway) pickEndpoint(p pickedRoute, r *PickRequest, q pickQuery) (*hos
 		return nil, refusal("unavailable", http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open", nil)
 	case h == nil && res == pickSaturated:
 		return nil, refusal("saturated", http.StatusTooManyRequests, "every endpoint is at its in-flight limit; retry later", g.pickShed(p, "saturated", "saturated"))
+	case h == nil && p.class.set != "" && res == pickNoHost:
+		g.m.class.residency.Inc()
+		return nil, refusal("unavailable", http.StatusServiceUnavailable, p.class.residencyMessage(), nil)
 	case h == nil && r.Allow != nil:
 		return nil, refusal("unavailable", http.StatusServiceUnavailable, "no endpoint of the proxy's subset hint is eligible", nil)
 	case h == nil:

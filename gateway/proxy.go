@@ -145,7 +145,7 @@ func (g *Gateway) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	defer cutStalledWrites(ctx, w)()
 	tokens := placement.PromptTokens(r.Header, len(body))
-	q.out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), q.rt, cl, q.out.model, start, func() { q.shed("saturated") })
+	q.out.status = g.proxy(ctx, w, r, body, tokens, g.promptChain(body), q.rt, cl, q.out.model, start, &q.class, q.shed)
 }
 
 // generation is one completion request on its way through handleGenerate,
@@ -156,6 +156,8 @@ type generation struct {
 	r   *http.Request
 	out outcome
 	hop bool // the hop header's proof held (set by route)
+	// class is the request's class (set by route: classify).
+	class classOf
 	// t and rt are the table and the route the request matched (route).
 	t  *table
 	rt *xdsclient.Route
@@ -171,7 +173,7 @@ func (q *generation) shed(reason string) {
 	}
 	q.g.m.shed.WithLabelValues(q.out.model, reason).Inc()
 	if !q.hop {
-		q.g.rep.addShed(q.out.model)
+		q.g.rep.addShed(q.out.model, &q.class)
 	}
 }
 
@@ -197,6 +199,10 @@ func (q *generation) route(model string, bodyLen int) bool {
 	// Only an authenticated isobar gateway's request keeps the hop header
 	// (hop.go); anyone else's is routed, shed and counted as a client's.
 	q.hop, _ = g.trustHop(r.Header, q.t.internalOnly)
+	// The class headers are settled and rewritten before the match, so
+	// that the per-criticality and residency routes see the gateway's
+	// decision, not the client's claim.
+	q.class, _, _ = g.classify(r.Header, r.RemoteAddr, q.hop, model)
 	view := newRequestView(r, g.cfg.ModelHeader, model, bodyLen)
 	if vh := xdsclient.SelectVirtualHost(q.t.vhosts, strings.ToLower(r.Host)); vh != nil {
 		q.rt = xdsclient.MatchRoute(vh, r.URL.RequestURI(), view)
@@ -213,7 +219,7 @@ func (q *generation) route(model string, bodyLen int) bool {
 		q.out.model = "unknown"
 	}
 	if !q.hop {
-		g.rep.addDemand(q.out.model)
+		g.rep.addDemand(q.out.model, &q.class)
 	}
 	if q.rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < q.rt.AbortPerMillion {
 		if q.rt.AbortStatus == http.StatusTooManyRequests {
@@ -301,13 +307,19 @@ type attempt struct {
 	closed bool
 	sent   time.Time        // when the attempt was sent (injected clock)
 	now    func() time.Time // the gateway's clock
+	// freed, when set, is called once the attempt has given its slot back
+	// (the flow-control queue's offer).
+	freed func()
 }
 
 // proxy sends the request to the cluster, retrying per the route's policy
 // within the cluster's budget, and relays the answer. It returns the status
-// sent; saturated is called before a 429 for saturation is written.
+// sent. c is the request's class: its residency limits every pick, and
+// when its first pick finds every eligible endpoint saturated it waits in
+// the flow-control queue (flow.go); shed is called with the reason
+// before a 429 the gateway writes itself.
 func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, tokens int64, chain []uint64, rt *xdsclient.Route,
-	cl *clusterRT, model string, start time.Time, saturated func()) int {
+	cl *clusterRT, model string, start time.Time, c *classOf, shed func(reason string)) int {
 	var tried []*hostRT
 	var last *attempt
 	retrySlot := false // this request holds one of the cluster's retry slots
@@ -324,19 +336,24 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		release()
 	}()
 	for n := 1; ; n++ {
-		q := pickQuery{tokens: tokens, chain: chain}
+		q := pickQuery{tokens: tokens, chain: chain, class: c, local: g.cfg.Region}
 		if rt.Retry.PreviousHosts {
 			q.exclude, q.redraws = tried, rt.Retry.HostSelectionRetries
 		}
 		h, res := g.chooseEndpoint(cl, q)
+		if h == nil && res == pickSaturated && last == nil {
+			var status int
+			if h, res, status = g.queueOrShed(ctx, w, cl, q, c, shed); status != 0 {
+				return status
+			}
+		}
 		if res == pickOverflow {
 			return g.relayFailure(w, last, http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open")
 		}
 		if h == nil {
-			if res == pickSaturated && last == nil {
-				saturated()
-				writeError(w, http.StatusTooManyRequests, "every endpoint is at its in-flight limit; retry later")
-				return http.StatusTooManyRequests
+			if c.set != "" && last == nil && res == pickNoHost {
+				g.m.class.residency.Inc()
+				return g.relayFailure(w, nil, http.StatusServiceUnavailable, c.residencyMessage())
 			}
 			return g.relayFailure(w, last, http.StatusServiceUnavailable, "no healthy upstream")
 		}
@@ -368,6 +385,43 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 }
 
+// queueOrShed handles a first pick that found every eligible endpoint
+// saturated: it waits in the flow-control queue (wait) unless flow
+// control is off, and answers the request itself when that ends without
+// an endpoint: 429 with Retry-After and the shed header naming the cause
+// (saturated, queue_full, queue_evicted, queue_expired), 504 when the
+// route's timeout ended the wait, nothing (499) when the client left.
+// status 0: proceed with h and res.
+func (g *Gateway) queueOrShed(ctx context.Context, w http.ResponseWriter, cl *clusterRT, q pickQuery, c *classOf, shed func(string)) (*hostRT, pickResult, int) {
+	reason := "saturated"
+	if g.flow != nil {
+		h, res, why := g.wait(ctx, cl, q, c)
+		if why == "" {
+			return h, res, 0
+		}
+		reason = why
+	}
+	switch {
+	case reason == "canceled" && errors.Is(ctx.Err(), context.Canceled):
+		return nil, pickSaturated, statusClientClosed
+	case reason == "canceled":
+		writeError(w, http.StatusGatewayTimeout, "upstream request timeout while queued for an endpoint")
+		return nil, pickSaturated, http.StatusGatewayTimeout
+	}
+	shed(reason)
+	msg := "every endpoint is at its in-flight limit; retry later"
+	switch reason {
+	case shedQueueFull:
+		msg = "every endpoint is at its in-flight limit and the " + c.crit.String() + " queue is full; retry later"
+	case shedQueueEvicted:
+		msg = "every endpoint is at its in-flight limit and a more critical request took this one's place in the queue; retry later"
+	case shedQueueExpired:
+		msg = "every endpoint stayed at its in-flight limit for the " + c.crit.String() + " queue's longest wait; retry later"
+	}
+	writeError(w, http.StatusTooManyRequests, msg)
+	return nil, pickSaturated, http.StatusTooManyRequests
+}
+
 // sendTokens is the prompt tokens an attempt to h adds to h's pending
 // count: with prefix affinity, those h is not expected to hold cached;
 // the prompt's blocks are then recorded as sent to h.
@@ -393,6 +447,7 @@ func (g *Gateway) chooseEndpoint(cl *clusterRT, q pickQuery) (*hostRT, pickResul
 		return nil, pickOverflow
 	}
 	q.now = g.clock.Now().UnixNano()
+	q.regions = cl.allowedRegions()
 	return g.balancer.pick(cl, q)
 }
 
@@ -403,6 +458,9 @@ func (g *Gateway) chooseEndpoint(cl *clusterRT, q pickQuery) (*hostRT, pickResul
 // both count a request through it, so the two account alike.
 func (g *Gateway) startAttempt(cl *clusterRT, h *hostRT, tokens int64) *attempt {
 	a := &attempt{h: h, tokens: tokens, sent: g.clock.Now(), now: g.clock.Now}
+	if g.flow != nil {
+		a.freed = g.offerOne
+	}
 	h.st.addPending(a)
 	cl.st.active.Add(1)
 	a.cancel = func() { cl.st.active.Add(-1) }
@@ -453,6 +511,9 @@ func (a *attempt) close() {
 	}
 	a.h.st.release()
 	a.resp, a.cancel = nil, nil
+	if a.freed != nil {
+		a.freed()
+	}
 }
 
 // connectTimeoutKey carries a cluster's connect timeout to the dialer.

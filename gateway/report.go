@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/isobar-mesh/isobar/internal/backoff"
 	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/reqclass"
 )
 
 // Bounds of one DataPlaneReport (dataplane.proto). What does not fit waits
@@ -24,13 +26,87 @@ import (
 const (
 	maxReportEndpoints = 4096
 	maxReportModels    = 64
+	// maxReportSlices bounds a model's slices (dataplane.proto: at most
+	// 64). Pinned slices beyond maxReportSlices - reqclass.Count are
+	// counted in their criticality's unpinned slice (and in
+	// isobar_gateway_request_class_anomalies_total{reason="pooled_slice"}),
+	// so the unpinned ones always fit and the slices always add up to the
+	// model's requests.
+	maxReportSlices = 64
 )
 
 type epKey struct{ cell, addr string }
 
 type epCounts struct{ requests, errors, rejected uint64 }
 
-type demandCounts struct{ requests, shed uint64 }
+// sliceKey is one slice of a model's demand: criticality and residency
+// set.
+type sliceKey struct {
+	crit reqclass.Criticality
+	set  string
+}
+
+type sliceCounts struct{ requests, shed uint64 }
+
+type demandCounts struct {
+	requests, shed uint64
+	slices         map[sliceKey]*sliceCounts
+}
+
+// slice is the counts of c's slice, pooled into the unpinned slice of its
+// criticality past the bound.
+func (d *demandCounts) slice(c *classOf, pooled func()) *sliceCounts {
+	k := sliceKey{reqclass.Standard, ""}
+	if c != nil {
+		k = sliceKey{c.crit, c.set}
+	}
+	if d.slices == nil {
+		d.slices = make(map[sliceKey]*sliceCounts)
+	}
+	x := d.slices[k]
+	if x == nil && k.set != "" && len(d.slices) >= maxReportSlices-reqclass.Count {
+		pooled()
+		k.set = ""
+		x = d.slices[k]
+	}
+	if x == nil {
+		x = &sliceCounts{}
+		d.slices[k] = x
+	}
+	return x
+}
+
+// add merges o into d.
+func (d *demandCounts) add(o demandCounts) {
+	d.requests += o.requests
+	d.shed += o.shed
+	for k, v := range o.slices {
+		x := d.slice(&classOf{crit: k.crit, set: k.set}, func() {})
+		x.requests += v.requests
+		x.shed += v.shed
+	}
+}
+
+// proto is the model's demand on the wire, slices sorted by criticality
+// then set.
+func (d *demandCounts) proto(model string) *isobarpb.ModelDemand {
+	md := &isobarpb.ModelDemand{Model: model, Requests: d.requests, Shed: d.shed}
+	keys := make([]sliceKey, 0, len(d.slices))
+	for k := range d.slices {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b sliceKey) int {
+		if a.crit != b.crit {
+			return int(a.crit) - int(b.crit)
+		}
+		return strings.Compare(a.set, b.set)
+	})
+	for _, k := range keys {
+		v := d.slices[k]
+		md.Slices = append(md.Slices, &isobarpb.SliceDemand{Criticality: k.crit.Proto(), Residency: k.set, Requests: v.requests, Shed: v.shed})
+	}
+	return md
+}
 
 // errFlushed ends a report session after the final report.
 var errFlushed = errors.New("gateway: final report sent")
@@ -84,13 +160,25 @@ func (r *reporter) addEndpoint(h *hostRT, isErr, rejected bool) {
 	}
 }
 
-// addDemand counts one client-originated request for model.
-func (r *reporter) addDemand(model string) {
-	r.updateDemand(model, func(d *demandCounts) { d.requests++ })
+// addDemand counts one client-originated request for model, of class c
+// (nil: standard, unpinned).
+func (r *reporter) addDemand(model string, c *classOf) {
+	r.updateDemand(model, func(d *demandCounts) {
+		d.requests++
+		d.slice(c, r.pooled).requests++
+	})
 }
 
-// addShed counts one client-originated request for model refused with 429.
-func (r *reporter) addShed(model string) { r.updateDemand(model, func(d *demandCounts) { d.shed++ }) }
+// addShed counts one client-originated request for model, of class c,
+// refused with 429.
+func (r *reporter) addShed(model string, c *classOf) {
+	r.updateDemand(model, func(d *demandCounts) {
+		d.shed++
+		d.slice(c, r.pooled).shed++
+	})
+}
+
+func (r *reporter) pooled() { r.m.class.anomalies.WithLabelValues(classPooledSlice).Inc() }
 
 func (r *reporter) updateDemand(model string, fn func(*demandCounts)) {
 	r.mu.Lock()
@@ -149,7 +237,7 @@ func (r *reporter) take() (rep *isobarpb.DataPlaneReport, undo func()) {
 	takenDemand := make(map[string]demandCounts, min(len(models), maxReportModels))
 	for _, m := range models[:min(len(models), maxReportModels)] {
 		d := r.demand[m]
-		rep.Demand = append(rep.Demand, &isobarpb.ModelDemand{Model: m, Requests: d.requests, Shed: d.shed})
+		rep.Demand = append(rep.Demand, d.proto(m))
 		takenDemand[m] = *d
 		delete(r.demand, m)
 	}
@@ -174,8 +262,7 @@ func (r *reporter) take() (rep *isobarpb.DataPlaneReport, undo func()) {
 				x = &demandCounts{}
 				r.demand[m] = x
 			}
-			x.requests += d.requests
-			x.shed += d.shed
+			x.add(d)
 		}
 		r.lastAt = prevAt
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/reqclass"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 
@@ -113,7 +114,7 @@ func TestReporterCapsAndUndo(t *testing.T) {
 		r.addEndpoint(h, i%2 == 0, false)
 	}
 	for i := range maxReportModels + 3 {
-		r.addDemand(fmt.Sprintf("m%03d", i))
+		r.addDemand(fmt.Sprintf("m%03d", i), nil)
 	}
 	clock.Advance(2 * time.Second)
 	rep, undo := r.take()
@@ -130,4 +131,50 @@ func TestReporterCapsAndUndo(t *testing.T) {
 	if len(rep.GetEndpoints()) != 10 || len(rep.GetDemand()) != 3 || rep.GetIntervalSeconds() != 0 {
 		t.Fatalf("remainder: %d endpoints, %d models", len(rep.GetEndpoints()), len(rep.GetDemand()))
 	}
+}
+
+// A model's demand is reported by (criticality, residency set), the
+// slices adding up to the model's requests, at most maxReportSlices per
+// model (pinned ones past the bound counted in their criticality's
+// unpinned slice), and a failed send puts the slices back.
+func TestReporterSlices(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	m, err := newMetrics(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReporter(Config{NodeID: "n", Region: "r", ReportInterval: time.Second}.withDefaults(), clock, testLogger(t), m)
+	r.addDemand("m", &classOf{crit: reqclass.Critical, set: "eu"})
+	r.addDemand("m", &classOf{crit: reqclass.Critical, set: "eu"})
+	r.addShed("m", &classOf{crit: reqclass.Critical, set: "eu"})
+	r.addDemand("m", &classOf{crit: reqclass.Sheddable})
+	r.addShed("m", &classOf{crit: reqclass.Sheddable})
+	r.addDemand("m", nil)
+	for i := range 100 {
+		r.addDemand("m", &classOf{crit: reqclass.Standard, set: fmt.Sprintf("s%03d", i)})
+	}
+	rep, undo := r.take()
+	check := func(rep *isobarpb.DataPlaneReport) {
+		t.Helper()
+		d := rep.GetDemand()[0]
+		if len(d.GetSlices()) > maxReportSlices {
+			t.Fatalf("%d slices", len(d.GetSlices()))
+		}
+		var sum, shed uint64
+		for _, s := range d.GetSlices() {
+			sum += s.GetRequests()
+			shed += s.GetShed()
+		}
+		if sum != d.GetRequests() || d.GetRequests() != 104 || shed != d.GetShed() || shed != 2 {
+			t.Fatalf("slices add to %d/%d, model %d/%d", sum, shed, d.GetRequests(), d.GetShed())
+		}
+		first := d.GetSlices()[0]
+		if first.GetCriticality() != isobarpb.Criticality_CRITICALITY_CRITICAL || first.GetResidency() != "eu" || first.GetRequests() != 2 || first.GetShed() != 1 {
+			t.Fatalf("first slice %v", first)
+		}
+	}
+	check(rep)
+	undo()
+	rep, _ = r.take()
+	check(rep)
 }

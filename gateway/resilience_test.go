@@ -185,12 +185,13 @@ func TestOutlierEjectionAndReadmission(t *testing.T) {
 	}
 }
 
-// When every endpoint is at its in-flight cap the gateway answers 429 at
-// once, and serves again when one frees up.
+// When every endpoint is at its in-flight cap the gateway without flow
+// control (NoQueue) answers 429 at once, and serves again when one frees
+// up.
 func TestSaturationAnswers429(t *testing.T) {
 	up := &gatedUpstream{status: http.StatusOK, firstGate: make(chan struct{}), retryGate: make(chan struct{})}
 	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model, endpointOf(t, "slow", startHTTP(t, up), 1, 0)))
-	g := startGateway(t, ctrl, Config{MaxInflightPerEndpoint: 2}, Deps{})
+	g := startGateway(t, ctrl, Config{MaxInflightPerEndpoint: 2, NoQueue: true}, Deps{})
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {

@@ -113,6 +113,7 @@ type dataPlaneFlags struct {
 	tf           transportFlags
 	hopKeyFile   string
 	xdsMaxCells  int
+	class        classFlags
 }
 
 // add registers the shared flags on cmd: --lb defaults to lbDefault, and
@@ -139,6 +140,7 @@ func (d *dataPlaneFlags) add(cmd *cobra.Command, lbDefault, certHelp string) {
 	f.StringVar(&d.tlsFiles.CA, "tls-ca", "", "CA bundle (PEM) that verifies the controller (and, for the picker, its clients)")
 	f.StringVar(&d.serverName, "tls-server-name", "", "name to verify in the controller's certificate (default: host of --controller)")
 	d.tf.add(cmd)
+	d.class.add(cmd)
 }
 
 // setup checks the shared flags and returns the process logger and the
@@ -178,6 +180,9 @@ func (d *dataPlaneFlags) setup(cmd *cobra.Command, ro *rootOpts) (*slog.Logger, 
 		return nil, nil, usageError{fmt.Errorf("--xds-max-cells %d: want the controller's --max-cells, >= 1", d.xdsMaxCells)}
 	}
 	d.cfg.MaxXDSMessageBytes = xdscontract.MaxXDSMessageBytes(d.xdsMaxCells)
+	if err := d.class.apply(&d.cfg); err != nil {
+		return nil, nil, usageError{err}
+	}
 	if d.hopKeyFile != "" {
 		// The file's bytes as they are: a binary key is not trimmed.
 		key, err := os.ReadFile(d.hopKeyFile)

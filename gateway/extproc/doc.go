@@ -18,7 +18,11 @@
 //     subset hint envoy.lb.subset_hint a strict exclusion, and counted
 //     with startAttempt: in flight until the stream ends, prompt tokens
 //     pending until the first response body chunk), consumed through the
-//     one-method interface picker. The response's status, first byte and
+//     one-method interface picker. The request's class is read by the
+//     gateway's own function (criticality, tenant, residency; the client's
+//     address for --trusted-sources from Envoy's source.address request
+//     attribute, when the filter sends it) and Envoy's copy of the request
+//     gets the canonical class headers. The response's status, first byte and
 //     end are recorded on the held gateway.Pick as the proxy records them.
 //   - The parsing of what Envoy sends (parse.go): header maps, seen as the
 //     route matcher sees an HTTP request, and the subset hint, with bounds

@@ -185,6 +185,7 @@ type epStream struct {
 	seen              bool // a message has arrived
 
 	req     *epHeaders    // nil until the request headers
+	source  string        // the client's address (the source.address attribute), "" unknown
 	hint    *subset       // the subset hint, nil when the proxy sent none
 	hadDest bool          // the client sent xdscontract.DestinationEndpointHeader itself
 	body    []byte        // FULL_DUPLEX_STREAMED: the body so far
@@ -212,6 +213,7 @@ func (s *epStream) handle(req *extprocpb.ProcessingRequest) error {
 	}
 	switch r := req.GetRequest().(type) {
 	case *extprocpb.ProcessingRequest_RequestHeaders:
+		s.source = sourceAddress(req.GetAttributes())
 		return s.requestHeaders(r.RequestHeaders, req.GetMetadataContext())
 	case *extprocpb.ProcessingRequest_RequestBody:
 		return s.requestBody(r.RequestBody)
@@ -365,7 +367,7 @@ func (s *epStream) decide(body []byte, bodyLen int, lenKnown bool) decision {
 	}
 	v.model = model
 	r := gateway.PickRequest{Match: v, Header: v.hdr, Authority: v.authority, Path: v.path, Model: model,
-		Body: body, BodyLen: bodyLen, Start: s.start}
+		Body: body, BodyLen: bodyLen, Start: s.start, Source: s.source}
 	if s.hint != nil {
 		r.Allow = s.hint.allows
 	}

@@ -125,6 +125,7 @@ type epRequest struct {
 	headers map[string]string
 	body    []byte          // nil: the headers end the request
 	hint    *structpb.Value // the subset hint's value; nil: none
+	source  string          // the source.address attribute; "": none
 }
 
 // completionBody is an OpenAI completion request for model with a prompt
@@ -135,12 +136,13 @@ func completionBody(model string, n int) []byte {
 
 // epAnswer is what the picker answered the request phase.
 type epAnswer struct {
-	dest      string   // xdscontract.DestinationEndpointHeader set by the mutation; "" none
-	mdDest    string   // the envoy.lb dynamic metadata's endpoint
-	removed   bool     // xdscontract.DestinationEndpointHeader removed
-	hop       string   // the hop header set
-	removes   []string // the headers removed
-	clear     bool     // clear_route_cache
+	dest      string            // xdscontract.DestinationEndpointHeader set by the mutation; "" none
+	mdDest    string            // the envoy.lb dynamic metadata's endpoint
+	removed   bool              // xdscontract.DestinationEndpointHeader removed
+	hop       string            // the hop header set
+	sets      map[string]string // every header set
+	removes   []string          // the headers removed
+	clear     bool              // clear_route_cache
 	immediate *extprocpb.ImmediateResponse
 }
 
@@ -167,9 +169,14 @@ func send(t testing.TB, c extprocpb.ExternalProcessorClient, r epRequest) (*epCa
 	call := &epCall{t: t, s: s, cancel: cancel}
 	t.Cleanup(cancel)
 	sendMsg := call.sendMsg
+	var attrs map[string]*structpb.Struct
+	if r.source != "" {
+		attrs = map[string]*structpb.Struct{"envoy.filters.http.ext_proc": {Fields: map[string]*structpb.Value{"source.address": structpb.NewStringValue(r.source)}}}
+	}
 	err = sendMsg(&extprocpb.ProcessingRequest{
 		Request:         &extprocpb.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocpb.HttpHeaders{Headers: hm, EndOfStream: r.body == nil}},
 		MetadataContext: md,
+		Attributes:      attrs,
 		ProtocolConfig:  &extprocpb.ProtocolConfiguration{RequestBodyMode: r.mode, ResponseBodyMode: filterpb.ProcessingMode_STREAMED},
 	})
 	if err != nil {
@@ -307,7 +314,9 @@ func (c *epCall) immediate(resp *extprocpb.ProcessingResponse) bool {
 
 func (c *epCall) read(common *extprocpb.CommonResponse, md *structpb.Struct) {
 	c.ans.clear = common.GetClearRouteCache()
+	c.ans.sets = map[string]string{}
 	for _, h := range common.GetHeaderMutation().GetSetHeaders() {
+		c.ans.sets[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
 		switch h.GetHeader().GetKey() {
 		case xdscontract.DestinationEndpointHeader:
 			if h.GetAppendAction() != core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {

@@ -54,3 +54,44 @@ func TestPickerTrustsOnlyProvenHops(t *testing.T) {
 		t.Errorf("untrusted hops counted %v, want 1", n)
 	}
 }
+
+// The picker reads the class headers as the gateway does (one function):
+// "critical" is believed only from --trusted-sources (Envoy's
+// source.address attribute) or a proven hop, and Envoy's copy of the
+// request gets the canonical class headers.
+func TestPickerClassTrust(t *testing.T) {
+	st, _ := threeEndpoints()
+	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, st)
+	trusted, err := gateway.ParseTrustedSources("10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startPicker(t, ctrl, Config{Gateway: gateway.Config{TrustedSources: trusted}}, Deps{})
+	for _, tc := range []struct {
+		name, source, crit, want string
+	}{
+		{"trusted source", "10.1.2.3:5555", "critical", "critical"},
+		{"untrusted source", "203.0.113.5:1", "critical", "standard"},
+		{"no source attribute", "", "critical", "standard"},
+		{"self-demotion", "203.0.113.5:1", "Sheddable", "sheddable"},
+		{"unknown value", "10.1.2.3:5555", "vip", "standard"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			call, err := send(t, p.client, epRequest{mode: filterpb.ProcessingMode_NONE, source: tc.source,
+				headers: map[string]string{xdscontract.DefaultModelHeader: model, xdscontract.CriticalityHeader: tc.crit, xdscontract.TenantHeader: " acme "}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if call.ans.dest == "" {
+				t.Fatalf("no pick: %+v", call.ans)
+			}
+			if got := call.ans.sets[xdscontract.CriticalityHeader]; got != tc.want {
+				t.Errorf("criticality set to %q, want %q", got, tc.want)
+			}
+			if got := call.ans.sets[xdscontract.TenantHeader]; got != "acme" {
+				t.Errorf("tenant set to %q, want the normalised acme", got)
+			}
+			call.finish(http.StatusOK)
+		})
+	}
+}

@@ -229,3 +229,23 @@ func subsetHint(md *core.Metadata) (s *subset, present bool, err error) {
 	}
 	return s, true, nil
 }
+
+// maxSourceAddress bounds the source.address attribute read.
+const maxSourceAddress = 64
+
+// sourceAddress is the client's address from the request attributes
+// Envoy sends when the ext_proc filter lists "source.address" in its
+// request_attributes (ProcessingRequest.attributes, keyed by the filter's
+// name; envoy/service/ext_proc/v3/external_processor.proto), or "" when
+// absent, not a string or too long: the gateway then treats the client as
+// not among --trusted-sources.
+func sourceAddress(attrs map[string]*structpb.Struct) string {
+	for _, st := range attrs {
+		if v, ok := st.GetFields()["source.address"]; ok {
+			if a, ok := v.GetKind().(*structpb.Value_StringValue); ok && len(a.StringValue) <= maxSourceAddress {
+				return a.StringValue
+			}
+		}
+	}
+	return ""
+}

@@ -371,3 +371,80 @@ func TestDispatchEligible(t *testing.T) {
 		t.Fatal("dispatched what the caller refused")
 	}
 }
+
+// FuzzQueueOps drives a queue with the operations the bytes spell (push,
+// pop, dispatch, expire, remove, time steps) and checks after every one
+// that the bounds hold, every entry leaves once, and nothing expired is
+// dispatched.
+func FuzzQueueOps(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 16, 32, 48, 2, 2, 2, 5, 5})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		c := cfg(2, 3, 4, 5)
+		c.MaxAge = [reqclass.Count]time.Duration{40 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond}
+		q, err := New[int](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued := map[Handle]bool{}
+		var handles []Handle
+		ms := 0
+		leave := func(out []Entry[int]) {
+			for _, e := range out {
+				if !queued[e.Handle] {
+					t.Fatalf("%+v left twice or never entered", e)
+				}
+				delete(queued, e.Handle)
+			}
+		}
+		for i, op := range ops {
+			now := at(ms)
+			switch op % 6 {
+			case 0:
+				h, out, err := q.Push(now, reqclass.Criticality(op/6%3), fmt.Sprint(op/18%3), i)
+				leave(out)
+				if err == nil {
+					queued[h] = true
+					handles = append(handles, h)
+				}
+			case 1, 2:
+				var e Entry[int]
+				var ok bool
+				var out []Entry[int]
+				if op%6 == 1 {
+					e, ok, out = q.Pop(now)
+				} else {
+					e, ok, out = q.Dispatch(now, func(e Entry[int]) bool { return e.Payload%2 == int(op/6%2) })
+				}
+				leave(out)
+				if ok {
+					if now.Sub(e.Enqueued) >= c.MaxAge[e.Class] {
+						t.Fatalf("dispatched expired %+v at %v", e, now)
+					}
+					leave([]Entry[int]{e})
+				}
+			case 3:
+				leave(q.Expire(now))
+			case 4:
+				if len(handles) > 0 {
+					if e, ok := q.Remove(handles[int(op/6)%len(handles)]); ok {
+						leave([]Entry[int]{e})
+					}
+				}
+			case 5:
+				ms += int(op / 6)
+			}
+			s := q.Stats()
+			sum := 0
+			for cl, b := range s {
+				if b.Len > c.MaxLen[cl] || b.Tenants > b.Len {
+					t.Fatalf("band %d: %+v", cl, b)
+				}
+				sum += b.Len
+			}
+			if sum != q.Len() || q.Len() > c.MaxTotal || q.Len() != len(queued) {
+				t.Fatalf("len %d sum %d tracked %d", q.Len(), sum, len(queued))
+			}
+		}
+	})
+}
