@@ -86,7 +86,8 @@ func newChaosRunCmd(ro *rootOpts) *cobra.Command {
 		Long: `run runs DRILL (see isobar chaos list) or every drill of --file, against
 the admin API at --target with the operator certificate --tls-cert/--tls-key
 and CA --tls-ca, or against a lab it starts (--lab, shaped by the --lab-*
-flags) and tears down afterwards.
+flags) and tears down afterwards. A --lab lab pins the tenant acme-eu to
+its EU region (residency config), which the residency drill follows.
 
 The report is a table on stdout and, with --report, JSON: one object for a
 drill, {"passed": bool, "drills": [...]} for a scenario. Figures that do not
@@ -107,6 +108,7 @@ A scenario file (YAML or JSON):
     - drill: jitter
       delay_ms: 20`,
 		Example: `  isobar chaos run kill-cell --lab
+  isobar chaos run residency --lab --lab-fast   # acme-eu's requests never reach an engine outside eu-west
   isobar chaos run kill-region --lab --max-rto 3s --report kill-region.json
   isobar chaos run --file drills.yaml --target 127.0.0.1:9443 \
       --tls-cert pki/ops.pem --tls-key pki/ops-key.pem --tls-ca pki/ca.pem`,
@@ -135,6 +137,7 @@ A scenario file (YAML or JSON):
 	fl.IntSliceVar(&f.params.Cells, "cells", nil, "cell indexes to hit within --region (default 0)")
 	fl.IntVar(&f.params.Count, "count", 0, "correlated: how many regions (default 1)")
 	fl.BoolVar(&f.params.NoLeader, "no-leader", false, "correlated: leave the global leader alone")
+	fl.StringVar(&f.params.Tenant, "tenant", "", "residency: the pinned tenant to follow (default: the first the fleet pins; --lab pins "+lab.DrillTenant+")")
 	fl.DurationVar(&f.delay, "delay", 0, "jitter: added one-way delay (default 20ms)")
 	fl.DurationVar(&f.jitter, "jitter", 0, "jitter: added jitter (default 5ms)")
 	fl.Float64Var(&f.params.Severity, "severity", 0, "brownout: throttle severity 0..1 (default 0.8)")
@@ -268,6 +271,8 @@ func runChaos(cmd *cobra.Command, ro *rootOpts, f *chaosFlags, args []string) er
 		}
 		cfg := f.labCfg
 		cfg.Regions, cfg.NoTraffic, cfg.AdminListen = f.labRegions, true, "127.0.0.1:0"
+		// The residency drill's pin: acme-eu to the lab's EU region.
+		cfg.ResidencyData = lab.DrillResidency(cfg.Regions)
 		if progress != nil {
 			fmt.Fprintf(progress, "starting a lab: %d regions × %d cells\n", len(cfg.Regions), cfg.Cells)
 		}
