@@ -34,7 +34,7 @@ const (
 // and the pinned regions' clients' rate as a multiple of the others'.
 const (
 	residencyTenantShare = 0.3
-	residencyOverload    = 4
+	residencyOverload    = 5
 )
 
 // pin is the tenant a residency drill follows and the regions it may be
@@ -53,6 +53,29 @@ type stage struct {
 	faults   []adminapi.Fault
 	detected func(t *target, s *adminapi.FleetState) bool
 	rerouted func(t *target, s *adminapi.FleetState) bool
+	// wait, when set, bounds the wait for detected and rerouted instead
+	// of Options.MaxWait (what the stage waits for may not come).
+	wait time.Duration
+}
+
+// overloadWait bounds the overload stage's wait for a plan that spills.
+const overloadWait = 10 * time.Second
+
+// spills: a plan sends part of a pinned region's demand to a region
+// outside the pinned set (the overload was seen by the global plan).
+func spills(t *target, s *adminapi.FleetState) bool {
+	for _, name := range t.regions {
+		r, ok := s.Region(name)
+		if !ok {
+			continue
+		}
+		for dst, f := range r.Shares {
+			if f > 0 && !slices.Contains(t.regions, dst) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ResidencyReport is the residency drill's figures.
@@ -153,11 +176,16 @@ func planResidency(p Params, s *adminapi.FleetState, t *target) error {
 		}
 		loss = append(loss, adminapi.Fault{Kind: adminapi.FaultKillRegion, Region: name})
 	}
-	blackout := append([]adminapi.Fault{{Kind: adminapi.FaultKillLeader}, {Kind: adminapi.FaultEtcdDown}}, loss...)
+	// The regions go first, the leader and etcd within milliseconds: the
+	// pair is down before any member can see the regions' loss (region
+	// TTL), so every region keeps routing on a plan that still lists
+	// them. The heal runs in reverse: etcd and the leader come back
+	// before the regions, whose restart needs etcd.
+	blackout := append(slices.Clone(loss), adminapi.Fault{Kind: adminapi.FaultKillLeader}, adminapi.Fault{Kind: adminapi.FaultEtcdDown})
 	t.stages = []stage{
-		{name: StageOverload, faults: overload},
+		{name: StageOverload, faults: overload, detected: spills, wait: overloadWait},
 		{name: StageRegionLoss, faults: loss, detected: regionsDown, rerouted: regionsAvoided},
-		{name: StageStalePlan, faults: blackout},
+		{name: StageStalePlan, faults: blackout, detected: noLeader},
 	}
 	for _, sg := range t.stages {
 		t.faults = append(t.faults, sg.faults...)
@@ -365,7 +393,11 @@ func (r *Runner) runStage(ctx context.Context, d *Drill, t *target, sg stage, o 
 	}
 	rep.Faults = append(rep.Faults, applied...)
 	sd := &Drill{Name: sg.name, Detects: d.Detects, Reroutes: d.Reroutes, detected: sg.detected, rerouted: sg.rerouted}
-	ob, err := r.observe(ctx, sd, &st, o, load, w.start)
+	so := o
+	if sg.wait > 0 {
+		so.MaxWait = sg.wait
+	}
+	ob, err := r.observe(ctx, sd, &st, so, load, w.start)
 	if err != nil {
 		r.heal(context.WithoutCancel(ctx), o, applied, rep)
 		return stageWindow{}, false, err
