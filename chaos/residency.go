@@ -56,10 +56,14 @@ type stage struct {
 	// wait, when set, bounds the wait for detected and rerouted instead
 	// of Options.MaxWait (what the stage waits for may not come).
 	wait time.Duration
+	// detects says what detected sees ("" : the drill's Detects).
+	detects string
 }
 
-// overloadWait bounds the overload stage's wait for a plan that spills.
-const overloadWait = 10 * time.Second
+// overloadWait bounds the overload stage's wait for a plan that spills:
+// in the fast lab the plan spills some 8 s after the cells die (the
+// demand's smoothing and the plan's hysteresis).
+const overloadWait = 20 * time.Second
 
 // spills: a plan sends part of a pinned region's demand to a region
 // outside the pinned set (the overload was seen by the global plan).
@@ -183,9 +187,10 @@ func planResidency(p Params, s *adminapi.FleetState, t *target) error {
 	// before the regions, whose restart needs etcd.
 	blackout := append(slices.Clone(loss), adminapi.Fault{Kind: adminapi.FaultKillLeader}, adminapi.Fault{Kind: adminapi.FaultEtcdDown})
 	t.stages = []stage{
-		{name: StageOverload, faults: overload, detected: spills, wait: overloadWait},
+		{name: StageOverload, faults: overload, detected: spills, wait: overloadWait,
+			detects: "a plan sends part of the pinned regions' demand elsewhere"},
 		{name: StageRegionLoss, faults: loss, detected: regionsDown, rerouted: regionsAvoided},
-		{name: StageStalePlan, faults: blackout, detected: noLeader},
+		{name: StageStalePlan, faults: blackout, detected: noLeader, detects: "no member of the global pair leads"},
 	}
 	for _, sg := range t.stages {
 		t.faults = append(t.faults, sg.faults...)
@@ -393,6 +398,9 @@ func (r *Runner) runStage(ctx context.Context, d *Drill, t *target, sg stage, o 
 	}
 	rep.Faults = append(rep.Faults, applied...)
 	sd := &Drill{Name: sg.name, Detects: d.Detects, Reroutes: d.Reroutes, detected: sg.detected, rerouted: sg.rerouted}
+	if sg.detects != "" {
+		sd.Detects = sg.detects
+	}
 	so := o
 	if sg.wait > 0 {
 		so.MaxWait = sg.wait
