@@ -130,6 +130,9 @@ func TestReportByClass(t *testing.T) {
 	if bt["a"].Requests != 3 || bt["a"].Succeeded != 2 || bt["b"].Requests != 2 || bt["b"].SuccessRate != 1 {
 		t.Errorf("by tenant %+v", bt)
 	}
+	if got := classLine(os); got != "critical 100.0% of 2, standard 100.0% of 1, sheddable 50.0% of 2" {
+		t.Errorf("live line %q", got)
+	}
 	var b strings.Builder
 	WriteClassTable(&b, Report{Total: summarise(os), ByCriticality: bc, ByTenant: bt})
 	for _, want := range []string{"critical", "standard", "sheddable", "tenant a", "tenant b", "50.0%"} {

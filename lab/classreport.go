@@ -5,6 +5,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/isobar-mesh/isobar/reqclass"
@@ -66,4 +67,20 @@ func WriteClassTable(w io.Writer, rep Report) {
 	}
 	row("all", rep.Total)
 	_ = tw.Flush()
+}
+
+// classLine summarises os by criticality for the live view: each class's
+// success and requests, in reqclass order.
+func classLine(os []Outcome) string {
+	bc := byCriticality(os)
+	var parts []string
+	for _, c := range reqclass.All() {
+		if s, ok := bc[c.String()]; ok {
+			parts = append(parts, fmt.Sprintf("%s %s of %d", c, pct(s.Succeeded, s.Requests), s.Requests))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }

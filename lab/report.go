@@ -398,6 +398,9 @@ func (l *Lab) render(out io.Writer) {
 		fmt.Fprintf(&b, "  last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s\n",
 			s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded))
 		fmt.Fprintf(&b, "  failures (10 s): %s\n", s.Failures)
+		if l.cfg.mixSet() {
+			fmt.Fprintf(&b, "  by criticality (10 s): %s\n", classLine(recent))
+		}
 		served := map[string]int{}
 		for _, o := range recent {
 			served[o.Cell]++
