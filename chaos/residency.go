@@ -357,6 +357,7 @@ func (r *Runner) runStaged(ctx context.Context, d *Drill, t *target, o Options, 
 	var recovered time.Time
 	if healthy {
 		recovered = last.end
+		rep.HealedMS = durMS(last.end.Sub(last.healAt))
 		if !r.wait(ctx, o, load, o.After, "after") {
 			return nil, ctx.Err()
 		}
