@@ -58,6 +58,9 @@ type stage struct {
 	wait time.Duration
 	// detects says what detected sees ("" : the drill's Detects).
 	detects string
+	// hold: once detected, the stage stays in for Options.During more
+	// (the requests that follow meet what was detected).
+	hold bool
 }
 
 // overloadWait bounds the overload stage's wait for a plan that spills:
@@ -187,7 +190,7 @@ func planResidency(p Params, s *adminapi.FleetState, t *target) error {
 	// before the regions, whose restart needs etcd.
 	blackout := append(slices.Clone(loss), adminapi.Fault{Kind: adminapi.FaultKillLeader}, adminapi.Fault{Kind: adminapi.FaultEtcdDown})
 	t.stages = []stage{
-		{name: StageOverload, faults: overload, detected: spills, wait: overloadWait,
+		{name: StageOverload, faults: overload, detected: spills, wait: overloadWait, hold: true,
 			detects: "a plan sends part of the pinned regions' demand elsewhere"},
 		{name: StageRegionLoss, faults: loss, detected: regionsDown, rerouted: regionsAvoided},
 		{name: StageStalePlan, faults: blackout, detected: noLeader, detects: "no member of the global pair leads"},
@@ -421,6 +424,8 @@ func (r *Runner) runStage(ctx context.Context, d *Drill, t *target, sg stage, o 
 		}
 	} else if sg.rerouted != nil {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("%s: not rerouted within %v (%s)", sg.name, max(o.During, o.MaxWait), d.Reroutes))
+	} else if sg.hold && !ob.detectAt.IsZero() && !r.wait(ctx, o, load, o.During, sg.name) {
+		return stageWindow{}, false, ctx.Err()
 	}
 	w.healAt = clock.Now()
 	r.heal(ctx, o, applied, rep)
