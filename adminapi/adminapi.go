@@ -139,6 +139,20 @@ type FleetState struct {
 	Globals []GlobalState `json:"globals,omitempty"`
 	// Etcd is "up", "down" or "" without one.
 	Etcd string `json:"etcd,omitempty"`
+	// Pinned lists the tenants the fleet's residency config pins, each
+	// with the regions its requests may be served in (sorted); empty
+	// without a residency config.
+	Pinned map[string][]string `json:"pinned,omitempty"`
+}
+
+// PinnedTenants returns the pinned tenants, sorted.
+func (s *FleetState) PinnedTenants() []string {
+	names := make([]string, 0, len(s.Pinned))
+	for t := range s.Pinned {
+		names = append(names, t)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // RegionState is one region.
@@ -163,6 +177,12 @@ type RegionState struct {
 	Endpoints []EndpointState `json:"endpoints"`
 	// RTTms is the gossip-measured round trip to each peer region.
 	RTTms map[string]float64 `json:"rtt_ms,omitempty"`
+	// TenantRequests counts, by tenant (the request's tenant header,
+	// bounded as package reqclass bounds it), the generate requests that
+	// reached the region's engines, as the engines count them: since each
+	// engine started, restarts included, whatever the answer. A drill
+	// compares two readings; a region that is down reports none.
+	TenantRequests map[string]int64 `json:"tenant_requests,omitempty"`
 }
 
 // CellState is one cell as its regional controller sees it; State is the

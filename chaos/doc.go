@@ -12,7 +12,12 @@
 // until the controllers show the fault (detect) and the data planes route
 // around it (reroute), heals, waits for health, and measures success
 // before, during and after. A drill whose faults the target cannot inject
-// is refused before anything runs (ErrUnavailable).
+// is refused before anything runs (ErrUnavailable). A staged drill (the
+// residency drill, residency.go) runs several such injections in turn,
+// each healed and the fleet healthy before the next; the residency drill
+// also reads the engines' per-tenant request counters from the fleet's
+// state around each stage and fails when a pinned tenant's request
+// reached an engine outside its regions.
 //
 // Concurrency: a Runner runs one drill at a time from the calling
 // goroutine; its Load runs one goroutine per request in flight, bounded,

@@ -29,6 +29,9 @@ type Params struct {
 	// (controller-* drills; default 2000, the agents' largest backoff;
 	// negative: none).
 	StaggerMS float64 `json:"stagger_ms,omitempty"`
+	// Tenant is the pinned tenant the residency drill follows (default:
+	// the first the fleet pins to a part of its regions).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // target is a drill bound to a fleet: the faults to inject and what they
@@ -41,6 +44,9 @@ type target struct {
 	before  *adminapi.FleetState
 	leader  string // the leader before the drill
 	epochs  map[string]uint64
+	// pin and stages: a staged drill's pinned tenant and its stages.
+	pin    *pin
+	stages []stage
 }
 
 // Drill is one kind of failure rehearsal.
@@ -71,6 +77,13 @@ type Drill struct {
 	// detection ("" when nothing): the runner waits for it, bounded by
 	// Options.Settle, before it starts the load (a rise needs a baseline).
 	baseline func(t *target, s *adminapi.FleetState) string
+	// requires says what else the drill needs of the fleet beyond Needs
+	// ("" when nothing is missing): the residency drill, a pinned tenant.
+	requires func(p Params, s *adminapi.FleetState) string
+	// staged: the drill runs t.stages in turn (runStaged) rather than one
+	// injection; load completes the load config for the target.
+	staged bool
+	load   func(lc *LoadConfig, t *target)
 }
 
 // ErrUnavailable: the target cannot inject what the drill needs; nothing
@@ -91,6 +104,11 @@ func (d *Drill) Available(s *adminapi.FleetState) string {
 	if len(missing) > 0 {
 		return fmt.Sprintf("%s needs fault injection %s, which this target's admin API does not offer (it offers %v)",
 			d.Name, strings.Join(missing, ", "), s.Faults)
+	}
+	if d.requires != nil {
+		if why := d.requires(Params{}, s); why != "" {
+			return d.Name + ": " + why
+		}
 	}
 	return ""
 }
@@ -141,6 +159,10 @@ func Drills() []*Drill {
 		{Name: "controller-rolling", Summary: "every regional controller restarted in turn, each back and healthy before the next",
 			Needs: []adminapi.FaultKind{adminapi.FaultStopController}, Detects: "the first region's controller is down",
 			plan: planControllers(true, false), detected: controllersDown, during: restartDowntime, rolling: true, static: true},
+		{Name: "residency", Summary: "a tenant pinned to a region set: the set overloaded, then lost, then lost under a stale plan with the global leader and etcd down; none of its requests may reach an engine outside the set",
+			Needs:   []adminapi.FaultKind{adminapi.FaultKillEngine, adminapi.FaultKillRegion, adminapi.FaultKillLeader, adminapi.FaultEtcdDown},
+			Detects: "the global leader marks the pinned regions down (region-loss stage)", Reroutes: "the leader knows and no other region routes to them (region-loss stage)",
+			plan: planResidency, requires: pinnedAvailable, staged: true, load: residencyLoad},
 	}
 }
 

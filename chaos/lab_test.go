@@ -17,8 +17,10 @@ import (
 // of it.
 func startLab(t *testing.T) (*lab.Lab, *chaos.Client) {
 	t.Helper()
+	// The residency drill's pin (acme-eu to eu-west); the other drills'
+	// loads name no tenant.
 	l, err := lab.Start(context.Background(), lab.Config{Cells: 3, MaxTokens: 8, TimeScale: 0.05, Fast: true,
-		NoTraffic: true, AdminListen: "127.0.0.1:0"}, lab.Deps{})
+		NoTraffic: true, AdminListen: "127.0.0.1:0", ResidencyData: lab.DrillResidency(lab.DefaultRegions())}, lab.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +142,32 @@ func TestDrillsAgainstLab(t *testing.T) {
 		// on success below 99.9 %; these checks name each figure.
 		"controller-restart":          staticStable,
 		"controller-restart-blackout": staticStable,
+		// Residency (issue 25): none of the pinned tenant's requests
+		// reached an engine outside its region, by the engines' counters,
+		// through every stage; unpinned traffic was served while the
+		// region was lost.
+		"residency": func(t *testing.T, rep *chaos.Report) {
+			res := rep.Residency
+			if res == nil {
+				t.Fatal("no residency figures")
+			}
+			t.Logf("residency %+v", *res)
+			if res.PinnedOutside != 0 || res.PinnedServedOutsideSeen != 0 {
+				t.Errorf("pinned requests outside %v: %d at the engines, %d answered from outside; want 0", res.Allowed, res.PinnedOutside, res.PinnedServedOutsideSeen)
+			}
+			if len(res.Stages) != 3 {
+				t.Fatalf("stages %d, want 3", len(res.Stages))
+			}
+			for _, sg := range res.Stages {
+				if sg.PinnedOutside != 0 || sg.Pinned == 0 {
+					t.Errorf("stage %s: %d pinned requests outside of %d sent, want 0 of some", sg.Name, sg.PinnedOutside, sg.Pinned)
+				}
+				if sg.Name == chaos.StageRegionLoss && (sg.UnpinnedOK == 0 || sg.Misanswered != 0) {
+					t.Errorf("region loss: %d unpinned requests served, %d pinned misanswered: want some served, none misanswered", sg.UnpinnedOK, sg.Misanswered)
+				}
+			}
+			atLeast(t, "success.after", rep.Success.After, 0.99)
+		},
 		"controller-rolling": func(t *testing.T, rep *chaos.Report) {
 			staticStable(t, rep)
 			if len(rep.Faults) != 3 {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/completion"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // LoadConfig shapes the load a drill drives through every region's
@@ -40,6 +43,14 @@ type LoadConfig struct {
 	Timeout time.Duration
 	// Seed of the arrivals and prompt lengths. Default 1.
 	Seed uint64
+	// RegionRPS overrides RPS for the clients of the named regions (a
+	// drill that overloads one region).
+	RegionRPS map[string]float64 `json:"region_rps,omitempty"`
+	// Tenants gives, per tenant, the share of every region's requests
+	// that name it in xdscontract.TenantHeader (drawn per arrival from
+	// Seed; the rest name none). The shares sum to at most 1. Default
+	// none.
+	Tenants map[string]float64 `json:"tenants,omitempty"`
 }
 
 func (c *LoadConfig) withDefaults() {
@@ -86,7 +97,9 @@ type Outcome struct {
 	Cell, Region string
 	Prompt       int
 	Long         bool
-	Error        string
+	// Tenant the request named ("" for none).
+	Tenant string
+	Error  string
 }
 
 // Ingress is one region's entry point.
@@ -132,16 +145,25 @@ func StartLoad(ctx context.Context, cfg LoadConfig, ingresses []Ingress, clock c
 	ctx, l.cancel = context.WithCancel(ctx)
 	for i := range ingresses {
 		order := append(append([]Ingress(nil), ingresses[i:]...), ingresses[:i]...)
-		l.arrivalsWG.Go(func() { l.arrivals(ctx, reqCtx, order, cfg.Seed+uint64(i)*7919) })
+		rps := cfg.RPS
+		if v, ok := cfg.RegionRPS[ingresses[i].Region]; ok {
+			rps = v
+		}
+		l.arrivalsWG.Go(func() { l.arrivals(ctx, reqCtx, order, rps, cfg.Seed+uint64(i)*7919) })
 	}
 	return l
 }
 
-func (l *Load) arrivals(ctx, reqCtx context.Context, order []Ingress, seed uint64) {
+func (l *Load) arrivals(ctx, reqCtx context.Context, order []Ingress, rps float64, seed uint64) {
+	if rps <= 0 {
+		<-ctx.Done()
+		return
+	}
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
+	tenants := slices.Sorted(maps.Keys(l.cfg.Tenants))
 	sem := make(chan struct{}, l.cfg.MaxInFlight)
 	for ctx.Err() == nil {
-		gap := time.Duration(rng.ExpFloat64() / l.cfg.RPS * float64(time.Second))
+		gap := time.Duration(rng.ExpFloat64() / rps * float64(time.Second))
 		select {
 		case <-ctx.Done():
 			return
@@ -151,6 +173,12 @@ func (l *Load) arrivals(ctx, reqCtx context.Context, order []Ingress, seed uint6
 		prompt := l.cfg.PromptTokens - l.cfg.PromptJitter + rng.IntN(2*l.cfg.PromptJitter+1)
 		if long {
 			prompt = l.cfg.LongPrompt
+		}
+		tenant := ""
+		if len(tenants) > 0 {
+			// Drawn only with tenants, so that other loads replay as
+			// before.
+			tenant = pickTenant(rng.Float64(), tenants, l.cfg.Tenants)
 		}
 		l.mu.Lock()
 		full := l.sent >= l.cfg.MaxRequests
@@ -171,9 +199,22 @@ func (l *Load) arrivals(ctx, reqCtx context.Context, order []Ingress, seed uint6
 		}
 		l.wg.Go(func() {
 			defer func() { <-sem }()
-			l.record(l.one(reqCtx, order, prompt, long))
+			l.record(l.one(reqCtx, order, prompt, long, tenant))
 		})
 	}
+}
+
+// pickTenant returns the tenant whose share covers u (in [0,1)), the
+// tenants' shares laid end to end in names' order; "" past them.
+func pickTenant(u float64, names []string, shares map[string]float64) string {
+	acc := 0.0
+	for _, n := range names {
+		acc += shares[n]
+		if u < acc {
+			return n
+		}
+	}
+	return ""
 }
 
 // refused reports a connection the ingress never accepted.
@@ -183,8 +224,12 @@ func refused(err error) bool {
 
 // one sends one request, to the next ingress in order while the previous
 // refuses the connection.
-func (l *Load) one(ctx context.Context, order []Ingress, prompt int, long bool) Outcome {
-	o := Outcome{Start: l.clock.Now(), Home: order[0].Region, Prompt: prompt, Long: long}
+func (l *Load) one(ctx context.Context, order []Ingress, prompt int, long bool, tenant string) Outcome {
+	o := Outcome{Start: l.clock.Now(), Home: order[0].Region, Prompt: prompt, Long: long, Tenant: tenant}
+	var hdr http.Header
+	if tenant != "" {
+		hdr = http.Header{xdscontract.TenantHeader: {tenant}}
+	}
 	body, _ := json.Marshal(map[string]any{
 		"model": l.cfg.Model, "prompt": completion.PromptText(rand.New(rand.NewPCG(l.textSeed.Add(1), 0x7e47)), prompt), "max_tokens": l.cfg.MaxTokens, "stream": true,
 	})
@@ -192,7 +237,7 @@ func (l *Load) one(ctx context.Context, order []Ingress, prompt int, long bool) 
 	var res completion.Result
 	for _, in := range order {
 		o.Ingress = in.Region
-		res = c.Send(ctx, completion.Request{URL: "http://" + in.Addr + "/v1/completions", Body: body, PromptTokens: prompt, Start: o.Start})
+		res = c.Send(ctx, completion.Request{URL: "http://" + in.Addr + "/v1/completions", Body: body, PromptTokens: prompt, Start: o.Start, Header: hdr})
 		if res.Status != 0 || !refused(res.Err) {
 			break
 		}

@@ -99,6 +99,8 @@ type Report struct {
 	// What detect and reroute measure for this drill.
 	Detects  string `json:"detects,omitempty"`
 	Reroutes string `json:"reroutes,omitempty"`
+	// Residency holds the residency drill's figures (nil for the others).
+	Residency *ResidencyReport `json:"residency,omitempty"`
 }
 
 // CellCounts is one region's local endpoints in its data plane.
@@ -228,6 +230,11 @@ func WriteTable(w io.Writer, reports []*Report) {
 			fmtFrac(r.Success.Before), fmtFrac(r.Success.During), fmtFrac(r.Success.After), r.Lost, fmtFrac(r.LeakRate), fmtMS(r.HealedMS))
 	}
 	_ = tw.Flush()
+	for _, r := range reports {
+		if r.Residency != nil {
+			writeResidency(w, r.Residency)
+		}
+	}
 	for _, r := range reports {
 		if len(r.Failures) > 0 {
 			fmt.Fprintf(w, "%s FAILED: %s\n", r.Drill, strings.Join(r.Failures, "; "))

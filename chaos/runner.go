@@ -158,6 +158,9 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	if lc.Model == "" {
 		lc.Model = st.Model
 	}
+	if d.load != nil {
+		d.load(&lc, t)
+	}
 	var ingresses []Ingress
 	for _, rs := range st.Regions {
 		ingresses = append(ingresses, Ingress{Region: rs.Name, Addr: rs.Ingress})
@@ -190,6 +193,9 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	if d.rolling {
 		return r.runRolling(ctx, d, t, o, load, rep, cells)
 	}
+	if d.staged {
+		return r.runStaged(ctx, d, t, o, load, rep, st)
+	}
 	applied, err := r.inject(ctx, d, t, o, rep)
 	if err != nil {
 		return nil, err
@@ -214,6 +220,11 @@ func (r *Runner) prepare(ctx context.Context, d *Drill, p Params, o Options) (*t
 	}
 	if why := d.Available(st); why != "" {
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, why)
+	}
+	if d.requires != nil {
+		if why := d.requires(p, st); why != "" {
+			return nil, fmt.Errorf("%w: %s: %s", ErrUnavailable, d.Name, why)
+		}
 	}
 	t := &target{params: p, before: st, epochs: map[string]uint64{}}
 	if ld, ok := st.Leader(); ok {

@@ -52,6 +52,10 @@ type Request struct {
 	// OnData, when set, gets the payload of every data event but [DONE],
 	// in order, from Send's goroutine.
 	OnData func(data string)
+	// Header holds extra request headers (a request's criticality and
+	// tenant, xdscontract.CriticalityHeader and TenantHeader); nil sends
+	// none.
+	Header http.Header
 }
 
 // Result is what the client saw of one request.
@@ -87,6 +91,11 @@ func (c *Client) Send(ctx context.Context, req Request) Result {
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, req.URL, bytes.NewReader(req.Body))
 	if err != nil {
 		return Result{Err: err}
+	}
+	for k, vs := range req.Header {
+		for _, v := range vs {
+			hr.Header.Add(k, v)
+		}
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	if req.PromptTokens > 0 {

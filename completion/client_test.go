@@ -22,6 +22,9 @@ func TestClientSend(t *testing.T) {
 			if got := r.Header.Get(xdscontract.PromptTokensHeader); got != "7" {
 				t.Errorf("prompt tokens header %q, want 7", got)
 			}
+			if c, tn := r.Header.Get(xdscontract.CriticalityHeader), r.Header.Get(xdscontract.TenantHeader); c != "critical" || tn != "acme" {
+				t.Errorf("criticality %q tenant %q, want critical acme", c, tn)
+			}
 			w.Header().Set(xdscontract.UpstreamEndpointHeader, "remote")
 			fmt.Fprint(w, "data: {\"x\":1}\n\n: comment\n\ndata: {\"x\":2}\n\ndata: [DONE]\n\n")
 		case "/short":
@@ -34,6 +37,7 @@ func TestClientSend(t *testing.T) {
 	c := Client{HTTP: srv.Client(), Clock: clockwork.NewFakeClock()}
 	var seen []string
 	res := c.Send(context.Background(), Request{URL: srv.URL + "/ok", Body: []byte(`{}`), PromptTokens: 7,
+		Header: http.Header{xdscontract.CriticalityHeader: {"critical"}, xdscontract.TenantHeader: {"acme"}},
 		OnData: func(d string) { seen = append(seen, d) }})
 	if !res.OK || res.Err != nil || res.Status != 200 || res.Events != 2 || len(seen) != 2 || res.Endpoint != "remote" || res.Region != "a" {
 		t.Errorf("ok stream: %+v, data %q", res, seen)

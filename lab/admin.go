@@ -187,7 +187,7 @@ func (a *admin) fault(w http.ResponseWriter, r *http.Request, id certs.Identity,
 // State is the fleet as the controllers and data planes see it now.
 func (l *Lab) State() adminapi.FleetState {
 	model := sim.DefaultModel
-	st := adminapi.FleetState{At: l.clock.Now(), Model: model, Faults: l.SupportedFaults()}
+	st := adminapi.FleetState{At: l.clock.Now(), Model: model, Faults: l.SupportedFaults(), Pinned: l.pinned}
 	var regions []*Region
 	var members []adminapi.GlobalState
 	var etcd *election.Embedded
@@ -242,6 +242,7 @@ func (l *Lab) State() adminapi.FleetState {
 					Priority: e.Priority, MaxModelLen: e.MaxModelLen, Degraded: e.Degraded})
 			}
 		}
+		rs.TenantRequests = tenantRequests(r.Engines)
 		if rtt := r.Gossip.RTT(); len(rtt) > 0 {
 			rs.RTTms = map[string]float64{}
 			for peer, d := range rtt {
@@ -251,4 +252,19 @@ func (l *Lab) State() adminapi.FleetState {
 		st.Regions = append(st.Regions, rs)
 	}
 	return st
+}
+
+// tenantRequests adds up the engines' per-tenant request counters (nil
+// when no engine counted any).
+func tenantRequests(engines []*sim.Engine) map[string]int64 {
+	var out map[string]int64
+	for _, e := range engines {
+		for t, n := range e.TenantRequests() {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[t] += n
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/isobar-mesh/isobar/reqclass"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/summary"
 )
@@ -101,6 +102,23 @@ type Config struct {
 	// this address over HTTPS with mTLS, to operator identities only. ""
 	// (the default) serves none. Needs mTLS: refused with Insecure.
 	AdminListen string
+	// CriticalityMix is the share of the clients' requests of each
+	// criticality, indexed by reqclass.Criticality (ParseCriticalityMix
+	// reads --criticality-mix); each request draws its class from the
+	// lab's seed and sends it in xdscontract.CriticalityHeader. Default
+	// zero: every request standard, with no header (the behaviour before
+	// criticality existed).
+	CriticalityMix [reqclass.Count]float64
+	// Tenants are the clients' tenants and their weights (ParseTenants
+	// reads --tenants); each request draws one from the lab's seed and
+	// names it in xdscontract.TenantHeader. Default none: no header.
+	Tenants []TenantWeight
+	// Residency is a residency config file (package residency) every
+	// region's controller and gateway enforce; ResidencyData its contents
+	// when Residency is "" (a drill's built-in pin, DrillResidency). It
+	// must name only the lab's regions. Default none: nothing pinned.
+	Residency     string
+	ResidencyData []byte
 	// Fast shortens every control-loop timer (tests): heartbeats 200 ms
 	// (TTL 2 s), summaries and plans 200 ms, leases 2 s; the summary's
 	// capacity stays at the prior (no measurement counts).
@@ -250,7 +268,7 @@ func (c Config) validate() error {
 	if _, err := c.engineProfile(); err != nil {
 		return err
 	}
-	return nil
+	return c.validateClasses()
 }
 
 // usesPhysics reports whether Physics selects the engines' timing.

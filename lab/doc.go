@@ -26,6 +26,13 @@
 // APIs; its routes line is statusview's summary, as `isobar status` prints
 // it.
 // With one region the lab runs without etcd and the global pair.
+// Config.CriticalityMix and Config.Tenants give each client request a
+// criticality and a tenant, drawn from the seed on a stream of their own
+// and sent in xdscontract.CriticalityHeader and TenantHeader; the report
+// splits the figures by both. Config.Residency (a residency config,
+// validated against the lab's regions at Start) goes to every region's
+// controller and gateway; the admin API lists its pinned tenants and each
+// region's engines' per-tenant request counters (sim.Engine.TenantRequests).
 //
 // Concurrency: Start builds everything and returns a *Lab; Stop tears it
 // down in reverse order and joins every goroutine. A Lab composes parts

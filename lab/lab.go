@@ -30,6 +30,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional"
 	"github.com/isobar-mesh/isobar/regional/capacity"
 	"github.com/isobar-mesh/isobar/regional/gossip"
+	"github.com/isobar-mesh/isobar/residency"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/xdscontract"
 
@@ -61,6 +62,10 @@ type Lab struct {
 	stops   stopper
 	traffic []*traffic // set by Start, read-only after
 	admin   *admin
+	// residency is the config every region enforces (nil: none) and
+	// pinned its tenants' allowed regions; both read-only after Start.
+	residency *residency.Config
+	pinned    map[string][]string
 }
 
 // Region is one simulated datacenter.
@@ -131,6 +136,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if view {
 		l.render(deps.Out)
 	}
+	fmt.Fprintf(deps.Out, "\nisobar lab: %d requests, success %s; by criticality%s:\n", rep.Total.Requests,
+		pct(rep.Total.Succeeded, rep.Total.Requests), map[bool]string{true: " and tenant"}[len(cfg.Tenants) > 0])
+	WriteClassTable(deps.Out, rep)
 	if cfg.Report != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -159,6 +167,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Lab, err error) {
 	l := &Lab{cfg: cfg, log: deps.Logger, clock: deps.Clock, dir: cfg.Dir, ctx: ctx, router: newWANRouter(),
 		plans: &planRecorder{started: deps.Clock.Now()}, hopKey: make([]byte, gateway.MinHopKeyBytes)}
 	l.faults = &faultInjector{lab: l, delays: map[string][2]time.Duration{}}
+	if l.residency, l.pinned, err = cfg.loadResidency(); err != nil {
+		return nil, err
+	}
 	_, _ = crand.Read(l.hopKey) // crypto/rand.Read never fails (Go 1.24+)
 	defer func() {
 		if err != nil {
@@ -532,6 +543,7 @@ func (l *Lab) regionalConfig(r *Region, rid identity) regional.Config {
 		rc.TTLGrace = 2*time.Second - cfg.HeartbeatInterval
 	}
 	rc.Global.IngressAddress = r.ingress
+	rc.Residency = l.residency
 	// The capacity prior: the profile's knee is ~1.3 RPS per cell in real
 	// time; a faster clock serves proportionally more, and reaches the
 	// TTFT SLO proportionally sooner. Measurements replace the prior.
@@ -691,8 +703,13 @@ func (l *Lab) startGateway(ctx context.Context, r *Region, gwLn net.Listener) (*
 		Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
 		MinConnectTimeout: 2 * time.Second,
 	}))
-	gw, err := gateway.New(gateway.Config{Controller: r.Ctrl.Addr(), Region: name, LB: gateway.LBMode(cfg.LB),
-		MaxBackoff: time.Second, HopKey: l.hopKey},
+	gcfg := gateway.Config{Controller: r.Ctrl.Addr(), Region: name, LB: gateway.LBMode(cfg.LB),
+		MaxBackoff: time.Second, HopKey: l.hopKey, Residency: l.residency}
+	// LEAD (issue 25, at merge): the lab's clients are on loopback and
+	// their criticality must be trusted; once the gateway has its
+	// trusted-sources field, set it here, e.g.
+	//   gcfg.TrustedSources = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	gw, err := gateway.New(gcfg,
 		gateway.Deps{Logger: log.With("component", "gateway"), DialOptions: gdial, DialContext: l.router.dialer(name),
 			Registerer: r.Metrics})
 	if err != nil {

@@ -38,6 +38,7 @@ func TestLabMultiRegion(t *testing.T) {
 	cfg := Config{
 		Cells: 2, RPS: 8, MaxTokens: 16, TimeScale: 0.1, Fast: true,
 		Duration: 6 * time.Second, Report: out, View: true, ViewEvery: time.Second,
+		CriticalityMix: [3]float64{0.2, 0.5, 0.3}, Tenants: []TenantWeight{{"quiet", 1}, {"noisy", 5}},
 	}
 	if err := Run(context.Background(), cfg, Deps{Out: &view}); err != nil {
 		t.Fatal(err)
@@ -74,6 +75,20 @@ func TestLabMultiRegion(t *testing.T) {
 	}
 	if rep.Total.Requests < 60 {
 		t.Fatalf("only %d requests", rep.Total.Requests)
+	}
+	// Every class and tenant of the mix sent requests, and the splits add
+	// up to the total.
+	for name, split := range map[string]map[string]Summary{"by_criticality": rep.ByCriticality, "by_tenant": rep.ByTenant} {
+		n := 0
+		for _, s := range split {
+			n += s.Requests
+		}
+		if len(split) != map[string]int{"by_criticality": 3, "by_tenant": 2}[name] || n != rep.Total.Requests {
+			t.Errorf("%s %v: want every class, %d requests in all", name, split, rep.Total.Requests)
+		}
+	}
+	if !strings.Contains(view.String(), "sheddable") || !strings.Contains(view.String(), "tenant noisy") {
+		t.Errorf("the closing table lacks the classes or tenants:\n%s", view.String())
 	}
 	if rep.Total.SuccessRate < 0.99 {
 		t.Errorf("success rate %.3f", rep.Total.SuccessRate)

@@ -34,6 +34,11 @@ type Report struct {
 	// Abandoned counts requests cut off when the run ended; they are not
 	// counted in any summary.
 	Abandoned int `json:"abandoned"`
+	// ByCriticality is Total split by the requests' criticality (every
+	// class that sent a request; all standard without a mix), ByTenant by
+	// their tenant (only with Config.Tenants).
+	ByCriticality map[string]Summary `json:"by_criticality"`
+	ByTenant      map[string]Summary `json:"by_tenant,omitempty"`
 }
 
 // Summary is request counts, failures by cause and TTFT and end-to-end
@@ -127,6 +132,10 @@ type RegionReport struct {
 	// engines, whichever region's clients they served (unlike the request
 	// figures above, which follow the clients).
 	PrefixCache PrefixCacheReport `json:"prefix_cache"`
+	// ByCriticality and ByTenant split the region's clients' requests as
+	// the report's do.
+	ByCriticality map[string]Summary `json:"by_criticality"`
+	ByTenant      map[string]Summary `json:"by_tenant,omitempty"`
 }
 
 // PrefixCacheReport is what engines' prefix caches did, read from each
@@ -341,11 +350,13 @@ func (l *Lab) Report() Report {
 		for _, p := range rr.PlansSeen {
 			rr.LocalOnly = rr.LocalOnly && p.localOnly(r.Name)
 		}
+		rr.ByCriticality, rr.ByTenant = byCriticality(os), byTenant(os, len(l.cfg.Tenants) > 0)
 		rr.PrefixCache = prefixCache(r.Engines)
 		rep.PrefixCache.add(rr.PrefixCache)
 		rep.Regions[r.Name] = rr
 	}
 	rep.Total = summarise(all)
+	rep.ByCriticality, rep.ByTenant = byCriticality(all), byTenant(all, len(l.cfg.Tenants) > 0)
 	rep.Shed, rep.ClientDropped = rep.Total.Failures.ShedByPlan, rep.Total.Failures.ClientDrop
 	for _, g := range l.Globals() {
 		rep.Globals = append(rep.Globals, GlobalReport{ID: g.ID(), Leader: g.IsLeader()})
@@ -387,6 +398,9 @@ func (l *Lab) render(out io.Writer) {
 		fmt.Fprintf(&b, "  last 10 s: %d requests, success %s, TTFT P50 %s P95 %s P99 %s\n",
 			s.Requests, pct(s.Succeeded, s.Requests), ms(s.TTFTms.P50, s.Succeeded), ms(s.TTFTms.P95, s.Succeeded), ms(s.TTFTms.P99, s.Succeeded))
 		fmt.Fprintf(&b, "  failures (10 s): %s\n", s.Failures)
+		if l.cfg.mixSet() {
+			fmt.Fprintf(&b, "  by criticality (10 s): %s\n", classLine(recent))
+		}
 		served := map[string]int{}
 		for _, o := range recent {
 			served[o.Cell]++

@@ -33,7 +33,10 @@ func (t *traffic) sessions(ctx, reqCtx context.Context) {
 	for slot := range t.cfg.Sessions {
 		t.wg.Go(func() {
 			for k := uint64(0); ctx.Err() == nil; k++ {
-				t.session(ctx, reqCtx, rand.New(rand.NewPCG(t.seed, sessionStream+uint64(slot)<<32+k)))
+				// A session's turns share one class, drawn off the text's
+				// source so that a mix replays the same conversations.
+				class := drawClass(t.cfg, rand.New(rand.NewPCG(t.seed, classStream+sessionStream+uint64(slot)<<32+k)))
+				t.session(ctx, reqCtx, rand.New(rand.NewPCG(t.seed, sessionStream+uint64(slot)<<32+k)), class)
 			}
 		})
 	}
@@ -50,7 +53,8 @@ func (t *traffic) sessions(ctx, reqCtx context.Context) {
 // staggers the sessions), but never before the previous reply is in: a
 // user reads before typing. The session ends early when ctx ends, when a
 // request fails, or when the next turn would not fit the engines' context.
-func (t *traffic) session(ctx, reqCtx context.Context, rng *rand.Rand) {
+// Every turn carries class (its criticality and tenant headers).
+func (t *traffic) session(ctx, reqCtx context.Context, rng *rand.Rand, class requestClass) {
 	turns := 1 + rng.IntN(t.cfg.Turns)
 	meanGap := float64(t.cfg.Sessions) / t.cfg.RPS * float64(time.Second)
 	gap := func() time.Duration { return time.Duration(rng.ExpFloat64() * meanGap) }
@@ -78,7 +82,8 @@ func (t *traffic) session(ctx, reqCtx context.Context, rng *rand.Rand) {
 			"model": sim.DefaultModel, "messages": history, "max_tokens": t.cfg.MaxTokens, "stream": true,
 		})
 		var reply strings.Builder
-		if !t.send(reqCtx, "/v1/chat/completions", body, Outcome{Turn: turn}, &reply) {
+		o := Outcome{Turn: turn, Criticality: class.crit, Tenant: class.tenant}
+		if !t.send(reqCtx, "/v1/chat/completions", body, o, class.header, &reply) {
 			return
 		}
 		history = append(history, chatMessage{Role: "assistant", Content: reply.String()})

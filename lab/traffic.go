@@ -17,6 +17,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/completion"
 	"github.com/isobar-mesh/isobar/internal/quantile"
+	"github.com/isobar-mesh/isobar/reqclass"
 	"github.com/isobar-mesh/isobar/sim"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -68,6 +69,10 @@ type Outcome struct {
 	// Turn is the request's turn in its multiturn session (1 for the
 	// first); 0 in the steady workload.
 	Turn int
+	// Criticality and Tenant the request was sent with (Standard and ""
+	// without Config.CriticalityMix and Config.Tenants).
+	Criticality reqclass.Criticality
+	Tenant      string
 	// Error is the start of the answer of a failed request (or the
 	// transport error).
 	Error string
@@ -192,11 +197,13 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 		if long {
 			prompt = t.cfg.LongPrompt
 		}
+		class := drawClass(t.cfg, rand.New(rand.NewPCG(t.seed, classStream+n)))
 		select {
 		case t.sem <- struct{}{}:
 		default:
 			now := t.clock.Now()
-			t.record(Outcome{Start: now, End: now, Long: long, Cause: CauseClientDrop, Error: "dropped at the client: MaxInFlight requests open"})
+			t.record(Outcome{Start: now, End: now, Long: long, Cause: CauseClientDrop, Error: "dropped at the client: MaxInFlight requests open",
+				Criticality: class.crit, Tenant: class.tenant})
 			continue
 		}
 		t.wg.Go(func() {
@@ -210,7 +217,7 @@ func (t *traffic) arrivals(ctx, reqCtx context.Context) {
 				"model": sim.DefaultModel, "prompt": text,
 				"max_tokens": t.cfg.MaxTokens, "stream": true,
 			})
-			t.send(reqCtx, "/v1/completions", body, Outcome{Long: long}, nil)
+			t.send(reqCtx, "/v1/completions", body, Outcome{Long: long, Criticality: class.crit, Tenant: class.tenant}, class.header, nil)
 		})
 	}
 }
@@ -227,13 +234,14 @@ func promptText(rng *rand.Rand, tokens int) string { return completion.PromptTex
 // session sends it back as the assistant's message).
 const maxReplyBytes = 64 << 10
 
-// send posts one streaming request through the gateway and records its
-// outcome (o carries what the caller knows: Long, Turn). With reply set,
+// send posts one streaming request through the gateway, with the extra
+// headers hdr, and records its outcome (o carries what the caller knows:
+// Long, Turn, Criticality, Tenant). With reply set,
 // the streamed text (choices[0].delta.content or .text) is appended to
 // it, at most maxReplyBytes. It reports whether the request succeeded.
-func (t *traffic) send(ctx context.Context, path string, body []byte, o Outcome, reply *strings.Builder) bool {
+func (t *traffic) send(ctx context.Context, path string, body []byte, o Outcome, hdr http.Header, reply *strings.Builder) bool {
 	o.Start = t.clock.Now()
-	req := completion.Request{URL: "http://" + t.gateway + path, Body: body, Start: o.Start}
+	req := completion.Request{URL: "http://" + t.gateway + path, Body: body, Start: o.Start, Header: hdr}
 	if reply != nil {
 		req.OnData = func(data string) { appendDelta(reply, data) }
 	}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // fillerWords are the deterministic output: token k of choice i is
@@ -171,6 +173,7 @@ func (in *instance) handleGenerate(chat bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		e := in.e
 		arrival := e.clock.Now()
+		e.countTenant(r.Header.Get(xdscontract.TenantHeader))
 		if e.loading(arrival) {
 			writeError(w, http.StatusServiceUnavailable, "The model is still loading.")
 			return

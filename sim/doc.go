@@ -127,7 +127,12 @@
 // Admin requests without a bearer token get 401, with a wrong one 403
 // (constant-time comparison), both counted in
 // isobar_sim_admin_auth_failures_total{reason}. Both parsers, and the
-// tokenizer and block hasher behind prefix caching, are fuzzed.
+// tokenizer and block hasher behind prefix caching, are fuzzed. The
+// tenant header (xdscontract.TenantHeader) of every generate request that
+// reaches the engine is counted (Engine.TenantRequests, kept across
+// restarts, guarded by the engine's short-held mutex): normalised and
+// bounded by package reqclass (64 tenants, the rest pooled), an unusable
+// name not counted, so a client cannot grow the map.
 //
 // # Tokenizer
 //

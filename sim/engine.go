@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isobar-mesh/isobar/reqclass"
 )
 
 // Defaults of EngineConfig.
@@ -219,6 +222,11 @@ type Engine struct {
 	errStatus    int
 	rng          *rand.Rand
 	killed       chan struct{} // closed by the first Kill
+	// tenantReqs counts the generate requests that reached the engine by
+	// tenant (xdscontract.TenantHeader, bucketed by tenants), across
+	// restarts.
+	tenantReqs map[string]int64
+	tenants    *reqclass.Tenants
 }
 
 // NewEngine validates cfg and returns an engine that is not yet serving.
@@ -251,17 +259,19 @@ func NewEngine(cfg EngineConfig, deps Deps) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg:       cfg,
-		prof:      p,
-		clock:     deps.Clock,
-		log:       deps.Logger.With("engine", cfg.Name),
-		m:         m,
-		gpu:       gpu,
-		maxLen:    cfg.MaxModelLen,
-		advertise: true,
-		errStatus: DefaultErrorStatus,
-		rng:       rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
-		killed:    make(chan struct{}),
+		cfg:        cfg,
+		prof:       p,
+		clock:      deps.Clock,
+		log:        deps.Logger.With("engine", cfg.Name),
+		m:          m,
+		gpu:        gpu,
+		maxLen:     cfg.MaxModelLen,
+		advertise:  true,
+		errStatus:  DefaultErrorStatus,
+		rng:        rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
+		killed:     make(chan struct{}),
+		tenantReqs: map[string]int64{},
+		tenants:    reqclass.NewTenants(reqclass.DefaultMaxTenants),
 	}
 	return e, nil
 }
@@ -483,4 +493,31 @@ func (e *Engine) Stats() EngineStats {
 		return EngineStats{}
 	}
 	return inst.sched.snapshot()
+}
+
+// countTenant counts one generate request that reached the engine for the
+// tenant named by header value h (xdscontract.TenantHeader). A request
+// naming no tenant, or an unusable one, is not counted; a long name is
+// truncated (reqclass.NormalizeTenant) and tenants beyond
+// reqclass.DefaultMaxTenants share reqclass.OtherTenant.
+func (e *Engine) countTenant(h string) {
+	t, _, bad := reqclass.NormalizeTenant(h)
+	if bad || t == reqclass.NoTenant {
+		return
+	}
+	b, _ := e.tenants.Bucket(t)
+	e.mu.Lock()
+	e.tenantReqs[b]++
+	e.mu.Unlock()
+}
+
+// TenantRequests returns, by tenant, the generate requests that reached
+// the engine since it was created (restarts keep counting): every request
+// the engine's /v1/completions or /v1/chat/completions received with a
+// tenant header, whatever its answer. At most reqclass.DefaultMaxTenants
+// tenants and reqclass.OtherTenant.
+func (e *Engine) TenantRequests() map[string]int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.tenantReqs)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/isobar-mesh/isobar/chaos"
 	"github.com/isobar-mesh/isobar/lab"
@@ -86,7 +87,8 @@ func newChaosRunCmd(ro *rootOpts) *cobra.Command {
 		Long: `run runs DRILL (see isobar chaos list) or every drill of --file, against
 the admin API at --target with the operator certificate --tls-cert/--tls-key
 and CA --tls-ca, or against a lab it starts (--lab, shaped by the --lab-*
-flags) and tears down afterwards.
+flags) and tears down afterwards. A --lab lab pins the tenant acme-eu to
+its EU region (residency config), which the residency drill follows.
 
 The report is a table on stdout and, with --report, JSON: one object for a
 drill, {"passed": bool, "drills": [...]} for a scenario. Figures that do not
@@ -107,6 +109,7 @@ A scenario file (YAML or JSON):
     - drill: jitter
       delay_ms: 20`,
 		Example: `  isobar chaos run kill-cell --lab
+  isobar chaos run residency --lab --lab-fast   # acme-eu's requests never reach an engine outside eu-west
   isobar chaos run kill-region --lab --max-rto 3s --report kill-region.json
   isobar chaos run --file drills.yaml --target 127.0.0.1:9443 \
       --tls-cert pki/ops.pem --tls-key pki/ops-key.pem --tls-ca pki/ca.pem`,
@@ -130,17 +133,7 @@ A scenario file (YAML or JSON):
 	fl.BoolVar(&f.labCfg.Fast, "lab-fast", false, "--lab: short control-loop timers (heartbeat 200 ms, region TTL 2 s, lease 2 s)")
 	fl.StringVar(&f.labCfg.LB, "lab-lb", "xds", "--lab: gateway load balancing: xds, rr or lr")
 	fl.StringVar(&f.labCfg.Dir, "lab-dir", "", "--lab: directory for the lab's certificates and etcd data (default temporary)")
-	fl.StringVar(&f.params.Region, "region", "", "region to hit (default: the last one)")
-	fl.StringSliceVar(&f.regions, "regions", nil, "regions to hit (correlated, telemetry-loss)")
-	fl.IntSliceVar(&f.params.Cells, "cells", nil, "cell indexes to hit within --region (default 0)")
-	fl.IntVar(&f.params.Count, "count", 0, "correlated: how many regions (default 1)")
-	fl.BoolVar(&f.params.NoLeader, "no-leader", false, "correlated: leave the global leader alone")
-	fl.DurationVar(&f.delay, "delay", 0, "jitter: added one-way delay (default 20ms)")
-	fl.DurationVar(&f.jitter, "jitter", 0, "jitter: added jitter (default 5ms)")
-	fl.Float64Var(&f.params.Severity, "severity", 0, "brownout: throttle severity 0..1 (default 0.8)")
-	fl.IntVar(&f.params.MaxModelLen, "max-model-len", 0, "capability-mismatch: the restarted cell's context length (default 1024)")
-	fl.BoolVar(&f.params.Silent, "silent", false, "capability-mismatch: the cell does not advertise its new max_model_len")
-	fl.Float64Var(&f.params.StaggerMS, "stagger-ms", 0, "controller-*: the restarted controller's agents come back spread over this many ms (default 2000, the agents' largest backoff; negative: each on its own backoff)")
+	registerDrillParamFlags(fl, &f)
 	fl.DurationVar(&f.before, "before", 0, "load before the injection (default 5s)")
 	fl.DurationVar(&f.during, "during", 0, "how long the fault stays in, at least until detected and rerouted (default 10s; controller-* drills 4s)")
 	fl.DurationVar(&f.after, "after", 0, "load after the fleet is healthy again (default 5s)")
@@ -244,6 +237,46 @@ func (f *chaosFlags) steps(cmd *cobra.Command, args []string) ([]step, error) {
 	return out, nil
 }
 
+// registerDrillParamFlags registers the flags of the drills' Params.
+func registerDrillParamFlags(fl *pflag.FlagSet, f *chaosFlags) {
+	fl.StringVar(&f.params.Region, "region", "", "region to hit (default: the last one)")
+	fl.StringSliceVar(&f.regions, "regions", nil, "regions to hit (correlated, telemetry-loss)")
+	fl.IntSliceVar(&f.params.Cells, "cells", nil, "cell indexes to hit within --region (default 0)")
+	fl.IntVar(&f.params.Count, "count", 0, "correlated: how many regions (default 1)")
+	fl.BoolVar(&f.params.NoLeader, "no-leader", false, "correlated: leave the global leader alone")
+	fl.StringVar(&f.params.Tenant, "tenant", "", "residency: the pinned tenant to follow (default: the first the fleet pins; --lab pins "+lab.DrillTenant+")")
+	fl.DurationVar(&f.delay, "delay", 0, "jitter: added one-way delay (default 20ms)")
+	fl.DurationVar(&f.jitter, "jitter", 0, "jitter: added jitter (default 5ms)")
+	fl.Float64Var(&f.params.Severity, "severity", 0, "brownout: throttle severity 0..1 (default 0.8)")
+	fl.IntVar(&f.params.MaxModelLen, "max-model-len", 0, "capability-mismatch: the restarted cell's context length (default 1024)")
+	fl.BoolVar(&f.params.Silent, "silent", false, "capability-mismatch: the cell does not advertise its new max_model_len")
+	fl.Float64Var(&f.params.StaggerMS, "stagger-ms", 0, "controller-*: the restarted controller's agents come back spread over this many ms (default 2000, the agents' largest backoff; negative: each on its own backoff)")
+}
+
+// startChaosLab starts the lab of chaos run --lab: the --lab-* flags'
+// shape, no traffic of its own, its admin API on loopback, and the
+// residency drill's pin (acme-eu to the lab's EU region).
+func startChaosLab(cmd *cobra.Command, ro *rootOpts, f *chaosFlags, progress io.Writer) (*lab.Lab, error) {
+	if !cmd.Flags().Changed("log-level") {
+		ro.logLevel = "error"
+	}
+	log, err := ro.logger()
+	if err != nil {
+		return nil, err
+	}
+	cfg := f.labCfg
+	cfg.Regions, cfg.NoTraffic, cfg.AdminListen = f.labRegions, true, "127.0.0.1:0"
+	cfg.ResidencyData = lab.DrillResidency(cfg.Regions)
+	if progress != nil {
+		fmt.Fprintf(progress, "starting a lab: %d regions × %d cells\n", len(cfg.Regions), cfg.Cells)
+	}
+	l, err := lab.Start(cmd.Context(), cfg, lab.Deps{Logger: log})
+	if errors.Is(err, lab.ErrInvalidConfig) {
+		return nil, usageError{err}
+	}
+	return l, err
+}
+
 func runChaos(cmd *cobra.Command, ro *rootOpts, f *chaosFlags, args []string) error {
 	steps, err := f.steps(cmd, args)
 	if err != nil {
@@ -259,23 +292,8 @@ func runChaos(cmd *cobra.Command, ro *rootOpts, f *chaosFlags, args []string) er
 	}
 	target, cert, key, ca := f.target, f.cert, f.key, f.ca
 	if f.useLab {
-		if !cmd.Flags().Changed("log-level") {
-			ro.logLevel = "error"
-		}
-		log, err := ro.logger()
+		l, err := startChaosLab(cmd, ro, f, progress)
 		if err != nil {
-			return err
-		}
-		cfg := f.labCfg
-		cfg.Regions, cfg.NoTraffic, cfg.AdminListen = f.labRegions, true, "127.0.0.1:0"
-		if progress != nil {
-			fmt.Fprintf(progress, "starting a lab: %d regions × %d cells\n", len(cfg.Regions), cfg.Cells)
-		}
-		l, err := lab.Start(ctx, cfg, lab.Deps{Logger: log})
-		if err != nil {
-			if errors.Is(err, lab.ErrInvalidConfig) {
-				return usageError{err}
-			}
 			return err
 		}
 		defer l.Stop()

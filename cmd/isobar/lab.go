@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -14,6 +15,7 @@ func newLabCmd(ro *rootOpts) *cobra.Command {
 	var cfg lab.Config
 	var ef engineFlags
 	var regionRPS map[string]string
+	var cf classFlags
 	cmd := &cobra.Command{
 		Use:   "lab",
 		Short: "Run the embedded default: a simulated multi-region fleet with traffic and a live view",
@@ -24,12 +26,21 @@ func newLabCmd(ro *rootOpts) *cobra.Command {
   isobar lab --workload multiturn --sessions 32 --duration 120s --report mt.json   # chat sessions: prefix-cache reuse
   isobar lab --gpu rtx-pro-6000 --model llama-3.1-70b-awq   # physics engine instead of the fitted 70b-awq profile
   isobar lab --duration 120s --region-rps us-east=8 --rps 1   # overload one region, the others light
+  isobar lab --duration 120s --region-rps us-east=8.6 --rps 1 --criticality-mix critical=0.2,standard=0.5,sheddable=0.3 \
+      --tenants quiet=1,noisy=5   # who loses under overload: the closing table is by criticality and tenant
+  isobar lab --residency residency.json   # pin tenants or models to regions (package residency's JSON)
   isobar lab --dir run1 --admin-listen 127.0.0.1:9443   # then: isobar chaos run kill-cell --target 127.0.0.1:9443 \
       #   --tls-cert run1/pki/operator-lab.pem --tls-key run1/pki/operator-lab-key.pem --tls-ca run1/pki/ca.pem`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runLab(cmd, ro, cfg, &ef, regionRPS) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cf.apply(&cfg); err != nil {
+				return err
+			}
+			return runLab(cmd, ro, cfg, &ef, regionRPS)
+		},
 	}
 	registerLabFlags(cmd.Flags(), &cfg, &ef, &regionRPS)
+	cf.register(cmd.Flags(), &cfg)
 	return cmd
 }
 
@@ -58,6 +69,15 @@ The simulated engines follow the fitted 70b-awq profile unless --profile
 names another, or --gpu and --model select the physics engine of a
 catalogue GPU and model (with --tp and --kv-dtype; see isobar sim sweep
 --help); the dcgm-exporters then report the catalogue GPU.
+
+--criticality-mix and --tenants give the clients' requests a criticality
+and a tenant, drawn per request from --seed and sent in the
+x-isobar-criticality and x-isobar-tenant headers (the lab's gateways trust
+their loopback clients); the closing table gives requests, success and
+TTFT P50/P95 by criticality and tenant, as the --report JSON does
+(by_criticality, by_tenant). --residency pins tenants or models to
+regions (package residency's JSON); a file naming a region the lab does
+not run refuses to start.
 
 --admin-listen serves the admin API isobar chaos drives (fleet state, fault
 injection) over HTTPS with mTLS, answering operator identities only; the
@@ -96,7 +116,39 @@ func runLab(cmd *cobra.Command, ro *rootOpts, cfg lab.Config, ef *engineFlags, r
 	if cfg.Insecure {
 		log.Warn("running without TLS (--insecure): the lab's gRPC links and etcd are plain text and carry no identities")
 	}
-	return lab.Run(cmd.Context(), cfg, lab.Deps{Logger: log, Out: ro.stdout})
+	err = lab.Run(cmd.Context(), cfg, lab.Deps{Logger: log, Out: ro.stdout})
+	if errors.Is(err, lab.ErrInvalidConfig) {
+		return usageError{err}
+	}
+	return err
+}
+
+// classFlags are the lab's traffic-class flags, parsed by package lab.
+type classFlags struct {
+	mix, tenants map[string]string
+}
+
+func (c *classFlags) register(f *pflag.FlagSet, cfg *lab.Config) {
+	f.StringToStringVar(&c.mix, "criticality-mix", nil, "share of requests per criticality, e.g. critical=0.2,standard=0.5,sheddable=0.3 "+
+		"(sent as x-isobar-criticality; default: all standard, no header)")
+	f.StringToStringVar(&c.tenants, "tenants", nil, "tenants of the clients' requests with their weights, e.g. quiet=1,noisy=5 (sent as x-isobar-tenant; default none)")
+	f.StringVar(&cfg.Residency, "residency", "", "residency config (JSON: sets, tenants, models) every region's controller and gateway enforce; "+
+		"it must name only the lab's regions")
+}
+
+// apply parses the class flags into cfg; bad values are usage errors
+// naming the flag.
+func (c *classFlags) apply(cfg *lab.Config) error {
+	mix, err := lab.ParseCriticalityMix(c.mix)
+	if err != nil {
+		return usageError{err}
+	}
+	tenants, err := lab.ParseTenants(c.tenants)
+	if err != nil {
+		return usageError{err}
+	}
+	cfg.CriticalityMix, cfg.Tenants = mix, tenants
+	return nil
 }
 
 // registerLabFlags registers the lab command's flags into cfg, ef and
