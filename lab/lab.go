@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -705,10 +706,8 @@ func (l *Lab) startGateway(ctx context.Context, r *Region, gwLn net.Listener) (*
 	}))
 	gcfg := gateway.Config{Controller: r.Ctrl.Addr(), Region: name, LB: gateway.LBMode(cfg.LB),
 		MaxBackoff: time.Second, HopKey: l.hopKey, Residency: l.residency}
-	// LEAD (issue 25, at merge): the lab's clients are on loopback and
-	// their criticality must be trusted; once the gateway has its
-	// trusted-sources field, set it here, e.g.
-	//   gcfg.TrustedSources = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	// The lab's clients are on loopback: their criticality is trusted.
+	gcfg.TrustedSources = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	gw, err := gateway.New(gcfg,
 		gateway.Deps{Logger: log.With("component", "gateway"), DialOptions: gdial, DialContext: l.router.dialer(name),
 			Registerer: r.Metrics})

@@ -15,7 +15,7 @@ func newLabCmd(ro *rootOpts) *cobra.Command {
 	var cfg lab.Config
 	var ef engineFlags
 	var regionRPS map[string]string
-	var cf classFlags
+	var cf labClassFlags
 	cmd := &cobra.Command{
 		Use:   "lab",
 		Short: "Run the embedded default: a simulated multi-region fleet with traffic and a live view",
@@ -123,12 +123,12 @@ func runLab(cmd *cobra.Command, ro *rootOpts, cfg lab.Config, ef *engineFlags, r
 	return err
 }
 
-// classFlags are the lab's traffic-class flags, parsed by package lab.
-type classFlags struct {
+// labClassFlags are the lab's traffic-class flags, parsed by package lab.
+type labClassFlags struct {
 	mix, tenants map[string]string
 }
 
-func (c *classFlags) register(f *pflag.FlagSet, cfg *lab.Config) {
+func (c *labClassFlags) register(f *pflag.FlagSet, cfg *lab.Config) {
 	f.StringToStringVar(&c.mix, "criticality-mix", nil, "share of requests per criticality, e.g. critical=0.2,standard=0.5,sheddable=0.3 "+
 		"(sent as x-isobar-criticality; default: all standard, no header)")
 	f.StringToStringVar(&c.tenants, "tenants", nil, "tenants of the clients' requests with their weights, e.g. quiet=1,noisy=5 (sent as x-isobar-tenant; default none)")
@@ -138,7 +138,7 @@ func (c *classFlags) register(f *pflag.FlagSet, cfg *lab.Config) {
 
 // apply parses the class flags into cfg; bad values are usage errors
 // naming the flag.
-func (c *classFlags) apply(cfg *lab.Config) error {
+func (c *labClassFlags) apply(cfg *lab.Config) error {
 	mix, err := lab.ParseCriticalityMix(c.mix)
 	if err != nil {
 		return usageError{err}
