@@ -117,7 +117,7 @@ func (m *metrics) addCellMetrics() {
 func (m *metrics) addRoutingMetrics() {
 	m.plans = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "isobar_regional_plans_total",
-		Help: "Routing plans received from the global leader, by result (applied, stale, expired, invalid).",
+		Help: "Routing plans received from the global leader, by result (applied, stale, expired, invalid, residency: a pinned slice routed outside its regions).",
 	}, []string{"result"})
 	m.planEpoch = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "isobar_regional_plan_epoch",
