@@ -139,6 +139,14 @@ func syncConfigOf(cfg Config) syncConfig {
 	}
 }
 
+// utilisationSink takes the region's utilisation per model, from which
+// the retry budgets follow (retrybudget.go).
+type utilisationSink interface {
+	SetUtilisation(ctx context.Context, u map[string]float64) error
+}
+
+var _ utilisationSink = (*Registry)(nil)
+
 // syncDeps are the syncer's collaborators.
 type syncDeps struct {
 	// Registry serves the route table and is summarised.
@@ -170,6 +178,7 @@ type syncer struct {
 	interval time.Duration
 	settled  settledSignal
 	gossip   summaryGossip // nil: no gossip
+	util     utilisationSink
 	clock    clockwork.Clock
 	log      *slog.Logger
 
@@ -188,7 +197,7 @@ func newSyncer(cfg syncConfig, d syncDeps) *syncer {
 	}
 	log := d.Log.With("component", "globalsync")
 	s := &syncer{
-		interval: cfg.Global.SummaryInterval, settled: d.Registry, clock: d.Clock, log: log,
+		interval: cfg.Global.SummaryInterval, settled: d.Registry, util: d.Registry, clock: d.Clock, log: log,
 		summary: newSummaryBuilder(cfg, d, log),
 		planner: newFallbackPlanner(cfg, d),
 		routes:  newRouteKeeper(cfg, d, log),
@@ -231,6 +240,9 @@ func (s *syncer) summaries(ctx context.Context) {
 			if err := s.gossip.SetLocalSummary(sm); err != nil {
 				s.log.Warn("summary not gossiped", "err", err)
 			}
+		}
+		if err := s.util.SetUtilisation(ctx, utilisation(sm)); err != nil && ctx.Err() == nil {
+			s.log.Warn("utilisation not handed to the registry; retry budgets keep their last values", "err", err)
 		}
 		if !s.routes.planInForce(now) {
 			s.routes.install(ctx, s.planner.plan(now, sm))
