@@ -15,6 +15,7 @@ import (
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/capacity"
 	"github.com/isobar-mesh/isobar/regional/gossip"
+	"github.com/isobar-mesh/isobar/residency"
 )
 
 // GlobalConfig configures this region's part in cross-region routing.
@@ -129,13 +130,16 @@ type syncConfig struct {
 	// DataPlaneWindow: the window of the data planes' demand reports,
 	// which the demand smoother's clipping takes as its sample span.
 	DataPlaneWindow time.Duration
+	// Residency maps the data planes' residency sets to regions for the
+	// summary's demand slices (nil: none).
+	Residency *residency.Config
 }
 
 // syncConfigOf takes the syncer's values from the controller's config.
 func syncConfigOf(cfg Config) syncConfig {
 	return syncConfig{
 		Global: cfg.Global, Region: cfg.Region, MTLS: cfg.TLS.Enabled(),
-		MaxClockSkew: cfg.Limits.MaxClockSkew, DataPlaneWindow: cfg.DataPlaneWindow,
+		MaxClockSkew: cfg.Limits.MaxClockSkew, DataPlaneWindow: cfg.DataPlaneWindow, Residency: cfg.Residency,
 	}
 }
 

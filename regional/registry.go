@@ -539,6 +539,7 @@ func (r *Registry) cycle(now time.Time) {
 	}
 	v := newView(now, r.cycles, views, r.index)
 	v.Demand = r.demand(now)
+	v.DemandSlices = r.demandSlices(now)
 	r.view.Store(v)
 	r.metrics.projection.Observe(time.Since(start).Seconds())
 	r.offerIfDue(now, views, d.Push)
