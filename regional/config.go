@@ -236,6 +236,11 @@ func (c *Config) withDefaults() {
 	if c.XDS.Zone == "" {
 		c.XDS.Zone = c.Zone
 	}
+	if c.XDS.RetryBudgetPercent == 0 {
+		// xds.Config's own default, made explicit: the dynamic retry
+		// budget's maximum (retrybudget.go).
+		c.XDS.RetryBudgetPercent = 20
+	}
 	c.Global.withDefaults()
 	c.Limits.withDefaults()
 	c.WarmStart.withDefaults(c.TTL())

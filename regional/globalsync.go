@@ -133,6 +133,8 @@ type syncConfig struct {
 	// Residency maps the data planes' residency sets to regions for the
 	// summary's demand slices (nil: none).
 	Residency *residency.Config
+	// FleetRegions: Config.FleetRegions.
+	FleetRegions []string
 }
 
 // syncConfigOf takes the syncer's values from the controller's config.
@@ -140,6 +142,7 @@ func syncConfigOf(cfg Config) syncConfig {
 	return syncConfig{
 		Global: cfg.Global, Region: cfg.Region, MTLS: cfg.TLS.Enabled(),
 		MaxClockSkew: cfg.Limits.MaxClockSkew, DataPlaneWindow: cfg.DataPlaneWindow, Residency: cfg.Residency,
+		FleetRegions: cfg.FleetRegions,
 	}
 }
 
@@ -183,6 +186,8 @@ type syncer struct {
 	settled  settledSignal
 	gossip   summaryGossip // nil: no gossip
 	util     utilisationSink
+	watch    *residencyWatch
+	peers    peerSource // nil: no gossip
 	clock    clockwork.Clock
 	log      *slog.Logger
 
@@ -207,10 +212,26 @@ func newSyncer(cfg syncConfig, d syncDeps) *syncer {
 		routes:  newRouteKeeper(cfg, d, log),
 	}
 	if d.Gossip != nil {
-		s.gossip = d.Gossip
+		s.gossip, s.peers = d.Gossip, d.Gossip
 	}
+	s.watch = newResidencyWatch(cfg.Residency, cfg.Region, cfg.FleetRegions, d.Metrics)
 	s.leader = newLeaderSession(cfg, d, s.summary, s.routes, log)
 	return s
+}
+
+// observeRegions shows the residency watch the gossip peers and the
+// route table in force.
+func (s *syncer) observeRegions() {
+	if len(s.watch.named) == 0 {
+		return
+	}
+	var peers []string
+	if s.peers != nil {
+		for r := range s.peers.Summaries() {
+			peers = append(peers, r)
+		}
+	}
+	s.watch.observe(peers, s.routes.Routes())
 }
 
 // Routes returns the route table in force (nil before any).
@@ -251,6 +272,7 @@ func (s *syncer) summaries(ctx context.Context) {
 		if !s.routes.planInForce(now) {
 			s.routes.install(ctx, s.planner.plan(now, sm))
 		}
+		s.observeRegions()
 		select {
 		case <-ctx.Done():
 			return

@@ -68,3 +68,51 @@ func residencySets(rc *residency.Config) func(model string) []cycle.Set {
 		return out
 	}
 }
+
+// residencyWatch counts the regions the residency config names that
+// nobody has shown this controller: neither this region, nor
+// Config.FleetRegions, nor a plan's ingress, nor a gossip peer
+// (isobar_regional_residency_unseen_regions). Without FleetRegions a
+// typo cannot be refused at start; this is where it shows. A region once
+// seen stays seen.
+//
+// Owned by the syncer's summaries goroutine; not safe for concurrent use.
+type residencyWatch struct {
+	named []string // the regions the config names, sorted
+	seen  map[string]bool
+	m     *metrics
+}
+
+func newResidencyWatch(rc *residency.Config, region string, fleet []string, m *metrics) *residencyWatch {
+	w := &residencyWatch{seen: map[string]bool{region: true}, m: m}
+	for _, r := range fleet {
+		w.seen[r] = true
+	}
+	for _, set := range rc.SetNames() {
+		rs, _ := rc.Regions(set)
+		w.named = append(w.named, rs...)
+	}
+	slices.Sort(w.named)
+	w.named = slices.Compact(w.named)
+	return w
+}
+
+// observe marks the regions of peers and of the route table t (its
+// ingress addresses) as seen and sets the gauge.
+func (w *residencyWatch) observe(peers []string, t *RouteTable) {
+	for _, r := range peers {
+		w.seen[r] = true
+	}
+	if t != nil {
+		for r := range t.Ingress {
+			w.seen[r] = true
+		}
+	}
+	unseen := 0
+	for _, r := range w.named {
+		if !w.seen[r] {
+			unseen++
+		}
+	}
+	w.m.residencyUnseen.Set(float64(unseen))
+}

@@ -264,3 +264,28 @@ func TestResidencyConfigValidated(t *testing.T) {
 		t.Fatalf("validate = %v, want ErrInvalidConfig", err)
 	}
 }
+
+// Without --fleet-regions, the regions the config names that no gossip
+// peer or plan has shown are counted; once seen they stay seen.
+func TestResidencyUnseenRegions(t *testing.T) {
+	rc, err := residency.Parse([]byte(residencyTestConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newRegFixture(t)
+	w := newResidencyWatch(rc, "r1", nil, f.m)
+	gauge := func() float64 { return testutil.ToFloat64(f.m.residencyUnseen) }
+	if w.observe(nil, nil); gauge() != 2 {
+		t.Fatalf("unseen %v, want 2 (r2, r3)", gauge())
+	}
+	if w.observe([]string{"r2"}, nil); gauge() != 1 {
+		t.Fatalf("unseen %v after gossip from r2, want 1", gauge())
+	}
+	if w.observe(nil, &RouteTable{Ingress: map[string]string{"r3": "127.0.0.3:9000"}}); gauge() != 0 {
+		t.Fatalf("unseen %v after a plan naming r3, want 0", gauge())
+	}
+	w = newResidencyWatch(rc, "r1", []string{"r2", "r3"}, f.m)
+	if w.observe(nil, nil); gauge() != 0 {
+		t.Fatalf("unseen %v with the fleet listed, want 0", gauge())
+	}
+}
