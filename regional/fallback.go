@@ -23,6 +23,15 @@ var _ peerSource = (*gossip.Node)(nil)
 // gossiped summaries, with the global optimiser's code, keeping only this
 // region's row. Without fresh peers everything stays local.
 //
+// Residency: the fallback table routes unpinned demand only and carries
+// no pinned slices (ModelRoutes.Pinned stays empty); pinned requests never
+// follow its routes. The cycle routes each residency set from what the
+// table does carry, the gossiped ingress addresses, by its
+// nearest-allowed rule (regional/cycle pinned.go): the local cells when
+// this region is allowed, else the allowed region nearest by gossip RTT,
+// else nowhere (503). So a region on its fallback never sends a pinned
+// request outside its set, and its pinned excess is shed, not spilled.
+//
 // Concurrency: it holds no mutable state; plan is safe from any goroutine
 // as far as its peerSource is.
 type fallbackPlanner struct {

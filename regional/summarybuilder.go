@@ -34,7 +34,9 @@ var (
 
 // summaryBuilder turns the registry's view into this region's summary: it
 // feeds the capacity estimator, smooths the demand and aggregates the
-// cells, and keeps the latest summary for the leader session to send.
+// cells, splits each model's demand into slices by criticality and allowed
+// regions (summaryslices.go; only the data planes' demand is split), and
+// keeps the latest summary for the leader session to send.
 //
 // Concurrency: build is called by one goroutine at a time (the syncer's
 // summaries loop, or a test); the estimator, smoother and logged
