@@ -63,7 +63,7 @@ func residencySets(rc *residency.Config) func(model string) []cycle.Set {
 				name = ms
 			}
 			rs, _ := rc.Regions(name)
-			out = append(out, cycle.Set{Name: name, Regions: rs})
+			out = append(out, cycle.Set{Name: name, Regions: rs, Own: name == ms})
 		}
 		return out
 	}

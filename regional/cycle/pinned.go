@@ -12,9 +12,14 @@ import (
 // Set is one residency set a model's requests may be pinned to: its name
 // (package residency; "a+b" for a tenant's set combined with a model's)
 // and the regions it allows, sorted. No region: the set is served nowhere.
+// Own marks the model's own set (residency's "models"): every request of
+// the model is pinned to it at least, so the model's main cluster gets
+// the set's localities too, and a request that reaches it without a
+// residency header cannot leave the set either.
 type Set struct {
 	Name    string
 	Regions []string
+	Own     bool
 }
 
 // SetRoutes is a plan's routing of one residency set's requests at this
@@ -71,6 +76,9 @@ func (b *stateBuilder) pinned(name string) []xds.Pinned {
 			}
 		} else {
 			pin.Localities = b.nearestAllowed(name, allow, ingress)
+		}
+		if s.Own {
+			b.own[name] = pin.Localities
 		}
 		out = append(out, pin)
 	}

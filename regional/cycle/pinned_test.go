@@ -133,3 +133,20 @@ func TestPinnedShedAndBudget(t *testing.T) {
 		t.Errorf("pinned without sets: %+v", m.Pinned)
 	}
 }
+
+// A model pinned as a whole (its own set) gets its set's localities in its
+// main cluster too: a request reaching it without a residency header
+// cannot leave the set, whatever the unpinned routes say.
+func TestOwnSetPinsTheModel(t *testing.T) {
+	routes := &Routes{Ingress: pinTestIngress, Models: map[string]ModelRoutes{"m": {Routes: map[string]float64{"r1": 0.5, "r4": 0.5}}}}
+	sets := func(string) []Set { return []Set{{Name: "away", Regions: []string{"r2", "r3"}, Own: true}} }
+	p := Params{Region: "r1", Zone: "z", Routes: routes, RTTs: pinTestRTTs, Sets: sets}
+	m := BuildState(p, pinTestViews()).State.Models[0]
+	var got []string
+	for _, l := range m.Localities {
+		got = append(got, l.Region)
+	}
+	if !slices.Equal(got, []string{"r3"}) || !slices.Equal(regionsOf(m.Pinned[0]), []string{"r3"}) {
+		t.Fatalf("main cluster in %v, pinned in %v; want r3 for both", got, regionsOf(m.Pinned[0]))
+	}
+}

@@ -78,7 +78,7 @@ type Offer struct {
 // it: LocalPlacement) and each remote locality the round trip to its
 // region (p.RTTs).
 func BuildState(p Params, views []CellView) Offer {
-	b := stateBuilder{p: p, byModel: map[string]*xds.Model{}, local: map[string]*xds.Locality{},
+	b := stateBuilder{p: p, byModel: map[string]*xds.Model{}, local: map[string]*xds.Locality{}, own: map[string][]xds.Locality{},
 		offer: Offer{Weights: map[string]uint32{}, Placement: Placement{}}}
 	// After a restart, the models the data planes were last given stay
 	// until a cell of theirs registers or ForgetAfter passes.
@@ -95,7 +95,8 @@ func BuildState(p Params, views []CellView) Offer {
 type stateBuilder struct {
 	p       Params
 	byModel map[string]*xds.Model
-	local   map[string]*xds.Locality // the local locality per model
+	local   map[string]*xds.Locality  // the local locality per model
+	own     map[string][]xds.Locality // a pinned model's own set's localities (pinned.go)
 	offer   Offer
 }
 
@@ -241,6 +242,10 @@ func (b *stateBuilder) assemble(remote map[string][]xds.Locality) xds.State {
 			m.Localities = append(m.Localities, *l)
 		}
 		m.Localities = append(m.Localities, remote[n]...)
+		if own, ok := b.own[n]; ok {
+			// A model pinned as a whole: its main cluster is its set's.
+			m.Localities = slices.Clone(own)
+		}
 		// A model with no locality left stays: its route and an empty
 		// cluster answer "no healthy upstream" (503, retryable) until a
 		// cell is back, rather than "no route" (404) while, say, every
