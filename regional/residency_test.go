@@ -289,3 +289,34 @@ func TestResidencyUnseenRegions(t *testing.T) {
 		t.Fatalf("unseen %v with the fleet listed, want 0", gauge())
 	}
 }
+
+// A restarted controller's first push (warm start: model m2 kept with no
+// cell back) carries the pinned sets of every model, kept ones included,
+// and none outside their regions.
+func TestWarmRestartKeepsPinnedSets(t *testing.T) {
+	dir := t.TempDir()
+	servedBefore(t, dir)
+	rc, err := residency.Parse([]byte(residencyTestConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newLimitedFixture(t, func(c *Config) { c.WarmStart.StateDir, c.Residency = dir, rc })
+	start, hold := f.clock.Now(), f.reg.cfg.WarmStart.hold(f.reg.cfg.TTL())
+	var first xds.State
+	for got := false; !got; {
+		f.send(modelHB("a", "127.0.0.1:1001", "m"))
+		f.tick()
+		select {
+		case first = <-f.push.pushed:
+			got = true
+		default:
+		}
+		if !got && f.clock.Since(start) > hold+time.Second {
+			t.Fatalf("no push %v after the start (hold %v)", f.clock.Since(start), hold)
+		}
+	}
+	got := checkResidency(t, first)
+	if len(first.Models) != 2 || len(first.Models[1].Pinned) != 2 || !slices.Equal(got["home"], []string{"r1"}) || len(got["away"]) != 0 {
+		t.Fatalf("first push: models %v, pinned %v", models(first), got)
+	}
+}
