@@ -45,7 +45,8 @@ func RegionsKey(regions []string) string { return strings.Join(regions, ",") }
 //     everything away, as for the model), and the allowed remote regions
 //     the slice routes to, with the slice's shed shares.
 //   - Without one (no plan in force, the gossip fallback, or a plan that
-//     carries no slice for the set): see nearestAllowed.
+//     carries no slice for the set), or when the slice's regions leave
+//     the set no locality: see nearestAllowed.
 func (b *stateBuilder) pinned(name string) []xds.Pinned {
 	if b.p.Sets == nil {
 		return nil
@@ -74,7 +75,10 @@ func (b *stateBuilder) pinned(name string) []xds.Pinned {
 				}
 				pin.Localities = append([]xds.Locality{*l}, pin.Localities...)
 			}
-		} else {
+		}
+		if len(pin.Localities) == 0 {
+			// No slice, or one whose regions serve nothing now (the local
+			// cells it counted on are gone).
 			pin.Localities = b.nearestAllowed(name, allow, ingress)
 		}
 		if s.Own {

@@ -65,6 +65,9 @@ func TestPinnedLocalitiesStayInTheirRegions(t *testing.T) {
 			"r2,r3": {Routes: map[string]float64{"r2": 0.5, "r4": 0.5}},
 		},
 	}}}
+	noR2 := &Routes{Ingress: map[string]string{"r3": "10.3.0.1:443", "r4": "10.4.0.1:443"}, Models: map[string]ModelRoutes{"m": {
+		Routes: map[string]float64{"r1": 1}, Pinned: map[string]SetRoutes{"r2,r3": {Routes: map[string]float64{"r2": 1}}},
+	}}}
 	fallback := &Routes{Ingress: pinTestIngress, Models: map[string]ModelRoutes{"m": {Routes: map[string]float64{"r1": 0.6, "r4": 0.4}}}}
 	cases := []struct {
 		name             string
@@ -73,6 +76,7 @@ func TestPinnedLocalitiesStayInTheirRegions(t *testing.T) {
 		home, away, none []string
 	}{
 		{"plan with slices", planned, pinTestViews(), []string{"r1", "r3"}, []string{"r2"}, nil},
+		{"plan slice to a region with no ingress: the nearest allowed", noR2, pinTestViews(), []string{"r1"}, []string{"r3"}, nil},
 		{"gossip fallback: local if allowed, else the nearest allowed", fallback, pinTestViews(), []string{"r1"}, []string{"r3"}, nil},
 		{"no routes: local if allowed, nothing else known", nil, pinTestViews(), []string{"r1"}, nil, nil},
 		{"no local cell: the nearest allowed", fallback, nil, []string{"r3"}, []string{"r3"}, nil},
