@@ -320,3 +320,29 @@ func TestWarmRestartKeepsPinnedSets(t *testing.T) {
 		t.Fatalf("first push: models %v, pinned %v", models(first), got)
 	}
 }
+
+// On the gossip fallback an overloaded region spills pinned demand only
+// to the regions its set allows (home: r3), while unpinned demand may go
+// to the nearest peer (r4); a set that does not allow this region is left
+// to the cycle's nearest-allowed rule.
+func TestFallbackSpillsPinnedOnlyWithinTheSet(t *testing.T) {
+	f, s := residencyTestFixture(t)
+	self := &isobarpb.RegionSummary{Region: "r1", Models: []*isobarpb.ModelSummary{{Model: "m", DemandRps: 100, CapacityRps: 10, CellsReady: 1}}}
+	tbl := s.planner.plan(f.clock.Now(), self)
+	mr := tbl.Models["m"]
+	if tbl.Source != RoutesFallback || mr.Routes["r4"] == 0 {
+		t.Fatalf("unpinned fallback %+v from %s: want a spill to r4", mr.Routes, tbl.Source)
+	}
+	home, ok := mr.Pinned["r1,r3"]
+	if !ok || home.Routes["r3"] == 0 {
+		t.Fatalf("home on fallback: %+v, want a spill to r3", mr.Pinned)
+	}
+	for d, fr := range home.Routes {
+		if fr > 0 && d != "r1" && d != "r3" {
+			t.Fatalf("home spills to %s", d)
+		}
+	}
+	if _, ok := mr.Pinned["r2,r3"]; ok {
+		t.Fatalf("away planned on r1's fallback: %+v", mr.Pinned)
+	}
+}
