@@ -92,10 +92,26 @@ type RouteTable struct {
 	Ingress map[string]string
 }
 
-// ModelRoutes is one model's split.
+// ModelRoutes is one model's split. Routes and Shed are the unpinned
+// standard requests'; the fields after them (issue 25) are left out of
+// the JSON when empty.
 type ModelRoutes struct {
 	Routes map[string]float64
 	Shed   float64
+	// ShedCritical and ShedSheddable: the shares of the unpinned critical
+	// and sheddable requests shed.
+	ShedCritical  float64 `json:",omitempty"`
+	ShedSheddable float64 `json:",omitempty"`
+	// Pinned: the routing of each residency slice the plan carries, by
+	// its allowed regions joined with ",".
+	Pinned map[string]PinnedRoutes `json:",omitempty"`
+}
+
+// PinnedRoutes routes the requests pinned to one set of regions: only
+// those regions appear in Routes.
+type PinnedRoutes struct {
+	Routes                            map[string]float64
+	Shed, ShedCritical, ShedSheddable float64
 }
 
 // RegionStatus is one region as the leader sees it (GET /debug/regions).

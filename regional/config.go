@@ -3,7 +3,6 @@ package regional
 import (
 	"errors"
 	"fmt"
-	"github.com/isobar-mesh/isobar/residency"
 	"log/slog"
 	"math"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/residency"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
@@ -118,8 +118,23 @@ type Config struct {
 	// Residency pins tenants' and models' requests to regions (package
 	// residency): the controller refuses a plan that breaks it, builds one
 	// pinned cluster per set and keeps pinned requests in their regions
-	// when the plan is stale or gone. nil pins nothing.
+	// when the plan is stale or gone (pinning.go, cycle/pinned.go). nil
+	// pins nothing.
 	Residency *residency.Config
+	// FleetRegions lists the fleet's regions (this one may be left out).
+	// When set, a Residency set naming a region outside them refuses the
+	// start; when empty, regions the config names that no plan or gossip
+	// has shown are counted at run time
+	// (isobar_regional_residency_unseen_regions). isobar regional
+	// requires it (--fleet-regions) whenever --residency names another
+	// region than its own.
+	FleetRegions []string
+	// StaticRetryBudget turns the dynamic retry budget off: every model's
+	// clusters keep XDS.RetryBudgetPercent. Default false: the budget
+	// follows the region's utilisation per model (load over capacity of
+	// its Ready cells, from the summary; retrybudget.go) along
+	// xds.DefaultRetryBudgetCurve(XDS.RetryBudgetPercent).
+	StaticRetryBudget bool
 }
 
 // GossipConfig is the region's gossip member (regional/gossip): its role,
@@ -221,6 +236,11 @@ func (c *Config) withDefaults() {
 	if c.XDS.Zone == "" {
 		c.XDS.Zone = c.Zone
 	}
+	if c.XDS.RetryBudgetPercent == 0 {
+		// xds.Config's own default, made explicit: the dynamic retry
+		// budget's maximum (retrybudget.go).
+		c.XDS.RetryBudgetPercent = 20
+	}
 	c.Global.withDefaults()
 	c.Limits.withDefaults()
 	c.WarmStart.withDefaults(c.TTL())
@@ -287,6 +307,9 @@ func (c Config) validate() error {
 		if err := ingressAddress(a); err != nil {
 			return fmt.Errorf("%w: ingress address: %v", ErrInvalidConfig, err)
 		}
+	}
+	if err := c.validateResidency(); err != nil {
+		return err
 	}
 	if err := c.Score.Validate(); err != nil {
 		return err

@@ -78,6 +78,10 @@ func validateReport(r *isobarpb.DataPlaneReport, region string) error {
 		if d.GetRequests() > limit {
 			return outOfRange(fmt.Sprintf("demand for %q", trunc(d.GetModel())), d.GetRequests())
 		}
+		if why, ok := validateSlices(d); !ok {
+			return bad("demand for %q: %s (at most %d slices, set names of at most %d bytes, requests within the model's)",
+				trunc(d.GetModel()), why, maxReportSlices, maxSliceSetLen)
+		}
 	}
 	return nil
 }
@@ -137,6 +141,9 @@ type dpSample struct {
 	at               time.Time
 	span             time.Duration
 	requests, errors float64
+	// slices splits a demand sample's requests (demandslices.go); nil:
+	// all standard unpinned.
+	slices map[SliceKey]float64
 }
 
 // dpWindow keeps the samples of the last window for one cell or model.
@@ -166,7 +173,8 @@ func (w *dpWindow) totals(now time.Time, window time.Duration) (requests, errors
 
 // applyReport folds a validated data-plane report into the registry's
 // windows: errors per cell (unknown cells are counted and ignored; remote
-// regions' ingress endpoints are not cells) and demand per model.
+// regions' ingress endpoints are not cells) and demand per model, with
+// its split into slices (demandslices.go).
 func (r *Registry) applyReport(now time.Time, rep *isobarpb.DataPlaneReport) {
 	span := time.Duration(rep.GetIntervalSeconds() * float64(time.Second))
 	window := r.cfg.DataPlaneWindow
@@ -195,7 +203,7 @@ func (r *Registry) applyReport(now time.Time, rep *isobarpb.DataPlaneReport) {
 			w = &dpWindow{}
 			r.dpDemand[key] = w
 		}
-		w.add(dpSample{at: now, span: span, requests: float64(d.GetRequests()), errors: float64(d.GetShed())}, window)
+		w.add(dpSample{at: now, span: span, requests: float64(d.GetRequests()), errors: float64(d.GetShed()), slices: r.sliceCounts(d)}, window)
 	}
 }
 

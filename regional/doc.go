@@ -84,6 +84,24 @@
 // (isobar regional --insecure) nobody is authenticated on gRPC, and the
 // admin endpoints need the token when one is set.
 //
+// Overload that protects what matters (issue 25; docs/issue25-regional.md).
+// Data planes report each model's demand split by criticality and
+// residency set (demandslices.go); the registry keeps the split in its
+// demand windows (a set this controller's Config.Residency does not define
+// is counted and taken as standard unpinned, never as a pin) and the
+// summary carries it as demand_slices by allowed regions
+// (summaryslices.go). Plans carry slices back: per-criticality shed for
+// the unpinned demand and, per set of allowed regions, routes and shed
+// (planslices.go); a plan routing a pinned slice outside its regions is
+// refused (plans_total result "residency") and the last good plan kept.
+// The cycle (regional/cycle, pinned.go) builds one xds.Pinned per set of
+// each model from the plan's slice, or, with no slice, no plan or on the
+// gossip fallback, from the local cells when the region is allowed, else
+// the nearest allowed region's ingress: never a region the set does not
+// allow, whatever the route source. The retry budget of each model's
+// clusters follows the region's utilisation (load over capacity, from the
+// summary; retrybudget.go) unless Config.StaticRetryBudget.
+//
 // Time is injected (clockwork.Clock); scoring, projection, lifecycle and
 // capacity estimation are pure packages (regional/score,
 // regional/projection, regional/lifecycle, regional/capacity) that take now

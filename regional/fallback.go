@@ -7,6 +7,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 )
 
@@ -23,16 +24,27 @@ var _ peerSource = (*gossip.Node)(nil)
 // gossiped summaries, with the global optimiser's code, keeping only this
 // region's row. Without fresh peers everything stays local.
 //
+// Residency: pinned requests never follow the unpinned routes. For each
+// residency set that allows this region and some fresh peer, the table
+// carries the same local-first solution restricted to the set's regions
+// (ModelRoutes.Pinned, pinnedRoutes), so pinned demand spills only to
+// allowed regions. Every other set is routed by the cycle's
+// nearest-allowed rule (regional/cycle pinned.go) from the gossiped
+// ingress addresses: the local cells when this region is allowed, else
+// the allowed region nearest by gossip RTT, else nowhere (503). So a
+// region on its fallback never sends a pinned request outside its set.
+//
 // Concurrency: it holds no mutable state; plan is safe from any goroutine
 // as far as its peerSource is.
 type fallbackPlanner struct {
 	cfg    GlobalConfig
 	region string
-	peers  peerSource // nil: no peers, everything local
+	peers  peerSource               // nil: no peers, everything local
+	sets   func(string) []cycle.Set // residency sets per model; nil: none
 }
 
 func newFallbackPlanner(cfg syncConfig, d syncDeps) *fallbackPlanner {
-	p := &fallbackPlanner{cfg: cfg.Global, region: cfg.Region}
+	p := &fallbackPlanner{cfg: cfg.Global, region: cfg.Region, sets: residencySets(cfg.Residency)}
 	if d.Gossip != nil {
 		p.peers = d.Gossip
 	}
@@ -59,9 +71,64 @@ func (p *fallbackPlanner) plan(now time.Time, self *isobarpb.RegionSummary) *Rou
 	}
 	mat := fr.rttMatrix()
 	for _, m := range self.GetModels() {
-		t.Models[m.GetModel()] = p.modelRoutes(fr, mat, m.GetModel())
+		mr := p.modelRoutes(fr, mat, m.GetModel())
+		mr.Pinned = p.pinnedRoutes(fr, mat, m.GetModel())
+		t.Models[m.GetModel()] = mr
 	}
 	return t
+}
+
+// pinnedRoutes plans each residency set of model that allows this region
+// and at least one fresh peer: the same local-first problem restricted to
+// the regions the set allows, keeping this region's row, so pinned
+// demand spills only to allowed regions. Sets that do not allow this
+// region, or that no fresh peer shares, are left to the cycle's
+// nearest-allowed rule (regional/cycle pinned.go). nil when none.
+func (p *fallbackPlanner) pinnedRoutes(fr fallbackRegions, mat [][]float64, model string) map[string]PinnedRoutes {
+	if p.sets == nil || len(fr.names) <= 1 {
+		return nil
+	}
+	var out map[string]PinnedRoutes
+	for _, s := range p.sets(model) {
+		key := cycle.RegionsKey(s.Regions)
+		if _, done := out[key]; done || !slices.Contains(s.Regions, p.region) {
+			continue
+		}
+		sub, subMat := fr.restrict(mat, s.Regions)
+		if len(sub.names) <= 1 {
+			continue
+		}
+		mr := p.modelRoutes(sub, subMat, model)
+		if out == nil {
+			out = map[string]PinnedRoutes{}
+		}
+		out[key] = PinnedRoutes{Routes: mr.Routes, Shed: mr.Shed}
+	}
+	return out
+}
+
+// restrict is fr and its RTT matrix mat with only the regions allowed
+// lists (this one must be among them).
+func (fr fallbackRegions) restrict(mat [][]float64, allowed []string) (fallbackRegions, [][]float64) {
+	var idx []int
+	sub := fallbackRegions{sums: fr.sums, rtt: fr.rtt, ingress: fr.ingress}
+	for i, r := range fr.names {
+		if slices.Contains(allowed, r) {
+			if i == fr.self {
+				sub.self = len(idx)
+			}
+			idx = append(idx, i)
+			sub.names = append(sub.names, r)
+		}
+	}
+	subMat := make([][]float64, len(idx))
+	for a, i := range idx {
+		subMat[a] = make([]float64, len(idx))
+		for b, j := range idx {
+			subMat[a][b] = mat[i][j]
+		}
+	}
+	return sub, subMat
 }
 
 // regions collects this region and the peers fresh at now and reachable

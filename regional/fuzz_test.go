@@ -87,6 +87,9 @@ func FuzzValidateReport(f *testing.F) {
 	overflow, _ := proto.Marshal(&isobarpb.DataPlaneReport{Node: "gw", Region: "r1", IntervalSeconds: 1,
 		Endpoints: []*isobarpb.EndpointStats{{CellId: "a", Requests: 1, Errors: math.MaxUint64, Rejected: 2}}})
 	f.Add(overflow)
+	sliced, _ := proto.Marshal(sliceReport(&isobarpb.SliceDemand{Criticality: isobarpb.Criticality_CRITICALITY_CRITICAL, Residency: "home", Requests: 20},
+		&isobarpb.SliceDemand{Criticality: 7, Residency: "x+y", Requests: 80, Shed: 3}))
+	f.Add(sliced)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r isobarpb.DataPlaneReport
 		if len(data) > 1<<16 || proto.Unmarshal(data, &r) != nil || validateReport(&r, "r1") != nil {
@@ -101,6 +104,13 @@ func FuzzValidateReport(f *testing.F) {
 		for _, d := range r.GetDemand() {
 			if d.GetRequests() > limit { // the shared rate bound (summary.MaxRateRPS)
 				t.Fatalf("accepted demand %v over %v s", d, r.GetIntervalSeconds())
+			}
+			var sum uint64
+			for _, s := range d.GetSlices() {
+				sum += s.GetRequests()
+			}
+			if len(d.GetSlices()) > maxReportSlices || sum > d.GetRequests() {
+				t.Fatalf("accepted slices %v of %d requests", d.GetSlices(), d.GetRequests())
 			}
 		}
 		if !(r.GetIntervalSeconds() > 0) {

@@ -15,6 +15,7 @@ import (
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/capacity"
 	"github.com/isobar-mesh/isobar/regional/gossip"
+	"github.com/isobar-mesh/isobar/residency"
 )
 
 // GlobalConfig configures this region's part in cross-region routing.
@@ -129,15 +130,29 @@ type syncConfig struct {
 	// DataPlaneWindow: the window of the data planes' demand reports,
 	// which the demand smoother's clipping takes as its sample span.
 	DataPlaneWindow time.Duration
+	// Residency maps the data planes' residency sets to regions for the
+	// summary's demand slices (nil: none).
+	Residency *residency.Config
+	// FleetRegions: Config.FleetRegions.
+	FleetRegions []string
 }
 
 // syncConfigOf takes the syncer's values from the controller's config.
 func syncConfigOf(cfg Config) syncConfig {
 	return syncConfig{
 		Global: cfg.Global, Region: cfg.Region, MTLS: cfg.TLS.Enabled(),
-		MaxClockSkew: cfg.Limits.MaxClockSkew, DataPlaneWindow: cfg.DataPlaneWindow,
+		MaxClockSkew: cfg.Limits.MaxClockSkew, DataPlaneWindow: cfg.DataPlaneWindow, Residency: cfg.Residency,
+		FleetRegions: cfg.FleetRegions,
 	}
 }
+
+// utilisationSink takes the region's utilisation per model, from which
+// the retry budgets follow (retrybudget.go).
+type utilisationSink interface {
+	SetUtilisation(ctx context.Context, u map[string]float64) error
+}
+
+var _ utilisationSink = (*Registry)(nil)
 
 // syncDeps are the syncer's collaborators.
 type syncDeps struct {
@@ -170,6 +185,9 @@ type syncer struct {
 	interval time.Duration
 	settled  settledSignal
 	gossip   summaryGossip // nil: no gossip
+	util     utilisationSink
+	watch    *residencyWatch
+	peers    peerSource // nil: no gossip
 	clock    clockwork.Clock
 	log      *slog.Logger
 
@@ -188,16 +206,32 @@ func newSyncer(cfg syncConfig, d syncDeps) *syncer {
 	}
 	log := d.Log.With("component", "globalsync")
 	s := &syncer{
-		interval: cfg.Global.SummaryInterval, settled: d.Registry, clock: d.Clock, log: log,
+		interval: cfg.Global.SummaryInterval, settled: d.Registry, util: d.Registry, clock: d.Clock, log: log,
 		summary: newSummaryBuilder(cfg, d, log),
 		planner: newFallbackPlanner(cfg, d),
 		routes:  newRouteKeeper(cfg, d, log),
 	}
 	if d.Gossip != nil {
-		s.gossip = d.Gossip
+		s.gossip, s.peers = d.Gossip, d.Gossip
 	}
+	s.watch = newResidencyWatch(cfg.Residency, cfg.Region, cfg.FleetRegions, d.Metrics)
 	s.leader = newLeaderSession(cfg, d, s.summary, s.routes, log)
 	return s
+}
+
+// observeRegions shows the residency watch the gossip peers and the
+// route table in force.
+func (s *syncer) observeRegions() {
+	if len(s.watch.named) == 0 {
+		return
+	}
+	var peers []string
+	if s.peers != nil {
+		for r := range s.peers.Summaries() {
+			peers = append(peers, r)
+		}
+	}
+	s.watch.observe(peers, s.routes.Routes())
 }
 
 // Routes returns the route table in force (nil before any).
@@ -232,9 +266,13 @@ func (s *syncer) summaries(ctx context.Context) {
 				s.log.Warn("summary not gossiped", "err", err)
 			}
 		}
+		if err := s.util.SetUtilisation(ctx, utilisation(sm)); err != nil && ctx.Err() == nil {
+			s.log.Warn("utilisation not handed to the registry; retry budgets keep their last values", "err", err)
+		}
 		if !s.routes.planInForce(now) {
 			s.routes.install(ctx, s.planner.plan(now, sm))
 		}
+		s.observeRegions()
 		select {
 		case <-ctx.Done():
 			return

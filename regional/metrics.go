@@ -34,6 +34,9 @@ type metrics struct {
 	capacityRejected   prometheus.Counter
 	capacityRPS        *prometheus.GaugeVec
 	capacityConfidence *prometheus.GaugeVec
+	retryBudget        *prometheus.GaugeVec
+	slicesFolded       *prometheus.CounterVec
+	residencyUnseen    prometheus.Gauge
 	signalsClamped     *prometheus.CounterVec
 }
 
@@ -47,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.signalsClamped); err != nil {
+	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.retryBudget, m.slicesFolded, m.residencyUnseen, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.signalsClamped); err != nil {
 		return nil, fmt.Errorf("regional: register metrics: %w", err)
 	}
 	return m, nil
@@ -117,7 +120,7 @@ func (m *metrics) addCellMetrics() {
 func (m *metrics) addRoutingMetrics() {
 	m.plans = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "isobar_regional_plans_total",
-		Help: "Routing plans received from the global leader, by result (applied, stale, expired, invalid).",
+		Help: "Routing plans received from the global leader, by result (applied, stale, expired, invalid, residency: a pinned slice routed outside its regions).",
 	}, []string{"result"})
 	m.planEpoch = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "isobar_regional_plan_epoch",
@@ -147,6 +150,24 @@ func (m *metrics) addRoutingMetrics() {
 		Name: "isobar_regional_capacity_confidence",
 		Help: "Confidence in [0,1] that the capacity in the last summary is measured rather than the prior, by model.",
 	}, []string{"model"})
+	m.addResidencyMetrics()
+}
+
+// addResidencyMetrics builds the instruments of issue 25: the retry
+// budget, demand slices folded and residency regions not yet seen.
+func (m *metrics) addResidencyMetrics() {
+	m.retryBudget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "isobar_regional_retry_budget_percent",
+		Help: "Retry budget of each model's clusters in the last pushed xDS state, in percent of their active requests (falls from the static budget as the region's utilisation nears saturation).",
+	}, []string{"model"})
+	m.slicesFolded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isobar_regional_demand_slices_folded_total",
+		Help: "Data-plane demand slices not taken as reported, by reason (unknown_set: a residency set this controller's config does not define, folded into standard unpinned demand; unknown_criticality: counted as standard; summary_bound: a pinned slice beyond the summary's 32, folded into the unpinned slice of its criticality).",
+	}, []string{"reason"})
+	m.residencyUnseen = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "isobar_regional_residency_unseen_regions",
+		Help: "Regions named by the residency config that are neither this region, nor in --fleet-regions, nor seen in a plan or gossip (a likely typo).",
+	})
 }
 
 // cellCollector exports per-cell gauges from the current view.

@@ -2,6 +2,8 @@ package regional
 
 import (
 	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +39,12 @@ func FuzzPlanTable(f *testing.F) {
 	long := testPlan(6, 2, now)
 	long.ValidUntil = timestamppb.New(now.Add(1000 * time.Hour))
 	add(long)
+	for _, breaks := range []bool{false, true} {
+		rp := residencyPlan(5, now, breaks) // as received by region r1, there seen from b
+		rp.Plans[0].IngressRegion = "b"
+		rp.Ingress = append(rp.Ingress, &isobarpb.RegionIngress{Region: "r1", Address: "127.0.0.1:9000"})
+		add(rp)
+	}
 	f.Add([]byte{})
 	f.Add([]byte{0x0a, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -82,7 +90,22 @@ func FuzzPlanTable(f *testing.F) {
 				if math.Abs(sum-1) > 1e-6 {
 					t.Fatalf("model %q sums to %v", m, sum)
 				}
+				checkPinnedRoutes(t, m, mr)
 			}
 		}
 	})
+}
+
+// checkPinnedRoutes fails when an accepted plan's pinned slice routes a
+// share outside its allowed regions or a fraction out of [0,1].
+func checkPinnedRoutes(t *testing.T, m string, mr ModelRoutes) {
+	t.Helper()
+	for key, pr := range mr.Pinned {
+		allowed := strings.Split(key, ",")
+		for d, fr := range pr.Routes {
+			if math.IsNaN(fr) || fr < 0 || fr > 1 || (fr > 0 && !slices.Contains(allowed, d)) {
+				t.Fatalf("model %q: pinned [%s] routes %v to %q", m, key, fr, d)
+			}
+		}
+	}
 }

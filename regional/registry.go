@@ -38,6 +38,7 @@ type message struct {
 	routes *RouteTable
 	report *isobarpb.DataPlaneReport
 	lost   *streamLoss
+	util   map[string]float64 // utilisation per model (retrybudget.go)
 }
 
 // streamLoss says that the heartbeat stream which delivered a cell's
@@ -112,17 +113,19 @@ type Registry struct {
 	byEndpoint map[string]string
 	cycles     uint64
 	removals   []removal
-	lastPushed map[string]uint32    // weights in the last offered state
-	sentPlace  cycle.Placement      // round trips in the last offered state
-	lastOffer  time.Time            // when the last state was offered
-	index      map[string]int       // id → position in ids, shared by views
-	routes     *RouteTable          // cross-region routing in force
-	routesNew  bool                 // routes changed since the last push
-	dpCells    map[string]*dpWindow // data-plane errors per cell
-	dpDemand   map[string]*dpWindow // ingress demand per data plane and model
-	warm       warmHold             // the warm start's hold (warmstart.go)
-	offered    map[string]bool      // models of the last offered state
-	remoteOnly map[string]bool      // of those, the ones with no local locality
+	lastPushed map[string]uint32        // weights in the last offered state
+	sentPlace  cycle.Placement          // round trips in the last offered state
+	lastOffer  time.Time                // when the last state was offered
+	index      map[string]int           // id → position in ids, shared by views
+	routes     *RouteTable              // cross-region routing in force
+	routesNew  bool                     // routes (or retry budgets) changed since the last push
+	sets       func(string) []cycle.Set // residency sets per model; nil: none
+	budgets    map[string]float64       // retry budget per model (retrybudget.go)
+	dpCells    map[string]*dpWindow     // data-plane errors per cell
+	dpDemand   map[string]*dpWindow     // ingress demand per data plane and model
+	warm       warmHold                 // the warm start's hold (warmstart.go)
+	offered    map[string]bool          // models of the last offered state
+	remoteOnly map[string]bool          // of those, the ones with no local locality
 	warmM      *warmMetrics
 	saver      *warmSaver // written by the publisher goroutine only
 	settled    atomic.Bool
@@ -160,6 +163,7 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		remoteOnly: make(map[string]bool),
 		settledCh:  make(chan struct{}),
 		warmM:      unregisteredWarmMetrics(),
+		sets:       residencySets(cfg.Residency),
 		done:       make(chan struct{}),
 	}
 	r.saver = &warmSaver{dir: cfg.WarmStart.StateDir, region: cfg.Region, log: log, m: r.warmM}
@@ -328,6 +332,8 @@ func (r *Registry) apply(m message) bool {
 		return false
 	case m.lost != nil:
 		return r.applyStreamLoss(now, m.lost)
+	case m.util != nil:
+		return r.applyUtilisation(m.util)
 	}
 	return false
 }
@@ -533,6 +539,7 @@ func (r *Registry) cycle(now time.Time) {
 	}
 	v := newView(now, r.cycles, views, r.index)
 	v.Demand = r.demand(now)
+	v.DemandSlices = r.demandSlices(now)
 	r.view.Store(v)
 	r.metrics.projection.Observe(time.Since(start).Seconds())
 	r.offerIfDue(now, views, d.Push)
@@ -629,6 +636,7 @@ func (r *Registry) offerIfDue(now time.Time, views []CellView, push bool) {
 	}
 	r.routesNew = false
 	o := cycle.BuildState(r.stateParams(rtts), views)
+	r.reportRetryBudgets(o.State)
 	r.lastPushed, r.sentPlace = o.Weights, o.Placement
 	r.noteDropped(views, o.State)
 	r.lastOffer = now
@@ -640,11 +648,21 @@ func (r *Registry) offerIfDue(now time.Time, views []CellView, push bool) {
 // region's locality, the models a warm start keeps, the routes in force
 // and the round trips to the other regions (rtts).
 func (r *Registry) stateParams(rtts map[string]time.Duration) cycle.Params {
-	p := cycle.Params{Region: r.cfg.Region, Zone: r.cfg.Zone, Kept: r.keptModels(), RTTs: rtts}
+	p := cycle.Params{
+		Region: r.cfg.Region, Zone: r.cfg.Zone, Kept: r.keptModels(), RTTs: rtts,
+		Sets: r.sets, RetryBudget: r.budgets,
+	}
 	if t := r.routes; t != nil {
 		p.Routes = &cycle.Routes{Models: make(map[string]cycle.ModelRoutes, len(t.Models)), Ingress: t.Ingress}
 		for name, mr := range t.Models {
-			p.Routes.Models[name] = cycle.ModelRoutes{Routes: mr.Routes, Shed: mr.Shed}
+			cm := cycle.ModelRoutes{Routes: mr.Routes, Shed: mr.Shed, ShedCritical: mr.ShedCritical, ShedSheddable: mr.ShedSheddable}
+			if len(mr.Pinned) > 0 {
+				cm.Pinned = make(map[string]cycle.SetRoutes, len(mr.Pinned))
+				for key, pr := range mr.Pinned {
+					cm.Pinned[key] = cycle.SetRoutes(pr)
+				}
+			}
+			p.Routes.Models[name] = cm
 		}
 	}
 	return p

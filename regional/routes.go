@@ -32,6 +32,8 @@ type (
 	RouteTable = debugapi.RouteTable
 	// ModelRoutes is one model's split.
 	ModelRoutes = debugapi.ModelRoutes
+	// PinnedRoutes is one residency slice's split (ModelRoutes.Pinned).
+	PinnedRoutes = debugapi.PinnedRoutes
 )
 
 // Plan refusal classes; each is a result label of
@@ -50,6 +52,8 @@ func planResult(err error) string {
 		return "stale"
 	case errors.Is(err, ErrExpiredPlan):
 		return "expired"
+	case errors.Is(err, ErrResidencyPlan):
+		return "residency"
 	default:
 		return "invalid"
 	}
@@ -227,35 +231,51 @@ func addModelPlan(t *RouteTable, mp *isobarpb.ModelPlan, region string) error {
 	if _, dup := t.Models[m]; dup {
 		return badPlan("model %s planned twice", m)
 	}
-	if len(mp.GetRoutes()) > summary.MaxRegions {
-		return badPlan("model %s: %d routes, at most %d", m, len(mp.GetRoutes()), summary.MaxRegions)
+	routes, err := planRoutes(t, "model "+m, mp.GetRoutes(), mp.GetShed(), region)
+	if err != nil {
+		return err
 	}
-	mr := ModelRoutes{Routes: map[string]float64{}, Shed: mp.GetShed()}
-	sum := mp.GetShed()
-	if !fraction(mp.GetShed()) {
-		return badPlan("model %s: shed %v not in [0,1]", m, mp.GetShed())
-	}
-	for _, r := range mp.GetRoutes() {
-		d, f := r.GetDestination(), r.GetFraction()
-		switch {
-		case !summary.ValidName(d):
-			return badPlan("model %s: destination %q", m, d)
-		case !fraction(f):
-			return badPlan("model %s: fraction to %s is %v; want [0,1]", m, d, f)
-		case d != region && t.Ingress[d] == "":
-			return badPlan("model %s: destination %s has no ingress address", m, d)
-		}
-		if _, dup := mr.Routes[d]; dup {
-			return badPlan("model %s: destination %s listed twice", m, d)
-		}
-		mr.Routes[d] = f
-		sum += f
-	}
-	if math.Abs(sum-1) > sumTolerance {
-		return badPlan("model %s: routes and shed sum to %v, not 1", m, sum)
+	mr := ModelRoutes{Routes: routes, Shed: mp.GetShed()}
+	if err := addSlices(t, &mr, m, mp.GetSlices(), region); err != nil {
+		return err
 	}
 	t.Models[m] = mr
 	return nil
+}
+
+// planRoutes validates one routing (a model's or a slice's, what names
+// it) for region against t's ingress addresses: at most
+// summary.MaxRegions routes, valid destinations listed once, fractions in
+// [0,1] summing with shed to 1, every remote destination with an ingress
+// address.
+func planRoutes(t *RouteTable, what string, rs []*isobarpb.Route, shed float64, region string) (map[string]float64, error) {
+	if len(rs) > summary.MaxRegions {
+		return nil, badPlan("%s: %d routes, at most %d", what, len(rs), summary.MaxRegions)
+	}
+	if !fraction(shed) {
+		return nil, badPlan("%s: shed %v not in [0,1]", what, shed)
+	}
+	routes, sum := map[string]float64{}, shed
+	for _, r := range rs {
+		d, f := r.GetDestination(), r.GetFraction()
+		switch {
+		case !summary.ValidName(d):
+			return nil, badPlan("%s: destination %q", what, d)
+		case !fraction(f):
+			return nil, badPlan("%s: fraction to %s is %v; want [0,1]", what, d, f)
+		case d != region && t.Ingress[d] == "":
+			return nil, badPlan("%s: destination %s has no ingress address", what, d)
+		}
+		if _, dup := routes[d]; dup {
+			return nil, badPlan("%s: destination %s listed twice", what, d)
+		}
+		routes[d] = f
+		sum += f
+	}
+	if math.Abs(sum-1) > sumTolerance {
+		return nil, badPlan("%s: routes and shed sum to %v, not 1", what, sum)
+	}
+	return routes, nil
 }
 
 func fraction(f float64) bool { return !math.IsNaN(f) && f >= 0 && f <= 1 }

@@ -13,6 +13,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional/capacity"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/residency"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
@@ -33,7 +34,9 @@ var (
 
 // summaryBuilder turns the registry's view into this region's summary: it
 // feeds the capacity estimator, smooths the demand and aggregates the
-// cells, and keeps the latest summary for the leader session to send.
+// cells, splits each model's demand into slices by criticality and allowed
+// regions (summaryslices.go; only the data planes' demand is split), and
+// keeps the latest summary for the leader session to send.
 //
 // Concurrency: build is called by one goroutine at a time (the syncer's
 // summaries loop, or a test); the estimator, smoother and logged
@@ -44,6 +47,7 @@ type summaryBuilder struct {
 	view    viewSource
 	rtt     rttSource // nil: no RTTs reported
 	demand  func() map[string]float64
+	resid   *residency.Config
 	log     *slog.Logger
 	metrics *metrics
 
@@ -73,7 +77,7 @@ func newSummaryBuilder(cfg syncConfig, d syncDeps, log *slog.Logger) *summaryBui
 		est, _ = capacity.New(capacity.Config{PriorRPS: cfg.Global.NominalCellRPS})
 	}
 	sb := &summaryBuilder{
-		cfg: cfg.Global, region: cfg.Region, view: d.Registry, demand: d.Demand, log: log, metrics: d.Metrics,
+		cfg: cfg.Global, region: cfg.Region, view: d.Registry, demand: d.Demand, resid: cfg.Residency, log: log, metrics: d.Metrics,
 		smoother: newDemandSmoother(cfg.Global.DemandTau, cfg.DataPlaneWindow),
 		capacity: est, capSeen: map[string]seenKey{}, capLogged: map[string]float64{},
 		incarnation: hex.EncodeToString(b[:]),
@@ -94,11 +98,12 @@ func (b *summaryBuilder) build(now time.Time) *isobarpb.RegionSummary {
 	b.observeCapacity(v)
 	cells, served := b.cells(v, now)
 	demand := served
+	var split map[string]map[SliceKey]float64 // only the data planes' demand is split
 	switch {
 	case b.demand != nil:
 		demand = b.demand()
 	case v.Demand != nil:
-		demand = v.Demand
+		demand, split = v.Demand, v.DemandSlices
 	}
 	demand = b.smoother.update(now, demand)
 	var rtt map[string]time.Duration
@@ -109,6 +114,9 @@ func (b *summaryBuilder) build(now time.Time) *isobarpb.RegionSummary {
 		Region: b.region, Incarnation: b.incarnation, Sequence: b.seq.Add(1), Now: now, Cells: cells,
 		Demand: demand, RTT: rtt, IngressAddress: b.cfg.IngressAddress, DefaultEngineLatencyMs: b.cfg.DefaultEngineLatencyMs,
 	})
+	if n := addDemandSlices(sm, split, b.resid); n > 0 {
+		b.metrics.slicesFolded.WithLabelValues("summary_bound").Add(float64(n))
+	}
 	b.reportCapacity(sm)
 	b.latest.Store(sm)
 	return sm

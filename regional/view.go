@@ -18,7 +18,11 @@ type View struct {
 	// Demand is the ingress demand per model (requests/s) reported by the
 	// region's data planes over the window; nil when none reports.
 	Demand map[string]float64
-	index  map[string]int // shared between views; read only
+	// DemandSlices splits Demand by criticality and residency set (the
+	// standard unpinned remainder included); nil when no data plane
+	// reports anything but standard unpinned demand.
+	DemandSlices map[string]map[SliceKey]float64
+	index        map[string]int // shared between views; read only
 }
 
 // Cell returns the named cell.

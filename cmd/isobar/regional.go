@@ -20,6 +20,7 @@ import (
 type regionalOpts struct {
 	cfg                               regional.Config
 	weights, lbPolicy, adminTokenFile string
+	residencyFile                     string
 	endpointBinding, endpointMapFile  string
 	ef                                etcdFlags
 	tf                                transportFlags
@@ -128,7 +129,7 @@ func (o *regionalOpts) apply(cfg *regional.Config) error {
 		}
 		cfg.AdminToken = strings.TrimSpace(string(b))
 	}
-	return nil
+	return o.applyResidency(cfg)
 }
 
 func (o *regionalOpts) register(cmd *cobra.Command) {
@@ -170,6 +171,9 @@ func (o *regionalOpts) register(cmd *cobra.Command) {
 	f.StringVar(&o.gossip.listen, "gossip-listen", "", "memberlist address (host:port) for gossip among regions; empty: no gossip")
 	f.StringSliceVar(&o.gossip.join, "gossip-join", nil, "gossip seeds (host:port), comma-separated")
 	f.StringVar(&o.gossip.keyFile, "gossip-key-file", "", gossipKeyHelp)
+	f.StringVar(&o.residencyFile, "residency", "", `data-residency config (JSON: {"sets": {name: [regions]}, "tenants": {tenant: set}, "models": {model: set}}): pinned requests are never routed outside their set's regions, whatever the plan or its absence; needs --fleet-regions when a set names another region`)
+	f.StringSliceVar(&cfg.FleetRegions, "fleet-regions", nil, "the fleet's regions, comma-separated; a --residency set naming a region outside them (and this one) refuses to start")
+	f.BoolVar(&cfg.StaticRetryBudget, "static-retry-budget", false, "keep every cluster's retry budget at the static 20 % instead of tightening it as the region's utilisation nears saturation")
 	o.ef.add(cmd)
 	o.tf.add(cmd)
 }

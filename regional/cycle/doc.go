@@ -5,7 +5,10 @@
 // the controller publishes (CellView, Scored, Weighted), the round trips
 // the data plane's pick is given and when they drifted enough to push
 // again (LocalPlacement, Drifted), and the xDS state built from the
-// weighted views and the cross-region routes (BuildState).
+// weighted views and the cross-region routes (BuildState), with each
+// model's shed share per criticality, its pinned residency sets
+// (pinned.go: only localities of the regions a set allows, whatever the
+// routes say or whether there are any) and its retry budget.
 //
 // It owns the mapping and nothing else. The projection's hysteresis
 // (projection.Projector) is state and stays with its caller, as do the

@@ -27,7 +27,15 @@ type Routes struct {
 // shed.
 type ModelRoutes struct {
 	Routes map[string]float64
-	Shed   float64
+	// Shed is the share of the unpinned standard requests shed;
+	// ShedCritical and ShedSheddable those of the unpinned critical and
+	// sheddable ones (0 from a plan without slices).
+	Shed, ShedCritical, ShedSheddable float64
+	// Pinned holds the routes of the residency sets the plan carries a
+	// slice for, by RegionsKey of the set's allowed regions. A set
+	// without an entry is routed by the nearest-allowed rule (see
+	// PinnedLocalities).
+	Pinned map[string]SetRoutes
 }
 
 // Params is what BuildState needs besides the views.
@@ -42,6 +50,13 @@ type Params struct {
 	// RTTs is the round trip to each remote region; a region missing is
 	// unknown (0).
 	RTTs map[string]time.Duration
+	// Sets returns the residency sets a model's requests may be pinned to
+	// (each becomes an xds.Pinned); nil: none. It must be pure.
+	Sets func(model string) []Set
+	// RetryBudget is the retry budget per model, in percent
+	// (xds.Model.RetryBudgetPercent); a model missing gets 0, the static
+	// budget.
+	RetryBudget map[string]float64
 }
 
 // Offer is a state to offer the data planes, with what it carries that
@@ -63,7 +78,7 @@ type Offer struct {
 // it: LocalPlacement) and each remote locality the round trip to its
 // region (p.RTTs).
 func BuildState(p Params, views []CellView) Offer {
-	b := stateBuilder{p: p, byModel: map[string]*xds.Model{}, local: map[string]*xds.Locality{},
+	b := stateBuilder{p: p, byModel: map[string]*xds.Model{}, local: map[string]*xds.Locality{}, own: map[string][]xds.Locality{},
 		offer: Offer{Weights: map[string]uint32{}, Placement: Placement{}}}
 	// After a restart, the models the data planes were last given stay
 	// until a cell of theirs registers or ForgetAfter passes.
@@ -71,8 +86,8 @@ func BuildState(p Params, views []CellView) Offer {
 		b.model(m)
 	}
 	b.addLocal(views)
-	remote, shed := b.addRemote()
-	b.offer.State = b.assemble(remote, shed)
+	remote := b.addRemote()
+	b.offer.State = b.assemble(remote)
 	return b.offer
 }
 
@@ -80,7 +95,8 @@ func BuildState(p Params, views []CellView) Offer {
 type stateBuilder struct {
 	p       Params
 	byModel map[string]*xds.Model
-	local   map[string]*xds.Locality // the local locality per model
+	local   map[string]*xds.Locality  // the local locality per model
+	own     map[string][]xds.Locality // a pinned model's own set's localities (pinned.go)
 	offer   Offer
 }
 
@@ -135,16 +151,14 @@ func (b *stateBuilder) addLocal(views []CellView) {
 }
 
 // addRemote applies the routes: the local locality's weight per model,
-// and the remote localities (by model) and shed shares they set.
-func (b *stateBuilder) addRemote() (remote map[string][]xds.Locality, shed map[string]float64) {
-	shed = map[string]float64{}
+// and the remote localities (by model) they set.
+func (b *stateBuilder) addRemote() (remote map[string][]xds.Locality) {
 	t := b.p.Routes
 	if t == nil {
-		return nil, shed
+		return nil
 	}
 	remote = map[string][]xds.Locality{}
 	for name, mr := range t.Models {
-		shed[name] = mr.Shed
 		if l := b.local[name]; l != nil {
 			if w := localityWeight(mr.Routes[b.p.Region]); w > 0 {
 				l.Weight = w
@@ -157,46 +171,54 @@ func (b *stateBuilder) addRemote() (remote map[string][]xds.Locality, shed map[s
 				l.Weight, l.Priority = 1, 1
 			}
 		}
-		remote[name] = append(remote[name], b.remoteLocalities(name, mr, t.Ingress)...)
+		remote[name] = append(remote[name], b.remoteLocalities(name, mr.Routes, nil, t.Ingress)...)
 	}
-	return remote, shed
+	return remote
 }
 
 // remoteLocalities are model name's localities of the other regions that
-// mr sends a share to, in region order.
-func (b *stateBuilder) remoteLocalities(name string, mr ModelRoutes, ingress map[string]string) []xds.Locality {
-	dests := make([]string, 0, len(mr.Routes))
-	for d := range mr.Routes {
+// routes sends a share to, in region order; with allow set, only those
+// of the regions it allows (a residency set's).
+func (b *stateBuilder) remoteLocalities(name string, routes map[string]float64, allow func(string) bool, ingress map[string]string) []xds.Locality {
+	dests := make([]string, 0, len(routes))
+	for d := range routes {
 		dests = append(dests, d)
 	}
 	slices.Sort(dests)
 	var out []xds.Locality
 	for _, d := range dests {
-		w := localityWeight(mr.Routes[d])
+		w := localityWeight(routes[d])
 		addr := ingress[d]
-		if d == b.p.Region || w == 0 || addr == "" {
+		if d == b.p.Region || w == 0 || addr == "" || (allow != nil && !allow(d)) {
 			continue
 		}
 		host, portStr, err := net.SplitHostPort(addr)
 		if err != nil {
 			continue // validated with the plan
 		}
-		port, _ := strconv.ParseUint(portStr, 10, 32)
-		rtt := min(max(b.p.RTTs[d], 0), xdscontract.MaxRTT)
-		out = append(out, xds.Locality{
-			Region: d, Zone: d, Weight: w, RTT: rtt,
-			Endpoints: []xds.Endpoint{{CellID: "region/" + d, Host: host, Port: uint32(port), Weight: 1}},
-		})
-		b.offer.Placement[RemoteKey(d)] = Place{RTT: rtt}
+		out = append(out, b.ingressLocality(d, host, portStr, w))
 		b.model(name)
 	}
 	return out
 }
 
+// ingressLocality is region d's ingress (host, port) as a locality of
+// weight w, with the round trip to d.
+func (b *stateBuilder) ingressLocality(d, host, portStr string, w uint32) xds.Locality {
+	port, _ := strconv.ParseUint(portStr, 10, 32)
+	rtt := min(max(b.p.RTTs[d], 0), xdscontract.MaxRTT)
+	b.offer.Placement[RemoteKey(d)] = Place{RTT: rtt}
+	return xds.Locality{
+		Region: d, Zone: d, Weight: w, RTT: rtt,
+		Endpoints: []xds.Endpoint{{CellID: "region/" + d, Host: host, Port: uint32(port), Weight: 1}},
+	}
+}
+
 // assemble is the state: the models in name order, each with its local
 // locality (priority 0 when nothing else serves it) and then its remote
-// ones.
-func (b *stateBuilder) assemble(remote map[string][]xds.Locality, shed map[string]float64) xds.State {
+// ones, its shed shares per criticality, its pinned residency sets
+// (pinned.go) and its retry budget.
+func (b *stateBuilder) assemble(remote map[string][]xds.Locality) xds.State {
 	names := make([]string, 0, len(b.byModel))
 	for n := range b.byModel {
 		names = append(names, n)
@@ -205,7 +227,14 @@ func (b *stateBuilder) assemble(remote map[string][]xds.Locality, shed map[strin
 	st := xds.State{Models: make([]xds.Model, 0, len(names))}
 	for _, n := range names {
 		m := b.byModel[n]
-		m.Shed = shed[n]
+		if t := b.p.Routes; t != nil {
+			mr := t.Models[n]
+			m.Shed, m.ShedCritical, m.ShedSheddable = mr.Shed, mr.ShedCritical, mr.ShedSheddable
+		}
+		m.RetryBudgetPercent = b.p.RetryBudget[n]
+		// Pinned sets copy the local locality as it stands before its
+		// priority is settled below for the model's own cluster.
+		m.Pinned = b.pinned(n)
 		if l := b.local[n]; l != nil {
 			if len(remote[n]) == 0 {
 				l.Priority = 0 // nothing else to serve at priority 0
@@ -213,6 +242,10 @@ func (b *stateBuilder) assemble(remote map[string][]xds.Locality, shed map[strin
 			m.Localities = append(m.Localities, *l)
 		}
 		m.Localities = append(m.Localities, remote[n]...)
+		if own, ok := b.own[n]; ok {
+			// A model pinned as a whole: its main cluster is its set's.
+			m.Localities = slices.Clone(own)
+		}
 		// A model with no locality left stays: its route and an empty
 		// cluster answer "no healthy upstream" (503, retryable) until a
 		// cell is back, rather than "no route" (404) while, say, every
