@@ -48,6 +48,9 @@ FUZZ_TARGETS := \
 	./adminapi:FuzzDecodeFault \
 	./reqclass:FuzzNormalizeTenant \
 	./residency:FuzzParse \
+	./gateway/flowcontrol:FuzzQueueOps \
+	./gateway:FuzzClassify \
+	./gateway:FuzzClassFlags \
 	./statusview:FuzzAnswers \
 	./election:FuzzCheckEndpoint \
 	./election:FuzzPrefixAndFence \
