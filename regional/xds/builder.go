@@ -52,12 +52,13 @@ type Resources struct {
 	// model a main Cluster (xdscontract.ClusterName), a local-only Cluster
 	// (xdscontract.LocalClusterName) and one Cluster per context class that
 	// has an endpoint (xdscontract.ClassClusterName,
-	// xdscontract.LocalClassClusterName), each with its
+	// xdscontract.LocalClassClusterName) and one per residency set
+	// (xdscontract.PinnedClusterName), each with its
 	// ClusterLoadAssignment. See modelRoutes for the route order.
 	Envoy Set
 	// GRPC is served to proxyless gRPC clients: per model an api_listener
-	// named after the model with the route inlined, and the same Clusters
-	// and ClusterLoadAssignments.
+	// named after the model with the route inlined, and the main Clusters
+	// and ClusterLoadAssignments (no pinned ones: see the package doc).
 	GRPC Set
 }
 
