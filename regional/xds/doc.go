@@ -109,8 +109,10 @@
 //   - Residency. A pinned route is not split by context class: its cluster
 //     holds every endpoint of the set's localities, so under Envoy a long
 //     prompt may reach a cell whose max_model_len is too small (the engine
-//     refuses it); isobar's gateway still applies its own capability filter
-//     to the pinned cluster's endpoints. A set with no allowed locality has
+//     refuses it). isobar's gateway keeps what it knows of capability: the
+//     pinned endpoints carry max_model_len in their metadata as on every
+//     cluster, for its pick to filter on, and its rejection memory learns
+//     an undeclared limit. A set with no allowed locality has
 //     an empty cluster, and Envoy answers its requests 503 "no healthy
 //     upstream": never a fallback to the unpinned clusters. The proxyless
 //     gRPC set carries no pinned route or cluster: a proxyless client sets
