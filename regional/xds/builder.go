@@ -265,8 +265,7 @@ func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 		e = &modelEntry{cluster: c, grpcListener: l, budget: m.budget}
 		b.models[m.name] = e
 	}
-	rebuild := e.budget != m.budget
-	if rebuild {
+	if e.budget != m.budget {
 		if err := b.rebudget(e, m); err != nil {
 			return nil, err
 		}
@@ -274,10 +273,10 @@ func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 	if err := b.pinEntries(m, e); err != nil {
 		return nil, err
 	}
-	if m.reused && !rebuild {
+	if m.reused {
 		return e, nil
 	}
-	if rebuild || e.cla == nil || !e.canon.equal(m) {
+	if e.cla == nil || !e.canon.equal(m) {
 		cla, err := b.buildLoadAssignment(xdscontract.ClusterName(m.name), m, e)
 		if err != nil {
 			return nil, err
@@ -294,8 +293,9 @@ func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 }
 
 // rebudget rebuilds e's main cluster and every Envoy-only cluster it holds
-// with m's retry budget; the caller then rebuilds the cluster list. On
-// error e.cla is cleared, so that the next build starts afresh.
+// with m's retry budget, and the cluster list from them in the same order;
+// the assignments stay, so a budget change moves CDS only. On error e.cla
+// is cleared, so that the next build starts afresh.
 func (b *Builder) rebudget(e *modelEntry, m *canonModel) error {
 	c, err := b.buildCluster(m.name, m.budget)
 	if err != nil {
@@ -308,6 +308,15 @@ func (b *Builder) rebudget(e *modelEntry, m *canonModel) error {
 			e.cla = nil
 			return err
 		}
+	}
+	if len(e.clusters) > 0 {
+		// The list is the main cluster, then sub-clusters by name.
+		cs := make([]*cluster.Cluster, len(e.clusters))
+		cs[0] = e.cluster
+		for i, old := range e.clusters[1:] {
+			cs[i+1] = e.subClusters[old.GetName()]
+		}
+		e.clusters = cs
 	}
 	e.budget = m.budget
 	return nil
