@@ -264,6 +264,21 @@ func TestPinnedValidation(t *testing.T) {
 	}
 }
 
+func TestModelNamesMustNotCollideWithClusters(t *testing.T) {
+	for _, other := range []string{"m/local", "m/local/ctx-4096", "m/ctx-4096", "m/pin-eu"} {
+		st := State{Models: []Model{{Name: "m", Localities: []Locality{local(ep("a", "10.0.0.1", 1, 1))}},
+			{Name: other, Localities: []Locality{local(ep("b", "10.0.0.2", 1, 1))}}}}
+		if _, err := mustBuilder(t, testConfig()).Build(st); !errors.Is(err, ErrInvalidState) || !strings.Contains(err.Error(), "Envoy-only clusters") {
+			t.Errorf("models m and %s: Build = %v, want ErrInvalidState naming the collision", other, err)
+		}
+	}
+	st := State{Models: []Model{{Name: "m", Localities: []Locality{local(ep("a", "10.0.0.1", 1, 1))}},
+		{Name: "m/7b", Localities: []Locality{local(ep("b", "10.0.0.2", 1, 1))}}}}
+	if _, err := mustBuilder(t, testConfig()).Build(st); err != nil {
+		t.Errorf("models m and m/7b: %v", err)
+	}
+}
+
 // budgetOf returns a cluster's retry budget: percent and min concurrency.
 func budgetOf(c *cluster.Cluster) (float64, uint32) {
 	rb := c.GetCircuitBreakers().GetThresholds()[0].GetRetryBudget()

@@ -240,11 +240,35 @@ func canonicalize(cfg *Config, st State, memo map[string]*modelEntry, sc *scratc
 		cm.shed, cm.budget, cm.pinned = shed, budget, pinned
 		out = append(out, cm)
 	}
+	checkNameCollisions(seen, &p)
 	if err := p.err(); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(out, func(a, b canonModel) int { return strings.Compare(a.name, b.name) })
 	return out, nil
+}
+
+// checkNameCollisions refuses a model whose name makes its main cluster's
+// name one of another model's Envoy-only clusters: model "m/local" beside
+// model "m" (xdscontract.LocalClusterName), "m/ctx-N" or "m/pin-S" (the
+// class and pinned clusters). Two clusters of one name would leave one
+// without its assignment.
+func checkNameCollisions(models map[string]struct{}, p *problems) {
+	for name := range models {
+		for i := strings.IndexByte(name, '/'); i >= 0; {
+			if _, ok := models[name[:i]]; ok {
+				rest := name[i+1:]
+				if rest == "local" || strings.HasPrefix(rest, "local/") || strings.HasPrefix(rest, "ctx-") || strings.HasPrefix(rest, "pin-") {
+					p.addf("model %q: its cluster name is one of model %q's Envoy-only clusters; rename one of them", name, name[:i])
+				}
+			}
+			j := strings.IndexByte(name[i+1:], '/')
+			if j < 0 {
+				break
+			}
+			i += 1 + j
+		}
+	}
 }
 
 func localitiesEqual(a, b []Locality) bool {
