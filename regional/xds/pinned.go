@@ -153,7 +153,7 @@ func (b *Builder) pinEntries(m *canonModel, e *modelEntry) error {
 		}
 		name := xdscontract.PinnedClusterName(m.name, cp.set)
 		if pe.cluster == nil || pe.budget != m.budget || !slices.Equal(pe.regions, cp.regions) {
-			c, err := b.buildPinnedCluster(name, statName(m.name)+"_pin_"+cp.set, m.budget, cp)
+			c, err := b.buildPinnedCluster(name, statName(m.name+"_pin_"+cp.set), m.budget, cp)
 			if err != nil {
 				return err
 			}

@@ -139,6 +139,9 @@ func TestPinnedClusters(t *testing.T) {
 		if c == nil {
 			t.Fatalf("no cluster %s", name)
 		}
+		if c.GetAltStatName() != "isobar_m_pin_"+tc.set {
+			t.Errorf("cluster %s: alt_stat_name %q", name, c.GetAltStatName())
+		}
 		fields := c.GetMetadata().GetFilterMetadata()[xdscontract.MetadataKey].GetFields()
 		var regions []string
 		for _, v := range fields[xdscontract.MetadataAllowedRegions].GetListValue().GetValues() {
