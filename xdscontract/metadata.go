@@ -14,7 +14,9 @@ import (
 // (MetadataPrefillRate, MetadataMaxNumSeqs, MetadataRTT, MetadataJitter;
 // numbers) and, during a probation probe slot, its probe budget
 // (MetadataProbeBudget, a number). A locality carries MetadataRTT and
-// MetadataJitter under the same key when known.
+// MetadataJitter under the same key when known, and a pinned cluster
+// (PinnedClusterName) its cluster metadata MetadataResidency and
+// MetadataAllowedRegions.
 const MetadataKey = "isobar"
 
 // Keys under MetadataKey. Every key but MetadataCell is written only when
@@ -45,8 +47,10 @@ const (
 	// residency set's name, a string.
 	MetadataResidency = "residency"
 	// MetadataAllowedRegions: on a pinned cluster, the regions the set
-	// allows, a list of strings; a data plane never picks an endpoint of
-	// another region for the cluster's requests.
+	// allows, a sorted list of distinct strings (empty: none); a data
+	// plane never picks an endpoint of another region for the cluster's
+	// requests, and refuses the cluster when the two keys are malformed
+	// rather than serve its requests anywhere.
 	MetadataAllowedRegions = "allowed_regions"
 )
 

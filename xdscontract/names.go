@@ -38,10 +38,12 @@ func LocalClassClusterName(model string, tokens uint32) string {
 
 // PinnedClusterName is the cluster of model's requests pinned to residency
 // set set (package residency): only the localities of the regions the set
-// allows. Routes matching ResidencyHeader = set select it; a data plane
-// never sends its requests elsewhere, and answers 503 naming the set when
-// it is empty. It is present for every set the server's residency config
-// names, empty or not.
+// allows. Routes matching ResidencyHeader = set select it, ahead of the
+// model's unpinned routes, which require ResidencyHeader to be absent; a
+// data plane never sends its requests elsewhere, and answers 503 when it
+// is empty (Envoy: "no healthy upstream"; isobar's gateway names the
+// set). It is present for every residency set the server's State lists
+// for the model, empty or not.
 func PinnedClusterName(model, set string) string { return ClusterName(model) + "/pin-" + set }
 
 // GRPCListenerName is the Listener name a proxyless gRPC client subscribes

@@ -117,7 +117,9 @@ func CheckName(field, s string) error {
 // lower-case HTTP/2 header name that is not a pseudo-header (Envoy and gRPC
 // compare header names in lower case) of at most MaxNameLen bytes, neither
 // one of the headers that context-class routing reads (PromptTokensHeader,
-// content-length) nor HopAuthHeader, and the two different.
+// content-length), nor one that the shed and residency routes read
+// (CriticalityHeader, ResidencyHeader), nor HopAuthHeader, and the two
+// different.
 func CheckHeaders(modelHeader, hopHeader string) error {
 	for _, h := range []struct{ field, v string }{{"ModelHeader", modelHeader}, {"HopHeader", hopHeader}} {
 		if err := checkHeaderName(h.field, h.v); err != nil {
@@ -130,6 +132,9 @@ func CheckHeaders(modelHeader, hopHeader string) error {
 	for _, h := range []string{modelHeader, hopHeader} {
 		if h == PromptTokensHeader || h == "content-length" {
 			return fmt.Errorf("header %q is reserved for context-class routing; choose another ModelHeader/HopHeader", h)
+		}
+		if h == CriticalityHeader || h == ResidencyHeader {
+			return fmt.Errorf("header %q is reserved for the criticality and residency routes; choose another ModelHeader/HopHeader", h)
 		}
 		if h == HopAuthHeader {
 			return fmt.Errorf("header %q is reserved for the hop proof; choose another ModelHeader/HopHeader", h)

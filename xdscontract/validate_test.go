@@ -78,6 +78,8 @@ func TestCheckHeaders(t *testing.T) {
 		{DefaultModelHeader, DefaultModelHeader, "must differ"},
 		{PromptTokensHeader, DefaultHopHeader, "reserved for context-class routing"},
 		{DefaultModelHeader, "content-length", "reserved for context-class routing"},
+		{CriticalityHeader, DefaultHopHeader, "reserved for the criticality and residency routes"},
+		{DefaultModelHeader, ResidencyHeader, "reserved for the criticality and residency routes"},
 	} {
 		err := CheckHeaders(tc.model, tc.hop)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {

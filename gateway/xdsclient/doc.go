@@ -24,7 +24,14 @@
 //     outlier detection); an LB policy the gateway does not know becomes
 //     ROUND_ROBIN with ClusterPolicy.LBFallbackFrom naming it. Endpoints
 //     carry their isobar metadata (cell, max_model_len, probe budget,
-//     prefill rate, RTT and jitter, batch cap; metadata.go).
+//     prefill rate, RTT and jitter, batch cap; metadata.go). A pinned
+//     cluster (xdscontract.PinnedClusterName) carries its residency set
+//     and allowed regions (ClusterPolicy.Residency, AllowedRegions);
+//     malformed residency metadata refuses the response (a NACK) rather
+//     than read as unpinned, which would serve the set anywhere. Its
+//     routes match xdscontract.ResidencyHeader exactly, and the
+//     per-criticality routes xdscontract.CriticalityHeader: the gateway
+//     must set both headers from what it trusts before MatchRoute.
 //   - Route matching (SelectVirtualHost, MatchRoute), as Envoy matches:
 //     virtual host by Host, then the first route whose path and header
 //     matchers (exact, prefix, suffix, contains, RE2 regex, present, int64

@@ -150,7 +150,10 @@ func FuzzRouteMatch(f *testing.F) {
 		f.Fatal(err)
 	}
 	st := xds.State{Models: []xds.Model{
-		{Name: "m", Shed: 0.1, Localities: []xds.Locality{
+		{Name: "m", Shed: 0.1, ShedSheddable: 0.6, Pinned: []xds.Pinned{
+			{Set: "eu", Regions: []string{"r2"}, ShedCritical: 0.3, Localities: []xds.Locality{
+				{Region: "r2", Weight: 1, Endpoints: []xds.Endpoint{{CellID: "region/r2", Host: "10.9.0.1", Port: 1, Weight: 1}}}}},
+			{Set: "eu+us", Regions: nil}}, Localities: []xds.Locality{
 			{Weight: 1, Endpoints: []xds.Endpoint{{CellID: "a", Host: "10.0.0.1", Port: 1, Weight: 1, MaxModelLen: 4096},
 				{CellID: "b", Host: "10.0.0.2", Port: 1, Weight: 1, MaxModelLen: 32768}}},
 			{Region: "r2", Weight: 1, Endpoints: []xds.Endpoint{{CellID: "region/r2", Host: "10.9.0.1", Port: 1, Weight: 1}}}}},
@@ -166,12 +169,21 @@ func FuzzRouteMatch(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add("m", true, "5000", false, "", int64(100), true)
-	f.Add("n/7b", false, "", true, "r3", int64(20000), true)
-	f.Add("m", true, "+4097", true, "", int64(-1), false)
-	f.Add("x", true, "", false, "", int64(1<<40), true)
-	f.Fuzz(func(t *testing.T, model string, withModel bool, tokens string, hop bool, hopVal string, clen int64, withLen bool) {
+	f.Add("m", true, "5000", false, "", int64(100), true, "", "")
+	f.Add("n/7b", false, "", true, "r3", int64(20000), true, "critical", "")
+	f.Add("m", true, "+4097", true, "", int64(-1), false, "sheddable", "eu")
+	f.Add("x", true, "", false, "", int64(1<<40), true, "", "eu+us")
+	f.Add("m", true, "", false, "", int64(10), true, "critical", "eu")
+	f.Add("m", false, "", false, "", int64(10), true, "sheddable", "ap")
+	f.Fuzz(func(t *testing.T, model string, withModel bool, tokens string, hop bool, hopVal string, clen int64, withLen bool,
+		crit, res string) {
 		h := mapView{}
+		if crit != "" {
+			h[xdscontract.CriticalityHeader] = crit
+		}
+		if res != "" {
+			h[xdscontract.ResidencyHeader] = res
+		}
 		if withModel {
 			h["x-isobar-model"] = model
 		}

@@ -1,12 +1,16 @@
 package xdsclient
 
 import (
+	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/isobar-mesh/isobar/residency"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
@@ -91,4 +95,53 @@ func metaNumber(fields map[string]*structpb.Value, key string, limit float64) (f
 		return 0, false
 	}
 	return v.NumberValue, true
+}
+
+// residencyMetadata reads a pinned cluster's residency set and allowed
+// regions (xdscontract.MetadataResidency, MetadataAllowedRegions under
+// MetadataKey). Neither key: an unpinned cluster ("", nil). Unlike the
+// placement keys, a malformed residency is not read as unknown, which
+// would serve the set's requests anywhere: it is an error, so the whole
+// CDS response is refused (NACKed, counted) and the clusters in use
+// stay. The set is a name by xdscontract.CheckName; the regions a list
+// of at most residency.MaxRegions such names, returned sorted and
+// distinct (an empty list: served nowhere).
+func residencyMetadata(md *core.Metadata) (set string, regions []string, err error) {
+	fields := md.GetFilterMetadata()[xdscontract.MetadataKey].GetFields()
+	sv, hasSet := fields[xdscontract.MetadataResidency]
+	rv, hasRegions := fields[xdscontract.MetadataAllowedRegions]
+	switch {
+	case !hasSet && !hasRegions:
+		return "", nil, nil
+	case !hasSet:
+		return "", nil, errors.New("metadata: allowed_regions without a residency set")
+	}
+	s, ok := sv.GetKind().(*structpb.Value_StringValue)
+	if !ok {
+		return "", nil, fmt.Errorf("metadata: residency is a %T, not a string", sv.GetKind())
+	}
+	if err := xdscontract.CheckName("metadata residency", s.StringValue); err != nil {
+		return "", nil, err
+	}
+	list, ok := rv.GetKind().(*structpb.Value_ListValue)
+	if !ok {
+		return "", nil, fmt.Errorf("metadata: residency set %q without an allowed_regions list", s.StringValue)
+	}
+	vs := list.ListValue.GetValues()
+	if len(vs) > residency.MaxRegions {
+		return "", nil, fmt.Errorf("metadata: residency set %q allows %d regions, at most %d", s.StringValue, len(vs), residency.MaxRegions)
+	}
+	regions = make([]string, 0, len(vs))
+	for _, v := range vs {
+		r, ok := v.GetKind().(*structpb.Value_StringValue)
+		if !ok {
+			return "", nil, fmt.Errorf("metadata: residency set %q: allowed region %T is not a string", s.StringValue, v.GetKind())
+		}
+		if err := xdscontract.CheckName("metadata allowed region", r.StringValue); err != nil {
+			return "", nil, err
+		}
+		regions = append(regions, r.StringValue)
+	}
+	slices.Sort(regions)
+	return s.StringValue, slices.Compact(regions), nil
 }

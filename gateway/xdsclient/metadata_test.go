@@ -1,6 +1,7 @@
 package xdsclient
 
 import (
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -124,7 +125,7 @@ func TestDecodeLBPolicy(t *testing.T) {
 			p := out["c"]
 			got := ClusterPolicy{LBPolicy: p.LBPolicy, ChoiceCount: p.ChoiceCount, FullScan: p.FullScan,
 				ActiveRequestBias: p.ActiveRequestBias, LocalityWeighted: p.LocalityWeighted}
-			if got != tc.want {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("policy %+v, want %+v", got, tc.want)
 			}
 			if (tc.fallback == "") != (p.LBFallbackFrom == "") || !strings.Contains(p.LBFallbackFrom, tc.fallback) {

@@ -91,6 +91,17 @@ type ClusterPolicy struct {
 	RetryBudget *RetryBudget
 	// Outlier, when set, enables passive ejection on consecutive 5xx.
 	Outlier *OutlierPolicy
+	// Residency names the residency set of a pinned cluster
+	// (xdscontract.PinnedClusterName), from its metadata
+	// filter_metadata["isobar"]["residency"]; "" for any other cluster.
+	Residency string
+	// AllowedRegions are the regions a pinned cluster's requests may be
+	// served in (filter_metadata["isobar"]["allowed_regions"]), sorted and
+	// distinct; empty for a pinned cluster means none (a request of the
+	// set is answered 503 naming it), and nil for an unpinned cluster.
+	// The gateway never picks an endpoint outside them for the cluster's
+	// requests.
+	AllowedRegions []string
 }
 
 // RetryBudget is a cluster's retry budget.
@@ -291,6 +302,10 @@ func decodeCluster(c *cluster.Cluster) (*ClusterPolicy, error) {
 		return nil, invalid("cluster %q: connect_timeout %v must be positive", name, p.ConnectTimeout)
 	}
 	decodeCircuitBreakers(p, c.GetCircuitBreakers())
+	var err error
+	if p.Residency, p.AllowedRegions, err = residencyMetadata(c.GetMetadata()); err != nil {
+		return nil, invalid("cluster %q: %v", name, err)
+	}
 	if od := c.GetOutlierDetection(); od != nil {
 		if err := decodeOutlier(p, od); err != nil {
 			return nil, err

@@ -151,13 +151,23 @@ func FuzzDecode(f *testing.F) {
 	for _, a := range anys(f, s.Routes) {
 		f.Add(uint8(2), a.GetValue())
 	}
+	// The pinned clusters (residency metadata), their assignments and the
+	// per-criticality and per-residency routes.
+	ps := pinnedSet(f)
+	for _, a := range anys(f, ps.Clusters) {
+		f.Add(uint8(0), a.GetValue())
+	}
+	for _, a := range anys(f, ps.Routes) {
+		f.Add(uint8(2), a.GetValue())
+	}
 	dec := Decoder{ModelHeader: "x-isobar-model"}
 	f.Fuzz(func(t *testing.T, typ uint8, data []byte) {
 		switch typ % 3 {
 		case 0:
 			cs, err := dec.DecodeClusters([]*anypb.Any{{TypeUrl: resource.ClusterType, Value: data}})
 			for _, c := range cs {
-				if err != nil || c.ServiceName == "" || c.ConnectTimeout <= 0 || c.ChoiceCount < 2 && c.LBPolicy == "LEAST_REQUEST" {
+				if err != nil || c.ServiceName == "" || c.ConnectTimeout <= 0 || c.ChoiceCount < 2 && c.LBPolicy == "LEAST_REQUEST" ||
+					(c.Residency == "") != (c.AllowedRegions == nil) || len(c.AllowedRegions) > 64 {
 					t.Fatalf("accepted cluster %+v", c)
 				}
 			}
@@ -179,6 +189,7 @@ func FuzzDecode(f *testing.F) {
 							t.Fatalf("accepted route %+v", r)
 						}
 						r.match.matches("/", mapView{"x-isobar-model": "m", "content-length": "5"})
+						r.match.matches("/", mapView{"x-isobar-model": "m", xdscontract.ResidencyHeader: "eu", xdscontract.CriticalityHeader: "critical"})
 					}
 				}
 			}

@@ -48,6 +48,36 @@ func BenchmarkBuild(b *testing.B) {
 	}
 }
 
+// BenchmarkBuildPinned is BenchmarkBuild's weights case for a model with
+// two residency sets over its localities and per-criticality shed shares:
+// every cycle rebuilds the model's and the sets' assignments.
+func BenchmarkBuildPinned(b *testing.B) {
+	for _, n := range benchSizes {
+		m := fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)
+		m.Shed, m.ShedSheddable = 0.1, 0.4
+		st := State{Models: []Model{m}}
+		b.Run(fmt.Sprintf("weights/endpoints=%d", n), func(b *testing.B) {
+			bl := mustBuilder(b, testConfig())
+			eps := m.Localities[0].Endpoints
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				for j := range eps {
+					eps[j].Weight = uint32(1 + (i+j)%100)
+				}
+				st.Models[0].Pinned = []Pinned{
+					{Set: "us", Regions: []string{"us-east"}, Localities: m.Localities},
+					{Set: "eu", Regions: []string{"eu-west"}},
+				}
+				if _, err := bl.Build(st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkPush measures a whole Push: build, validation, per-type change
 // detection, reference check, Consistent and SetSnapshot for both node
 // kinds.

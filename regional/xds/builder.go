@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/isobar-mesh/isobar/reqclass"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
@@ -51,12 +52,13 @@ type Resources struct {
 	// model a main Cluster (xdscontract.ClusterName), a local-only Cluster
 	// (xdscontract.LocalClusterName) and one Cluster per context class that
 	// has an endpoint (xdscontract.ClassClusterName,
-	// xdscontract.LocalClassClusterName), each with its
+	// xdscontract.LocalClassClusterName) and one per residency set
+	// (xdscontract.PinnedClusterName), each with its
 	// ClusterLoadAssignment. See modelRoutes for the route order.
 	Envoy Set
 	// GRPC is served to proxyless gRPC clients: per model an api_listener
-	// named after the model with the route inlined, and the same Clusters
-	// and ClusterLoadAssignments.
+	// named after the model with the route inlined, and the main Clusters
+	// and ClusterLoadAssignments (no pinned ones: see the package doc).
 	GRPC Set
 }
 
@@ -90,6 +92,16 @@ type modelEntry struct {
 	grpcListener *listener.Listener
 	canon        canonModel
 	cla          *endpoint.ClusterLoadAssignment
+	// budget is the retry budget the clusters were built with (0: the
+	// Config's).
+	budget float64
+
+	// pins holds the entries of the model's residency sets by set name:
+	// each uses cluster (the pinned cluster), cla, canon, the endpoint
+	// memo below, and regions (the allowed regions cluster was built
+	// with).
+	pins    map[string]*modelEntry
+	regions []string
 
 	// The Envoy-only clusters, rebuilt with cla. sizes are the model's
 	// context classes (classSizes); classes and localClasses are bit masks
@@ -203,11 +215,17 @@ func (b *Builder) Build(st State) (*Resources, error) {
 		}
 		res.Envoy.Clusters = append(res.Envoy.Clusters, e.clusters...)
 		res.Envoy.Endpoints = append(res.Envoy.Endpoints, e.assignments...)
+		appendPinned(&res.Envoy, m, e)
 		res.GRPC.Listeners = append(res.GRPC.Listeners, e.grpcListener)
 		res.GRPC.Clusters = append(res.GRPC.Clusters, e.cluster)
 		res.GRPC.Endpoints = append(res.GRPC.Endpoints, e.cla)
-		plans[i] = routePlan{model: m.name, shedPPM: m.shedPPM, sizes: e.sizes, classes: e.classes, localClasses: e.localClasses}
-		fmt.Fprintf(&key, "%s\x00%d\x00%v\x00%d\x00%d\x00", m.name, m.shedPPM, e.sizes, e.classes, e.localClasses)
+		plans[i] = routePlan{model: m.name, shed: m.shed, sizes: e.sizes, classes: e.classes, localClasses: e.localClasses}
+		fmt.Fprintf(&key, "%s\x00%v\x00%v\x00%d\x00%d\x00", m.name, m.shed, e.sizes, e.classes, e.localClasses)
+		for _, cp := range m.pinned {
+			plans[i].pins = append(plans[i].pins, pinPlan{set: cp.set, shed: cp.shed})
+			fmt.Fprintf(&key, "%s\x00%v\x00", cp.set, cp.shed)
+		}
+		key.WriteByte(0)
 	}
 	if b.route == nil || b.routeKey != key.String() {
 		rc, err := b.buildRouteConfig(plans)
@@ -236,7 +254,7 @@ func (b *Builder) Build(st State) (*Resources, error) {
 func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 	e := b.models[m.name]
 	if e == nil {
-		c, err := b.buildCluster(m.name)
+		c, err := b.buildCluster(m.name, m.budget)
 		if err != nil {
 			return nil, err
 		}
@@ -244,14 +262,22 @@ func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 		if err != nil {
 			return nil, err
 		}
-		e = &modelEntry{cluster: c, grpcListener: l}
+		e = &modelEntry{cluster: c, grpcListener: l, budget: m.budget}
 		b.models[m.name] = e
+	}
+	if e.budget != m.budget {
+		if err := b.rebudget(e, m); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.pinEntries(m, e); err != nil {
+		return nil, err
 	}
 	if m.reused {
 		return e, nil
 	}
 	if e.cla == nil || !e.canon.equal(m) {
-		cla, err := b.buildLoadAssignment(m, e)
+		cla, err := b.buildLoadAssignment(xdscontract.ClusterName(m.name), m, e)
 		if err != nil {
 			return nil, err
 		}
@@ -264,6 +290,36 @@ func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 	e.canon = *m
 	e.canon.reused = false
 	return e, nil
+}
+
+// rebudget rebuilds e's main cluster and every Envoy-only cluster it holds
+// with m's retry budget, and the cluster list from them in the same order;
+// the assignments stay, so a budget change moves CDS only. On error e.cla
+// is cleared, so that the next build starts afresh.
+func (b *Builder) rebudget(e *modelEntry, m *canonModel) error {
+	c, err := b.buildCluster(m.name, m.budget)
+	if err != nil {
+		e.cla = nil
+		return err
+	}
+	e.cluster = c
+	for name, old := range e.subClusters {
+		if e.subClusters[name], err = b.buildNamedCluster(name, old.GetAltStatName(), m.budget); err != nil {
+			e.cla = nil
+			return err
+		}
+	}
+	if len(e.clusters) > 0 {
+		// The list is the main cluster, then sub-clusters by name.
+		cs := make([]*cluster.Cluster, len(e.clusters))
+		cs[0] = e.cluster
+		for i, old := range e.clusters[1:] {
+			cs[i+1] = e.subClusters[old.GetName()]
+		}
+		e.clusters = cs
+	}
+	e.budget = m.budget
+	return nil
 }
 
 func adsSource() *core.ConfigSource {
@@ -366,9 +422,16 @@ func (b *Builder) envoyRoute(name, cluster string, headers []*route.HeaderMatche
 // routePlan is what the routes of one model depend on.
 type routePlan struct {
 	model                 string
-	shedPPM               uint32
+	shed                  shedPPM
 	sizes                 []uint32 // the model's context classes
 	classes, localClasses uint32   // bit i: sizes[i] is present
+	pins                  []pinPlan
+}
+
+// pinPlan is what the routes of one residency set of a model depend on.
+type pinPlan struct {
+	set  string
+	shed shedPPM
 }
 
 // shedFault returns the per-route fault config that aborts ppm parts per
@@ -428,8 +491,9 @@ func rangeHeader(name string, start, end int64) *route.HeaderMatcher {
 // above the previous present class up to its own size, so a request goes to
 // the smallest present class that fits.
 func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*route.HeaderMatcher, sizes []uint32, mask uint32,
-	clusterName func(uint32) string, shed *anypb.Any) []*route.Route {
+	clusterName func(uint32) string, shed shedPPM) ([]*route.Route, error) {
 	var prev int64
+	var err error
 	for i, n := range sizes {
 		if mask&(1<<i) == 0 {
 			continue
@@ -443,13 +507,47 @@ func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*rout
 			byteLo = prev*xdscontract.BytesPerToken + 1
 		}
 		name := prefix + "/ctx-" + strconv.FormatInt(size, 10)
-		routes = append(routes,
-			b.envoyRoute(name, cl, append(slices.Clip(base), rangeHeader(xdscontract.PromptTokensHeader, tokenLo, size+1)), shed),
-			b.envoyRoute(name+"/bytes", cl, append(slices.Clip(base), absentHeader(xdscontract.PromptTokensHeader),
-				rangeHeader("content-length", byteLo, size*xdscontract.BytesPerToken+1)), shed))
+		if routes, err = b.shedRoutes(routes, name, cl,
+			append(slices.Clip(base), rangeHeader(xdscontract.PromptTokensHeader, tokenLo, size+1)), shed); err != nil {
+			return nil, err
+		}
+		if routes, err = b.shedRoutes(routes, name+"/bytes", cl, append(slices.Clip(base), absentHeader(xdscontract.PromptTokensHeader),
+			rangeHeader("content-length", byteLo, size*xdscontract.BytesPerToken+1)), shed); err != nil {
+			return nil, err
+		}
 		prev = size
 	}
-	return routes
+	return routes, nil
+}
+
+// shedRoutes appends the routes of one match to cluster: for critical
+// and sheddable requests whose share differs from the standard one, a
+// route that also requires xdscontract.CriticalityHeader to equal the
+// criticality and carries that share's abort, named name + "/critical"
+// or "/sheddable"; then the route for the rest (standard, or no or any
+// other criticality) with the standard share's abort. Equal shares need
+// no route of their own, which keeps RDS small.
+func (b *Builder) shedRoutes(routes []*route.Route, name, cluster string, headers []*route.HeaderMatcher, s shedPPM) ([]*route.Route, error) {
+	for _, v := range [...]struct {
+		c   reqclass.Criticality
+		ppm uint32
+	}{{reqclass.Critical, s.critical}, {reqclass.Sheddable, s.sheddable}} {
+		if v.ppm == s.standard {
+			continue
+		}
+		f, err := b.shedFault(v.ppm)
+		if err != nil {
+			return nil, err
+		}
+		crit := v.c.String()
+		routes = append(routes, b.envoyRoute(name+"/"+crit, cluster,
+			append(slices.Clip(headers), exactHeader(xdscontract.CriticalityHeader, crit)), f))
+	}
+	f, err := b.shedFault(s.standard)
+	if err != nil {
+		return nil, err
+	}
+	return append(routes, b.envoyRoute(name, cluster, headers, f)), nil
 }
 
 // modelRoutes appends the routes of one model, in match order:
@@ -457,27 +555,43 @@ func (b *Builder) classRoutes(routes []*route.Route, prefix string, base []*rout
 //  1. forwarded traffic (hop header present: only isobar's, as the
 //     header is internal-only), by context class, to the local class
 //     clusters, then to the local cluster; never shed;
-//  2. client traffic by context class (token header, else content-length)
-//     to the class clusters, with the shed fault;
-//  3. the rest to the model's main cluster, with the shed fault.
+//  2. per residency set, in set order, client traffic whose
+//     xdscontract.ResidencyHeader equals the set, to the set's pinned
+//     cluster (not split by context class), with the set's shed faults;
+//  3. client traffic without the residency header by context class
+//     (token header, else content-length) to the class clusters, with
+//     the shed faults;
+//  4. the rest without the residency header to the model's main cluster,
+//     with the shed faults.
 //
-// model is nil for the catch-all copy of a lone model.
+// A client request naming a residency set the model does not list matches
+// no route (Envoy answers 404): it is never served outside its regions.
+// Every client route group has its per-criticality variants first
+// (shedRoutes). model is nil for the catch-all copy of a lone model.
 func (b *Builder) modelRoutes(routes []*route.Route, p routePlan, prefix string, model *route.HeaderMatcher) ([]*route.Route, error) {
-	shed, err := b.shedFault(p.shedPPM)
-	if err != nil {
-		return nil, err
-	}
 	var base []*route.HeaderMatcher
 	if model != nil {
 		base = []*route.HeaderMatcher{model}
 	}
 	hop := append(slices.Clip(base), presentHeader(b.cfg.HopHeader))
-	routes = b.classRoutes(routes, prefix+"/hop", hop, p.sizes, p.localClasses,
-		func(n uint32) string { return xdscontract.LocalClassClusterName(p.model, n) }, nil)
+	routes, err := b.classRoutes(routes, prefix+"/hop", hop, p.sizes, p.localClasses,
+		func(n uint32) string { return xdscontract.LocalClassClusterName(p.model, n) }, shedPPM{})
+	if err != nil {
+		return nil, err
+	}
 	routes = append(routes, b.envoyRoute(prefix+"/hop", xdscontract.LocalClusterName(p.model), hop, nil))
-	routes = b.classRoutes(routes, prefix, base, p.sizes, p.classes,
-		func(n uint32) string { return xdscontract.ClassClusterName(p.model, n) }, shed)
-	return append(routes, b.envoyRoute(prefix, xdscontract.ClusterName(p.model), base, shed)), nil
+	for _, pin := range p.pins {
+		if routes, err = b.shedRoutes(routes, prefix+"/pin-"+pin.set, xdscontract.PinnedClusterName(p.model, pin.set),
+			append(slices.Clip(base), exactHeader(xdscontract.ResidencyHeader, pin.set)), pin.shed); err != nil {
+			return nil, err
+		}
+	}
+	client := append(slices.Clip(base), absentHeader(xdscontract.ResidencyHeader))
+	if routes, err = b.classRoutes(routes, prefix, client, p.sizes, p.classes,
+		func(n uint32) string { return xdscontract.ClassClusterName(p.model, n) }, p.shed); err != nil {
+		return nil, err
+	}
+	return b.shedRoutes(routes, prefix, xdscontract.ClusterName(p.model), client, p.shed)
 }
 
 func (b *Builder) buildRouteConfig(plans []routePlan) (*route.RouteConfiguration, error) {
@@ -556,11 +670,16 @@ func (b *Builder) buildGRPCListener(model string) (*listener.Listener, error) {
 	return l, xdscontract.ValidateDeep(l)
 }
 
-func (b *Builder) buildCluster(model string) (*cluster.Cluster, error) {
-	return b.buildNamedCluster(xdscontract.ClusterName(model), statName(model))
+func (b *Builder) buildCluster(model string, budget float64) (*cluster.Cluster, error) {
+	return b.buildNamedCluster(xdscontract.ClusterName(model), statName(model), budget)
 }
 
-func (b *Builder) buildNamedCluster(name, altStatName string) (*cluster.Cluster, error) {
+// buildNamedCluster builds a model cluster; budget is its retry budget in
+// percent, 0 for Config.RetryBudgetPercent.
+func (b *Builder) buildNamedCluster(name, altStatName string, budget float64) (*cluster.Cluster, error) {
+	if budget == 0 {
+		budget = b.cfg.RetryBudgetPercent
+	}
 	c := &cluster.Cluster{
 		Name:                 name,
 		AltStatName:          altStatName,
@@ -581,7 +700,7 @@ func (b *Builder) buildNamedCluster(name, altStatName string) (*cluster.Cluster,
 			MaxPendingRequests: wrapperspb.UInt32(b.cfg.MaxRequests),
 			MaxRequests:        wrapperspb.UInt32(b.cfg.MaxRequests),
 			RetryBudget: &cluster.CircuitBreakers_Thresholds_RetryBudget{
-				BudgetPercent:       &typev3.Percent{Value: b.cfg.RetryBudgetPercent},
+				BudgetPercent:       &typev3.Percent{Value: budget},
 				MinRetryConcurrency: wrapperspb.UInt32(b.cfg.RetryBudgetMinConcurrency),
 			},
 		}}},
@@ -694,7 +813,7 @@ func (b *Builder) buildLeastRequestPolicy() (*cluster.LoadBalancingPolicy, error
 	return p, xdscontract.ValidateDeep(p)
 }
 
-// buildLoadAssignment builds and validates m's ClusterLoadAssignment,
+// buildLoadAssignment builds and validates m's ClusterLoadAssignment name,
 // reusing e's memoised endpoint pieces.
 //
 // Validation is ValidateAll applied piece by piece, which gives the same
@@ -704,8 +823,7 @@ func (b *Builder) buildLeastRequestPolicy() (*cluster.LoadBalancingPolicy, error
 // checked when first built. An unchanged endpoint reuses its LbEndpoint, so a
 // weight change costs one small message. The assignment holds no Any (a test
 // checks), so nothing is packed unseen.
-func (b *Builder) buildLoadAssignment(m *canonModel, e *modelEntry) (*endpoint.ClusterLoadAssignment, error) {
-	name := xdscontract.ClusterName(m.name)
+func (b *Builder) buildLoadAssignment(name string, m *canonModel, e *modelEntry) (*endpoint.ClusterLoadAssignment, error) {
 	wrap := func(err error) error {
 		return fmt.Errorf("%w: ClusterLoadAssignment %q: %w", xdscontract.ErrInvalidResource, name, err)
 	}

@@ -209,8 +209,9 @@ func TestBuildShapes(t *testing.T) {
 					t.Fatalf("no route named %q", name)
 				}
 				h := r.GetMatch().GetHeaders()
-				if len(h) != 1 || h[0].GetName() != "x-isobar-model" || h[0].GetStringMatch().GetExact() != name {
-					t.Errorf("route %d headers = %v, want x-isobar-model == %q", i, h, name)
+				if len(h) != 2 || h[0].GetName() != "x-isobar-model" || h[0].GetStringMatch().GetExact() != name ||
+					h[1].GetName() != xdscontract.ResidencyHeader || !h[1].GetPresentMatch() || !h[1].GetInvertMatch() {
+					t.Errorf("route %d headers = %v, want x-isobar-model == %q and no residency header", i, h, name)
 				}
 				a := r.GetRoute()
 				if a.GetCluster() != xdscontract.ClusterName(name) || a.GetTimeout().AsDuration() != 600*time.Second {
@@ -221,7 +222,7 @@ func TestBuildShapes(t *testing.T) {
 					t.Errorf("route %d retry policy = %v", i, rp)
 				}
 			}
-			if ca := routeByName(rc, "catch_all"); n == 1 && (ca != routes[len(routes)-1] || len(ca.GetMatch().GetHeaders()) != 0 ||
+			if ca := routeByName(rc, "catch_all"); n == 1 && (ca != routes[len(routes)-1] || len(ca.GetMatch().GetHeaders()) != 1 ||
 				ca.GetRoute().GetCluster() != xdscontract.ClusterName(tc.models[0])) {
 				t.Errorf("catch-all route = %v", ca)
 			}

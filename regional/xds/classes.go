@@ -92,7 +92,7 @@ func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry) error {
 		c := e.subClusters[name]
 		if c == nil {
 			var err error
-			if c, err = b.buildNamedCluster(name, alt); err != nil {
+			if c, err = b.buildNamedCluster(name, alt, m.budget); err != nil {
 				return err
 			}
 			e.subClusters[name] = c

@@ -354,7 +354,8 @@ func TestShedIsAFaultOnClientRoutesOnly(t *testing.T) {
 	b := mustBuilder(t, testConfig())
 	st := classState()
 	st.Models = append(st.Models, fleet("other", 2))
-	st.Models[0].Shed = 0.25
+	// The same share for every criticality: no per-criticality routes.
+	st.Models[0].Shed, st.Models[0].ShedCritical, st.Models[0].ShedSheddable = 0.25, 0.25, 0.25
 	r1, err := b.Build(st)
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +386,7 @@ func TestShedIsAFaultOnClientRoutesOnly(t *testing.T) {
 		t.Errorf("%d shed routes and %d hop routes for m, want 9 and 7", shedRoutes, hopRoutes)
 	}
 	// A shed change moves the routes only.
-	st.Models[0].Shed = 0.5
+	st.Models[0].Shed, st.Models[0].ShedCritical, st.Models[0].ShedSheddable = 0.5, 0.5, 0.5
 	r2, err := b.Build(st)
 	if err != nil {
 		t.Fatal(err)
@@ -398,7 +399,7 @@ func TestShedIsAFaultOnClientRoutesOnly(t *testing.T) {
 		t.Errorf("shed 0.5 written as %d per million", ppm)
 	}
 	// Back to zero: no fault at all.
-	st.Models[0].Shed = 0
+	st.Models[0].Shed, st.Models[0].ShedCritical, st.Models[0].ShedSheddable = 0, 0, 0
 	r3, _ := b.Build(st)
 	if _, has := shedOf(t, routeByName(r3.Envoy.Routes[0], "m")); has {
 		t.Error("shed 0 still writes a fault")

@@ -31,6 +31,11 @@
 //     stays, empty or not, while its class does (make-before-break: a
 //     route a data plane still holds never names a missing cluster). Filtered localities keep their weights;
 //     emptied ones are dropped and priorities renumbered without gaps.
+//     Per residency set of Model.Pinned, PinnedClusterName(model, set):
+//     the set's own localities (Pinned.Localities, each in a region the
+//     set allows), always present even when empty, with cluster metadata
+//     filter_metadata["isobar"] {"residency": set, "allowed_regions":
+//     [regions]} (MetadataResidency, MetadataAllowedRegions).
 //     Proxyless gRPC nodes get, per model, an api_listener named after the
 //     model with the route inlined, and the main Clusters and
 //     ClusterLoadAssignments only. grpc-go honours endpoint weights only
@@ -59,19 +64,83 @@
 //     internal_only_headers, which Envoy strips from external requests
 //     before matching, so only traffic Envoy finds internal (or isobar's
 //     gateway and picker, on a valid hop proof) reaches these routes.
-//     2. Client traffic by class to the class clusters.
-//     3. The rest to the main cluster.
+//     2. Per residency set, in set order: client traffic whose
+//     ResidencyHeader equals the set, to the set's pinned cluster.
+//     3. Client traffic without ResidencyHeader by class to the class
+//     clusters.
+//     4. The rest without ResidencyHeader to the main cluster.
 //     A request's class is the smallest present class N that its token need
 //     fits: PromptTokensHeader by int64 range (prev, N], or, when that
 //     header is absent, content-length by range (4·prev, 4·N] (BytesPerToken
 //     bytes per token, rounded up). A need above every present class, or no
 //     size at all, goes to the main (local) cluster; a class with no
 //     endpoint is left out, so its requests fall to the next larger class.
-//     Routes of a model with Model.Shed > 0 carry a per-route HTTPFault
-//     aborting that share (per million) of requests with 429.
+//     A client request naming a residency set the model does not list
+//     matches no route: Envoy answers 404 rather than serve it outside its
+//     regions.
+//   - Shedding by criticality. Every client route group (a class route, a
+//     main route, a pinned route) is written as up to three routes: one
+//     requiring CriticalityHeader == "critical", one "sheddable", then the
+//     group's route for the rest (standard, absent or any other value).
+//     Each carries its share (Model.Shed for the rest, ShedCritical,
+//     ShedSheddable; a pinned set's own shares) as a per-route HTTPFault
+//     aborting that share, per million, with 429; a share of 0 writes no
+//     fault. A criticality's route is written only when its share differs
+//     from the standard one, which keeps RDS small. Envoy evaluates the
+//     header matchers of a route together and takes the first route that
+//     matches (envoy/config/route/v3/route_components.proto RouteMatch
+//     headers, HeaderMatcher string_match exact: case-sensitive, so
+//     "Critical" is standard), and the fault filter replaces its listener
+//     config by the matched route's typed_per_filter_config
+//     (envoy/extensions/filters/http/fault/v3/fault.proto HTTPFault abort,
+//     percentage; the route's config replaces the filter's, as Envoy's
+//     docs/root/intro/arch_overview/advanced/data_sharing_between_filters.rst
+//     says of the fault filter, source/extensions/filters/http/fault/
+//     fault_filter.cc). Forwarded traffic is never shed.
+//     The criticality and residency headers are client input: an Envoy
+//     deployment must strip or overwrite both before route selection
+//     (in an authenticating proxy in front of the listener, or in Envoy
+//     with the HttpConnectionManager's early_header_mutation_extensions;
+//     a route's request_headers_to_remove acts only after the route is
+//     chosen), or a client can promote itself to critical or pick its
+//     residency. isobar's gateway does both itself: it reads criticality
+//     only from trusted sources and sets or removes ResidencyHeader from
+//     its own residency config.
+//   - Residency. A pinned route is not split by context class: its cluster
+//     holds every endpoint of the set's localities, so under Envoy a long
+//     prompt may reach a cell whose max_model_len is too small (the engine
+//     refuses it). isobar's gateway keeps what it knows of capability: the
+//     pinned endpoints carry max_model_len in their metadata as on every
+//     cluster, for its pick to filter on, and its rejection memory learns
+//     an undeclared limit. A set with no allowed locality has
+//     an empty cluster, and Envoy answers its requests 503 "no healthy
+//     upstream": never a fallback to the unpinned clusters. The proxyless
+//     gRPC set carries no pinned route or cluster: a proxyless client sets
+//     its own headers, so there is no trusted party between it and the
+//     routes to say its residency, and a pinned workload must not use
+//     proxyless gRPC across regions (give it a model whose every locality
+//     is allowed, or route it through a gateway).
+//   - The retry budget. Every cluster of a model carries
+//     circuit_breakers.thresholds[DEFAULT].retry_budget: budget_percent is
+//     Model.RetryBudgetPercent when above 0, rounded to a whole percent and
+//     at least 1 (so that load noise does not rebuild the clusters: a
+//     changed Cluster makes Envoy warm a new one and drain the old one's
+//     connection pools), else Config.RetryBudgetPercent (20);
+//     min_retry_concurrency is always Config.RetryBudgetMinConcurrency (3).
+//     Envoy allows max(budget_percent × active requests,
+//     min_retry_concurrency) concurrent retries
+//     (envoy/config/cluster/v3/circuit_breaker.proto RetryBudget). The
+//     regional controller sets the percent from the region's utilisation
+//     by RetryBudgetAt on a RetryBudgetCurve: DefaultRetryBudgetCurve(max)
+//     keeps the full budget (max, Config's 20 %) up to utilisation 0.5,
+//     falls along a smoothstep to 1 % at 0.95 and stays there, where
+//     min_retry_concurrency is what bounds retries on a small cluster.
 //   - Validation before anything is served: the input State (weights >= 1,
 //     IP hosts, no duplicate address or cell within a model, no duplicate
-//     locality or priority gap, names by CheckName), ValidateAll on every
+//     locality or priority gap, names by CheckName, shed shares in [0, 1],
+//     retry budget in [0, 100]; residency sets named by CheckName, distinct,
+//     at most residency.MaxSets per model, each locality's region, its
+//     Region or else Config.Region, among the set's), ValidateAll on every
 //     resource and on every message packed in an Any (ValidateDeep), the
 //     snapshot's Consistent(), and a
 //     reference check (routes and inlined api_listener routes point at
@@ -104,10 +173,13 @@
 //   - Resources returned by a Builder are shared between builds and node
 //     kinds: never modify them.
 //   - Push is cheap when little changes: a Cluster and a gRPC Listener are
-//     built and validated once per name, the RouteConfiguration when the set
-//     of models, their shed shares or their present classes change, and a
-//     model's ClusterLoadAssignments when its endpoints change (the
-//     Envoy-only ones share the main one's endpoint messages).
+//     built and validated once per name (again when its model's published
+//     retry budget or, for a pinned cluster, its allowed regions change),
+//     the RouteConfiguration when the set of models, their shed shares,
+//     residency sets or present classes change, and a model's
+//     ClusterLoadAssignments when its endpoints change (the Envoy-only ones
+//     share the main one's endpoint messages; a pinned set's when its
+//     localities change).
 //   - Delta xDS streams are served but their ACKs are not tracked; configure
 //     clients for state-of-the-world ADS.
 package xds

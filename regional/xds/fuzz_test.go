@@ -86,9 +86,37 @@ func stateFromBytes(b []byte) State {
 			}
 			m.Localities = append(m.Localities, l)
 		}
+		pinnedFromBytes(r, &m)
 		st.Models = append(st.Models, m)
 	}
 	return st
+}
+
+var fuzzSets = []string{"eu", "us", "eu+us", "", "a b"}
+
+// pinnedFromBytes adds per-criticality shares, a retry budget and up to 3
+// residency sets to m, each pinned to some of m's localities.
+func pinnedFromBytes(r *byteReader, m *Model) {
+	c := r.next()
+	if c < 0xc0 {
+		return
+	}
+	m.ShedCritical = fuzzSheds[int(r.next())%len(fuzzSheds)]
+	m.ShedSheddable = fuzzSheds[int(r.next())%len(fuzzSheds)]
+	m.RetryBudgetPercent = []float64{0, 0.4, 7.5, 100, -1, math.NaN(), 101}[r.next()%7]
+	for range c % 4 {
+		p := Pinned{Set: r.str(fuzzSets), Shed: fuzzSheds[int(r.next())%len(fuzzSheds)]}
+		for range r.next() % 3 {
+			p.Regions = append(p.Regions, r.str(fuzzZones))
+		}
+		mask := r.next()
+		for i, l := range m.Localities {
+			if mask&(1<<i) != 0 {
+				p.Localities = append(p.Localities, l)
+			}
+		}
+		m.Pinned = append(m.Pinned, p)
+	}
 }
 
 // FuzzBuild checks that any State is either refused as ErrInvalidState or
@@ -100,6 +128,9 @@ func FuzzBuild(f *testing.F) {
 	f.Add([]byte{2, 0, 2, 1, 1, 2, 3, 0, 0, 0, 1, 0, 3, 0, 1, 1, 0x40, 0x1f, 0, 0, 2, 0, 0, 0})
 	f.Add([]byte("\x03\x01\x03\x02\x02\x02\x02\x00\x00\x00\x02\x04\x02\x01\x50\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00"))
 	f.Add([]byte{1, 0xff, 5, 'm', '\x7f', 'x', 'y', 'z', 1, 0, 0, 0, 0, 0, 0, 0, 1})
+	// One model, one local locality with one endpoint, two residency sets.
+	f.Add([]byte{1, 0, 0, 1, 0, 2, 1, 0, 0, 0, 0, 1, 3, 0, 1, 0x40, 0x1f, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+		0xc2, 1, 2, 2, 0, 0, 1, 2, 1, 1, 1, 2, 0})
 	cfgs := []Config{testConfig(), {Region: "r", LBPolicy: xdscontract.RingHash}, {Region: "r", LBPolicy: xdscontract.RoundRobin},
 		{Region: "eu-west", ContextClasses: []uint32{1, 8192}}}
 	builders := make([]*Builder, len(cfgs))

@@ -383,6 +383,16 @@ func TestVersionsMoveOnlyWithContent(t *testing.T) {
 		{"weight change", func() { st.Models[0].Localities[0].Endpoints[1].Weight++ }, "2", vs{"1", "1", "1", "2"}, vs{"1", "1", "1", "2"}},
 		{"add a model", func() { st.Models = append(st.Models, fleet("b", 1)) }, "3", vs{"1", "3", "3", "3"}, vs{"3", "1", "3", "3"}},
 		{"remove it", func() { st.Models = st.Models[:1] }, "4", vs{"1", "4", "4", "4"}, vs{"4", "1", "4", "4"}},
+		{"shed by criticality", func() { st.Models[0].ShedSheddable = 0.5 }, "5", vs{"1", "5", "4", "4"}, vs{"4", "1", "4", "4"}},
+		{"retry budget", func() { st.Models[0].RetryBudgetPercent = 5 }, "6", vs{"1", "5", "6", "4"}, vs{"4", "1", "6", "4"}},
+		{"retry budget rounds to the same", func() { st.Models[0].RetryBudgetPercent = 5.2 }, "6", vs{"1", "5", "6", "4"}, vs{"4", "1", "6", "4"}},
+		{"pin a residency set", func() {
+			st.Models[0].Pinned = []Pinned{{Set: "us", Regions: []string{"us-east"}, Localities: copyLocalities(st.Models[0].Localities)}}
+		}, "7", vs{"1", "7", "7", "7"}, vs{"4", "1", "6", "4"}},
+		{"pinned copy, unchanged", func() { st.Models[0].Pinned[0].Localities = copyLocalities(st.Models[0].Pinned[0].Localities) },
+			"7", vs{"1", "7", "7", "7"}, vs{"4", "1", "6", "4"}},
+		{"pinned weight change", func() { st.Models[0].Pinned[0].Localities[0].Endpoints[0].Weight++ },
+			"8", vs{"1", "7", "7", "8"}, vs{"4", "1", "6", "4"}},
 	}
 	for _, s := range steps {
 		s.edit()

@@ -175,8 +175,13 @@ func (p *problems) err() error {
 // the caller's map iteration order.
 type canonModel struct {
 	name string
-	// shedPPM is Model.Shed in parts per million.
-	shedPPM    uint32
+	// shed is the model's shed shares in parts per million.
+	shed shedPPM
+	// budget is Model.RetryBudgetPercent as published (retryBudget); 0:
+	// the Config's.
+	budget float64
+	// pinned are the model's residency sets, sorted by name.
+	pinned     []canonPin
 	localities []Locality
 	// raw is a deep copy of the input localities, in input order: an input
 	// equal to it was already validated and canonicalised.
@@ -214,30 +219,56 @@ func canonicalize(cfg *Config, st State, memo map[string]*modelEntry, sc *scratc
 			continue
 		}
 		seen[m.Name] = struct{}{}
-		// !(x >= 0) also catches NaN.
-		if !(m.Shed >= 0) || m.Shed > 1 {
-			p.addf("model %q: shed %v is out of range; use a share in [0, 1]", m.Name, m.Shed)
+		before := len(p.list) + p.more
+		shed := checkShares(&p, fmt.Sprintf("model %q", m.Name), m.Shed, m.ShedCritical, m.ShedSheddable)
+		budget := checkBudget(&p, m)
+		e := memo[m.Name]
+		pinned := canonPins(cfg, m, e, &p, sc)
+		if len(p.list)+p.more != before {
 			continue
 		}
-		ppm := uint32(math.Round(m.Shed * 1e6))
-		if e := memo[m.Name]; e != nil && e.cla != nil && localitiesEqual(e.canon.raw, m.Localities) {
-			cm := e.canon
+		var cm canonModel
+		if e != nil && e.cla != nil && localitiesEqual(e.canon.raw, m.Localities) {
+			cm = e.canon
 			cm.reused = true
-			cm.shedPPM = ppm
-			out = append(out, cm)
-			continue
+		} else {
+			var ok bool
+			if cm, ok = canonicalizeModel(cfg, m, &p, sc); !ok {
+				continue
+			}
 		}
-		cm, ok := canonicalizeModel(cfg, m, &p, sc)
-		if ok {
-			cm.shedPPM = ppm
-			out = append(out, cm)
-		}
+		cm.shed, cm.budget, cm.pinned = shed, budget, pinned
+		out = append(out, cm)
 	}
+	checkNameCollisions(seen, &p)
 	if err := p.err(); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(out, func(a, b canonModel) int { return strings.Compare(a.name, b.name) })
 	return out, nil
+}
+
+// checkNameCollisions refuses a model whose name makes its main cluster's
+// name one of another model's Envoy-only clusters: model "m/local" beside
+// model "m" (xdscontract.LocalClusterName), "m/ctx-N" or "m/pin-S" (the
+// class and pinned clusters). Two clusters of one name would leave one
+// without its assignment.
+func checkNameCollisions(models map[string]struct{}, p *problems) {
+	for name := range models {
+		for i := strings.IndexByte(name, '/'); i >= 0; {
+			if _, ok := models[name[:i]]; ok {
+				rest := name[i+1:]
+				if rest == "local" || strings.HasPrefix(rest, "local/") || strings.HasPrefix(rest, "ctx-") || strings.HasPrefix(rest, "pin-") {
+					p.addf("model %q: its cluster name is one of model %q's Envoy-only clusters; rename one of them", name, name[:i])
+				}
+			}
+			j := strings.IndexByte(name[i+1:], '/')
+			if j < 0 {
+				break
+			}
+			i += 1 + j
+		}
+	}
 }
 
 func localitiesEqual(a, b []Locality) bool {
