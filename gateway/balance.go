@@ -60,10 +60,9 @@ type clusterRT struct {
 }
 
 // allowedRegions is the regions a pinned cluster's metadata allows
-// (xdscontract.MetadataAllowedRegions), nil for any other cluster. The
-// decoded cluster does not carry them yet: at the merge with the xDS
-// side's decoding this returns c.policy.AllowedRegions.
-func (c *clusterRT) allowedRegions() []string { return nil }
+// (xdscontract.MetadataAllowedRegions, decoded by xdsclient: sorted, empty
+// but not nil for a set that allows no region), nil for any other cluster.
+func (c *clusterRT) allowedRegions() []string { return c.policy.AllowedRegions }
 
 // ejectedCount counts the cluster's hosts other than h that are ejected.
 func (c *clusterRT) ejectedCount(h *hostState, nowNanos int64) (ejected, total int) {
@@ -124,8 +123,9 @@ type pickQuery struct {
 	// gateway's region, for hosts without one) are ever picked.
 	class *classOf
 	local string
-	// regions, when set, are the cluster's own allowed regions (a pinned
-	// cluster's xdscontract.MetadataAllowedRegions): a hard limit too.
+	// regions, when not nil, are the cluster's own allowed regions (a
+	// pinned cluster's xdscontract.MetadataAllowedRegions): a hard limit
+	// too; empty (not nil) allows no region.
 	regions []string
 }
 
@@ -135,7 +135,7 @@ func (q *pickQuery) allowed(h *hostRT) bool {
 	if !q.class.allows(h, q.local) {
 		return false
 	}
-	if len(q.regions) == 0 {
+	if q.regions == nil {
 		return true
 	}
 	r := h.ep.Region

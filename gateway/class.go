@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"github.com/isobar-mesh/isobar/internal/truncate"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -235,6 +236,31 @@ func (c *classOf) allows(h *hostRT, local string) bool {
 		r = local
 	}
 	return slices.Contains(c.regions, r)
+}
+
+// noRoute is the refusal of a request no route matched: 404 "no route
+// for model", or, for a pinned request, 503 naming its residency set —
+// the routes require the residency header absent unless they define the
+// set, so a set the regional controller's --residency config lacks matches
+// nothing and the request is served nowhere rather than anywhere.
+func (c *classOf) noRoute(model string) (status int, msg string) {
+	m := truncate.String(model, maxModelNameLen)
+	if c == nil || c.set == "" {
+		return http.StatusNotFound, fmt.Sprintf("no route for model %q", m)
+	}
+	return http.StatusServiceUnavailable, fmt.Sprintf("no route for residency set %q of model %q: the regional controller's routes do not define the set "+
+		"(its --residency config must pin what this gateway's pins); the request is not served elsewhere", c.set, m)
+}
+
+// abortMessage is the body of a request its route's fault abort refused:
+// the plan's shed (429, retry later), or a residency set's excess (503:
+// its regions have no capacity left, and it is not served elsewhere).
+func (c *classOf) abortMessage(status int) (reason, msg string) {
+	if c != nil && c.set != "" && status == http.StatusServiceUnavailable {
+		return "residency", fmt.Sprintf("request shed: the regions of residency set %q (%s) have no capacity left for it; "+
+			"the request is pinned to them and is not served elsewhere", c.set, strings.Join(c.regions, ", "))
+	}
+	return "fault", "request shed by the routing plan; retry later"
 }
 
 // residencyMessage is the 503 body of a pinned request left with no

@@ -166,11 +166,19 @@ func residencyFleet(t *testing.T) (xds.State, map[string]*countingUpstream) {
 		ups[name] = u
 		return endpointOf(t, name, startHTTP(t, u), 1, 0)
 	}
-	st := xds.State{Models: []xds.Model{{Name: model, Localities: []xds.Locality{
+	locs := []xds.Locality{
 		{Region: "r1", Zone: "z1", Weight: 1000, Endpoints: []xds.Endpoint{ep("a"), ep("b")}},
 		{Region: "r2", Zone: "r2", Weight: 500, Endpoints: []xds.Endpoint{ep("x")}},
 		{Region: "r3", Zone: "r3", Weight: 1, Endpoints: []xds.Endpoint{ep("y")}},
-	}}}}
+	}
+	// The controller's pinned clusters for "far" and "home" hold every
+	// locality (as a controller whose config allows all three regions
+	// would): the gateway's own residency config is what keeps each set
+	// in its regions here. "gone" allows only r4, where nothing serves.
+	all := []string{"r1", "r2", "r3"}
+	pinned := []xds.Pinned{{Set: "far", Regions: all, Localities: locs}, {Set: "home", Regions: all, Localities: locs},
+		{Set: "gone", Regions: []string{"r4"}}}
+	st := xds.State{Models: []xds.Model{{Name: model, Localities: locs, Pinned: pinned}}}
 	return st, ups
 }
 
@@ -270,5 +278,48 @@ func TestResidencyInPick(t *testing.T) {
 			t.Fatalf("header changes %v: want standard (untrusted), far, t-far", p.Set)
 		}
 		p.Close()
+	}
+}
+
+// TestResidencySetTheRoutesLack: a request pinned to a set the
+// controller's routes do not define matches no route; it is refused 503
+// naming the set (the unpinned routes require no residency header), never
+// served by the unpinned cluster, and an unpinned request still is.
+func TestResidencySetTheRoutesLack(t *testing.T) {
+	st, ups := residencyFleet(t)
+	g := unitGateway(t, Config{Residency: mustResidency(t, `{"sets": {"elsewhere": ["r2"]}, "tenants": {"t": "elsewhere"}}`)}, Deps{})
+	applyState(t, g, st, nil)
+	rec := g.serve(model, "", map[string]string{xdscontract.TenantHeader: "t"})
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `residency set \"elsewhere\"`) {
+		t.Fatalf("pinned to a set the routes lack: %d %s, want 503 naming the set", rec.Code, rec.Body)
+	}
+	for k, u := range ups {
+		if u.n.Load() != 0 {
+			t.Fatalf("the pinned request reached %s", k)
+		}
+	}
+	if rec := g.serve(model, "", nil); rec.Code != http.StatusOK {
+		t.Fatalf("unpinned: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestResidencyExcessShed503: a residency set's shed share (its regions
+// have no capacity left) refuses its requests 503 naming the set, counted
+// as shed "residency"; unpinned requests are untouched.
+func TestResidencyExcessShed503(t *testing.T) {
+	st, ups := residencyFleet(t)
+	st.Models[0].Pinned[0].Shed = 1 // "far": everything shed
+	g := unitGateway(t, Config{Residency: mustResidency(t, `{"sets": {"far": ["r3"]}, "tenants": {"t-far": "far"}}`)}, Deps{})
+	applyState(t, g, st, nil)
+	rec := g.serve(model, "", map[string]string{xdscontract.TenantHeader: "t-far"})
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `residency set \"far\" (r3)`) ||
+		rec.Header().Get(xdscontract.ShedHeader) != "residency" {
+		t.Fatalf("pinned excess: %d %q %s, want 503 naming the set with shed header residency", rec.Code, rec.Header().Get(xdscontract.ShedHeader), rec.Body)
+	}
+	if ups["y"].n.Load() != 0 {
+		t.Fatal("the shed request reached an engine")
+	}
+	if rec := g.serve(model, "", nil); rec.Code != http.StatusOK {
+		t.Fatalf("unpinned: %d", rec.Code)
 	}
 }

@@ -143,6 +143,9 @@ func (g *Gateway) pickRoute(r *PickRequest) (pickedRoute, *Refusal) {
 		rt = xdsclient.MatchRoute(vh, r.Path, r.Match)
 	}
 	if rt == nil {
+		if code, msg := class.noRoute(r.Model); code != http.StatusNotFound {
+			return pickedRoute{}, refusal("unavailable", code, msg, nil)
+		}
 		return pickedRoute{}, refusal("not_found", http.StatusNotFound, fmt.Sprintf("no route for model %q", truncate.String(r.Model, maxModelNameLen)), nil)
 	}
 	p := pickedRoute{label: rt.Model, hop: hop, removed: removed, class: class, classSet: classSet}
@@ -158,10 +161,14 @@ func (g *Gateway) pickRoute(r *PickRequest) (pickedRoute, *Refusal) {
 	// The route's fault abort, drawn as handleGenerate draws it.
 	if rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < rt.AbortPerMillion {
 		var hdr http.Header
-		if rt.AbortStatus == http.StatusTooManyRequests {
+		reason, msg := p.class.abortMessage(rt.AbortStatus)
+		switch {
+		case reason == "residency":
+			hdr = g.pickShed(p, reason, reason)
+		case rt.AbortStatus == http.StatusTooManyRequests:
 			hdr = g.pickShed(p, "fault", "plan")
 		}
-		return pickedRoute{}, refusal("shed", rt.AbortStatus, "request shed by the routing plan; retry later", hdr)
+		return pickedRoute{}, refusal("shed", rt.AbortStatus, msg, hdr)
 	}
 	if p.cl = t.clusters[rt.Cluster]; p.cl == nil {
 		return pickedRoute{}, refusal("unavailable", http.StatusServiceUnavailable, fmt.Sprintf("cluster %q not found", rt.Cluster), nil)

@@ -20,7 +20,6 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/internal/backoff"
-	"github.com/isobar-mesh/isobar/internal/truncate"
 	"github.com/isobar-mesh/isobar/xdscontract"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
@@ -208,7 +207,8 @@ func (q *generation) route(model string, bodyLen int) bool {
 		q.rt = xdsclient.MatchRoute(vh, r.URL.RequestURI(), view)
 	}
 	if q.rt == nil {
-		q.fail(http.StatusNotFound, "", fmt.Sprintf("no route for model %q", truncate.String(model, maxModelNameLen)))
+		code, msg := q.class.noRoute(model)
+		q.fail(code, "", msg)
 		return false
 	}
 	q.out.model = q.rt.Model
@@ -222,10 +222,11 @@ func (q *generation) route(model string, bodyLen int) bool {
 		g.rep.addDemand(q.out.model, &q.class)
 	}
 	if q.rt.AbortPerMillion > 0 && rand.Uint32N(1_000_000) < q.rt.AbortPerMillion {
-		if q.rt.AbortStatus == http.StatusTooManyRequests {
-			q.shed("fault")
+		reason, msg := q.class.abortMessage(q.rt.AbortStatus)
+		if q.rt.AbortStatus == http.StatusTooManyRequests || reason == "residency" {
+			q.shed(reason)
 		}
-		q.fail(q.rt.AbortStatus, "", "request shed by the routing plan; retry later")
+		q.fail(q.rt.AbortStatus, "", msg)
 		return false
 	}
 	return true

@@ -78,10 +78,14 @@ const (
 	// AttemptHeader is sent upstream: 1 for the first attempt, 2 for the
 	// first retry, ...
 	AttemptHeader = "x-isobar-attempt"
-	// ShedHeader is set on a 429 the gateway itself answered: "plan" when
-	// the routing plan shed the request, "saturated" when every endpoint
-	// was at its in-flight limit. Clients use it to count failures by
-	// cause without parsing the body.
+	// ShedHeader is set on a refusal the gateway itself answered by
+	// choice: "plan" (429) when the routing plan shed the request,
+	// "saturated" (429) when every endpoint was at its in-flight limit and
+	// the queue is off, "queue_full", "queue_evicted" or "queue_expired"
+	// (429) when the flow-control queue refused, displaced or timed out
+	// the request, "residency" (503) when its residency set's regions had
+	// no capacity left for it. Clients use it to count failures by cause
+	// without parsing the body.
 	ShedHeader = "x-isobar-shed"
 )
 

@@ -78,7 +78,7 @@ type Builder struct {
 	faultAny      *anypb.Any // the listener-level fault filter: no fault
 	retryPredAny  *anypb.Any
 	lbPolicy      *cluster.LoadBalancingPolicy // typed least_request; nil for the legacy enum policies
-	shedAny       map[uint32]*anypb.Any        // per-route 429 aborts by parts per million
+	shedAny       map[uint64]*anypb.Any        // per-route aborts by status<<32 | parts per million
 
 	routeKey string
 	route    *route.RouteConfiguration
@@ -157,7 +157,7 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Builder{cfg: cfg, models: make(map[string]*modelEntry), shedAny: make(map[uint32]*anypb.Any)}
+	b := &Builder{cfg: cfg, models: make(map[string]*modelEntry), shedAny: make(map[uint64]*anypb.Any)}
 	var err error
 	if b.routerAny, err = packValidated(&router.Router{}); err != nil {
 		return nil, err
@@ -222,7 +222,9 @@ func (b *Builder) Build(st State) (*Resources, error) {
 		plans[i] = routePlan{model: m.name, shed: m.shed, sizes: e.sizes, classes: e.classes, localClasses: e.localClasses}
 		fmt.Fprintf(&key, "%s\x00%v\x00%v\x00%d\x00%d\x00", m.name, m.shed, e.sizes, e.classes, e.localClasses)
 		for _, cp := range m.pinned {
-			plans[i].pins = append(plans[i].pins, pinPlan{set: cp.set, shed: cp.shed})
+			sh := cp.shed
+			sh.status = 503 // a set's excess is refused, never spilled
+			plans[i].pins = append(plans[i].pins, pinPlan{set: cp.set, shed: sh})
 			fmt.Fprintf(&key, "%s\x00%v\x00", cp.set, cp.shed)
 		}
 		key.WriteByte(0)
@@ -436,15 +438,19 @@ type pinPlan struct {
 
 // shedFault returns the per-route fault config that aborts ppm parts per
 // million of requests with 429, or nil for 0.
-func (b *Builder) shedFault(ppm uint32) (*anypb.Any, error) {
+func (b *Builder) shedFault(ppm, status uint32) (*anypb.Any, error) {
 	if ppm == 0 {
 		return nil, nil
 	}
-	if a := b.shedAny[ppm]; a != nil {
+	if status == 0 {
+		status = 429
+	}
+	key := uint64(status)<<32 | uint64(ppm)
+	if a := b.shedAny[key]; a != nil {
 		return a, nil
 	}
 	a, err := packValidated(&fault.HTTPFault{Abort: &fault.FaultAbort{
-		ErrorType:  &fault.FaultAbort_HttpStatus{HttpStatus: 429},
+		ErrorType:  &fault.FaultAbort_HttpStatus{HttpStatus: status},
 		Percentage: &typev3.FractionalPercent{Numerator: ppm, Denominator: typev3.FractionalPercent_MILLION},
 	}})
 	if err != nil {
@@ -453,7 +459,7 @@ func (b *Builder) shedFault(ppm uint32) (*anypb.Any, error) {
 	if len(b.shedAny) > 4096 {
 		clear(b.shedAny) // bound the memo; values recur, so it refills fast
 	}
-	b.shedAny[ppm] = a
+	b.shedAny[key] = a
 	return a, nil
 }
 
@@ -535,7 +541,7 @@ func (b *Builder) shedRoutes(routes []*route.Route, name, cluster string, header
 		if v.ppm == s.standard {
 			continue
 		}
-		f, err := b.shedFault(v.ppm)
+		f, err := b.shedFault(v.ppm, s.status)
 		if err != nil {
 			return nil, err
 		}
@@ -543,7 +549,7 @@ func (b *Builder) shedRoutes(routes []*route.Route, name, cluster string, header
 		routes = append(routes, b.envoyRoute(name+"/"+crit, cluster,
 			append(slices.Clip(headers), exactHeader(xdscontract.CriticalityHeader, crit)), f))
 	}
-	f, err := b.shedFault(s.standard)
+	f, err := b.shedFault(s.standard, s.status)
 	if err != nil {
 		return nil, err
 	}

@@ -335,19 +335,29 @@ func TestClassWeight(t *testing.T) {
 
 func shedOf(t *testing.T, r *route.Route) (ppm uint32, ok bool) {
 	t.Helper()
+	ppm, status, ok := abortOf(t, r)
+	if ok && status != 429 {
+		t.Fatalf("route %q abort status %d, want 429", r.GetName(), status)
+	}
+	return ppm, ok
+}
+
+// abortOf reads a route's fault abort: its share per million and status.
+func abortOf(t *testing.T, r *route.Route) (ppm, status uint32, ok bool) {
+	t.Helper()
 	a := r.GetTypedPerFilterConfig()[wellknown.Fault]
 	if a == nil {
-		return 0, false
+		return 0, 0, false
 	}
 	var f fault.HTTPFault
 	if err := a.UnmarshalTo(&f); err != nil {
 		t.Fatalf("route %q fault config: %v", r.GetName(), err)
 	}
 	ab := f.GetAbort()
-	if ab.GetHttpStatus() != 429 || ab.GetPercentage().GetDenominator() != typev3.FractionalPercent_MILLION {
-		t.Fatalf("route %q abort = %v, want 429 per million", r.GetName(), ab)
+	if ab.GetPercentage().GetDenominator() != typev3.FractionalPercent_MILLION {
+		t.Fatalf("route %q abort = %v, want a share per million", r.GetName(), ab)
 	}
-	return ab.GetPercentage().GetNumerator(), true
+	return ab.GetPercentage().GetNumerator(), ab.GetHttpStatus(), true
 }
 
 func TestShedIsAFaultOnClientRoutesOnly(t *testing.T) {

@@ -18,6 +18,11 @@ import (
 // by criticality.
 type shedPPM struct {
 	standard, critical, sheddable uint32
+	// status is the abort's HTTP status: 429 (0) for the plan's shed, 503
+	// for a residency set's (its excess has no capacity left in its
+	// regions and is never spilled: a client retrying later elsewhere would
+	// not help, as a 429 suggests).
+	status uint32
 }
 
 // toPPM rounds a share in [0, 1] to parts per million.

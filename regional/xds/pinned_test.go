@@ -196,8 +196,9 @@ func TestPinnedClusters(t *testing.T) {
 			r.GetRoute().GetCluster() != xdscontract.PinnedClusterName("m", tc.set) {
 			t.Errorf("route %s: residency %q cluster %s", tc.name, v, r.GetRoute().GetCluster())
 		}
-		if ppm, _ := shedOf(t, r); ppm != tc.ppm {
-			t.Errorf("route %s: abort %d per million, want %d", tc.name, ppm, tc.ppm)
+		// A set's excess is refused 503, not 429: it is never spilled.
+		if ppm, status, ok := abortOf(t, r); ppm != tc.ppm || (ok && status != 503) {
+			t.Errorf("route %s: abort %d per million status %d, want %d per million, 503", tc.name, ppm, status, tc.ppm)
 		}
 	}
 	// Unpinned client routes refuse a residency header: a set the model
