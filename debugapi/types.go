@@ -105,6 +105,10 @@ type ModelRoutes struct {
 	// Pinned: the routing of each residency slice the plan carries, by
 	// its allowed regions joined with ",".
 	Pinned map[string]PinnedRoutes `json:",omitempty"`
+	// Sliced: the plan carried slices for the model (a criticality-aware
+	// leader). Otherwise its shed is one share of the whole demand and
+	// the region orders it by its own demand mix (sheddable first).
+	Sliced bool `json:",omitempty"`
 }
 
 // PinnedRoutes routes the requests pinned to one set of regions: only

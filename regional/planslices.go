@@ -39,6 +39,7 @@ func addSlices(t *RouteTable, mr *ModelRoutes, model string, sl []*isobarpb.Slic
 	if len(sl) > maxPlanSlices {
 		return badPlan("model %s: %d slices, at most %d", model, len(sl), maxPlanSlices)
 	}
+	mr.Sliced = len(sl) > 0
 	seen := map[string]bool{}
 	rank := map[string]int{} // the criticality rank whose routes mr.Pinned holds
 	for i, s := range sl {

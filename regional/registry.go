@@ -635,7 +635,7 @@ func (r *Registry) offerIfDue(now time.Time, views []CellView, push bool) {
 		rtts = r.regionRTT()
 	}
 	r.routesNew = false
-	o := cycle.BuildState(r.stateParams(rtts), views)
+	o := cycle.BuildState(r.stateParams(rtts, r.demandSlices(now)), views)
 	r.reportRetryBudgets(o.State)
 	r.lastPushed, r.sentPlace = o.Weights, o.Placement
 	r.noteDropped(views, o.State)
@@ -646,8 +646,10 @@ func (r *Registry) offerIfDue(now time.Time, views []CellView, push bool) {
 
 // stateParams is what cycle.BuildState takes besides the views: this
 // region's locality, the models a warm start keeps, the routes in force
-// and the round trips to the other regions (rtts).
-func (r *Registry) stateParams(rtts map[string]time.Duration) cycle.Params {
+// and the round trips to the other regions (rtts); mix, the measured
+// demand per slice of each model, orders a blind plan's shed
+// (orderedShares).
+func (r *Registry) stateParams(rtts map[string]time.Duration, mix map[string]map[SliceKey]float64) cycle.Params {
 	p := cycle.Params{
 		Region: r.cfg.Region, Zone: r.cfg.Zone, Kept: r.keptModels(), RTTs: rtts,
 		Sets: r.sets, RetryBudget: r.budgets,
@@ -655,7 +657,8 @@ func (r *Registry) stateParams(rtts map[string]time.Duration) cycle.Params {
 	if t := r.routes; t != nil {
 		p.Routes = &cycle.Routes{Models: make(map[string]cycle.ModelRoutes, len(t.Models)), Ingress: t.Ingress}
 		for name, mr := range t.Models {
-			cm := cycle.ModelRoutes{Routes: mr.Routes, Shed: mr.Shed, ShedCritical: mr.ShedCritical, ShedSheddable: mr.ShedSheddable}
+			cm := cycle.ModelRoutes{Routes: mr.Routes}
+			cm.ShedCritical, cm.Shed, cm.ShedSheddable = orderedShares(mr, mix[name])
 			if len(mr.Pinned) > 0 {
 				cm.Pinned = make(map[string]cycle.SetRoutes, len(mr.Pinned))
 				for key, pr := range mr.Pinned {
