@@ -50,3 +50,28 @@ func BenchmarkDamp(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSolveSlices plans random instances (see randomProblem) whose
+// demand is split 20/50/30 % critical/standard/sheddable, with a fifth of
+// the regions also sending a slice pinned to themselves and their two
+// index neighbours, at 1.3× the demand of BenchmarkSolve (a shortfall).
+func BenchmarkSolveSlices(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			p := randomProblem(newRand(1, uint64(n)), n)
+			var sl []Slice
+			for i, r := range p.Regions {
+				d := 1.3 * r.DemandRPS
+				sl = append(sl, Slice{Source: i, Band: 0, RPS: 0.2 * d}, Slice{Source: i, Band: 1, RPS: 0.5 * d}, Slice{Source: i, Band: 2, RPS: 0.3 * d})
+				if i%5 == 0 {
+					sl = append(sl, Slice{Source: i, Band: 1, RPS: 0.1 * d, Allowed: []int{i, (i + 1) % n, (i + n - 1) % n}})
+				}
+			}
+			for b.Loop() {
+				if _, err := SolveSlices(p, sl, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
