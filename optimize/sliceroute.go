@@ -17,8 +17,8 @@ import (
 // and toward the other virtual regions), so no solver step can place it
 // outside them. The local stage treats the source as every group's home:
 // the source keeps min(home demand, fill·capacity·headroom) at home, the
-// home demand being its groups' that may stay there, each group keeping
-// the same share. Solve places the rest, as in SolveLocalFirstFills.
+// home demand being its groups' that may stay there, pinned groups first
+// (see shareHome). Solve places the rest, as in SolveLocalFirstFills.
 
 // routeGroup is the admitted demand of one source's slices with one
 // Allowed set.
@@ -116,18 +116,16 @@ func residualSlices(q Problem, groups []routeGroup, fills []float64) (Problem, b
 	res := q
 	res.Regions = make([]Region, len(groups))
 	copy(res.Regions, q.Regions)
+	byHome := make([]float64, n)
 	for i, r := range q.Regions {
 		res.Regions[i].DemandRPS = 0
 		if !r.Down && r.CapacityRPS >= MinValue && homeDem[i] >= MinValue {
 			l := math.Min(homeDem[i], fills[i]*r.CapacityRPS*q.Headroom)
 			res.Regions[i].CapacityRPS = math.Max(0, r.CapacityRPS-l/q.Headroom)
-			for g := range groups {
-				if gr := &groups[g]; gr.source == i && gr.home() {
-					gr.local = l * gr.demand / homeDem[i]
-				}
-			}
+			byHome[i] = l
 		}
 	}
+	shareHome(groups, byHome)
 	equaliseLatencies(res.Regions[:n])
 	anyResidual := false
 	for g := range groups {
@@ -149,6 +147,29 @@ func residualSlices(q Problem, groups []routeGroup, fills []float64) (Problem, b
 		res.RTTms = virtualRTT(q.RTTms, groups)
 	}
 	return res, anyResidual
+}
+
+// shareHome shares each region's local capacity, home[i], between the
+// groups of source i that may stay home: the pinned groups first, those
+// with the fewest allowed regions first (they have the fewest places to
+// go), then the unconstrained one, whose excess may go anywhere.
+func shareHome(groups []routeGroup, home []float64) {
+	n := len(home)
+	order := make([]int, 0, len(groups)-n)
+	for g := n; g < len(groups); g++ {
+		if groups[g].home() {
+			order = append(order, g)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(groups[a].allowed) - len(groups[b].allowed) })
+	for _, g := range order {
+		gr := &groups[g]
+		gr.local = math.Min(gr.demand, home[gr.source])
+		home[gr.source] -= gr.local
+	}
+	for i := range n {
+		groups[i].local = math.Min(groups[i].demand, home[i])
+	}
 }
 
 // virtualRTT extends rtt with one row and column per constrained group:
