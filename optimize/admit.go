@@ -195,40 +195,76 @@ func (a *admitNet) carries(groups []admitGroup, open []int, t float64) bool {
 }
 
 // fill admits the open groups of one band by progressive filling; the
-// groups of the bands before keep their amounts.
+// groups of the bands before keep their amounts. Each level is found by
+// Newton's method on the minimum cut (as for parametric max-flow): when
+// the network does not carry the open groups at share t, the groups A on
+// the source side of a minimum cut and the regions R there bound it, t·(A's
+// open demand) + (A's fixed amounts) ≤ Σ_R servable, so t drops to where
+// that cut is tight and the flow is tried again; the cuts strictly
+// shrink, so a few max-flows find the level.
 func (a *admitNet) fill(groups []admitGroup, open []int) {
 	lo := 0.0
 	for len(open) > 0 {
-		if a.carries(groups, open, 1) {
-			for _, g := range open {
-				groups[g].amount = groups[g].demand
-			}
-			return
-		}
-		hi := 1.0
-		for range 60 {
-			mid := lo + (hi-lo)/2
-			if mid <= lo || mid >= hi {
+		t := 1.0
+		for range 64 {
+			if a.carries(groups, open, t) {
 				break
 			}
-			if a.carries(groups, open, mid) {
-				lo = mid
-			} else {
-				hi = mid
+			next, ok := a.cutShare(groups, open)
+			if !ok || !(next < t) || t <= lo {
+				t = lo
+				a.carries(groups, open, t)
+				break
 			}
+			t = max(next, lo)
 		}
-		a.carries(groups, open, lo)
+		for _, g := range open {
+			groups[g].amount = min(t, 1) * groups[g].demand
+		}
+		if t >= 1 {
+			return
+		}
 		reach := a.f.reachesSink(a.sink, 1e-9*a.total+MinValue)
 		rest := open[:0:0]
 		for _, g := range open {
-			groups[g].amount = lo * groups[g].demand
 			if reach[1+g] {
 				rest = append(rest, g)
 			}
 		}
 		if len(rest) == len(open) {
-			return // nothing bottlenecked within float resolution: stop at lo
+			return // nothing bottlenecked within float resolution: stop at t
 		}
-		open = rest
+		open, lo = rest, t
 	}
+}
+
+// cutShare returns, after a max-flow that did not carry every supply, the
+// share t of the open groups' demand at which the minimum cut found is
+// tight; ok is false when the cut holds no open group.
+func (a *admitNet) cutShare(groups []admitGroup, open []int) (float64, bool) {
+	side := a.f.fromSource(0, 1e-12*a.total)
+	isOpen := make(map[int]bool, len(open))
+	for _, g := range open {
+		isOpen[g] = true
+	}
+	var demand, fixed, room float64
+	for g := range groups {
+		if !side[1+g] {
+			continue
+		}
+		if isOpen[g] {
+			demand += groups[g].demand
+		} else {
+			fixed += groups[g].amount
+		}
+	}
+	for e := a.f.head[a.sink]; e >= 0; e = a.f.next[e] {
+		if r := a.f.to[e]; side[r] {
+			room += a.f.cap[e^1]
+		}
+	}
+	if demand <= 0 {
+		return 0, false
+	}
+	return max(0, (room-fixed)/demand), true
 }

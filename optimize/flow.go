@@ -1,5 +1,7 @@
 package optimize
 
+import "math"
+
 // flowNet is a directed network for maximum flow (Dinic's algorithm) with
 // float capacities. Edge e's reverse is e^1; res holds the residual
 // capacities, cap the capacities maxFlow starts from.
@@ -42,7 +44,7 @@ func (f *flowNet) maxFlow(s, t int, eps float64) float64 {
 	for f.levels(s, t, eps) {
 		copy(f.iter, f.head)
 		for {
-			pushed := f.push(s, t, f.sum(s), eps)
+			pushed := f.push(s, t, math.Inf(1), eps)
 			if pushed <= eps {
 				break
 			}
@@ -50,15 +52,6 @@ func (f *flowNet) maxFlow(s, t int, eps float64) float64 {
 		}
 	}
 	return total
-}
-
-// sum returns the capacity out of s (an upper bound on one push).
-func (f *flowNet) sum(s int) float64 {
-	var c float64
-	for e := f.head[s]; e >= 0; e = f.next[e] {
-		c += f.cap[e]
-	}
-	return c
 }
 
 // levels builds the BFS levels from s over edges with residual above eps
@@ -117,6 +110,26 @@ func (f *flowNet) reachesSink(t int, eps float64) []bool {
 			if !seen[u] && f.res[e^1] > eps {
 				seen[u] = true
 				q = append(q, u)
+			}
+		}
+	}
+	f.queue = q
+	return seen
+}
+
+// fromSource returns, per node, whether s reaches it over edges whose
+// residual capacity exceeds eps (after maxFlow: the source side of a
+// minimum cut).
+func (f *flowNet) fromSource(s int, eps float64) []bool {
+	seen := make([]bool, len(f.head))
+	seen[s] = true
+	q := append(f.queue[:0], s)
+	for k := 0; k < len(q); k++ {
+		v := q[k]
+		for e := f.head[v]; e >= 0; e = f.next[e] {
+			if w := f.to[e]; !seen[w] && f.res[e] > eps {
+				seen[w] = true
+				q = append(q, w)
 			}
 		}
 	}
