@@ -18,11 +18,11 @@ import (
 // of the bands before stays in the network (it may move between its
 // regions), so a band only ever takes what the bands before it left.
 // Within a band, progressive filling: the largest common share t of every
-// open group's demand that the network can carry (bisection on a max
-// flow), then the groups that cannot grow past t (no augmenting path from
-// them to the sink) are frozen at t, and the rest go on; the result is
-// max-min fair between the band's groups, and slices in one group get the
-// same share.
+// open group's demand that the network can carry (Newton's method on the
+// minimum cut, see fill), then the groups that cannot grow past t (no
+// augmenting path from them to the sink) are frozen at t, and the rest go
+// on; the result is max-min fair between the band's groups, and slices in
+// one group get the same share.
 
 // admitGroup is slices of one band that may use the same regions.
 type admitGroup struct {

@@ -155,8 +155,9 @@
 // instances at 1.3× the demand, split critical/standard/sheddable with a
 // fifth of the regions also sending a pinned slice (BenchmarkSolveSlices),
 // takes about 2.5× Solve at 1,000 regions: the residual solve has a
-// virtual region per pinned set, and admission adds a few hundred small
-// max-flows. The worked example of the
+// virtual region per pinned set, and admission adds a few max-flows per
+// band and fairness level (about a second at 1,000 regions whose RTTs
+// reach only their nearest peers, BenchmarkSolveSlicesSparse). The worked example of the
 // design (demand A 90, B 120, C 40 rps, capacity 100, 100, 80) solves in
 // one round to a gap of 3e-12 ms.
 //
