@@ -149,23 +149,26 @@ func (pl *planner) planModel(model string, live []string, sums map[string]receiv
 func ingressPlans(model string, live []string, prob optimize.Problem, ps []planSlice, chosen sliceRows) []*isobarpb.ModelPlan {
 	var plans []*isobarpb.ModelPlan
 	for i, r := range live {
-		if prob.Regions[i].DemandRPS <= 0 {
+		sliced := slices.ContainsFunc(ps, func(s planSlice) bool { return s.region == i && s.sliced })
+		var mp *isobarpb.ModelPlan
+		switch {
+		case prob.Regions[i].DemandRPS <= 0 && prob.Regions[i].CapacityRPS > 0:
 			// No demand: nothing to split. Demand that appears before
 			// the next cycle is served locally, never shed on a share
-			// computed for no traffic.
-			if prob.Regions[i].CapacityRPS > 0 {
-				plans = append(plans, &isobarpb.ModelPlan{Model: model, IngressRegion: r,
-					Routes: []*isobarpb.Route{{Destination: r, Fraction: 1}}})
-			}
+			// computed for no traffic (its slices say where a pinned
+			// request may go).
+			mp = &isobarpb.ModelPlan{Model: model, IngressRegion: r, Routes: []*isobarpb.Route{{Destination: r, Fraction: 1}}}
+		case prob.Regions[i].DemandRPS <= 0 && !sliced:
 			continue
-		}
-		fr, shed := chosen.agg.Fractions[i], chosen.agg.Shed[i]
-		for k, s := range ps {
-			if s.region == i && s.sliced && s.crit == reqclass.Standard && s.allowed == nil && s.rps >= optimize.MinValue {
-				fr, shed = chosen.fr[k], chosen.shed[k]
+		default:
+			fr, shed := chosen.agg.Fractions[i], chosen.agg.Shed[i]
+			for k, s := range ps {
+				if s.region == i && s.sliced && s.crit == reqclass.Standard && s.allowed == nil && s.rps >= optimize.MinValue {
+					fr, shed = chosen.fr[k], chosen.shed[k]
+				}
 			}
+			mp = modelPlan(model, r, live, fr, shed)
 		}
-		mp := modelPlan(model, r, live, fr, shed)
 		for k, s := range ps {
 			if s.region == i && s.sliced {
 				mp.Slices = append(mp.Slices, slicePlan(s, live, chosen.fr[k], chosen.shed[k]))

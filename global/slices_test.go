@@ -199,3 +199,21 @@ func TestSlicePlanGuardsResidency(t *testing.T) {
 		t.Errorf("empty row: %v, want shed whole", sp)
 	}
 }
+
+// An ingress whose only demand is pinned to regions none of which is live
+// still gets its slices, shed whole, never the route home.
+func TestPlannerPinnedNowhere(t *testing.T) {
+	regions := []string{"a", "b"}
+	sums := map[string]received{
+		"a": sliceSummary("a", regions, 100, 10, slice(pbCritical, 10, "eu-gone")),
+		"b": sliceSummary("b", regions, 100, 20),
+	}
+	plan, st := newPlanner(testPlanConfig).plan(sliceNow, sums, time.Minute, time.Minute)
+	if st.unknownAllowed != 1 {
+		t.Errorf("%d unknown allowed regions counted, want 1", st.unknownAllowed)
+	}
+	s := sliceOf(t, planFor(t, plan, "a"), pbCritical, "eu-gone")
+	if s.GetShed() != 1 || len(s.GetRoutes()) != 0 {
+		t.Errorf("slice pinned to a region that is gone: %v, want shed whole", s)
+	}
+}
