@@ -101,18 +101,25 @@ func sliceKey(c isobarpb.Criticality, allowed []string) string {
 	return fmt.Sprintf("%d|%s", standardOf(c), strings.Join(allowed, ","))
 }
 
-// aggregateSlices turns a model's measured slices into the summary's:
-// unknown criticalities count as standard, allowed regions are sorted,
-// deduplicated and stripped of invalid names (a slice left with none is
-// dropped: its requests may go nowhere, and saying "any" would break
-// residency), equal (criticality, allowed regions) are merged, the rates
-// saturated. See fitSlices for the bound and the scaling to demand (the
-// model's demand_rps). Without slices, or when they add up to 0, it
-// returns nil (all demand standard and unpinned).
-func aggregateSlices(in []DemandSlice, demand float64) []*isobarpb.DemandSlice {
+// aggregateSlices turns a model's measured slices into the summary's and
+// returns them with the model's demand_rps: unknown criticalities count as
+// standard, allowed regions are sorted, deduplicated and stripped of
+// invalid names, equal (criticality, allowed regions) are merged, the
+// rates saturated. A slice whose requests may go nowhere (a pinned slice
+// with no valid region name) is dropped, and so are the smallest beyond
+// MaxDemandSlices; their share of demand is taken out of demand_rps rather
+// than given to the others, so no pinned demand is ever planned as
+// unpinned. The rest are scaled to add up to the new demand_rps and
+// ordered by criticality, then allowed regions, so equal inputs give
+// equal bytes. Without slices, or when they add up to 0, it returns nil
+// (all demand standard and unpinned) and demand unchanged.
+func aggregateSlices(in []DemandSlice, demand float64) ([]*isobarpb.DemandSlice, float64) {
 	byKey := map[string]*isobarpb.DemandSlice{}
 	var out []*isobarpb.DemandSlice
+	var all float64
 	for _, s := range in {
+		rps := saturate(s.RPS, MaxRateRPS)
+		all += rps
 		c := standardOf(s.Criticality)
 		if _, ok := isobarpb.Criticality_name[int32(c)]; !ok {
 			c = isobarpb.Criticality_CRITICALITY_STANDARD
@@ -123,30 +130,28 @@ func aggregateSlices(in []DemandSlice, demand float64) []*isobarpb.DemandSlice {
 				allowed = append(allowed, r)
 			}
 		}
-		if len(s.AllowedRegions) > 0 && len(allowed) == 0 {
-			continue
-		}
 		slices.Sort(allowed)
 		allowed = slices.Compact(allowed)
-		if len(allowed) > MaxAllowedRegions {
+		if (len(s.AllowedRegions) > 0 && len(allowed) == 0) || len(allowed) > MaxAllowedRegions {
 			continue
 		}
 		key := sliceKey(c, allowed)
 		if d, ok := byKey[key]; ok {
-			d.Rps += saturate(s.RPS, MaxRateRPS)
+			d.Rps += rps
 			continue
 		}
-		d := &isobarpb.DemandSlice{Criticality: c, AllowedRegions: allowed, Rps: saturate(s.RPS, MaxRateRPS)}
+		d := &isobarpb.DemandSlice{Criticality: c, AllowedRegions: allowed, Rps: rps}
 		byKey[key] = d
 		out = append(out, d)
 	}
-	return fitSlices(out, demand)
+	return fitSlices(out, demand, all)
 }
 
 // fitSlices keeps the MaxDemandSlices largest slices (ties: the first in
-// order), scales them to add up to demand, and orders them by criticality,
-// then allowed regions, so equal inputs give equal bytes.
-func fitSlices(out []*isobarpb.DemandSlice, demand float64) []*isobarpb.DemandSlice {
+// order), takes the share of what was dropped (all is the measured total)
+// out of demand, scales the rest to add up to it, and orders them by
+// criticality, then allowed regions.
+func fitSlices(out []*isobarpb.DemandSlice, demand, all float64) ([]*isobarpb.DemandSlice, float64) {
 	slices.SortFunc(out, func(a, b *isobarpb.DemandSlice) int {
 		return cmp.Or(cmp.Compare(a.GetCriticality(), b.GetCriticality()), slices.Compare(a.GetAllowedRegions(), b.GetAllowedRegions()))
 	})
@@ -163,11 +168,15 @@ func fitSlices(out []*isobarpb.DemandSlice, demand float64) []*isobarpb.DemandSl
 	for _, s := range out {
 		sum += s.GetRps()
 	}
+	if all <= 0 || demand <= 0 {
+		return nil, demand
+	}
+	demand *= math.Min(1, sum/all)
 	if sum <= 0 || demand <= 0 {
-		return nil
+		return nil, 0
 	}
 	for _, s := range out {
 		s.Rps *= demand / sum
 	}
-	return out
+	return out, demand
 }

@@ -34,8 +34,8 @@ func slicedFleet() Input {
 
 // Aggregate canonicalises the slices: unspecified and unknown are
 // standard, equal keys merge, allowed regions are sorted and deduplicated,
-// a pinned slice with no valid region is dropped (never made "any"), and
-// the rest add up to demand_rps.
+// a pinned slice with no valid region is dropped (never made "any", its
+// share taken out of demand_rps), and the rest add up to demand_rps.
 func TestAggregateSlices(t *testing.T) {
 	s := Aggregate(slicedFleet())
 	if err := Validate(s); err != nil {
@@ -55,8 +55,14 @@ func TestAggregateSlices(t *testing.T) {
 	for _, d := range ds {
 		sum += d.GetRps()
 	}
-	if math.Abs(sum-10) > 1e-9 || math.Abs(ds[1].GetRps()-5*10/10.0) > 1e-9 {
-		t.Errorf("slices add up to %v (standard %v), want 10 (5)", sum, ds[1].GetRps())
+	// The dropped pinned slice (5 of the 15 rps measured) is taken out of
+	// demand_rps, not given to the others.
+	want := 10 * 10 / 15.0
+	if d := s.GetModels()[0].GetDemandRps(); math.Abs(d-want) > 1e-9 {
+		t.Errorf("demand_rps %v, want %v (the pinned slice with nowhere to go taken out)", d, want)
+	}
+	if math.Abs(sum-want) > 1e-9 || math.Abs(ds[1].GetRps()-5*want/10) > 1e-9 {
+		t.Errorf("slices add up to %v (standard %v), want %v (%v)", sum, ds[1].GetRps(), want, 5*want/10)
 	}
 	// Equal inputs, equal bytes.
 	a, _ := proto.Marshal(Aggregate(slicedFleet()))

@@ -57,7 +57,8 @@ type Input struct {
 	Demand map[string]float64
 	// DemandSlices splits a model's Demand by criticality and allowed
 	// regions (nil: all standard, unpinned); see aggregateSlices for how
-	// it is bounded and scaled to add up to the model's demand_rps.
+	// it is bounded and scaled to add up to the model's demand_rps (and
+	// why demand_rps can shrink: pinned demand with nowhere to go).
 	DemandSlices map[string][]DemandSlice
 	// RTT to other regions.
 	RTT map[string]time.Duration
@@ -123,7 +124,7 @@ func Aggregate(in Input) *isobarpb.RegionSummary {
 	}
 	for _, m := range names {
 		ms := aggregateModel(m, byModel[m], in.Demand[m], in.DefaultEngineLatencyMs, classes)
-		ms.DemandSlices = aggregateSlices(in.DemandSlices[m], ms.GetDemandRps())
+		ms.DemandSlices, ms.DemandRps = aggregateSlices(in.DemandSlices[m], ms.GetDemandRps())
 		s.Models = append(s.Models, ms)
 	}
 	peers := make([]string, 0, len(in.RTT))
