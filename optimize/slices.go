@@ -109,8 +109,8 @@ func SolveSlicesFills(p Problem, sl []Slice, fills []float64) (SlicePlan, error)
 	return routeSlices(q, sl, admitted, fl), nil
 }
 
-// checkFills returns fills with 0 replaced by DefaultLocalFill, or the
-// error SolveLocalFirstFills gives.
+// checkFills returns a copy of fills with 0 replaced by DefaultLocalFill,
+// or an error naming the bad one.
 func checkFills(q Problem, fills []float64) ([]float64, error) {
 	if len(fills) != len(q.Regions) {
 		return nil, invalid("%d local fills for %d regions", len(fills), len(q.Regions))
