@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -73,24 +74,55 @@ func regionSummaries(n int, seed uint64) []*isobarpb.RegionSummary {
 
 // BenchmarkPlanCycle: one leader cycle's planning (every model, all live
 // regions) and the plan's encoding, at 10, 100 and 1,000 regions.
+//
+// With slices, every region splits its demand 20/50/30 % critical,
+// standard and sheddable, and a fifth of them also pin a tenth of it to
+// themselves and their nearest peer.
 func BenchmarkPlanCycle(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
-		b.Run(fmt.Sprintf("regions=%d", n), func(b *testing.B) {
-			now := time.Now()
-			sums := map[string]received{}
-			for _, s := range regionSummaries(n, 7) {
-				sums[s.Region] = received{s: s, at: now}
+		for _, sliced := range []bool{false, true} {
+			name := fmt.Sprintf("regions=%d", n)
+			if sliced {
+				name += "/slices"
 			}
-			p := newPlanner(PlanConfig{Headroom: 0.9, Beta: 0.1, K: 4, ShedPenaltyMs: 10_000, DampStep: 0.5})
-			var size int
-			for b.Loop() {
-				plan, _ := p.plan(now, sums, time.Minute, time.Minute)
-				bs, _ := proto.Marshal(plan)
-				size = len(bs)
-			}
-			b.ReportMetric(float64(size), "plan-bytes")
-		})
+			b.Run(name, func(b *testing.B) { benchPlanCycle(b, n, sliced) })
+		}
 	}
+}
+
+func benchPlanCycle(b *testing.B, n int, sliced bool) {
+	now := time.Now()
+	sums := map[string]received{}
+	for k, s := range regionSummaries(n, 7) {
+		if sliced {
+			m := s.Models[0]
+			d := m.DemandRps
+			var pinned []string
+			if k%5 == 0 {
+				pinned = []string{s.Region, s.Rtt[0].Region}
+				slices.Sort(pinned)
+			}
+			m.DemandSlices = []*isobarpb.DemandSlice{
+				{Criticality: isobarpb.Criticality_CRITICALITY_CRITICAL, Rps: 0.2 * d},
+				{Criticality: isobarpb.Criticality_CRITICALITY_STANDARD, Rps: 0.4 * d},
+				{Criticality: isobarpb.Criticality_CRITICALITY_SHEDDABLE, Rps: 0.3 * d},
+				{Criticality: isobarpb.Criticality_CRITICALITY_STANDARD, Rps: 0.1 * d, AllowedRegions: pinned},
+			}
+			if pinned == nil {
+				m.DemandSlices[1].Rps += m.DemandSlices[3].Rps
+				m.DemandSlices = m.DemandSlices[:3]
+			}
+		}
+		sums[s.Region] = received{s: s, at: now}
+	}
+	p := newPlanner(PlanConfig{Headroom: 0.9, Beta: 0.1, K: 4, ShedPenaltyMs: 10_000, DampStep: 0.5})
+	var size int
+	for b.Loop() {
+		plan, _ := p.plan(now, sums, time.Minute, time.Minute)
+		bs, _ := proto.Marshal(plan)
+		size = len(bs)
+	}
+	b.ReportMetric(float64(size), "plan-bytes")
 }
 
 // BenchmarkIngest1000Regions: 1,000 regions' Sync streams on loopback into

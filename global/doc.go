@@ -11,6 +11,21 @@
 // the leader. A region whose summaries are older than RegionTTL is treated
 // as down: it is left out of the problem and receives nothing.
 //
+// Demand slices (slices.go): each model's demand is planned by
+// (criticality, allowed regions) as the regions' summaries split it
+// (demand_slices, validated by package summary; none is one standard,
+// unpinned slice of demand_rps) with optimize.SolveSlices, so a shortfall
+// sheds sheddable demand first, then standard, and critical only when it
+// alone exceeds what it may use. Every ingress whose summary carried
+// slices gets a SlicePlan per slice; routes and shed stay its unpinned
+// standard slice's. A pinned slice is never routed outside its regions:
+// the solver cannot, damping mixes rows that are both zero outside them,
+// and a share outside them would be shed. An allowed region that is not
+// live is dropped from the slice (counted in
+// isobar_global_slice_regions_unknown_total); a slice left with none is
+// shed whole. Without slices the plans are those of before, bit for bit
+// (tested against the earlier planner).
+//
 // Concurrency: each Sync stream runs on its gRPC handler goroutine and
 // writes summaries into the summary store (mutex); the leader loop runs on
 // the election's term goroutine, reads a copy of the store, plans, and

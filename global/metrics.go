@@ -18,6 +18,9 @@ type metrics struct {
 	solve        prometheus.Histogram
 	planWrites   *prometheus.CounterVec
 	planSequence prometheus.Gauge
+	// unknownAllowed counts allowed-region names of demand slices that
+	// named no live region.
+	unknownAllowed prometheus.Counter
 }
 
 // newMetrics builds the member's instruments, unregistered: register
@@ -52,6 +55,10 @@ func newMetrics() *metrics {
 		planSequence: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "isobar_global_plan_sequence", Help: "Sequence of the last plan published in this epoch.",
 		}),
+		unknownAllowed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "isobar_global_slice_regions_unknown_total",
+			Help: "Allowed regions of demand slices that named no live region, per planned model and cycle: dropped from the slice, which stays within the rest (with none left it is shed whole, never spilled).",
+		}),
 	}
 	return m
 }
@@ -60,7 +67,7 @@ func newMetrics() *metrics {
 // first registration error (a name another collector holds) rather than
 // panicking.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	return registerAll(reg, m.summaries, m.rejected, m.streams, m.leader, m.epoch, m.regions, m.solve, m.planWrites, m.planSequence)
+	return registerAll(reg, m.summaries, m.rejected, m.streams, m.leader, m.epoch, m.regions, m.solve, m.planWrites, m.planSequence, m.unknownAllowed)
 }
 
 // registerAll registers cs with reg in order and stops at the first error.

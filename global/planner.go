@@ -9,6 +9,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/reqclass"
 )
 
 // minRoute: fractions below this are dropped from a plan (and the rest
@@ -29,7 +30,8 @@ type planner struct {
 type prevPlan struct {
 	regions []string
 	demand  []float64
-	plan    optimize.Plan
+	plan    optimize.Plan // the aggregate per region
+	rows    sliceRows     // per demand slice
 }
 
 // planStats describes one planning cycle.
@@ -41,6 +43,10 @@ type planStats struct {
 	// changes are the regions whose verdict (local, spill, shed, ...)
 	// changed for a model this cycle, with the reason.
 	changes []verdictChange
+	// unknownAllowed counts the allowed-region names of demand slices
+	// that named no live region (dropped from their slice; see
+	// modelSlices).
+	unknownAllowed int
 }
 
 // verdictChange is one region's new verdict for one model, as
@@ -98,40 +104,77 @@ func (pl *planner) plan(now time.Time, sums map[string]received, regionTTL, plan
 	return out, st
 }
 
-// planModel solves one model over the live regions, damped toward its
-// previous plan, and returns its per-ingress plans; it records the
-// model's cost and verdict changes in st.
+// planModel solves one model's demand slices over the live regions,
+// damped toward its previous plan, and returns its per-ingress plans; it
+// records the model's cost and verdict changes in st.
 func (pl *planner) planModel(model string, live []string, sums map[string]received, rtt [][]float64, st *planStats) []*isobarpb.ModelPlan {
+	ps, dropped := modelSlices(model, live, sums)
+	st.unknownAllowed += dropped
+	sl, at := solverSlices(ps)
 	prob := pl.problem(model, live, sums, rtt)
-	target, err := optimize.SolveLocalFirstFills(prob, pl.fills(model, live))
+	sp, err := optimize.SolveSlicesFills(prob, sl, pl.fills(model, live))
 	if err != nil {
 		return nil // validated input cannot fail; a model without a solution gets no plan
 	}
-	pl.noteVerdicts(model, prob, target, st)
+	// The plan's demands are the slices' (demand_rps within the
+	// summary's tolerance; a slice with nowhere to go is not planned).
+	for i := range prob.Regions {
+		prob.Regions[i].DemandRPS = 0
+	}
+	for _, s := range sl {
+		if s.RPS >= optimize.MinValue {
+			prob.Regions[s.Source].DemandRPS += s.RPS
+		}
+	}
+	target := rowsOf(ps, live, at, sp)
+	pl.noteVerdicts(model, prob, target.agg, st)
 	chosen := target
 	demand := make([]float64, len(live))
 	for i := range live {
 		demand[i] = prob.Regions[i].DemandRPS
 	}
 	if prev, ok := pl.prev[model]; ok && comparable(prev, live, demand) {
-		chosen = dampToward(prob, prev.plan, target, pl.cfg.DampStep)
+		chosen = dampSlices(prob, ps, prev.rows, target, pl.cfg.DampStep)
 	}
-	pl.prev[model] = prevPlan{regions: live, demand: demand, plan: chosen}
-	st.costMs[model] = optimize.Cost(prob, chosen)
+	pl.prev[model] = prevPlan{regions: live, demand: demand, plan: chosen.agg, rows: chosen}
+	st.costMs[model] = optimize.Cost(prob, chosen.agg)
 	st.localOnlyMs[model] = optimize.Cost(prob, optimize.LocalOnly(prob))
+	return ingressPlans(model, live, prob, ps, chosen)
+}
+
+// ingressPlans builds one ModelPlan per live ingress: routes and shed are
+// the unpinned standard slice's (the aggregate row where the ingress has
+// none), for readers that know no slices; slices carry every slice of an
+// ingress whose summary gave demand_slices.
+func ingressPlans(model string, live []string, prob optimize.Problem, ps []planSlice, chosen sliceRows) []*isobarpb.ModelPlan {
 	var plans []*isobarpb.ModelPlan
 	for i, r := range live {
-		if prob.Regions[i].DemandRPS <= 0 {
+		sliced := slices.ContainsFunc(ps, func(s planSlice) bool { return s.region == i && s.sliced })
+		var mp *isobarpb.ModelPlan
+		switch {
+		case prob.Regions[i].DemandRPS <= 0 && prob.Regions[i].CapacityRPS > 0:
 			// No demand: nothing to split. Demand that appears before
 			// the next cycle is served locally, never shed on a share
-			// computed for no traffic.
-			if prob.Regions[i].CapacityRPS > 0 {
-				plans = append(plans, &isobarpb.ModelPlan{Model: model, IngressRegion: r,
-					Routes: []*isobarpb.Route{{Destination: r, Fraction: 1}}})
-			}
+			// computed for no traffic (its slices say where a pinned
+			// request may go).
+			mp = &isobarpb.ModelPlan{Model: model, IngressRegion: r, Routes: []*isobarpb.Route{{Destination: r, Fraction: 1}}}
+		case prob.Regions[i].DemandRPS <= 0 && !sliced:
 			continue
+		default:
+			fr, shed := chosen.agg.Fractions[i], chosen.agg.Shed[i]
+			for k, s := range ps {
+				if s.region == i && s.sliced && s.crit == reqclass.Standard && s.allowed == nil && s.rps >= optimize.MinValue {
+					fr, shed = chosen.fr[k], chosen.shed[k]
+				}
+			}
+			mp = modelPlan(model, r, live, fr, shed)
 		}
-		plans = append(plans, modelPlan(model, r, live, chosen.Fractions[i], chosen.Shed[i]))
+		for k, s := range ps {
+			if s.region == i && s.sliced {
+				mp.Slices = append(mp.Slices, slicePlan(s, live, chosen.fr[k], chosen.shed[k]))
+			}
+		}
+		plans = append(plans, mp)
 	}
 	return plans
 }
@@ -175,57 +218,6 @@ func (pl *planner) noteVerdicts(model string, prob optimize.Problem, target opti
 			st.changes = append(st.changes, verdictChange{model: model, region: e.Region, verdict: e.Verdict, reason: e.Reason})
 		}
 	}
-}
-
-// dampToward moves prev a step of the way to target, row by row (a convex
-// combination, so rows still sum to 1), and returns target itself when
-// the mix is not a valid plan for prob (a region loaded to capacity by a
-// sudden demand change), sheds more than target in any row, or is within
-// minRoute of it everywhere.
-//
-// optimize.Damp is not used: it keeps a plan no dearer than the previous
-// one and than local-only in the latency model, so it holds on to a
-// latency-cheaper spill the local-first target has dropped (a region
-// would never come back home) and falls back to local-only shedding
-// where the modelled marginal latency passes the shed penalty, even with
-// room elsewhere. Local-first trades modelled latency for locality on
-// purpose; the damping here only spreads a change over a few cycles.
-func dampToward(prob optimize.Problem, prev, target optimize.Plan, step float64) optimize.Plan {
-	n := len(target.Fractions)
-	if len(prev.Fractions) != n || len(prev.Shed) != n {
-		return target
-	}
-	mixed := optimize.Plan{Fractions: make([][]float64, n), Shed: make([]float64, n), Load: make([]float64, n)}
-	near := true
-	for i := range n {
-		if len(prev.Fractions[i]) != n {
-			return target
-		}
-		mixed.Fractions[i] = make([]float64, n)
-		for j := range n {
-			mixed.Fractions[i][j] = prev.Fractions[i][j] + step*(target.Fractions[i][j]-prev.Fractions[i][j])
-			near = near && math.Abs(mixed.Fractions[i][j]-target.Fractions[i][j]) < minRoute
-		}
-		mixed.Shed[i] = prev.Shed[i] + step*(target.Shed[i]-prev.Shed[i])
-		if mixed.Shed[i] > target.Shed[i]+minRoute {
-			return target
-		}
-		near = near && math.Abs(mixed.Shed[i]-target.Shed[i]) < minRoute
-	}
-	if near {
-		return target
-	}
-	cost := optimize.Cost(prob, mixed)
-	if math.IsInf(cost, 0) || math.IsNaN(cost) {
-		return target
-	}
-	mixed.CostMs = cost
-	for i := range n {
-		for j := range n {
-			mixed.Load[j] += mixed.Fractions[i][j] * prob.Regions[i].DemandRPS
-		}
-	}
-	return mixed
 }
 
 // maxHysteresisFill caps a local fill raised by the hysteresis band: at

@@ -2,6 +2,7 @@ package global
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/reqclass"
 )
 
 // A region near its local-fill threshold does not flap: once home-only it
@@ -69,13 +71,71 @@ func TestPlannerLocalFillHysteresis(t *testing.T) {
 	}
 }
 
-// dampToward spreads a change over cycles, never sheds more than the
+// dampToward is the damping of the plans before demand slices (one row
+// per region), kept as the reference dampSlices must reproduce.
+func dampToward(prob optimize.Problem, prev, target optimize.Plan, step float64) optimize.Plan {
+	n := len(target.Fractions)
+	mixed := optimize.Plan{Fractions: make([][]float64, n), Shed: make([]float64, n), Load: make([]float64, n)}
+	near := true
+	for i := range n {
+		mixed.Fractions[i] = make([]float64, n)
+		for j := range n {
+			mixed.Fractions[i][j] = prev.Fractions[i][j] + step*(target.Fractions[i][j]-prev.Fractions[i][j])
+			near = near && math.Abs(mixed.Fractions[i][j]-target.Fractions[i][j]) < minRoute
+		}
+		mixed.Shed[i] = prev.Shed[i] + step*(target.Shed[i]-prev.Shed[i])
+		if mixed.Shed[i] > target.Shed[i]+minRoute {
+			return target
+		}
+		near = near && math.Abs(mixed.Shed[i]-target.Shed[i]) < minRoute
+	}
+	if near {
+		return target
+	}
+	cost := optimize.Cost(prob, mixed)
+	if math.IsInf(cost, 0) || math.IsNaN(cost) {
+		return target
+	}
+	mixed.CostMs = cost
+	for i := range n {
+		for j := range n {
+			mixed.Load[j] += mixed.Fractions[i][j] * prob.Regions[i].DemandRPS
+		}
+	}
+	return mixed
+}
+
+// rowsFor wraps a per-region plan as one unsliced slice per region.
+func rowsFor(live []string, pl optimize.Plan) ([]planSlice, sliceRows) {
+	ps := make([]planSlice, len(live))
+	rows := sliceRows{keys: make([]string, len(live)), fr: pl.Fractions, shed: pl.Shed, agg: pl}
+	for i := range live {
+		ps[i] = planSlice{region: i, crit: reqclass.Standard}
+		rows.keys[i] = ps[i].key(live)
+	}
+	return ps, rows
+}
+
+// dampSlices spreads a change over cycles, never sheds more than the
 // target, and takes the target outright when the mix is not a valid plan.
-func TestDampToward(t *testing.T) {
+func TestDampSlices(t *testing.T) {
+	live := []string{"a", "b"}
 	prob := optimize.Problem{
 		Regions: []optimize.Region{{Name: "a", DemandRPS: 95, CapacityRPS: 100, EngineLatencyMs: 300},
 			{Name: "b", DemandRPS: 10, CapacityRPS: 100, EngineLatencyMs: 300}},
 		RTTms: [][]float64{{0, 20}, {20, 0}}, Headroom: 0.9,
+	}
+	damp := func(prev, target optimize.Plan) optimize.Plan {
+		ps, tr := rowsFor(live, target)
+		for k := range ps {
+			ps[k].rps = prob.Regions[k].DemandRPS
+		}
+		_, pr := rowsFor(live, prev)
+		got := dampSlices(prob, ps, pr, tr, 0.5)
+		if want := dampToward(prob, prev, target, 0.5); !plansEqual(got.agg, want) {
+			t.Errorf("dampSlices %v, the damping before slices %v", got.agg, want)
+		}
+		return got.agg
 	}
 	target, err := optimize.SolveLocalFirst(prob, 0)
 	if err != nil {
@@ -84,17 +144,29 @@ func TestDampToward(t *testing.T) {
 	home := optimize.Plan{Fractions: [][]float64{{1, 0}, {0, 1}}, Shed: []float64{0, 0}}
 	// Home-only at 95 rps loads a past c·h = 90: not a valid plan, so
 	// nothing of it is kept.
-	if got := dampToward(prob, home, target, 0.5); got.Fractions[0][1] != target.Fractions[0][1] {
+	if got := damp(home, target); got.Fractions[0][1] != target.Fractions[0][1] {
 		t.Errorf("invalid mix kept: a→b %v, want the target's %v", got.Fractions[0][1], target.Fractions[0][1])
 	}
 	prob.Regions[0].DemandRPS = 88
 	target, _ = optimize.SolveLocalFirstFills(prob, []float64{0.9, 0.9})
-	got := dampToward(prob, home, target, 0.5)
+	got := damp(home, target)
 	if want := target.Fractions[0][1] / 2; target.Fractions[0][1] == 0 || math.Abs(got.Fractions[0][1]-want) > 1e-12 {
 		t.Errorf("a→b %v, want half of the target's %v", got.Fractions[0][1], target.Fractions[0][1])
 	}
 	shedding := optimize.Plan{Fractions: [][]float64{{0.9, 0}, {0, 1}}, Shed: []float64{0.1, 0}}
-	if got := dampToward(prob, shedding, target, 0.5); got.Shed[0] != target.Shed[0] {
+	if got := damp(shedding, target); got.Shed[0] != target.Shed[0] {
 		t.Errorf("damped shed %v, want the target's %v (never more)", got.Shed[0], target.Shed[0])
 	}
+}
+
+func plansEqual(a, b optimize.Plan) bool {
+	if len(a.Fractions) != len(b.Fractions) || a.CostMs != b.CostMs {
+		return false
+	}
+	for i := range a.Fractions {
+		if !slices.Equal(a.Fractions[i], b.Fractions[i]) || a.Shed[i] != b.Shed[i] || a.Load[i] != b.Load[i] {
+			return false
+		}
+	}
+	return true
 }

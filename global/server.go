@@ -361,6 +361,7 @@ func (g *Server) cycle(ctx context.Context, l *election.Leadership) error {
 	}
 	g.metrics.regions.WithLabelValues("live").Set(float64(st.live))
 	g.metrics.regions.WithLabelValues("stale").Set(float64(st.stale))
+	g.metrics.unknownAllowed.Add(float64(st.unknownAllowed))
 	g.seq++
 	plan.LeaderId, plan.Epoch, plan.Sequence = g.id, uint64(l.Epoch), g.seq
 	b, err := proto.Marshal(plan)

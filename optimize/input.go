@@ -60,7 +60,9 @@ func ReadInput(r io.Reader) (Problem, error) {
 // headroom (default 0.9) must be in [MinHeadroom, 1]. Optional "beta",
 // "k" (1 to MaxK) and "shed_penalty_ms" (above every engine_latency_ms)
 // change the model. Demand and capacity are 0 to MaxValue requests/s; a
-// region may be marked "down": true; a name is printable UTF-8 without
+// region may be marked "down": true, and may give its demand as a list of
+// slices by criticality and allowed regions instead of demand_rps (see
+// ParseSlicedInput; ParseInput then sums them); a name is printable UTF-8 without
 // spaces, at most MaxRegionNameBytes. RTT is symmetric: each pair is
 // given once, in either direction (both directions must agree); a missing
 // pair is unreachable.
@@ -72,11 +74,65 @@ func ReadInput(r io.Reader) (Problem, error) {
 // their defaults. Every error matches ErrInvalidInput and names the
 // offending field by its JSON path.
 func ParseInput(data []byte) (Problem, error) {
-	p, err := parseInput(data)
+	in, err := ParseSlicedInput(data)
+	return in.Problem, err
+}
+
+// Criticalities names the bands of the input's demand slices, by band:
+// reqclass.Criticality's names in its order (critical 0, standard 1,
+// sheddable 2; cmd/isobar's tests check they agree). optimize itself only
+// knows bands.
+func Criticalities() []string { return []string{"critical", "standard", "sheddable"} }
+
+// DefaultBand is the band of a slice that names no criticality
+// (standard).
+const DefaultBand = 1
+
+// MaxInputSlices bounds a region's "demand" list.
+const MaxInputSlices = 64
+
+// SlicedInput is a parsed input with its demand slices.
+type SlicedInput struct {
+	// Problem is the input's problem; a region's DemandRPS is the sum of
+	// its slices.
+	Problem Problem
+	// Slices are every region's demand in input order: its "demand"
+	// entries in order, or one slice of DefaultBand, unconstrained, of
+	// its demand_rps (also when that is 0).
+	Slices []Slice
+	// Sliced reports whether any region gave a "demand" list.
+	Sliced bool
+}
+
+// ReadSlicedInput is ReadInput for ParseSlicedInput.
+func ReadSlicedInput(r io.Reader) (SlicedInput, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxInputBytes+1))
 	if err != nil {
-		return Problem{}, inputError{err}
+		return SlicedInput{}, err
 	}
-	return p, nil
+	if len(data) > MaxInputBytes {
+		return SlicedInput{}, inputError{fmt.Errorf("larger than %d bytes", MaxInputBytes)}
+	}
+	return ParseSlicedInput(data)
+}
+
+// ParseSlicedInput is ParseInput, also returning the demand slices. A
+// region entry may give its demand as a list instead of demand_rps:
+//
+//	"demand": [{"rps": 30, "criticality": "critical", "allowed_regions": ["a"]},
+//	           {"rps": 60}]
+//
+// criticality is one of Criticalities (default standard); without
+// allowed_regions the slice may be served anywhere, with it only in the
+// regions it names (a non-empty list of the input's regions, each once).
+// Giving both demand_rps and demand is an error unless they agree (to
+// 1e-9, relative). Errors name the field by its JSON path, as ParseInput's.
+func ParseSlicedInput(data []byte) (SlicedInput, error) {
+	in, err := parseInput(data)
+	if err != nil {
+		return SlicedInput{}, inputError{err}
+	}
+	return in, nil
 }
 
 // inputFields lists the top-level input fields.
@@ -86,22 +142,49 @@ func inputFields() []string {
 
 // regionFields lists a region's input fields.
 func regionFields() []string {
-	return []string{"name", "demand_rps", "capacity_rps", "engine_latency_ms", "down"}
+	return []string{"name", "demand_rps", "demand", "capacity_rps", "engine_latency_ms", "down"}
 }
 
-func parseInput(data []byte) (Problem, error) {
+func parseInput(data []byte) (SlicedInput, error) {
 	if err := checkJSONKeys(data); err != nil {
-		return Problem{}, err
+		return SlicedInput{}, err
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(data, &top); err != nil || top == nil {
-		return Problem{}, fmt.Errorf("want a JSON object with %s", strings.Join(inputFields(), ", "))
+		return SlicedInput{}, fmt.Errorf("want a JSON object with %s", strings.Join(inputFields(), ", "))
 	}
 	for _, k := range sortedKeys(top) {
 		if !slices.Contains(inputFields(), k) {
-			return Problem{}, fmt.Errorf("unknown field %q (known: %s)", k, strings.Join(inputFields(), ", "))
+			return SlicedInput{}, fmt.Errorf("unknown field %q (known: %s)", k, strings.Join(inputFields(), ", "))
 		}
 	}
+	p, err := parseModel(top)
+	if err != nil {
+		return SlicedInput{}, err
+	}
+	in, parsed, index, err := parseRegions(top, p)
+	if err != nil {
+		return SlicedInput{}, err
+	}
+	for i, ri := range parsed {
+		if err := in.addSlices(ri, i, index); err != nil {
+			return SlicedInput{}, err
+		}
+	}
+	rtt, err := parseRTT(top["rtt_ms"], index)
+	if err != nil {
+		return SlicedInput{}, err
+	}
+	in.Problem.RTTms = rtt
+	if err := in.Problem.Validate(); err != nil {
+		return SlicedInput{}, err // backstop: the checks above should catch everything
+	}
+	return in, nil
+}
+
+// parseModel returns a problem with the input's model parameters (the
+// defaults where not given) and no regions.
+func parseModel(top map[string]json.RawMessage) (Problem, error) {
 	p := Problem{
 		Headroom:      DefaultHeadroom,
 		Beta:          DefaultBeta,
@@ -132,64 +215,78 @@ func parseInput(data []byte) (Problem, error) {
 		}
 		*num.dst = v
 	}
-	rawRegions, ok := top["regions"]
-	if !ok {
-		return Problem{}, errors.New("regions: missing: give at least one region")
-	}
-	var regions []json.RawMessage
-	if err := json.Unmarshal(rawRegions, &regions); err != nil || regions == nil {
-		return Problem{}, fmt.Errorf("regions: want an array of regions, got %s", jsonKind(rawRegions))
-	}
-	if len(regions) == 0 {
-		return Problem{}, errors.New("regions: empty: give at least one region")
-	}
-	if len(regions) > MaxRegions {
-		return Problem{}, fmt.Errorf("regions: %d regions, at most %d", len(regions), MaxRegions)
-	}
-	index := make(map[string]int, len(regions))
-	for i, raw := range regions {
-		r, err := parseRegion(raw, i, p.ShedPenaltyMs)
-		if err != nil {
-			return Problem{}, err
-		}
-		if k, dup := index[r.Name]; dup {
-			return Problem{}, fmt.Errorf("regions[%d].name %q: duplicate of regions[%d]", i, r.Name, k)
-		}
-		index[r.Name] = i
-		p.Regions = append(p.Regions, r)
-	}
-	rtt, err := parseRTT(top["rtt_ms"], index)
-	if err != nil {
-		return Problem{}, err
-	}
-	p.RTTms = rtt
-	if err := p.Validate(); err != nil {
-		return Problem{}, err // backstop: the checks above should catch everything
-	}
 	return p, nil
 }
 
-func parseRegion(raw json.RawMessage, i int, penalty float64) (Region, error) {
+// parseRegions parses the regions into p and returns the input so far,
+// each region's entry and the regions' indexes by name.
+func parseRegions(top map[string]json.RawMessage, p Problem) (SlicedInput, []regionInput, map[string]int, error) {
+	rawRegions, ok := top["regions"]
+	if !ok {
+		return SlicedInput{}, nil, nil, errors.New("regions: missing: give at least one region")
+	}
+	var regions []json.RawMessage
+	if err := json.Unmarshal(rawRegions, &regions); err != nil || regions == nil {
+		return SlicedInput{}, nil, nil, fmt.Errorf("regions: want an array of regions, got %s", jsonKind(rawRegions))
+	}
+	if len(regions) == 0 {
+		return SlicedInput{}, nil, nil, errors.New("regions: empty: give at least one region")
+	}
+	if len(regions) > MaxRegions {
+		return SlicedInput{}, nil, nil, fmt.Errorf("regions: %d regions, at most %d", len(regions), MaxRegions)
+	}
+	index := make(map[string]int, len(regions))
+	parsed := make([]regionInput, len(regions))
+	for i, raw := range regions {
+		ri, err := parseRegion(raw, i, p.ShedPenaltyMs)
+		if err != nil {
+			return SlicedInput{}, nil, nil, err
+		}
+		if k, dup := index[ri.r.Name]; dup {
+			return SlicedInput{}, nil, nil, fmt.Errorf("regions[%d].name %q: duplicate of regions[%d]", i, ri.r.Name, k)
+		}
+		index[ri.r.Name] = i
+		parsed[i] = ri
+		p.Regions = append(p.Regions, ri.r)
+	}
+	return SlicedInput{Problem: p}, parsed, index, nil
+}
+
+// regionInput is one parsed region entry.
+type regionInput struct {
+	r Region
+	// demand is the raw "demand" list, nil when not given (then
+	// demand_rps is required); hasRPS reports whether demand_rps was given.
+	demand json.RawMessage
+	hasRPS bool
+}
+
+// parseRegion parses regions[i].
+func parseRegion(raw json.RawMessage, i int, penalty float64) (regionInput, error) {
+	r, demand, hasRPS, err := parseRegionFields(raw, i, penalty)
+	return regionInput{r: r, demand: demand, hasRPS: hasRPS}, err
+}
+
+func parseRegionFields(raw json.RawMessage, i int, penalty float64) (r Region, demand json.RawMessage, hasRPS bool, err error) {
 	at := fmt.Sprintf("regions[%d]", i)
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return Region{}, fmt.Errorf("%s: want an object with %s, got %s", at, strings.Join(regionFields(), ", "), jsonKind(raw))
+		return Region{}, nil, false, fmt.Errorf("%s: want an object with %s, got %s", at, strings.Join(regionFields(), ", "), jsonKind(raw))
 	}
 	for _, k := range sortedKeys(fields) {
 		if !slices.Contains(regionFields(), k) {
-			return Region{}, fmt.Errorf("%s: unknown field %q (known: %s)", at, k, strings.Join(regionFields(), ", "))
+			return Region{}, nil, false, fmt.Errorf("%s: unknown field %q (known: %s)", at, k, strings.Join(regionFields(), ", "))
 		}
 	}
-	var r Region
 	rawName, ok := fields["name"]
 	if !ok {
-		return r, fmt.Errorf("%s.name: missing", at)
+		return r, nil, false, fmt.Errorf("%s.name: missing", at)
 	}
 	if err := json.Unmarshal(rawName, &r.Name); err != nil || jsonKind(rawName) != "a string" {
-		return r, fmt.Errorf("%s.name: want a string, got %s", at, jsonKind(rawName))
+		return r, nil, false, fmt.Errorf("%s.name: want a string, got %s", at, jsonKind(rawName))
 	}
 	if err := checkRegionName(r.Name); err != nil {
-		return r, fmt.Errorf("%s.name %q: %w", at, r.Name, err)
+		return r, nil, false, fmt.Errorf("%s.name %q: %w", at, r.Name, err)
 	}
 	at = fmt.Sprintf("regions[%d] (%q)", i, r.Name)
 	for _, num := range []struct {
@@ -198,36 +295,40 @@ func parseRegion(raw json.RawMessage, i int, penalty float64) (Region, error) {
 		zeroOK  bool
 		meaning string
 	}{
-		{"demand_rps", &r.DemandRPS, true, "requests/s of ingress demand"},
+		{"demand_rps", &r.DemandRPS, true, "requests/s of ingress demand, or give a demand list"},
 		{"capacity_rps", &r.CapacityRPS, true, "requests/s served at SLO"},
 		{"engine_latency_ms", &r.EngineLatencyMs, false, "engine latency at low load, ms"},
 	} {
 		rawNum, ok := fields[num.key]
+		if !ok && num.key == "demand_rps" && fields["demand"] != nil {
+			continue // given by the demand list
+		}
 		if !ok {
-			return r, fmt.Errorf("%s.%s: missing (%s)", at, num.key, num.meaning)
+			return r, nil, false, fmt.Errorf("%s.%s: missing (%s)", at, num.key, num.meaning)
 		}
 		v, err := jsonNumber(rawNum, at+"."+num.key)
 		if err != nil {
-			return r, err
+			return r, nil, false, err
 		}
 		if !(v >= 0 && v <= MaxValue) || (!num.zeroOK && v == 0) {
 			lo := "0"
 			if !num.zeroOK {
 				lo = "above 0"
 			}
-			return r, fmt.Errorf("%s.%s = %v: want %s to %g (%s)", at, num.key, v, lo, MaxValue, num.meaning)
+			return r, nil, false, fmt.Errorf("%s.%s = %v: want %s to %g (%s)", at, num.key, v, lo, MaxValue, num.meaning)
 		}
 		*num.dst = v
 	}
 	if r.EngineLatencyMs >= penalty {
-		return r, fmt.Errorf("%s.engine_latency_ms = %v: must be below shed_penalty_ms (%v), or shedding beats serving", at, r.EngineLatencyMs, penalty)
+		return r, nil, false, fmt.Errorf("%s.engine_latency_ms = %v: must be below shed_penalty_ms (%v), or shedding beats serving", at, r.EngineLatencyMs, penalty)
 	}
 	if rawDown, ok := fields["down"]; ok {
 		if err := json.Unmarshal(rawDown, &r.Down); err != nil || jsonKind(rawDown) != "a boolean" {
-			return r, fmt.Errorf("%s.down: want true or false, got %s", at, jsonKind(rawDown))
+			return r, nil, false, fmt.Errorf("%s.down: want true or false, got %s", at, jsonKind(rawDown))
 		}
 	}
-	return r, nil
+	_, hasRPS = fields["demand_rps"]
+	return r, fields["demand"], hasRPS, nil
 }
 
 // checkRegionName refuses names that would garble a text table or logs.

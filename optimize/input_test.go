@@ -170,13 +170,25 @@ func FuzzParseInput(f *testing.F) {
 	f.Add([]byte(`{"headroom": 1e999, "k": "4", "regions": null}`))
 	f.Add([]byte(`[{"a": [1, {"b": [2, {"c": 3}]}]}]`))
 	f.Add([]byte(`{"regions": [{"name": "\u00e9\t", "demand_rps": 0}]} x`))
+	f.Add([]byte(slicedJSON))
+	f.Add([]byte(`{"regions": [{"name": "a", "demand_rps": 3, "capacity_rps": 2, "engine_latency_ms": 3, "demand": [{"rps": 1, "criticality": "sheddable", "allowed_regions": ["a"]}, {"rps": 2}]}]}`))
+	f.Add([]byte(`{"regions": [{"name": "a", "capacity_rps": 2, "engine_latency_ms": 3, "demand": [{"rps": -1, "criticality": "x", "allowed_regions": ["b", "a", "a"]}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := ParseInput(data)
+		in, err := ParseSlicedInput(data)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidInput) {
 				t.Fatalf("error %v does not match ErrInvalidInput", err)
 			}
 			return
+		}
+		p := in.Problem
+		sp, err := SolveSlices(p, in.Slices, 0)
+		if err != nil {
+			t.Fatalf("SolveSlices on accepted input: %v", err)
+		}
+		checkSlicePlan(t, p, in.Slices, sp)
+		if _, err := json.Marshal(NewSliceReport(p, in.Slices, sp, "local-first", nil)); err != nil {
+			t.Fatalf("slice report does not encode: %v", err)
 		}
 		if err := p.Validate(); err != nil {
 			t.Fatalf("accepted input fails Validate: %v", err)

@@ -80,16 +80,9 @@ func SolveLocalFirstFills(p Problem, fills []float64) (Plan, error) {
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
 	}
-	if len(fills) != len(p.Regions) {
-		return Plan{}, invalid("%d local fills for %d regions", len(fills), len(p.Regions))
-	}
-	fills = append([]float64(nil), fills...)
-	for i, f := range fills {
-		if f == 0 {
-			fills[i] = DefaultLocalFill
-		} else if math.IsNaN(f) || f <= 0 || f > 1 {
-			return Plan{}, invalid("local fill %v of region %q: want a share in (0, 1]", f, p.Regions[i].Name)
-		}
+	fills, err := checkFills(p, fills)
+	if err != nil {
+		return Plan{}, err
 	}
 	q := p.withDefaults()
 	n := len(q.Regions)

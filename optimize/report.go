@@ -34,6 +34,29 @@ type Report struct {
 	// Explain: per region, why its demand stayed, moved or was shed
 	// (absent unless asked for).
 	Explain map[string]ReportReason `json:"explain,omitempty"`
+	// ShedByCriticality: per up source region, the demand shed in each
+	// criticality (Criticalities), in requests/s to 0.001 (NewSliceReport
+	// only).
+	ShedByCriticality map[string]map[string]float64 `json:"shed_by_criticality,omitempty"`
+	// Slices: per up source region, its demand slices in input order
+	// (NewSliceReport only).
+	Slices map[string][]ReportSlice `json:"slices,omitempty"`
+}
+
+// ReportSlice is one demand slice in a Report.
+type ReportSlice struct {
+	Criticality string `json:"criticality"`
+	// AllowedRegions: where the slice may be served, in input order;
+	// absent: any region.
+	AllowedRegions []string `json:"allowed_regions,omitempty"`
+	// RPS and ShedRPS: the slice's demand and what of it is shed, to
+	// 0.001 requests/s.
+	RPS     float64 `json:"rps"`
+	ShedRPS float64 `json:"shed_rps"`
+	// Fractions: the non-zero shares of the slice's demand by
+	// destination, in whole ShareUnits; with ShedRPS/RPS (rounded the same
+	// way) they add up to 1.
+	Fractions map[string]float64 `json:"fractions"`
 }
 
 // ReportReason is one region's Explanation in a Report.
@@ -130,4 +153,55 @@ func sigDigits(v float64, digits int) float64 {
 		return v
 	}
 	return r
+}
+
+// NewSliceReport is NewReport for a SlicePlan of p's slices sl (as
+// SolveSlices returned it): the aggregate plan's report plus, per up
+// source region, the shed by criticality and each slice's routes. p's
+// demands must be the slices' sums (ParseSlicedInput gives them so).
+func NewSliceReport(p Problem, sl []Slice, sp SlicePlan, policy string, ex []Explanation) Report {
+	out := NewReport(p, sp.Plan, policy, ex)
+	out.ShedByCriticality = map[string]map[string]float64{}
+	out.Slices = map[string][]ReportSlice{}
+	names := Criticalities()
+	for _, r := range p.Regions {
+		if r.Down {
+			continue
+		}
+		byC := make(map[string]float64, len(names))
+		for _, c := range names {
+			byC[c] = 0
+		}
+		out.ShedByCriticality[r.Name] = byC
+		out.Slices[r.Name] = []ReportSlice{}
+	}
+	n := len(p.Regions)
+	for k, s := range sl {
+		src := p.Regions[s.Source]
+		if src.Down {
+			continue
+		}
+		c := "band-" + strconv.Itoa(s.Band)
+		if s.Band < len(names) {
+			c = names[s.Band]
+		}
+		rs := ReportSlice{Criticality: c, RPS: round(s.RPS, 1e-3), ShedRPS: round(sp.Shed[k]*s.RPS, 1e-3), Fractions: map[string]float64{}}
+		for _, j := range s.Allowed {
+			rs.AllowedRegions = append(rs.AllowedRegions, p.Regions[j].Name)
+		}
+		units := roundRow(append(slices.Clone(sp.Fractions[k]), sp.Shed[k]))
+		for j := range n {
+			if units[j] > 0 {
+				rs.Fractions[p.Regions[j].Name] = float64(units[j]) * ShareUnit
+			}
+		}
+		out.ShedByCriticality[src.Name][c] += sp.Shed[k] * s.RPS
+		out.Slices[src.Name] = append(out.Slices[src.Name], rs)
+	}
+	for _, byC := range out.ShedByCriticality {
+		for c, v := range byC {
+			byC[c] = round(v, 1e-3)
+		}
+	}
+	return out
 }

@@ -12,6 +12,13 @@
 // output always passes Validate. ValidateAt also refuses summaries dated
 // beyond MaxFutureSkew ahead of the receiver's clock.
 //
+// A model's demand may be split into at most MaxDemandSlices slices by
+// criticality and allowed regions (slices.go): Aggregate canonicalises
+// them (sorted, merged, a pinned slice never widened to "any": one with
+// nowhere to go is taken out of demand_rps) and scales them to add up to
+// demand_rps; Validate refuses a summary whose slices
+// are malformed or do not add up to demand_rps within SliceSumTolerance.
+//
 // Aggregate, Validate and ValidateAt are pure functions (now is passed in)
 // and safe for concurrent use. The package is a leaf: it imports only the protocol.
 package summary

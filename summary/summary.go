@@ -55,6 +55,11 @@ type Input struct {
 	// Demand is the ingress demand per model (requests/s) measured at the
 	// region's data plane.
 	Demand map[string]float64
+	// DemandSlices splits a model's Demand by criticality and allowed
+	// regions (nil: all standard, unpinned); see aggregateSlices for how
+	// it is bounded and scaled to add up to the model's demand_rps (and
+	// why demand_rps can shrink: pinned demand with nowhere to go).
+	DemandSlices map[string][]DemandSlice
 	// RTT to other regions.
 	RTT map[string]time.Duration
 	// IngressAddress is where other regions forward traffic to this one.
@@ -118,7 +123,9 @@ func Aggregate(in Input) *isobarpb.RegionSummary {
 		At: timestamppb.New(in.Now), IngressAddress: in.IngressAddress,
 	}
 	for _, m := range names {
-		s.Models = append(s.Models, aggregateModel(m, byModel[m], in.Demand[m], in.DefaultEngineLatencyMs, classes))
+		ms := aggregateModel(m, byModel[m], in.Demand[m], in.DefaultEngineLatencyMs, classes)
+		ms.DemandSlices, ms.DemandRps = aggregateSlices(in.DemandSlices[m], ms.GetDemandRps())
+		s.Models = append(s.Models, ms)
 	}
 	peers := make([]string, 0, len(in.RTT))
 	for r := range in.RTT {
@@ -410,6 +417,9 @@ func validateModel(m *isobarpb.ModelSummary) error {
 	}
 	if m.GetPressureMin() > m.GetPressureMean()+1e-9 || m.GetPressureMean() > 1 {
 		return fmt.Errorf("model %s: pressure_min %v > pressure_mean %v", name, m.GetPressureMin(), m.GetPressureMean())
+	}
+	if err := validateSlices(m); err != nil {
+		return err
 	}
 	if len(m.GetContextClasses()) > MaxContextClasses {
 		return fmt.Errorf("model %s: %d context classes, at most %d", name, len(m.GetContextClasses()), MaxContextClasses)

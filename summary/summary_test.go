@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,6 +228,8 @@ func FuzzValidate(f *testing.F) {
 	f.Add(seed)
 	f.Add([]byte{})
 	f.Add([]byte{0x0a, 0x02, 'r', '1', 0x18, 0x01})
+	sliced, _ := proto.Marshal(Aggregate(slicedFleet()))
+	f.Add(sliced)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<16 {
 			return
@@ -236,6 +239,11 @@ func FuzzValidate(f *testing.F) {
 			return
 		}
 		for _, m := range s.Models {
+			for _, d := range m.DemandSlices {
+				if math.IsNaN(d.Rps) || math.IsInf(d.Rps, 0) || d.Rps < 0 || !slices.IsSorted(d.AllowedRegions) {
+					t.Fatalf("accepted slice %v", d)
+				}
+			}
 			for _, v := range []float64{m.CapacityRps, m.LoadRps, m.DemandRps, m.PressureMean, m.ErrorRate, m.KvHeadroom} {
 				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 					t.Fatalf("accepted %v", v)

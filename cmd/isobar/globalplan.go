@@ -61,6 +61,18 @@ Input (--input FILE, or - for stdin):
                   "engine_latency_ms": 300}, ...],
      "rtt_ms": {"a": {"b": 20, "c": 60}, "b": {"c": 30}}}
 
+A region may give its demand as slices instead of demand_rps:
+
+    "demand": [{"rps": 30, "criticality": "critical", "allowed_regions": ["a"]},
+               {"rps": 60}]
+
+criticality is critical, standard (the default) or sheddable; without
+allowed_regions a slice may be served anywhere, with it only in the regions
+named. Under a shortfall sheddable demand is shed first, then standard;
+critical only when critical demand alone exceeds every capacity it may use.
+A slice pinned to regions that are full is shed, never spilled. Giving both
+demand_rps and demand is an error unless they agree.
+
 headroom (default 0.9) must be in (0, 1] (at least 0.001). Optional "beta",
 "k" (1 to 64) and "shed_penalty_ms" (above every engine_latency_ms) change
 the model. Demand and capacity are 0 to 1e9 requests/s (below 1e-6 counts as
@@ -84,7 +96,11 @@ Output (--output json, the default): fractions (per ingress region, the
 non-zero shares by destination, 4 decimals, adding up to 1 with its shed),
 shed, cost_ms, local_only_cost_ms, load_rps, iterations (solver rounds) and
 gap (the Frank-Wolfe duality gap in ms per request: cost_ms exceeds the
-optimum by at most gap). --output text prints a table.
+optimum by at most gap). local-first also prints, per source region,
+shed_by_criticality (rps shed in each criticality) and slices (one entry per
+demand slice in input order: criticality, allowed_regions, rps, shed_rps and
+fractions by destination); a region with demand_rps is one standard slice.
+--output text prints a table.
 
 Exit status: 0 on success, 2 for a bad command line or bad input.`
 
@@ -146,33 +162,89 @@ func (f *globalPlanFlags) run(cmd *cobra.Command) error {
 		defer file.Close()
 		r = file
 	}
-	p, err := optimize.ReadInput(r)
+	in, err := optimize.ReadSlicedInput(r)
 	if err != nil {
 		return usageError{fmt.Errorf("--input %s: %w", f.input, err)}
 	}
-	var pl optimize.Plan
-	if f.policy == "latency" {
-		pl, err = optimize.Solve(p)
-	} else {
-		pl, err = optimize.SolveLocalFirst(p, f.localFill)
-	}
+	p := in.Problem
+	out, pl, err := f.solve(in)
 	if err != nil {
 		return usageError{fmt.Errorf("--input %s: %w", f.input, err)}
 	}
-	var ex []optimize.Explanation
-	if f.explain {
-		if ex, err = optimize.ExplainLocalFirst(p, f.localFill, pl); err != nil {
-			return usageError{fmt.Errorf("--input %s: %w", f.input, err)}
-		}
-	}
-	out := optimize.NewReport(p, pl, f.policy, ex)
 	w := cmd.OutOrStdout()
 	if f.output == "text" {
-		return writePlanText(w, p, pl, out)
+		if err := writePlanText(w, p, pl, out); err != nil {
+			return err
+		}
+		return writeSlicesText(w, p, out)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// solve plans in by the chosen policy and returns the report and the
+// (aggregate) plan.
+func (f *globalPlanFlags) solve(in optimize.SlicedInput) (optimize.Report, optimize.Plan, error) {
+	p := in.Problem
+	if f.policy == "latency" {
+		if in.Sliced {
+			return optimize.Report{}, optimize.Plan{}, errors.New("--policy latency plans one demand per region: give demand_rps, or use --policy local-first for demand slices")
+		}
+		pl, err := optimize.Solve(p)
+		return optimize.NewReport(p, pl, f.policy, nil), pl, err
+	}
+	sp, err := optimize.SolveSlices(p, in.Slices, f.localFill)
+	if err != nil {
+		return optimize.Report{}, optimize.Plan{}, err
+	}
+	var ex []optimize.Explanation
+	if f.explain {
+		if ex, err = optimize.ExplainLocalFirst(p, f.localFill, sp.Plan); err != nil {
+			return optimize.Report{}, optimize.Plan{}, err
+		}
+	}
+	return optimize.NewSliceReport(p, in.Slices, sp, f.policy, ex), sp.Plan, nil
+}
+
+// writeSlicesText prints, after the table, each source region's demand
+// slices (when any region has more than one, or one that is not
+// standard and unconstrained): criticality, allowed regions, demand,
+// shed and routes.
+func writeSlicesText(w io.Writer, p optimize.Problem, out optimize.Report) error {
+	plain := true
+	for _, list := range out.Slices {
+		for _, s := range list {
+			plain = plain && len(list) == 1 && s.Criticality == "standard" && s.AllowedRegions == nil
+		}
+	}
+	if plain {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLICES\tCRITICALITY\tALLOWED\tRPS\tSHED_RPS\tROUTES")
+	for _, r := range p.Regions {
+		for _, s := range out.Slices[r.Name] {
+			allowed := "any"
+			if s.AllowedRegions != nil {
+				allowed = strings.Join(s.AllowedRegions, ",")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%.3f\t%s\n", r.Name, s.Criticality, allowed, s.RPS, s.ShedRPS, routesText(s.Fractions))
+		}
+	}
+	return tw.Flush()
+}
+
+// routesText prints shares by destination, sorted by name ("-": none).
+func routesText(row map[string]float64) string {
+	if len(row) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(row))
+	for _, dst := range slices.Sorted(maps.Keys(row)) {
+		parts = append(parts, fmt.Sprintf("%s %.4f", dst, row[dst]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // writePlanText prints the plan as a table, one row per region, then the
@@ -186,15 +258,9 @@ func writePlanText(w io.Writer, p optimize.Problem, pl optimize.Plan, out optimi
 			util = strconv.FormatFloat(pl.Load[i]/c, 'f', 3, 64)
 			latency = strconv.FormatFloat(optimize.EngineLatency(p, i, pl.Load[i]), 'f', 1, 64)
 		}
-		routes := "-"
+		routes := routesText(out.Fractions[r.Name])
 		if r.Down {
 			routes = "(down)"
-		} else if row := out.Fractions[r.Name]; len(row) > 0 {
-			parts := make([]string, 0, len(row))
-			for _, dst := range slices.Sorted(maps.Keys(row)) {
-				parts = append(parts, fmt.Sprintf("%s %.4f", dst, row[dst]))
-			}
-			routes = strings.Join(parts, ", ")
 		}
 		fmt.Fprintf(tw, "%s\t%g\t%g\t%.3f\t%s\t%s\t%.4f\t%s\n",
 			r.Name, r.DemandRPS, r.CapacityRPS, pl.Load[i], util, latency, out.Shed[r.Name], routes)

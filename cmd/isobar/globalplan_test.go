@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/isobar-mesh/isobar/optimize"
+	"github.com/isobar-mesh/isobar/reqclass"
 )
 
 // workedExampleJSON is docs/design.md §5.2 (optimize's
@@ -282,5 +283,91 @@ func TestGlobalPlanExitStatus(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "demand_rps = -1") {
 		t.Errorf("stderr %q does not name the field", stderr.String())
+	}
+}
+
+// slicedPlanJSON: a short of capacity, with critical demand pinned to
+// us-east, standard and sheddable demand anywhere.
+const slicedPlanJSON = `{"regions": [
+  {"name": "us-east", "capacity_rps": 100, "engine_latency_ms": 300,
+   "demand": [{"rps": 30, "criticality": "critical", "allowed_regions": ["us-east"]},
+              {"rps": 60}, {"rps": 70, "criticality": "sheddable"}]},
+  {"name": "us-west", "demand_rps": 20, "capacity_rps": 50, "engine_latency_ms": 300}],
+ "rtt_ms": {"us-east": {"us-west": 70}}}`
+
+// The what-if speaks slices: sheddable demand absorbs the shortfall, the
+// pinned slice stays in its region, and the slices come back in input
+// order with their shed by criticality.
+func TestGlobalPlanSlices(t *testing.T) {
+	s, err := runPlan(t, slicedPlanJSON, "--input", "-")
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	out := decodePlanOutput(t, s)
+	checkRows(t, out)
+	east := out.Slices["us-east"]
+	if len(east) != 3 || east[0].Criticality != "critical" || east[1].Criticality != "standard" || east[2].Criticality != "sheddable" {
+		t.Fatalf("us-east slices %+v, want critical, standard, sheddable in input order", east)
+	}
+	if len(east[0].Fractions) != 1 || east[0].Fractions["us-east"] != 1 || east[0].ShedRPS != 0 {
+		t.Errorf("pinned critical slice %+v: want all of it served at us-east", east[0])
+	}
+	by := out.ShedByCriticality["us-east"]
+	if by["critical"] != 0 || by["standard"] != 0 || by["sheddable"] < 20 {
+		t.Errorf("us-east shed by criticality %v: want the sheddable demand to absorb the shortfall", by)
+	}
+	if w := out.Slices["us-west"]; len(w) != 1 || w[0].Criticality != "standard" || w[0].RPS != 20 {
+		t.Errorf("us-west (demand_rps alone) slices %+v, want one standard slice of 20", w)
+	}
+	text, err := runPlan(t, slicedPlanJSON, "--input", "-", "--output", "text")
+	if err != nil {
+		t.Fatalf("plan --output text: %v", err)
+	}
+	for _, want := range []string{"SLICES", "CRITICALITY", "us-east  critical     us-east", "sheddable"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text)
+		}
+	}
+	if _, err := runPlan(t, slicedPlanJSON, "--input", "-", "--policy", "latency"); err == nil || !strings.Contains(err.Error(), "--policy latency") {
+		t.Errorf("latency policy on slices: %v, want a usage error", err)
+	}
+}
+
+// Bad slices exit 2 with a message naming the field.
+func TestGlobalPlanSlicesBadInput(t *testing.T) {
+	region := func(slice string) string {
+		return `{"regions": [{"name": "a", "capacity_rps": 2, "engine_latency_ms": 3, "demand": [` + slice + `]}]}`
+	}
+	for _, tc := range []struct{ name, in, want string }{
+		{"criticality", region(`{"rps": 1, "criticality": "gold"}`), `regions[0] ("a").demand[0].criticality "gold": unknown`},
+		{"allowed region", region(`{"rps": 1, "allowed_regions": ["b"]}`), `regions[0] ("a").demand[0].allowed_regions[0]: unknown region "b"`},
+		{"negative rate", region(`{"rps": -3}`), `regions[0] ("a").demand[0].rps = -3`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"global", "plan", "--input", writeTemp(t, tc.in)}, &stdout, &stderr); code != 2 {
+				t.Fatalf("exit %d, want 2 (stderr %s)", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not contain %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// The input's criticality names are reqclass's, band for value.
+func TestGlobalPlanCriticalityNames(t *testing.T) {
+	names := optimize.Criticalities()
+	if len(names) != int(reqclass.Count) {
+		t.Fatalf("optimize names %d criticalities, reqclass has %d", len(names), reqclass.Count)
+	}
+	for band, name := range names {
+		c, ok := reqclass.Parse(name)
+		if !ok || int(c) != band || c.String() != name {
+			t.Errorf("band %d %q: reqclass.Parse gives %v, %v", band, name, c, ok)
+		}
+	}
+	if optimize.DefaultBand != int(reqclass.Standard) {
+		t.Errorf("default band %d, reqclass.Standard %d", optimize.DefaultBand, reqclass.Standard)
 	}
 }
