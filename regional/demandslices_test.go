@@ -2,6 +2,7 @@ package regional
 
 import (
 	"fmt"
+	"github.com/isobar-mesh/isobar/summary"
 	"math"
 	"testing"
 
@@ -89,15 +90,14 @@ func TestDemandSlicesBounds(t *testing.T) {
 }
 
 // More (criticality, regions) slices than a summary may carry: the
-// smallest pinned ones fold into the unpinned slice of their
-// criticality, and the slices still add up to demand_rps.
+// summary keeps at most summary.MaxDemandSlices, adding up to demand_rps
+// less the dropped ones' share; a combined set with no region in common
+// is dropped from the demand, never planned as unpinned; all-standard
+// demand gives no slices.
 func TestSummarySlicesBounded(t *testing.T) {
-	cfg := `{"sets": {`
+	cfg := `{"sets": {"a": ["r1"], "b": ["r2"]`
 	for i := range 12 {
-		if i > 0 {
-			cfg += ","
-		}
-		cfg += fmt.Sprintf(`"s%d": ["r%d"]`, i, i)
+		cfg += fmt.Sprintf(`, "s%d": ["r%d"]`, i, i)
 	}
 	rc, err := residency.Parse([]byte(cfg + `}}`))
 	if err != nil {
@@ -109,20 +109,23 @@ func TestSummarySlicesBounded(t *testing.T) {
 			split[SliceKey{c, fmt.Sprint("s", i)}] = float64(1 + i)
 		}
 	}
-	sm := &isobarpb.RegionSummary{Models: []*isobarpb.ModelSummary{{Model: "m", DemandRps: 50}}}
-	folded := addDemandSlices(sm, map[string]map[SliceKey]float64{"m": split}, rc)
-	ds := sm.GetModels()[0].GetDemandSlices()
+	aggregate := func(split map[SliceKey]float64) *isobarpb.ModelSummary {
+		return summary.Aggregate(summary.Input{Region: "r0", Demand: map[string]float64{"m": 50},
+			DemandSlices: summarySlices(map[string]map[SliceKey]float64{"m": split}, rc)}).GetModels()[0]
+	}
+	ms := aggregate(split)
 	var sum float64
-	for _, d := range ds {
+	for _, d := range ms.GetDemandSlices() {
 		sum += d.GetRps()
 	}
-	if len(ds) > maxSummarySlices || folded < 36+1-maxSummarySlices || math.Abs(sum-50) > 1e-9 {
-		t.Fatalf("%d slices (%d folded) adding up to %v", len(ds), folded, sum)
+	if n := len(ms.GetDemandSlices()); n != summary.MaxDemandSlices || math.Abs(sum-ms.GetDemandRps()) > 1e-9 || ms.GetDemandRps() >= 50 {
+		t.Fatalf("%d slices adding up to %v of demand %v", n, sum, ms.GetDemandRps())
 	}
-	// All standard unpinned: no slices, the summary as before.
-	sm = &isobarpb.RegionSummary{Models: []*isobarpb.ModelSummary{{Model: "m", DemandRps: 50}}}
-	addDemandSlices(sm, map[string]map[SliceKey]float64{"m": {unpinnedStandard: 3}}, rc)
-	if sm.GetModels()[0].GetDemandSlices() != nil {
+	ms = aggregate(map[SliceKey]float64{unpinnedStandard: 5, {reqclass.Standard, "a+b"}: 5})
+	if ms.GetDemandRps() != 25 || len(ms.GetDemandSlices()) != 0 && len(ms.GetDemandSlices()[0].GetAllowedRegions()) != 0 {
+		t.Fatalf("nowhere slice: demand %v slices %v, want half the demand gone, nothing pinned", ms.GetDemandRps(), ms.GetDemandSlices())
+	}
+	if ms := aggregate(map[SliceKey]float64{unpinnedStandard: 3}); ms.GetDemandSlices() != nil {
 		t.Fatal("slices for all-standard demand")
 	}
 }

@@ -113,10 +113,8 @@ func (b *summaryBuilder) build(now time.Time) *isobarpb.RegionSummary {
 	sm := summary.Aggregate(summary.Input{
 		Region: b.region, Incarnation: b.incarnation, Sequence: b.seq.Add(1), Now: now, Cells: cells,
 		Demand: demand, RTT: rtt, IngressAddress: b.cfg.IngressAddress, DefaultEngineLatencyMs: b.cfg.DefaultEngineLatencyMs,
+		DemandSlices: summarySlices(split, b.resid),
 	})
-	if n := addDemandSlices(sm, split, b.resid); n > 0 {
-		b.metrics.slicesFolded.WithLabelValues("summary_bound").Add(float64(n))
-	}
 	b.reportCapacity(sm)
 	b.latest.Store(sm)
 	return sm

@@ -31,6 +31,11 @@ type DemandSlice struct {
 	Criticality    isobarpb.Criticality
 	AllowedRegions []string
 	RPS            float64
+	// Nowhere marks requests no region may serve (pinned to a combined
+	// residency set whose regions have none in common): they are taken
+	// out of the demand, like a pinned slice with no valid region, never
+	// planned as unpinned.
+	Nowhere bool
 }
 
 // validateSlices checks a model's demand slices: at most
@@ -132,7 +137,7 @@ func aggregateSlices(in []DemandSlice, demand float64) ([]*isobarpb.DemandSlice,
 		}
 		slices.Sort(allowed)
 		allowed = slices.Compact(allowed)
-		if (len(s.AllowedRegions) > 0 && len(allowed) == 0) || len(allowed) > MaxAllowedRegions {
+		if s.Nowhere || (len(s.AllowedRegions) > 0 && len(allowed) == 0) || len(allowed) > MaxAllowedRegions {
 			continue
 		}
 		key := sliceKey(c, allowed)
