@@ -136,6 +136,9 @@ type runSpec struct {
 	// arrival whose every eligible endpoint is at it is saturated (429,
 	// or the flow-control queue with flowControl).
 	inflightCap int
+	// batchCap: the cap is per endpoint, flowcontrol.EndpointCap of its
+	// max_num_seqs with inflightCap as the upper bound (see capOf).
+	batchCap bool
 	// flowControl: saturated arrivals wait in the gateway's queue
 	// (gateway/flowcontrol, its default bounds) by criticality and tenant.
 	flowControl bool

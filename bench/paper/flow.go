@@ -77,12 +77,29 @@ func (f *fleet) expireQueued() {
 }
 
 // belowCapAnywhere reports whether an endpoint with a weight is below
-// the in-flight cap.
+// its in-flight cap.
 func (f *fleet) belowCapAnywhere() bool {
 	for c, e := range f.cells {
-		if e.weight > 0 && f.active[c] < uint64(f.spec.inflightCap) {
+		if e.weight > 0 && f.active[c] < f.capOf(c) {
 			return true
 		}
 	}
 	return false
+}
+
+// capOf is cell c's in-flight cap (spec.inflightCap > 0): the configured
+// cap, or with spec.batchCap the cap isobar gateway derives per endpoint
+// from its declared max_num_seqs, the round trip the controller pushed
+// and the slot hold the ingress measured (flowcontrol.EndpointCap, the
+// call the gateway makes).
+func (f *fleet) capOf(c int) uint64 {
+	if !f.spec.batchCap {
+		return uint64(f.spec.inflightCap)
+	}
+	e := f.cells[c]
+	var rtt time.Duration
+	if f.siteRTT != nil { // none before the first tick
+		rtt = f.siteRTT[e.site].rtt
+	}
+	return uint64(flowcontrol.EndpointCap(int64(e.prof.MaxNumSeqs), rtt, e.slotHold, f.spec.inflightCap))
 }

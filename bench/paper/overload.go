@@ -111,6 +111,7 @@ func (r *runner) overloadSpec(p Policy, reqs []request, until time.Duration, see
 	if p.isobar() {
 		spec.inflightCap = r.cfg.DataPlane.MaxInflightPerEndpoint
 		spec.flowControl = p == Isobar
+		spec.batchCap = p == Isobar
 	}
 	return spec
 }
