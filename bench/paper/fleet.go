@@ -75,8 +75,9 @@ type request struct {
 	crit   reqclass.Criticality
 	tenant int
 	// queued: it waited in the flow-control queue; dequeued: it left it
-	// to be routed.
+	// to be routed, after waiting wait.
 	queued, dequeued bool
+	wait             time.Duration
 }
 
 func (r *request) ttft() time.Duration { return r.first - r.arrive }

@@ -65,6 +65,7 @@ func (f *fleet) dispatchQueued() {
 			return
 		}
 		f.reqs[e.Payload].dequeued = true
+		f.reqs[e.Payload].wait = f.now - f.reqs[e.Payload].arrive
 		f.route(e.Payload)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/bench/load"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 	"github.com/isobar-mesh/isobar/reqclass"
 )
 
@@ -192,6 +193,17 @@ func overloadFigures(rs []request, keep func(*request) bool, slo time.Duration) 
 		}
 		good, _ := slices.BinarySearch(st.ttft, slo+1)
 		f[prefix+"goodput"] = num(float64(good) / float64(max(st.n, 1)))
+		var waits []time.Duration
+		for i := range rs {
+			if q := &rs[i]; keep(q) && sel(q) && q.status == statusOK {
+				waits = append(waits, q.wait)
+			}
+		}
+		f[prefix+"queue_wait_p95_ms"] = nil
+		if len(waits) > 0 {
+			slices.Sort(waits)
+			f[prefix+"queue_wait_p95_ms"] = ms(quantile.Sorted(waits, 0.95))
+		}
 	}
 	add("", func(*request) bool { return true })
 	queued, shed, n := 0, 0, 0
