@@ -24,7 +24,23 @@ var (
 // MaxBound caps every length bound of a Config.
 const MaxBound = 1 << 20
 
-// Config bounds a Queue. Build one with DefaultConfig and adjust it.
+// DefaultTTFTObjective is the time-to-first-token objective the default
+// age bounds defend: the TTFT P95 objective isobar's regional controller
+// measures a cell's capacity against (regional/capacity
+// DefaultTTFTSLO), so the gateway queues for the same objective the
+// control plane plans for.
+const DefaultTTFTObjective = 1500 * time.Millisecond
+
+// DefaultCriticalMaxAge bounds a critical request's wait. It is a
+// liveness bound, not an objective: a critical request is worth serving
+// late rather than refusing (issue 25: critical is shed only when
+// critical demand alone exceeds the capacity it may use), so it waits
+// for a slot as long as a client plausibly waits for a first token.
+const DefaultCriticalMaxAge = 10 * time.Second
+
+// Config bounds a Queue. Build one with DefaultConfig and adjust it. The
+// zero value of a field added after MaxAge keeps the queue's earlier
+// behaviour.
 type Config struct {
 	// MaxLen[class] is the most entries the band of that criticality
 	// holds (0: that class never waits). Default 128 critical, 256
@@ -36,16 +52,37 @@ type Config struct {
 	MaxTotal int
 	// MaxAge[class] is the longest an entry of that criticality waits
 	// before it comes out Expired; positive for every band that may hold
-	// entries. Default 10 s critical, 5 s standard, 2 s sheddable.
+	// entries. Default: critical DefaultCriticalMaxAge (10 s); standard
+	// and sheddable DefaultTTFTObjective (1.5 s), because a request that
+	// has waited its TTFT objective can no longer meet it: dispatching it
+	// spends a batch slot that a fresh request could use within the
+	// objective, and its client is better told at once (429, Retry-After)
+	// than answered late.
 	MaxAge [reqclass.Count]time.Duration
+	// NewestFirst[class]: dispatch each tenant's entries of that band
+	// newest first (LIFO) rather than oldest first; the round-robin
+	// between tenants is unchanged. Default: standard and sheddable.
+	// Why: under a sustained shortfall not every entry can be served, and
+	// oldest-first makes every served entry wait about MaxAge (the queue
+	// stays full up to its age bound), so with MaxAge at the objective
+	// each one would be served late; newest-first serves the entries
+	// with the most of their objective left and lets the oldest age out,
+	// and while the queue drains within MaxAge the order changes who waits,
+	// not who is served. This is the adaptive LIFO of "Fail at Scale"
+	// (Maurer, ACM Queue 13(8), 2015), without its FIFO phase: a band that
+	// never backs up has at most a few entries to order. Critical stays
+	// oldest-first: its entries are all served (its bound is liveness,
+	// not an objective), and oldest-first bounds the longest wait.
+	NewestFirst [reqclass.Count]bool
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		MaxLen:   [reqclass.Count]int{128, 256, 256},
-		MaxTotal: 384,
-		MaxAge:   [reqclass.Count]time.Duration{10 * time.Second, 5 * time.Second, 2 * time.Second},
+		MaxLen:      [reqclass.Count]int{128, 256, 256},
+		MaxTotal:    384,
+		MaxAge:      [reqclass.Count]time.Duration{DefaultCriticalMaxAge, DefaultTTFTObjective, DefaultTTFTObjective},
+		NewestFirst: [reqclass.Count]bool{false, true, true},
 	}
 }
 
@@ -175,7 +212,8 @@ func (q *Queue[T]) clock(now time.Time) time.Time {
 
 // Push queues payload as an entry of class and tenant arriving at now. It
 // first takes out every expired entry, then admits the arrival as the
-// package doc describes, displacing at most one less important entry.
+// package doc describes, displacing at most one entry (a less important
+// one, or its own band's heaviest tenant's).
 // out lists the entries that left (Expired, Evicted): the caller answers
 // them. On error the arrival is not queued and the caller keeps payload.
 func (q *Queue[T]) Push(now time.Time, class reqclass.Criticality, tenant string, payload T) (h Handle, out []Entry[T], err error) {
@@ -185,11 +223,15 @@ func (q *Queue[T]) Push(now time.Time, class reqclass.Criticality, tenant string
 	now = q.clock(now)
 	out = q.expire(now, nil)
 	b := &q.bands[class]
-	if b.n >= q.cfg.MaxLen[class] {
-		return 0, out, ErrBandFull
-	}
-	if q.total >= q.cfg.MaxTotal {
-		victim := q.victim(class)
+	switch {
+	case b.n >= q.cfg.MaxLen[class]:
+		victim := b.crowding(tenant)
+		if victim == nil {
+			return 0, out, ErrBandFull
+		}
+		out = append(out, q.unlink(victim, Evicted))
+	case q.total >= q.cfg.MaxTotal:
+		victim := q.victim(class, tenant)
 		if victim == nil {
 			return 0, out, ErrQueueFull
 		}
@@ -201,24 +243,79 @@ func (q *Queue[T]) Push(now time.Time, class reqclass.Criticality, tenant string
 	return n.e.Handle, out, nil
 }
 
-// victim is the oldest entry of the least important non-empty band below
-// class, or nil.
-func (q *Queue[T]) victim(class reqclass.Criticality) *node[T] {
+// victim is the entry an arrival of class and tenant displaces from a
+// full queue: in the least important non-empty band below class, the
+// oldest entry of the tenant holding the most there (the heaviest flow,
+// so that a quiet tenant keeps its share of the band); failing that, the
+// heaviest tenant's oldest entry of class's own band when it crowds the
+// arrival's tenant (see crowding); nil when neither.
+func (q *Queue[T]) victim(class reqclass.Criticality, tenant string) *node[T] {
 	for _, c := range reqclass.ShedOrder() {
 		if c <= class {
-			return nil
+			break
 		}
-		if b := &q.bands[c]; b.head != nil {
-			return b.head
+		if f := q.bands[c].heaviest(); f != nil {
+			return f.head
 		}
 	}
-	return nil
+	return q.bands[class].crowding(tenant)
+}
+
+// heaviest is the band's flow holding the most entries, the one whose
+// oldest entry is older on ties; nil when the band is empty.
+func (b *band[T]) heaviest() *flow[T] {
+	var best *flow[T]
+	for _, f := range b.ring {
+		if best == nil || f.n > best.n || f.n == best.n && f.head.e.Handle < best.head.e.Handle {
+			best = f
+		}
+	}
+	return best
+}
+
+// crowding is the oldest entry of the band's heaviest tenant when that
+// tenant holds at least two entries more than tenant does: displacing it
+// for tenant's arrival leaves tenant holding no more than it. nil
+// otherwise: a full band refuses an arrival of its heaviest tenant (or of
+// one as heavy), so one tenant cannot fill a band and keep the others
+// out, and two tenants cannot displace each other back and forth.
+func (b *band[T]) crowding(tenant string) *node[T] {
+	f := b.heaviest()
+	if f == nil {
+		return nil
+	}
+	mine := 0
+	if g := b.flows[tenant]; g != nil {
+		mine = g.n
+	}
+	if f.n < mine+2 {
+		return nil
+	}
+	return f.head
+}
+
+// first is the flow's entry dispatched next: its oldest, or its newest
+// when the band dispatches newest first.
+func (q *Queue[T]) first(c reqclass.Criticality, f *flow[T]) *node[T] {
+	if q.cfg.NewestFirst[c] {
+		return f.tail
+	}
+	return f.head
+}
+
+// after is the flow's entry dispatched after n (nil: none).
+func (q *Queue[T]) after(c reqclass.Criticality, n *node[T]) *node[T] {
+	if q.cfg.NewestFirst[c] {
+		return n.flowPrev
+	}
+	return n.flowNext
 }
 
 // Pop takes out the next entry to dispatch at now (Outcome Dispatched):
-// the most important non-empty band, round-robin between its tenants. ok
-// is false when nothing unexpired waits. expired lists the entries it
-// found expired on the way: the caller answers them.
+// the most important non-empty band, round-robin between its tenants,
+// each tenant's entries oldest first (newest first in a NewestFirst
+// band). ok is false when nothing unexpired waits. expired lists the
+// entries it found expired on the way: the caller answers them.
 func (q *Queue[T]) Pop(now time.Time) (e Entry[T], ok bool, expired []Entry[T]) {
 	now = q.clock(now)
 	expired = q.expire(now, nil)
@@ -231,11 +328,11 @@ func (q *Queue[T]) Pop(now time.Time) (e Entry[T], ok bool, expired []Entry[T]) 
 			b.next = 0
 		}
 		f := b.ring[b.next]
-		head := f.head
+		n := q.first(c, f)
 		// The cursor moves past this tenant; unlink moves it back by one
 		// if the tenant's flow empties and leaves the ring.
 		b.next++
-		return q.unlink(head, Dispatched), true, expired
+		return q.unlink(n, Dispatched), true, expired
 	}
 	return Entry[T]{}, false, expired
 }
@@ -244,8 +341,8 @@ func (q *Queue[T]) Pop(now time.Time) (e Entry[T], ok bool, expired []Entry[T]) 
 // (the gateway: a freed slot on one endpoint serves only the requests that
 // may use it): it offers the entries to eligible in dispatch order (the
 // most important band first; within a band the tenants in round-robin
-// order from the one due, each tenant's entries oldest first) and takes out
-// the first one eligible accepts (Outcome Dispatched); the round-robin
+// order from the one due, each tenant's entries in Pop's order) and takes
+// out the first one eligible accepts (Outcome Dispatched); the round-robin
 // moves past its tenant. eligible must not call the Queue. ok is false
 // when it accepted none; expired is as for Pop.
 func (q *Queue[T]) Dispatch(now time.Time, eligible func(Entry[T]) bool) (e Entry[T], ok bool, expired []Entry[T]) {
@@ -255,7 +352,7 @@ func (q *Queue[T]) Dispatch(now time.Time, eligible func(Entry[T]) bool) (e Entr
 		b := &q.bands[c]
 		for k := range len(b.ring) {
 			i := (b.next + k) % len(b.ring)
-			for n := b.ring[i].head; n != nil; n = n.flowNext {
+			for n := q.first(c, b.ring[i]); n != nil; n = q.after(c, n) {
 				if eligible(n.e) {
 					b.next = i + 1
 					return q.unlink(n, Dispatched), true, expired

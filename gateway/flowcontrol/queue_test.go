@@ -20,6 +20,13 @@ func cfg(crit, std, shed, total int) Config {
 	return c
 }
 
+// fifo is cfg with every band oldest first.
+func fifo(crit, std, shed, total int) Config {
+	c := cfg(crit, std, shed, total)
+	c.NewestFirst = [reqclass.Count]bool{}
+	return c
+}
+
 func mustNew(t *testing.T, c Config) *Queue[string] {
 	t.Helper()
 	q, err := New[string](c)
@@ -79,7 +86,7 @@ func TestConfigValidate(t *testing.T) {
 func TestBandBound(t *testing.T) {
 	q := mustNew(t, cfg(2, 2, 2, 0))
 	push(t, q, at(0), reqclass.Standard, "a", "s1")
-	push(t, q, at(0), reqclass.Standard, "a", "s2")
+	push(t, q, at(0), reqclass.Standard, "b", "s2")
 	if _, _, err := q.Push(at(0), reqclass.Standard, "b", "s3"); !errors.Is(err, ErrBandFull) {
 		t.Fatalf("third standard: err %v, want ErrBandFull", err)
 	}
@@ -141,20 +148,47 @@ func TestEviction(t *testing.T) {
 	}
 }
 
-func TestOrderStrictPriorityFIFO(t *testing.T) {
-	q := mustNew(t, cfg(8, 8, 8, 0))
-	push(t, q, at(0), reqclass.Sheddable, "a", "d1")
-	push(t, q, at(1), reqclass.Standard, "a", "s1")
-	push(t, q, at(2), reqclass.Critical, "a", "c1")
-	push(t, q, at(3), reqclass.Standard, "a", "s2")
-	push(t, q, at(4), reqclass.Critical, "a", "c2")
-	push(t, q, at(5), reqclass.Sheddable, "a", "d2")
-	got := fmt.Sprint(drain(q, at(6)))
-	if want := "[c1 c2 s1 s2 d1 d2]"; got != want {
-		t.Fatalf("order %s, want %s", got, want)
-	}
-	if q.Len() != 0 {
-		t.Fatalf("len %d after drain", q.Len())
+// TestOrderStrictPriority: the most important band first; within a band
+// oldest first, or newest first in a NewestFirst band (the defaults:
+// standard and sheddable), both through Pop and through Dispatch.
+func TestOrderStrictPriority(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    Config
+		want string
+	}{
+		{"defaults: critical oldest first, the others newest first", cfg(8, 8, 8, 0), "[c1 c2 s2 s1 d2 d1]"},
+		{"every band oldest first", fifo(8, 8, 8, 0), "[c1 c2 s1 s2 d1 d2]"},
+	} {
+		for _, viaDispatch := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/dispatch=%v", tc.name, viaDispatch), func(t *testing.T) {
+				q := mustNew(t, tc.c)
+				push(t, q, at(0), reqclass.Sheddable, "a", "d1")
+				push(t, q, at(1), reqclass.Standard, "a", "s1")
+				push(t, q, at(2), reqclass.Critical, "a", "c1")
+				push(t, q, at(3), reqclass.Standard, "a", "s2")
+				push(t, q, at(4), reqclass.Critical, "a", "c2")
+				push(t, q, at(5), reqclass.Sheddable, "a", "d2")
+				var got []string
+				if viaDispatch {
+					for {
+						e, ok, _ := q.Dispatch(at(6), func(Entry[string]) bool { return true })
+						if !ok {
+							break
+						}
+						got = append(got, e.Payload)
+					}
+				} else {
+					got = drain(q, at(6))
+				}
+				if fmt.Sprint(got) != tc.want {
+					t.Fatalf("order %v, want %s", got, tc.want)
+				}
+				if q.Len() != 0 {
+					t.Fatalf("len %d after drain", q.Len())
+				}
+			})
+		}
 	}
 }
 
@@ -162,7 +196,7 @@ func TestOrderStrictPriorityFIFO(t *testing.T) {
 // one turn per round, so the quiet tenant's requests all leave among the
 // first 2·n dispatches, and the noisy one's in its own order.
 func TestTenantFairness(t *testing.T) {
-	q := mustNew(t, cfg(64, 64, 64, 0))
+	q := mustNew(t, fifo(64, 64, 64, 0))
 	ms := 0
 	for i := range 5 {
 		for j := range 5 {
@@ -187,7 +221,7 @@ func TestTenantFairness(t *testing.T) {
 // TestFairnessThreeTenants checks the cursor when a tenant's flow empties
 // mid-round and a new tenant arrives.
 func TestFairnessThreeTenants(t *testing.T) {
-	q := mustNew(t, cfg(64, 64, 64, 0))
+	q := mustNew(t, fifo(64, 64, 64, 0))
 	push(t, q, at(0), reqclass.Standard, "a", "a1")
 	push(t, q, at(0), reqclass.Standard, "a", "a2")
 	push(t, q, at(0), reqclass.Standard, "b", "b1")
@@ -369,5 +403,88 @@ func TestDispatchEligible(t *testing.T) {
 	}
 	if _, ok, _ := q.Dispatch(at(5), func(Entry[string]) bool { return false }); ok {
 		t.Fatal("dispatched what the caller refused")
+	}
+}
+
+// TestTenantFairnessNewestFirst: in a NewestFirst band the round-robin
+// between tenants is unchanged; each tenant's own entries leave newest
+// first.
+func TestTenantFairnessNewestFirst(t *testing.T) {
+	q := mustNew(t, cfg(64, 64, 64, 0))
+	ms := 0
+	for i := range 5 {
+		for j := range 5 {
+			push(t, q, at(ms), reqclass.Standard, "noisy", fmt.Sprintf("n%d", i*5+j))
+			ms++
+		}
+		push(t, q, at(ms), reqclass.Standard, "quiet", fmt.Sprintf("q%d", i))
+		ms++
+	}
+	got := drain(q, at(ms))
+	want := []string{"n24", "q4", "n23", "q3", "n22", "q2", "n21", "q1", "n20", "q0", "n19"}
+	if fmt.Sprint(got[:11]) != fmt.Sprint(want) {
+		t.Fatalf("first eleven %v, want %v", got[:11], want)
+	}
+}
+
+// TestDisplacementHeaviestTenant: when the queue must displace an entry
+// it takes the oldest entry of the tenant holding the most in the victim
+// band (the oldest tenant's on ties), not the band's oldest; a full band
+// displaces its heaviest tenant's entry for a tenant holding at least two
+// fewer, and refuses otherwise.
+func TestDisplacementHeaviestTenant(t *testing.T) {
+	type q struct {
+		class  reqclass.Criticality
+		tenant string
+	}
+	shed, std, crit := reqclass.Sheddable, reqclass.Standard, reqclass.Critical
+	for _, tc := range []struct {
+		name    string
+		c       Config
+		queued  []q
+		arrival q
+		err     error
+		evicted string // payload "e<i>": the i-th queued entry
+	}{
+		{"critical evicts the heaviest sheddable tenant's oldest, not the band's oldest", cfg(8, 8, 8, 4),
+			[]q{{shed, "quiet"}, {shed, "loud"}, {shed, "loud"}, {shed, "loud"}}, q{crit, "quiet"}, nil, "e1"},
+		{"tie: the tenant with the oldest entry", cfg(8, 8, 8, 2),
+			[]q{{shed, "b"}, {shed, "a"}}, q{crit, "a"}, nil, "e0"},
+		{"a less important band before the arrival's own", cfg(8, 8, 8, 4),
+			[]q{{std, "loud"}, {std, "loud"}, {std, "loud"}, {shed, "quiet"}}, q{std, "quiet"}, nil, "e3"},
+		{"full queue, nothing below: the own band's heaviest tenant", cfg(8, 8, 8, 3),
+			[]q{{std, "loud"}, {std, "loud"}, {std, "loud"}}, q{std, "quiet"}, nil, "e0"},
+		{"full queue, nothing below: the heaviest tenant itself is refused", cfg(8, 8, 8, 3),
+			[]q{{std, "loud"}, {std, "loud"}, {std, "quiet"}}, q{std, "loud"}, ErrQueueFull, ""},
+		{"full band: a tenant two entries lighter displaces", cfg(8, 3, 8, 0),
+			[]q{{std, "quiet"}, {std, "loud"}, {std, "loud"}}, q{std, "new"}, nil, "e1"},
+		{"full band: one entry lighter is refused (no ping-pong)", cfg(8, 3, 8, 0),
+			[]q{{std, "quiet"}, {std, "loud"}, {std, "loud"}}, q{std, "quiet"}, ErrBandFull, ""},
+		{"full band of equals: refused", cfg(8, 2, 8, 0),
+			[]q{{std, "a"}, {std, "b"}}, q{std, "c"}, ErrBandFull, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			qu := mustNew(t, tc.c)
+			for i, e := range tc.queued {
+				push(t, qu, at(i), e.class, e.tenant, fmt.Sprintf("e%d", i))
+			}
+			n := qu.Len()
+			_, out, err := qu.Push(at(10), tc.arrival.class, tc.arrival.tenant, "new")
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err %v, want %v", err, tc.err)
+			}
+			if tc.evicted == "" {
+				if len(out) != 0 || qu.Len() != n {
+					t.Fatalf("out %v len %d, want nothing out and %d", out, qu.Len(), n)
+				}
+				return
+			}
+			if len(out) != 1 || out[0].Payload != tc.evicted || out[0].Outcome != Evicted {
+				t.Fatalf("out %+v, want %s evicted", out, tc.evicted)
+			}
+			if qu.Len() != n {
+				t.Fatalf("len %d, want %d", qu.Len(), n)
+			}
+		})
 	}
 }
