@@ -620,6 +620,7 @@ func (f *fleet) handle(ev event) error {
 		f.route(ev.a)
 	case evQueueExpire:
 		f.expireQueued()
+		f.dispatchQueued()
 	case evAtEngine:
 		f.atEngine(ev.a, ev.b, ev.inc)
 	case evJoin:
@@ -682,6 +683,9 @@ func (f *fleet) markRemoved(c int) {
 // route sends (or re-sends) request i from the ingress.
 func (f *fleet) route(i int) {
 	r := &f.reqs[i]
+	if r.attempts == 0 && f.yields(i) && f.enqueue(i) {
+		return
+	}
 	c := f.pick(i)
 	if c < 0 && f.saturated && r.attempts == 0 && f.enqueue(i) {
 		return

@@ -28,6 +28,7 @@ func (f *fleet) enqueue(i int) bool {
 		}
 		f.queue = q
 	}
+	f.queue.SetSlotHold(f.meanSlotHold())
 	_, out, err := f.queue.Push(f.wall(), r.crit, tenantNames[r.tenant], i)
 	f.shedQueued(out)
 	if err != nil {
@@ -35,7 +36,40 @@ func (f *fleet) enqueue(i int) bool {
 	}
 	r.queued = true
 	f.push(f.now+f.queue.Config().MaxAge[r.crit], evQueueExpire, 0, 0, 0)
+	if until, ok := f.queue.Yields(f.wall(), r.crit); ok {
+		f.push(until.Sub(f.base), evQueueExpire, 0, 0, 0) // offer it again then
+	}
 	return true
+}
+
+// meanSlotHold is the mean of the ingress's slot-hold estimates over the
+// cells that have one (0: none yet): what the gateway tells its queue.
+func (f *fleet) meanSlotHold() time.Duration {
+	var sum time.Duration
+	n := 0
+	for _, e := range f.cells {
+		if e.slotHold > 0 {
+			sum += e.slotHold
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / time.Duration(n)
+}
+
+// yields reports whether request i, arriving, must wait in the queue
+// even if a slot is free: its class yields to a more important one that
+// is short (flowcontrol's Yields), as the gateway checks before its pick.
+func (f *fleet) yields(i int) bool {
+	r := &f.reqs[i]
+	if !f.spec.flowControl || f.queue == nil || r.dequeued {
+		return false
+	}
+	f.queue.SetSlotHold(f.meanSlotHold())
+	_, ok := f.queue.Yields(f.wall(), r.crit)
+	return ok
 }
 
 // wall is the virtual instant now as the queue's time.

@@ -74,6 +74,22 @@ type Config struct {
 	// oldest-first: its entries are all served (its bound is liveness,
 	// not an objective), and oldest-first bounds the longest wait.
 	NewestFirst [reqclass.Count]bool
+	// Yield: while a more important band is short, a less important one
+	// yields free capacity to it (see Yields): Pop and Dispatch pass over
+	// its entries and the caller queues its arrivals rather than sending
+	// them to a free slot. Default true.
+	// Why: a slot is held for a whole reply (seconds), far longer than the
+	// TTFT objective the more important requests wait for one, so a slot
+	// given to a sheddable request while standard requests go unserved is
+	// a slot the next standard arrivals cannot have; the issue asks that
+	// sheddable absorb the shortfall first. A band is short from the
+	// moment one of its requests leaves unserved (expired, displaced, or
+	// refused because its band or the queue was full) until it has gone
+	// its own MaxAge without that: an entry that expired waited MaxAge
+	// without a slot, so the band's demand exceeded the slots freed to it
+	// over that span, and the same span without a loss is the evidence
+	// that it no longer does.
+	Yield bool
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -83,6 +99,7 @@ func DefaultConfig() Config {
 		MaxTotal:    384,
 		MaxAge:      [reqclass.Count]time.Duration{DefaultCriticalMaxAge, DefaultTTFTObjective, DefaultTTFTObjective},
 		NewestFirst: [reqclass.Count]bool{false, true, true},
+		Yield:       true,
 	}
 }
 
@@ -180,6 +197,12 @@ type Queue[T any] struct {
 	handles map[Handle]*node[T]
 	lastID  Handle
 	last    time.Time
+	// lost[class]: the last time a request of that band left unserved
+	// (expired, displaced or refused); lostAny[class] whether one has.
+	lost    [reqclass.Count]time.Time
+	lostAny [reqclass.Count]bool
+	// hold is SetSlotHold's estimate.
+	hold time.Duration
 }
 
 // New returns an empty queue bounded by cfg.
@@ -227,14 +250,18 @@ func (q *Queue[T]) Push(now time.Time, class reqclass.Criticality, tenant string
 	case b.n >= q.cfg.MaxLen[class]:
 		victim := b.crowding(tenant)
 		if victim == nil {
+			q.lose(class, now)
 			return 0, out, ErrBandFull
 		}
+		q.lose(class, now)
 		out = append(out, q.unlink(victim, Evicted))
 	case q.total >= q.cfg.MaxTotal:
 		victim := q.victim(class, tenant)
 		if victim == nil {
+			q.lose(class, now)
 			return 0, out, ErrQueueFull
 		}
+		q.lose(victim.e.Class, now)
 		out = append(out, q.unlink(victim, Evicted))
 	}
 	q.lastID++
@@ -294,6 +321,49 @@ func (b *band[T]) crowding(tenant string) *node[T] {
 	return f.head
 }
 
+// lose records that a request of class left unserved at t.
+func (q *Queue[T]) lose(class reqclass.Criticality, t time.Time) {
+	if !q.lostAny[class] || t.After(q.lost[class]) {
+		q.lost[class], q.lostAny[class] = t, true
+	}
+}
+
+// SetSlotHold tells the queue how long a dispatched request holds its
+// slot (the gateway: the slot hold it measures per endpoint, e.g. their
+// mean); 0, the default, means unknown. It lengthens how long a band
+// counts as short (see Yields): a slot given to a less important request
+// is out of reach for that long, so it is given only when the more
+// important band has lost nothing for as long.
+func (q *Queue[T]) SetSlotHold(d time.Duration) { q.hold = max(d, 0) }
+
+// Yields reports whether class yields free capacity at now to a more
+// important band that is short (Config.Yield; see there), and until when
+// at least: a band is short until its own MaxAge, or the slot hold
+// (SetSlotHold) when longer, has passed since one of its requests last
+// left unserved. While it yields, Pop and Dispatch pass
+// over class's entries, and the caller queues an arrival of class (Push)
+// rather than sending it to a free slot; at until (or at the next freed
+// slot after it) it offers the queue's entries again. Critical never
+// yields.
+func (q *Queue[T]) Yields(now time.Time, class reqclass.Criticality) (until time.Time, yields bool) {
+	if !q.cfg.Yield || int(class) >= reqclass.Count {
+		return time.Time{}, false
+	}
+	now = q.clock(now)
+	for c := range class {
+		if !q.lostAny[c] {
+			continue
+		}
+		if end := q.lost[c].Add(max(q.cfg.MaxAge[c], q.hold)); now.Before(end) {
+			if !yields || end.After(until) {
+				until = end
+			}
+			yields = true
+		}
+	}
+	return until, yields
+}
+
 // first is the flow's entry dispatched next: its oldest, or its newest
 // when the band dispatches newest first.
 func (q *Queue[T]) first(c reqclass.Criticality, f *flow[T]) *node[T] {
@@ -324,6 +394,9 @@ func (q *Queue[T]) Pop(now time.Time) (e Entry[T], ok bool, expired []Entry[T]) 
 		if len(b.ring) == 0 {
 			continue
 		}
+		if _, y := q.Yields(now, c); y {
+			break
+		}
 		if b.next >= len(b.ring) {
 			b.next = 0
 		}
@@ -350,6 +423,9 @@ func (q *Queue[T]) Dispatch(now time.Time, eligible func(Entry[T]) bool) (e Entr
 	expired = q.expire(now, nil)
 	for _, c := range reqclass.All() {
 		b := &q.bands[c]
+		if _, y := q.Yields(now, c); y {
+			break
+		}
 		for k := range len(b.ring) {
 			i := (b.next + k) % len(b.ring)
 			for n := q.first(c, b.ring[i]); n != nil; n = q.after(c, n) {
@@ -372,6 +448,7 @@ func (q *Queue[T]) expire(now time.Time, out []Entry[T]) []Entry[T] {
 	for c := range q.bands {
 		b := &q.bands[c]
 		for b.head != nil && !now.Before(b.head.e.Enqueued.Add(q.cfg.MaxAge[c])) {
+			q.lose(reqclass.Criticality(c), b.head.e.Enqueued.Add(q.cfg.MaxAge[c]))
 			out = append(out, q.unlink(b.head, Expired))
 		}
 	}

@@ -488,3 +488,68 @@ func TestDisplacementHeaviestTenant(t *testing.T) {
 		})
 	}
 }
+
+// TestYieldWhileShort: once a standard request leaves unserved, sheddable
+// yields (Pop and Dispatch pass over it, Yields says so) until standard
+// has gone its MaxAge, or the slot hold when longer, without a loss;
+// critical never yields; with Yield off nothing does.
+func TestYieldWhileShort(t *testing.T) {
+	c := cfg(8, 1, 8, 0)
+	c.MaxAge = [reqclass.Count]time.Duration{time.Second, 100 * time.Millisecond, time.Second}
+	q := mustNew(t, c)
+	push(t, q, at(0), reqclass.Sheddable, "a", "d1")
+	if _, y := q.Yields(at(0), reqclass.Sheddable); y {
+		t.Fatal("sheddable yields before any loss")
+	}
+	push(t, q, at(0), reqclass.Standard, "a", "s1")
+	if _, _, err := q.Push(at(1), reqclass.Standard, "a", "s2"); !errors.Is(err, ErrBandFull) {
+		t.Fatalf("second standard: %v", err)
+	}
+	until, y := q.Yields(at(1), reqclass.Sheddable)
+	if !y || !until.Equal(at(101)) {
+		t.Fatalf("sheddable yields %v until %v, want until %v", y, until, at(101))
+	}
+	if _, y := q.Yields(at(1), reqclass.Standard); y {
+		t.Fatal("standard yields to nothing short")
+	}
+	if _, y := q.Yields(at(1), reqclass.Critical); y {
+		t.Fatal("critical yields")
+	}
+	if e, ok, _ := q.Pop(at(2)); !ok || e.Payload != "s1" {
+		t.Fatalf("pop %v %v, want s1", e.Payload, ok)
+	}
+	if _, ok, _ := q.Pop(at(3)); ok {
+		t.Fatal("popped a sheddable entry while standard is short")
+	}
+	if _, ok, _ := q.Dispatch(at(3), func(Entry[string]) bool { return true }); ok {
+		t.Fatal("dispatched a sheddable entry while standard is short")
+	}
+	if e, ok, _ := q.Pop(at(101)); !ok || e.Payload != "d1" {
+		t.Fatalf("pop after the shortfall %v %v, want d1", e.Payload, ok)
+	}
+	// An expiry counts as a loss from its expiry instant; a slot hold
+	// longer than MaxAge lengthens the shortfall.
+	q.SetSlotHold(300 * time.Millisecond)
+	push(t, q, at(200), reqclass.Standard, "a", "s3")
+	if out := q.Expire(at(400)); len(out) != 1 {
+		t.Fatalf("expired %v", out)
+	}
+	if until, y := q.Yields(at(400), reqclass.Sheddable); !y || !until.Equal(at(600)) {
+		t.Fatalf("sheddable yields %v until %v, want until %v", y, until, at(600))
+	}
+	// Displacement: the displaced band is short.
+	c3 := cfg(8, 8, 8, 1)
+	q3 := mustNew(t, c3)
+	push(t, q3, at(0), reqclass.Standard, "a", "s")
+	push(t, q3, at(1), reqclass.Critical, "a", "c")
+	if _, y := q3.Yields(at(2), reqclass.Sheddable); !y {
+		t.Fatal("a displaced standard entry does not make sheddable yield")
+	}
+	c3.Yield = false
+	q4 := mustNew(t, c3)
+	push(t, q4, at(0), reqclass.Standard, "a", "s")
+	push(t, q4, at(1), reqclass.Critical, "a", "c")
+	if _, y := q4.Yields(at(2), reqclass.Sheddable); y {
+		t.Fatal("yields with Yield off")
+	}
+}
