@@ -17,6 +17,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
+	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/reqclass"
 	"github.com/isobar-mesh/isobar/sim"
 )
@@ -148,6 +149,9 @@ type runSpec struct {
 	// xds.RetryBudgetAt(demand/capacity) (see dynamicBudgetPercent).
 	capacityRPS   float64
 	dynamicBudget bool
+	// budgetCurve, when set, replaces the default curve of the dynamic
+	// budget (xds.DefaultRetryBudgetCurve of the static budget).
+	budgetCurve *xds.RetryBudgetCurve
 	// onTick is called after every control-plane tick (isobar and the
 	// monitoring scorer of the baselines) with the cells' scores.
 	onTick func(now time.Duration, scores []cellScore)
