@@ -329,6 +329,19 @@ type engine struct {
 // lengths without swinging on one long reply.
 const slotHoldAlpha = 0.1
 
+// observeTTFT folds one successful attempt's send → first byte into
+// f.ttft.
+func (f *fleet) observeTTFT(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if f.ttft <= 0 {
+		f.ttft = d
+		return
+	}
+	f.ttft += time.Duration(slotHoldAlpha * float64(d-f.ttft))
+}
+
 // observeSlotHold folds one successful attempt's reply − first byte into
 // e.slotHold. That span is the decode phase, which is most of the time a
 // request holds its batch slot (its prefill is a step or two); unlike
@@ -408,6 +421,10 @@ type fleet struct {
 	// saturated: the last pick found every eligible endpoint at the
 	// in-flight cap (spec.inflightCap).
 	saturated bool
+	// ttft: the ingress's EWMA (weight slotHoldAlpha) of send → first
+	// byte over the successful attempts, every cell together: what the
+	// gateway tells its flow-control queue (SetTTFT).
+	ttft time.Duration
 	// arrivals: when requests reached the ingress (the demand the
 	// controller sees); budgetPct the retry budget in effect with
 	// spec.dynamicBudget.
@@ -905,6 +922,7 @@ func (f *fleet) reply(i, c int) {
 		e.dpWin = append(e.dpWin, winEv{at: f.now, ttft: -1})
 		if r.status == statusOK && r.first > 0 {
 			e.observeSlotHold(f.now - r.first)
+			f.observeTTFT(r.first - r.sentAt)
 		}
 		r.end = f.now
 		f.ended++

@@ -28,7 +28,7 @@ func (f *fleet) enqueue(i int) bool {
 		}
 		f.queue = q
 	}
-	f.queue.SetSlotHold(f.meanSlotHold())
+	f.syncQueue()
 	_, out, err := f.queue.Push(f.wall(), r.crit, tenantNames[r.tenant], i)
 	f.shedQueued(out)
 	if err != nil {
@@ -40,6 +40,14 @@ func (f *fleet) enqueue(i int) bool {
 		f.push(until.Sub(f.base), evQueueExpire, 0, 0, 0) // offer it again then
 	}
 	return true
+}
+
+// syncQueue gives the queue the ingress's current estimates, as the
+// gateway does before it calls the queue: the mean slot hold and the time
+// to first token.
+func (f *fleet) syncQueue() {
+	f.queue.SetSlotHold(f.meanSlotHold())
+	f.queue.SetTTFT(f.ttft)
 }
 
 // meanSlotHold is the mean of the ingress's slot-hold estimates over the
@@ -67,7 +75,7 @@ func (f *fleet) yields(i int) bool {
 	if !f.spec.flowControl || f.queue == nil || r.dequeued {
 		return false
 	}
-	f.queue.SetSlotHold(f.meanSlotHold())
+	f.syncQueue()
 	_, ok := f.queue.Yields(f.wall(), r.crit)
 	return ok
 }
@@ -93,6 +101,7 @@ func (f *fleet) shedQueued(out []flowcontrol.Entry[int]) {
 // gateway's Dispatch with every entry eligible.
 func (f *fleet) dispatchQueued() {
 	for f.queue != nil && f.queue.Len() > 0 && f.belowCapAnywhere() {
+		f.syncQueue()
 		e, ok, expired := f.queue.Pop(f.wall())
 		f.shedQueued(expired)
 		if !ok {
@@ -107,6 +116,7 @@ func (f *fleet) dispatchQueued() {
 // expireQueued answers 429 the queued requests past their band's age.
 func (f *fleet) expireQueued() {
 	if f.queue != nil {
+		f.syncQueue()
 		f.shedQueued(f.queue.Expire(f.wall()))
 	}
 }

@@ -48,8 +48,11 @@
 //   - Expiry: an entry past its band's MaxAge comes out of Push, Pop or
 //     Expire with Outcome Expired and is never dispatched; NextExpiry tells
 //     the caller when to call Expire. The defaults put the standard and
-//     sheddable age bounds at the TTFT objective (DefaultTTFTObjective):
-//     a request that waited that long can no longer meet it.
+//     sheddable age bounds at the TTFT objective (DefaultTTFTObjective)
+//     and count the time a dispatched request currently takes to its
+//     first token (SetTTFT) against it (Config.Objective): a request
+//     whose wait plus that time reaches the objective can no longer meet
+//     it. Critical's bound (10 s) is a liveness bound.
 //
 // EndpointCap is the in-flight cap per endpoint at which the gateway
 // counts an endpoint saturated and starts queueing: the engine's batch

@@ -90,6 +90,13 @@ type Config struct {
 	// over that span, and the same span without a loss is the evidence
 	// that it no longer does.
 	Yield bool
+	// Objective[class]: the band's MaxAge is a TTFT objective, not a
+	// bound on the wait alone: an entry expires once its wait plus the
+	// time a dispatched request currently takes to its first token
+	// (SetTTFT) reaches MaxAge, since from then on it can no longer meet
+	// the objective either. Default: standard and sheddable (critical's
+	// MaxAge is a liveness bound).
+	Objective [reqclass.Count]bool
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -100,6 +107,7 @@ func DefaultConfig() Config {
 		MaxAge:      [reqclass.Count]time.Duration{DefaultCriticalMaxAge, DefaultTTFTObjective, DefaultTTFTObjective},
 		NewestFirst: [reqclass.Count]bool{false, true, true},
 		Yield:       true,
+		Objective:   [reqclass.Count]bool{false, true, true},
 	}
 }
 
@@ -201,8 +209,8 @@ type Queue[T any] struct {
 	// (expired, displaced or refused); lostAny[class] whether one has.
 	lost    [reqclass.Count]time.Time
 	lostAny [reqclass.Count]bool
-	// hold is SetSlotHold's estimate.
-	hold time.Duration
+	// hold is SetSlotHold's estimate, ttft SetTTFT's.
+	hold, ttft time.Duration
 }
 
 // New returns an empty queue bounded by cfg.
@@ -336,6 +344,23 @@ func (q *Queue[T]) lose(class reqclass.Criticality, t time.Time) {
 // important band has lost nothing for as long.
 func (q *Queue[T]) SetSlotHold(d time.Duration) { q.hold = max(d, 0) }
 
+// SetTTFT tells the queue how long a dispatched request currently takes
+// to its first token (the gateway: what it measures from sending a
+// request to its first byte, e.g. an EWMA over its endpoints); 0, the
+// default, means unknown. An entry of an Objective band expires when its
+// wait plus d reaches its MaxAge (see Config.Objective), at the latest
+// at MaxAge.
+func (q *Queue[T]) SetTTFT(d time.Duration) { q.ttft = max(d, 0) }
+
+// age is how long an entry of band c may wait now: MaxAge, less the
+// current time to first token for an Objective band.
+func (q *Queue[T]) age(c int) time.Duration {
+	if q.cfg.Objective[c] {
+		return max(q.cfg.MaxAge[c]-q.ttft, 0)
+	}
+	return q.cfg.MaxAge[c]
+}
+
 // Yields reports whether class yields free capacity at now to a more
 // important band that is short (Config.Yield; see there), and until when
 // at least: a band is short until its own MaxAge, or the slot hold
@@ -447,8 +472,8 @@ func (q *Queue[T]) Expire(now time.Time) []Entry[T] {
 func (q *Queue[T]) expire(now time.Time, out []Entry[T]) []Entry[T] {
 	for c := range q.bands {
 		b := &q.bands[c]
-		for b.head != nil && !now.Before(b.head.e.Enqueued.Add(q.cfg.MaxAge[c])) {
-			q.lose(reqclass.Criticality(c), b.head.e.Enqueued.Add(q.cfg.MaxAge[c]))
+		for b.head != nil && !now.Before(b.head.e.Enqueued.Add(q.age(c))) {
+			q.lose(reqclass.Criticality(c), b.head.e.Enqueued.Add(q.age(c)))
 			out = append(out, q.unlink(b.head, Expired))
 		}
 	}
@@ -460,7 +485,7 @@ func (q *Queue[T]) expire(now time.Time, out []Entry[T]) []Entry[T] {
 func (q *Queue[T]) NextExpiry() (at time.Time, ok bool) {
 	for c := range q.bands {
 		if h := q.bands[c].head; h != nil {
-			d := h.e.Enqueued.Add(q.cfg.MaxAge[c])
+			d := h.e.Enqueued.Add(q.age(c))
 			if !ok || d.Before(at) {
 				at, ok = d, true
 			}

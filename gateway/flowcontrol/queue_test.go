@@ -553,3 +553,42 @@ func TestYieldWhileShort(t *testing.T) {
 		t.Fatal("yields with Yield off")
 	}
 }
+
+// TestObjectiveAge: in an Objective band an entry expires once its wait
+// plus the current time to first token (SetTTFT) reaches MaxAge; a band
+// whose MaxAge is not an objective (critical by default) waits its full
+// MaxAge; a TTFT beyond MaxAge expires the entry at once.
+func TestObjectiveAge(t *testing.T) {
+	c := cfg(8, 8, 8, 0)
+	c.MaxAge = [reqclass.Count]time.Duration{1000 * time.Millisecond, 1000 * time.Millisecond, 1000 * time.Millisecond}
+	q := mustNew(t, c)
+	q.SetTTFT(300 * time.Millisecond)
+	push(t, q, at(0), reqclass.Critical, "a", "c")
+	push(t, q, at(0), reqclass.Standard, "a", "s")
+	if next, ok := q.NextExpiry(); !ok || !next.Equal(at(700)) {
+		t.Fatalf("next expiry %v, want %v", next, at(700))
+	}
+	if out := q.Expire(at(699)); len(out) != 0 {
+		t.Fatalf("expired early: %+v", out)
+	}
+	if out := q.Expire(at(700)); len(out) != 1 || out[0].Payload != "s" {
+		t.Fatalf("at 700 ms %+v, want s expired", out)
+	}
+	if out := q.Expire(at(999)); len(out) != 0 {
+		t.Fatalf("critical expired before its MaxAge: %+v", out)
+	}
+	q.SetTTFT(2 * time.Second)
+	if out := push(t, q, at(1000), reqclass.Sheddable, "a", "d"); len(out) != 1 || out[0].Payload != "c" {
+		t.Fatalf("push at 1 s: %+v, want c expired (its MaxAge)", out)
+	}
+	if out := q.Expire(at(1000)); len(out) != 1 || out[0].Payload != "d" {
+		t.Fatalf("at 1 s %+v, want d expired (TTFT past the objective)", out)
+	}
+	c.Objective = [reqclass.Count]bool{}
+	q2 := mustNew(t, c)
+	q2.SetTTFT(300 * time.Millisecond)
+	push(t, q2, at(0), reqclass.Standard, "a", "s")
+	if out := q2.Expire(at(700)); len(out) != 0 {
+		t.Fatalf("without Objective the TTFT shortened the wait: %+v", out)
+	}
+}
