@@ -224,6 +224,11 @@ func overloadFigures(rs []request, keep func(*request) bool, slo time.Duration) 
 	}
 	for t, name := range tenantNames {
 		add("tenant_"+name+"_", func(q *request) bool { return q.tenant == t })
+		// Success by tenant and criticality: fairness within a band.
+		for _, c := range reqclass.All() {
+			st := summarise(rs, func(q *request) bool { return keep(q) && q.tenant == t && q.crit == c })
+			f["tenant_"+name+"_"+c.String()+"_success"] = num(st.success)
+		}
 	}
 	return f
 }
