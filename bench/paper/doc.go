@@ -46,16 +46,21 @@
 //     standard, 30 % sheddable) and tenant (a loud one sending 5× the
 //     quiet one) drawn from a source keyed by (seed, request) of its own.
 //     The isobar policies sit behind isobar gateway's per-endpoint
-//     in-flight cap (DataPlane.MaxInflightPerEndpoint, the gateway's 64):
-//     an arrival whose every eligible endpoint is at it is saturated.
-//     isobar-nocrit answers it 429, as the gateway did before issue 25;
-//     isobar queues it in the gateway's own flow-control queue
-//     (gateway/flowcontrol with its default bounds and ages: the most
-//     important band first, round-robin between tenants, a critical
-//     arrival evicting the oldest sheddable entry), dispatched as slots
-//     free, 429 when evicted or expired. rr and lr are stock Envoy with
-//     no cap. The same demand at 75 % of capacity gives the quiet
-//     tenant's no-overload figure.
+//     in-flight cap: an arrival whose every eligible endpoint is at it is
+//     saturated. isobar-nocrit is the gateway before issue 25: the
+//     configured cap (DataPlane.MaxInflightPerEndpoint, the gateway's 64)
+//     on every endpoint, 429 when saturated. isobar caps each endpoint at
+//     flowcontrol.EndpointCap of its max_num_seqs, the round trip the
+//     controller pushed and the slot hold the ingress measures (at most
+//     the configured cap), and queues a saturated arrival in the
+//     gateway's own flow-control queue (gateway/flowcontrol with its
+//     defaults: the most important band first, round-robin between
+//     tenants, standard and sheddable newest first and aged out at the
+//     1.5 s TTFT objective, displacement from the heaviest tenant, and a
+//     less important class yielding free slots while a more important one
+//     is short), dispatched as slots free, 429 when evicted or expired.
+//     rr and lr are stock Envoy with no cap. The same demand at 75 % of
+//     capacity gives the quiet tenant's no-overload figure.
 //   - retry_storm runs baseline_mixed at 90 % of that capacity; from the
 //     end of the warm-up the nearest site's engines answer 503 (a
 //     retriable status, an external error for consecutive-5xx outlier
@@ -64,7 +69,9 @@
 //     runs the one the regional controller publishes, regional/xds
 //     RetryBudgetAt at the region's utilisation: its demand (requests at
 //     the ingress over the last signal window) over the measured
-//     capacity.
+//     capacity, on the default curve, and again on the headroom curve
+//     (knee 100/(100+max), minimum at full utilisation; figures
+//     headroom_curve_*).
 //
 // # Same draws, several seeds
 //

@@ -17,6 +17,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
+	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/reqclass"
 	"github.com/isobar-mesh/isobar/sim"
 )
@@ -75,8 +76,9 @@ type request struct {
 	crit   reqclass.Criticality
 	tenant int
 	// queued: it waited in the flow-control queue; dequeued: it left it
-	// to be routed.
+	// to be routed, after waiting wait.
 	queued, dequeued bool
+	wait             time.Duration
 }
 
 func (r *request) ttft() time.Duration { return r.first - r.arrive }
@@ -136,6 +138,9 @@ type runSpec struct {
 	// arrival whose every eligible endpoint is at it is saturated (429,
 	// or the flow-control queue with flowControl).
 	inflightCap int
+	// batchCap: the cap is per endpoint, flowcontrol.EndpointCap of its
+	// max_num_seqs with inflightCap as the upper bound (see capOf).
+	batchCap bool
 	// flowControl: saturated arrivals wait in the gateway's queue
 	// (gateway/flowcontrol, its default bounds) by criticality and tenant.
 	flowControl bool
@@ -144,6 +149,9 @@ type runSpec struct {
 	// xds.RetryBudgetAt(demand/capacity) (see dynamicBudgetPercent).
 	capacityRPS   float64
 	dynamicBudget bool
+	// budgetCurve, when set, replaces the default curve of the dynamic
+	// budget (xds.DefaultRetryBudgetCurve of the static budget).
+	budgetCurve *xds.RetryBudgetCurve
 	// onTick is called after every control-plane tick (isobar and the
 	// monitoring scorer of the baselines) with the cells' scores.
 	onTick func(now time.Duration, scores []cellScore)
@@ -321,6 +329,19 @@ type engine struct {
 // lengths without swinging on one long reply.
 const slotHoldAlpha = 0.1
 
+// observeTTFT folds one successful attempt's send → first byte into
+// f.ttft.
+func (f *fleet) observeTTFT(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if f.ttft <= 0 {
+		f.ttft = d
+		return
+	}
+	f.ttft += time.Duration(slotHoldAlpha * float64(d-f.ttft))
+}
+
 // observeSlotHold folds one successful attempt's reply − first byte into
 // e.slotHold. That span is the decode phase, which is most of the time a
 // request holds its batch slot (its prefill is a step or two); unlike
@@ -400,6 +421,10 @@ type fleet struct {
 	// saturated: the last pick found every eligible endpoint at the
 	// in-flight cap (spec.inflightCap).
 	saturated bool
+	// ttft: the ingress's EWMA (weight slotHoldAlpha) of send → first
+	// byte over the successful attempts, every cell together: what the
+	// gateway tells its flow-control queue (SetTTFT).
+	ttft time.Duration
 	// arrivals: when requests reached the ingress (the demand the
 	// controller sees); budgetPct the retry budget in effect with
 	// spec.dynamicBudget.
@@ -616,6 +641,7 @@ func (f *fleet) handle(ev event) error {
 		f.route(ev.a)
 	case evQueueExpire:
 		f.expireQueued()
+		f.dispatchQueued()
 	case evAtEngine:
 		f.atEngine(ev.a, ev.b, ev.inc)
 	case evJoin:
@@ -678,6 +704,9 @@ func (f *fleet) markRemoved(c int) {
 // route sends (or re-sends) request i from the ingress.
 func (f *fleet) route(i int) {
 	r := &f.reqs[i]
+	if r.attempts == 0 && f.yields(i) && f.enqueue(i) {
+		return
+	}
 	c := f.pick(i)
 	if c < 0 && f.saturated && r.attempts == 0 && f.enqueue(i) {
 		return
@@ -893,6 +922,7 @@ func (f *fleet) reply(i, c int) {
 		e.dpWin = append(e.dpWin, winEv{at: f.now, ttft: -1})
 		if r.status == statusOK && r.first > 0 {
 			e.observeSlotHold(f.now - r.first)
+			f.observeTTFT(r.first - r.sentAt)
 		}
 		r.end = f.now
 		f.ended++

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/bench/load"
+	"github.com/isobar-mesh/isobar/internal/quantile"
 	"github.com/isobar-mesh/isobar/reqclass"
 )
 
@@ -111,6 +112,7 @@ func (r *runner) overloadSpec(p Policy, reqs []request, until time.Duration, see
 	if p.isobar() {
 		spec.inflightCap = r.cfg.DataPlane.MaxInflightPerEndpoint
 		spec.flowControl = p == Isobar
+		spec.batchCap = p == Isobar
 	}
 	return spec
 }
@@ -191,6 +193,17 @@ func overloadFigures(rs []request, keep func(*request) bool, slo time.Duration) 
 		}
 		good, _ := slices.BinarySearch(st.ttft, slo+1)
 		f[prefix+"goodput"] = num(float64(good) / float64(max(st.n, 1)))
+		var waits []time.Duration
+		for i := range rs {
+			if q := &rs[i]; keep(q) && sel(q) && q.status == statusOK {
+				waits = append(waits, q.wait)
+			}
+		}
+		f[prefix+"queue_wait_p95_ms"] = nil
+		if len(waits) > 0 {
+			slices.Sort(waits)
+			f[prefix+"queue_wait_p95_ms"] = ms(quantile.Sorted(waits, 0.95))
+		}
 	}
 	add("", func(*request) bool { return true })
 	queued, shed, n := 0, 0, 0
@@ -211,6 +224,11 @@ func overloadFigures(rs []request, keep func(*request) bool, slo time.Duration) 
 	}
 	for t, name := range tenantNames {
 		add("tenant_"+name+"_", func(q *request) bool { return q.tenant == t })
+		// Success by tenant and criticality: fairness within a band.
+		for _, c := range reqclass.All() {
+			st := summarise(rs, func(q *request) bool { return keep(q) && q.tenant == t && q.crit == c })
+			f["tenant_"+name+"_"+c.String()+"_success"] = num(st.success)
+		}
 	}
 	return f
 }

@@ -1,11 +1,14 @@
 package paper
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/reqclass"
 )
 
@@ -199,5 +202,87 @@ func TestFlowControlInFleet(t *testing.T) {
 	}
 	if critShed == 0 {
 		t.Error("isobar-nocrit: no critical request was answered 429 at saturation")
+	}
+}
+
+// TestHeadroomCurve: the recommended retry-budget curve keeps the full
+// budget while retries fit in the headroom (u ≤ 100/(100+max)), reaches
+// its minimum only at full utilisation, and in between stays within 2.5
+// points of the headroom 100·(1 − u)/u.
+func TestHeadroomCurve(t *testing.T) {
+	for _, max := range []float64{10, 20} {
+		c := headroomCurve(max)
+		knee := 100 / (100 + max)
+		if got := xds.RetryBudgetAt(knee, c); got != max {
+			t.Errorf("max %v: budget at the knee %v, want %v", max, got, max)
+		}
+		if got := xds.RetryBudgetAt(0.999, c); got <= c.Min {
+			t.Errorf("max %v: minimum reached before full utilisation (%v at 0.999)", max, got)
+		}
+		if got := xds.RetryBudgetAt(1, c); got != c.Min {
+			t.Errorf("max %v: budget at full utilisation %v, want %v", max, got, c.Min)
+		}
+		for u := knee; u <= 1; u += 0.01 {
+			head := 100 * (1 - u) / u
+			if got := xds.RetryBudgetAt(u, c); math.Abs(got-math.Max(head, c.Min)) > 3 {
+				t.Errorf("max %v: budget %.2f at u %.2f, headroom %.2f", max, got, u, head)
+			}
+		}
+	}
+}
+
+// TestEndpointCapInFleet: with the per-endpoint cap (batchCap) a burst
+// never holds more than an engine's batch in flight on one cell on the
+// paper-fit ground (max_num_seqs 9; its round trips are far too short
+// against its replies to send one early), and the rest waits in the
+// gateway's queue; with the configured cap alone (64) the burst piles onto
+// the engines.
+func TestEndpointCapInFleet(t *testing.T) {
+	cfg := DefaultConfig()
+	w := workload{mix: []mixPart{{class("baseline_mixed"), 1}}, rps: 1000, duration: 200 * time.Millisecond, seed: 5}
+	reqs := w.generate(cfg.Profile)
+	assignClasses(reqs, 5)
+	peak := func(batchCap bool) (int, int) {
+		t.Helper()
+		f, err := newFleet(cfg, runSpec{policy: Isobar, requests: reqs, until: 300 * time.Second, seed: 5,
+			inflightCap: 64, flowControl: true, batchCap: batchCap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := f.run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// In flight per cell: the single-attempt requests from send to end.
+		type edge struct {
+			at time.Duration
+			d  int
+		}
+		by := map[int][]edge{}
+		queued := 0
+		for _, r := range res.requests {
+			if r.queued {
+				queued++
+			}
+			if r.attempts == 1 && r.status == statusOK {
+				by[r.cell] = append(by[r.cell], edge{r.sentAt, 1}, edge{r.end, -1})
+			}
+		}
+		most := 0
+		for _, es := range by {
+			slices.SortFunc(es, func(a, b edge) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.d, b.d)) })
+			n := 0
+			for _, e := range es {
+				n += e.d
+				most = max(most, n)
+			}
+		}
+		return most, queued
+	}
+	if most, queued := peak(true); most > cfg.Profile.MaxNumSeqs || queued == 0 {
+		t.Errorf("per-endpoint cap: %d in flight on one cell (batch %d), %d queued", most, cfg.Profile.MaxNumSeqs, queued)
+	}
+	if most, _ := peak(false); most <= cfg.Profile.MaxNumSeqs {
+		t.Errorf("configured cap alone: only %d in flight on one cell, the burst should pile up", most)
 	}
 }

@@ -332,20 +332,20 @@ func (f *fleet) pickIsobar(r *request, rnd *rand.Rand) int {
 	if !ok {
 		return -1
 	}
-	if limit := f.spec.inflightCap; limit > 0 && f.active[c] >= uint64(limit) {
-		return f.belowCap(hosts, uint64(limit))
+	if f.spec.inflightCap > 0 && f.active[c] >= f.capOf(c) {
+		return f.belowCap(hosts)
 	}
 	return c
 }
 
 // belowCap is the gateway's fallback when its pick is at the in-flight
 // cap (gateway/balance.go, scan): the eligible endpoint with the fewest
-// requests in flight below the cap, the first on ties; none sets
+// requests in flight below its cap, the first on ties; none sets
 // f.saturated (the gateway's pickSaturated).
-func (f *fleet) belowCap(hosts []placement.Host, limit uint64) int {
+func (f *fleet) belowCap(hosts []placement.Host) int {
 	best := -1
 	for c, h := range hosts {
-		if h.Weight == 0 || f.active[c] >= limit {
+		if h.Weight == 0 || f.active[c] >= f.capOf(c) {
 			continue
 		}
 		if best < 0 || f.active[c] < f.active[best] {

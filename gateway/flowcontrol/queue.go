@@ -24,7 +24,23 @@ var (
 // MaxBound caps every length bound of a Config.
 const MaxBound = 1 << 20
 
-// Config bounds a Queue. Build one with DefaultConfig and adjust it.
+// DefaultTTFTObjective is the time-to-first-token objective the default
+// age bounds defend: the TTFT P95 objective isobar's regional controller
+// measures a cell's capacity against (regional/capacity
+// DefaultTTFTSLO), so the gateway queues for the same objective the
+// control plane plans for.
+const DefaultTTFTObjective = 1500 * time.Millisecond
+
+// DefaultCriticalMaxAge bounds a critical request's wait. It is a
+// liveness bound, not an objective: a critical request is worth serving
+// late rather than refusing (issue 25: critical is shed only when
+// critical demand alone exceeds the capacity it may use), so it waits
+// for a slot as long as a client plausibly waits for a first token.
+const DefaultCriticalMaxAge = 10 * time.Second
+
+// Config bounds a Queue. Build one with DefaultConfig and adjust it. The
+// zero value of a field added after MaxAge keeps the queue's earlier
+// behaviour.
 type Config struct {
 	// MaxLen[class] is the most entries the band of that criticality
 	// holds (0: that class never waits). Default 128 critical, 256
@@ -36,16 +52,62 @@ type Config struct {
 	MaxTotal int
 	// MaxAge[class] is the longest an entry of that criticality waits
 	// before it comes out Expired; positive for every band that may hold
-	// entries. Default 10 s critical, 5 s standard, 2 s sheddable.
+	// entries. Default: critical DefaultCriticalMaxAge (10 s); standard
+	// and sheddable DefaultTTFTObjective (1.5 s), because a request that
+	// has waited its TTFT objective can no longer meet it: dispatching it
+	// spends a batch slot that a fresh request could use within the
+	// objective, and its client is better told at once (429, Retry-After)
+	// than answered late.
 	MaxAge [reqclass.Count]time.Duration
+	// NewestFirst[class]: dispatch each tenant's entries of that band
+	// newest first (LIFO) rather than oldest first; the round-robin
+	// between tenants is unchanged. Default: standard and sheddable.
+	// Why: under a sustained shortfall not every entry can be served, and
+	// oldest-first makes every served entry wait about MaxAge (the queue
+	// stays full up to its age bound), so with MaxAge at the objective
+	// each one would be served late; newest-first serves the entries
+	// with the most of their objective left and lets the oldest age out,
+	// and while the queue drains within MaxAge the order changes who waits,
+	// not who is served. This is the adaptive LIFO of "Fail at Scale"
+	// (Maurer, ACM Queue 13(8), 2015), without its FIFO phase: a band that
+	// never backs up has at most a few entries to order. Critical stays
+	// oldest-first: its entries are all served (its bound is liveness,
+	// not an objective), and oldest-first bounds the longest wait.
+	NewestFirst [reqclass.Count]bool
+	// Yield: while a more important band is short, a less important one
+	// yields free capacity to it (see Yields): Pop and Dispatch pass over
+	// its entries and the caller queues its arrivals rather than sending
+	// them to a free slot. Default true.
+	// Why: a slot is held for a whole reply (seconds), far longer than the
+	// TTFT objective the more important requests wait for one, so a slot
+	// given to a sheddable request while standard requests go unserved is
+	// a slot the next standard arrivals cannot have; the issue asks that
+	// sheddable absorb the shortfall first. A band is short from the
+	// moment one of its requests leaves unserved (expired, displaced, or
+	// refused because its band or the queue was full) until it has gone
+	// its own MaxAge without that: an entry that expired waited MaxAge
+	// without a slot, so the band's demand exceeded the slots freed to it
+	// over that span, and the same span without a loss is the evidence
+	// that it no longer does.
+	Yield bool
+	// Objective[class]: the band's MaxAge is a TTFT objective, not a
+	// bound on the wait alone: an entry expires once its wait plus the
+	// time a dispatched request currently takes to its first token
+	// (SetTTFT) reaches MaxAge, since from then on it can no longer meet
+	// the objective either. Default: standard and sheddable (critical's
+	// MaxAge is a liveness bound).
+	Objective [reqclass.Count]bool
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		MaxLen:   [reqclass.Count]int{128, 256, 256},
-		MaxTotal: 384,
-		MaxAge:   [reqclass.Count]time.Duration{10 * time.Second, 5 * time.Second, 2 * time.Second},
+		MaxLen:      [reqclass.Count]int{128, 256, 256},
+		MaxTotal:    384,
+		MaxAge:      [reqclass.Count]time.Duration{DefaultCriticalMaxAge, DefaultTTFTObjective, DefaultTTFTObjective},
+		NewestFirst: [reqclass.Count]bool{false, true, true},
+		Yield:       true,
+		Objective:   [reqclass.Count]bool{false, true, true},
 	}
 }
 
@@ -143,6 +205,12 @@ type Queue[T any] struct {
 	handles map[Handle]*node[T]
 	lastID  Handle
 	last    time.Time
+	// lost[class]: the last time a request of that band left unserved
+	// (expired, displaced or refused); lostAny[class] whether one has.
+	lost    [reqclass.Count]time.Time
+	lostAny [reqclass.Count]bool
+	// hold is SetSlotHold's estimate, ttft SetTTFT's.
+	hold, ttft time.Duration
 }
 
 // New returns an empty queue bounded by cfg.
@@ -175,7 +243,8 @@ func (q *Queue[T]) clock(now time.Time) time.Time {
 
 // Push queues payload as an entry of class and tenant arriving at now. It
 // first takes out every expired entry, then admits the arrival as the
-// package doc describes, displacing at most one less important entry.
+// package doc describes, displacing at most one entry (a less important
+// one, or its own band's heaviest tenant's).
 // out lists the entries that left (Expired, Evicted): the caller answers
 // them. On error the arrival is not queued and the caller keeps payload.
 func (q *Queue[T]) Push(now time.Time, class reqclass.Criticality, tenant string, payload T) (h Handle, out []Entry[T], err error) {
@@ -185,14 +254,22 @@ func (q *Queue[T]) Push(now time.Time, class reqclass.Criticality, tenant string
 	now = q.clock(now)
 	out = q.expire(now, nil)
 	b := &q.bands[class]
-	if b.n >= q.cfg.MaxLen[class] {
-		return 0, out, ErrBandFull
-	}
-	if q.total >= q.cfg.MaxTotal {
-		victim := q.victim(class)
+	switch {
+	case b.n >= q.cfg.MaxLen[class]:
+		victim := b.crowding(tenant)
 		if victim == nil {
+			q.lose(class, now)
+			return 0, out, ErrBandFull
+		}
+		q.lose(class, now)
+		out = append(out, q.unlink(victim, Evicted))
+	case q.total >= q.cfg.MaxTotal:
+		victim := q.victim(class, tenant)
+		if victim == nil {
+			q.lose(class, now)
 			return 0, out, ErrQueueFull
 		}
+		q.lose(victim.e.Class, now)
 		out = append(out, q.unlink(victim, Evicted))
 	}
 	q.lastID++
@@ -201,24 +278,139 @@ func (q *Queue[T]) Push(now time.Time, class reqclass.Criticality, tenant string
 	return n.e.Handle, out, nil
 }
 
-// victim is the oldest entry of the least important non-empty band below
-// class, or nil.
-func (q *Queue[T]) victim(class reqclass.Criticality) *node[T] {
+// victim is the entry an arrival of class and tenant displaces from a
+// full queue: in the least important non-empty band below class, the
+// oldest entry of the tenant holding the most there (the heaviest flow,
+// so that a quiet tenant keeps its share of the band); failing that, the
+// heaviest tenant's oldest entry of class's own band when it crowds the
+// arrival's tenant (see crowding); nil when neither.
+func (q *Queue[T]) victim(class reqclass.Criticality, tenant string) *node[T] {
 	for _, c := range reqclass.ShedOrder() {
 		if c <= class {
-			return nil
+			break
 		}
-		if b := &q.bands[c]; b.head != nil {
-			return b.head
+		if f := q.bands[c].heaviest(); f != nil {
+			return f.head
 		}
 	}
-	return nil
+	return q.bands[class].crowding(tenant)
+}
+
+// heaviest is the band's flow holding the most entries, the one whose
+// oldest entry is older on ties; nil when the band is empty.
+func (b *band[T]) heaviest() *flow[T] {
+	var best *flow[T]
+	for _, f := range b.ring {
+		if best == nil || f.n > best.n || f.n == best.n && f.head.e.Handle < best.head.e.Handle {
+			best = f
+		}
+	}
+	return best
+}
+
+// crowding is the oldest entry of the band's heaviest tenant when that
+// tenant holds at least two entries more than tenant does: displacing it
+// for tenant's arrival leaves tenant holding no more than it. nil
+// otherwise: a full band refuses an arrival of its heaviest tenant (or of
+// one as heavy), so one tenant cannot fill a band and keep the others
+// out, and two tenants cannot displace each other back and forth.
+func (b *band[T]) crowding(tenant string) *node[T] {
+	f := b.heaviest()
+	if f == nil {
+		return nil
+	}
+	mine := 0
+	if g := b.flows[tenant]; g != nil {
+		mine = g.n
+	}
+	if f.n < mine+2 {
+		return nil
+	}
+	return f.head
+}
+
+// lose records that a request of class left unserved at t.
+func (q *Queue[T]) lose(class reqclass.Criticality, t time.Time) {
+	if !q.lostAny[class] || t.After(q.lost[class]) {
+		q.lost[class], q.lostAny[class] = t, true
+	}
+}
+
+// SetSlotHold tells the queue how long a dispatched request holds its
+// slot (the gateway: the slot hold it measures per endpoint, e.g. their
+// mean); 0, the default, means unknown. It lengthens how long a band
+// counts as short (see Yields): a slot given to a less important request
+// is out of reach for that long, so it is given only when the more
+// important band has lost nothing for as long.
+func (q *Queue[T]) SetSlotHold(d time.Duration) { q.hold = max(d, 0) }
+
+// SetTTFT tells the queue how long a dispatched request currently takes
+// to its first token (the gateway: what it measures from sending a
+// request to its first byte, e.g. an EWMA over its endpoints); 0, the
+// default, means unknown. An entry of an Objective band expires when its
+// wait plus d reaches its MaxAge (see Config.Objective), at the latest
+// at MaxAge.
+func (q *Queue[T]) SetTTFT(d time.Duration) { q.ttft = max(d, 0) }
+
+// age is how long an entry of band c may wait now: MaxAge, less the
+// current time to first token for an Objective band.
+func (q *Queue[T]) age(c int) time.Duration {
+	if q.cfg.Objective[c] {
+		return max(q.cfg.MaxAge[c]-q.ttft, 0)
+	}
+	return q.cfg.MaxAge[c]
+}
+
+// Yields reports whether class yields free capacity at now to a more
+// important band that is short (Config.Yield; see there), and until when
+// at least: a band is short until its own MaxAge, or the slot hold
+// (SetSlotHold) when longer, has passed since one of its requests last
+// left unserved. While it yields, Pop and Dispatch pass
+// over class's entries, and the caller queues an arrival of class (Push)
+// rather than sending it to a free slot; at until (or at the next freed
+// slot after it) it offers the queue's entries again. Critical never
+// yields.
+func (q *Queue[T]) Yields(now time.Time, class reqclass.Criticality) (until time.Time, yields bool) {
+	if !q.cfg.Yield || int(class) >= reqclass.Count {
+		return time.Time{}, false
+	}
+	now = q.clock(now)
+	for c := range class {
+		if !q.lostAny[c] {
+			continue
+		}
+		if end := q.lost[c].Add(max(q.cfg.MaxAge[c], q.hold)); now.Before(end) {
+			if !yields || end.After(until) {
+				until = end
+			}
+			yields = true
+		}
+	}
+	return until, yields
+}
+
+// first is the flow's entry dispatched next: its oldest, or its newest
+// when the band dispatches newest first.
+func (q *Queue[T]) first(c reqclass.Criticality, f *flow[T]) *node[T] {
+	if q.cfg.NewestFirst[c] {
+		return f.tail
+	}
+	return f.head
+}
+
+// after is the flow's entry dispatched after n (nil: none).
+func (q *Queue[T]) after(c reqclass.Criticality, n *node[T]) *node[T] {
+	if q.cfg.NewestFirst[c] {
+		return n.flowPrev
+	}
+	return n.flowNext
 }
 
 // Pop takes out the next entry to dispatch at now (Outcome Dispatched):
-// the most important non-empty band, round-robin between its tenants. ok
-// is false when nothing unexpired waits. expired lists the entries it
-// found expired on the way: the caller answers them.
+// the most important non-empty band, round-robin between its tenants,
+// each tenant's entries oldest first (newest first in a NewestFirst
+// band). ok is false when nothing unexpired waits. expired lists the
+// entries it found expired on the way: the caller answers them.
 func (q *Queue[T]) Pop(now time.Time) (e Entry[T], ok bool, expired []Entry[T]) {
 	now = q.clock(now)
 	expired = q.expire(now, nil)
@@ -227,15 +419,18 @@ func (q *Queue[T]) Pop(now time.Time) (e Entry[T], ok bool, expired []Entry[T]) 
 		if len(b.ring) == 0 {
 			continue
 		}
+		if _, y := q.Yields(now, c); y {
+			break
+		}
 		if b.next >= len(b.ring) {
 			b.next = 0
 		}
 		f := b.ring[b.next]
-		head := f.head
+		n := q.first(c, f)
 		// The cursor moves past this tenant; unlink moves it back by one
 		// if the tenant's flow empties and leaves the ring.
 		b.next++
-		return q.unlink(head, Dispatched), true, expired
+		return q.unlink(n, Dispatched), true, expired
 	}
 	return Entry[T]{}, false, expired
 }
@@ -244,8 +439,8 @@ func (q *Queue[T]) Pop(now time.Time) (e Entry[T], ok bool, expired []Entry[T]) 
 // (the gateway: a freed slot on one endpoint serves only the requests that
 // may use it): it offers the entries to eligible in dispatch order (the
 // most important band first; within a band the tenants in round-robin
-// order from the one due, each tenant's entries oldest first) and takes out
-// the first one eligible accepts (Outcome Dispatched); the round-robin
+// order from the one due, each tenant's entries in Pop's order) and takes
+// out the first one eligible accepts (Outcome Dispatched); the round-robin
 // moves past its tenant. eligible must not call the Queue. ok is false
 // when it accepted none; expired is as for Pop.
 func (q *Queue[T]) Dispatch(now time.Time, eligible func(Entry[T]) bool) (e Entry[T], ok bool, expired []Entry[T]) {
@@ -253,9 +448,12 @@ func (q *Queue[T]) Dispatch(now time.Time, eligible func(Entry[T]) bool) (e Entr
 	expired = q.expire(now, nil)
 	for _, c := range reqclass.All() {
 		b := &q.bands[c]
+		if _, y := q.Yields(now, c); y {
+			break
+		}
 		for k := range len(b.ring) {
 			i := (b.next + k) % len(b.ring)
-			for n := b.ring[i].head; n != nil; n = n.flowNext {
+			for n := q.first(c, b.ring[i]); n != nil; n = q.after(c, n) {
 				if eligible(n.e) {
 					b.next = i + 1
 					return q.unlink(n, Dispatched), true, expired
@@ -274,7 +472,8 @@ func (q *Queue[T]) Expire(now time.Time) []Entry[T] {
 func (q *Queue[T]) expire(now time.Time, out []Entry[T]) []Entry[T] {
 	for c := range q.bands {
 		b := &q.bands[c]
-		for b.head != nil && !now.Before(b.head.e.Enqueued.Add(q.cfg.MaxAge[c])) {
+		for b.head != nil && !now.Before(b.head.e.Enqueued.Add(q.age(c))) {
+			q.lose(reqclass.Criticality(c), b.head.e.Enqueued.Add(q.age(c)))
 			out = append(out, q.unlink(b.head, Expired))
 		}
 	}
@@ -286,7 +485,7 @@ func (q *Queue[T]) expire(now time.Time, out []Entry[T]) []Entry[T] {
 func (q *Queue[T]) NextExpiry() (at time.Time, ok bool) {
 	for c := range q.bands {
 		if h := q.bands[c].head; h != nil {
-			d := h.e.Enqueued.Add(q.cfg.MaxAge[c])
+			d := h.e.Enqueued.Add(q.age(c))
 			if !ok || d.Before(at) {
 				at, ok = d, true
 			}

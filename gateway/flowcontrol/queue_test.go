@@ -20,6 +20,13 @@ func cfg(crit, std, shed, total int) Config {
 	return c
 }
 
+// fifo is cfg with every band oldest first.
+func fifo(crit, std, shed, total int) Config {
+	c := cfg(crit, std, shed, total)
+	c.NewestFirst = [reqclass.Count]bool{}
+	return c
+}
+
 func mustNew(t *testing.T, c Config) *Queue[string] {
 	t.Helper()
 	q, err := New[string](c)
@@ -79,7 +86,7 @@ func TestConfigValidate(t *testing.T) {
 func TestBandBound(t *testing.T) {
 	q := mustNew(t, cfg(2, 2, 2, 0))
 	push(t, q, at(0), reqclass.Standard, "a", "s1")
-	push(t, q, at(0), reqclass.Standard, "a", "s2")
+	push(t, q, at(0), reqclass.Standard, "b", "s2")
 	if _, _, err := q.Push(at(0), reqclass.Standard, "b", "s3"); !errors.Is(err, ErrBandFull) {
 		t.Fatalf("third standard: err %v, want ErrBandFull", err)
 	}
@@ -141,20 +148,47 @@ func TestEviction(t *testing.T) {
 	}
 }
 
-func TestOrderStrictPriorityFIFO(t *testing.T) {
-	q := mustNew(t, cfg(8, 8, 8, 0))
-	push(t, q, at(0), reqclass.Sheddable, "a", "d1")
-	push(t, q, at(1), reqclass.Standard, "a", "s1")
-	push(t, q, at(2), reqclass.Critical, "a", "c1")
-	push(t, q, at(3), reqclass.Standard, "a", "s2")
-	push(t, q, at(4), reqclass.Critical, "a", "c2")
-	push(t, q, at(5), reqclass.Sheddable, "a", "d2")
-	got := fmt.Sprint(drain(q, at(6)))
-	if want := "[c1 c2 s1 s2 d1 d2]"; got != want {
-		t.Fatalf("order %s, want %s", got, want)
-	}
-	if q.Len() != 0 {
-		t.Fatalf("len %d after drain", q.Len())
+// TestOrderStrictPriority: the most important band first; within a band
+// oldest first, or newest first in a NewestFirst band (the defaults:
+// standard and sheddable), both through Pop and through Dispatch.
+func TestOrderStrictPriority(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    Config
+		want string
+	}{
+		{"defaults: critical oldest first, the others newest first", cfg(8, 8, 8, 0), "[c1 c2 s2 s1 d2 d1]"},
+		{"every band oldest first", fifo(8, 8, 8, 0), "[c1 c2 s1 s2 d1 d2]"},
+	} {
+		for _, viaDispatch := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/dispatch=%v", tc.name, viaDispatch), func(t *testing.T) {
+				q := mustNew(t, tc.c)
+				push(t, q, at(0), reqclass.Sheddable, "a", "d1")
+				push(t, q, at(1), reqclass.Standard, "a", "s1")
+				push(t, q, at(2), reqclass.Critical, "a", "c1")
+				push(t, q, at(3), reqclass.Standard, "a", "s2")
+				push(t, q, at(4), reqclass.Critical, "a", "c2")
+				push(t, q, at(5), reqclass.Sheddable, "a", "d2")
+				var got []string
+				if viaDispatch {
+					for {
+						e, ok, _ := q.Dispatch(at(6), func(Entry[string]) bool { return true })
+						if !ok {
+							break
+						}
+						got = append(got, e.Payload)
+					}
+				} else {
+					got = drain(q, at(6))
+				}
+				if fmt.Sprint(got) != tc.want {
+					t.Fatalf("order %v, want %s", got, tc.want)
+				}
+				if q.Len() != 0 {
+					t.Fatalf("len %d after drain", q.Len())
+				}
+			})
+		}
 	}
 }
 
@@ -162,7 +196,7 @@ func TestOrderStrictPriorityFIFO(t *testing.T) {
 // one turn per round, so the quiet tenant's requests all leave among the
 // first 2·n dispatches, and the noisy one's in its own order.
 func TestTenantFairness(t *testing.T) {
-	q := mustNew(t, cfg(64, 64, 64, 0))
+	q := mustNew(t, fifo(64, 64, 64, 0))
 	ms := 0
 	for i := range 5 {
 		for j := range 5 {
@@ -187,7 +221,7 @@ func TestTenantFairness(t *testing.T) {
 // TestFairnessThreeTenants checks the cursor when a tenant's flow empties
 // mid-round and a new tenant arrives.
 func TestFairnessThreeTenants(t *testing.T) {
-	q := mustNew(t, cfg(64, 64, 64, 0))
+	q := mustNew(t, fifo(64, 64, 64, 0))
 	push(t, q, at(0), reqclass.Standard, "a", "a1")
 	push(t, q, at(0), reqclass.Standard, "a", "a2")
 	push(t, q, at(0), reqclass.Standard, "b", "b1")
@@ -447,4 +481,191 @@ func FuzzQueueOps(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTenantFairnessNewestFirst: in a NewestFirst band the round-robin
+// between tenants is unchanged; each tenant's own entries leave newest
+// first.
+func TestTenantFairnessNewestFirst(t *testing.T) {
+	q := mustNew(t, cfg(64, 64, 64, 0))
+	ms := 0
+	for i := range 5 {
+		for j := range 5 {
+			push(t, q, at(ms), reqclass.Standard, "noisy", fmt.Sprintf("n%d", i*5+j))
+			ms++
+		}
+		push(t, q, at(ms), reqclass.Standard, "quiet", fmt.Sprintf("q%d", i))
+		ms++
+	}
+	got := drain(q, at(ms))
+	want := []string{"n24", "q4", "n23", "q3", "n22", "q2", "n21", "q1", "n20", "q0", "n19"}
+	if fmt.Sprint(got[:11]) != fmt.Sprint(want) {
+		t.Fatalf("first eleven %v, want %v", got[:11], want)
+	}
+}
+
+// TestDisplacementHeaviestTenant: when the queue must displace an entry
+// it takes the oldest entry of the tenant holding the most in the victim
+// band (the oldest tenant's on ties), not the band's oldest; a full band
+// displaces its heaviest tenant's entry for a tenant holding at least two
+// fewer, and refuses otherwise.
+func TestDisplacementHeaviestTenant(t *testing.T) {
+	type q struct {
+		class  reqclass.Criticality
+		tenant string
+	}
+	shed, std, crit := reqclass.Sheddable, reqclass.Standard, reqclass.Critical
+	for _, tc := range []struct {
+		name    string
+		c       Config
+		queued  []q
+		arrival q
+		err     error
+		evicted string // payload "e<i>": the i-th queued entry
+	}{
+		{"critical evicts the heaviest sheddable tenant's oldest, not the band's oldest", cfg(8, 8, 8, 4),
+			[]q{{shed, "quiet"}, {shed, "loud"}, {shed, "loud"}, {shed, "loud"}}, q{crit, "quiet"}, nil, "e1"},
+		{"tie: the tenant with the oldest entry", cfg(8, 8, 8, 2),
+			[]q{{shed, "b"}, {shed, "a"}}, q{crit, "a"}, nil, "e0"},
+		{"a less important band before the arrival's own", cfg(8, 8, 8, 4),
+			[]q{{std, "loud"}, {std, "loud"}, {std, "loud"}, {shed, "quiet"}}, q{std, "quiet"}, nil, "e3"},
+		{"full queue, nothing below: the own band's heaviest tenant", cfg(8, 8, 8, 3),
+			[]q{{std, "loud"}, {std, "loud"}, {std, "loud"}}, q{std, "quiet"}, nil, "e0"},
+		{"full queue, nothing below: the heaviest tenant itself is refused", cfg(8, 8, 8, 3),
+			[]q{{std, "loud"}, {std, "loud"}, {std, "quiet"}}, q{std, "loud"}, ErrQueueFull, ""},
+		{"full band: a tenant two entries lighter displaces", cfg(8, 3, 8, 0),
+			[]q{{std, "quiet"}, {std, "loud"}, {std, "loud"}}, q{std, "new"}, nil, "e1"},
+		{"full band: one entry lighter is refused (no ping-pong)", cfg(8, 3, 8, 0),
+			[]q{{std, "quiet"}, {std, "loud"}, {std, "loud"}}, q{std, "quiet"}, ErrBandFull, ""},
+		{"full band of equals: refused", cfg(8, 2, 8, 0),
+			[]q{{std, "a"}, {std, "b"}}, q{std, "c"}, ErrBandFull, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			qu := mustNew(t, tc.c)
+			for i, e := range tc.queued {
+				push(t, qu, at(i), e.class, e.tenant, fmt.Sprintf("e%d", i))
+			}
+			n := qu.Len()
+			_, out, err := qu.Push(at(10), tc.arrival.class, tc.arrival.tenant, "new")
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err %v, want %v", err, tc.err)
+			}
+			if tc.evicted == "" {
+				if len(out) != 0 || qu.Len() != n {
+					t.Fatalf("out %v len %d, want nothing out and %d", out, qu.Len(), n)
+				}
+				return
+			}
+			if len(out) != 1 || out[0].Payload != tc.evicted || out[0].Outcome != Evicted {
+				t.Fatalf("out %+v, want %s evicted", out, tc.evicted)
+			}
+			if qu.Len() != n {
+				t.Fatalf("len %d, want %d", qu.Len(), n)
+			}
+		})
+	}
+}
+
+// TestYieldWhileShort: once a standard request leaves unserved, sheddable
+// yields (Pop and Dispatch pass over it, Yields says so) until standard
+// has gone its MaxAge, or the slot hold when longer, without a loss;
+// critical never yields; with Yield off nothing does.
+func TestYieldWhileShort(t *testing.T) {
+	c := cfg(8, 1, 8, 0)
+	c.MaxAge = [reqclass.Count]time.Duration{time.Second, 100 * time.Millisecond, time.Second}
+	q := mustNew(t, c)
+	push(t, q, at(0), reqclass.Sheddable, "a", "d1")
+	if _, y := q.Yields(at(0), reqclass.Sheddable); y {
+		t.Fatal("sheddable yields before any loss")
+	}
+	push(t, q, at(0), reqclass.Standard, "a", "s1")
+	if _, _, err := q.Push(at(1), reqclass.Standard, "a", "s2"); !errors.Is(err, ErrBandFull) {
+		t.Fatalf("second standard: %v", err)
+	}
+	until, y := q.Yields(at(1), reqclass.Sheddable)
+	if !y || !until.Equal(at(101)) {
+		t.Fatalf("sheddable yields %v until %v, want until %v", y, until, at(101))
+	}
+	if _, y := q.Yields(at(1), reqclass.Standard); y {
+		t.Fatal("standard yields to nothing short")
+	}
+	if _, y := q.Yields(at(1), reqclass.Critical); y {
+		t.Fatal("critical yields")
+	}
+	if e, ok, _ := q.Pop(at(2)); !ok || e.Payload != "s1" {
+		t.Fatalf("pop %v %v, want s1", e.Payload, ok)
+	}
+	if _, ok, _ := q.Pop(at(3)); ok {
+		t.Fatal("popped a sheddable entry while standard is short")
+	}
+	if _, ok, _ := q.Dispatch(at(3), func(Entry[string]) bool { return true }); ok {
+		t.Fatal("dispatched a sheddable entry while standard is short")
+	}
+	if e, ok, _ := q.Pop(at(101)); !ok || e.Payload != "d1" {
+		t.Fatalf("pop after the shortfall %v %v, want d1", e.Payload, ok)
+	}
+	// An expiry counts as a loss from its expiry instant; a slot hold
+	// longer than MaxAge lengthens the shortfall.
+	q.SetSlotHold(300 * time.Millisecond)
+	push(t, q, at(200), reqclass.Standard, "a", "s3")
+	if out := q.Expire(at(400)); len(out) != 1 {
+		t.Fatalf("expired %v", out)
+	}
+	if until, y := q.Yields(at(400), reqclass.Sheddable); !y || !until.Equal(at(600)) {
+		t.Fatalf("sheddable yields %v until %v, want until %v", y, until, at(600))
+	}
+	// Displacement: the displaced band is short.
+	c3 := cfg(8, 8, 8, 1)
+	q3 := mustNew(t, c3)
+	push(t, q3, at(0), reqclass.Standard, "a", "s")
+	push(t, q3, at(1), reqclass.Critical, "a", "c")
+	if _, y := q3.Yields(at(2), reqclass.Sheddable); !y {
+		t.Fatal("a displaced standard entry does not make sheddable yield")
+	}
+	c3.Yield = false
+	q4 := mustNew(t, c3)
+	push(t, q4, at(0), reqclass.Standard, "a", "s")
+	push(t, q4, at(1), reqclass.Critical, "a", "c")
+	if _, y := q4.Yields(at(2), reqclass.Sheddable); y {
+		t.Fatal("yields with Yield off")
+	}
+}
+
+// TestObjectiveAge: in an Objective band an entry expires once its wait
+// plus the current time to first token (SetTTFT) reaches MaxAge; a band
+// whose MaxAge is not an objective (critical by default) waits its full
+// MaxAge; a TTFT beyond MaxAge expires the entry at once.
+func TestObjectiveAge(t *testing.T) {
+	c := cfg(8, 8, 8, 0)
+	c.MaxAge = [reqclass.Count]time.Duration{1000 * time.Millisecond, 1000 * time.Millisecond, 1000 * time.Millisecond}
+	q := mustNew(t, c)
+	q.SetTTFT(300 * time.Millisecond)
+	push(t, q, at(0), reqclass.Critical, "a", "c")
+	push(t, q, at(0), reqclass.Standard, "a", "s")
+	if next, ok := q.NextExpiry(); !ok || !next.Equal(at(700)) {
+		t.Fatalf("next expiry %v, want %v", next, at(700))
+	}
+	if out := q.Expire(at(699)); len(out) != 0 {
+		t.Fatalf("expired early: %+v", out)
+	}
+	if out := q.Expire(at(700)); len(out) != 1 || out[0].Payload != "s" {
+		t.Fatalf("at 700 ms %+v, want s expired", out)
+	}
+	if out := q.Expire(at(999)); len(out) != 0 {
+		t.Fatalf("critical expired before its MaxAge: %+v", out)
+	}
+	q.SetTTFT(2 * time.Second)
+	if out := push(t, q, at(1000), reqclass.Sheddable, "a", "d"); len(out) != 1 || out[0].Payload != "c" {
+		t.Fatalf("push at 1 s: %+v, want c expired (its MaxAge)", out)
+	}
+	if out := q.Expire(at(1000)); len(out) != 1 || out[0].Payload != "d" {
+		t.Fatalf("at 1 s %+v, want d expired (TTFT past the objective)", out)
+	}
+	c.Objective = [reqclass.Count]bool{}
+	q2 := mustNew(t, c)
+	q2.SetTTFT(300 * time.Millisecond)
+	push(t, q2, at(0), reqclass.Standard, "a", "s")
+	if out := q2.Expire(at(700)); len(out) != 0 {
+		t.Fatalf("without Objective the TTFT shortened the wait: %+v", out)
+	}
 }
