@@ -139,7 +139,7 @@ func TestRetryBudgetFollowsUtilisation(t *testing.T) {
 	budget := func(want float64) func(xds.State) bool {
 		return func(st xds.State) bool { return len(st.Models) == 1 && st.Models[0].RetryBudgetPercent == want }
 	}
-	for _, tc := range []struct{ util, want float64 }{{0.99, 1}, {0.725, 11}, {0.1, 20}, {math.NaN(), 20}} {
+	for _, tc := range []struct{ util, want float64 }{{1, 1}, {(100.0/120 + 1) / 2, 11}, {0.1, 20}, {math.NaN(), 20}} {
 		if err := f.reg.SetUtilisation(t.Context(), map[string]float64{"m": tc.util}); err != nil {
 			t.Fatal(err)
 		}

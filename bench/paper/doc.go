@@ -69,9 +69,8 @@
 //     runs the one the regional controller publishes, regional/xds
 //     RetryBudgetAt at the region's utilisation: its demand (requests at
 //     the ingress over the last signal window) over the measured
-//     capacity, on the default curve, and again on the headroom curve
-//     (knee 100/(100+max), minimum at full utilisation; figures
-//     headroom_curve_*).
+//     capacity, on its default curve (knee 100/(100+max), minimum at full
+//     utilisation: regional/xds retrybudget.go says why).
 //
 // # Same draws, several seeds
 //

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/reqclass"
 )
 
@@ -202,32 +201,6 @@ func TestFlowControlInFleet(t *testing.T) {
 	}
 	if critShed == 0 {
 		t.Error("isobar-nocrit: no critical request was answered 429 at saturation")
-	}
-}
-
-// TestHeadroomCurve: the recommended retry-budget curve keeps the full
-// budget while retries fit in the headroom (u ≤ 100/(100+max)), reaches
-// its minimum only at full utilisation, and in between stays within 2.5
-// points of the headroom 100·(1 − u)/u.
-func TestHeadroomCurve(t *testing.T) {
-	for _, max := range []float64{10, 20} {
-		c := headroomCurve(max)
-		knee := 100 / (100 + max)
-		if got := xds.RetryBudgetAt(knee, c); got != max {
-			t.Errorf("max %v: budget at the knee %v, want %v", max, got, max)
-		}
-		if got := xds.RetryBudgetAt(0.999, c); got <= c.Min {
-			t.Errorf("max %v: minimum reached before full utilisation (%v at 0.999)", max, got)
-		}
-		if got := xds.RetryBudgetAt(1, c); got != c.Min {
-			t.Errorf("max %v: budget at full utilisation %v, want %v", max, got, c.Min)
-		}
-		for u := knee; u <= 1; u += 0.01 {
-			head := 100 * (1 - u) / u
-			if got := xds.RetryBudgetAt(u, c); math.Abs(got-math.Max(head, c.Min)) > 3 {
-				t.Errorf("max %v: budget %.2f at u %.2f, headroom %.2f", max, got, u, head)
-			}
-		}
 	}
 }
 

@@ -55,25 +55,6 @@ func (f *fleet) dynamicBudgetPercent() float64 {
 	return pct
 }
 
-// headroomCurve is the retry-budget curve this stage recommends, from the
-// headroom a retry may use: retries at b percent of the requests in
-// flight add at most b percent to the load, so at utilisation u they keep
-// it within capacity while u·(1 + b/100) ≤ 1, that is b ≤ 100·(1 − u)/u.
-// The full budget max fits up to u = 100/(100 + max) (0.83 for 20 %), and
-// nothing is left at u = 1: the curve falls from that knee and reaches
-// its minimum at full utilisation, not before. For max 20 its smoothstep
-// stays within 2.8 points of 100·(1 − u)/u between the two (16.9 %
-// against 14.2 % at 0.876, 13.3 % against 11.1 % at 0.9, 5.1 % against
-// 5.3 % at 0.95); for a larger max it lies further above it, 9 points at
-// max 50. The default curve
-// (knee 0.5, saturation 0.95) has no such reason: it halves the budget
-// at 0.725, where retries could still add 38 % to the load.
-func headroomCurve(max float64) xds.RetryBudgetCurve {
-	c := xds.DefaultRetryBudgetCurve(max)
-	c.Knee, c.Saturation = 100/(100+max), 1
-	return c
-}
-
 // budgetSample is the dynamic retry budget at one control-plane tick.
 type budgetSample struct {
 	at                   time.Duration
@@ -110,11 +91,6 @@ func (r *runner) retryStorm(ctx context.Context) error {
 		}
 		f := retryFigures(r.cfg, res, pl.sloWarm, pl.sloWarm+pl.sloDur, c.SLO)
 		f["capacity_rps"], f["offered_rps"] = num(capRPS), num(retryStormLoad*capRPS)
-		if p == Isobar {
-			if err := r.headroomRun(spec, f); err != nil {
-				return err
-			}
-		}
 		figs[p] = f
 		r.set(StageRetryStorm, p, f)
 		r.progress(StageRetryStorm, "%s: attempts/request %.3f, success %.4f, budget %.1f %%",
@@ -123,28 +99,10 @@ func (r *runner) retryStorm(ctx context.Context) error {
 	if st, dyn := figs[IsobarStaticBudget], figs[Isobar]; st != nil && dyn != nil {
 		if s := fig(st, "success"); s > 0 {
 			dyn["success_vs_static"] = num(fig(dyn, "success") / s)
-			dyn["headroom_curve_success_vs_static"] = num(fig(dyn, "headroom_curve_success") / s)
 		}
 		if a := fig(st, "attempts_per_request"); a > 0 {
 			dyn["attempts_vs_static"] = num(fig(dyn, "attempts_per_request") / a)
 		}
-	}
-	return nil
-}
-
-// headroomRun runs spec again with headroomCurve as the dynamic budget's
-// curve and adds its figures to f, prefixed headroom_curve_.
-func (r *runner) headroomRun(spec runSpec, f Figures) error {
-	curve := headroomCurve(r.cfg.DataPlane.RetryBudgetPercent)
-	spec.budgetCurve = &curve
-	res, err := r.trialSpec(spec)
-	if err != nil {
-		return err
-	}
-	pl := r.plan
-	h := retryFigures(r.cfg, res, pl.sloWarm, pl.sloWarm+pl.sloDur, class("baseline_mixed").SLO)
-	for _, k := range []string{"attempts_per_request", "success", "goodput", "ttft_p95_ms", "retry_budget_pct_mean", "brownout_site_attempt_share"} {
-		f["headroom_curve_"+k] = h[k]
 	}
 	return nil
 }

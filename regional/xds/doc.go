@@ -132,9 +132,10 @@
 //     (envoy/config/cluster/v3/circuit_breaker.proto RetryBudget). The
 //     regional controller sets the percent from the region's utilisation
 //     by RetryBudgetAt on a RetryBudgetCurve: DefaultRetryBudgetCurve(max)
-//     keeps the full budget (max, Config's 20 %) up to utilisation 0.5,
-//     falls along a smoothstep to 1 % at 0.95 and stays there, where
-//     min_retry_concurrency is what bounds retries on a small cluster.
+//     keeps the full budget (max, Config's 20 %) while retries fit in the
+//     headroom, up to utilisation 100/(100+max) (0.83), falls along a
+//     smoothstep to 1 % at full utilisation, where min_retry_concurrency
+//     is what bounds retries on a small cluster (retrybudget.go says why).
 //   - Validation before anything is served: the input State (weights >= 1,
 //     IP hosts, no duplicate address or cell within a model, no duplicate
 //     locality or priority gap, names by CheckName, shed shares in [0, 1],
