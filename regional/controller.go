@@ -170,6 +170,8 @@ func newController(cfg Config, deps Deps) (*Controller, error) {
 	}
 	if deps.Gossip != nil {
 		reg.regionRTT = deps.Gossip.RTT // remote localities' round trips
+		g := deps.Gossip
+		reg.regionIngress = func() map[string]string { return gossipIngress(g.Summaries(), cfg.Region) }
 	}
 	wm, err := newWarmMetrics(deps.Registerer)
 	if err != nil {

@@ -232,3 +232,18 @@ func (p *fallbackPlanner) modelRoutes(fr fallbackRegions, mat [][]float64, model
 	}
 	return mr
 }
+
+// gossipIngress is the ingress address of each live remote region whose
+// gossiped summary names a valid one.
+func gossipIngress(peers map[string]gossip.PeerSummary, self string) map[string]string {
+	out := map[string]string{}
+	for r, ps := range peers {
+		if r == self || !ps.Alive || ps.Summary == nil {
+			continue
+		}
+		if a := ps.Summary.GetIngressAddress(); a != "" && ingressAddress(a) == nil {
+			out[r] = a
+		}
+	}
+	return out
+}

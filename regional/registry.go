@@ -134,6 +134,10 @@ type Registry struct {
 	// regionRTT returns the smoothed RTT to each remote region (gossip's
 	// probes); nil: none known. Set before Start.
 	regionRTT func() map[string]time.Duration
+	// regionIngress returns the ingress address of each live remote
+	// region its gossip summary names: where a pinned set goes when no
+	// routes in force name one (nil: none known).
+	regionIngress func() map[string]string
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -653,6 +657,9 @@ func (r *Registry) stateParams(rtts map[string]time.Duration, mix map[string]map
 	p := cycle.Params{
 		Region: r.cfg.Region, Zone: r.cfg.Zone, Kept: r.keptModels(), RTTs: rtts,
 		Sets: r.sets, RetryBudget: r.budgets,
+	}
+	if r.regionIngress != nil && r.sets != nil {
+		p.Ingress = r.regionIngress()
 	}
 	if t := r.routes; t != nil {
 		p.Routes = &cycle.Routes{Models: make(map[string]cycle.ModelRoutes, len(t.Models)), Ingress: t.Ingress}

@@ -108,14 +108,25 @@ func (b *stateBuilder) localCopy(name string, allow func(string) bool) *xds.Loca
 // the ingress of the allowed region nearest by round trip (p.RTTs; an
 // unknown round trip ranks after every known one, then by name) among
 // those with an ingress address in the routes in force (the plan's or
-// the gossiped ones); otherwise none, and the data plane answers the
+// the gossiped ones) or in Params.Ingress (gossip, when no routes name
+// it); otherwise none, and the data plane answers the
 // set's requests 503 naming it. Never a region the set does not allow.
 func (b *stateBuilder) nearestAllowed(name string, allow func(string) bool, ingress map[string]string) []xds.Locality {
 	if l := b.localCopy(name, allow); l != nil {
 		return []xds.Locality{*l}
 	}
+	known := ingress
+	if len(b.p.Ingress) > 0 {
+		known = make(map[string]string, len(ingress)+len(b.p.Ingress))
+		for r, a := range b.p.Ingress {
+			known[r] = a
+		}
+		for r, a := range ingress { // the routes' addresses win
+			known[r] = a
+		}
+	}
 	var best string
-	for r, addr := range ingress {
+	for r, addr := range known {
 		if r == b.p.Region || addr == "" || !allow(r) {
 			continue
 		}
@@ -129,7 +140,7 @@ func (b *stateBuilder) nearestAllowed(name string, allow func(string) bool, ingr
 	if best == "" {
 		return nil
 	}
-	host, port, _ := net.SplitHostPort(ingress[best])
+	host, port, _ := net.SplitHostPort(known[best])
 	return []xds.Locality{b.ingressLocality(best, host, port, LocalityScale)}
 }
 

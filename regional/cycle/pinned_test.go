@@ -74,17 +74,22 @@ func TestPinnedLocalitiesStayInTheirRegions(t *testing.T) {
 		routes           *Routes
 		views            []CellView
 		home, away, none []string
+		gossip           map[string]string
 	}{
-		{"plan with slices", planned, pinTestViews(), []string{"r1", "r3"}, []string{"r2"}, nil},
-		{"plan slice to a region with no ingress: the nearest allowed", noR2, pinTestViews(), []string{"r1"}, []string{"r3"}, nil},
-		{"gossip fallback: local if allowed, else the nearest allowed", fallback, pinTestViews(), []string{"r1"}, []string{"r3"}, nil},
-		{"no routes: local if allowed, nothing else known", nil, pinTestViews(), []string{"r1"}, nil, nil},
-		{"no local cell: the nearest allowed", fallback, nil, []string{"r3"}, []string{"r3"}, nil},
+		{"plan with slices", planned, pinTestViews(), []string{"r1", "r3"}, []string{"r2"}, nil, nil},
+		{"plan slice to a region with no ingress: the nearest allowed", noR2, pinTestViews(), []string{"r1"}, []string{"r3"}, nil, nil},
+		{"gossip fallback: local if allowed, else the nearest allowed", fallback, pinTestViews(), []string{"r1"}, []string{"r3"}, nil, nil},
+		{"no routes: local if allowed, nothing else known", nil, pinTestViews(), []string{"r1"}, nil, nil, nil},
+		{"no local cell: the nearest allowed", fallback, nil, []string{"r3"}, []string{"r3"}, nil, nil},
+		// No plan yet, but gossip names the other regions' ingresses: a
+		// set that does not allow the local region goes to the nearest
+		// allowed one (r3), never to r4, nearer but not allowed.
+		{"no routes, gossip ingresses: the nearest allowed", nil, pinTestViews(), []string{"r1"}, []string{"r3"}, nil, pinTestIngress},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Params{Region: "r1", Zone: "z", Routes: tc.routes, RTTs: pinTestRTTs, Sets: pinTestSets,
-				Kept: map[string]bool{"m": true}}
+				Kept: map[string]bool{"m": true}, Ingress: tc.gossip}
 			st := BuildState(p, tc.views).State
 			if len(st.Models) != 1 || len(st.Models[0].Pinned) != 3 {
 				t.Fatalf("state %+v", st.Models)

@@ -50,6 +50,10 @@ type Params struct {
 	// RTTs is the round trip to each remote region; a region missing is
 	// unknown (0).
 	RTTs map[string]time.Duration
+	// Ingress is the ingress address of each remote region known apart
+	// from the routes (gossip): where a pinned set goes when the routes in
+	// force name none (no plan yet, a plan without that region).
+	Ingress map[string]string
 	// Sets returns the residency sets a model's requests may be pinned to
 	// (each becomes an xds.Pinned); nil: none. It must be pure.
 	Sets func(model string) []Set
