@@ -64,7 +64,9 @@ func (b *stateBuilder) pinned(name string) []xds.Pinned {
 	for _, s := range sets {
 		allow := func(r string) bool { return slices.Contains(s.Regions, r) }
 		pin := xds.Pinned{Set: s.Name, Regions: slices.Clone(s.Regions)}
+		shedAll := false // the plan routes the set nowhere: it sheds it whole
 		if sr, ok := mr.Pinned[RegionsKey(s.Regions)]; ok {
+			shedAll = !slices.ContainsFunc(mapsValues(sr.Routes), func(f float64) bool { return f > 0 })
 			pin.Shed, pin.ShedCritical, pin.ShedSheddable = sr.Shed, sr.ShedCritical, sr.ShedSheddable
 			pin.Localities = b.remoteLocalities(name, sr.Routes, allow, ingress)
 			if l := b.localCopy(name, allow); l != nil {
@@ -76,9 +78,12 @@ func (b *stateBuilder) pinned(name string) []xds.Pinned {
 				pin.Localities = append([]xds.Locality{*l}, pin.Localities...)
 			}
 		}
-		if len(pin.Localities) == 0 {
+		if len(pin.Localities) == 0 && !shedAll {
 			// No slice, or one whose regions serve nothing now (the local
-			// cells it counted on are gone).
+			// cells it counted on are gone). A slice the plan sheds whole
+			// (its regions are down or full) stays without localities: its
+			// requests are refused 503 naming the set, not sent to an
+			// ingress the leader knows is gone.
 			pin.Localities = b.nearestAllowed(name, allow, ingress)
 		}
 		if s.Own {
@@ -158,4 +163,13 @@ func (b *stateBuilder) nearer(a, c string) bool {
 		return n < 0
 	}
 	return a < c
+}
+
+// mapsValues lists m's values.
+func mapsValues(m map[string]float64) []float64 {
+	out := make([]float64, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
 }
