@@ -183,6 +183,11 @@ type RegionState struct {
 	// engine started, restarts included, whatever the answer. A drill
 	// compares two readings; a region that is down reports none.
 	TenantRequests map[string]int64 `json:"tenant_requests,omitempty"`
+	// PinnedEndpoints counts, by residency set, the endpoints of the
+	// set's pinned cluster in the region's data plane (the lab's model);
+	// a set with none while every region is up has not been routed yet
+	// (no plan in force since its regions came back).
+	PinnedEndpoints map[string]int `json:"pinned_endpoints,omitempty"`
 }
 
 // CellState is one cell as its regional controller sees it; State is the
@@ -302,6 +307,11 @@ func (s *FleetState) Unhealthy() string {
 				return fmt.Sprintf("cell %s is not in region %s's data plane", c.ID, r.Name)
 			}
 		}
+		for _, set := range sortedKeys(r.PinnedEndpoints) {
+			if r.PinnedEndpoints[set] == 0 {
+				return fmt.Sprintf("region %s's data plane has no endpoint for residency set %s", r.Name, set)
+			}
+		}
 		if len(s.Globals) > 0 && r.RouteSource != "plan" {
 			return fmt.Sprintf("region %s routes on %q, not on a plan", r.Name, r.RouteSource)
 		}
@@ -397,4 +407,14 @@ func (f Fault) Validate() error {
 		return fmt.Errorf("adminapi: fault: max_model_len %d out of range", f.MaxModelLen)
 	}
 	return nil
+}
+
+// sortedKeys lists m's keys in order.
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -97,7 +97,7 @@ func (h *hub) clear() {
 }
 
 // forRegion keeps the model plans whose ingress is region, and the ingress
-// addresses they route to, stamped as sent at sent (the region counts the
+// addresses they route to (their slices' routes included), stamped as sent at sent (the region counts the
 // plan's remaining life from it).
 func forRegion(p *isobarpb.RoutingPlan, region string, sent time.Time) *isobarpb.RoutingPlan {
 	out := &isobarpb.RoutingPlan{
@@ -112,6 +112,11 @@ func forRegion(p *isobarpb.RoutingPlan, region string, sent time.Time) *isobarpb
 		out.Plans = append(out.Plans, mp)
 		for _, r := range mp.Routes {
 			dests[r.Destination] = true
+		}
+		for _, sl := range mp.Slices {
+			for _, r := range sl.Routes {
+				dests[r.Destination] = true
+			}
 		}
 	}
 	for _, in := range p.Ingress {

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -237,6 +239,7 @@ func (l *Lab) State() adminapi.FleetState {
 			rs.RouteSource = "local"
 		}
 		if t := r.Gateway.Table(); t != nil {
+			rs.PinnedEndpoints = pinnedEndpoints(t, model)
 			for _, e := range t.Clusters[cluster].Endpoints {
 				rs.Endpoints = append(rs.Endpoints, adminapi.EndpointState{Cell: e.Cell, Region: e.Region, Weight: e.Weight,
 					Priority: e.Priority, MaxModelLen: e.MaxModelLen, Degraded: e.Degraded})
@@ -265,6 +268,25 @@ func tenantRequests(engines []*sim.Engine) map[string]int64 {
 			}
 			out[t] += n
 		}
+	}
+	return out
+}
+
+// pinnedEndpoints counts the endpoints of each of model's pinned clusters
+// (xdscontract.PinnedClusterName) in a data plane's table, by set; nil
+// when it has none.
+func pinnedEndpoints(t *xdsclient.Table, model string) map[string]int {
+	var out map[string]int
+	prefix := xdscontract.PinnedClusterName(model, "")
+	for name, c := range t.Clusters {
+		set, ok := strings.CutPrefix(name, prefix)
+		if !ok || c.Policy.Residency != set {
+			continue
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[set] = len(c.Endpoints)
 	}
 	return out
 }
