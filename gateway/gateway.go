@@ -43,6 +43,10 @@ type Gateway struct {
 	inflight  atomic.Int64 // completion requests held, against Config.MaxInflightRequests
 	tenants   *reqclass.Tenants
 	flow      *flowQueue // nil with Config.NoQueue
+	// ttft is an EWMA (weight slotHoldAlpha) of send → first byte over
+	// the successful attempts, every endpoint together, in nanoseconds; 0
+	// until the first: what the flow-control queue is told (SetTTFT).
+	ttft atomic.Int64
 
 	tbl atomic.Pointer[table]
 
