@@ -15,8 +15,9 @@ import (
 	"github.com/isobar-mesh/isobar/reqclass"
 )
 
-// Flow control. A request whose every eligible endpoint is at
-// Config.MaxInflightPerEndpoint on its first pick waits in the gateway's
+// Flow control. A request whose every eligible endpoint is at its
+// in-flight cap (balancer.capOf) on its first pick, or whose class yields
+// (Gateway.yields), waits in the gateway's
 // one flowcontrol.Queue (bands by criticality, round-robin between tenant
 // buckets, Config.Queue's bounds) instead of being answered 429 at once.
 // Each time an attempt gives its endpoint slot back (attempt.close), the
@@ -29,8 +30,10 @@ import (
 // again within one offer.
 //
 // A waiter that is evicted (a more important arrival while the queue is
-// full), expires (Config.Queue.MaxAge of its class: its own timer on the
-// gateway's clock, or the queue noticing it first), or finds its band or
+// full), expires (Config.Queue.MaxAge of its class, less the time to first
+// token for an Objective class: the queue noticing it, at the latest when
+// the waiter's own timer at MaxAge on the gateway's clock makes the queue
+// expire what is due), or finds its band or
 // the queue full, is answered 429 with Retry-After and the shed header
 // naming the cause (queue_evicted, queue_expired, queue_full); a client
 // that leaves while waiting is withdrawn (499, nothing written).
@@ -38,7 +41,9 @@ import (
 // Concurrency: the queue is guarded by flowQueue.mu; a waiter's handler
 // goroutine blocks on its own 1-buffered channel, written once by
 // whichever goroutine takes the waiter out (a releasing handler, the
-// configuration goroutine, an arriving request that evicts or expires it).
+// configuration goroutine, an arriving request that evicts or expires it,
+// another waiter's timer). The queue's estimates (slot hold, time to first
+// token) are atomics, read under mu before each call (syncQueue).
 // Picks run under mu and take the clusters' balancer mutexes inside it;
 // nothing takes mu while holding those.
 
