@@ -94,9 +94,12 @@ func (globalRand) Uint64() uint64 { return rand.Uint64() }
 // balancers' state lives in each cluster's lbState, under its mutex.
 type balancer struct {
 	mode  LBMode
-	limit int64   // Config.MaxInflightPerEndpoint: the upper bound of capOf
-	rand  lb.Rand // safe for concurrent use
-	place placement.Config
+	limit int64 // Config.MaxInflightPerEndpoint: the upper bound of capOf
+	// batchCap: cap each endpoint at flowcontrol.EndpointCap (flow control
+	// on); false: at limit (Config.NoQueue).
+	batchCap bool
+	rand     lb.Rand // safe for concurrent use
+	place    placement.Config
 	// prefix is --lb isobar's view of what each address's prefix cache
 	// holds (nil: no affinity).
 	prefix *prefix.Index[string]
@@ -174,14 +177,22 @@ func (p *balancer) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 	return nil, pickNoHost
 }
 
-// capOf is h's in-flight cap, at which it counts as saturated:
-// flowcontrol.EndpointCap of the batch the endpoint declares
+// capOf is h's in-flight cap, at which it counts as saturated. With flow
+// control, flowcontrol.EndpointCap of the batch the endpoint declares
 // (max_num_seqs from its xDS metadata), its round trip (xDS metadata) and
 // the slot hold the gateway measures on it (hostState.slotHold), bounded
 // by Config.MaxInflightPerEndpoint, which is also the cap of an endpoint
-// that declares no batch. The bench's ingress caps an endpoint with the
-// same call (bench/paper, fleet.capOf).
+// that declares no batch: what the engine cannot start at once waits at
+// the gateway, ordered by criticality. Without flow control (NoQueue) a
+// request beyond the batch would be refused rather than queued, so the
+// cap stays MaxInflightPerEndpoint and the engine's own queue holds it.
+// The bench's ingress caps an endpoint the same way (bench/paper,
+// fleet.capOf: the batch cap with flow control, the configured cap for
+// isobar-nocrit).
 func (p *balancer) capOf(h *hostRT) int64 {
+	if !p.batchCap {
+		return p.limit
+	}
 	return int64(flowcontrol.EndpointCap(h.ep.MaxNumSeqs, h.ep.RTT, time.Duration(h.st.slotHold.Load()), int(p.limit)))
 }
 

@@ -178,7 +178,8 @@
 //     slot), at most Config.MaxInflightPerEndpoint, which is also the cap
 //     of an endpoint that declares no batch. What the engine cannot start
 //     at once waits at the gateway, where it is ordered by criticality,
-//     rather than in the engine's FCFS queue. The in-flight counts,
+//     rather than in the engine's FCFS queue. With Config.NoQueue the cap
+//     is MaxInflightPerEndpoint: nothing would wait at the gateway. The in-flight counts,
 //     pending tokens and outlier state belong to the address, shared by
 //     all the clusters that list it (a cell is in its model's main, local
 //     and class clusters), where Envoy would keep one per cluster:

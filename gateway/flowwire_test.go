@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/isobar-mesh/isobar/gateway/flowcontrol"
+	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/reqclass"
 )
@@ -16,28 +17,31 @@ import (
 // TestEndpointCapFollowsMaxNumSeqs: an endpoint takes at most
 // flowcontrol.EndpointCap requests in flight (its declared max_num_seqs,
 // plus what its round trip and measured slot hold allow, under the
-// configured cap); one that declares no batch takes the configured cap.
-// The request beyond the cap waits in the queue and is dispatched when a
-// slot frees.
+// configured cap); one that declares no batch takes the configured cap,
+// and so does every endpoint without flow control. The request beyond the
+// cap waits in the queue and is dispatched when a slot frees (429 without
+// flow control).
 func TestEndpointCapFollowsMaxNumSeqs(t *testing.T) {
 	tests := []struct {
 		name       string
 		configured int
 		seqs       uint32
 		rtt, hold  time.Duration
+		noQueue    bool
 		want       int
 	}{
 		{name: "declares 4 seqs, nothing measured", configured: 64, seqs: 4, rtt: 50 * time.Millisecond, want: 4},
 		{name: "declares 4 seqs, slot hold twice the round trip", configured: 64, seqs: 4, rtt: 50 * time.Millisecond, hold: 100 * time.Millisecond, want: 6},
 		{name: "declares 4 seqs above the configured cap", configured: 3, seqs: 4, want: 3},
 		{name: "unknown seqs: the configured cap", configured: 3, want: 3},
+		{name: "no flow control: the configured cap", configured: 6, seqs: 4, noQueue: true, want: 6},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := flowcontrol.EndpointCap(int64(tt.seqs), tt.rtt, tt.hold, tt.configured); got != tt.want {
+			if got := flowcontrol.EndpointCap(int64(tt.seqs), tt.rtt, tt.hold, tt.configured); got != tt.want && !tt.noQueue {
 				t.Fatalf("flowcontrol.EndpointCap = %d, the case expects %d", got, tt.want)
 			}
-			r := newFlowRigWith(t, Config{MaxInflightPerEndpoint: tt.configured}, func(e *xds.Endpoint) {
+			r := newFlowRigWith(t, Config{MaxInflightPerEndpoint: tt.configured, NoQueue: tt.noQueue}, func(e *xds.Endpoint) {
 				e.MaxNumSeqs, e.RTT = tt.seqs, tt.rtt
 			})
 			if tt.hold > 0 {
@@ -47,6 +51,26 @@ func TestEndpointCapFollowsMaxNumSeqs(t *testing.T) {
 			}
 			for i := range tt.want + 1 {
 				r.send("r"+strconv.Itoa(i), "", "a", "standard")
+			}
+			if tt.noQueue {
+				// Every request is at the endpoint or refused: one 429 and
+				// tt.want arrivals means the cap held.
+				eventually.True(t, testTimeout, "one request refused", func() bool {
+					r.mu.Lock()
+					defer r.mu.Unlock()
+					return len(r.codes) == 1
+				})
+				if n := len(r.arrivals(tt.want)); n != tt.want {
+					t.Fatalf("%d requests reached the endpoint, want %d", n, tt.want)
+				}
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				for name, rec := range r.codes {
+					if rec.Code != http.StatusTooManyRequests {
+						t.Errorf("%s: %d, want 429", name, rec.Code)
+					}
+				}
+				return
 			}
 			// Every request is either at the endpoint or queued: tt.want
 			// arrivals and one waiter means the cap held.
