@@ -96,7 +96,8 @@ type balancer struct {
 	mode  LBMode
 	limit int64 // Config.MaxInflightPerEndpoint: the upper bound of capOf
 	// batchCap: cap each endpoint at flowcontrol.EndpointCap (flow control
-	// on); false: at limit (Config.NoQueue).
+	// on); false: at limit (Config.NoQueue, or Config.HealthOnly: only
+	// Gateway.Pick picks, and it answers 429 rather than queue).
 	batchCap bool
 	rand     lb.Rand // safe for concurrent use
 	place    placement.Config
@@ -178,7 +179,8 @@ func (p *balancer) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 }
 
 // capOf is h's in-flight cap, at which it counts as saturated. With flow
-// control, flowcontrol.EndpointCap of the batch the endpoint declares
+// control (requests queue at the gateway: not NoQueue, not HealthOnly),
+// flowcontrol.EndpointCap of the batch the endpoint declares
 // (max_num_seqs from its xDS metadata), its round trip (xDS metadata) and
 // the slot hold the gateway measures on it (hostState.slotHold), bounded
 // by Config.MaxInflightPerEndpoint, which is also the cap of an endpoint

@@ -99,8 +99,8 @@
 //     slot hold over the table's endpoints and the EWMA (weight 0.1) of
 //     send → first byte over successful answers. The bench's
 //     overload_priority stage drives the same queue with the same calls
-//     (bench/paper flow.go). Gateway.Pick takes the same caps but neither
-//     queues nor yields.
+//     (bench/paper flow.go). Gateway.Pick neither queues nor yields; in a
+//     gateway that also proxies it takes the same caps.
 //     Config.NoQueue answers 429 "saturated" at once instead, as
 //     Gateway.Pick always does (Envoy bounds an ext_proc answer by its
 //     message_timeout, 200 ms by default, too short to wait in). The queue is
@@ -178,8 +178,9 @@
 //     slot), at most Config.MaxInflightPerEndpoint, which is also the cap
 //     of an endpoint that declares no batch. What the engine cannot start
 //     at once waits at the gateway, where it is ordered by criticality,
-//     rather than in the engine's FCFS queue. With Config.NoQueue the cap
-//     is MaxInflightPerEndpoint: nothing would wait at the gateway. The in-flight counts,
+//     rather than in the engine's FCFS queue. With Config.NoQueue or
+//     HealthOnly (the picker) the cap is MaxInflightPerEndpoint: nothing
+//     would wait at the gateway. The in-flight counts,
 //     pending tokens and outlier state belong to the address, shared by
 //     all the clusters that list it (a cell is in its model's main, local
 //     and class clusters), where Envoy would keep one per cluster:

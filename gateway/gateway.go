@@ -81,7 +81,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, clock: deps.Clock, log: deps.Logger, dialOpts: deps.DialOptions,
-		balancer: balancer{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), batchCap: !cfg.NoQueue, rand: deps.Rand, place: cfg.Placement},
+		balancer: balancer{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), batchCap: !cfg.NoQueue && !cfg.HealthOnly, rand: deps.Rand, place: cfg.Placement},
 		dec:      xdsclient.Decoder{ModelHeader: cfg.ModelHeader},
 		reg:      newHostRegistry(),
 		hop:      hopAuth{key: cfg.HopKey, skew: cfg.HopMaxSkew},
