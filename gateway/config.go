@@ -85,9 +85,10 @@ type Config struct {
 	Placement placement.Config
 	// MaxInflightPerEndpoint caps the requests in flight to one endpoint
 	// (address): the cap of an endpoint that declares no batch
-	// (max_num_seqs) or of any with NoQueue or HealthOnly, and the upper bound of
-	// flowcontrol.EndpointCap for one that does. A request whose every candidate endpoint is at its
-	// cap waits in the flow-control queue (429 with NoQueue). Default 64.
+	// (max_num_seqs), or of any with NoQueue or HealthOnly, and the upper
+	// bound of flowcontrol.EndpointCap for one that does. A request whose
+	// every candidate endpoint is at its cap waits in the flow-control
+	// queue (429 with NoQueue). Default 64.
 	MaxInflightPerEndpoint int
 	// ModelHeader is the request header naming the model; when absent the
 	// JSON body's "model" is matched as if it were this header. Default
