@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/isobar-mesh/isobar/gateway/flowcontrol"
 	"github.com/isobar-mesh/isobar/gateway/lb"
 	"github.com/isobar-mesh/isobar/gateway/placement"
 	"github.com/isobar-mesh/isobar/gateway/prefix"
@@ -93,9 +94,13 @@ func (globalRand) Uint64() uint64 { return rand.Uint64() }
 // balancers' state lives in each cluster's lbState, under its mutex.
 type balancer struct {
 	mode  LBMode
-	limit int64   // in-flight cap per endpoint
-	rand  lb.Rand // safe for concurrent use
-	place placement.Config
+	limit int64 // Config.MaxInflightPerEndpoint: the upper bound of capOf
+	// batchCap: cap each endpoint at flowcontrol.EndpointCap (flow control
+	// on); false: at limit (Config.NoQueue, or Config.HealthOnly: only
+	// Gateway.Pick picks, and it answers 429 rather than queue).
+	batchCap bool
+	rand     lb.Rand // safe for concurrent use
+	place    placement.Config
 	// prefix is --lb isobar's view of what each address's prefix cache
 	// holds (nil: no affinity).
 	prefix *prefix.Index[string]
@@ -159,7 +164,7 @@ func (p *balancer) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 		if h == nil {
 			break
 		}
-		if h.st.acquire(p.limit) {
+		if h.st.acquire(p.capOf(h)) {
 			if p.mode == LBIsobar {
 				h.st.spendProbe()
 			}
@@ -173,16 +178,36 @@ func (p *balancer) pick(c *clusterRT, q pickQuery) (*hostRT, pickResult) {
 	return nil, pickNoHost
 }
 
+// capOf is h's in-flight cap, at which it counts as saturated. With flow
+// control (requests queue at the gateway: not NoQueue, not HealthOnly),
+// flowcontrol.EndpointCap of the batch the endpoint declares
+// (max_num_seqs from its xDS metadata), its round trip (xDS metadata) and
+// the slot hold the gateway measures on it (hostState.slotHold), bounded
+// by Config.MaxInflightPerEndpoint, which is also the cap of an endpoint
+// that declares no batch: what the engine cannot start at once waits at
+// the gateway, ordered by criticality. Without flow control (NoQueue) a
+// request beyond the batch would be refused rather than queued, so the
+// cap stays MaxInflightPerEndpoint and the engine's own queue holds it.
+// The bench's ingress caps an endpoint the same way (bench/paper,
+// fleet.capOf: the batch cap with flow control, the configured cap for
+// isobar-nocrit).
+func (p *balancer) capOf(h *hostRT) int64 {
+	if !p.batchCap {
+		return p.limit
+	}
+	return int64(flowcontrol.EndpointCap(h.ep.MaxNumSeqs, h.ep.RTT, time.Duration(h.st.slotHold.Load()), int(p.limit)))
+}
+
 // accepts reports whether h may take the request: not excluded (the
 // previous_hosts predicate), weight > 0 and below the in-flight cap.
 func (p *balancer) accepts(h *hostRT, q *pickQuery) bool {
-	return h.ep.Weight > 0 && q.allowed(h) && !slices.Contains(q.exclude, h) && h.st.inflight.Load() < p.limit
+	return h.ep.Weight > 0 && q.allowed(h) && !slices.Contains(q.exclude, h) && h.st.inflight.Load() < p.capOf(h)
 }
 
 // choose is Envoy's LoadBalancerBase::chooseHost (load_balancer_impl.cc):
 // chooseHostOnce, drawn again up to q.redraws times while the retry host
 // predicate rejects the host (here also while the host is at the
-// gateway's in-flight cap, which Envoy does not have). When every draw is
+// gateway's in-flight cap, capOf, which Envoy does not have). When every draw is
 // rejected, Envoy would send the request to the last host anyway; the
 // gateway instead scans for any acceptable host (scan), so that a retry
 // never returns to a tried endpoint while another is left and a full
@@ -223,7 +248,7 @@ func (p *balancer) scan(c *clusterRT, q pickQuery) (best *hostRT, saturated bool
 				continue
 			}
 			n := h.st.inflight.Load()
-			if n >= p.limit {
+			if n >= p.capOf(h) {
 				saturated = true
 				continue
 			}

@@ -97,3 +97,29 @@ func ParseQueueAges(s string, ages *[reqclass.Count]time.Duration) error {
 		return d, nil
 	})
 }
+
+// ParseQueueClasses reads a list of criticalities ("standard,sheddable",
+// --queue-newest-first and --queue-objective) into set: "" leaves set as
+// it is, "none" clears it, otherwise exactly the classes named, each once,
+// are set.
+func ParseQueueClasses(s string, set *[reqclass.Count]bool) error {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil
+	}
+	var out [reqclass.Count]bool
+	if s != "none" {
+		for _, f := range strings.Split(s, ",") {
+			c, ok := reqclass.Parse(strings.TrimSpace(f))
+			if !ok || strings.TrimSpace(f) == "" {
+				return fmt.Errorf("%q: want a list of critical, standard, sheddable, or none", f)
+			}
+			if out[c] {
+				return fmt.Errorf("%s given twice", c)
+			}
+			out[c] = true
+		}
+	}
+	*set = out
+	return nil
+}

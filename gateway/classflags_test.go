@@ -33,6 +33,21 @@ func TestParseQueueFlags(t *testing.T) {
 			t.Errorf("lengths %q accepted", bad)
 		}
 	}
+	set := [reqclass.Count]bool{true, false, true}
+	if err := ParseQueueClasses("", &set); err != nil || set != [reqclass.Count]bool{true, false, true} {
+		t.Fatalf("empty list changed the set: %v %v", set, err)
+	}
+	if err := ParseQueueClasses(" Standard ,sheddable", &set); err != nil || set != [reqclass.Count]bool{false, true, true} {
+		t.Fatalf("%v %v", set, err)
+	}
+	if err := ParseQueueClasses("none", &set); err != nil || set != [reqclass.Count]bool{} {
+		t.Fatalf("none: %v %v", set, err)
+	}
+	for _, bad := range []string{"urgent", "standard,standard", "standard,", "none,critical"} {
+		if err := ParseQueueClasses(bad, &set); err == nil {
+			t.Errorf("classes %q accepted", bad)
+		}
+	}
 	for _, bad := range []string{"critical=0s", "standard=soon"} {
 		if err := ParseQueueAges(bad, &a); err == nil {
 			t.Errorf("ages %q accepted", bad)
@@ -58,6 +73,8 @@ func FuzzClassFlags(f *testing.F) {
 				}
 			}
 		}
+		var set [reqclass.Count]bool
+		_ = ParseQueueClasses(s, &set) // never panics
 		var a [reqclass.Count]time.Duration
 		if err := ParseQueueAges(s, &a); err == nil {
 			for _, d := range a {

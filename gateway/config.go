@@ -84,8 +84,11 @@ type Config struct {
 	// placement.DefaultConfig().
 	Placement placement.Config
 	// MaxInflightPerEndpoint caps the requests in flight to one endpoint
-	// (address); a request whose every candidate endpoint is at the cap
-	// gets 429. Default 64.
+	// (address): the cap of an endpoint that declares no batch
+	// (max_num_seqs), or of any with NoQueue or HealthOnly, and the upper
+	// bound of flowcontrol.EndpointCap for one that does. A request whose
+	// every candidate endpoint is at its cap waits in the flow-control
+	// queue (429 with NoQueue). Default 64.
 	MaxInflightPerEndpoint int
 	// ModelHeader is the request header naming the model; when absent the
 	// JSON body's "model" is matched as if it were this header. Default
@@ -176,8 +179,11 @@ type Config struct {
 	// reqclass.DefaultMaxTenants.
 	MaxTenants int
 	// Queue bounds the flow-control queue requests wait in while every
-	// eligible endpoint is at MaxInflightPerEndpoint (package
-	// gateway/flowcontrol). Zero: flowcontrol.DefaultConfig().
+	// eligible endpoint is at its in-flight cap, and sets its policy
+	// (newest first, yield, objective ages; package gateway/flowcontrol).
+	// Zero: flowcontrol.DefaultConfig(). A non-zero Queue is taken as it
+	// is: start from DefaultConfig and adjust it, since a field left zero
+	// turns its policy off.
 	Queue flowcontrol.Config
 	// NoQueue answers such requests 429 at once instead (the behaviour
 	// before flow control).

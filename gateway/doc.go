@@ -73,14 +73,34 @@
 //     none is left the answer is 503 naming the set and its regions
 //     (isobar_gateway_residency_refused_total).
 //   - Flow control (flow.go, package gateway/flowcontrol): a request whose
-//     first pick finds every eligible endpoint at MaxInflightPerEndpoint
-//     waits in one bounded queue (bands by criticality, round-robin between
+//     first pick finds every eligible endpoint at its in-flight cap waits
+//     in one bounded queue (bands by criticality, round-robin between
 //     tenant buckets within a band, Config.Queue's length, total and age
 //     bounds) instead of being answered 429; each slot an attempt gives
 //     back, and each table update, dispatches the first waiter in that
 //     order whose own pick succeeds. Full, evicted (a more critical arrival
 //     while the queue is full) or expired: 429 with Retry-After and
 //     xdscontract.ShedHeader queue_full, queue_evicted or queue_expired.
+//     The queue's policy is flowcontrol.DefaultConfig's unless Config.Queue
+//     says otherwise (flags --queue-length, --queue-total, --queue-max-age,
+//     --queue-newest-first, --queue-objective, --queue-no-yield):
+//     critical waits up to 10 s, oldest first (a liveness bound);
+//     standard and sheddable wait until their wait plus the measured time
+//     to first token reaches the 1.5 s TTFT objective (Objective), and are
+//     served newest first within a tenant (NewestFirst), so that under a
+//     sustained shortfall the requests served still meet the objective.
+//     Yield: after a more critical request went unserved (expired,
+//     evicted, refused), a less critical class yields for the longer of
+//     that class's max age and the mean slot hold: a fresh request of it
+//     is queued even while a slot is free (isobar_gateway_queue_yielded_total;
+//     when the queue refuses it, it is picked for as usual), freed slots
+//     go to the more critical classes, and a timer at the yield's end
+//     offers the queue again. Before each call the queue is told the mean
+//     slot hold over the table's endpoints and the EWMA (weight 0.1) of
+//     send → first byte over successful answers. The bench's
+//     overload_priority stage drives the same queue with the same calls
+//     (bench/paper flow.go). Gateway.Pick neither queues nor yields; in a
+//     gateway that also proxies it takes the same caps.
 //     Config.NoQueue answers 429 "saturated" at once instead, as
 //     Gateway.Pick always does (Envoy bounds an ext_proc answer by its
 //     message_timeout, 200 ms by default, too short to wait in). The queue is
@@ -148,8 +168,19 @@
 //     route's host_selection_retry_max_attempts, as Envoy's chooseHost
 //     does; where Envoy would then take the last draw anyway, the gateway
 //     takes the acceptable endpoint with the fewest requests in flight. An
-//     endpoint at Config.MaxInflightPerEndpoint takes no more requests;
-//     when every candidate is full the answer is 429. The in-flight counts,
+//     endpoint at its in-flight cap takes no more requests; when every
+//     candidate is full the request waits in the flow-control queue (or,
+//     with Config.NoQueue, is answered 429). The cap (balancer.capOf) is
+//     flowcontrol.EndpointCap: the batch the endpoint declares
+//     (xdscontract.MetadataMaxNumSeqs) plus the requests that will find a
+//     slot free on arrival (max_num_seqs × RTT / slot hold, the slot hold
+//     an EWMA of how long a successful request held the endpoint's batch
+//     slot), at most Config.MaxInflightPerEndpoint, which is also the cap
+//     of an endpoint that declares no batch. What the engine cannot start
+//     at once waits at the gateway, where it is ordered by criticality,
+//     rather than in the engine's FCFS queue. With Config.NoQueue or
+//     HealthOnly (the picker) the cap is MaxInflightPerEndpoint: nothing
+//     would wait at the gateway. The in-flight counts,
 //     pending tokens and outlier state belong to the address, shared by
 //     all the clusters that list it (a cell is in its model's main, local
 //     and class clusters), where Envoy would keep one per cluster:

@@ -15,8 +15,9 @@ import (
 	"github.com/isobar-mesh/isobar/reqclass"
 )
 
-// Flow control. A request whose every eligible endpoint is at
-// Config.MaxInflightPerEndpoint on its first pick waits in the gateway's
+// Flow control. A request whose every eligible endpoint is at its
+// in-flight cap (balancer.capOf) on its first pick, or whose class yields
+// (Gateway.yields), waits in the gateway's
 // one flowcontrol.Queue (bands by criticality, round-robin between tenant
 // buckets, Config.Queue's bounds) instead of being answered 429 at once.
 // Each time an attempt gives its endpoint slot back (attempt.close), the
@@ -29,8 +30,10 @@ import (
 // again within one offer.
 //
 // A waiter that is evicted (a more important arrival while the queue is
-// full), expires (Config.Queue.MaxAge of its class: its own timer on the
-// gateway's clock, or the queue noticing it first), or finds its band or
+// full), expires (Config.Queue.MaxAge of its class, less the time to first
+// token for an Objective class: the queue noticing it, at the latest when
+// the waiter's own timer at MaxAge on the gateway's clock makes the queue
+// expire what is due), or finds its band or
 // the queue full, is answered 429 with Retry-After and the shed header
 // naming the cause (queue_evicted, queue_expired, queue_full); a client
 // that leaves while waiting is withdrawn (499, nothing written).
@@ -38,7 +41,9 @@ import (
 // Concurrency: the queue is guarded by flowQueue.mu; a waiter's handler
 // goroutine blocks on its own 1-buffered channel, written once by
 // whichever goroutine takes the waiter out (a releasing handler, the
-// configuration goroutine, an arriving request that evicts or expires it).
+// configuration goroutine, an arriving request that evicts or expires it,
+// another waiter's timer). The queue's estimates (slot hold, time to first
+// token) are atomics, read under mu before each call (syncQueue).
 // Picks run under mu and take the clusters' balancer mutexes inside it;
 // nothing takes mu while holding those.
 
@@ -79,6 +84,7 @@ type flowMetrics struct {
 	length   *prometheus.GaugeVec     // criticality
 	wait     *prometheus.HistogramVec // criticality
 	outcomes *prometheus.CounterVec   // criticality, outcome
+	yielded  *prometheus.CounterVec   // criticality
 }
 
 var queueOutcomes = []string{"dispatched", "evicted", "expired", "full", "removed"}
@@ -98,8 +104,13 @@ func newFlowMetrics() *flowMetrics {
 			Name: "isobar_gateway_queue_outcomes_total",
 			Help: "Requests that left the flow-control queue (or could not enter it), by criticality and outcome: dispatched, evicted (by a more important arrival), expired (past its class's max age), full (its band or the queue full on arrival), removed (the client left).",
 		}, []string{"criticality", "outcome"}),
+		yielded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gateway_queue_yielded_total",
+			Help: "Requests that arrived while their class yielded to a more important one that was short (flow control's yield) and so went to the queue whatever the free slots, by criticality.",
+		}, []string{"criticality"}),
 	}
 	for _, c := range reqclass.All() {
+		m.yielded.WithLabelValues(c.String())
 		m.length.WithLabelValues(c.String())
 		m.wait.WithLabelValues(c.String())
 		for _, o := range queueOutcomes {
@@ -110,7 +121,7 @@ func newFlowMetrics() *flowMetrics {
 }
 
 func (m *flowMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.length, m.wait, m.outcomes}
+	return []prometheus.Collector{m.length, m.wait, m.outcomes, m.yielded}
 }
 
 func newFlowQueue(cfg flowcontrol.Config, clock clockwork.Clock, m *flowMetrics) (*flowQueue, error) {
@@ -165,6 +176,7 @@ func (g *Gateway) offer(max int) {
 			f.mu.Unlock()
 			return
 		}
+		g.syncQueue()
 		e, ok, expired := f.q.Dispatch(g.clock.Now(), func(e flowcontrol.Entry[*waiter]) bool {
 			w := e.Payload
 			// The cluster as the table now has it (its hosts may have
@@ -199,14 +211,24 @@ func (g *Gateway) offer(max int) {
 }
 
 // wait queues a request whose first pick found every eligible endpoint
-// saturated, and blocks until it is dispatched (h and res as from
-// chooseEndpoint) or shed (reason: one of the shedQueue causes), or ctx
-// ends (reason "canceled": the client left or the route timed out).
+// saturated, or whose class yields (yields), and blocks until it is
+// dispatched (h and res as from chooseEndpoint) or shed (reason: one of
+// the shedQueue causes), or ctx ends (reason "canceled": the client left
+// or the route timed out). While its class yields, a timer at the end of
+// the yield offers the queue again (the bench's ingress schedules the
+// same offer, bench/paper flow.go enqueue).
 func (g *Gateway) wait(ctx context.Context, cl *clusterRT, q pickQuery, c *classOf) (h *hostRT, res pickResult, reason string) {
 	f := g.flow
 	w := &waiter{cl: cl, q: q, done: make(chan waitResult, 1)}
 	f.mu.Lock()
-	handle, out, err := f.q.Push(g.clock.Now(), c.crit, c.bucket, w)
+	now := g.clock.Now()
+	g.syncQueue()
+	handle, out, err := f.q.Push(now, c.crit, c.bucket, w)
+	var until time.Time
+	yield := false
+	if err == nil {
+		until, yield = f.q.Yields(now, c.crit)
+	}
 	f.gauges()
 	f.mu.Unlock()
 	f.settle(out)
@@ -221,13 +243,26 @@ func (g *Gateway) wait(ctx context.Context, cl *clusterRT, q pickQuery, c *class
 	g.offer(1)
 	timer := g.clock.NewTimer(f.q.Config().MaxAge[c.crit])
 	defer timer.Stop()
+	var again <-chan time.Time
+	if yield {
+		t := g.clock.NewTimer(max(until.Sub(now), 0))
+		defer t.Stop()
+		again = t.Chan()
+	}
 	var r waitResult
-	select {
-	case r = <-w.done:
-	case <-ctx.Done():
-		r = g.withdraw(handle, w, flowcontrol.Removed)
-	case <-timer.Chan():
-		r = g.withdraw(handle, w, flowcontrol.Expired)
+	for waiting := true; waiting; {
+		waiting = false
+		select {
+		case r = <-w.done:
+		case <-ctx.Done():
+			r = g.withdraw(handle, w, flowcontrol.Removed)
+		case <-timer.Chan():
+			r = g.expireWait(handle, w)
+		case <-again:
+			// The more important band may no longer be short.
+			again, waiting = nil, true
+			g.offer(0)
+		}
 	}
 	switch r.outcome {
 	case flowcontrol.Dispatched:
@@ -238,6 +273,70 @@ func (g *Gateway) wait(ctx context.Context, cl *clusterRT, q pickQuery, c *class
 		return nil, pickSaturated, shedQueueExpired
 	}
 	return nil, pickSaturated, "canceled"
+}
+
+// expireWait is a waiter's age timer: the queue takes out every entry
+// past its age (so that each loss marks its band short, as the bench's
+// expiry event does), the queue is offered what is free, and the
+// waiter's own outcome is read; a waiter the queue did not find expired
+// (the time to first token shortens an Objective band's age, never
+// lengthens it, so only a clock step back does that) is withdrawn
+// Expired.
+func (g *Gateway) expireWait(handle flowcontrol.Handle, w *waiter) waitResult {
+	f := g.flow
+	f.mu.Lock()
+	g.syncQueue()
+	out := f.q.Expire(g.clock.Now())
+	f.gauges()
+	f.mu.Unlock()
+	f.settle(out)
+	g.offer(0)
+	return g.withdraw(handle, w, flowcontrol.Expired)
+}
+
+// yields reports whether a fresh request of class c waits in the queue
+// even while a slot is free: its class yields to a more important band
+// that is short (flowcontrol Queue.Yields, Config.Queue.Yield). The proxy
+// asks before a request's first pick, as the bench's ingress does.
+func (g *Gateway) yields(c reqclass.Criticality) bool {
+	f := g.flow
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g.syncQueue()
+	_, ok := f.q.Yields(g.clock.Now(), c)
+	return ok
+}
+
+// syncQueue gives the queue the gateway's current estimates before a
+// call, as the bench's ingress does (bench/paper flow.go, syncQueue): the
+// mean slot hold over the table's endpoints that have one (SetSlotHold)
+// and the time to first byte (SetTTFT). Call it under flowQueue.mu.
+func (g *Gateway) syncQueue() {
+	g.flow.q.SetSlotHold(g.meanSlotHold())
+	g.flow.q.SetTTFT(time.Duration(g.ttft.Load()))
+}
+
+// meanSlotHold is the mean of hostState.slotHold over the current
+// table's addresses that have one; 0 when none has.
+func (g *Gateway) meanSlotHold() time.Duration {
+	t := g.tbl.Load()
+	if t == nil {
+		return 0
+	}
+	var sum, n int64
+	for _, h := range t.hosts {
+		if d := h.slotHold.Load(); d > 0 {
+			sum += d
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(sum / n)
 }
 
 // withdraw takes w out of the queue with outcome o, or, when another

@@ -13,6 +13,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/gateway/flowcontrol"
 	"github.com/isobar-mesh/isobar/internal/eventually"
+	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/reqclass"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -51,12 +52,22 @@ type flowRig struct {
 }
 
 func newFlowRig(t *testing.T, q flowcontrol.Config) *flowRig {
+	return newFlowRigWith(t, Config{MaxInflightPerEndpoint: 1, Queue: q}, nil)
+}
+
+// newFlowRigWith is newFlowRig with cfg (its trusted sources set) and the
+// endpoint as ep makes it (nil: as it is).
+func newFlowRigWith(t *testing.T, cfg Config, ep func(*xds.Endpoint)) *flowRig {
 	up := &heldUpstream{release: make(chan struct{})}
 	addr := startHTTP(t, up)
 	clock := clockwork.NewFakeClock()
-	cfg := Config{MaxInflightPerEndpoint: 1, Queue: q, TrustedSources: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
+	cfg.TrustedSources = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
 	r := &flowRig{t: t, g: unitGateway(t, cfg, Deps{Clock: clock}), up: up, clock: clock, codes: map[string]*httptest.ResponseRecorder{}}
-	applyState(t, r.g, oneModel(model, endpointOf(t, "a", addr, 1, 0)), nil)
+	e := endpointOf(t, "a", addr, 1, 0)
+	if ep != nil {
+		ep(&e)
+	}
+	applyState(t, r.g, oneModel(model, e), nil)
 	t.Cleanup(func() {
 		close(up.release)
 		r.wg.Wait()

@@ -43,6 +43,10 @@ type Gateway struct {
 	inflight  atomic.Int64 // completion requests held, against Config.MaxInflightRequests
 	tenants   *reqclass.Tenants
 	flow      *flowQueue // nil with Config.NoQueue
+	// ttft is an EWMA (weight slotHoldAlpha) of send → first byte over
+	// the successful attempts, every endpoint together, in nanoseconds; 0
+	// until the first: what the flow-control queue is told (SetTTFT).
+	ttft atomic.Int64
 
 	tbl atomic.Pointer[table]
 
@@ -77,7 +81,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, clock: deps.Clock, log: deps.Logger, dialOpts: deps.DialOptions,
-		balancer: balancer{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), rand: deps.Rand, place: cfg.Placement},
+		balancer: balancer{mode: cfg.LB, limit: int64(cfg.MaxInflightPerEndpoint), batchCap: !cfg.NoQueue && !cfg.HealthOnly, rand: deps.Rand, place: cfg.Placement},
 		dec:      xdsclient.Decoder{ModelHeader: cfg.ModelHeader},
 		reg:      newHostRegistry(),
 		hop:      hopAuth{key: cfg.HopKey, skew: cfg.HopMaxSkew},

@@ -140,17 +140,22 @@ func (h *hostState) pendingWork(now time.Time, rate float64) int64 {
 const slotHoldAlpha = 0.1
 
 // observeSlotHold folds one successful request's slot hold into slotHold.
-func (h *hostState) observeSlotHold(d time.Duration) {
+func (h *hostState) observeSlotHold(d time.Duration) { observeEWMA(&h.slotHold, d) }
+
+// observeEWMA folds the sample d into the EWMA v (nanoseconds, weight
+// slotHoldAlpha for d; the first sample is taken as it is), lock-free.
+// A sample <= 0 is not a measurement and is left out.
+func observeEWMA(v *atomic.Int64, d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	for {
-		old := h.slotHold.Load()
+		old := v.Load()
 		next := int64(d)
 		if old > 0 {
 			next = old + int64(slotHoldAlpha*float64(int64(d)-old))
 		}
-		if h.slotHold.CompareAndSwap(old, next) {
+		if v.CompareAndSwap(old, next) {
 			return
 		}
 	}

@@ -80,6 +80,7 @@ type Pick struct {
 	sse      bool      // text/event-stream: the slot is held from the first byte
 	first    bool      // the first response body byte has arrived
 	holdFrom time.Time // the slot hold's start
+	firstAt  time.Time // the first response byte (zero: none yet)
 	refusal  bool      // a 400 waits for its body's stated context limit
 }
 
@@ -285,6 +286,7 @@ func (p *Pick) Body(chunk []byte, end bool) {
 		p.first = true
 		now := p.g.clock.Now()
 		p.a.firstByte()
+		p.firstAt = now
 		if p.sse {
 			p.holdFrom = now
 		}
@@ -304,7 +306,7 @@ func (p *Pick) Body(chunk []byte, end bool) {
 // hold is observed as relay observes it.
 func (p *Pick) responseEnd() {
 	if p.status > 0 && p.status < 300 {
-		p.a.h.st.observeSlotHold(p.g.clock.Since(p.holdFrom))
+		p.g.observeAnswer(p.a, p.holdFrom, p.firstAt)
 	}
 }
 

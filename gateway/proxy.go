@@ -341,12 +341,15 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if rt.Retry.PreviousHosts {
 			q.exclude, q.redraws = tried, rt.Retry.HostSelectionRetries
 		}
-		h, res := g.chooseEndpoint(cl, q)
-		if h == nil && res == pickSaturated && last == nil {
+		var h *hostRT
+		var res pickResult
+		if last == nil {
 			var status int
-			if h, res, status = g.queueOrShed(ctx, w, cl, q, c, shed); status != 0 {
+			if h, res, status = g.firstPick(ctx, w, cl, q, c, shed); status != 0 {
 				return status
 			}
+		} else {
+			h, res = g.chooseEndpoint(cl, q)
 		}
 		if res == pickOverflow {
 			return g.relayFailure(w, last, http.StatusServiceUnavailable, "upstream overflow: the cluster's circuit breaker is open")
@@ -386,21 +389,47 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 }
 
+// firstPick is a request's first pick. A request whose class yields
+// (Gateway.yields: a more important band is short) waits in the queue as
+// if every endpoint were saturated; when the queue refuses it (its band
+// or the queue full) it is picked for as usual, as the bench's ingress
+// does (bench/paper fleet.go, route). A pick that finds every eligible
+// endpoint saturated waits or is shed (queueOrShed). status 0: proceed
+// with h and res.
+func (g *Gateway) firstPick(ctx context.Context, w http.ResponseWriter, cl *clusterRT, q pickQuery, c *classOf, shed func(string)) (*hostRT, pickResult, int) {
+	if g.yields(c.crit) {
+		g.m.flow.yielded.WithLabelValues(c.crit.String()).Inc()
+		h, res, why := g.wait(ctx, cl, q, c)
+		if why != shedQueueFull {
+			return g.endWait(ctx, w, c, shed, h, res, why)
+		}
+	}
+	h, res := g.chooseEndpoint(cl, q)
+	if h == nil && res == pickSaturated {
+		return g.queueOrShed(ctx, w, cl, q, c, shed)
+	}
+	return h, res, 0
+}
+
 // queueOrShed handles a first pick that found every eligible endpoint
 // saturated: it waits in the flow-control queue (wait) unless flow
-// control is off, and answers the request itself when that ends without
-// an endpoint: 429 with Retry-After and the shed header naming the cause
-// (saturated, queue_full, queue_evicted, queue_expired), 504 when the
-// route's timeout ended the wait, nothing (499) when the client left.
-// status 0: proceed with h and res.
+// control is off, then endWait.
 func (g *Gateway) queueOrShed(ctx context.Context, w http.ResponseWriter, cl *clusterRT, q pickQuery, c *classOf, shed func(string)) (*hostRT, pickResult, int) {
-	reason := "saturated"
-	if g.flow != nil {
-		h, res, why := g.wait(ctx, cl, q, c)
-		if why == "" {
-			return h, res, 0
-		}
-		reason = why
+	if g.flow == nil {
+		return g.endWait(ctx, w, c, shed, nil, pickSaturated, "saturated")
+	}
+	h, res, why := g.wait(ctx, cl, q, c)
+	return g.endWait(ctx, w, c, shed, h, res, why)
+}
+
+// endWait answers a request whose wait for an endpoint ended without one
+// (reason not ""): 429 with Retry-After and the shed header naming the
+// cause (saturated, queue_full, queue_evicted, queue_expired), 504 when
+// the route's timeout ended the wait, nothing (499) when the client left.
+// status 0: proceed with h and res (reason "").
+func (g *Gateway) endWait(ctx context.Context, w http.ResponseWriter, c *classOf, shed func(string), h *hostRT, res pickResult, reason string) (*hostRT, pickResult, int) {
+	if reason == "" {
+		return h, res, 0
 	}
 	switch {
 	case reason == "canceled" && errors.Is(ctx.Err(), context.Canceled):
@@ -736,6 +765,19 @@ func (g *Gateway) setEndpointHeaders(hdr http.Header, h *hostRT, upstream http.H
 	hdr.Set(xdscontract.RegionHeader, h.ep.Region)
 }
 
+// observeAnswer records a successful answer on attempt a, whose batch
+// slot was held from holdFrom and whose first byte came at firstAt: the
+// host's slot hold (hostState.slotHold) and the gateway's time to first
+// byte (Gateway.ttft), as the bench's ingress records both on each
+// successful reply.
+func (g *Gateway) observeAnswer(a *attempt, holdFrom, firstAt time.Time) {
+	a.h.st.observeSlotHold(g.clock.Since(holdFrom))
+	if !firstAt.After(a.sent) {
+		return // no byte came, or none the clock could tell from the send
+	}
+	observeEWMA(&g.ttft, firstAt.Sub(a.sent))
+}
+
 // relay streams the response to the client, flushing every chunk as it
 // arrives. A failure after the first byte cannot be retried: the client's
 // connection is aborted so it sees a truncated response, not a clean end.
@@ -755,7 +797,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 	// The slot hold --lb isobar's pick prices: a streamed answer holds its
 	// batch slot from its first token to its end (the decode), an answer
 	// sent whole from the attempt's start.
-	holdFrom := a.sent
+	holdFrom, firstAt := a.sent, a.sent
 	streamed := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	for {
 		n, err := resp.Body.Read(buf)
@@ -763,8 +805,9 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 			if first {
 				first = false
 				a.firstByte()
+				firstAt = g.clock.Now()
 				if streamed {
-					holdFrom = g.clock.Now()
+					holdFrom = firstAt
 				}
 				g.m.ttft.WithLabelValues(model).Observe(g.clock.Since(start).Seconds())
 			}
@@ -777,7 +820,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, a *attempt, 
 		}
 		if err == io.EOF {
 			if resp.StatusCode < 300 {
-				a.h.st.observeSlotHold(g.clock.Since(holdFrom))
+				g.observeAnswer(a, holdFrom, firstAt)
 			}
 			return resp.StatusCode
 		}

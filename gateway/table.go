@@ -18,6 +18,9 @@ type table struct {
 	clusters     map[string]*clusterRT
 	soleModel    string // the model when the routes name exactly one
 	labels       map[string]struct{}
+	// hosts is the runtime state of every address the table lists, once
+	// each (the flow-control queue's mean slot hold).
+	hosts []*hostState
 }
 
 // buildTable links in to the registry's runtime state. region is this
@@ -36,6 +39,10 @@ func buildTable(in *xdsclient.Inputs, routeName, region string, reg *hostRegistr
 		view:     xdsclient.NewTable(in, routeName),
 		clusters: make(map[string]*clusterRT, len(in.Clusters)),
 		labels:   make(map[string]struct{}, len(addrs)),
+		hosts:    make([]*hostState, 0, len(hs)),
+	}
+	for _, h := range hs {
+		t.hosts = append(t.hosts, h)
 	}
 	for name, pol := range in.Clusters {
 		t.clusters[name] = buildCluster(name, pol, in.Assignments[pol.ServiceName], cs[name], hs, region, t.labels, p)

@@ -127,7 +127,7 @@ func (d *dataPlaneFlags) add(cmd *cobra.Command, lbDefault, certHelp string) {
 	f.DurationVar(&d.decodeCost, "isobar-decode-cost", placement.DefaultDecodeCost, "--lb isobar: expected latency added per request in flight on an endpoint (each running sequence lengthens every step of this answer); smaller packs decodes onto the hosts with the least prefill queued, larger spreads them (gateway/placement/README.md)")
 	f.BoolVar(&d.affinity, "prefix-affinity", true, "--lb isobar: keep an index of the prompt blocks sent to each endpoint and count its expected cached prefix as saved prefill (gateway/prefix)")
 	f.Float64Var(&d.affinityBand, "affinity-band", placement.DefaultAffinityBand, "--lb isobar with --prefix-affinity: among endpoints whose expected TTFT is within this fraction of the best, prefer the longest expected cached prefix; 0: no preference")
-	f.IntVar(&d.cfg.MaxInflightPerEndpoint, "max-inflight-per-endpoint", 64, "requests in flight per endpoint above which it takes no more; all full: 429")
+	f.IntVar(&d.cfg.MaxInflightPerEndpoint, "max-inflight-per-endpoint", 64, "requests in flight per endpoint above which it takes no more (with flow control an endpoint declaring max_num_seqs gets its batch plus what frees within a round trip, at most this); all full: the request queues (429 with --no-queue)")
 	f.DurationVar(&d.cfg.DrainTimeout, "drain-timeout", 0, "on shutdown, how long requests in flight may finish (default 30s)")
 	f.DurationVar(&d.cfg.ReportInterval, "report-interval", 0, "period of the reports to the controller (default 1s)")
 	f.Int64Var(&d.cfg.MaxBodyBytes, "max-body-bytes", 0, "largest request body accepted; larger: 413 from the gateway, a ResourceExhausted stream from the picker (default 16 MiB)")

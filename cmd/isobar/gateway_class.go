@@ -15,8 +15,9 @@ import (
 type classFlags struct {
 	trusted, objectives, residencyFile string
 	queueLen, queueAge                 string
+	queueNewest, queueObjective        string
 	queueTotal, maxTenants             int
-	noQueue                            bool
+	noQueue, noYield                   bool
 }
 
 func (c *classFlags) add(cmd *cobra.Command) {
@@ -26,7 +27,10 @@ func (c *classFlags) add(cmd *cobra.Command) {
 	f.StringVar(&c.residencyFile, "residency", "", `residency config (JSON: {"sets": {name: [regions]}, "tenants": {tenant: set}, "models": {model: set}}): pinned requests are never sent to an endpoint outside their set's regions, whatever the routes say`)
 	f.IntVar(&c.maxTenants, "max-tenants", 0, "distinct tenants (x-isobar-tenant) tracked for fairness; later ones share one bucket (default 64)")
 	f.StringVar(&c.queueLen, "queue-length", "", `flow control: requests that may wait per criticality while every endpoint is full, "critical=N,standard=N,sheddable=N" (default critical=128,standard=256,sheddable=256)`)
-	f.StringVar(&c.queueAge, "queue-max-age", "", `flow control: longest wait per criticality before a 429, "critical=D,standard=D,sheddable=D" (default critical=10s,standard=5s,sheddable=2s)`)
+	f.StringVar(&c.queueAge, "queue-max-age", "", `flow control: longest wait per criticality before a 429, "critical=D,standard=D,sheddable=D"; for the --queue-objective classes the wait plus the measured time to first token (default critical=10s, a liveness bound; standard=1.5s,sheddable=1.5s, the TTFT objective)`)
+	f.StringVar(&c.queueNewest, "queue-newest-first", "", `flow control: the criticalities whose waiters are served newest first within a tenant, so that under a sustained shortfall the served ones still meet the objective ("standard,sheddable", "none"; default standard,sheddable)`)
+	f.StringVar(&c.queueObjective, "queue-objective", "", `flow control: the criticalities whose --queue-max-age is a TTFT objective: a waiter leaves once its wait plus the measured time to first token reaches it ("standard,sheddable", "none"; default standard,sheddable)`)
+	f.BoolVar(&c.noYield, "queue-no-yield", false, "flow control: a less critical request never waits while a slot is free (by default it waits, for the max age of the more critical class, after a more critical request went unserved)")
 	f.IntVar(&c.queueTotal, "queue-total", 0, "flow control: requests that may wait in all; when reached a more critical arrival evicts the oldest less critical one (default 384)")
 	f.BoolVar(&c.noQueue, "no-queue", false, "no flow control: a request that finds every endpoint full is answered 429 at once")
 }
@@ -53,9 +57,16 @@ func (c *classFlags) apply(cfg *gateway.Config) error {
 	if err := gateway.ParseQueueAges(c.queueAge, &q.MaxAge); err != nil {
 		return fmt.Errorf("--queue-max-age: %w", err)
 	}
+	if err := gateway.ParseQueueClasses(c.queueNewest, &q.NewestFirst); err != nil {
+		return fmt.Errorf("--queue-newest-first: %w", err)
+	}
+	if err := gateway.ParseQueueClasses(c.queueObjective, &q.Objective); err != nil {
+		return fmt.Errorf("--queue-objective: %w", err)
+	}
 	if c.queueTotal != 0 {
 		q.MaxTotal = c.queueTotal
 	}
+	q.Yield = !c.noYield
 	if err := q.Validate(); err != nil {
 		return fmt.Errorf("--queue-length, --queue-max-age, --queue-total: %w", err)
 	}

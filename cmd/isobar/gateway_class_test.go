@@ -38,6 +38,9 @@ func TestGatewayClassFlags(t *testing.T) {
 		{"bad queue age", []string{"--queue-max-age", "critical=0s"}, "--queue-max-age"},
 		{"bad queue total", []string{"--queue-total", "-2"}, "--queue-total"},
 		{"queue accepted", append([]string{"--queue-length", "critical=10", "--queue-max-age", "sheddable=500ms", "--queue-total", "20"}, next...), "MaxInflightPerEndpoint"},
+		{"bad newest first", []string{"--queue-newest-first", "urgent"}, "--queue-newest-first"},
+		{"bad objective class", []string{"--queue-objective", "standard,standard"}, "--queue-objective"},
+		{"queue policy accepted", append([]string{"--queue-newest-first", "none", "--queue-objective", "sheddable", "--queue-no-yield"}, next...), "MaxInflightPerEndpoint"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
