@@ -84,7 +84,7 @@
 // (isobar regional --insecure) nobody is authenticated on gRPC, and the
 // admin endpoints need the token when one is set.
 //
-// Overload that protects what matters (issue 25; docs/issue25-regional.md).
+// Overload that protects what matters (issue 25; docs/design.md §5.6).
 // Data planes report each model's demand split by criticality and
 // residency set (demandslices.go); the registry keeps the split in its
 // demand windows (a set this controller's Config.Residency does not define

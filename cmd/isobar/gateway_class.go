@@ -11,7 +11,7 @@ import (
 )
 
 // classFlags are the request-class, residency and flow-control flags of
-// `isobar gateway` and `isobar picker` (docs/issue25-gateway.md).
+// `isobar gateway` and `isobar picker` (docs/design.md §6.5–6.6).
 type classFlags struct {
 	trusted, objectives, residencyFile string
 	queueLen, queueAge                 string
