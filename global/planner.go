@@ -263,29 +263,39 @@ func comparable(prev prevPlan, regions []string, demand []float64) bool {
 }
 
 // modelPlan drops negligible routes and renormalises so routes + shed sum
-// to exactly 1.
+// to exactly 1; a row with nothing left routes home.
 func modelPlan(model, ingress string, regions []string, fr []float64, shed float64) *isobarpb.ModelPlan {
 	mp := &isobarpb.ModelPlan{Model: model, IngressRegion: ingress}
+	var ok bool
+	if mp.Routes, mp.Shed, ok = routeRow(regions, fr, shed, nil); !ok {
+		mp.Routes, mp.Shed = []*isobarpb.Route{{Destination: ingress, Fraction: 1}}, 0
+	}
+	return mp
+}
+
+// routeRow is one plan row as routes: the shares of at least minRoute to
+// regions[j] (only j that keep allows, when keep is not nil) and the shed
+// (0 below minRoute), renormalised to add up to exactly 1; ok is false
+// when nothing is left to renormalise.
+func routeRow(regions []string, fr []float64, shed float64, keep func(j int) bool) (routes []*isobarpb.Route, outShed float64, ok bool) {
 	if shed < minRoute {
 		shed = 0
 	}
 	var sum float64
 	for j, f := range fr {
-		if f >= minRoute {
-			mp.Routes = append(mp.Routes, &isobarpb.Route{Destination: regions[j], Fraction: f})
+		if f >= minRoute && (keep == nil || keep(j)) {
+			routes = append(routes, &isobarpb.Route{Destination: regions[j], Fraction: f})
 			sum += f
 		}
 	}
 	if sum+shed <= 0 {
-		mp.Routes = []*isobarpb.Route{{Destination: ingress, Fraction: 1}}
-		return mp
+		return nil, 0, false
 	}
 	scale := 1 / (sum + shed)
-	for _, r := range mp.Routes {
+	for _, r := range routes {
 		r.Fraction *= scale
 	}
-	mp.Shed = shed * scale
-	return mp
+	return routes, shed * scale, true
 }
 
 // rttMatrix builds the symmetric RTT matrix from what each region measured:

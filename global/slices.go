@@ -221,24 +221,10 @@ func slicePlan(s planSlice, live []string, fr []float64, shed float64) *isobarpb
 			shed += f
 		}
 	}
-	if shed < minRoute {
-		shed = 0
-	}
-	var sum float64
-	for j, f := range fr {
-		if f >= minRoute && (s.at == nil || slices.Contains(s.at, j)) {
-			sp.Routes = append(sp.Routes, &isobarpb.Route{Destination: live[j], Fraction: f})
-			sum += f
-		}
-	}
-	if sum+shed <= 0 {
+	keep := func(j int) bool { return s.at == nil || slices.Contains(s.at, j) }
+	var ok bool
+	if sp.Routes, sp.Shed, ok = routeRow(live, fr, shed, keep); !ok {
 		sp.Routes, sp.Shed = nil, 1
-		return sp
 	}
-	scale := 1 / (sum + shed)
-	for _, r := range sp.Routes {
-		r.Fraction *= scale
-	}
-	sp.Shed = shed * scale
 	return sp
 }
