@@ -72,13 +72,16 @@ func validateReport(r *isobarpb.DataPlaneReport, region string) error {
 		}
 	}
 	for _, d := range r.GetDemand() {
-		if d.GetModel() == "" || len(d.GetModel()) > 256 || d.GetShed() > d.GetRequests() {
-			return bad("demand for %q: shed %d of %d", trunc(d.GetModel()), d.GetShed(), d.GetRequests())
+		if d.GetModel() == "" || len(d.GetModel()) > 256 {
+			return bad("demand for %q: a model name of 1 to 256 bytes", trunc(d.GetModel()))
 		}
-		if d.GetRequests() > limit {
-			return outOfRange(fmt.Sprintf("demand for %q", trunc(d.GetModel())), d.GetRequests())
+		// Shed is not bounded by the interval's requests: a request queued
+		// by the gateway's flow control arrives in one report and may be
+		// refused (expired, evicted) in a later one.
+		if n := max(d.GetRequests(), d.GetShed()); n > limit {
+			return outOfRange(fmt.Sprintf("demand for %q", trunc(d.GetModel())), n)
 		}
-		if why, ok := validateSlices(d); !ok {
+		if why, ok := validateSlices(d, limit); !ok {
 			return bad("demand for %q: %s (at most %d slices, set names of at most %d bytes, requests within the model's)",
 				trunc(d.GetModel()), why, maxReportSlices, maxSliceSetLen)
 		}

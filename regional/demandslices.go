@@ -32,16 +32,18 @@ type SliceKey struct {
 var unpinnedStandard = SliceKey{Criticality: reqclass.Standard}
 
 // validateSlices checks one model's slices in a report: at most
-// maxReportSlices, each set name bounded, each slice's shed within its
-// requests, and the slices' requests within the model's.
-func validateSlices(d *isobarpb.ModelDemand) (string, bool) {
+// maxReportSlices, each set name bounded, each slice's shed within the
+// report's rate bound (limit; not within its requests: a queued request
+// may be refused in a later report than the one that counted it), and the
+// slices' requests within the model's.
+func validateSlices(d *isobarpb.ModelDemand, limit uint64) (string, bool) {
 	sl := d.GetSlices()
 	if len(sl) > maxReportSlices {
 		return "slices: too many", false
 	}
 	var sum uint64
 	for _, s := range sl {
-		if len(s.GetResidency()) > maxSliceSetLen || s.GetShed() > s.GetRequests() || s.GetRequests() > d.GetRequests() {
+		if len(s.GetResidency()) > maxSliceSetLen || s.GetShed() > limit || s.GetRequests() > d.GetRequests() {
 			return "slice " + trunc(s.GetResidency()) + ": bad set name or counts", false
 		}
 		sum += s.GetRequests()

@@ -77,12 +77,17 @@ func TestDemandSlicesBounds(t *testing.T) {
 	for name, rep := range map[string]*isobarpb.DataPlaneReport{
 		"too many":       sliceReport(many...),
 		"more than all":  sliceReport(&isobarpb.SliceDemand{Criticality: std, Requests: 60}, &isobarpb.SliceDemand{Requests: 41}),
-		"shed > request": sliceReport(&isobarpb.SliceDemand{Criticality: std, Requests: 1, Shed: 2}),
+		"shed above rate": sliceReport(&isobarpb.SliceDemand{Criticality: std, Requests: 1, Shed: 1 << 62}),
 		"long set name":  sliceReport(&isobarpb.SliceDemand{Residency: string(make([]byte, 200)), Requests: 1}),
 	} {
 		if err := validateReport(rep, "r1"); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	// A queued request may be refused in a later report than the one
+	// that counted it: shed above the interval's requests is accepted.
+	if err := validateReport(sliceReport(&isobarpb.SliceDemand{Criticality: std, Requests: 1, Shed: 2}), "r1"); err != nil {
+		t.Errorf("shed of earlier requests refused: %v", err)
 	}
 	if err := validateReport(sliceReport(many[:maxReportSlices]...), "r1"); err != nil {
 		t.Errorf("%d slices refused: %v", maxReportSlices, err)

@@ -171,7 +171,10 @@ type ModelDemand struct {
 	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
 	// Requests that arrived from clients (not forwarded by another region).
 	Requests uint64 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
-	// Of those, refused with 429 (plan shed or every endpoint saturated).
+	// Refused by the data plane itself in the interval (plan shed, every
+	// endpoint saturated, or the flow-control queue): mostly requests counted
+	// above, but a request queued in one interval may be refused in a later
+	// one, so shed may exceed requests.
 	Shed uint64 `protobuf:"varint,3,opt,name=shed,proto3" json:"shed,omitempty"`
 	// The same requests split by criticality and residency set: at most one
 	// entry per (criticality, residency) pair and 64 in all. Their requests
