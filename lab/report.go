@@ -58,6 +58,8 @@ type Summary struct {
 type Failures struct {
 	ShedByPlan     int `json:"shed_by_plan"`
 	Saturated      int `json:"saturated"`
+	Queue          int `json:"queue"`
+	Residency      int `json:"residency"`
 	EngineError    int `json:"engine_error"`
 	GatewayError   int `json:"gateway_error"`
 	TransportError int `json:"transport_error"`
@@ -72,6 +74,10 @@ func (f *Failures) add(c string) {
 		f.ShedByPlan++
 	case CauseSaturated:
 		f.Saturated++
+	case CauseQueue:
+		f.Queue++
+	case CauseResidency:
+		f.Residency++
 	case CauseEngineError:
 		f.EngineError++
 	case CauseGatewayError:
@@ -87,7 +93,7 @@ func (f *Failures) add(c string) {
 
 // Total is the number of failures.
 func (f Failures) Total() int {
-	return f.ShedByPlan + f.Saturated + f.EngineError + f.GatewayError + f.TransportError + f.Timeout + f.ClientDrop
+	return f.ShedByPlan + f.Saturated + f.Queue + f.Residency + f.EngineError + f.GatewayError + f.TransportError + f.Timeout + f.ClientDrop
 }
 
 // String lists the non-zero causes, e.g. "shed_by_plan 3, engine_error 1",
@@ -97,7 +103,8 @@ func (f Failures) String() string {
 	for _, c := range []struct {
 		name string
 		n    int
-	}{{CauseShedByPlan, f.ShedByPlan}, {CauseSaturated, f.Saturated}, {CauseEngineError, f.EngineError},
+	}{{CauseShedByPlan, f.ShedByPlan}, {CauseSaturated, f.Saturated}, {CauseQueue, f.Queue}, {CauseResidency, f.Residency},
+		{CauseEngineError, f.EngineError},
 		{CauseGatewayError, f.GatewayError}, {CauseTransport, f.TransportError}, {CauseTimeout, f.Timeout},
 		{CauseClientDrop, f.ClientDrop}} {
 		if c.n > 0 {

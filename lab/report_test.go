@@ -40,6 +40,8 @@ func TestClassify(t *testing.T) {
 		{"engine 400", nil, 400, hdr(xdscontract.EndpointHeader, "c1"), CauseEngineError},
 		{"remote engine 500", nil, 500, hdr(xdscontract.UpstreamEndpointHeader, "c9"), CauseEngineError},
 		{"no route", nil, 404, hdr(), CauseGatewayError},
+		{"queue expired", nil, 429, hdr(xdscontract.ShedHeader, "queue_expired"), CauseQueue},
+		{"residency full", nil, 503, hdr(xdscontract.ShedHeader, "residency"), CauseResidency},
 		{"no healthy upstream", nil, 503, hdr(), CauseGatewayError},
 		{"gateway timeout", nil, 504, hdr(), CauseTimeout},
 		{"connection refused", errors.New("dial tcp: connection refused"), 0, nil, CauseTransport},
@@ -57,22 +59,22 @@ func TestClassify(t *testing.T) {
 func TestSummaryFailuresByCause(t *testing.T) {
 	os := []Outcome{{OK: true}, {OK: true}, {Cause: CauseShedByPlan}, {Cause: CauseShedByPlan},
 		{Cause: CauseEngineError}, {Cause: CauseClientDrop}, {Cause: CauseTimeout}, {Cause: CauseGatewayError},
-		{Cause: CauseTransport}, {Cause: CauseSaturated}}
+		{Cause: CauseTransport}, {Cause: CauseSaturated}, {Cause: CauseQueue}, {Cause: CauseResidency}}
 	s := summarise(os)
-	want := Failures{ShedByPlan: 2, Saturated: 1, EngineError: 1, GatewayError: 1, TransportError: 1, Timeout: 1, ClientDrop: 1}
-	if s.Requests != 10 || s.Succeeded != 2 || s.Failures != want || s.Failures.Total() != 8 {
-		t.Fatalf("summary %+v, want 10 requests, 2 ok, failures %+v", s, want)
+	want := Failures{ShedByPlan: 2, Saturated: 1, Queue: 1, Residency: 1, EngineError: 1, GatewayError: 1, TransportError: 1, Timeout: 1, ClientDrop: 1}
+	if s.Requests != 12 || s.Succeeded != 2 || s.Failures != want || s.Failures.Total() != 10 {
+		t.Fatalf("summary %+v, want 12 requests, 2 ok, failures %+v", s, want)
 	}
-	if s.SuccessRate != 0.2 {
+	if s.SuccessRate != 2.0/12 {
 		t.Errorf("success rate %v, want 0.2", s.SuccessRate)
 	}
-	if str := s.Failures.String(); !strings.HasPrefix(str, "shed_by_plan 2, saturated 1, engine_error 1") {
+	if str := s.Failures.String(); !strings.HasPrefix(str, "shed_by_plan 2, saturated 1, queue 1, residency 1, engine_error 1") {
 		t.Errorf("String() = %q", str)
 	}
 	if (Failures{}).String() != "none" {
 		t.Errorf("no failures: %q", Failures{}.String())
 	}
-	if len(Causes()) != 7 {
+	if len(Causes()) != 9 {
 		t.Errorf("Causes() = %v", Causes())
 	}
 }

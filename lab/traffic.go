@@ -87,8 +87,15 @@ const (
 	// shed this share of the demand.
 	CauseShedByPlan = "shed_by_plan"
 	// CauseSaturated: a gateway answered 429 because every endpoint was at
-	// its in-flight limit.
+	// its in-flight limit (its flow-control queue off).
 	CauseSaturated = "saturated"
+	// CauseQueue: a gateway's flow-control queue refused, displaced or
+	// timed out the request (429, x-isobar-shed queue_full, queue_evicted
+	// or queue_expired).
+	CauseQueue = "queue"
+	// CauseResidency: the request's residency set had no capacity left in
+	// its regions (503, x-isobar-shed residency); it was not spilled.
+	CauseResidency = "residency"
 	// CauseEngineError: an engine answered non-2xx (the gateway names the
 	// endpoint that answered), or its stream ended without [DONE].
 	CauseEngineError = "engine_error"
@@ -107,7 +114,7 @@ const (
 
 // Causes lists every failure cause in report order.
 func Causes() []string {
-	return []string{CauseShedByPlan, CauseSaturated, CauseEngineError, CauseGatewayError, CauseTransport, CauseTimeout, CauseClientDrop}
+	return []string{CauseShedByPlan, CauseSaturated, CauseQueue, CauseResidency, CauseEngineError, CauseGatewayError, CauseTransport, CauseTimeout, CauseClientDrop}
 }
 
 // classify names the cause of a failed request from what the client saw:
@@ -122,8 +129,12 @@ func classify(err error, status int, h http.Header) string {
 		return CauseTransport
 	case status == http.StatusTooManyRequests && h.Get(xdscontract.ShedHeader) == "plan":
 		return CauseShedByPlan
+	case status == http.StatusTooManyRequests && strings.HasPrefix(h.Get(xdscontract.ShedHeader), "queue_"):
+		return CauseQueue
 	case status == http.StatusTooManyRequests && h.Get(xdscontract.ShedHeader) != "":
 		return CauseSaturated
+	case status == http.StatusServiceUnavailable && h.Get(xdscontract.ShedHeader) == "residency":
+		return CauseResidency
 	case status == http.StatusGatewayTimeout:
 		return CauseTimeout
 	case h.Get(xdscontract.EndpointHeader) != "" || h.Get(xdscontract.UpstreamEndpointHeader) != "":
