@@ -75,10 +75,10 @@ func TestDemandSlicesBounds(t *testing.T) {
 		many[i] = &isobarpb.SliceDemand{Criticality: std, Residency: fmt.Sprint("s", i), Requests: 1}
 	}
 	for name, rep := range map[string]*isobarpb.DataPlaneReport{
-		"too many":       sliceReport(many...),
-		"more than all":  sliceReport(&isobarpb.SliceDemand{Criticality: std, Requests: 60}, &isobarpb.SliceDemand{Requests: 41}),
+		"too many":        sliceReport(many...),
+		"more than all":   sliceReport(&isobarpb.SliceDemand{Criticality: std, Requests: 60}, &isobarpb.SliceDemand{Requests: 41}),
 		"shed above rate": sliceReport(&isobarpb.SliceDemand{Criticality: std, Requests: 1, Shed: 1 << 62}),
-		"long set name":  sliceReport(&isobarpb.SliceDemand{Residency: string(make([]byte, 200)), Requests: 1}),
+		"long set name":   sliceReport(&isobarpb.SliceDemand{Residency: string(make([]byte, 200)), Requests: 1}),
 	} {
 		if err := validateReport(rep, "r1"); err == nil {
 			t.Errorf("%s: accepted", name)
