@@ -171,7 +171,7 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 
 	r.say(o, "  load running through %d ingresses; %v before the injection", len(ingresses), o.Before)
 	early, _ := r.Fleet.State(ctx)
-	if !r.wait(ctx, o, load, o.Before, "before") {
+	if !r.wait(ctx, o, load, o.Before, "before") || !r.waitFirstOutcome(ctx, o, load) {
 		return nil, ctx.Err()
 	}
 
@@ -421,6 +421,24 @@ func (r *Runner) wait(ctx context.Context, o Options, load *Load, d time.Duratio
 			return false
 		case <-clock.After(min(left, time.Second)):
 			r.status(o, load, phase, d-max(0, end.Sub(clock.Now())))
+		}
+	}
+}
+
+// waitFirstOutcome extends the before phase, when no request has ended
+// yet (a loaded machine), until one has or MaxWait passes: the drill's
+// baseline needs at least one. false when ctx ends first.
+func (r *Runner) waitFirstOutcome(ctx context.Context, o Options, load *Load) bool {
+	clock := r.clock()
+	end := clock.Now().Add(o.MaxWait)
+	for {
+		if done, _ := load.Progress(); done > 0 || !clock.Now().Before(end) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-clock.After(50 * time.Millisecond):
 		}
 	}
 }
