@@ -19,7 +19,12 @@ import (
 func smokeConfig() Config {
 	return Config{
 		Cells: []int{10, 40}, Regions: []int{1, 2},
-		Window: 300 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		// The window spans three heartbeat intervals (500 ms): cells
+		// started together beat in phase, so a window shorter than an
+		// interval counts each cell's beat once or not at all, and the
+		// ingest check below (offered ±50 %) would be a coin toss; over
+		// three intervals each cell counts 2 to 4 beats of 3.
+		Window: 1500 * time.Millisecond, Warmup: 100 * time.Millisecond,
 		Deaths: 3, CycleSamples: 20, CycleBudget: 200 * time.Millisecond,
 		SolveSamples: 5, SolveBudget: 100 * time.Millisecond,
 		StartTimeout: 20 * time.Second, DeathTimeout: 10 * time.Second,
