@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,18 @@ func TestSmokeReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Run(context.Background(), grounds, Options{Mode: Smoke, Seed: 1}, dir)
+	// Every stage but issue 25's two, which TestOverloadAndRetryStormStages
+	// runs at smoke size on its own: the 150 % overload of the stock-Envoy
+	// baselines is the heaviest trial of all (every request queues in the
+	// engines), and under the race detector, beside the lab's drills, it
+	// doubled this test's time.
+	var stages []string
+	for _, s := range Stages() {
+		if s != StageOverloadPriority && s != StageRetryStorm {
+			stages = append(stages, s)
+		}
+	}
+	rep, err := Run(context.Background(), grounds, Options{Mode: Smoke, Seed: 1, Stages: stages}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +69,7 @@ func TestSmokeReport(t *testing.T) {
 		if !strings.Contains(g.Knee, "published 12 RPS") {
 			t.Errorf("%s: knee %q", gname, g.Knee)
 		}
-		for _, s := range Stages() {
+		for _, s := range stages {
 			pols, ok := g.Stages[s]
 			physicsOnly := s == StageHetero || s == StageHomogeneous6
 			if physicsOnly && gname != GroundPhysics {
@@ -155,8 +167,14 @@ func TestSmokeReport(t *testing.T) {
 		if st[StageTelemetryFailure]["rr"]["fallback_engage_p50_ms"].Median != nil {
 			t.Errorf("%s: round-robin has no telemetry fallback, yet a figure is reported", gname)
 		}
-		if len(g.Targets) != len(targets()) {
-			t.Errorf("%s: %d targets evaluated, want %d", gname, len(g.Targets), len(targets()))
+		want := 0
+		for _, tg := range targets() {
+			if slices.Contains(stages, tg.Stage) {
+				want++
+			}
+		}
+		if len(g.Targets) != want {
+			t.Errorf("%s: %d targets evaluated, want %d (those of the stages run)", gname, len(g.Targets), want)
 		}
 		if n := len(rep.Grounds[gname].Charts); n != 3 {
 			t.Errorf("%s: charts %v, want 3", gname, rep.Grounds[gname].Charts)
