@@ -256,6 +256,11 @@ func (r *Runner) inject(ctx context.Context, d *Drill, t *target, o Options, rep
 	var applied []adminapi.Fault
 	for _, f := range t.faults {
 		res, err := r.Fleet.Inject(ctx, f)
+		if err != nil && f.Kind == adminapi.FaultKillLeader && r.waitLeader(ctx, o) {
+			// No member led at that instant (an election under way, a
+			// lease renewed late on a loaded machine): kill the next one.
+			res, err = r.Fleet.Inject(ctx, f)
+		}
 		if err != nil {
 			r.heal(context.WithoutCancel(ctx), o, applied, rep)
 			return nil, fmt.Errorf("chaos: %s: inject %s: %w (healed what was injected)", d.Name, f, err)
@@ -423,6 +428,26 @@ func (r *Runner) wait(ctx context.Context, o Options, load *Load, d time.Duratio
 			r.status(o, load, phase, d-max(0, end.Sub(clock.Now())))
 		}
 	}
+}
+
+// waitLeader polls until a global member leads, bounded by MaxWait;
+// false when none does by then or ctx ends.
+func (r *Runner) waitLeader(ctx context.Context, o Options) bool {
+	clock := r.clock()
+	end := clock.Now().Add(o.MaxWait)
+	for clock.Now().Before(end) {
+		if st, err := r.Fleet.State(ctx); err == nil {
+			if _, ok := st.Leader(); ok {
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-clock.After(50 * time.Millisecond):
+		}
+	}
+	return false
 }
 
 // waitFirstOutcome extends the before phase, when no request has ended
