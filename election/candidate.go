@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -277,19 +279,43 @@ func (c *Candidate) enter(ctx context.Context, sess *concurrency.Session) (strin
 
 // waitDeletes waits until no key under prefix has a create revision of at
 // most maxCreateRev (as concurrency's waitDeletes).
+//
+// etcd unreachable while waiting (status Unavailable: a restart, a
+// partition) is a normal day, not the end of the campaign: the wait goes
+// on, retried every waitRetry, until ctx ends (the caller's, or the
+// session's when its lease expires) or etcd answers again.
 func waitDeletes(ctx context.Context, cli *clientv3.Client, prefix string, maxCreateRev int64) error {
 	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(maxCreateRev))
 	for {
 		resp, err := cli.Get(ctx, prefix, opts...)
-		if err != nil {
+		if err == nil {
+			if len(resp.Kvs) == 0 {
+				return nil
+			}
+			err = waitDelete(ctx, cli, string(resp.Kvs[0].Key), resp.Header.Revision)
+			if err == nil {
+				continue
+			}
+		}
+		if status.Code(err) != codes.Unavailable || !pause(ctx, waitRetry) {
 			return err
 		}
-		if len(resp.Kvs) == 0 {
-			return nil
-		}
-		if err := waitDelete(ctx, cli, string(resp.Kvs[0].Key), resp.Header.Revision); err != nil {
-			return err
-		}
+	}
+}
+
+// waitRetry is how long a campaign's wait pauses before asking an
+// unreachable etcd again.
+const waitRetry = 100 * time.Millisecond
+
+// pause waits d; false when ctx ends first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
