@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -297,10 +298,18 @@ func waitDeletes(ctx context.Context, cli *clientv3.Client, prefix string, maxCr
 				continue
 			}
 		}
-		if status.Code(err) != codes.Unavailable || !pause(ctx, waitRetry) {
+		if !unreachable(err) || !pause(ctx, waitRetry) {
 			return err
 		}
 	}
+}
+
+// unreachable reports whether err says etcd could not be reached: gRPC
+// status Unavailable, which clientv3's watch may hand over as a plain
+// error carrying the status text ("rpc error: code = Unavailable desc =
+// error reading from server: EOF") rather than as a status.
+func unreachable(err error) bool {
+	return status.Code(err) == codes.Unavailable || strings.Contains(err.Error(), "code = Unavailable")
 }
 
 // waitRetry is how long a campaign's wait pauses before asking an
