@@ -150,6 +150,7 @@ func syncConfigOf(cfg Config) syncConfig {
 // the retry budgets follow (retrybudget.go).
 type utilisationSink interface {
 	SetUtilisation(ctx context.Context, u map[string]float64) error
+	SetPoolUtilisation(ctx context.Context, u map[string]float64) error
 }
 
 var _ utilisationSink = (*Registry)(nil)
@@ -260,7 +261,7 @@ func (s *syncer) summaries(ctx context.Context) {
 		case <-s.settled.settledC(): // closed once; the first summary follows at once
 		}
 		now := s.clock.Now()
-		sm := s.summary.build(now)
+		sm, pool := s.summary.buildPools(now)
 		if s.gossip != nil {
 			if err := s.gossip.SetLocalSummary(sm); err != nil {
 				s.log.Warn("summary not gossiped", "err", err)
@@ -268,6 +269,9 @@ func (s *syncer) summaries(ctx context.Context) {
 		}
 		if err := s.util.SetUtilisation(ctx, utilisation(sm)); err != nil && ctx.Err() == nil {
 			s.log.Warn("utilisation not handed to the registry; retry budgets keep their last values", "err", err)
+		}
+		if err := s.util.SetPoolUtilisation(ctx, pool); err != nil && ctx.Err() == nil {
+			s.log.Warn("pool utilisation not handed to the registry; penalties keep the last bound", "err", err)
 		}
 		if !s.routes.planInForce(now) {
 			s.routes.install(ctx, s.planner.plan(now, sm))

@@ -24,6 +24,7 @@ type metrics struct {
 	projection         prometheus.Histogram
 	failover           prometheus.Histogram
 	penaltyTrips       prometheus.Counter
+	penaltyKept        prometheus.Gauge
 	probes             *prometheus.CounterVec
 	plans              *prometheus.CounterVec
 	planEpoch          prometheus.Gauge
@@ -50,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.retryBudget, m.slicesFolded, m.residencyUnseen, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.signalsClamped); err != nil {
+	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.retryBudget, m.slicesFolded, m.residencyUnseen, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.penaltyKept, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.signalsClamped); err != nil {
 		return nil, fmt.Errorf("regional: register metrics: %w", err)
 	}
 	return m, nil
@@ -104,6 +105,10 @@ func (m *metrics) addCellMetrics() {
 	m.penaltyTrips = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "isobar_regional_penalty_trips_total",
 		Help: "Error-rate outlier penalties tripped.",
+	})
+	m.penaltyKept = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "isobar_regional_penalty_kept_cells",
+		Help: "Cells above the error-rate threshold kept in the load balancer at the last cycle because the rest of their model's cells could not carry its load (projection MaxLoadAfterHold).",
 	})
 	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "isobar_regional_probes_total",

@@ -39,6 +39,7 @@ type message struct {
 	report *isobarpb.DataPlaneReport
 	lost   *streamLoss
 	util   map[string]float64 // utilisation per model (retrybudget.go)
+	pool   map[string]float64 // pool utilisation per model (retrybudget.go)
 }
 
 // streamLoss says that the heartbeat stream which delivered a cell's
@@ -121,6 +122,7 @@ type Registry struct {
 	routesNew  bool                     // routes (or retry budgets) changed since the last push
 	sets       func(string) []cycle.Set // residency sets per model; nil: none
 	budgets    map[string]float64       // retry budget per model (retrybudget.go)
+	poolUtil   map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
 	dpCells    map[string]*dpWindow     // data-plane errors per cell
 	dpDemand   map[string]*dpWindow     // ingress demand per data plane and model
 	warm       warmHold                 // the warm start's hold (warmstart.go)
@@ -338,6 +340,9 @@ func (r *Registry) apply(m message) bool {
 		return r.applyStreamLoss(now, m.lost)
 	case m.util != nil:
 		return r.applyUtilisation(m.util)
+	case m.pool != nil:
+		r.poolUtil = m.pool
+		return false
 	}
 	return false
 }
@@ -541,6 +546,7 @@ func (r *Registry) cycle(now time.Time) {
 		r.metrics.penaltyTrips.Inc()
 		r.log.Warn("error-rate outlier penalised", "cell", id)
 	}
+	r.metrics.penaltyKept.Set(float64(len(d.Kept)))
 	v := newView(now, r.cycles, views, r.index)
 	v.Demand = r.demand(now)
 	v.DemandSlices = r.demandSlices(now)
@@ -577,7 +583,9 @@ func (r *Registry) cellViews(now time.Time) ([]CellView, []cycle.Cell) {
 		v := c.view()
 		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, id)
 		views = append(views, v)
-		cells = append(cells, cycle.FromView(v, cycle.ErrorWindow{Rate: dpRate, Requests: dpReq, OK: dpOK}))
+		cell := cycle.FromView(v, cycle.ErrorWindow{Rate: dpRate, Requests: dpReq, OK: dpOK})
+		cell.Utilisation = r.poolUtil[v.Model]
+		cells = append(cells, cell)
 	}
 	return views, cells
 }

@@ -92,3 +92,15 @@ func (r *Registry) reportRetryBudgets(st xds.State) {
 		r.metrics.retryBudget.WithLabelValues(m.Name).Set(b)
 	}
 }
+
+// SetPoolUtilisation hands the registry each model's pool utilisation
+// (its load over the capacity of its Ready cells, penalised ones
+// included): the bound on what an error-rate penalty may hold out
+// (projection.PenaltyConfig.MaxLoadAfterHold). The registry owns u after a
+// nil return.
+func (r *Registry) SetPoolUtilisation(ctx context.Context, u map[string]float64) error {
+	if u == nil {
+		u = map[string]float64{}
+	}
+	return r.send(ctx, message{pool: u})
+}

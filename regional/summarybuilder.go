@@ -94,9 +94,34 @@ func (b *summaryBuilder) Latest() *isobarpb.RegionSummary { return b.latest.Load
 // build aggregates the registry's current view into a summary, records
 // it as the latest and returns it.
 func (b *summaryBuilder) build(now time.Time) *isobarpb.RegionSummary {
+	sm, _ := b.buildPools(now)
+	return sm
+}
+
+// buildPools is build, also returning each model's pool utilisation: the
+// load its Ready cells serve over their capacity counting penalised cells
+// at full capacity (the summary's capacity counts them at 1 − penalty).
+// The projection's penalty bound (projection.PenaltyConfig.MaxLoadAfterHold)
+// asks whether the cells left could carry the pool, so it needs the
+// capacity a hold takes out in the denominator.
+func (b *summaryBuilder) buildPools(now time.Time) (*isobarpb.RegionSummary, map[string]float64) {
 	v := b.view.View()
 	b.observeCapacity(v)
 	cells, served := b.cells(v, now)
+	pool := make(map[string]float64, len(served))
+	for _, c := range v.Cells {
+		if c.State == lifecycle.Ready {
+			pool[c.Model] += b.capacity.Estimate(c.ID, now, 1).RPS
+		}
+	}
+	for m, capRPS := range pool {
+		switch {
+		case capRPS > 0:
+			pool[m] = served[m] / capRPS
+		case served[m] > 0:
+			pool[m] = 1
+		}
+	}
 	demand := served
 	var split map[string]map[SliceKey]float64 // only the data planes' demand is split
 	switch {
@@ -117,7 +142,7 @@ func (b *summaryBuilder) build(now time.Time) *isobarpb.RegionSummary {
 	})
 	b.reportCapacity(sm)
 	b.latest.Store(sm)
-	return sm
+	return sm, pool
 }
 
 // cells maps the view's cells to summary cells, and sums the load each

@@ -79,8 +79,12 @@ type DataPlane struct {
 	// Eject5xx: outlier detection's consecutive_5xx — a host answering
 	// this many 5xx in a row is ejected as above (regional/xds
 	// OutlierConsecutive5xx, default 5). Only the retry-storm stage's
-	// brownout answers 5xx.
-	Eject5xx int
+	// brownout answers 5xx. The baselines enforce it, as stock Envoy does
+	// (enforcing_consecutive_5xx 100); isobar's clusters do only with
+	// IsobarEject5xx (regional/xds OutlierEnforcing5xx, default 0: the
+	// regional controller's capacity-bounded penalty ejects instead).
+	Eject5xx       int
+	IsobarEject5xx bool
 	// MaxInflightPerEndpoint is isobar gateway's per-endpoint in-flight
 	// cap (gateway.Config.MaxInflightPerEndpoint, default 64): an arrival
 	// whose every eligible endpoint is at it is saturated (429, or the

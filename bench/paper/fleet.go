@@ -144,9 +144,10 @@ type runSpec struct {
 	// flowControl: saturated arrivals wait in the gateway's queue
 	// (gateway/flowcontrol, its default bounds) by criticality and tenant.
 	flowControl bool
-	// capacityRPS, when > 0 with dynamicBudget, is the fleet's capacity
-	// the controller divides its demand by: the retry budget is then
-	// xds.RetryBudgetAt(demand/capacity) (see dynamicBudgetPercent).
+	// capacityRPS, when > 0, is the fleet's capacity the controller
+	// divides its demand by (see utilisation): the pool utilisation that
+	// bounds the error-rate penalty and, with dynamicBudget, the retry
+	// budget xds.RetryBudgetAt(demand/capacity) (dynamicBudgetPercent).
 	capacityRPS   float64
 	dynamicBudget bool
 	// budgetCurve, when set, replaces the default curve of the dynamic

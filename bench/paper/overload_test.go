@@ -136,7 +136,7 @@ func TestDynamicRetryBudget(t *testing.T) {
 			for k := range tc.arrivals {
 				f.arrivals = append(f.arrivals, 20*time.Second+time.Duration(k+1)*time.Millisecond)
 			}
-			if got := f.dynamicBudgetPercent(); math.Abs(got-tc.want) > 1e-9 {
+			if got := f.dynamicBudgetPercent(f.utilisation()); math.Abs(got-tc.want) > 1e-9 {
 				t.Errorf("budget %v %%, want %v", got, tc.want)
 			}
 			if len(f.arrivals) != tc.arrivals {

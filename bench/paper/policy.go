@@ -435,9 +435,11 @@ func (f *fleet) tick() {
 	start := time.Now() // wall time, for the routing-update cost only
 	f.advanceClock()
 	cells, wins := f.cycleCells[:0], f.wins[:0]
+	u := f.utilisation()
 	for _, e := range f.cells {
 		e.rtt.Add(f.oneWay(e.site, f.probeRand) + f.oneWay(e.site, f.probeRand))
 		c, w := f.cycleCell(e)
+		c.Utilisation = u
 		cells, wins = append(cells, c), append(wins, w)
 	}
 	// The regional controller's mapping (regional/cycle), as it runs it.
@@ -452,7 +454,7 @@ func (f *fleet) tick() {
 	}
 	f.pushSiteRTT()
 	if f.spec.dynamicBudget {
-		f.budgetPct = f.dynamicBudgetPercent()
+		f.budgetPct = f.dynamicBudgetPercent(u)
 	}
 	if f.spec.policy.isobar() {
 		d := f.proj.Project(f.base.Add(f.now), pcells)

@@ -17,8 +17,12 @@ const (
 )
 
 // external5xx is outlier detection's consecutive_5xx counter: at
-// DataPlane.Eject5xx 5xx in a row the host is ejected (see eject).
+// DataPlane.Eject5xx 5xx in a row the host is ejected (see eject) — not
+// under the isobar policies unless DataPlane.IsobarEject5xx.
 func (f *fleet) external5xx(c int) {
+	if f.spec.policy.isobar() && !f.cfg.DataPlane.IsobarEject5xx {
+		return
+	}
 	e := f.cells[c]
 	e.consec5xx++
 	if e.consec5xx >= f.cfg.DataPlane.Eject5xx && f.eject(c) {
@@ -26,14 +30,15 @@ func (f *fleet) external5xx(c int) {
 	}
 }
 
-// dynamicBudgetPercent is the retry budget the regional controller
-// publishes (regional/xds RetryBudgetAt on the default curve, its
-// maximum the static budget) at the region's utilisation: its demand —
-// the requests that reached the ingress over the last signal window, as
-// the data plane reports them — over its capacity, spec.capacityRPS (the
-// bench gives the controller the fleet's measured capacity as its
-// estimate).
-func (f *fleet) dynamicBudgetPercent() float64 {
+// utilisation is the region's utilisation as its controller sees it: its
+// demand — the requests that reached the ingress over the last signal
+// window, as the data plane reports them — over its capacity,
+// spec.capacityRPS (the bench gives the controller the fleet's measured
+// capacity as its estimate); 0 (unknown) without one. It drives the
+// dynamic retry budget and bounds the error-rate penalty
+// (projection.PenaltyConfig.MaxLoadAfterHold), as the regional
+// controller's summaries do.
+func (f *fleet) utilisation() float64 {
 	d := f.cfg.DataPlane
 	from := f.now - d.Window
 	k := 0
@@ -42,11 +47,17 @@ func (f *fleet) dynamicBudgetPercent() float64 {
 	}
 	f.arrivals = f.arrivals[k:]
 	span := min(d.Window, f.now)
-	u := 0.0
 	if span > 0 && f.spec.capacityRPS > 0 {
-		u = float64(len(f.arrivals)) / span.Seconds() / f.spec.capacityRPS
+		return float64(len(f.arrivals)) / span.Seconds() / f.spec.capacityRPS
 	}
-	curve := xds.DefaultRetryBudgetCurve(d.RetryBudgetPercent)
+	return 0
+}
+
+// dynamicBudgetPercent is the retry budget the regional controller
+// publishes (regional/xds RetryBudgetAt on the default curve, its
+// maximum the static budget) at utilisation u.
+func (f *fleet) dynamicBudgetPercent(u float64) float64 {
+	curve := xds.DefaultRetryBudgetCurve(f.cfg.DataPlane.RetryBudgetPercent)
 	if f.spec.budgetCurve != nil {
 		curve = *f.spec.budgetCurve
 	}

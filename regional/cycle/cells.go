@@ -27,6 +27,11 @@ type Cell struct {
 	EngineRequests float64
 	// DataPlane is the data planes' error rate for the cell.
 	DataPlane ErrorWindow
+	// Utilisation is the cell's model's pool utilisation in the region:
+	// load over the capacity of its Ready cells, penalised ones included
+	// (0: unknown). It bounds what an error-rate penalty may hold out
+	// (projection.PenaltyConfig.MaxLoadAfterHold).
+	Utilisation float64
 }
 
 // ErrorWindow is an error rate over a window of Requests requests; OK
@@ -89,7 +94,7 @@ func projectionCell(c *Cell, res score.Result, longest uint32) projection.Cell {
 	if c.Excluded {
 		state = lifecycle.Failed // never in the load balancer
 	}
-	pc := projection.Cell{ID: c.ID, State: state, Pressure: res.Pressure,
+	pc := projection.Cell{ID: c.ID, State: state, Pressure: res.Pressure, Pool: c.Model, Utilisation: c.Utilisation,
 		Thermal: res.Normalized[score.Thermal], ThermalOK: res.Present[score.Thermal]}
 	if c.MaxModelLen > 0 {
 		pc.ContextShare = float64(c.MaxModelLen) / float64(longest)

@@ -67,12 +67,8 @@ func (p *penalty) level() float64 {
 // not trip whatever its error rate (the penalty cap is reached).
 func (p *penalty) update(now time.Time, cfg PenaltyConfig, c Cell, allowTrip bool) bool {
 	p.justCleared = false
-	need := cfg.MinRequests
-	if p.phase != phaseClear {
-		need = min(need, 1) // a single failing probe is evidence
-	}
-	evidence := c.ErrorOK && c.ErrorRequests >= need && c.ErrorRequests > 0
-	bad := evidence && c.ErrorRate > cfg.ErrorThreshold
+	evidence := p.evidence(cfg, c)
+	bad := p.bad(cfg, c)
 	if bad {
 		if p.phase == phaseHeld {
 			if until := now.Add(p.hold); until.After(p.holdUntil) {
@@ -122,6 +118,30 @@ func (p *penalty) update(now time.Time, cfg PenaltyConfig, c Cell, allowTrip boo
 		}
 	}
 	return false
+}
+
+// evidence reports whether c's window holds enough requests to judge its
+// error rate: MinRequests for a clear cell, a single one on a penalised
+// cell (a single failing probe is evidence).
+func (p *penalty) evidence(cfg PenaltyConfig, c Cell) bool {
+	need := cfg.MinRequests
+	if p.phase != phaseClear {
+		need = min(need, 1)
+	}
+	return c.ErrorOK && c.ErrorRequests >= need && c.ErrorRequests > 0
+}
+
+// bad reports whether c's error rate, on enough evidence, is above the
+// threshold.
+func (p *penalty) bad(cfg PenaltyConfig, c Cell) bool {
+	return p.evidence(cfg, c) && c.ErrorRate > cfg.ErrorThreshold
+}
+
+// lift ends the penalty at now whatever the cell's error rate (its pool
+// needs its capacity: PenaltyConfig.MaxLoadAfterHold). The trip count
+// stays, so the next hold is as long as if it had cleared.
+func (p *penalty) lift(now time.Time) {
+	p.phase, p.clearedAt, p.slotOpen, p.justCleared = phaseClear, now, false, true
 }
 
 // openSlot starts a probation window at start with its probe slot open.

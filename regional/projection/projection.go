@@ -65,6 +65,32 @@ type PenaltyConfig struct {
 	// may always be held. It keeps a fleet-wide error burst — an overload,
 	// a bad client — from emptying a region's load balancer. Default 50.
 	MaxHeldPercent float64
+	// MaxLoadAfterHold caps what a penalty may cost in capacity: a cell is
+	// held (or kept held) only while the rest of its pool, the Ready cells
+	// of its model, would carry the pool's load at no more than this share
+	// of their capacity (Cell.Utilisation × ready / (ready − held)). A cell
+	// failing a share of its requests fast still serves the rest, and its
+	// failures are retried elsewhere; holding it out when the others cannot
+	// carry its load turns a partial brownout into an overload of the
+	// whole pool. A cell whose error rate is above MaxKeptErrorRate is
+	// held whatever the load: it serves too little to be worth the
+	// retries. 0 turns the cap off. Default 0.9.
+	//
+	// Envoy's counterpart is count-based, not load-based: its panic
+	// threshold (common_lb_config.healthy_panic_threshold, default 50 %;
+	// source/common/upstream/load_balancer_impl.cc, isHostSetInPanic)
+	// balances over every host, ejected or not, once too few are healthy,
+	// and outlier detection's max_ejection_percent (default 10 %) caps the
+	// ejected share. MaxHeldPercent is the latter; this is what neither
+	// can see: whether the hosts left can carry the load.
+	MaxLoadAfterHold float64
+	// MaxKeptErrorRate: above this error rate, on at least
+	// KeptEvidenceRequests requests, a cell is held even when its pool
+	// needs its capacity (see MaxLoadAfterHold). The evidence matters: a
+	// held cell sees only probes, and one failure in two probes is no
+	// proof that it fails half its requests. Defaults 0.5 and 20.
+	MaxKeptErrorRate     float64
+	KeptEvidenceRequests float64
 }
 
 // DefaultConfig returns the documented defaults.
@@ -84,6 +110,11 @@ func DefaultConfig() Config {
 			MaxHold:        60 * time.Second,
 			ClearAfter:     30 * time.Second,
 			MaxHeldPercent: 50,
+			// A pool at 90 % of its capacity at SLO has 10 % headroom:
+			// holding out more than that overloads the rest.
+			MaxLoadAfterHold:     0.9,
+			MaxKeptErrorRate:     0.5,
+			KeptEvidenceRequests: 20,
 		},
 		Derate: DerateConfig{On: 1, Off: 0.6, MinHold: 10 * time.Second},
 	}
@@ -106,6 +137,9 @@ func (c Config) Validate() error {
 		{"DrainRamp must be >= 0", c.DrainRamp >= 0},
 		{"Penalty.ErrorThreshold must be in (0, 1)", p.ErrorThreshold > 0 && p.ErrorThreshold < 1},
 		{"Penalty.MaxHeldPercent must be in [0, 100]", p.MaxHeldPercent >= 0 && p.MaxHeldPercent <= 100},
+		{"Penalty.MaxLoadAfterHold must be 0 (off) or in (0, 10]", p.MaxLoadAfterHold >= 0 && p.MaxLoadAfterHold <= 10},
+		{"Penalty.MaxKeptErrorRate must be in [0, 1]", p.MaxKeptErrorRate >= 0 && p.MaxKeptErrorRate <= 1},
+		{"Penalty.KeptEvidenceRequests must be >= 1", p.KeptEvidenceRequests >= 1},
 		{"Penalty.MinRequests must be >= 0", p.MinRequests >= 0},
 		{"Penalty.ProbeRequests must be >= 1", p.ProbeRequests >= 1},
 		{"Penalty.ProbeSlot must be > 0 and <= BaseHold", p.ProbeSlot > 0 && p.ProbeSlot <= p.BaseHold},
@@ -154,6 +188,12 @@ type Cell struct {
 	// is 1, and its band weight is its ClassWeight, used in the
 	// context-class clusters whose prompts it holds.
 	ContextShare float64
+	// Pool groups the cells that stand in for each other (the cells of one
+	// model); Utilisation is the pool's load over the capacity of its
+	// Ready cells, 0 when unknown. Together they bound the capacity a
+	// penalty may take (PenaltyConfig.MaxLoadAfterHold).
+	Pool        string
+	Utilisation float64
 }
 
 // Weight is one cell's projected weight.
@@ -201,6 +241,10 @@ type Decision struct {
 	Reason string
 	// NewTrips lists cells whose penalty tripped in this projection.
 	NewTrips []string
+	// Kept lists cells above the error threshold that stayed in (or
+	// returned to) the load balancer in this projection because their
+	// pool needs their capacity (PenaltyConfig.MaxLoadAfterHold).
+	Kept []string
 }
 
 // Projector keeps the published weights between projections.
@@ -211,6 +255,7 @@ type Projector struct {
 	pushed   bool
 	gen      uint64
 	targets  []target
+	pool     map[string]*poolLoad // per pool, rebuilt each projection
 }
 
 type cellState struct {
@@ -222,6 +267,7 @@ type cellState struct {
 	draining   bool
 	pen        penalty
 	der        derate
+	kept       bool // above the error threshold, kept for its pool's capacity
 }
 
 // target is what one cell should have now.
@@ -237,7 +283,7 @@ func New(cfg Config) (*Projector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Projector{cfg: cfg, cells: make(map[string]*cellState)}, nil
+	return &Projector{cfg: cfg, cells: make(map[string]*cellState), pool: make(map[string]*poolLoad)}, nil
 }
 
 // Project computes weights for cells at now. Cells missing from the input
@@ -267,26 +313,12 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	return d
 }
 
-// heldAndReady counts the cells held or on probation now, and the Ready
-// cells: the penalty cap compares the two.
-func (p *Projector) heldAndReady(cells []Cell) (held, ready int) {
-	for _, c := range cells {
-		if c.State == lifecycle.Ready {
-			ready++
-		}
-		if st := p.cells[c.ID]; st != nil && st.pen.phase != phaseClear {
-			held++
-		}
-	}
-	return held, ready
-}
-
 // evaluate updates every cell's penalty and computes its target, recording
 // new trips in d; it returns the targets in the order of cells and the
 // first reason for an urgent push and for a drift push ("" when none).
 func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets []target, urgentReason, driftReason string) {
 	targets = p.targets[:0]
-	held, ready := p.heldAndReady(cells)
+	held, ready := p.pools(cells)
 	for _, c := range cells {
 		st := p.cells[c.ID]
 		if st == nil {
@@ -294,9 +326,18 @@ func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets 
 			p.cells[c.ID] = st
 		}
 		st.gen = p.gen
+		capOK, kept := p.capacityGate(now, st, c, &held)
+		st.kept = kept
+		if kept {
+			d.Kept = append(d.Kept, c.ID)
+		}
 		wasClear := st.pen.phase == phaseClear
-		allowTrip := !wasClear || held == 0 || float64(held+1)*100 <= p.cfg.Penalty.MaxHeldPercent*float64(ready)
+		countOK := held == 0 || float64(held+1)*100 <= p.cfg.Penalty.MaxHeldPercent*float64(ready)
+		allowTrip := !wasClear || (countOK && capOK)
 		if st.pen.update(now, p.cfg.Penalty, c, allowTrip) {
+			if pl := p.pool[c.Pool]; wasClear && c.State == lifecycle.Ready {
+				pl.held++
+			}
 			if wasClear {
 				held++
 			}
@@ -374,6 +415,7 @@ const (
 	reasonProbeOpen    = "probation: probe slot open"
 	reasonProbeWaiting = "probation: probe slot closed, waiting for results or the next hold window"
 	reasonDegraded     = "; EDS health DEGRADED: "
+	reasonKept         = "; error rate above the threshold, kept: the rest of its pool cannot carry its load"
 	reasonConstrained  = "; max_model_len below the model's longest: weight 1 in the main cluster, the band's in the context classes it holds"
 )
 
@@ -411,6 +453,9 @@ func (p *Projector) target(now time.Time, st *cellState, c Cell) target {
 			t = target{weight: bandWeight(p.cfg.MaxWeight, st.band), band: bandNames[st.band], reason: reasonFull}
 			if st.band > 0 {
 				t.reason = reasonSlow
+			}
+			if st.kept {
+				t.reason += reasonKept
 			}
 		}
 	case lifecycle.Draining:

@@ -712,6 +712,7 @@ func (b *Builder) buildNamedCluster(name, altStatName string, budget float64) (*
 		}}},
 		OutlierDetection: &cluster.OutlierDetection{
 			Consecutive_5Xx:                        wrapperspb.UInt32(b.cfg.OutlierConsecutive5xx),
+			EnforcingConsecutive_5Xx:               wrapperspb.UInt32(b.cfg.OutlierEnforcing5xx),
 			SplitExternalLocalOriginErrors:         true,
 			ConsecutiveLocalOriginFailure:          wrapperspb.UInt32(b.cfg.OutlierConsecutiveLocalOrigin),
 			EnforcingConsecutiveLocalOriginFailure: wrapperspb.UInt32(100),

@@ -79,6 +79,19 @@ type Config struct {
 	// OutlierConsecutive5xx ejects an endpoint after this many consecutive
 	// 5xx. Default 5.
 	OutlierConsecutive5xx uint32
+	// OutlierEnforcing5xx is the cluster's enforcing_consecutive_5xx: the
+	// percent chance that a consecutive-5xx outlier is actually ejected
+	// (envoy/config/cluster/v3/outlier_detection.proto; Envoy's default is
+	// 100). Default 0: the regional controller owns 5xx ejection. Its
+	// error-rate penalty (regional/projection) is bounded by what the rest
+	// of the model's cells can carry, where the data plane's ejection is
+	// bounded only by a count (max_ejection_percent), so at high load it
+	// turns a partial brownout — a site failing a share of its requests
+	// fast — into an overload of every other cell (bench paper's
+	// retry_storm: goodput 0.08–0.16 with it, see docs/bench.md). Failures
+	// of local origin (refused, reset: a dead engine) are still ejected at
+	// once (OutlierConsecutiveLocalOrigin). Set 100 for Envoy's behaviour.
+	OutlierEnforcing5xx uint32
 	// OutlierConsecutiveLocalOrigin ejects an endpoint after this many
 	// consecutive failures of local origin — connection refused or reset,
 	// timeouts — counted apart from upstream 5xx
@@ -270,6 +283,9 @@ func (c Config) validate() error {
 	}
 	if c.OutlierMaxEjectionPercent > 100 {
 		return fmt.Errorf("%w: OutlierMaxEjectionPercent %d is above 100", ErrInvalidConfig, c.OutlierMaxEjectionPercent)
+	}
+	if c.OutlierEnforcing5xx > 100 {
+		return fmt.Errorf("%w: OutlierEnforcing5xx %d is above 100", ErrInvalidConfig, c.OutlierEnforcing5xx)
 	}
 	if err := xdscontract.CheckHeaders(c.ModelHeader, c.HopHeader); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
