@@ -141,7 +141,9 @@ func TestRetryBudget(t *testing.T) {
 func TestOutlierEjectionAndReadmission(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	a, b, c := engine(t, model, 4096, nil, 0), engine(t, model, 4096, nil, 0), engine(t, model, 4096, nil, 0)
-	ctrl := startControl(t, "127.0.0.1:0", xds.Config{}, oneModel(model,
+	// Envoy's enforcing_consecutive_5xx (isobar's clusters default to 0:
+	// the controller owns 5xx ejection).
+	ctrl := startControl(t, "127.0.0.1:0", xds.Config{OutlierEnforcing5xx: 100}, oneModel(model,
 		endpointOf(t, "a", a.Addr(), 1, 4096), endpointOf(t, "b", b.Addr(), 1, 4096), endpointOf(t, "c", c.Addr(), 1, 4096)))
 	g := startGateway(t, ctrl, Config{}, Deps{Clock: clock})
 	// 500 is not retried (the routes retry 503), so every failure reaches

@@ -57,7 +57,7 @@ func TestDecodeControllerResources(t *testing.T) {
 	want := ClusterPolicy{Name: "isobar/m", ServiceName: "isobar/m", LBPolicy: "LEAST_REQUEST", LocalityWeighted: true, ChoiceCount: 2,
 		ActiveRequestBias: 1, ConnectTimeout: time.Second, MaxRequests: 65536, MaxRetries: 3,
 		RetryBudget: &RetryBudget{Percent: 20, MinConcurrency: 3},
-		Outlier: &OutlierPolicy{Consecutive5xx: 5, Enforcing5xx: 100, SplitLocalOrigin: true, ConsecutiveLocalOrigin: 1,
+		Outlier: &OutlierPolicy{Consecutive5xx: 5, Enforcing5xx: 0, SplitLocalOrigin: true, ConsecutiveLocalOrigin: 1,
 			EnforcingLocalOrigin: 100, Interval: 5 * time.Second, BaseEjectionTime: 10 * time.Second,
 			MaxEjectionTime: 300 * time.Second, MaxEjectionPercent: 50}}
 	if p == nil || p.Name != want.Name || p.LBPolicy != want.LBPolicy || !p.LocalityWeighted || p.ConnectTimeout != want.ConnectTimeout ||
