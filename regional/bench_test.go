@@ -155,3 +155,59 @@ func BenchmarkHeartbeatIngest(b *testing.B) {
 	el := time.Since(start)
 	b.ReportMetric(total/el.Seconds(), "heartbeats/s")
 }
+
+// BenchmarkCycleTypical measures the cycle most cycles are: every cell's
+// load moves (new signals for the scorer), and one cell leaves or
+// rejoins the load balancer (its stream turns suspect, then recovers), so
+// one endpoint's weight changes and the cycle pushes.
+func BenchmarkCycleTypical(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("cells=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig("r1")
+			clock := clockwork.NewFakeClock()
+			xs, err := xds.NewServer(xds.Config{Region: "r1", Zone: "r1"}, xds.Deps{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer xs.Stop()
+			m, err := newMetrics(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), m, xs.Push)
+			if err != nil {
+				b.Fatal(err)
+			}
+			hbs := make([]*isobarpb.CellHeartbeat, n)
+			for i := range hbs {
+				hbs[i] = heartbeat(fmt.Sprintf("cell-%05d", i), "10."+strconv.Itoa(i/62500)+"."+strconv.Itoa(i/250%250)+"."+strconv.Itoa(i%250)+":8000",
+					isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
+				r.applyHeartbeat(clock.Now(), hbs[i])
+			}
+			loads := [2]float64{1, 12}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				for j, hb := range hbs {
+					hb.Signals.QueueDepth = &loads[(i+j)%2]
+				}
+				clock.Advance(cfg.Projection.MinInterval)
+				now := clock.Now()
+				for _, c := range r.cells {
+					c.lastSeen = now
+				}
+				r.cells[hbs[0].CellId].suspect = i%2 == 0
+				r.cycle(now)
+				r.pub.mu.Lock()
+				st := r.pub.pending
+				r.pub.pending = nil
+				r.pub.mu.Unlock()
+				if st == nil {
+					b.Fatal("cycle did not offer a push")
+				}
+				if _, err := xs.Push(*st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -540,7 +540,7 @@ func (r *Registry) cycle(now time.Time) {
 	views, cells := r.cellViews(now)
 	pcells, results := cycle.Map(r.cfg.Score, cells)
 	d := r.proj.Project(now, pcells)
-	views = cycle.Weighted(cycle.Scored(views, results), d.Weights) // same order as pcells
+	cycle.Annotate(views, results, d.Weights) // same order as pcells; views are this cycle's own
 	r.noteRemovals(views)
 	for _, id := range d.NewTrips {
 		r.metrics.penaltyTrips.Inc()

@@ -122,6 +122,20 @@ func Scored(views []CellView, results []score.Result) []CellView {
 	return out
 }
 
+// Annotate sets, in views itself, what Scored and Weighted return copies
+// with: each view's score and Fallback (results) and its projected weight
+// (weights), both in the order of views. For a caller that owns views (the
+// registry builds them afresh each cycle): at 10,000 cells the two copies
+// cost more than scoring them.
+func Annotate(views []CellView, results []score.Result, weights []projection.Weight) {
+	for i := range views {
+		v := &views[i]
+		v.Score = results[i]
+		v.Fallback = results[i].Fallback || !v.DCGM.OK || !v.VLLM.OK
+		v.Weight = weights[i]
+	}
+}
+
 // Weighted returns views with each one's projected weight (weights, in
 // the same order: projection.Decision.Weights for the cells Map made of
 // them).
