@@ -1,0 +1,205 @@
+package summary
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/serf/coordinate"
+
+	"github.com/isobar-mesh/isobar/proto/isobarpb"
+)
+
+// A summary's size must not grow with the number of regions (issue 26):
+// it lists the measured RTT to its NearestRTT nearest regions only and
+// carries the region's Vivaldi network coordinate (hashicorp/serf
+// coordinate, computed by regional/gossip from memberlist's probes), from
+// which a receiver estimates the RTT to every other region. RTTMatrix is
+// the one place where a receiver turns summaries back into the RTT matrix
+// the optimiser plans with.
+const (
+	// DefaultNearestRTT is how many measured RTTs a summary lists when
+	// Input.NearestRTT is 0.
+	DefaultNearestRTT = 8
+	// MaxNearestRTT bounds Input.NearestRTT: a larger value is clamped to
+	// it, so the summary stays bounded whatever the configuration.
+	MaxNearestRTT = 64
+	// MaxCoordinateDims bounds a coordinate's dimensions (serf's default
+	// is 8).
+	MaxCoordinateDims = 16
+	// MaxCoordinateSeconds bounds the magnitude of every coordinate
+	// component (vec, adjustment, height): MaxRTTMs in seconds.
+	MaxCoordinateSeconds = MaxRTTMs / 1000
+	// MaxCoordinateError bounds a coordinate's error. serf starts a node
+	// at its VivaldiErrorMax (1.5) and never raises it above that.
+	MaxCoordinateError = 1.5
+)
+
+// nearestRTT returns the measured RTTs of in to its k nearest other regions
+// (ties by name), sorted by region: k is in.NearestRTT (0: DefaultNearestRTT,
+// above MaxNearestRTT: MaxNearestRTT, negative: every peer up to MaxRegions,
+// the pre-issue-26 full list).
+func nearestRTT(in Input) []*isobarpb.PeerRTT {
+	k := in.NearestRTT
+	switch {
+	case k == 0:
+		k = DefaultNearestRTT
+	case k < 0:
+		k = MaxRegions
+	case k > MaxNearestRTT:
+		k = MaxNearestRTT
+	}
+	peers := make([]*isobarpb.PeerRTT, 0, len(in.RTT))
+	for r, d := range in.RTT {
+		if r != in.Region && ValidName(r) {
+			peers = append(peers, &isobarpb.PeerRTT{Region: r, RttMs: saturate(float64(d)/float64(time.Millisecond), MaxRTTMs)})
+		}
+	}
+	slices.SortFunc(peers, func(a, b *isobarpb.PeerRTT) int {
+		return cmp.Or(cmp.Compare(a.GetRttMs(), b.GetRttMs()), cmp.Compare(a.GetRegion(), b.GetRegion()))
+	})
+	if len(peers) > k {
+		peers = peers[:k]
+	}
+	slices.SortFunc(peers, func(a, b *isobarpb.PeerRTT) int { return cmp.Compare(a.GetRegion(), b.GetRegion()) })
+	return peers
+}
+
+// CoordinateProto is c on the wire, or nil when c is nil or would not
+// pass ValidateCoordinate (not finite, out of bounds, or never updated:
+// serf's starting error MaxCoordinateError means no probe placed it yet).
+func CoordinateProto(c *coordinate.Coordinate) *isobarpb.NetworkCoordinate {
+	if c == nil {
+		return nil
+	}
+	pb := &isobarpb.NetworkCoordinate{Vec: slices.Clone(c.Vec), Error: c.Error, Adjustment: c.Adjustment, Height: c.Height}
+	if ValidateCoordinate(pb) != nil || c.Error >= MaxCoordinateError {
+		return nil
+	}
+	return pb
+}
+
+// Coordinate is pb as a serf coordinate, or nil when pb is nil.
+func Coordinate(pb *isobarpb.NetworkCoordinate) *coordinate.Coordinate {
+	if pb == nil {
+		return nil
+	}
+	return &coordinate.Coordinate{Vec: slices.Clone(pb.GetVec()), Error: pb.GetError(), Adjustment: pb.GetAdjustment(), Height: pb.GetHeight()}
+}
+
+// ValidateCoordinate checks a received coordinate: 1 to MaxCoordinateDims
+// dimensions, every component finite and within ±MaxCoordinateSeconds, the
+// height in [0, MaxCoordinateSeconds] and the error in
+// [0, MaxCoordinateError]. The error wraps ErrInvalid and names the field.
+// regional/gossip checks the coordinates in probe acks with it too.
+func ValidateCoordinate(c *isobarpb.NetworkCoordinate) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: coordinate: %s", ErrInvalid, fmt.Sprintf(format, a...))
+	}
+	if n := len(c.GetVec()); n == 0 || n > MaxCoordinateDims {
+		return bad("%d dimensions; want 1 to %d", n, MaxCoordinateDims)
+	}
+	for i, v := range c.GetVec() {
+		if !isFinite(v) || math.Abs(v) > MaxCoordinateSeconds {
+			return bad("vec[%d] is %v s; want a finite value in [-%d, %d]", i, v, MaxCoordinateSeconds, MaxCoordinateSeconds)
+		}
+	}
+	if a := c.GetAdjustment(); !isFinite(a) || math.Abs(a) > MaxCoordinateSeconds {
+		return bad("adjustment is %v s; want a finite value in [-%d, %d]", a, MaxCoordinateSeconds, MaxCoordinateSeconds)
+	}
+	if h := c.GetHeight(); !isFinite(h) || h < 0 || h > MaxCoordinateSeconds {
+		return bad("height is %v s; want a finite value in [0, %d]", h, MaxCoordinateSeconds)
+	}
+	if e := c.GetError(); !isFinite(e) || e < 0 || e > MaxCoordinateError {
+		return bad("error is %v; want a finite value in [0, %v]", e, MaxCoordinateError)
+	}
+	return nil
+}
+
+// RTTSource says where an entry of RTTMatrix came from.
+type RTTSource uint8
+
+const (
+	// RTTUnknown: neither region measured the pair and at least one has
+	// no usable coordinate; the entry is +Inf (unreachable).
+	RTTUnknown RTTSource = iota
+	// RTTMeasured: one or both regions listed the pair (the mean of the
+	// two directions when both did).
+	RTTMeasured
+	// RTTEstimated: the distance between the regions' coordinates.
+	RTTEstimated
+)
+
+// RTTMatrix is the symmetric RTT matrix (ms) between regions, sums[i]
+// being the latest summary of regions[i] (nil: none): a pair either
+// region measured is the mean of what they listed; any other pair is the
+// distance between their coordinates (hashicorp/serf coordinate
+// DistanceTo, bounded by MaxRTTMs) when both carry compatible ones; else
+// +Inf. The diagonal is 0. src, when not nil, gets each entry's source.
+// This is the one place that decides between measured and estimated RTTs;
+// both tiers plan with it (global, regional fallback). A pre-issue-26
+// region lists every peer, so a fleet of those plans on measurements
+// alone, as before.
+func RTTMatrix(regions []string, sums []*isobarpb.RegionSummary, src [][]RTTSource) [][]float64 {
+	n := len(regions)
+	idx := make(map[string]int, n)
+	for i, r := range regions {
+		idx[r] = i
+	}
+	sum, cnt := make([][]float64, n), make([][]uint8, n)
+	for i := range sum {
+		sum[i], cnt[i] = make([]float64, n), make([]uint8, n)
+	}
+	coords := make([]*coordinate.Coordinate, n)
+	for i, s := range sums {
+		if i >= n {
+			break
+		}
+		if c := s.GetCoordinate(); c != nil && ValidateCoordinate(c) == nil {
+			coords[i] = Coordinate(c)
+		}
+		for _, p := range s.GetRtt() {
+			j, ok := idx[p.GetRegion()]
+			if !ok || j == i {
+				continue
+			}
+			sum[i][j] += p.GetRttMs()
+			sum[j][i] += p.GetRttMs()
+			cnt[i][j]++
+			cnt[j][i]++
+		}
+	}
+	out := make([][]float64, n)
+	for i := range out {
+		out[i] = make([]float64, n)
+	}
+	for i := range out {
+		for j := i + 1; j < n; j++ {
+			v, how := math.Inf(1), RTTUnknown
+			if cnt[i][j] > 0 {
+				v, how = sum[i][j]/float64(cnt[i][j]), RTTMeasured
+			} else if v = estimateRTT(coords[i], coords[j]); !math.IsInf(v, 1) {
+				how = RTTEstimated
+			}
+			out[i][j], out[j][i] = v, v
+			if src != nil {
+				src[i][j], src[j][i] = how, how
+			}
+		}
+		if src != nil {
+			src[i][i] = RTTMeasured
+		}
+	}
+	return out
+}
+
+// estimateRTT is the RTT (ms) the coordinates a and b predict, or +Inf
+// when either is missing or they differ in dimensions.
+func estimateRTT(a, b *coordinate.Coordinate) float64 {
+	if a == nil || b == nil || !a.IsCompatibleWith(b) {
+		return math.Inf(1)
+	}
+	return saturate(float64(a.DistanceTo(b))/float64(time.Millisecond), MaxRTTMs)
+}
