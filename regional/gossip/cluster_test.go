@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	summarybounds "github.com/isobar-mesh/isobar/summary"
 )
 
 const converge = 15 * time.Second
@@ -150,6 +151,12 @@ func TestRTT(t *testing.T) {
 			if d <= 0 || d >= time.Second {
 				t.Errorf("%s: RTT to %s = %v, want within (0, 1s) on loopback", n.Name(), r, d)
 			}
+		}
+		// The probes that gave the RTTs carried coordinates: the node's
+		// own has left serf's starting point (maximum error), so it goes
+		// into the region's summary.
+		if c := n.Coordinate(); c.Error >= summarybounds.MaxCoordinateError || summarybounds.CoordinateProto(c) == nil {
+			t.Errorf("%s: coordinate %+v not placed by its probes", n.Name(), c)
 		}
 	}
 }
