@@ -3,6 +3,7 @@ package summary
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -173,5 +174,26 @@ func BenchmarkAggregateNearest1000Peers(b *testing.B) {
 	in.RTT = peersRTT(1000)
 	for b.Loop() {
 		_ = Aggregate(in)
+	}
+}
+
+// estimateRTT is serf's Coordinate.DistanceTo, in ms (to the nanosecond
+// DistanceTo rounds to), on random coordinates with negative adjustments
+// too.
+func TestEstimateIsSerfDistance(t *testing.T) {
+	rng := rand.New(rand.NewPCG(26, 4))
+	rnd := func() *coordinate.Coordinate {
+		c := &coordinate.Coordinate{Vec: make([]float64, 8), Error: rng.Float64(), Adjustment: (rng.Float64() - 0.7) * 0.02, Height: rng.Float64() * 0.005}
+		for k := range c.Vec {
+			c.Vec[k] = (rng.Float64() - 0.5) * 0.2
+		}
+		return c
+	}
+	for range 10_000 {
+		a, b := rnd(), rnd()
+		want := float64(a.DistanceTo(b)) / float64(time.Millisecond)
+		if got := estimateRTT(a, b); math.Abs(got-want) > 1e-6 {
+			t.Fatalf("estimate %v ms, serf's DistanceTo %v ms for %+v, %+v", got, want, a, b)
+		}
 	}
 }
