@@ -382,3 +382,39 @@ func BenchmarkRTTMatrix1000(b *testing.B) {
 		summary.RTTMatrix(f.names, sums, nil)
 	}
 }
+
+// BenchmarkSolve1000Reduced: the optimiser alone at 1,000 regions on the
+// matrix the leader rebuilds from reduced summaries (measured near,
+// estimated far) beside the true matrix: Solve, the latency optimum
+// bench/scale times, and SolveLocalFirst, what the leader plans with.
+//
+//	go test -run '^$' -bench Solve1000Reduced -benchtime 10x ./global/
+func BenchmarkSolve1000Reduced(b *testing.B) {
+	f := newGeoFleet(b, 1000, 7)
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	m := map[string]received{}
+	for _, s := range f.summaries(b, 0) {
+		m[s.GetRegion()] = received{s: s, at: now}
+	}
+	pl := newPlanner(DefaultConfig().Plan)
+	for _, tc := range []struct {
+		name string
+		rtt  [][]float64
+	}{{"reduced", rttMatrix(f.names, m)}, {"true", f.rtt}} {
+		prob := pl.problem("m", f.names, m, tc.rtt)
+		b.Run("solve/"+tc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := optimize.Solve(prob); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("localfirst/"+tc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := optimize.SolveLocalFirst(prob, optimize.DefaultLocalFill); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -148,30 +148,10 @@ func RTTMatrix(regions []string, sums []*isobarpb.RegionSummary, src [][]RTTSour
 	for i, r := range regions {
 		idx[r] = i
 	}
-	// Measured pairs (i < j): a region lists at most its nearest, so this
-	// holds O(regions) entries, not O(regions²).
-	type pair struct{ i, j int }
-	type meas struct {
-		sum float64
-		cnt int
-	}
-	measured := map[pair]meas{}
 	coords := make([]*coordinate.Coordinate, n)
-	for i, s := range sums {
-		if i >= n {
-			break
-		}
+	for i, s := range sums[:min(n, len(sums))] {
 		if c := s.GetCoordinate(); c != nil && ValidateCoordinate(c) == nil {
 			coords[i] = Coordinate(c)
-		}
-		for _, p := range s.GetRtt() {
-			j, ok := idx[p.GetRegion()]
-			if !ok || j == i {
-				continue
-			}
-			k := pair{min(i, j), max(i, j)}
-			m := measured[k]
-			measured[k] = meas{m.sum + p.GetRttMs(), m.cnt + 1}
 		}
 	}
 	cells := make([]float64, n*n)
@@ -196,11 +176,30 @@ func RTTMatrix(regions []string, sums []*isobarpb.RegionSummary, src [][]RTTSour
 			src[i][i] = RTTMeasured
 		}
 	}
-	for k, m := range measured {
-		v := m.sum / float64(m.cnt)
-		out[k.i][k.j], out[k.j][k.i] = v, v
-		if src != nil {
-			src[k.i][k.j], src[k.j][k.i] = RTTMeasured, RTTMeasured
+	// listed[i*n+j] (i < j) counts the directions that listed the pair:
+	// the first sets it, the second makes it their mean (Validate refuses
+	// a region listing a peer twice).
+	listed := make([]uint8, n*n)
+	for i, s := range sums[:min(n, len(sums))] {
+		for _, p := range s.GetRtt() {
+			j, ok := idx[p.GetRegion()]
+			if !ok || j == i {
+				continue
+			}
+			a, b := min(i, j), max(i, j)
+			v := p.GetRttMs()
+			switch listed[a*n+b] {
+			case 0:
+			case 1:
+				v = (out[a][b] + v) / 2
+			default:
+				continue
+			}
+			listed[a*n+b]++
+			out[a][b], out[b][a] = v, v
+			if src != nil {
+				src[a][b], src[b][a] = RTTMeasured, RTTMeasured
+			}
 		}
 	}
 	return out
