@@ -68,14 +68,15 @@ func nearestRTT(in Input) []*isobarpb.PeerRTT {
 }
 
 // CoordinateProto is c on the wire, or nil when c is nil or would not
-// pass ValidateCoordinate (not finite, out of bounds, or never updated:
-// serf's starting error MaxCoordinateError means no probe placed it yet).
+// pass ValidateCoordinate (not finite, out of bounds). Whether a
+// coordinate has been placed by probes at all is its source's call
+// (regional/gossip Node.Coordinate is nil until then).
 func CoordinateProto(c *coordinate.Coordinate) *isobarpb.NetworkCoordinate {
 	if c == nil {
 		return nil
 	}
 	pb := &isobarpb.NetworkCoordinate{Vec: slices.Clone(c.Vec), Error: c.Error, Adjustment: c.Adjustment, Height: c.Height}
-	if ValidateCoordinate(pb) != nil || c.Error >= MaxCoordinateError {
+	if ValidateCoordinate(pb) != nil {
 		return nil
 	}
 	return pb

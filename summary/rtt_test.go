@@ -102,16 +102,15 @@ func TestOldFullSummaryAccepted(t *testing.T) {
 	}
 }
 
-// CoordinateProto leaves out what a receiver could not use: nil, a
-// coordinate no probe placed yet (serf's starting error), non-finite or
-// out-of-bounds ones.
+// CoordinateProto leaves out what a receiver could not use: nil,
+// non-finite or out-of-bounds coordinates.
 func TestCoordinateProto(t *testing.T) {
-	fresh := coordinate.NewCoordinate(coordinate.DefaultConfig())
 	placed := &coordinate.Coordinate{Vec: []float64{0.01, 0.02}, Error: 0.4, Height: 1e-5}
 	for name, c := range map[string]*coordinate.Coordinate{
-		"nil": nil, "never placed": fresh,
-		"NaN":    {Vec: []float64{math.NaN()}, Error: 0.4},
-		"absurd": {Vec: []float64{1e9}, Error: 0.4},
+		"nil":           nil,
+		"17 dimensions": {Vec: make([]float64, 17), Error: 0.4},
+		"NaN":           {Vec: []float64{math.NaN()}, Error: 0.4},
+		"absurd":        {Vec: []float64{1e9}, Error: 0.4},
 	} {
 		if pb := CoordinateProto(c); pb != nil {
 			t.Errorf("%s: got %v, want none", name, pb)

@@ -70,8 +70,8 @@ type Input struct {
 	// comparisons). Receivers estimate the other pairs from Coordinate.
 	NearestRTT int
 	// Coordinate is the region's Vivaldi network coordinate (regional/gossip
-	// Node.Coordinate), nil when unknown. Aggregate leaves out one that
-	// would not validate or that no probe has placed yet (CoordinateProto).
+	// Node.Coordinate), nil when unknown or not placed by probes yet.
+	// Aggregate leaves out one that would not validate (CoordinateProto).
 	Coordinate *coordinate.Coordinate
 	// IngressAddress is where other regions forward traffic to this one.
 	IngressAddress string

@@ -112,10 +112,22 @@ func (n *Node) observeCoordinate(name string, rtt time.Duration, payload []byte)
 	if _, err := n.vivaldi.Update(name, other, rtt); err != nil {
 		n.m.coordRefused.WithLabelValues(coordRefusedRejected).Inc()
 		n.log.Debug("gossip coordinate update refused", "member", name, "err", err)
+		return
 	}
+	n.coordSamples.Add(1)
 }
 
-// Coordinate returns this node's current network coordinate (a copy).
-// A node no probe has placed yet is at the origin with the maximum error;
-// summary.CoordinateProto leaves such a one out of the summary.
-func (n *Node) Coordinate() *coordinate.Coordinate { return n.vivaldi.GetCoordinate() }
+// minCoordSamples is how many probes must have moved the coordinate before
+// Coordinate reports it. A node starts at the origin, which would put it
+// next to every region; serf's error estimate cannot tell (it stays at its
+// maximum, 1.5, wherever the RTTs are tiny or noisy, as on loopback).
+const minCoordSamples = 3
+
+// Coordinate returns this node's current network coordinate (a copy), or
+// nil before minCoordSamples probes have placed it.
+func (n *Node) Coordinate() *coordinate.Coordinate {
+	if n.coordSamples.Load() < minCoordSamples {
+		return nil
+	}
+	return n.vivaldi.GetCoordinate()
+}

@@ -80,6 +80,8 @@ type Node struct {
 	// vivaldi is this node's network coordinate (coordinate.go); safe for
 	// concurrent use.
 	vivaldi *coordinate.Client
+	// coordSamples counts the probes that moved vivaldi.
+	coordSamples atomic.Int64
 	// id is Deps.Identity (nil: no proofs); proof caches this node's
 	// identity proof per leaf certificate (guarded by localMu).
 	id    *Identity
