@@ -11,6 +11,15 @@
 // the leader. A region whose summaries are older than RegionTTL is treated
 // as down: it is left out of the problem and receives nothing.
 //
+// RTTs (issue 26): a region's summary lists the measured RTT to its
+// nearest regions only (8 by default) and carries its Vivaldi network
+// coordinate, so the leader's intake grows linearly in regions. The
+// planner's RTT matrix is summary.RTTMatrix over the live regions' latest
+// summaries: a pair either region listed is measured (the mean when both
+// did), any other pair is the distance between their coordinates, +Inf
+// without them. A pre-issue-26 region lists every peer and sends no
+// coordinate; it is accepted and its pairs count as measured.
+//
 // Demand slices (slices.go): each model's demand is planned by
 // (criticality, allowed regions) as the regions' summaries split it
 // (demand_slices, validated by package summary; none is one standard,

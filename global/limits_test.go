@@ -3,9 +3,11 @@ package global
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,10 +239,24 @@ func TestRestartAfterSkewReplaces(t *testing.T) {
 // to no region and to "a". It must never panic, must store only summaries
 // that pass summary.Validate, and must never hold more than MaxRegions.
 func FuzzAcceptSummary(f *testing.F) {
-	for _, s := range []*isobarpb.RegionSummary{
+	seeds := []*isobarpb.RegionSummary{
 		limitSummary("a", "x", 1, limitsT0), limitSummary("b", "y", 7, limitsT0.Add(time.Hour)),
 		{Region: "c", Sequence: 1, At: timestamppb.New(limitsT0), Rtt: []*isobarpb.PeerRTT{{Region: "a", RttMs: 3}}},
+	}
+	// The issue-26 fields: a reduced summary (nearest RTTs and a
+	// coordinate), a bad coordinate, and a pre-issue-26 full list.
+	for _, mut := range []func(*isobarpb.RegionSummary){
+		func(s *isobarpb.RegionSummary) { s.Coordinate = coordAt(0.01) },
+		func(s *isobarpb.RegionSummary) { s.Coordinate = coordAt(math.NaN()) },
+		func(s *isobarpb.RegionSummary) { s.Coordinate = &isobarpb.NetworkCoordinate{Vec: make([]float64, 17)} },
+		func(s *isobarpb.RegionSummary) { s.Rtt = fullRTTList(200) },
 	} {
+		s := limitSummary("a", "x", 2, limitsT0)
+		s.Rtt = []*isobarpb.PeerRTT{{Region: "held1", RttMs: 3}}
+		mut(s)
+		seeds = append(seeds, s)
+	}
+	for _, s := range seeds {
 		b, err := proto.Marshal(s)
 		if err != nil {
 			f.Fatal(err)
@@ -272,10 +288,79 @@ func FuzzAcceptSummary(f *testing.F) {
 				t.Fatalf("refusal without a reason label: %v", err)
 			}
 		}
-		if n := len(svc.store.snapshot()); n > l.MaxRegions {
+		held := svc.store.snapshot()
+		if n := len(held); n > l.MaxRegions {
 			t.Fatalf("%d regions held, limit %d", n, l.MaxRegions)
 		}
+		names := make([]string, 0, len(held))
+		for r := range held {
+			names = append(names, r)
+		}
+		slices.Sort(names)
+		for _, row := range rttMatrix(names, held) {
+			for _, v := range row {
+				if math.IsNaN(v) || v < 0 {
+					t.Fatalf("RTT matrix entry %v from accepted summaries", v)
+				}
+			}
+		}
 	})
+}
+
+// coordAt is a placed two-dimensional coordinate at (x, 0) seconds.
+func coordAt(x float64) *isobarpb.NetworkCoordinate {
+	return &isobarpb.NetworkCoordinate{Vec: []float64{x, 0}, Error: 0.3, Height: 1e-5}
+}
+
+// fullRTTList is a pre-issue-26 RTT list: one entry per peer p0000….
+func fullRTTList(n int) []*isobarpb.PeerRTT {
+	out := make([]*isobarpb.PeerRTT, n)
+	for i := range out {
+		out[i] = &isobarpb.PeerRTT{Region: fmt.Sprintf("p%04d", i), RttMs: float64(1 + i)}
+	}
+	return out
+}
+
+// The leader takes reduced summaries and pre-issue-26 full ones alike (a
+// mixed-version fleet during an upgrade), and refuses a bad coordinate as
+// invalid (isobar_global_summaries_rejected_total{reason="invalid"}) with
+// an error naming the field.
+func TestAcceptCoordinatesAndFullLists(t *testing.T) {
+	l := Limits{MaxRegions: 10, RegionForgetAfter: time.Minute}
+	l.withDefaults()
+	svc := &syncService{store: newStore(), limits: l, regionTTL: time.Second,
+		skew: newSkewWatch(l, slog.New(slog.DiscardHandler)), clock: clockwork.NewFakeClockAt(limitsT0),
+		log: slog.New(slog.DiscardHandler), metrics: newMetrics()}
+	reduced := limitSummary("a", "x", 1, limitsT0)
+	reduced.Coordinate, reduced.Rtt = coordAt(0), []*isobarpb.PeerRTT{{Region: "b", RttMs: 20}}
+	full := limitSummary("b", "y", 1, limitsT0)
+	full.Rtt = append(fullRTTList(1000), &isobarpb.PeerRTT{Region: "a", RttMs: 22}, &isobarpb.PeerRTT{Region: "c", RttMs: 50})
+	placed := limitSummary("c", "z", 1, limitsT0)
+	placed.Coordinate = coordAt(0.040)
+	for _, s := range []*isobarpb.RegionSummary{reduced, full, placed} {
+		if err := svc.accept("", s, nil); err != nil {
+			t.Fatalf("%s refused: %v", s.Region, err)
+		}
+	}
+	mat := rttMatrix([]string{"a", "b", "c"}, svc.store.snapshot())
+	// a–b: both listed it (mean); b–c: only b did; a–c: neither, estimated
+	// from the coordinates (40 ms + both heights).
+	if mat[0][1] != 21 || mat[1][2] != 50 || math.Abs(mat[0][2]-40.02) > 1e-6 {
+		t.Errorf("matrix %v: want a–b 21, b–c 50, a–c 40.02", mat)
+	}
+	for name, c := range map[string]*isobarpb.NetworkCoordinate{
+		"NaN":      coordAt(math.NaN()),
+		"absurd":   coordAt(1e6),
+		"too many": {Vec: make([]float64, 17), Error: 0.3},
+		"no error": {Vec: []float64{0}, Error: -1},
+	} {
+		s := limitSummary("a", "x", 2, limitsT0)
+		s.Coordinate = c
+		err := svc.accept("", s, nil)
+		if reason(err) != "invalid" || !strings.Contains(err.Error(), "coordinate") {
+			t.Errorf("%s coordinate: err %v (reason %q), want invalid naming the coordinate", name, err, reason(err))
+		}
+	}
 }
 
 func TestPlanConfigLocalFill(t *testing.T) {

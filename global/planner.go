@@ -1,7 +1,6 @@
 package global
 
 import (
-	"math"
 	"slices"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/isobar-mesh/isobar/optimize"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/reqclass"
+	"github.com/isobar-mesh/isobar/summary"
 )
 
 // minRoute: fractions below this are dropped from a plan (and the rest
@@ -298,45 +298,16 @@ func routeRow(regions []string, fr []float64, shed float64, keep func(j int) boo
 	return routes, shed * scale, true
 }
 
-// rttMatrix builds the symmetric RTT matrix from what each region measured:
-// the mean of both directions when both are known, one when only one is,
-// +Inf (unreachable) when neither.
+// rttMatrix builds the symmetric RTT matrix (ms) the leader plans with
+// from the regions' latest summaries: summary.RTTMatrix, the one place
+// that decides between a pair's measured RTT (mean of both directions when
+// both listed it, one when only one did: a region lists its nearest peers)
+// and the estimate from the two regions' network coordinates; +Inf
+// (unreachable) when neither is known.
 func rttMatrix(regions []string, sums map[string]received) [][]float64 {
-	idx := make(map[string]int, len(regions))
+	list := make([]*isobarpb.RegionSummary, len(regions))
 	for i, r := range regions {
-		idx[r] = i
+		list[i] = sums[r].s
 	}
-	n := len(regions)
-	sum := make([][]float64, n)
-	cnt := make([][]int, n)
-	for i := range sum {
-		sum[i], cnt[i] = make([]float64, n), make([]int, n)
-	}
-	for i, r := range regions {
-		for _, p := range sums[r].s.GetRtt() {
-			j, ok := idx[p.GetRegion()]
-			if !ok || j == i {
-				continue
-			}
-			sum[i][j] += p.GetRttMs()
-			cnt[i][j]++
-			sum[j][i] += p.GetRttMs()
-			cnt[j][i]++
-		}
-	}
-	out := make([][]float64, n)
-	for i := range out {
-		out[i] = make([]float64, n)
-		for j := range out[i] {
-			switch {
-			case i == j:
-				out[i][j] = 0
-			case cnt[i][j] > 0:
-				out[i][j] = sum[i][j] / float64(cnt[i][j])
-			default:
-				out[i][j] = math.Inf(1)
-			}
-		}
-	}
-	return out
+	return summary.RTTMatrix(regions, list, nil)
 }

@@ -1,7 +1,6 @@
 package regional
 
 import (
-	"math"
 	"slices"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/gossip"
+	"github.com/isobar-mesh/isobar/summary"
 )
 
 // peerSource reports the gossiped peer summaries and the RTT to each peer.
@@ -160,19 +160,16 @@ func (p *fallbackPlanner) regions(now time.Time, self *isobarpb.RegionSummary) f
 }
 
 // rttMatrix is the RTT (ms) between the regions: this region's own
-// measurements, then the peers' reported ones for pairs not yet known;
-// unknown pairs are +Inf.
+// measurements for its row, and for the pairs between peers what
+// summary.RTTMatrix makes of their summaries (the same rule the global
+// plans with: a pair either peer listed among its nearest, else the
+// estimate from their coordinates); unknown pairs are +Inf.
 func (fr fallbackRegions) rttMatrix() [][]float64 {
-	n := len(fr.names)
-	mat := make([][]float64, n)
-	for i := range mat {
-		mat[i] = make([]float64, n)
-		for j := range mat[i] {
-			if i != j {
-				mat[i][j] = math.Inf(1)
-			}
-		}
+	list := make([]*isobarpb.RegionSummary, len(fr.names))
+	for i, r := range fr.names {
+		list[i] = fr.sums[r]
 	}
+	mat := summary.RTTMatrix(fr.names, list, nil)
 	idx := map[string]int{}
 	for i, r := range fr.names {
 		idx[r] = i
@@ -181,16 +178,6 @@ func (fr fallbackRegions) rttMatrix() [][]float64 {
 		if j, ok := idx[r]; ok && j != fr.self {
 			ms := float64(d) / float64(time.Millisecond)
 			mat[fr.self][j], mat[j][fr.self] = ms, ms
-		}
-	}
-	for i, r := range fr.names {
-		if i == fr.self {
-			continue
-		}
-		for _, pr := range fr.sums[r].GetRtt() {
-			if j, ok := idx[pr.GetRegion()]; ok && j != fr.self && j != i && math.IsInf(mat[i][j], 1) {
-				mat[i][j], mat[j][i] = pr.GetRttMs(), pr.GetRttMs()
-			}
 		}
 	}
 	return mat

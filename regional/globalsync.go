@@ -46,6 +46,12 @@ type GlobalConfig struct {
 	// DefaultEngineLatencyMs is the low-load latency used until cells
 	// report a TTFT. Default 300.
 	DefaultEngineLatencyMs float64
+	// NearestRTT is how many measured RTTs the summary lists, nearest
+	// first; the global estimates the rest from the region's gossip
+	// coordinate (summary.RTTMatrix). Default summary.DefaultNearestRTT
+	// (8); at most summary.MaxNearestRTT; negative lists every region (the
+	// summary then grows with the regions, as before issue 26).
+	NearestRTT int
 	// FallbackSummaryTTL: gossiped summaries older than this are ignored by
 	// the fallback. Default 10 s.
 	FallbackSummaryTTL time.Duration

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
+
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/capacity"
 	"github.com/isobar-mesh/isobar/regional/gossip"
@@ -27,12 +29,21 @@ type rttSource interface {
 	RTT() map[string]time.Duration
 }
 
+// coordSource reports this region's network coordinate (gossip's
+// Vivaldi coordinate, from the same probes as the RTTs).
+type coordSource interface {
+	Coordinate() *coordinate.Coordinate
+}
+
 var (
-	_ viewSource = (*Registry)(nil)
-	_ rttSource  = (*gossip.Node)(nil)
+	_ viewSource  = (*Registry)(nil)
+	_ rttSource   = (*gossip.Node)(nil)
+	_ coordSource = (*gossip.Node)(nil)
 )
 
-// summaryBuilder turns the registry's view into this region's summary: it
+// summaryBuilder turns the registry's view into this region's summary
+// (the RTTs to its GlobalConfig.NearestRTT nearest regions and its gossip
+// coordinate, so its size does not grow with the regions): it
 // feeds the capacity estimator, smooths the demand and aggregates the
 // cells, splits each model's demand into slices by criticality and allowed
 // regions (summaryslices.go; only the data planes' demand is split), and
@@ -45,7 +56,8 @@ type summaryBuilder struct {
 	cfg     GlobalConfig
 	region  string
 	view    viewSource
-	rtt     rttSource // nil: no RTTs reported
+	rtt     rttSource   // nil: no RTTs reported
+	coord   coordSource // nil: no coordinate reported
 	demand  func() map[string]float64
 	resid   *residency.Config
 	log     *slog.Logger
@@ -84,6 +96,9 @@ func newSummaryBuilder(cfg syncConfig, d syncDeps, log *slog.Logger) *summaryBui
 	}
 	if d.Gossip != nil {
 		sb.rtt = d.Gossip
+		// The gossip node (gossip.Node) also keeps the coordinate; a
+		// stand-in that does not report RTTs only.
+		sb.coord, _ = d.Gossip.(coordSource)
 	}
 	return sb
 }
@@ -135,9 +150,13 @@ func (b *summaryBuilder) buildPools(now time.Time) (*isobarpb.RegionSummary, map
 	if b.rtt != nil {
 		rtt = b.rtt.RTT()
 	}
+	var coord *coordinate.Coordinate
+	if b.coord != nil {
+		coord = b.coord.Coordinate()
+	}
 	sm := summary.Aggregate(summary.Input{
 		Region: b.region, Incarnation: b.incarnation, Sequence: b.seq.Add(1), Now: now, Cells: cells,
-		Demand: demand, RTT: rtt, IngressAddress: b.cfg.IngressAddress, DefaultEngineLatencyMs: b.cfg.DefaultEngineLatencyMs,
+		Demand: demand, RTT: rtt, NearestRTT: b.cfg.NearestRTT, Coordinate: coord, IngressAddress: b.cfg.IngressAddress, DefaultEngineLatencyMs: b.cfg.DefaultEngineLatencyMs,
 		DemandSlices: summarySlices(split, b.resid),
 	})
 	b.reportCapacity(sm)

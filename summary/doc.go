@@ -3,8 +3,17 @@
 // validation on receipt.
 //
 // The summary's encoded size is bounded by the number of models, context
-// classes and regions — never by the number of cells — so the global
-// controller's inbound traffic does not grow with the fleet.
+// classes and demand slices — never by the number of cells, nor, since
+// issue 26, by the number of regions: it lists the measured RTT to the
+// Input.NearestRTT nearest regions (default DefaultNearestRTT, 8) and the
+// region's Vivaldi network coordinate (hashicorp/serf coordinate, computed
+// by regional/gossip). RTTMatrix (rtt.go) is the one place where a
+// receiver rebuilds the RTT matrix it plans with: measured pairs where
+// either region listed them, estimates from the coordinates elsewhere.
+// Validate still accepts a full RTT list (a pre-issue-26 region, up to
+// MaxRegions entries), so a mixed-version fleet keeps working during an
+// upgrade; it refuses a coordinate that is not finite, out of bounds or
+// of more than MaxCoordinateDims dimensions.
 //
 // bounds.go is the one set of bounds shared by what the regional
 // controller accepts (heartbeat signals, data-plane reports) and what a
@@ -20,5 +29,7 @@
 // are malformed or do not add up to demand_rps within SliceSumTolerance.
 //
 // Aggregate, Validate and ValidateAt are pure functions (now is passed in)
-// and safe for concurrent use. The package is a leaf: it imports only the protocol.
+// and safe for concurrent use, and so is RTTMatrix. The package is a
+// leaf: of this module it imports only the protocol (and serf's coordinate
+// type from outside).
 package summary

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/internal/quantile"
@@ -60,8 +61,18 @@ type Input struct {
 	// it is bounded and scaled to add up to the model's demand_rps (and
 	// why demand_rps can shrink: pinned demand with nowhere to go).
 	DemandSlices map[string][]DemandSlice
-	// RTT to other regions.
+	// RTT to other regions, as measured (regional/gossip). The summary
+	// lists only the NearestRTT nearest of them.
 	RTT map[string]time.Duration
+	// NearestRTT is how many of RTT the summary lists, nearest first:
+	// 0 means DefaultNearestRTT, more than MaxNearestRTT is clamped to it,
+	// negative lists every peer (the pre-issue-26 summary, for
+	// comparisons). Receivers estimate the other pairs from Coordinate.
+	NearestRTT int
+	// Coordinate is the region's Vivaldi network coordinate (regional/gossip
+	// Node.Coordinate), nil when unknown or not placed by probes yet.
+	// Aggregate leaves out one that would not validate (CoordinateProto).
+	Coordinate *coordinate.Coordinate
 	// IngressAddress is where other regions forward traffic to this one.
 	IngressAddress string
 	// DefaultEngineLatencyMs is used when no cell has a TTFT at low load.
@@ -90,7 +101,10 @@ func DefaultContextClasses() []uint32 { return []uint32{4096, 8192, 32768, 13107
 const lowLoadPressure = 0.5
 
 // Aggregate builds the summary of one region. Cells are grouped by model;
-// models and RTT entries are sorted so equal inputs give equal bytes.
+// models and RTT entries are sorted so equal inputs give equal bytes. It
+// lists the RTTs to the Input.NearestRTT nearest regions and the region's
+// coordinate (rtt.go), so its size depends on models, classes and slices,
+// never on cells or regions.
 func Aggregate(in Input) *isobarpb.RegionSummary {
 	classes := in.ContextClasses
 	if len(classes) == 0 {
@@ -127,19 +141,8 @@ func Aggregate(in Input) *isobarpb.RegionSummary {
 		ms.DemandSlices, ms.DemandRps = aggregateSlices(in.DemandSlices[m], ms.GetDemandRps())
 		s.Models = append(s.Models, ms)
 	}
-	peers := make([]string, 0, len(in.RTT))
-	for r := range in.RTT {
-		if r != in.Region && r != "" {
-			peers = append(peers, r)
-		}
-	}
-	slices.Sort(peers)
-	if len(peers) > MaxRegions {
-		peers = peers[:MaxRegions]
-	}
-	for _, r := range peers {
-		s.Rtt = append(s.Rtt, &isobarpb.PeerRTT{Region: r, RttMs: saturate(float64(in.RTT[r])/float64(time.Millisecond), MaxRTTMs)})
-	}
+	s.Rtt = nearestRTT(in)
+	s.Coordinate = CoordinateProto(in.Coordinate)
 	return s
 }
 
@@ -309,7 +312,11 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 func ValidName(s string) bool { return namePattern.MatchString(s) }
 
 // Validate checks a received summary: known shape, finite non-negative
-// values, fractions in [0,1], bounded lists. The error names the field.
+// values, fractions in [0,1], bounded lists, a coordinate within
+// ValidateCoordinate's bounds. The RTT list may name every other region
+// (at most MaxRegions): a pre-issue-26 region sends the full list, and a
+// mixed-version fleet keeps working during an upgrade. The error names the
+// field.
 func Validate(s *isobarpb.RegionSummary) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
@@ -363,6 +370,11 @@ func Validate(s *isobarpb.RegionSummary) error {
 			return bad("region %s: rtt to %s is %v ms; want a finite value in [0, %d]", s.GetRegion(), r.GetRegion(), r.GetRttMs(), MaxRTTMs)
 		}
 		peers[r.GetRegion()] = true
+	}
+	if c := s.GetCoordinate(); c != nil {
+		if err := ValidateCoordinate(c); err != nil {
+			return fmt.Errorf("region %s: %w", s.GetRegion(), err)
+		}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -44,6 +45,7 @@ func fleet(n int) Input {
 		RTT:                    map[string]time.Duration{"us-west": 62 * time.Millisecond, "eu-west": 80 * time.Millisecond},
 		IngressAddress:         "10.0.0.1:10001",
 		DefaultEngineLatencyMs: 300,
+		Coordinate:             &coordinate.Coordinate{Vec: []float64{0.01, -0.02, 0.003, 0, 0, 0, 0, 0}, Error: 0.3, Adjustment: -0.0005, Height: 0.0001},
 	}
 }
 
@@ -55,7 +57,9 @@ func TestSizeDoesNotGrowWithCells(t *testing.T) {
 	if d := large - small; d < -16 || d > 16 {
 		t.Fatalf("10 cells → %d bytes, 10,000 cells → %d bytes: grows with cells", small, large)
 	}
-	// It does grow with regions: one more RTT entry is a few bytes.
+	// Below DefaultNearestRTT peers one more region adds an RTT entry;
+	// beyond, none (TestSizeFlatInRegions; global's
+	// TestSummaryBytesFlatInRegions measures 10 to 1,000 regions).
 	in := fleet(10)
 	in.RTT["ap-south"] = 150 * time.Millisecond
 	if more := proto.Size(Aggregate(in)); more <= small {
@@ -155,6 +159,21 @@ func TestValidateRejects(t *testing.T) {
 		"unsorted classes":    {func(s *isobarpb.RegionSummary) { s.Models[0].ContextClasses[1].MaxTokens = 1 }, "ascending"},
 		"fallback > ready":    {func(s *isobarpb.RegionSummary) { s.Models[0].FallbackCells = s.Models[0].CellsReady + 1 }, "fallback"},
 		"bad ingress address": {func(s *isobarpb.RegionSummary) { s.IngressAddress = "nowhere" }, "ingress"},
+		"too many rtt entries": {func(s *isobarpb.RegionSummary) {
+			for i := range MaxRegions {
+				s.Rtt = append(s.Rtt, &isobarpb.PeerRTT{Region: fmt.Sprint("p", i), RttMs: 1})
+			}
+		}, "RTT entries"},
+		"NaN rtt":                    {func(s *isobarpb.RegionSummary) { s.Rtt[0].RttMs = math.NaN() }, "rtt"},
+		"absurd rtt":                 {func(s *isobarpb.RegionSummary) { s.Rtt[0].RttMs = 1e9 }, "rtt"},
+		"coordinate NaN":             {func(s *isobarpb.RegionSummary) { s.Coordinate.Vec[1] = math.NaN() }, "vec[1]"},
+		"coordinate absurd":          {func(s *isobarpb.RegionSummary) { s.Coordinate.Vec[0] = -1e6 }, "vec[0]"},
+		"coordinate no dimensions":   {func(s *isobarpb.RegionSummary) { s.Coordinate.Vec = nil }, "dimensions"},
+		"coordinate 17 dimensions":   {func(s *isobarpb.RegionSummary) { s.Coordinate.Vec = make([]float64, 17) }, "dimensions"},
+		"coordinate negative error":  {func(s *isobarpb.RegionSummary) { s.Coordinate.Error = -0.1 }, "error"},
+		"coordinate error above max": {func(s *isobarpb.RegionSummary) { s.Coordinate.Error = 2 }, "error"},
+		"coordinate negative height": {func(s *isobarpb.RegionSummary) { s.Coordinate.Height = -1e-3 }, "height"},
+		"coordinate Inf adjustment":  {func(s *isobarpb.RegionSummary) { s.Coordinate.Adjustment = math.Inf(1) }, "adjustment"},
 		"too many models": {func(s *isobarpb.RegionSummary) {
 			for i := range MaxModels {
 				s.Models = append(s.Models, &isobarpb.ModelSummary{Model: fmt.Sprint("x", i)})
@@ -230,6 +249,22 @@ func FuzzValidate(f *testing.F) {
 	f.Add([]byte{0x0a, 0x02, 'r', '1', 0x18, 0x01})
 	sliced, _ := proto.Marshal(Aggregate(slicedFleet()))
 	f.Add(sliced)
+	// The issue-26 fields: nearest RTTs and a coordinate, and the
+	// pre-issue-26 full list without one.
+	many := fleet(3)
+	many.RTT = map[string]time.Duration{}
+	for i := range 40 {
+		many.RTT[fmt.Sprint("p", i)] = time.Duration(i+1) * time.Millisecond
+	}
+	reduced, _ := proto.Marshal(Aggregate(many))
+	f.Add(reduced)
+	many.NearestRTT, many.Coordinate = -1, nil
+	full, _ := proto.Marshal(Aggregate(many))
+	f.Add(full)
+	bad := Aggregate(fleet(3))
+	bad.Coordinate.Vec[0] = math.NaN()
+	badCoord, _ := proto.Marshal(bad)
+	f.Add(badCoord)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<16 {
 			return
@@ -247,6 +282,23 @@ func FuzzValidate(f *testing.F) {
 			for _, v := range []float64{m.CapacityRps, m.LoadRps, m.DemandRps, m.PressureMean, m.ErrorRate, m.KvHeadroom} {
 				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 					t.Fatalf("accepted %v", v)
+				}
+			}
+		}
+		if c := s.Coordinate; c != nil {
+			for _, v := range append([]float64{c.Error, c.Adjustment, c.Height}, c.Vec...) {
+				if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > MaxCoordinateSeconds {
+					t.Fatalf("accepted coordinate %v", c)
+				}
+			}
+		}
+		// The matrix a receiver plans with is finite or +Inf, never NaN
+		// or negative.
+		mat := RTTMatrix([]string{s.Region, "p0", "p1"}, []*isobarpb.RegionSummary{&s, nil, &s}, nil)
+		for _, row := range mat {
+			for _, v := range row {
+				if math.IsNaN(v) || v < 0 {
+					t.Fatalf("matrix entry %v from an accepted summary", v)
 				}
 			}
 		}

@@ -433,6 +433,82 @@ func (x *PeerRTT) GetRttMs() float64 {
 	return 0
 }
 
+// NetworkCoordinate is a Vivaldi network coordinate (hashicorp/serf
+// coordinate.Coordinate, all values in seconds): the distance between two
+// regions' coordinates estimates their RTT. The global plans with it for
+// the pairs that neither side measured in its nearest list.
+type NetworkCoordinate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Euclidean part; at most 16 dimensions (serf's default is 8).
+	Vec []float64 `protobuf:"fixed64,1,rep,packed,name=vec,proto3" json:"vec,omitempty"`
+	// Confidence of the estimate (lower is better), serf's Error.
+	Error float64 `protobuf:"fixed64,2,opt,name=error,proto3" json:"error,omitempty"`
+	// Distance offset learned from the local RTTs, serf's Adjustment.
+	Adjustment float64 `protobuf:"fixed64,3,opt,name=adjustment,proto3" json:"adjustment,omitempty"`
+	// Non-Euclidean part (access-link latency), serf's Height.
+	Height        float64 `protobuf:"fixed64,4,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkCoordinate) Reset() {
+	*x = NetworkCoordinate{}
+	mi := &file_isobar_v1_global_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkCoordinate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkCoordinate) ProtoMessage() {}
+
+func (x *NetworkCoordinate) ProtoReflect() protoreflect.Message {
+	mi := &file_isobar_v1_global_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkCoordinate.ProtoReflect.Descriptor instead.
+func (*NetworkCoordinate) Descriptor() ([]byte, []int) {
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *NetworkCoordinate) GetVec() []float64 {
+	if x != nil {
+		return x.Vec
+	}
+	return nil
+}
+
+func (x *NetworkCoordinate) GetError() float64 {
+	if x != nil {
+		return x.Error
+	}
+	return 0
+}
+
+func (x *NetworkCoordinate) GetAdjustment() float64 {
+	if x != nil {
+		return x.Adjustment
+	}
+	return 0
+}
+
+func (x *NetworkCoordinate) GetHeight() float64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
 type RegionSummary struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Region string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
@@ -443,18 +519,24 @@ type RegionSummary struct {
 	At       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
 	// At most 64 models.
 	Models []*ModelSummary `protobuf:"bytes,5,rep,name=models,proto3" json:"models,omitempty"`
-	// At most one entry per other region.
+	// Measured RTTs to other regions, at most one entry per region. Since
+	// issue 26 a region lists only its k nearest (summary.Input.NearestRTT,
+	// default 8) and carries its coordinate for the rest; an older region
+	// lists every peer, which is still accepted.
 	Rtt []*PeerRTT `protobuf:"bytes,6,rep,name=rtt,proto3" json:"rtt,omitempty"`
 	// host:port where other regions send traffic forwarded to this region
 	// (its ingress gateway or Envoy's local-only listener).
 	IngressAddress string `protobuf:"bytes,7,opt,name=ingress_address,json=ingressAddress,proto3" json:"ingress_address,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// This region's Vivaldi coordinate from its gossip probes; unset from an
+	// older region or before the first probe.
+	Coordinate    *NetworkCoordinate `protobuf:"bytes,8,opt,name=coordinate,proto3" json:"coordinate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegionSummary) Reset() {
 	*x = RegionSummary{}
-	mi := &file_isobar_v1_global_proto_msgTypes[4]
+	mi := &file_isobar_v1_global_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +548,7 @@ func (x *RegionSummary) String() string {
 func (*RegionSummary) ProtoMessage() {}
 
 func (x *RegionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[4]
+	mi := &file_isobar_v1_global_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +561,7 @@ func (x *RegionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionSummary.ProtoReflect.Descriptor instead.
 func (*RegionSummary) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{4}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegionSummary) GetRegion() string {
@@ -531,6 +613,13 @@ func (x *RegionSummary) GetIngressAddress() string {
 	return ""
 }
 
+func (x *RegionSummary) GetCoordinate() *NetworkCoordinate {
+	if x != nil {
+		return x.Coordinate
+	}
+	return nil
+}
+
 // Route is the share of an ingress region's demand sent to a destination.
 type Route struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -543,7 +632,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_isobar_v1_global_proto_msgTypes[5]
+	mi := &file_isobar_v1_global_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +644,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[5]
+	mi := &file_isobar_v1_global_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +657,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{5}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Route) GetDestination() string {
@@ -607,7 +696,7 @@ type ModelPlan struct {
 
 func (x *ModelPlan) Reset() {
 	*x = ModelPlan{}
-	mi := &file_isobar_v1_global_proto_msgTypes[6]
+	mi := &file_isobar_v1_global_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +708,7 @@ func (x *ModelPlan) String() string {
 func (*ModelPlan) ProtoMessage() {}
 
 func (x *ModelPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[6]
+	mi := &file_isobar_v1_global_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +721,7 @@ func (x *ModelPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelPlan.ProtoReflect.Descriptor instead.
 func (*ModelPlan) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{6}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ModelPlan) GetModel() string {
@@ -687,7 +776,7 @@ type SlicePlan struct {
 
 func (x *SlicePlan) Reset() {
 	*x = SlicePlan{}
-	mi := &file_isobar_v1_global_proto_msgTypes[7]
+	mi := &file_isobar_v1_global_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +788,7 @@ func (x *SlicePlan) String() string {
 func (*SlicePlan) ProtoMessage() {}
 
 func (x *SlicePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[7]
+	mi := &file_isobar_v1_global_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +801,7 @@ func (x *SlicePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlicePlan.ProtoReflect.Descriptor instead.
 func (*SlicePlan) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{7}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SlicePlan) GetCriticality() Criticality {
@@ -753,7 +842,7 @@ type RegionIngress struct {
 
 func (x *RegionIngress) Reset() {
 	*x = RegionIngress{}
-	mi := &file_isobar_v1_global_proto_msgTypes[8]
+	mi := &file_isobar_v1_global_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +854,7 @@ func (x *RegionIngress) String() string {
 func (*RegionIngress) ProtoMessage() {}
 
 func (x *RegionIngress) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[8]
+	mi := &file_isobar_v1_global_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +867,7 @@ func (x *RegionIngress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionIngress.ProtoReflect.Descriptor instead.
 func (*RegionIngress) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{8}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegionIngress) GetRegion() string {
@@ -824,7 +913,7 @@ type RoutingPlan struct {
 
 func (x *RoutingPlan) Reset() {
 	*x = RoutingPlan{}
-	mi := &file_isobar_v1_global_proto_msgTypes[9]
+	mi := &file_isobar_v1_global_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +925,7 @@ func (x *RoutingPlan) String() string {
 func (*RoutingPlan) ProtoMessage() {}
 
 func (x *RoutingPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_isobar_v1_global_proto_msgTypes[9]
+	mi := &file_isobar_v1_global_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +938,7 @@ func (x *RoutingPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingPlan.ProtoReflect.Descriptor instead.
 func (*RoutingPlan) Descriptor() ([]byte, []int) {
-	return file_isobar_v1_global_proto_rawDescGZIP(), []int{9}
+	return file_isobar_v1_global_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RoutingPlan) GetLeaderId() string {
@@ -951,7 +1040,14 @@ const file_isobar_v1_global_proto_rawDesc = "" +
 	"\x03rps\x18\x03 \x01(\x01R\x03rps\"8\n" +
 	"\aPeerRTT\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x15\n" +
-	"\x06rtt_ms\x18\x02 \x01(\x01R\x05rttMs\"\x91\x02\n" +
+	"\x06rtt_ms\x18\x02 \x01(\x01R\x05rttMs\"s\n" +
+	"\x11NetworkCoordinate\x12\x10\n" +
+	"\x03vec\x18\x01 \x03(\x01R\x03vec\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\x01R\x05error\x12\x1e\n" +
+	"\n" +
+	"adjustment\x18\x03 \x01(\x01R\n" +
+	"adjustment\x12\x16\n" +
+	"\x06height\x18\x04 \x01(\x01R\x06height\"\xcf\x02\n" +
 	"\rRegionSummary\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12\x1a\n" +
@@ -959,7 +1055,10 @@ const file_isobar_v1_global_proto_rawDesc = "" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12/\n" +
 	"\x06models\x18\x05 \x03(\v2\x17.isobar.v1.ModelSummaryR\x06models\x12$\n" +
 	"\x03rtt\x18\x06 \x03(\v2\x12.isobar.v1.PeerRTTR\x03rtt\x12'\n" +
-	"\x0fingress_address\x18\a \x01(\tR\x0eingressAddress\"E\n" +
+	"\x0fingress_address\x18\a \x01(\tR\x0eingressAddress\x12<\n" +
+	"\n" +
+	"coordinate\x18\b \x01(\v2\x1c.isobar.v1.NetworkCoordinateR\n" +
+	"coordinate\"E\n" +
 	"\x05Route\x12 \n" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x1a\n" +
 	"\bfraction\x18\x02 \x01(\x01R\bfraction\"\xb4\x01\n" +
@@ -1002,44 +1101,46 @@ func file_isobar_v1_global_proto_rawDescGZIP() []byte {
 	return file_isobar_v1_global_proto_rawDescData
 }
 
-var file_isobar_v1_global_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_isobar_v1_global_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_isobar_v1_global_proto_goTypes = []any{
 	(*ContextClass)(nil),          // 0: isobar.v1.ContextClass
 	(*ModelSummary)(nil),          // 1: isobar.v1.ModelSummary
 	(*DemandSlice)(nil),           // 2: isobar.v1.DemandSlice
 	(*PeerRTT)(nil),               // 3: isobar.v1.PeerRTT
-	(*RegionSummary)(nil),         // 4: isobar.v1.RegionSummary
-	(*Route)(nil),                 // 5: isobar.v1.Route
-	(*ModelPlan)(nil),             // 6: isobar.v1.ModelPlan
-	(*SlicePlan)(nil),             // 7: isobar.v1.SlicePlan
-	(*RegionIngress)(nil),         // 8: isobar.v1.RegionIngress
-	(*RoutingPlan)(nil),           // 9: isobar.v1.RoutingPlan
-	(Criticality)(0),              // 10: isobar.v1.Criticality
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*NetworkCoordinate)(nil),     // 4: isobar.v1.NetworkCoordinate
+	(*RegionSummary)(nil),         // 5: isobar.v1.RegionSummary
+	(*Route)(nil),                 // 6: isobar.v1.Route
+	(*ModelPlan)(nil),             // 7: isobar.v1.ModelPlan
+	(*SlicePlan)(nil),             // 8: isobar.v1.SlicePlan
+	(*RegionIngress)(nil),         // 9: isobar.v1.RegionIngress
+	(*RoutingPlan)(nil),           // 10: isobar.v1.RoutingPlan
+	(Criticality)(0),              // 11: isobar.v1.Criticality
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_isobar_v1_global_proto_depIdxs = []int32{
 	0,  // 0: isobar.v1.ModelSummary.context_classes:type_name -> isobar.v1.ContextClass
 	2,  // 1: isobar.v1.ModelSummary.demand_slices:type_name -> isobar.v1.DemandSlice
-	10, // 2: isobar.v1.DemandSlice.criticality:type_name -> isobar.v1.Criticality
-	11, // 3: isobar.v1.RegionSummary.at:type_name -> google.protobuf.Timestamp
+	11, // 2: isobar.v1.DemandSlice.criticality:type_name -> isobar.v1.Criticality
+	12, // 3: isobar.v1.RegionSummary.at:type_name -> google.protobuf.Timestamp
 	1,  // 4: isobar.v1.RegionSummary.models:type_name -> isobar.v1.ModelSummary
 	3,  // 5: isobar.v1.RegionSummary.rtt:type_name -> isobar.v1.PeerRTT
-	5,  // 6: isobar.v1.ModelPlan.routes:type_name -> isobar.v1.Route
-	7,  // 7: isobar.v1.ModelPlan.slices:type_name -> isobar.v1.SlicePlan
-	10, // 8: isobar.v1.SlicePlan.criticality:type_name -> isobar.v1.Criticality
-	5,  // 9: isobar.v1.SlicePlan.routes:type_name -> isobar.v1.Route
-	11, // 10: isobar.v1.RoutingPlan.issued_at:type_name -> google.protobuf.Timestamp
-	11, // 11: isobar.v1.RoutingPlan.valid_until:type_name -> google.protobuf.Timestamp
-	6,  // 12: isobar.v1.RoutingPlan.plans:type_name -> isobar.v1.ModelPlan
-	8,  // 13: isobar.v1.RoutingPlan.ingress:type_name -> isobar.v1.RegionIngress
-	11, // 14: isobar.v1.RoutingPlan.sent_at:type_name -> google.protobuf.Timestamp
-	4,  // 15: isobar.v1.GlobalControl.Sync:input_type -> isobar.v1.RegionSummary
-	9,  // 16: isobar.v1.GlobalControl.Sync:output_type -> isobar.v1.RoutingPlan
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 6: isobar.v1.RegionSummary.coordinate:type_name -> isobar.v1.NetworkCoordinate
+	6,  // 7: isobar.v1.ModelPlan.routes:type_name -> isobar.v1.Route
+	8,  // 8: isobar.v1.ModelPlan.slices:type_name -> isobar.v1.SlicePlan
+	11, // 9: isobar.v1.SlicePlan.criticality:type_name -> isobar.v1.Criticality
+	6,  // 10: isobar.v1.SlicePlan.routes:type_name -> isobar.v1.Route
+	12, // 11: isobar.v1.RoutingPlan.issued_at:type_name -> google.protobuf.Timestamp
+	12, // 12: isobar.v1.RoutingPlan.valid_until:type_name -> google.protobuf.Timestamp
+	7,  // 13: isobar.v1.RoutingPlan.plans:type_name -> isobar.v1.ModelPlan
+	9,  // 14: isobar.v1.RoutingPlan.ingress:type_name -> isobar.v1.RegionIngress
+	12, // 15: isobar.v1.RoutingPlan.sent_at:type_name -> google.protobuf.Timestamp
+	5,  // 16: isobar.v1.GlobalControl.Sync:input_type -> isobar.v1.RegionSummary
+	10, // 17: isobar.v1.GlobalControl.Sync:output_type -> isobar.v1.RoutingPlan
+	17, // [17:18] is the sub-list for method output_type
+	16, // [16:17] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_isobar_v1_global_proto_init() }
@@ -1054,7 +1155,7 @@ func file_isobar_v1_global_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isobar_v1_global_proto_rawDesc), len(file_isobar_v1_global_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

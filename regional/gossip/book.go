@@ -497,22 +497,24 @@ func (b *book) afterMembershipLocked(now time.Time) {
 }
 
 // pingRTT folds one probe round-trip time to a member into its region's
-// EWMA. Only regional members of other regions count.
-func (b *book) pingRTT(name string, rtt time.Duration) {
+// EWMA and reports whether it counted: only verified regional members of
+// other regions count (their coordinates too, coordinate.go).
+func (b *book) pingRTT(name string, rtt time.Duration) bool {
 	if rtt <= 0 {
-		return
+		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rec := b.mems[name]
 	if rec == nil || !b.verifiedLocked(rec, b.clock.Now()) || rec.meta.Region == b.selfRegion {
-		return
+		return false
 	}
 	s := rtt.Seconds()
 	if old, ok := b.rtt[rec.meta.Region]; ok {
 		s = b.alpha*s + (1-b.alpha)*old
 	}
 	b.rtt[rec.meta.Region] = s
+	return true
 }
 
 // aliveRegionsLocked is the set of regions with an alive, verified

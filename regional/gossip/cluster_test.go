@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	summarybounds "github.com/isobar-mesh/isobar/summary"
 )
 
 const converge = 15 * time.Second
@@ -150,6 +151,12 @@ func TestRTT(t *testing.T) {
 			if d <= 0 || d >= time.Second {
 				t.Errorf("%s: RTT to %s = %v, want within (0, 1s) on loopback", n.Name(), r, d)
 			}
+		}
+		// The probes carry coordinates: the node's own is placed and
+		// valid for the region's summary.
+		waitFor(t, converge, n.Name()+" placing its coordinate", func() bool { return n.Coordinate() != nil })
+		if c := n.Coordinate(); summarybounds.CoordinateProto(c) == nil {
+			t.Errorf("%s: coordinate %+v would not validate", n.Name(), c)
 		}
 	}
 }

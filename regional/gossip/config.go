@@ -86,9 +86,11 @@ type Config struct {
 	Cluster string
 	// MaxSummaryBytes caps the encoded RegionSummary this node accepts (and
 	// publishes). Default 32 KiB: a summary at the proto's stated limits (64
-	// models, 8 context classes each, an RTT per region) encodes to about
-	// 19 KB (TestMaximalSummarySize), so 16 KiB would refuse a legitimate
-	// large region.
+	// models, 8 context classes each, an RTT per region of 32) encodes to
+	// about 19 KB (TestMaximalSummarySize), so 16 KiB would refuse a
+	// legitimate large region. Since issue 26 a summary lists only its
+	// nearest RTTs (at most summary.MaxNearestRTT) and a coordinate, so its
+	// size no longer grows with the regions.
 	MaxSummaryBytes int
 	// SecretKey enables memberlist's AES-GCM encryption of all gossip when
 	// set (16, 24 or 32 bytes, the same on every member). Production should

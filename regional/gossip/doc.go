@@ -16,6 +16,13 @@
 //     alive members, so a joining node gets everyone's latest at once.
 //   - The smoothed RTT per remote region, from memberlist's direct probes
 //     (PingDelegate.NotifyPingComplete), an EWMA per region.
+//   - This node's Vivaldi network coordinate (coordinate.go): every probe
+//     ack carries the responder's coordinate (AckPayload) and the prober
+//     updates its own with hashicorp/serf's coordinate.Client, as serf
+//     does; the region's summary carries it, so the global estimates the
+//     RTTs its summaries no longer list. Malformed or out-of-bounds
+//     coordinates are refused and counted in
+//     isobar_gossip_coordinates_refused_total{reason}.
 //
 // Received summaries: every envelope is size-capped (Config.MaxSummaryBytes)
 // before it is decoded; then its time must not be ahead of this node's

@@ -49,6 +49,8 @@ type metrics struct {
 	badMeta     prometheus.Counter
 	joins       *prometheus.CounterVec
 	directSends *prometheus.CounterVec
+	// coordRefused counts probe acks whose coordinate was refused.
+	coordRefused *prometheus.CounterVec
 }
 
 // newMetrics builds the node's instruments and registers them on reg
@@ -84,6 +86,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "isobar_gossip_direct_sends_total",
 			Help: "Local summaries sent to one member over TCP (to new members, and summaries too large for a UDP gossip packet), by result.",
 		}, []string{"result"}),
+		coordRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "isobar_gossip_coordinates_refused_total",
+			Help: "Network coordinates in probe acks refused (undecodable, invalid: outside the summary's bounds, rejected: the Vivaldi update refused it), by reason.",
+		}, []string{"reason"}),
+	}
+	for _, r := range coordRefusalReasons {
+		m.coordRefused.WithLabelValues(r)
 	}
 	for _, r := range refusalReasons {
 		m.refused.WithLabelValues(r)
@@ -98,7 +107,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	if err := promreg.Register(reg, m.received, m.applied, m.refused, m.ignored, m.badMeta, m.joins, m.directSends); err != nil {
+	if err := promreg.Register(reg, m.received, m.applied, m.refused, m.ignored, m.badMeta, m.joins, m.directSends, m.coordRefused); err != nil {
 		return nil, fmt.Errorf("gossip: register metrics: %w", err)
 	}
 	return m, nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/coordinate"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/proto"
 
@@ -76,6 +77,11 @@ type Node struct {
 
 	localMu sync.Mutex                  // serialises SetLocalSummary
 	local   atomic.Pointer[heldSummary] // what this node publishes
+	// vivaldi is this node's network coordinate (coordinate.go); safe for
+	// concurrent use.
+	vivaldi *coordinate.Client
+	// coordSamples counts the probes that moved vivaldi.
+	coordSamples atomic.Int64
 	// id is Deps.Identity (nil: no proofs); proof caches this node's
 	// identity proof per leaf certificate (guarded by localMu).
 	id    *Identity
@@ -130,17 +136,18 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	log := deps.Logger.With("node", cfg.NodeName)
 	deps.Logger = log
 	n := &Node{
-		cfg:   cfg,
-		mc:    cfg.memberlistConfig(),
-		log:   log,
-		clock: deps.Clock,
-		m:     m,
-		book:  newBook(cfg, deps, m),
-		priv:  priv,
-		meta:  meta,
-		fan:   newFanout(),
-		wrap:  deps.WrapTransport,
-		id:    deps.Identity,
+		cfg:     cfg,
+		mc:      cfg.memberlistConfig(),
+		log:     log,
+		clock:   deps.Clock,
+		m:       m,
+		book:    newBook(cfg, deps, m),
+		vivaldi: newVivaldi(),
+		priv:    priv,
+		meta:    meta,
+		fan:     newFanout(),
+		wrap:    deps.WrapTransport,
+		id:      deps.Identity,
 	}
 	n.udpMax = n.mc.UDPBufferSize - udpHeadroom
 	n.queue = &memberlist.TransmitLimitedQueue{
@@ -480,6 +487,7 @@ func (d *delegate) NotifyJoin(node *memberlist.Node) {
 
 func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	d.n.book.memberDown(node.Name)
+	d.n.vivaldi.ForgetNode(node.Name)
 	d.n.log.Info("gossip member gone", "member", node.Name)
 }
 
@@ -487,10 +495,16 @@ func (d *delegate) NotifyUpdate(node *memberlist.Node) {
 	d.n.book.memberUp(node.Name, node.Addr, node.Port, node.Meta)
 }
 
-func (d *delegate) AckPayload() []byte { return nil }
+// AckPayload carries this node's network coordinate in every probe ack
+// (coordinate.go).
+func (d *delegate) AckPayload() []byte { return encodeCoordinate(d.n.vivaldi.GetCoordinate()) }
 
-func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, _ []byte) {
-	d.n.book.pingRTT(other.Name, rtt)
+// NotifyPingComplete folds the probe's RTT into the member's region and,
+// for a member whose RTT counts, its coordinate into this node's.
+func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
+	if d.n.book.pingRTT(other.Name, rtt) && len(payload) > 0 {
+		d.n.observeCoordinate(other.Name, rtt, payload)
+	}
 }
 
 // NotifyAlive refuses members whose metadata does not decode: they could
