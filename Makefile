@@ -29,6 +29,7 @@ FUZZ_TARGETS := \
 	./regional/gossip:FuzzReceive \
 	./regional/gossip:FuzzDecodeMeta \
 	./regional/gossip:FuzzParseKey \
+	./regional/gossip:FuzzDecodeCoordinate \
 	./regional/gossip:FuzzVerifyProof \
 	./optimize:FuzzSolve \
 	./optimize:FuzzParseInput \
