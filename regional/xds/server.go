@@ -180,7 +180,7 @@ func (s *Server) Push(st State) (string, error) {
 	s.mu.Lock()
 	s.seq, s.versions, s.names = p.seq, p.versions, names
 	if p.leds[0] != nil {
-		for i := range kinds() {
+		for i := range numKinds {
 			s.collections[i] = p.leds[i].collections
 		}
 	}
@@ -266,7 +266,7 @@ func (s *Server) prepareLEDS(p *prepared) error {
 	if s.deltaCache == nil {
 		return nil
 	}
-	for i := range kinds() {
+	for i := range numKinds {
 		u, err := s.ledsKinds[i].prepare(p.sets[i].Endpoints)
 		if err != nil {
 			return err
