@@ -14,6 +14,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/isobar-mesh/isobar/xdscontract"
@@ -162,35 +163,43 @@ func lastDeltaNonce(s *Server, id string) int {
 	return best
 }
 
-// measureChange serves n endpoints with the LEDS layout, changes the weight
-// of one, and returns the bytes a delta client and a state-of-the-world
-// EDS client were sent for that change.
-func measureChange(t *testing.T, n int) (delta, sotw int) {
-	ts := startServer(t, ledsConfig())
+// measureChange serves n endpoints, with the LEDS layout or without,
+// changes the weight of one, and returns the bytes a delta client and a
+// state-of-the-world EDS client were sent for that change.
+func measureChange(t *testing.T, n int, leds bool) (delta, responses, sotw int) {
+	cfg := testConfig()
+	cfg.LEDS = leds
+	ts := startServer(t, cfg)
 	st := State{Models: []Model{fleet("m", n)}}
 	if _, err := ts.xds.Push(st); err != nil {
 		t.Fatal(err)
 	}
-	conn := dial(t, ts.addr)
+	// A state-of-the-world assignment set of 10,000 endpoints (7 MB) and
+	// a delta client's first LbEndpoint response pass gRPC's default 4 MiB.
+	conn, err := grpc.NewClient(ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
 	dc := newDeltaClient(t, conn, gatewayNode("delta"))
 	sw := newSotwEDS(t, conn, gatewayNode("sotw"))
 	sw.next()
-	settle := func(step string) int {
+	settle := func(step string) (int, int) {
 		awaitSame(t, dc, ts.xds, KindEnvoy, step)
 		waitFor(t, step+": every delta response received", func() bool {
 			_, count := dc.received()
 			return count == lastDeltaNonce(ts.xds, "delta")
 		})
-		b, _ := dc.received()
-		return b
+		return dc.received()
 	}
-	before := settle(fmt.Sprintf("%d endpoints", n))
+	before, count0 := settle(fmt.Sprintf("%d endpoints", n))
 	st.Models[0].Localities[0].Endpoints[n/2].Weight += 1000
 	if _, err := ts.xds.Push(st); err != nil {
 		t.Fatal(err)
 	}
-	after := settle(fmt.Sprintf("%d endpoints, one weight changed", n))
-	return after - before, sw.next()
+	after, count1 := settle(fmt.Sprintf("%d endpoints, one weight changed", n))
+	return after - before, count1 - count0, sw.next()
 }
 
 // TestDeltaBytesPerEndpointChange: with the LEDS layout, the bytes a delta
@@ -205,8 +214,11 @@ func TestDeltaBytesPerEndpointChange(t *testing.T) {
 	deltas := make([]int, len(sizes))
 	sotws := make([]int, len(sizes))
 	for i, n := range sizes {
-		deltas[i], sotws[i] = measureChange(t, n)
-		t.Logf("endpoints %6d: delta %6d B per change, state-of-the-world EDS %9d B (%.0fx)", n, deltas[i], sotws[i], float64(sotws[i])/float64(deltas[i]))
+		var responses int
+		deltas[i], responses, sotws[i] = measureChange(t, n, true)
+		edsDelta, _, _ := measureChange(t, n, false)
+		t.Logf("endpoints %6d: delta (LEDS) %6d B in %d responses per change; delta without LEDS %9d B; state-of-the-world EDS %9d B (%.0fx LEDS)",
+			n, deltas[i], responses, edsDelta, sotws[i], float64(sotws[i])/float64(deltas[i]))
 	}
 	last := len(sizes) - 1
 	if deltas[0] == 0 || deltas[last] > deltas[0]+deltas[0]/10 || deltas[last] < deltas[0]-deltas[0]/10 {
