@@ -55,10 +55,16 @@ func ledsConfigSource() *core.ConfigSource {
 type ledsEntry struct {
 	src *endpoint.ClusterLoadAssignment // the EDS CLA it was made from
 	out *endpoint.ClusterLoadAssignment // the same CLA, localities by LEDS
-	// eps holds the cluster's LbEndpoint resources by name. The messages
-	// are the EDS CLA's own (shared, never modified).
-	eps         map[string]*endpoint.LbEndpoint
-	collections []string
+	// locs are the CLA's localities in order, each with its LbEndpoint
+	// resources (the EDS CLA's own messages: shared, never modified).
+	locs []ledsLocality
+}
+
+// ledsLocality is one locality's collection: names[i] is lbs[i]'s name.
+type ledsLocality struct {
+	coll  string
+	lbs   []*endpoint.LbEndpoint
+	names []string
 }
 
 // ledsKind is the LEDS layout of one node kind. It is used under the
@@ -86,8 +92,10 @@ type ledsUpdate struct {
 
 // prepare computes the LEDS layout of the EDS assignments clas against
 // the last applied one. An assignment that is the same pointer as last
-// time keeps its entry, so the cost is that of the assignments that
-// changed.
+// time keeps its entry; a changed one is compared locality by locality,
+// endpoint message by endpoint message (the Builder returns an unchanged
+// endpoint as the same message), so a one-endpoint change costs pointer
+// comparisons over the cluster and the naming of that endpoint.
 func (l *ledsKind) prepare(clas []*endpoint.ClusterLoadAssignment) (*ledsUpdate, error) {
 	u := &ledsUpdate{
 		clas:        make([]*endpoint.ClusterLoadAssignment, len(clas)),
@@ -97,37 +105,22 @@ func (l *ledsKind) prepare(clas []*endpoint.ClusterLoadAssignment) (*ledsUpdate,
 	}
 	for i, cla := range clas {
 		name := cla.GetClusterName()
-		prev := l.entries[name]
-		e := prev
-		if prev == nil || prev.src != cla {
+		e := l.entries[name]
+		if e == nil || e.src != cla {
 			var err error
-			if e, err = newLEDSEntry(cla); err != nil {
+			if e, err = u.newEntry(cla, e); err != nil {
 				return nil, err
-			}
-			var prevEps map[string]*endpoint.LbEndpoint
-			if prev != nil {
-				prevEps = prev.eps
-			}
-			for n, lb := range e.eps {
-				if prevEps[n] != lb {
-					u.toUpdate[n] = lb
-				}
-			}
-			for n := range prevEps {
-				if _, ok := e.eps[n]; !ok {
-					u.toDelete = append(u.toDelete, n)
-				}
 			}
 		}
 		u.clas[i], u.entries[name] = e.out, e
-		for _, c := range e.collections {
-			u.collections[c] = struct{}{}
+		for _, loc := range e.locs {
+			u.collections[loc.coll] = struct{}{}
 		}
 	}
 	for name, prev := range l.entries {
 		if _, ok := u.entries[name]; !ok {
-			for n := range prev.eps {
-				u.toDelete = append(u.toDelete, n)
+			for _, loc := range prev.locs {
+				u.toDelete = append(u.toDelete, loc.names...)
 			}
 		}
 	}
@@ -144,14 +137,23 @@ func (l *ledsKind) apply(u *ledsUpdate) error {
 	return l.cache.UpdateResources(u.toUpdate, u.toDelete)
 }
 
-// newLEDSEntry makes the LEDS form of cla: its localities with their
-// locality, weight, priority and metadata (the fields the Builder sets) and
-// a collection each, and one LbEndpoint resource per endpoint.
-func newLEDSEntry(cla *endpoint.ClusterLoadAssignment) (*ledsEntry, error) {
+// newEntry makes the LEDS form of cla (prev, may be nil, being the last
+// one of its cluster): its localities with their locality, weight,
+// priority and metadata (the fields the Builder sets) and a collection
+// each, and one LbEndpoint resource per endpoint; it records in u what
+// changed since prev.
+func (u *ledsUpdate) newEntry(cla *endpoint.ClusterLoadAssignment, prev *ledsEntry) (*ledsEntry, error) {
 	name := cla.GetClusterName()
 	out := &endpoint.ClusterLoadAssignment{ClusterName: name, Policy: cla.GetPolicy()}
-	e := &ledsEntry{src: cla, out: out, eps: make(map[string]*endpoint.LbEndpoint)}
-	for _, ll := range cla.GetEndpoints() {
+	e := &ledsEntry{src: cla, out: out, locs: make([]ledsLocality, len(cla.GetEndpoints()))}
+	var prevLocs map[string]*ledsLocality
+	if prev != nil {
+		prevLocs = make(map[string]*ledsLocality, len(prev.locs))
+		for i := range prev.locs {
+			prevLocs[prev.locs[i].coll] = &prev.locs[i]
+		}
+	}
+	for i, ll := range cla.GetEndpoints() {
 		coll := xdscontract.LEDSCollection(name, ll.GetLocality().GetRegion(), ll.GetLocality().GetZone())
 		out.Endpoints = append(out.Endpoints, &endpoint.LocalityLbEndpoints{
 			Locality:            ll.GetLocality(),
@@ -165,20 +167,81 @@ func newLEDSEntry(cla *endpoint.ClusterLoadAssignment) (*ledsEntry, error) {
 				},
 			},
 		})
-		e.collections = append(e.collections, coll)
-		for _, lb := range ll.GetLbEndpoints() {
-			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
-			n := xdscontract.LEDSEndpointName(coll, net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)))
-			if _, dup := e.eps[n]; dup {
-				return nil, fmt.Errorf("%w: ClusterLoadAssignment %q: endpoint %s twice in one locality", xdscontract.ErrInvalidResource, name, n)
-			}
-			e.eps[n] = lb
+		loc := &e.locs[i]
+		loc.coll, loc.lbs = coll, ll.GetLbEndpoints()
+		p := prevLocs[coll]
+		delete(prevLocs, coll)
+		if err := u.diffLocality(name, loc, p); err != nil {
+			return nil, err
 		}
+	}
+	for _, p := range prevLocs { // localities gone
+		u.toDelete = append(u.toDelete, p.names...)
 	}
 	if err := out.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("%w: LEDS ClusterLoadAssignment %q: %w", xdscontract.ErrInvalidResource, name, err)
 	}
 	return e, nil
+}
+
+// diffLocality names loc's endpoints and records in u what changed since
+// prev (nil: a new locality). When the endpoints line up with prev's by
+// position and name (the Builder's canonical order: a change of weight,
+// health or metadata), only the messages that differ are named again;
+// otherwise (an endpoint added or removed) the two are compared by name.
+func (u *ledsUpdate) diffLocality(cluster string, loc, prev *ledsLocality) error {
+	loc.names = make([]string, len(loc.lbs))
+	aligned := prev != nil && len(prev.lbs) == len(loc.lbs)
+	var changed []int
+	for j, lb := range loc.lbs {
+		if aligned && prev.lbs[j] == lb {
+			loc.names[j] = prev.names[j]
+			continue
+		}
+		loc.names[j] = lbName(loc.coll, lb)
+		if aligned && loc.names[j] != prev.names[j] {
+			aligned = false
+		}
+		changed = append(changed, j)
+	}
+	if aligned {
+		for _, j := range changed {
+			u.toUpdate[loc.names[j]] = loc.lbs[j]
+		}
+		return nil
+	}
+	for j, lb := range loc.lbs { // names of the positions skipped above
+		if loc.names[j] == "" {
+			loc.names[j] = lbName(loc.coll, lb)
+		}
+	}
+	was := make(map[string]*endpoint.LbEndpoint)
+	if prev != nil {
+		for j, n := range prev.names {
+			was[n] = prev.lbs[j]
+		}
+	}
+	seen := make(map[string]struct{}, len(loc.names))
+	for j, n := range loc.names {
+		if _, dup := seen[n]; dup {
+			return fmt.Errorf("%w: ClusterLoadAssignment %q: endpoint %s twice in one locality", xdscontract.ErrInvalidResource, cluster, n)
+		}
+		seen[n] = struct{}{}
+		if was[n] != loc.lbs[j] {
+			u.toUpdate[n] = loc.lbs[j]
+		}
+		delete(was, n)
+	}
+	for n := range was {
+		u.toDelete = append(u.toDelete, n)
+	}
+	return nil
+}
+
+// lbName is the LEDS resource name of lb in collection coll.
+func lbName(coll string, lb *endpoint.LbEndpoint) string {
+	sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+	return xdscontract.LEDSEndpointName(coll, net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)))
 }
 
 // errLEDSDeltaOnly refuses a state-of-the-world LEDS watch: LEDS is served
