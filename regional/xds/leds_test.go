@@ -78,6 +78,23 @@ func TestDeltaClientAgreesWithSnapshotThroughChurn(t *testing.T) {
 			t.Fatalf("delta assignment locality %v is not in LEDS form", ll)
 		}
 	}
+	// State-of-the-world clients on the same server keep the EDS layout:
+	// the snapshot's own assignments, endpoints listed.
+	sotw := newADSClient(t, conn, gatewayNode("sotw"), resource.EndpointType)
+	want := sotwResources(ts.xds, KindEnvoy)[resource.EndpointType]
+	got := sotw.fetch()
+	if len(got) != len(want) {
+		t.Fatalf("SotW client got %d assignments, snapshot has %d", len(got), len(want))
+	}
+	for _, a := range got {
+		var cla endpoint.ClusterLoadAssignment
+		if err := a.UnmarshalTo(&cla); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&cla, want[cla.GetClusterName()]) {
+			t.Fatalf("SotW assignment %q differs from the snapshot's", cla.GetClusterName())
+		}
+	}
 	local := func(s *State) *[]Endpoint { return &s.Models[0].Localities[0].Endpoints }
 	steps := []struct {
 		name string
