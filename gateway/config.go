@@ -140,6 +140,12 @@ type Config struct {
 	// for the largest region the controller admits by default; size it with
 	// MaxXDSMessageBytes(the controller's --max-cells) when that is raised.
 	MaxXDSMessageBytes int
+	// XDSDelta receives the ClusterLoadAssignments over delta
+	// (incremental) ADS, with LEDS when the controller serves it (its
+	// --xds-leds), so one endpoint's change costs that endpoint's bytes
+	// (xdsclient.Subscription.Delta). Default false: state-of-the-world,
+	// as for clusters and routes.
+	XDSDelta bool
 	// DrainTimeout bounds how long Stop lets in-flight requests finish
 	// before closing their connections. Default 30 s.
 	DrainTimeout time.Duration

@@ -190,6 +190,7 @@ func (g *Gateway) Start(ctx context.Context, ln net.Listener) error {
 			},
 			MaxMsg: g.cfg.MaxXDSMessageBytes,
 			Size:   func(n int, tooLarge bool) { g.xdsSize(label, n, tooLarge) },
+			Delta:  g.cfg.XDSDelta && typ == resource.EndpointType,
 		}
 		g.wg.Go(func() { sub.Run(bctx) })
 	}

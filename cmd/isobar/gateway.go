@@ -135,6 +135,7 @@ func (d *dataPlaneFlags) add(cmd *cobra.Command, lbDefault, certHelp string) {
 	f.StringVar(&d.cfg.HopHeader, "hop-header", "", `header marking requests forwarded from another region, as in the controller (default "x-isobar-hop"); trusted only with a proof made with --hop-key-file, removed from every other request`)
 	f.StringVar(&d.hopKeyFile, "hop-key-file", "", "file whose bytes (as they are, at least 32; e.g. head -c 32 /dev/urandom) are the key every region's gateways and pickers share to prove the requests they forward to each other; without it no request is served as forwarded (each is shed and counted as a client's)")
 	f.IntVar(&d.xdsMaxCells, "xds-max-cells", xdscontract.DefaultMaxCells, "the controller's --max-cells: sizes the largest xDS response received ("+strconv.Itoa(xdscontract.EDSBytesPerCell>>10)+" KiB per cell + 4 MiB)")
+	f.BoolVar(&d.cfg.XDSDelta, "xds-delta", false, "receive endpoints over delta xDS (with LEDS when the controller runs --xds-leds): one endpoint's change costs its bytes, not its cluster's")
 	f.StringVar(&d.tlsFiles.Cert, "tls-cert", "", certHelp)
 	f.StringVar(&d.tlsFiles.Key, "tls-key", "", "private key (PEM) of --tls-cert")
 	f.StringVar(&d.tlsFiles.CA, "tls-ca", "", "CA bundle (PEM) that verifies the controller (and, for the picker, its clients)")

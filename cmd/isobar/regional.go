@@ -156,6 +156,7 @@ func (o *regionalOpts) register(cmd *cobra.Command) {
 	f.IntVar(&cfg.Limits.MaxDemandKeys, "max-demand-keys", cfg.Limits.MaxDemandKeys, "(data plane, model) demand windows kept at most")
 	f.StringVar(&o.weights, "score-weights", "", "override signal weights, e.g. queue=0.3,rtt=0 (signals: "+signalList()+")")
 	f.StringVar(&o.lbPolicy, "lb-policy", string(xdscontract.LeastRequest), "cluster LB policy in xDS: least_request, ring_hash or round_robin")
+	f.BoolVar(&cfg.XDS.LEDS, "xds-leds", false, "serve delta (incremental) xDS clients endpoints by LEDS, one LbEndpoint resource each, so one endpoint's change sends that endpoint; state-of-the-world clients (Envoy on SotW, gRPC) are unchanged")
 	f.StringVar(&o.endpointBinding, "endpoint-binding", "", "how a cell's advertised endpoint is checked against its certificate: san (its IP must be an IP SAN of the cell's certificate; the default with mTLS), mapping (an IP SAN, or a prefix --endpoint-map-file lists for the cell), off (any endpoint; the default with --insecure)")
 	f.StringVar(&o.endpointMapFile, "endpoint-map-file", "", "with --endpoint-binding=mapping: lines of <cell-id glob> <IP or CIDR>... (e.g. '* 10.244.0.0/16' for a pod network); '#' comments")
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding a bearer token accepted by the debug pages and drain API (besides an operator certificate with TLS)")

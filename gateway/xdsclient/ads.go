@@ -9,6 +9,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,13 +52,24 @@ type Subscription struct {
 	// Size, when set, is told the encoded size of every response received
 	// and whether a stream broke on one above MaxMsg (n is then 0).
 	Size func(n int, tooLarge bool)
+	// Delta, with TypeURL the ClusterLoadAssignment type, runs the delta
+	// (incremental) variant of ADS instead, with LEDS when the controller
+	// serves it (delta.go); Apply still gets every assignment, whole.
+	// Default false: state-of-the-world.
+	Delta bool
 }
 
 // Run serves the subscription until ctx ends.
 func (s *Subscription) Run(ctx context.Context) {
 	bo := backoff.New(backoff.Policy{Min: s.Min, Max: s.Max, Jitter: backoff.Full})
 	for ctx.Err() == nil {
-		got, err := s.session(ctx)
+		var got bool
+		var err error
+		if s.Delta && s.TypeURL == resource.EndpointType {
+			got, err = s.deltaSession(ctx)
+		} else {
+			got, err = s.session(ctx)
+		}
 		if s.Connected != nil {
 			s.Connected(false)
 		}

@@ -13,7 +13,11 @@
 //     by the same backoff, and the previous resources of that type stay in
 //     use. Responses are received up to Subscription.MaxMsg; each
 //     response's size, and a stream broken by one above the limit, is told
-//     to Subscription.Size.
+//     to Subscription.Size. With Subscription.Delta the endpoint type runs
+//     over delta ADS instead (delta.go), subscribing to the LEDS
+//     collections the assignments name when the controller serves them
+//     (xdscontract.LEDSCollection) and handing Apply the assignments
+//     reassembled whole.
 //   - Decoding and validation (Decoder, DecodeAssignments): a response is
 //     decoded and validated in full (ValidateAll including packed Anys, by
 //     xdscontract.ValidateDeep; IP addresses; features the gateway cannot

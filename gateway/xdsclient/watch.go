@@ -86,6 +86,10 @@ type WatchConfig struct {
 	// NodeID identifies this data plane to the control plane. Default
 	// "isobar-gateway".
 	NodeID string
+	// Delta watches over delta (incremental) ADS, with LEDS when the
+	// controller serves it (Subscription.Delta). Default false:
+	// state-of-the-world.
+	Delta bool
 	// MinBackoff and MaxBackoff bound the jittered exponential reconnect
 	// backoff. Defaults 100 ms and 5 s.
 	MinBackoff, MaxBackoff time.Duration
@@ -166,6 +170,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 			Conn: conn, Clock: w.deps.Clock, Log: w.deps.Logger,
 			Min: w.cfg.MinBackoff, Max: w.cfg.MaxBackoff,
 			Apply:  w.apply,
+			Delta:  w.cfg.Delta,
 			MaxMsg: xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells),
 		}
 		go func() {

@@ -144,3 +144,35 @@ func BenchmarkPush(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPushLEDS is BenchmarkPush's one-weight case with Config.LEDS on
+// and off: what the LEDS layout adds to a push (the changed assignments'
+// endpoints are renamed and diffed) when no client is connected.
+func BenchmarkPushLEDS(b *testing.B) {
+	for _, n := range benchSizes {
+		for _, leds := range []bool{false, true} {
+			b.Run(fmt.Sprintf("one-weight/leds=%t/endpoints=%d", leds, n), func(b *testing.B) {
+				cfg := testConfig()
+				cfg.LEDS = leds
+				s, err := NewServer(cfg, Deps{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Stop()
+				m := fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)
+				st := State{Models: []Model{m}}
+				eps := m.Localities[0].Endpoints
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					e := &eps[i%n]
+					e.Weight = e.Weight%100 + 1
+					if _, err := s.Push(st); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -240,9 +240,29 @@ func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.Di
 	}
 }
 
+// deltaStreamState is what one delta stream told and was sent, for the
+// served types (the type URLs typeIndex knows, and LbEndpoint).
+type deltaStreamState struct {
+	nodeID, userAgent string
+	kind              NodeKind
+	hasNode           bool
+	// sent holds the nonce of the last response of each type.
+	sent map[string]string
+	// loggedStale and loggedUnknown mark the types whose stale nonce and
+	// unknown names were logged: bad input is logged once per stream and
+	// type (and counted every time).
+	loggedStale, loggedUnknown map[string]bool
+}
+
+// deltaServed reports whether delta requests of typeURL are tracked.
+func deltaServed(typeURL string) bool {
+	return typeIndex(typeURL) != typeOther || typeURL == xdscontract.LbEndpointType
+}
+
 // OnDeltaStreamOpen implements serverv3.Callbacks. Delta streams are served
-// (after Deps.Authorize) and counted, but their ACKs are not tracked:
-// configure clients for state-of-the-world ADS.
+// (after Deps.Authorize) and counted, their ACKs, NACKs, stale nonces and
+// unknown names counted too; WaitForAck and Streams see only
+// state-of-the-world streams.
 func (c callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
 	if err := c.authorize(ctx, "delta_stream"); err != nil {
 		return err
@@ -253,7 +273,9 @@ func (c callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) er
 	if s.stopped {
 		return ErrStopped
 	}
-	s.deltaStreams[id] = struct{}{}
+	s.deltaStreams[id] = &deltaStreamState{
+		sent: make(map[string]string), loggedStale: make(map[string]bool), loggedUnknown: make(map[string]bool),
+	}
 	s.m.streams.Inc()
 	return nil
 }
@@ -270,15 +292,118 @@ func (c callbacks) OnDeltaStreamClosed(id int64, _ *core.Node) {
 	}
 }
 
-// OnStreamDeltaRequest implements serverv3.Callbacks.
-func (c callbacks) OnStreamDeltaRequest(_ int64, req *discovery.DeltaDiscoveryRequest) error {
-	c.s.m.requests.WithLabelValues(typeLabel(req.GetTypeUrl())).Inc()
+// OnStreamDeltaRequest implements serverv3.Callbacks. It counts the
+// request, the names it subscribes to that the client's snapshot does not
+// hold, and what its response_nonce says: an ACK or a NACK of the last
+// response of its type, or a stale or made-up nonce. The xDS protocol
+// (api/envoy/service/discovery/v3 and docs/root/api-docs/xds_protocol.rst,
+// "Incremental xDS": the nonce pairs a response to its ACK or NACK;
+// "Resource updates": a request with a stale nonce gets no response of
+// its own) makes a stale nonce no ACK or NACK: it is counted in
+// isobar_regional_xds_stale_nonces_total and otherwise ignored; the
+// library still applies the request's subscription changes. A name that
+// does not exist gets no answer now (the client's does-not-exist timeout,
+// "Knowing When a Requested Resource Does Not Exist") and the resource if
+// it appears later, the subscription being remembered.
+func (c callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	s := c.s
+	typeURL := req.GetTypeUrl()
+	label := typeLabel(typeURL)
+	s.m.requests.WithLabelValues(label).Inc()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ds := s.deltaStreams[id]
+	if ds == nil {
+		return nil
+	}
+	if !ds.hasNode && req.GetNode() != nil {
+		ds.hasNode = true
+		ds.nodeID = truncate.String(req.GetNode().GetId(), xdscontract.MaxNameLen)
+		ds.userAgent = truncate.String(req.GetNode().GetUserAgentName(), xdscontract.MaxNameLen)
+		ds.kind = ClassifyNode(req.GetNode())
+	}
+	if !deltaServed(typeURL) {
+		return nil
+	}
+	c.checkDeltaNames(ds, typeURL, label, req.GetResourceNamesSubscribe())
+	nonce := req.GetResponseNonce()
+	switch {
+	case nonce == "":
+	case nonce != ds.sent[typeURL]:
+		s.m.staleNonces.WithLabelValues(label).Inc()
+		if !ds.loggedStale[typeURL] {
+			ds.loggedStale[typeURL] = true
+			s.log.Info("xds delta request with a stale or unknown nonce: not an ACK or NACK",
+				"node_id", ds.nodeID, "user_agent", ds.userAgent, "type", label,
+				"nonce", truncate.String(nonce, 64), "sent_nonce", ds.sent[typeURL])
+		}
+	case req.GetErrorDetail() == nil:
+		s.m.acks.WithLabelValues(label).Inc()
+	default:
+		s.m.nacks.WithLabelValues(label).Inc()
+		s.log.Warn("xds delta client rejected resources",
+			"node_id", ds.nodeID, "node_kind", string(ds.kind), "user_agent", ds.userAgent, "type", label,
+			"nonce", nonce, "error_detail", truncate.String(req.GetErrorDetail().GetMessage(), maxDetailLen))
+	}
 	return nil
 }
 
-// OnStreamDeltaResponse implements serverv3.Callbacks.
-func (c callbacks) OnStreamDeltaResponse(_ int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	c.s.m.responses.WithLabelValues(typeLabel(resp.GetTypeUrl())).Inc()
+// checkDeltaNames counts a delta request subscribing to names the client's
+// snapshot does not hold (LbEndpoint: a collection, or a resource of a
+// collection, that no assignment names). Called with s.mu held.
+func (c callbacks) checkDeltaNames(ds *deltaStreamState, typeURL, label string, names []string) {
+	s := c.s
+	if !ds.hasNode || len(names) == 0 {
+		return
+	}
+	k := kindIndex(ds.kind)
+	var have map[string]struct{}
+	if t := typeIndex(typeURL); t != typeOther {
+		have = s.names[k][t]
+	} else {
+		have = s.collections[k]
+	}
+	if have == nil {
+		return // nothing pushed yet, or LEDS off
+	}
+	var unknown []string
+	for _, n := range names {
+		key := n
+		if coll, ok := xdscontract.LEDSCollectionOf(n); ok && typeURL == xdscontract.LbEndpointType {
+			key = coll
+		}
+		if _, ok := have[key]; !ok && n != "*" {
+			unknown = append(unknown, truncate.String(n, xdscontract.MaxNameLen))
+			if len(unknown) == 5 {
+				break
+			}
+		}
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	s.m.unknownNames.WithLabelValues(label).Inc()
+	if !ds.loggedUnknown[typeURL] {
+		ds.loggedUnknown[typeURL] = true
+		s.log.Info("xds delta request subscribes to resources this server does not have",
+			"node_id", ds.nodeID, "user_agent", ds.userAgent, "type", label, "names", unknown)
+	}
+}
+
+// OnStreamDeltaResponse implements serverv3.Callbacks: it records the
+// nonce sent.
+func (c callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	s := c.s
+	typeURL := resp.GetTypeUrl()
+	s.m.responses.WithLabelValues(typeLabel(typeURL)).Inc()
+	if !deltaServed(typeURL) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ds := s.deltaStreams[id]; ds != nil {
+		ds.sent[typeURL] = resp.GetNonce()
+	}
 }
 
 // OnFetchRequest implements serverv3.Callbacks; Deps.Authorize applies.

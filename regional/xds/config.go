@@ -127,6 +127,16 @@ type Config struct {
 	// and routes send a request to the smallest class its prompt fits; see
 	// xdscontract.PromptTokensHeader. At most 16 classes, each at most 2^30.
 	ContextClasses []uint32
+
+	// LEDS serves delta (incremental) xDS clients the LEDS layout: their
+	// ClusterLoadAssignments name one LbEndpoint glob collection per
+	// locality (xdscontract.LEDSCollection) instead of listing the
+	// endpoints, and every endpoint is an LbEndpoint resource of its own,
+	// so a change to one endpoint sends that endpoint, not its cluster.
+	// State-of-the-world clients get the same resources with or without
+	// it. Default false: delta clients get the EDS layout too. Envoy
+	// consumes LEDS only over delta ADS (leds.go says what is served).
+	LEDS bool
 }
 
 // DefaultContextClasses returns the default Config.ContextClasses.

@@ -181,6 +181,19 @@
 //     ClusterLoadAssignments when its endpoints change (the Envoy-only ones
 //     share the main one's endpoint messages; a pinned set's when its
 //     localities change).
-//   - Delta xDS streams are served but their ACKs are not tracked; configure
-//     clients for state-of-the-world ADS.
+//   - Delta (incremental) xDS streams are served; their ACKs, NACKs, stale
+//     nonces and unknown names are counted but not tracked (WaitForAck and
+//     Streams see state-of-the-world streams only). By default they get the
+//     EDS layout, where a delta resource is a whole ClusterLoadAssignment.
+//     With Config.LEDS they get the LEDS layout (leds.go): assignments
+//     whose localities name an LbEndpoint glob collection
+//     (xdscontract.LEDSCollection) and one LbEndpoint resource per endpoint
+//     and cluster, so one endpoint's change costs the same bytes whatever
+//     the cluster's size. State-of-the-world clients get the same
+//     resources either way: go-control-plane's MuxCache routes them to the
+//     snapshot cache they always used, delta requests to a second snapshot
+//     cache and a LinearCache of LbEndpoints per node kind. A glob
+//     subscription is served as the kind's wildcard (go-control-plane has
+//     no glob collections), a superset for a client that subscribes to
+//     fewer collections than its assignments name.
 package xds

@@ -245,7 +245,7 @@ func FuzzStreamRequests(f *testing.F) {
 		if err := s.WaitForAck(ctx, resource.EndpointType, "1"); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrStopped) {
 			t.Fatalf("WaitForAck: %v", err)
 		}
-		labels := map[string]bool{"listener": true, "route": true, "cluster": true, "endpoint": true, "other": true}
+		labels := map[string]bool{"listener": true, "route": true, "cluster": true, "endpoint": true, "lb_endpoint": true, "other": true}
 		ch := make(chan prometheus.Metric, 64)
 		s.m.requests.Collect(ch)
 		s.m.responses.Collect(ch)

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/isobar-mesh/isobar/internal/promreg"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 type metrics struct {
@@ -75,12 +76,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "xDS streams and fetches refused by Deps.Authorize (PermissionDenied): the client's identity may not read this controller's configuration.",
 		}),
 	}
+	labels := []string{typeLabel(xdscontract.LbEndpointType)}
 	for t := range numTypes {
-		m.acks.WithLabelValues(t.label())
-		m.nacks.WithLabelValues(t.label())
-		m.responses.WithLabelValues(t.label())
-		m.staleNonces.WithLabelValues(t.label())
-		m.unknownNames.WithLabelValues(t.label())
+		labels = append(labels, t.label())
+	}
+	for _, l := range labels {
+		m.acks.WithLabelValues(l)
+		m.nacks.WithLabelValues(l)
+		m.responses.WithLabelValues(l)
+		m.staleNonces.WithLabelValues(l)
+		m.unknownNames.WithLabelValues(l)
 	}
 	if reg != nil {
 		if err := promreg.Register(reg, m.acks, m.nacks, m.requests, m.responses, m.streams, m.buildDuration, m.pushes, m.pushErrors, m.refused, m.staleNonces, m.unknownNames); err != nil {

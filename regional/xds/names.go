@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // statName turns a model name into a token safe inside Envoy stat names
@@ -86,6 +88,12 @@ func (t resourceType) label() string {
 	}
 }
 
-// typeLabel maps a type URL to the bounded label used in metrics and logs.
-// Type URLs come from clients, so anything unknown is "other".
-func typeLabel(typeURL string) string { return typeIndex(typeURL).label() }
+// typeLabel maps a type URL to the bounded label used in metrics and logs:
+// a served type's label, "lb_endpoint" for LEDS (Config.LEDS). Type URLs
+// come from clients, so anything unknown is "other".
+func typeLabel(typeURL string) string {
+	if typeURL == xdscontract.LbEndpointType {
+		return "lb_endpoint"
+	}
+	return typeIndex(typeURL).label()
+}

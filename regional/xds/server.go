@@ -50,10 +50,16 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	pushMu    sync.Mutex // serialises Push; guards builder, last and lastSnaps
+	pushMu    sync.Mutex // serialises Push; guards builder, last, lastSnaps and the LEDS fields
 	builder   *Builder
 	last      [numKinds]*Set            // per kind, the Set of the last snapshot
 	lastSnaps [numKinds]*cache.Snapshot // per kind, the last snapshot
+
+	// With Config.LEDS, delta clients are served the LEDS layout (leds.go)
+	// from deltaCache and, per kind, ledsKinds' LinearCache; nil otherwise.
+	deltaCache     cache.SnapshotCache
+	ledsKinds      [numKinds]*ledsKind
+	lastDeltaSnaps [numKinds]*cache.Snapshot
 
 	mu       sync.Mutex // guards the fields below; callbacks take it
 	stopped  bool
@@ -61,10 +67,13 @@ type Server struct {
 	versions [numKinds][numTypes]uint64 // per kind and type, the push that last changed it
 	// names holds, per kind and type, the resource names of the last
 	// snapshot, to recognise requests for names it does not hold.
-	names   [numKinds][numTypes]map[string]struct{}
-	streams map[int64]*streamState
-	// deltaStreams holds open delta streams, counted but not tracked.
-	deltaStreams map[int64]struct{}
+	names [numKinds][numTypes]map[string]struct{}
+	// collections holds, per kind, the LEDS collections of the last
+	// snapshot (Config.LEDS), to recognise subscriptions to others.
+	collections [numKinds]map[string]struct{}
+	streams     map[int64]*streamState
+	// deltaStreams holds open delta streams and what each was sent.
+	deltaStreams map[int64]*deltaStreamState
 	ackCh        chan struct{} // closed and replaced when an ACK lands; closed for good by Stop
 }
 
@@ -90,7 +99,7 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		cancel:       cancel,
 		builder:      b,
 		streams:      make(map[int64]*streamState),
-		deltaStreams: make(map[int64]struct{}),
+		deltaStreams: make(map[int64]*deltaStreamState),
 		ackCh:        make(chan struct{}),
 	}
 	lib := libLogger{deps.Logger}
@@ -99,8 +108,37 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	// would hang). Ordering is safe without it: every snapshot is
 	// consistent on its own.
 	s.cache = cache.NewSnapshotCache(false, nodeHash{}, lib)
-	s.xds = serverv3.NewServer(ctx, s.cache, callbacks{s}, sotw.WithLogger(lib))
+	var served cache.Cache = s.cache
+	if cfg.LEDS {
+		served = s.ledsMux(lib)
+	}
+	s.xds = serverv3.NewServer(ctx, served, callbacks{s}, sotw.WithLogger(lib))
 	return s, nil
+}
+
+// ledsMux sets up the LEDS layout's caches and returns the cache the xDS
+// server serves from: state-of-the-world requests go to s.cache as without
+// LEDS; delta requests for LbEndpoints to their kind's ledsCache, other
+// delta requests to deltaCache. The delta server fills in the stream's
+// node on every request before it asks the cache (pkg/server/delta/v3
+// server.go processDelta), so the kind is known.
+func (s *Server) ledsMux(lib libLogger) cache.Cache {
+	s.deltaCache = cache.NewSnapshotCache(false, nodeHash{}, lib)
+	mux := &cache.MuxCache{
+		Classify: func(*cache.Request) string { return "sotw" },
+		ClassifyDelta: func(r *cache.DeltaRequest) string {
+			if r.GetTypeUrl() == xdscontract.LbEndpointType {
+				return "leds/" + string(ClassifyNode(r.GetNode()))
+			}
+			return "delta"
+		},
+		Caches: map[string]cache.Cache{"sotw": s.cache, "delta": s.deltaCache},
+	}
+	for i, k := range kinds() {
+		s.ledsKinds[i] = newLEDSKind(lib)
+		mux.Caches["leds/"+string(k)] = ledsCache{s.ledsKinds[i].cache}
+	}
+	return mux
 }
 
 // Register registers ADS and the listener, route, cluster and endpoint
@@ -141,6 +179,11 @@ func (s *Server) Push(st State) (string, error) {
 	names := setNames(p.sets)
 	s.mu.Lock()
 	s.seq, s.versions, s.names = p.seq, p.versions, names
+	if p.leds[0] != nil {
+		for i := range numKinds {
+			s.collections[i] = p.leds[i].collections
+		}
+	}
 	s.mu.Unlock()
 	s.last, s.lastSnaps = p.sets, p.snaps
 	for i, k := range kinds() {
@@ -148,6 +191,10 @@ func (s *Server) Push(st State) (string, error) {
 			s.m.pushErrors.Inc()
 			return "", fmt.Errorf("xds: set %s snapshot: %w", k, err)
 		}
+	}
+	if err := s.applyLEDS(p); err != nil {
+		s.m.pushErrors.Inc()
+		return "", err
 	}
 	s.m.pushes.Inc()
 	version := strconv.FormatUint(p.seq, 10)
@@ -161,6 +208,9 @@ type prepared struct {
 	versions [numKinds][numTypes]uint64
 	sets     [numKinds]*Set
 	snaps    [numKinds]*cache.Snapshot
+	// With Config.LEDS, per kind, the LEDS layout and the delta snapshot.
+	leds       [numKinds]*ledsUpdate
+	deltaSnaps [numKinds]*cache.Snapshot
 }
 
 // prepare builds and validates the snapshots of st. It returns nil, nil when
@@ -202,7 +252,49 @@ func (s *Server) prepare(st State) (*prepared, error) {
 			return nil, fmt.Errorf("%w: %s snapshot is not consistent: %w", xdscontract.ErrInvalidResource, k, err)
 		}
 	}
+	if err := s.prepareLEDS(p); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// prepareLEDS computes the LEDS layout and the delta snapshot of each kind
+// (Config.LEDS). The delta snapshot is the state-of-the-world one with its
+// assignments in LEDS form: the same names, listeners, routes and
+// clusters, so the checks the state-of-the-world snapshot passed hold.
+func (s *Server) prepareLEDS(p *prepared) error {
+	if s.deltaCache == nil {
+		return nil
+	}
+	for i := range numKinds {
+		u, err := s.ledsKinds[i].prepare(p.sets[i].Endpoints)
+		if err != nil {
+			return err
+		}
+		set := *p.sets[i]
+		set.Endpoints = u.clas
+		p.leds[i] = u
+		p.deltaSnaps[i] = newSnapshot(&set, &p.versions[i], s.lastDeltaSnaps[i])
+	}
+	return nil
+}
+
+// applyLEDS serves what prepareLEDS computed: the endpoints first, then
+// the assignments naming their collections (make before break).
+func (s *Server) applyLEDS(p *prepared) error {
+	if s.deltaCache == nil {
+		return nil
+	}
+	for i, k := range kinds() {
+		if err := s.ledsKinds[i].apply(p.leds[i]); err != nil {
+			return fmt.Errorf("xds: set %s LEDS endpoints: %w", k, err)
+		}
+		if err := s.deltaCache.SetSnapshot(s.ctx, string(k), p.deltaSnaps[i]); err != nil {
+			return fmt.Errorf("xds: set %s delta snapshot: %w", k, err)
+		}
+	}
+	s.lastDeltaSnaps = p.deltaSnaps
+	return nil
 }
 
 func sameAssignmentNames(a, b *Set) bool {

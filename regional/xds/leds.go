@@ -1,0 +1,287 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
+)
+
+// The LEDS layout (Config.LEDS) served to delta xDS clients.
+//
+// Under EDS a cluster's endpoints are one ClusterLoadAssignment, so a
+// change to one endpoint resends every endpoint of the cluster, even over
+// delta xDS (a delta resource is a whole CLA). Envoy's answer is LEDS:
+// each locality of the CLA carries a leds_cluster_locality_config naming
+// an LbEndpoint glob collection instead of its lb_endpoints, and every
+// endpoint is a resource of its own (api/envoy/config/endpoint/v3/
+// endpoint_components.proto LedsClusterLocalityConfig, api/envoy/service/
+// endpoint/v3/leds.proto; Envoy supports glob collections over delta ADS
+// only). A one-endpoint change is then one LbEndpoint per cluster holding
+// it, whatever the cluster's size.
+//
+// State-of-the-world clients (Envoy on SotW, grpc-go, grpc-js-xds, gRPC
+// C-core: none of the gRPC libraries speaks LEDS) keep the EDS layout: the
+// Server serves them from the same snapshot cache as before, and delta
+// clients from a second snapshot cache holding the LEDS CLAs plus one
+// go-control-plane LinearCache of LbEndpoints per node kind, behind a
+// cache.MuxCache (pkg/cache/v3/mux.go) that routes by protocol variant
+// and type URL.
+//
+// go-control-plane v0.14 has no LEDS type and no glob collections: its
+// LinearCache matches resource names literally. ledsCache serves a glob
+// subscription as a wildcard one on the kind's LinearCache, which holds
+// exactly the collections the kind's CLAs name: a client that subscribes
+// to every collection it is given (as Envoy does on loading a CLA) gets
+// exactly them; one that subscribes to fewer gets the others too.
+
+// ledsConfigSource is the leds_config of every collection: over ADS.
+func ledsConfigSource() *core.ConfigSource {
+	return &core.ConfigSource{
+		ResourceApiVersion:    core.ApiVersion_V3,
+		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+	}
+}
+
+// ledsEntry is one cluster's share of the LEDS layout.
+type ledsEntry struct {
+	src *endpoint.ClusterLoadAssignment // the EDS CLA it was made from
+	out *endpoint.ClusterLoadAssignment // the same CLA, localities by LEDS
+	// locs are the CLA's localities in order, each with its LbEndpoint
+	// resources (the EDS CLA's own messages: shared, never modified).
+	locs []ledsLocality
+}
+
+// ledsLocality is one locality's collection: names[i] is lbs[i]'s name.
+type ledsLocality struct {
+	coll  string
+	lbs   []*endpoint.LbEndpoint
+	names []string
+}
+
+// ledsKind is the LEDS layout of one node kind. It is used under the
+// Server's pushMu only.
+type ledsKind struct {
+	cache   *cache.LinearCache // the kind's LbEndpoint resources
+	entries map[string]*ledsEntry
+}
+
+func newLEDSKind(lib libLogger) *ledsKind {
+	return &ledsKind{
+		cache:   cache.NewLinearCache(xdscontract.LbEndpointType, cache.WithLogger(lib)),
+		entries: make(map[string]*ledsEntry),
+	}
+}
+
+// ledsUpdate is the layout of one Push for one kind, not yet applied.
+type ledsUpdate struct {
+	clas        []*endpoint.ClusterLoadAssignment // in the order of the EDS set
+	entries     map[string]*ledsEntry
+	toUpdate    map[string]types.Resource
+	toDelete    []string
+	collections map[string]struct{}
+}
+
+// prepare computes the LEDS layout of the EDS assignments clas against
+// the last applied one. An assignment that is the same pointer as last
+// time keeps its entry; a changed one is compared locality by locality,
+// endpoint message by endpoint message (the Builder returns an unchanged
+// endpoint as the same message), so a one-endpoint change costs pointer
+// comparisons over the cluster and the naming of that endpoint.
+func (l *ledsKind) prepare(clas []*endpoint.ClusterLoadAssignment) (*ledsUpdate, error) {
+	u := &ledsUpdate{
+		clas:        make([]*endpoint.ClusterLoadAssignment, len(clas)),
+		entries:     make(map[string]*ledsEntry, len(clas)),
+		toUpdate:    make(map[string]types.Resource),
+		collections: make(map[string]struct{}),
+	}
+	for i, cla := range clas {
+		name := cla.GetClusterName()
+		e := l.entries[name]
+		if e == nil || e.src != cla {
+			var err error
+			if e, err = u.newEntry(cla, e); err != nil {
+				return nil, err
+			}
+		}
+		u.clas[i], u.entries[name] = e.out, e
+		for _, loc := range e.locs {
+			u.collections[loc.coll] = struct{}{}
+		}
+	}
+	for name, prev := range l.entries {
+		if _, ok := u.entries[name]; !ok {
+			for _, loc := range prev.locs {
+				u.toDelete = append(u.toDelete, loc.names...)
+			}
+		}
+	}
+	return u, nil
+}
+
+// apply installs u in the kind's LinearCache, which notifies the delta
+// streams watching the changed endpoints.
+func (l *ledsKind) apply(u *ledsUpdate) error {
+	l.entries = u.entries
+	if len(u.toUpdate) == 0 && len(u.toDelete) == 0 {
+		return nil
+	}
+	return l.cache.UpdateResources(u.toUpdate, u.toDelete)
+}
+
+// newEntry makes the LEDS form of cla (prev, may be nil, being the last
+// one of its cluster): its localities with their locality, weight,
+// priority and metadata (the fields the Builder sets) and a collection
+// each, and one LbEndpoint resource per endpoint; it records in u what
+// changed since prev.
+func (u *ledsUpdate) newEntry(cla *endpoint.ClusterLoadAssignment, prev *ledsEntry) (*ledsEntry, error) {
+	name := cla.GetClusterName()
+	out := &endpoint.ClusterLoadAssignment{ClusterName: name, Policy: cla.GetPolicy()}
+	e := &ledsEntry{src: cla, out: out, locs: make([]ledsLocality, len(cla.GetEndpoints()))}
+	var prevLocs map[string]*ledsLocality
+	if prev != nil {
+		prevLocs = make(map[string]*ledsLocality, len(prev.locs))
+		for i := range prev.locs {
+			prevLocs[prev.locs[i].coll] = &prev.locs[i]
+		}
+	}
+	for i, ll := range cla.GetEndpoints() {
+		coll := xdscontract.LEDSCollection(name, ll.GetLocality().GetRegion(), ll.GetLocality().GetZone())
+		out.Endpoints = append(out.Endpoints, &endpoint.LocalityLbEndpoints{
+			Locality:            ll.GetLocality(),
+			LoadBalancingWeight: ll.GetLoadBalancingWeight(),
+			Priority:            ll.GetPriority(),
+			Metadata:            ll.GetMetadata(),
+			LbConfig: &endpoint.LocalityLbEndpoints_LedsClusterLocalityConfig{
+				LedsClusterLocalityConfig: &endpoint.LedsClusterLocalityConfig{
+					LedsConfig:         ledsConfigSource(),
+					LedsCollectionName: coll,
+				},
+			},
+		})
+		loc := &e.locs[i]
+		loc.coll, loc.lbs = coll, ll.GetLbEndpoints()
+		p := prevLocs[coll]
+		delete(prevLocs, coll)
+		if err := u.diffLocality(name, loc, p); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range prevLocs { // localities gone
+		u.toDelete = append(u.toDelete, p.names...)
+	}
+	if err := out.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("%w: LEDS ClusterLoadAssignment %q: %w", xdscontract.ErrInvalidResource, name, err)
+	}
+	return e, nil
+}
+
+// diffLocality names loc's endpoints and records in u what changed since
+// prev (nil: a new locality). When the endpoints line up with prev's by
+// position and name (the Builder's canonical order: a change of weight,
+// health or metadata), only the messages that differ are named again;
+// otherwise (an endpoint added or removed) the two are compared by name.
+func (u *ledsUpdate) diffLocality(cluster string, loc, prev *ledsLocality) error {
+	loc.names = make([]string, len(loc.lbs))
+	aligned := prev != nil && len(prev.lbs) == len(loc.lbs)
+	var changed []int
+	for j, lb := range loc.lbs {
+		if aligned && prev.lbs[j] == lb {
+			loc.names[j] = prev.names[j]
+			continue
+		}
+		loc.names[j] = lbName(loc.coll, lb)
+		if aligned && loc.names[j] != prev.names[j] {
+			aligned = false
+		}
+		changed = append(changed, j)
+	}
+	if aligned {
+		for _, j := range changed {
+			u.toUpdate[loc.names[j]] = loc.lbs[j]
+		}
+		return nil
+	}
+	for j, lb := range loc.lbs { // names of the positions skipped above
+		if loc.names[j] == "" {
+			loc.names[j] = lbName(loc.coll, lb)
+		}
+	}
+	was := make(map[string]*endpoint.LbEndpoint)
+	if prev != nil {
+		for j, n := range prev.names {
+			was[n] = prev.lbs[j]
+		}
+	}
+	seen := make(map[string]struct{}, len(loc.names))
+	for j, n := range loc.names {
+		if _, dup := seen[n]; dup {
+			return fmt.Errorf("%w: ClusterLoadAssignment %q: endpoint %s twice in one locality", xdscontract.ErrInvalidResource, cluster, n)
+		}
+		seen[n] = struct{}{}
+		if was[n] != loc.lbs[j] {
+			u.toUpdate[n] = loc.lbs[j]
+		}
+		delete(was, n)
+	}
+	for n := range was {
+		u.toDelete = append(u.toDelete, n)
+	}
+	return nil
+}
+
+// lbName is the LEDS resource name of lb in collection coll.
+func lbName(coll string, lb *endpoint.LbEndpoint) string {
+	sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+	return xdscontract.LEDSEndpointName(coll, net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)))
+}
+
+// errLEDSDeltaOnly refuses a state-of-the-world LEDS watch: LEDS is served
+// over delta xDS only, as in Envoy (leds.proto).
+var errLEDSDeltaOnly = errors.New("xds: LbEndpoint (LEDS) resources are served over delta xDS only")
+
+// ledsCache serves one kind's LinearCache to delta watches, a glob
+// collection subscription as a wildcard one (see the top of this file).
+type ledsCache struct{ lc *cache.LinearCache }
+
+var _ cache.Cache = ledsCache{}
+
+// CreateWatch implements cache.Cache: refused (never routed here).
+func (ledsCache) CreateWatch(*cache.Request, cache.Subscription, chan cache.Response) (func(), error) {
+	return nil, errLEDSDeltaOnly
+}
+
+// CreateDeltaWatch implements cache.Cache.
+func (c ledsCache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
+	return c.lc.CreateDeltaWatch(req, globSubscription{sub}, ch)
+}
+
+// Fetch implements cache.Cache: refused.
+func (ledsCache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
+	return nil, errLEDSDeltaOnly
+}
+
+// globSubscription is a delta subscription whose glob collection names
+// make it wildcard on the kind's LinearCache.
+type globSubscription struct{ cache.Subscription }
+
+// IsWildcard implements cache.Subscription.
+func (g globSubscription) IsWildcard() bool {
+	if g.Subscription.IsWildcard() {
+		return true
+	}
+	for n := range g.SubscribedResources() {
+		if xdscontract.IsLEDSCollection(n) {
+			return true
+		}
+	}
+	return false
+}
