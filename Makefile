@@ -38,7 +38,9 @@ FUZZ_TARGETS := \
 	./global:FuzzAcceptSummary \
 	./regional/xds:FuzzBuild \
 	./regional/xds:FuzzStreamRequests \
+	./regional/xds:FuzzDeltaStreamRequests \
 	./xdscontract:FuzzEndpointMetadata \
+	./xdscontract:FuzzLEDSCollectionOf \
 	./gateway/xdsclient:FuzzDecode \
 	./gateway/prefix:FuzzPromptText \
 	./gateway/prefix:FuzzIndex \
