@@ -123,6 +123,7 @@ type Registry struct {
 	sets       func(string) []cycle.Set // residency sets per model; nil: none
 	budgets    map[string]float64       // retry budget per model (retrybudget.go)
 	poolUtil   map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
+	cycleCells []cycle.Cell             // the cycle's input buffer, reused (cellViews)
 	dpCells    map[string]*dpWindow     // data-plane errors per cell
 	dpDemand   map[string]*dpWindow     // ingress demand per data plane and model
 	warm       warmHold                 // the warm start's hold (warmstart.go)
@@ -576,17 +577,19 @@ func (r *Registry) refreshIDs() {
 // cellViews returns, in id order, each cell's view (without score and
 // weight) and its input to the mapping.
 func (r *Registry) cellViews(now time.Time) ([]CellView, []cycle.Cell) {
-	views := make([]CellView, 0, len(r.ids))
-	cells := make([]cycle.Cell, 0, len(r.ids))
-	for _, id := range r.ids {
+	// views are published with the cycle's view, so they are new each
+	// cycle; cells are the registry's own, their buffer reused.
+	views := make([]CellView, len(r.ids))
+	cells := slices.Grow(r.cycleCells[:0], len(r.ids))[:len(r.ids)]
+	for i, id := range r.ids {
 		c := r.cells[id]
-		v := c.view()
+		v := &views[i]
+		*v = c.view()
 		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, id)
-		views = append(views, v)
-		cell := cycle.FromView(v, cycle.ErrorWindow{Rate: dpRate, Requests: dpReq, OK: dpOK})
-		cell.Utilisation = r.poolUtil[v.Model]
-		cells = append(cells, cell)
+		cells[i] = cycle.FromView(*v, cycle.ErrorWindow{Rate: dpRate, Requests: dpReq, OK: dpOK})
+		cells[i].Utilisation = r.poolUtil[v.Model]
 	}
+	r.cycleCells = cells
 	return views, cells
 }
 
