@@ -20,6 +20,64 @@ import (
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
 
+// cycleBench is a registry of n Ready cells on an xDS server, for the
+// cycle benchmarks.
+type cycleBench struct {
+	cfg   Config
+	clock *clockwork.FakeClock
+	xs    *xds.Server
+	r     *Registry
+	hbs   []*isobarpb.CellHeartbeat
+	loads [2]float64
+}
+
+func newCycleBench(b *testing.B, n int) *cycleBench {
+	cb := &cycleBench{cfg: DefaultConfig("r1"), clock: clockwork.NewFakeClock(), loads: [2]float64{1, 12}}
+	xs, err := xds.NewServer(xds.Config{Region: "r1", Zone: "r1"}, xds.Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(xs.Stop)
+	m, err := newMetrics(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cb.xs = xs
+	if cb.r, err = newRegistry(cb.cfg, cb.clock, slog.New(slog.DiscardHandler), m, xs.Push); err != nil {
+		b.Fatal(err)
+	}
+	cb.hbs = make([]*isobarpb.CellHeartbeat, n)
+	for i := range cb.hbs {
+		cb.hbs[i] = heartbeat(fmt.Sprintf("cell-%05d", i), "10."+strconv.Itoa(i/62500)+"."+strconv.Itoa(i/250%250)+"."+strconv.Itoa(i%250)+":8000",
+			isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
+		cb.r.applyHeartbeat(cb.clock.Now(), cb.hbs[i])
+	}
+	return cb
+}
+
+// step moves every cell's load, runs cycle i and pushes what it offered.
+func (cb *cycleBench) step(b *testing.B, i int) {
+	for j, hb := range cb.hbs {
+		hb.Signals.QueueDepth = &cb.loads[(i+j)%2]
+	}
+	cb.clock.Advance(cb.cfg.Projection.MinInterval)
+	now := cb.clock.Now()
+	for _, c := range cb.r.cells {
+		c.lastSeen = now
+	}
+	cb.r.cycle(now)
+	cb.r.pub.mu.Lock()
+	st := cb.r.pub.pending
+	cb.r.pub.pending = nil
+	cb.r.pub.mu.Unlock()
+	if st == nil {
+		b.Fatal("cycle did not offer a push")
+	}
+	if _, err := cb.xs.Push(*st); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkCycle measures one control cycle at N cells: score every cell,
 // project weights, build and validate the xDS snapshot and set it in the
 // cache. Weights follow slow facts, not load, so a cycle whose loads
@@ -29,50 +87,28 @@ import (
 func BenchmarkCycle(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("cells=%d", n), func(b *testing.B) {
-			cfg := DefaultConfig("r1")
-			clock := clockwork.NewFakeClock()
-			xs, err := xds.NewServer(xds.Config{Region: "r1", Zone: "r1"}, xds.Deps{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer xs.Stop()
-			m, err := newMetrics(nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), m, xs.Push)
-			if err != nil {
-				b.Fatal(err)
-			}
-			hbs := make([]*isobarpb.CellHeartbeat, n)
-			for i := range hbs {
-				hbs[i] = heartbeat(fmt.Sprintf("cell-%05d", i), "10.0."+strconv.Itoa(i/250)+"."+strconv.Itoa(i%250)+":8000",
-					isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
-				r.applyHeartbeat(clock.Now(), hbs[i])
-			}
-			loads := [2]float64{1, 12}
+			cb := newCycleBench(b, n)
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
-				for j, hb := range hbs {
-					hb.Signals.QueueDepth = &loads[(i+j)%2]
-				}
-				r.routesNew = true
-				clock.Advance(cfg.Projection.MinInterval)
-				now := clock.Now()
-				for _, c := range r.cells {
-					c.lastSeen = now
-				}
-				r.cycle(now)
-				r.pub.mu.Lock()
-				st := r.pub.pending
-				r.pub.pending = nil
-				r.pub.mu.Unlock()
-				if st == nil {
-					b.Fatal("cycle did not offer a push")
-				}
-				if _, err := xs.Push(*st); err != nil {
-					b.Fatal(err)
-				}
+				cb.r.routesNew = true
+				cb.step(b, i)
+			}
+		})
+	}
+}
+
+// BenchmarkCycleTypical measures the cycle most cycles are: every cell's
+// load moves (new signals for the scorer), and one cell leaves or
+// rejoins the load balancer (its stream turns suspect, then recovers), so
+// one endpoint's weight changes and the cycle pushes.
+func BenchmarkCycleTypical(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("cells=%d", n), func(b *testing.B) {
+			cb := newCycleBench(b, n)
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				cb.r.cells[cb.hbs[0].CellId].suspect = i%2 == 0
+				cb.step(b, i)
 			}
 		})
 	}
@@ -154,60 +190,4 @@ func BenchmarkHeartbeatIngest(b *testing.B) {
 	}
 	el := time.Since(start)
 	b.ReportMetric(total/el.Seconds(), "heartbeats/s")
-}
-
-// BenchmarkCycleTypical measures the cycle most cycles are: every cell's
-// load moves (new signals for the scorer), and one cell leaves or
-// rejoins the load balancer (its stream turns suspect, then recovers), so
-// one endpoint's weight changes and the cycle pushes.
-func BenchmarkCycleTypical(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("cells=%d", n), func(b *testing.B) {
-			cfg := DefaultConfig("r1")
-			clock := clockwork.NewFakeClock()
-			xs, err := xds.NewServer(xds.Config{Region: "r1", Zone: "r1"}, xds.Deps{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer xs.Stop()
-			m, err := newMetrics(nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r, err := newRegistry(cfg, clock, slog.New(slog.DiscardHandler), m, xs.Push)
-			if err != nil {
-				b.Fatal(err)
-			}
-			hbs := make([]*isobarpb.CellHeartbeat, n)
-			for i := range hbs {
-				hbs[i] = heartbeat(fmt.Sprintf("cell-%05d", i), "10."+strconv.Itoa(i/62500)+"."+strconv.Itoa(i/250%250)+"."+strconv.Itoa(i%250)+":8000",
-					isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
-				r.applyHeartbeat(clock.Now(), hbs[i])
-			}
-			loads := [2]float64{1, 12}
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				for j, hb := range hbs {
-					hb.Signals.QueueDepth = &loads[(i+j)%2]
-				}
-				clock.Advance(cfg.Projection.MinInterval)
-				now := clock.Now()
-				for _, c := range r.cells {
-					c.lastSeen = now
-				}
-				r.cells[hbs[0].CellId].suspect = i%2 == 0
-				r.cycle(now)
-				r.pub.mu.Lock()
-				st := r.pub.pending
-				r.pub.pending = nil
-				r.pub.mu.Unlock()
-				if st == nil {
-					b.Fatal("cycle did not offer a push")
-				}
-				if _, err := xs.Push(*st); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 }

@@ -45,13 +45,29 @@ type TypeStatus struct {
 	NackDetail string
 }
 
+// streamNode is who a stream's first request with a Node said it is,
+// bounded (both stream variants keep one).
+type streamNode struct {
+	nodeID, userAgent string
+	kind              NodeKind
+	hasNode           bool
+}
+
+// noteNode records n when the stream has no node yet.
+func (sn *streamNode) noteNode(n *core.Node) {
+	if sn.hasNode || n == nil {
+		return
+	}
+	sn.hasNode = true
+	sn.nodeID = truncate.String(n.GetId(), xdscontract.MaxNameLen)
+	sn.userAgent = truncate.String(n.GetUserAgentName(), xdscontract.MaxNameLen)
+	sn.kind = ClassifyNode(n)
+}
+
 type streamState struct {
-	id        int64
-	nodeID    string
-	userAgent string
-	kind      NodeKind
-	hasNode   bool
-	types     [numTypes]typeState
+	id int64
+	streamNode
+	types [numTypes]typeState
 }
 
 type typeState struct {
@@ -137,12 +153,7 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 	if st == nil {
 		return nil
 	}
-	if !st.hasNode && req.GetNode() != nil {
-		st.hasNode = true
-		st.nodeID = truncate.String(req.GetNode().GetId(), xdscontract.MaxNameLen)
-		st.userAgent = truncate.String(req.GetNode().GetUserAgentName(), xdscontract.MaxNameLen)
-		st.kind = ClassifyNode(req.GetNode())
-	}
+	st.noteNode(req.GetNode())
 	t := typeIndex(typeURL)
 	if t == typeOther {
 		return nil
@@ -243,9 +254,7 @@ func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.Di
 // deltaStreamState is what one delta stream told and was sent, for the
 // served types (the type URLs typeIndex knows, and LbEndpoint).
 type deltaStreamState struct {
-	nodeID, userAgent string
-	kind              NodeKind
-	hasNode           bool
+	streamNode
 	// sent holds the nonce of the last response of each type.
 	sent map[string]string
 	// loggedStale and loggedUnknown mark the types whose stale nonce and
@@ -316,12 +325,7 @@ func (c callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryR
 	if ds == nil {
 		return nil
 	}
-	if !ds.hasNode && req.GetNode() != nil {
-		ds.hasNode = true
-		ds.nodeID = truncate.String(req.GetNode().GetId(), xdscontract.MaxNameLen)
-		ds.userAgent = truncate.String(req.GetNode().GetUserAgentName(), xdscontract.MaxNameLen)
-		ds.kind = ClassifyNode(req.GetNode())
-	}
+	ds.noteNode(req.GetNode())
 	if !deltaServed(typeURL) {
 		return nil
 	}
