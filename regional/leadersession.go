@@ -185,16 +185,22 @@ func (l *leaderSession) stream(ctx context.Context, addr string) (got bool, err 
 }
 
 // send sends the latest summary every interval until ctx ends, or reports
-// the first send error on errc.
+// the first send error on errc. A summary already sent on this stream is
+// not sent again: the builder runs on its own ticker of the same period,
+// so a send could come before the next build, and the leader refuses a
+// summary no newer than the one it holds (it logged and counted each such
+// duplicate as stale).
 func (l *leaderSession) send(ctx context.Context, stream isobarpb.GlobalControl_SyncClient, errc chan<- error) {
 	t := l.clock.NewTicker(l.cfg.SummaryInterval)
 	defer t.Stop()
+	var sent *isobarpb.RegionSummary
 	for {
-		if sm := l.latest.Latest(); sm != nil {
+		if sm := l.latest.Latest(); sm != nil && sm != sent {
 			if err := stream.Send(sm); err != nil {
 				errc <- err
 				return
 			}
+			sent = sm
 		}
 		select {
 		case <-ctx.Done():
