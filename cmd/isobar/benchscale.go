@@ -19,13 +19,8 @@ type benchScaleFlags struct {
 	inProcess bool
 }
 
-func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
-	var cfg scale.Config
-	var f benchScaleFlags
-	cmd := &cobra.Command{
-		Use:   "scale --out DIR",
-		Short: "Measure control-plane cost as the fleet grows, hierarchical vs flat",
-		Long: `scale measures the control plane's cost at every fleet size of --cells, for two
+// benchScaleLong is the command's --help text.
+const benchScaleLong = `scale measures the control plane's cost at every fleet size of --cells, for two
 topologies: hierarchical (the cells split round-robin over R regional
 controllers, for each R of --regions, each publishing a compact summary to
 the global) and flat (one controller that ingests every cell's heartbeats,
@@ -82,7 +77,15 @@ give more --cell-procs).
 figure per point), scale.md (the table) and PNG charts (cycle.png,
 inbound.png, cpu.png, death.png). One line per point goes to stderr as it
 finishes (unless --quiet) and the table to stdout. Ctrl-C stops the point in
-progress cleanly; the report is still written, marked interrupted.`,
+progress cleanly; the report is still written, marked interrupted.`
+
+func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
+	var cfg scale.Config
+	var f benchScaleFlags
+	cmd := &cobra.Command{
+		Use:   "scale --out DIR",
+		Short: "Measure control-plane cost as the fleet grows, hierarchical vs flat",
+		Long:  benchScaleLong,
 		Example: `  isobar bench scale --out /tmp/scale
   isobar bench scale --out /tmp/scale --cells 10000 --regions 1,10,100 --cell-procs 3
   isobar bench scale --out /tmp/scale --cells 10,100,1000 --regions 1,10 --window 3s --deaths 10`,
