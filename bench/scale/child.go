@@ -73,7 +73,7 @@ const (
 	opStats   = "stats"
 )
 
-// ServeCells is a cell process (the hidden `isobar bench scale-cells`): it
+// ServeCells is a cell process (the hidden `isobar bench scale cells`): it
 // raises its descriptor limit to the hard limit, says hello on out, then
 // runs the synthetic cells and answers the requests it reads from in until
 // in ends (its parent closed it or died) or ctx ends. It stops every cell

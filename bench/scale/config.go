@@ -80,7 +80,7 @@ type Deps struct {
 	// Progress receives one line per point as it finishes. Nil: none.
 	Progress io.Writer
 	// CellProcess makes the command of one cell process: a program that
-	// runs ServeCells on its stdin and stdout (`isobar bench scale-cells`).
+	// runs ServeCells on its stdin and stdout (`isobar bench scale cells`).
 	// The run starts, controls and reaps it. Nil: the cells run in this
 	// process, beside the controllers.
 	CellProcess func() *exec.Cmd

@@ -124,7 +124,7 @@ func progress(deps Deps, p Point) {
 // notes explain the figures; they go into both reports. inProcess: the
 // cells ran beside the controllers.
 func notes(inProcess bool) []string {
-	where := "The regional controllers run in this process and the synthetic cells in child processes (`isobar bench scale-cells`, the cells dealt round-robin, each child with its descriptor limit raised to its hard limit, controlled over its stdin/stdout), all on loopback with plaintext gRPC: the real controllers (heartbeat service, registry, scoring, projection, xDS server, summary loop) and synthetic cells, each a real CellRegistry.Heartbeat stream over its own TCP connection."
+	where := "The regional controllers run in this process and the synthetic cells in child processes (`isobar bench scale cells`, the cells dealt round-robin, each child with its descriptor limit raised to its hard limit, controlled over its stdin/stdout), all on loopback with plaintext gRPC: the real controllers (heartbeat service, registry, scoring, projection, xDS server, summary loop) and synthetic cells, each a real CellRegistry.Heartbeat stream over its own TCP connection."
 	cpu := "ctrl CPU s/s: this process's CPU (getrusage user+system) per second of the window: the controllers, plus the harness's one xDS client and probe sink; the senders run in the cell processes, whose CPU is sender CPU s/s (their own getrusage, summed)."
 	if inProcess {
 		where = "Everything runs in one process on loopback, plaintext gRPC: the real regional controllers (heartbeat service, registry, scoring, projection, xDS server, summary loop) and synthetic cells, each a real CellRegistry.Heartbeat stream over its own TCP connection."
