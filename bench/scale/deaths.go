@@ -73,6 +73,11 @@ func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]float64, 
 			victims = append(victims, cells[next%len(cells)])
 			next++
 		}
+		// Ready in the registry is not yet acked at the cell: on a loaded
+		// machine the ack can lag.
+		if err := p.waitUp(ctx, victims); err != nil {
+			return out, err
+		}
 		times, err := p.deathRound(ctx, kind, victims, rng)
 		out = append(out, times...)
 		if err != nil {
@@ -158,8 +163,13 @@ func (p *point) waitBack(ctx context.Context, victims []string) error {
 	}); err != nil {
 		return fmt.Errorf("scale: revived cells not back at the xDS client within %v: %w", p.cfg.DeathTimeout, err)
 	}
+	return p.waitUp(ctx, victims)
+}
+
+// waitUp waits until every victim's stream is acked.
+func (p *point) waitUp(ctx context.Context, victims []string) error {
 	var upErr error
-	err := waitUntil(ctx, p.clock, p.cfg.DeathTimeout, "revived cells' streams acked", func() bool {
+	err := waitUntil(ctx, p.clock, p.cfg.DeathTimeout, "victims' streams acked", func() bool {
 		up, err := p.fleet.up(ctx, victims)
 		upErr = err
 		return up || err != nil

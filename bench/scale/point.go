@@ -343,15 +343,19 @@ func (r *region) notReady() int {
 // waitReady waits until every cell is Ready in its registry and every cell
 // of region 0 is in the xDS client's assignment with a weight.
 func (p *point) waitReady(ctx context.Context) error {
+	notReady := 0
 	err := waitUntil(ctx, p.clock, p.cfg.StartTimeout, fmt.Sprintf("every one of %d cells Ready", p.spec.cells), func() bool {
+		notReady = 0
 		for _, r := range p.regions {
-			if r.notReady() > 0 {
-				return false
-			}
+			notReady += r.notReady()
 		}
-		return true
+		return notReady == 0
 	})
 	if err != nil {
+		if st, serr := p.fleet.stats(ctx); serr == nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w (%d not Ready; the cells sent %d heartbeats, %d streams failed, last error %q)",
+				err, notReady, st.heartbeats, st.streamErrors, st.lastError)
+		}
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)

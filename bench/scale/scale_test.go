@@ -320,3 +320,22 @@ func TestSmokeCellProcs(t *testing.T) {
 	}
 	checkReaped(t, few)
 }
+
+// TestFiguresJSONNaN: a figure not measured (NaN) is written null, not an
+// error.
+func TestFiguresJSONNaN(t *testing.T) {
+	f := Figures{CycleP50Ms: math.NaN(), CycleP99Ms: 2, SilentToRemovedP50Ms: ptr(math.Inf(1)), SolveMs: ptr(3)}
+	b, err := json.Marshal(Point{Cells: 1, Figures: &f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"cycle_p50_ms":null`, `"cycle_p99_ms":2`, `"silent_to_removed_p50_ms":null`, `"solve_ms":3`, `"sender_cpu_s_per_s":null`} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+	var back Point
+	if err := json.Unmarshal(b, &back); err != nil || back.Figures.CycleP99Ms != 2 || *back.Figures.SolveMs != 3 {
+		t.Errorf("round trip: %+v, %v", back.Figures, err)
+	}
+}
