@@ -133,7 +133,7 @@ func notes(inProcess bool) []string {
 	return []string{
 		where,
 		"flat: one controller ingests every cell's heartbeats (no hierarchy); it does not depend on the region count, so it runs once per fleet size (regions = 1). hierarchical: cells split round-robin over R controllers, each publishing its summary.",
-		"offered hb/s: cells / heartbeat interval; ingest hb/s: heartbeats the controllers accepted per second over the window (isobar_regional_heartbeats_total); ingest % = ingest / offered (target ≥ 99 %). What the cells did send is sent_heartbeats_per_s in scale.json.",
+		"offered hb/s: cells / heartbeat interval; ingest hb/s: heartbeats the controllers accepted per second over the window (isobar_regional_heartbeats_total); ingest % = ingest / offered (target ≥ 99 %); sent hb/s: what the cells did send (below offered when their processes do not get the CPU to keep their tickers).",
 		cpu,
 		"ctrl RSS MiB per 1k cells and goroutines per cell: what the cells added to this process (VmRSS, runtime.NumGoroutine) between just before they started (after a forced GC returned the last point's garbage) and the end of the window, per 1,000 cells and per cell; absolute figures, and the cell processes' RSS, are in scale.json.",
 		"cycle P50/P99: one controller's score + project + xDS build/validate/set for the cells it holds (cells/ctrl), run with the real regional/score, regional/projection and regional/xds code on the live registry's cells, every weight moving each cycle (the worst case, a full push). The live controllers' own mean projection and xDS-build times are in scale.json (live_*).",
