@@ -129,8 +129,11 @@ func (p *point) deathRound(ctx context.Context, kind string, victims []string, r
 	defer cancel()
 	_, err := p.watcher.WaitFor(wctx, func(a xdsclient.Assignment) bool {
 		ws := a.Weights()
-		for id := range diedAt {
-			if _, done := removedAt[id]; !done && ws[id] == 0 {
+		for id, at := range diedAt {
+			// An assignment from before the death does not count (the
+			// client's current one is checked first; on a loaded machine a
+			// cell can be out already, failed by its TTL).
+			if _, done := removedAt[id]; !done && ws[id] == 0 && !a.At.Before(at) {
 				removedAt[id] = a.At
 			}
 		}

@@ -106,6 +106,7 @@ func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
 	fl.DurationVar(&cfg.TTLGrace, "ttl-grace", 500*time.Millisecond, "a cell is Failed after heartbeat interval + this without heartbeats")
 	fl.DurationVar(&cfg.SummaryInterval, "summary-interval", time.Second, "each hierarchical controller publishes its summary this often")
 	fl.DurationVar(&cfg.StartTimeout, "start-timeout", 2*time.Minute, "bound on a point's start (every cell Ready and seen by the xDS client)")
+	fl.DurationVar(&cfg.DeathTimeout, "death-timeout", 15*time.Second, "bound on each timed death's removal and each revival")
 	fl.IntVar(&cfg.MaxCells, "max-cells", 0, "skip points with more cells than this (0: only the machine's limits)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the synthetic signals, phases and optimiser instances")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
@@ -145,6 +146,7 @@ func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchSc
 	}{
 		{"window", cfg.Window <= 0}, {"deaths", cfg.Deaths <= 0}, {"silent-deaths", cfg.SilentDeaths <= 0}, {"cycles", cfg.CycleSamples <= 0},
 		{"cell-procs", cfg.CellProcs < 0}, {"start-timeout", cfg.StartTimeout <= 0},
+		{"death-timeout", cfg.DeathTimeout <= 0},
 		{"heartbeat-interval", cfg.HeartbeatInterval <= 0}, {"ttl-grace", cfg.TTLGrace <= 0},
 		{"summary-interval", cfg.SummaryInterval <= 0}, {"seed", cfg.Seed == 0}, {"max-cells", cfg.MaxCells < 0},
 	} {
