@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
@@ -51,9 +52,13 @@ func (p *point) timeAllDeaths(ctx context.Context, f *Figures) error {
 // heartbeat). Between rounds the victims come back (a silent one is killed
 // first) and the next round waits until the xDS client has them again.
 //
-// A removal is timed at the assignment's receipt (Assignment.At); when two
-// assignments arrive closer together than the harness wakes, the later
-// one's time is taken, which can only overstate. With cell processes the
+// A removal is timed at the receipt (Assignment.At) of the first
+// assignment without the cell, watched from before the round's first
+// death; when two assignments arrive closer together than the harness
+// wakes, the later one's time is taken, which can only overstate. (Before,
+// the watch began after the round's last death, so a round's earlier
+// victims were timed at a later push: up to an interval too late where
+// pushes are frequent.) With cell processes the
 // time includes the control request to the child (well under a
 // millisecond on loopback), which also can only overstate.
 func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]float64, error) {
@@ -101,7 +106,9 @@ func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]float64, 
 }
 
 // deathRound makes victims die (kind), each at a random offset within one
-// heartbeat interval, and returns each one's time to removal in ms.
+// heartbeat interval, and returns each one's time to removal in ms. The
+// assignments are watched from before the first death, so a victim
+// removed while later ones are still dying is timed at its own removal.
 func (p *point) deathRound(ctx context.Context, kind string, victims []string, rng *rand.Rand) ([]float64, error) {
 	offsets := make([]time.Duration, len(victims))
 	for i := range offsets {
@@ -112,42 +119,93 @@ func (p *point) deathRound(ctx context.Context, kind string, victims []string, r
 	if kind == deathSilent {
 		die = p.fleet.silence
 	}
-	diedAt := make(map[string]time.Time, len(victims))
+	rm := &removals{want: len(victims), diedAt: map[string]time.Time{}, removedAt: map[string]time.Time{}}
+	octx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval+p.cfg.DeathTimeout)
+	defer cancel()
+	observed := make(chan error, 1)
+	go func() { observed <- rm.observe(octx, p.watcher) }()
 	round := p.clock.Now()
 	for i, v := range victims {
-		if err := sleepCtx(ctx, p.clock, round.Add(offsets[i]).Sub(p.clock.Now())); err != nil {
-			return nil, err
-		}
-		at := p.clock.Now()
-		if err := die(ctx, v); err != nil {
-			return nil, fmt.Errorf("scale: %s: %w", kind, err)
-		}
-		diedAt[v] = at
-	}
-	removedAt := make(map[string]time.Time, len(victims))
-	wctx, cancel := context.WithTimeout(ctx, p.cfg.DeathTimeout)
-	defer cancel()
-	_, err := p.watcher.WaitFor(wctx, func(a xdsclient.Assignment) bool {
-		ws := a.Weights()
-		for id, at := range diedAt {
-			// An assignment from before the death does not count (the
-			// client's current one is checked first; on a loaded machine a
-			// cell can be out already, failed by its TTL).
-			if _, done := removedAt[id]; !done && ws[id] == 0 && !a.At.Before(at) {
-				removedAt[id] = a.At
+		err := sleepCtx(ctx, p.clock, round.Add(offsets[i]).Sub(p.clock.Now()))
+		if err == nil {
+			rm.died(v, p.clock.Now())
+			if err = die(ctx, v); err != nil {
+				err = fmt.Errorf("scale: %s: %w", kind, err)
 			}
 		}
-		return len(removedAt) == len(diedAt)
-	})
-	if err != nil {
+		if err != nil {
+			cancel()
+			<-observed
+			return nil, err
+		}
+	}
+	if err := <-observed; err != nil {
+		n, total := rm.count()
 		return nil, fmt.Errorf("scale: %s: %d of %d cells still at the xDS client after %v: %w",
-			kind, len(diedAt)-len(removedAt), len(diedAt), p.cfg.DeathTimeout, err)
+			kind, total-n, total, p.cfg.DeathTimeout, err)
 	}
-	out := make([]float64, 0, len(victims))
-	for id, at := range diedAt {
-		out = append(out, ms(removedAt[id].Sub(at)))
+	return rm.times(), nil
+}
+
+// removals are one round's deaths and the removals seen so far; observe
+// and the round share them under mu.
+type removals struct {
+	want int
+
+	mu                sync.Mutex
+	diedAt, removedAt map[string]time.Time
+}
+
+func (r *removals) died(id string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.diedAt[id] = at
+}
+
+func (r *removals) count() (removed, died int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.removedAt), len(r.diedAt)
+}
+
+// observe reads every assignment the watcher publishes (when two arrive
+// closer together than it wakes, it sees the later, which can only
+// overstate) until each of want victims is out of one received at or
+// after its death, or ctx ends.
+func (r *removals) observe(ctx context.Context, w *xdsclient.Watcher) error {
+	var seq uint64
+	for {
+		a, err := w.WaitFor(ctx, func(a xdsclient.Assignment) bool { return a.Seq > seq })
+		if err != nil {
+			return err
+		}
+		seq = a.Seq
+		ws := a.Weights()
+		r.mu.Lock()
+		for id, at := range r.diedAt {
+			// An assignment from before the death does not count (on a
+			// loaded machine a cell can be out already, failed by its TTL).
+			if _, done := r.removedAt[id]; !done && ws[id] == 0 && !a.At.Before(at) {
+				r.removedAt[id] = a.At
+			}
+		}
+		done := len(r.removedAt) == r.want
+		r.mu.Unlock()
+		if done {
+			return nil
+		}
 	}
-	return out, nil
+}
+
+// times are the removal times in ms.
+func (r *removals) times() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]float64, 0, len(r.diedAt))
+	for id, at := range r.diedAt {
+		out = append(out, ms(r.removedAt[id].Sub(at)))
+	}
+	return out
 }
 
 // waitBack waits until every victim is up again and has a weight at the xDS
