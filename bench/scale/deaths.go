@@ -27,7 +27,11 @@ const (
 // timeAllDeaths times Config.Deaths broken streams, then
 // Config.SilentDeaths silent cells, into f.
 func (p *point) timeAllDeaths(ctx context.Context, f *Figures) error {
+	before := p.regions[0].tap.read(metricFailover)
 	deaths, err := p.timeDeaths(ctx, deathBroken, p.cfg.Deaths)
+	if after := p.regions[0].tap.read(metricFailover); after.count > before.count {
+		f.LiveFailoverMeanMs = ptr(1000 * (after.sum - before.sum) / (after.count - before.count))
+	}
 	f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathsTimed = quantileNaN(deaths, 0.5), quantileNaN(deaths, 0.99), len(deaths)
 	f.DeathToRemovedMaxMs = quantileNaN(deaths, 1)
 	if err != nil {

@@ -293,6 +293,10 @@ func (p *point) startCells(ctx context.Context) error {
 		ri := k % n
 		specs[k] = cellSpec{Region: p.regions[ri].name, RegionIndex: ri, Index: k / n, Controller: p.regions[ri].ctrl.Addr()}
 	}
+	// The cells stop before the controllers (whose graceful stop would
+	// wait on their streams); stopping the fleet again at the end is a
+	// no-op.
+	p.onStop(p.fleet.stop)
 	ids, err := p.fleet.start(ctx, specs)
 	if err != nil {
 		return err

@@ -117,6 +117,10 @@ type Figures struct {
 	DeathToRemovedP99Ms float64 `json:"death_to_removed_p99_ms"`
 	DeathToRemovedMaxMs float64 `json:"death_to_removed_max_ms"`
 	DeathsTimed         int     `json:"deaths_timed"`
+	// LiveFailoverMeanMs is the controller's own share of those deaths:
+	// the mean of isobar_regional_failover_seconds (the cell's failure
+	// detected → the push without it done) over the broken-stream deaths.
+	LiveFailoverMeanMs *float64 `json:"live_failover_mean_ms"`
 	// A silent cell (stream open, no more heartbeats) to the endpoint gone
 	// at the xDS client: the TTL path.
 	SilentToRemovedP50Ms *float64 `json:"silent_to_removed_p50_ms"`

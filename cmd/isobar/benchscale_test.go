@@ -39,6 +39,8 @@ func TestBenchScaleUsageErrors(t *testing.T) {
 		{[]string{"--out", t.TempDir(), "--deaths", "0"}, "--deaths"},
 		{[]string{"--out", t.TempDir(), "--silent-deaths", "0"}, "--silent-deaths"},
 		{[]string{"--out", t.TempDir(), "--cell-procs", "-1"}, "--cell-procs"},
+		{[]string{"--out", t.TempDir(), "--death-timeout", "0s"}, "--death-timeout"},
+		{[]string{"--out", t.TempDir(), "--start-timeout", "0s"}, "--start-timeout"},
 		{[]string{"--out", t.TempDir(), "--cell-procs", "65"}, "cell processes 65"},
 		{[]string{"--out", t.TempDir(), "--cells", "0"}, "cells 0"},
 		{[]string{"--out", t.TempDir(), "--regions", "1000"}, "regions 1000"},
