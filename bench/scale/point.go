@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -161,31 +162,39 @@ func runPoint(ctx context.Context, cfg Config, deps Deps, spec pointSpec) (*Figu
 	}
 	f := &Figures{OfferedHeartbeatsPerS: float64(spec.cells) / cfg.HeartbeatInterval.Seconds(), CellProcs: p.procs}
 	t0 := p.clock.Now()
-	if err := p.waitReady(ctx); err != nil {
-		return nil, err
+	// A start that does not complete (an overloaded machine: cells failed
+	// by their TTL while others register) still has its window, cycle and
+	// solve measured, so the report shows how far ingest fell short; its
+	// deaths are not timed, and the point keeps the error.
+	startErr := p.waitReady(ctx)
+	if startErr != nil && ctx.Err() != nil {
+		return nil, startErr
 	}
 	f.StartS = p.clock.Since(t0).Seconds()
+	f.StartIncomplete = startErr != nil
 	if err := p.measureWindow(ctx, f); err != nil {
-		return f, err
+		return f, errors.Join(startErr, err)
 	}
 	r0 := p.regions[0]
 	cyc, err := cycleCost(ctx, r0.name, r0.ctrl.Registry().View(), cfg.CycleSamples, cfg.CycleBudget, p.clock)
 	f.CycleP50Ms, f.CycleP99Ms, f.CycleRuns = quantileNaN(cyc, 0.5), quantileNaN(cyc, 0.99), len(cyc)
 	if err != nil {
-		return f, err
+		return f, errors.Join(startErr, err)
 	}
 	if spec.topology == Hierarchical {
 		st, err := solveTimes(ctx, cfg.Seed, spec.regions, cfg.SolveSamples, cfg.SolveBudget, p.clock)
 		if err != nil {
-			return f, err
+			return f, errors.Join(startErr, err)
 		}
 		f.SolveMs, f.SolveP99Ms = ptr(quantileNaN(st, 0.5)), ptr(quantileNaN(st, 0.99))
 	}
-	err = p.timeAllDeaths(ctx, f)
+	if startErr == nil {
+		err = p.timeAllDeaths(ctx, f)
+	}
 	if st, serr := p.fleet.stats(ctx); serr == nil {
 		f.StreamErrors = st.streamErrors
 	}
-	return f, err
+	return f, errors.Join(startErr, err)
 }
 
 // startFleet starts the point's cell processes (none when the cells run

@@ -143,7 +143,10 @@ type Figures struct {
 	// SenderRSSMiB is the cell processes' RSS, summed (null in-process).
 	SenderRSSMiB *float64 `json:"sender_rss_mib"`
 	// StartS is how long every cell took to be Ready and seen.
-	StartS float64 `json:"start_s"`
+	// StartIncomplete: not every cell was, within Config.StartTimeout;
+	// the window was measured anyway and no death was timed.
+	StartS          float64 `json:"start_s"`
+	StartIncomplete bool    `json:"start_incomplete"`
 }
 
 // Write writes rep to dir as scale.json, scale.md and the PNG charts
