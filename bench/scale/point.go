@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"runtime"
 	"runtime/debug"
@@ -190,6 +191,9 @@ func runPoint(ctx context.Context, cfg Config, deps Deps, spec pointSpec) (*Figu
 	}
 	if startErr == nil {
 		err = p.timeAllDeaths(ctx, f)
+	} else {
+		nan := math.NaN() // not timed: null in scale.json, — in the table
+		f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathToRemovedMaxMs = nan, nan, nan
 	}
 	if st, serr := p.fleet.stats(ctx); serr == nil {
 		f.StreamErrors = st.streamErrors
