@@ -110,6 +110,22 @@ func (c *Cell) Up() bool { return c.s.up.Load() }
 // not up or already asked.
 func (c *Cell) Kill() bool { return c.s.Kill() }
 
+// Silence asks the cell to stop sending heartbeats while its stream stays
+// open (a hung agent whose connection is up): the controller's TTL, not a
+// broken stream, must remove it. Kill ends the silent stream. False when it
+// is not up or already asked.
+func (c *Cell) Silence() bool {
+	if !c.s.up.Load() {
+		return false
+	}
+	select {
+	case c.s.silence <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
 // Revive asks a killed cell to come back on a new stream (new
 // incarnation, sequence from 1). False when a revival is already pending.
 func (c *Cell) Revive() bool {

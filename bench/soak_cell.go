@@ -54,6 +54,9 @@ type synthCell struct {
 	up atomic.Bool
 	// kill asks run to cut its stream (one slot; a second ask is dropped).
 	kill chan struct{}
+	// silence asks run to stop sending on its open stream (one slot), as
+	// a hung agent whose connection stays up: only a kill or ctx ends it.
+	silence chan struct{}
 
 	load float64 // run's only: the random-walk load behind the signals
 }
@@ -66,7 +69,7 @@ func newSynthCell(region string, regionIdx, index int, ctrl string, cfg SoakConf
 		// controller's prober dials the soak's sink instead.
 		endpoint: fmt.Sprintf("127.%d.%d.%d:8000", 1+regionIdx, index/250, 1+index%250),
 		interval: cfg.HeartbeatInterval, down: cfg.ChurnDown, clock: clock, log: log.With("cell", fmt.Sprintf("%s-cell-%d", region, index)),
-		stats: st, rng: rng, kill: make(chan struct{}, 1), load: 0.2 + 0.6*rng.Float64(),
+		stats: st, rng: rng, kill: make(chan struct{}, 1), silence: make(chan struct{}, 1), load: 0.2 + 0.6*rng.Float64(),
 	}
 }
 
@@ -192,14 +195,21 @@ func (c *synthCell) session(ctx context.Context, incarnation int, returning bool
 		c.stats.bytes.Add(uint64(proto.Size(hb)))
 		return nil
 	}
+	select {
+	case <-c.silence: // asked of an earlier stream, before its end
+	default:
+	}
 	t := c.clock.NewTicker(c.interval)
 	defer t.Stop()
-	for err := send(false); ; err = send(false) {
+	tick := t.Chan()
+	for err := send(false); ; {
 		if err != nil {
 			// A failed Send means the stream is over; Recv has its status.
 			return false, <-recvDone
 		}
 		select {
+		case <-c.silence:
+			tick = nil // the stream stays open; nothing more is sent
 		case <-ctx.Done():
 			c.up.Store(false)
 			_ = send(true)
@@ -217,7 +227,8 @@ func (c *synthCell) session(ctx context.Context, incarnation int, returning bool
 				err = errors.New("stream closed by the controller")
 			}
 			return false, err
-		case <-t.Chan():
+		case <-tick:
+			err = send(false)
 		}
 	}
 }

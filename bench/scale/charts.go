@@ -68,7 +68,7 @@ func writeCharts(dir string, rep *Report) error {
 			seriesOf(rep, func(f *Figures) float64 { return f.CycleP50Ms })},
 		{"inbound.png", "Inbound bytes/s at the top of the control plane", "global inbound (bytes/s)",
 			seriesOf(rep, func(f *Figures) float64 { return f.GlobalInboundBytesPerS })},
-		{"cpu.png", "Process CPU per 1,000 cells (cells' senders included)", "CPU s/s per 1k cells",
+		{"cpu.png", "Controllers' process CPU per 1,000 cells (senders too when in-process)", "CPU s/s per 1k cells",
 			seriesOf(rep, func(f *Figures) float64 { return f.CPUSPerSPer1kCells })},
 		{"death.png", "Cell death to weight removed at an xDS client (P50 solid, P99 dashed)", "ms", nil},
 	}

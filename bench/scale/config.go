@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os/exec"
 	"slices"
 	"time"
 
@@ -40,6 +41,14 @@ type Config struct {
 	// Deaths: cell deaths timed per point for death-to-removed [--deaths].
 	// Default 20.
 	Deaths int
+	// SilentDeaths: cells timed per point from falling silent (stream open,
+	// no more heartbeats) to removed, the TTL path [--silent-deaths].
+	// Default 10.
+	SilentDeaths int
+	// CellProcs: child processes that hold each point's cells, when
+	// Deps.CellProcess is set [--cell-procs]. Default 0: one per 4,000
+	// cells (10,000 cells: 3). Capped at the point's cells.
+	CellProcs int
 	// CycleSamples: cycles timed per point, within CycleBudget
 	// [--cycles]. Defaults 200 and 3 s.
 	CycleSamples int
@@ -70,6 +79,11 @@ type Deps struct {
 	Logger *slog.Logger
 	// Progress receives one line per point as it finishes. Nil: none.
 	Progress io.Writer
+	// CellProcess makes the command of one cell process: a program that
+	// runs ServeCells on its stdin and stdout (`isobar bench scale cells`).
+	// The run starts, controls and reaps it. Nil: the cells run in this
+	// process, beside the controllers.
+	CellProcess func() *exec.Cmd
 }
 
 // DefaultCells and DefaultRegions are the fleet sizes and region counts of
@@ -109,6 +123,9 @@ func (c *Config) withDefaults() {
 	def(&c.DeathTimeout, 15*time.Second)
 	if c.Deaths == 0 {
 		c.Deaths = 20
+	}
+	if c.SilentDeaths == 0 {
+		c.SilentDeaths = 10
 	}
 	if c.CycleSamples == 0 {
 		c.CycleSamples = 200
@@ -155,6 +172,12 @@ func (c *Config) validate() error {
 	}
 	if c.Deaths < 1 || c.Deaths > 1000 {
 		return fmt.Errorf("%w: deaths %d: want 1..1000", ErrInvalidConfig, c.Deaths)
+	}
+	if c.SilentDeaths < 1 || c.SilentDeaths > 1000 {
+		return fmt.Errorf("%w: silent deaths %d: want 1..1000", ErrInvalidConfig, c.SilentDeaths)
+	}
+	if c.CellProcs < 0 || c.CellProcs > maxCellProcs {
+		return fmt.Errorf("%w: cell processes %d: want 0..%d (0: one per %d cells)", ErrInvalidConfig, c.CellProcs, maxCellProcs, maxCellsPerProc)
 	}
 	if c.CycleSamples < 1 || c.SolveSamples < 1 {
 		return fmt.Errorf("%w: cycle and solve samples must be >= 1", ErrInvalidConfig)

@@ -5,80 +5,102 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
-	"github.com/isobar-mesh/isobar/bench"
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 )
 
 // maxVictimsPerRound bounds the cells killed in one round.
 const maxVictimsPerRound = 10
 
-// timeDeaths kills region 0's cells in rounds and times each death: from
-// the kill (the cell's TCP connection closed under its stream, no
-// Terminated heartbeat) to the first assignment the xDS client received
-// without the cell. A round kills up to half the region's cells (at most
-// maxVictimsPerRound), each at its own random offset within one heartbeat
-// interval of the round's start, so a death falls at a uniform phase of
-// the cell's heartbeats (revived cells share the phase of their revival;
-// killing them at once would always kill just after a heartbeat). Between
-// rounds the victims come back and the next round waits until the xDS
-// client has them again.
+// How a timed cell dies.
+const (
+	// deathBroken: the cell's TCP connection is closed under its stream
+	// (a SIGKILLed agent, no Terminated heartbeat).
+	deathBroken = "broken stream"
+	// deathSilent: the cell stops sending while its stream stays open (a
+	// hung agent): only the controller's TTL removes it.
+	deathSilent = "silent cell"
+)
+
+// timeAllDeaths times Config.Deaths broken streams, then
+// Config.SilentDeaths silent cells, into f.
+func (p *point) timeAllDeaths(ctx context.Context, f *Figures) error {
+	before := p.regions[0].tap.read(metricFailover)
+	deaths, err := p.timeDeaths(ctx, deathBroken, p.cfg.Deaths)
+	if after := p.regions[0].tap.read(metricFailover); after.count > before.count {
+		f.LiveFailoverMeanMs = ptr(1000 * (after.sum - before.sum) / (after.count - before.count))
+	}
+	f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathsTimed = quantileNaN(deaths, 0.5), quantileNaN(deaths, 0.99), len(deaths)
+	f.DeathToRemovedMaxMs = quantileNaN(deaths, 1)
+	if err != nil {
+		return err
+	}
+	silent, err := p.timeDeaths(ctx, deathSilent, p.cfg.SilentDeaths)
+	if len(silent) > 0 {
+		f.SilentToRemovedP50Ms, f.SilentToRemovedP99Ms = ptr(quantileNaN(silent, 0.5)), ptr(quantileNaN(silent, 0.99))
+		f.SilentToRemovedMaxMs = ptr(quantileNaN(silent, 1))
+	}
+	f.SilentDeathsTimed = len(silent)
+	return err
+}
+
+// timeDeaths makes n of region 0's cells die (kind) in rounds and times
+// each death: from the kill or the silence to the first assignment the xDS
+// client received without the cell. A round takes up to half the region's
+// cells (at most maxVictimsPerRound), each at its own random offset within
+// one heartbeat interval of the round's start, so a death falls at a
+// uniform phase of the cell's heartbeats (revived cells share the phase of
+// their revival; killing them at once would always kill just after a
+// heartbeat). Between rounds the victims come back (a silent one is killed
+// first) and the next round waits until the xDS client has them again.
 //
-// A removal is timed at the assignment's receipt (Assignment.At); when two
-// assignments arrive closer together than the harness wakes, the later
-// one's time is taken, which can only overstate.
-func (p *point) timeDeaths(ctx context.Context) ([]float64, error) {
+// A removal is timed at the receipt (Assignment.At) of the first
+// assignment without the cell, watched from before the round's first
+// death; when two assignments arrive closer together than the harness
+// wakes, the later one's time is taken, which can only overstate. (Before,
+// the watch began after the round's last death, so a round's earlier
+// victims were timed at a later push: up to an interval too late where
+// pushes are frequent.) With cell processes the
+// time includes the control request to the child (well under a
+// millisecond on loopback), which also can only overstate.
+func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]float64, error) {
 	cells := p.regions[0].cells
 	per := min(maxVictimsPerRound, max(1, len(cells)/2))
-	rng := rand.New(rand.NewPCG(p.cfg.Seed, uint64(p.spec.cells)<<16|uint64(p.spec.regions)))
+	seed := uint64(p.spec.cells)<<16 | uint64(p.spec.regions)
+	if kind == deathSilent {
+		seed ^= 1 << 63
+	}
+	rng := rand.New(rand.NewPCG(p.cfg.Seed, seed))
 	var out []float64
 	next := 0
-	for len(out) < p.cfg.Deaths {
-		k := min(per, p.cfg.Deaths-len(out))
-		victims := make([]*bench.Cell, 0, k)
+	for len(out) < n {
+		k := min(per, n-len(out))
+		victims := make([]string, 0, k)
 		for range k {
 			victims = append(victims, cells[next%len(cells)])
 			next++
 		}
-		offsets := make([]time.Duration, k)
-		for i := range offsets {
-			offsets[i] = time.Duration(rng.Int64N(int64(p.cfg.HeartbeatInterval)))
+		// Ready in the registry is not yet acked at the cell: on a loaded
+		// machine the ack can lag.
+		if err := p.waitUp(ctx, victims); err != nil {
+			return out, err
 		}
-		slices.Sort(offsets)
-		killedAt := make(map[string]time.Time, k)
-		round := p.clock.Now()
-		for i, v := range victims {
-			if err := sleepCtx(ctx, p.clock, round.Add(offsets[i]).Sub(p.clock.Now())); err != nil {
-				return out, err
-			}
-			at := p.clock.Now()
-			if !v.Kill() {
-				return out, fmt.Errorf("scale: cell %s was not up to be killed", v.ID())
-			}
-			killedAt[v.ID()] = at
-		}
-		removedAt := make(map[string]time.Time, k)
-		wctx, cancel := context.WithTimeout(ctx, p.cfg.DeathTimeout)
-		_, err := p.watcher.WaitFor(wctx, func(a xdsclient.Assignment) bool {
-			ws := a.Weights()
-			for id := range killedAt {
-				if _, done := removedAt[id]; !done && ws[id] == 0 {
-					removedAt[id] = a.At
-				}
-			}
-			return len(removedAt) == len(killedAt)
-		})
-		cancel()
+		times, err := p.deathRound(ctx, kind, victims, rng)
+		out = append(out, times...)
 		if err != nil {
-			return out, fmt.Errorf("scale: %d of %d killed cells still at the xDS client after %v: %w",
-				len(killedAt)-len(removedAt), len(killedAt), p.cfg.DeathTimeout, err)
-		}
-		for id, at := range killedAt {
-			out = append(out, ms(removedAt[id].Sub(at)))
+			return out, err
 		}
 		for _, v := range victims {
-			v.Revive()
+			if kind == deathSilent {
+				if err := p.fleet.kill(ctx, v); err != nil {
+					return out, err
+				}
+			}
+			if err := p.fleet.revive(ctx, v); err != nil {
+				return out, err
+			}
 		}
 		if err := p.waitBack(ctx, victims); err != nil {
 			return out, err
@@ -87,15 +109,118 @@ func (p *point) timeDeaths(ctx context.Context) ([]float64, error) {
 	return out, nil
 }
 
+// deathRound makes victims die (kind), each at a random offset within one
+// heartbeat interval, and returns each one's time to removal in ms. The
+// assignments are watched from before the first death, so a victim
+// removed while later ones are still dying is timed at its own removal.
+func (p *point) deathRound(ctx context.Context, kind string, victims []string, rng *rand.Rand) ([]float64, error) {
+	offsets := make([]time.Duration, len(victims))
+	for i := range offsets {
+		offsets[i] = time.Duration(rng.Int64N(int64(p.cfg.HeartbeatInterval)))
+	}
+	slices.Sort(offsets)
+	die := p.fleet.kill
+	if kind == deathSilent {
+		die = p.fleet.silence
+	}
+	rm := &removals{want: len(victims), diedAt: map[string]time.Time{}, removedAt: map[string]time.Time{}}
+	octx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval+p.cfg.DeathTimeout)
+	defer cancel()
+	observed := make(chan error, 1)
+	go func() { observed <- rm.observe(octx, p.watcher) }()
+	round := p.clock.Now()
+	for i, v := range victims {
+		err := sleepCtx(ctx, p.clock, round.Add(offsets[i]).Sub(p.clock.Now()))
+		if err == nil {
+			rm.died(v, p.clock.Now())
+			if err = die(ctx, v); err != nil {
+				err = fmt.Errorf("scale: %s: %w", kind, err)
+			}
+		}
+		if err != nil {
+			cancel()
+			<-observed
+			return nil, err
+		}
+	}
+	if err := <-observed; err != nil {
+		n, total := rm.count()
+		return nil, fmt.Errorf("scale: %s: %d of %d cells still at the xDS client after %v: %w",
+			kind, total-n, total, p.cfg.DeathTimeout, err)
+	}
+	return rm.times(), nil
+}
+
+// removals are one round's deaths and the removals seen so far; observe
+// and the round share them under mu.
+type removals struct {
+	want int
+
+	mu                sync.Mutex
+	diedAt, removedAt map[string]time.Time
+}
+
+func (r *removals) died(id string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.diedAt[id] = at
+}
+
+func (r *removals) count() (removed, died int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.removedAt), len(r.diedAt)
+}
+
+// observe reads every assignment the watcher publishes (when two arrive
+// closer together than it wakes, it sees the later, which can only
+// overstate) until each of want victims is out of one received at or
+// after its death, or ctx ends.
+func (r *removals) observe(ctx context.Context, w *xdsclient.Watcher) error {
+	var seq uint64
+	for {
+		a, err := w.WaitFor(ctx, func(a xdsclient.Assignment) bool { return a.Seq > seq })
+		if err != nil {
+			return err
+		}
+		seq = a.Seq
+		ws := a.Weights()
+		r.mu.Lock()
+		for id, at := range r.diedAt {
+			// An assignment from before the death does not count (on a
+			// loaded machine a cell can be out already, failed by its TTL).
+			if _, done := r.removedAt[id]; !done && ws[id] == 0 && !a.At.Before(at) {
+				r.removedAt[id] = a.At
+			}
+		}
+		done := len(r.removedAt) == r.want
+		r.mu.Unlock()
+		if done {
+			return nil
+		}
+	}
+}
+
+// times are the removal times in ms.
+func (r *removals) times() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]float64, 0, len(r.diedAt))
+	for id, at := range r.diedAt {
+		out = append(out, ms(r.removedAt[id].Sub(at)))
+	}
+	return out
+}
+
 // waitBack waits until every victim is up again and has a weight at the xDS
 // client.
-func (p *point) waitBack(ctx context.Context, victims []*bench.Cell) error {
+func (p *point) waitBack(ctx context.Context, victims []string) error {
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.DeathTimeout)
 	defer cancel()
 	if _, err := p.watcher.WaitFor(wctx, func(a xdsclient.Assignment) bool {
 		ws := a.Weights()
 		for _, v := range victims {
-			if ws[v.ID()] == 0 {
+			if ws[v] == 0 {
 				return false
 			}
 		}
@@ -103,12 +228,19 @@ func (p *point) waitBack(ctx context.Context, victims []*bench.Cell) error {
 	}); err != nil {
 		return fmt.Errorf("scale: revived cells not back at the xDS client within %v: %w", p.cfg.DeathTimeout, err)
 	}
-	return waitUntil(ctx, p.clock, p.cfg.DeathTimeout, "revived cells' streams acked", func() bool {
-		for _, v := range victims {
-			if !v.Up() {
-				return false
-			}
-		}
-		return true
+	return p.waitUp(ctx, victims)
+}
+
+// waitUp waits until every victim's stream is acked.
+func (p *point) waitUp(ctx context.Context, victims []string) error {
+	var upErr error
+	err := waitUntil(ctx, p.clock, p.cfg.DeathTimeout, "victims' streams acked", func() bool {
+		up, err := p.fleet.up(ctx, victims)
+		upErr = err
+		return up || err != nil
 	})
+	if upErr != nil {
+		return upErr
+	}
+	return err
 }

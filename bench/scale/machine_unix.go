@@ -25,3 +25,17 @@ func fdLimit() uint64 {
 	}
 	return uint64(rl.Cur)
 }
+
+// raiseFDLimit raises the soft limit on open files to the hard limit and
+// returns the soft limit then in force (0: unknown).
+func raiseFDLimit() uint64 {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	}
+	return fdLimit()
+}

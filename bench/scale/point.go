@@ -2,10 +2,13 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -43,24 +46,63 @@ func (s pointSpec) perController() int {
 // probeConcurrency is the regional prober's dial fan-out (regional/probe.go).
 const probeConcurrency = 32
 
-// fdsNeeded estimates a point's file descriptors: both ends of every
-// heartbeat stream (cells and controllers share this process), each
-// controller's listener and, at worst, a full fan-out of probe dials with
-// the sink's accepted ends, the xDS client's connection, and a reserve.
-func (s pointSpec) fdsNeeded() uint64 {
-	return uint64(2*s.cells + s.controllers()*(1+2*probeConcurrency) + 2 + 64)
+// fdsNeeded estimates this process's file descriptors for a point: the
+// controllers' end of every heartbeat stream, and the cells' end too when
+// they run here (procs 0), each controller's listener and, at worst, a
+// full fan-out of probe dials with the sink's accepted ends, the xDS
+// client's connection, three pipes per cell process, and a reserve.
+func (s pointSpec) fdsNeeded(procs int) uint64 {
+	ends := 2
+	if procs > 0 {
+		ends = 1
+	}
+	return uint64(ends*s.cells + s.controllers()*(1+2*probeConcurrency) + 2 + 3*procs + 64)
 }
 
-// skipReason says why a point cannot run here, "" when it can.
-func skipReason(cfg Config, fdLimit uint64, s pointSpec) string {
+// cellProcs is how many child processes hold the point's cells: 0 when
+// they run in this process (no Deps.CellProcess), else Config.CellProcs
+// (at most one per cell) or, when that is 0, one per maxCellsPerProc.
+func (s pointSpec) cellProcs(cfg Config, deps Deps) int {
+	switch {
+	case deps.CellProcess == nil:
+		return 0
+	case cfg.CellProcs > 0:
+		return min(cfg.CellProcs, s.cells)
+	default:
+		return (s.cells + maxCellsPerProc - 1) / maxCellsPerProc
+	}
+}
+
+// childFDsNeeded is what the busiest child needs: its cells' sockets and
+// a reserve.
+func childFDsNeeded(cells, procs int) uint64 {
+	return uint64((cells+procs-1)/procs + childFDReserve)
+}
+
+// skipReason says why a point cannot run here, "" when it can (procs:
+// the point's cell processes).
+func skipReason(cfg Config, fdLimit uint64, s pointSpec, procs int) string {
 	switch {
 	case s.regions > s.cells:
 		return fmt.Sprintf("fewer cells (%d) than regions (%d): every region needs a cell", s.cells, s.regions)
 	case cfg.MaxCells > 0 && s.cells > cfg.MaxCells:
 		return fmt.Sprintf("above the ceiling of %d cells (--max-cells)", cfg.MaxCells)
-	case fdLimit > 0 && s.fdsNeeded() > fdLimit:
+	case fdLimit > 0 && s.fdsNeeded(procs) > fdLimit && procs == 0:
 		return fmt.Sprintf("needs about %d file descriptors (both ends of each loopback heartbeat stream are in this process, plus probe and xDS sockets); RLIMIT_NOFILE here is %d",
-			s.fdsNeeded(), fdLimit)
+			s.fdsNeeded(procs), fdLimit)
+	case fdLimit > 0 && s.fdsNeeded(procs) > fdLimit:
+		return fmt.Sprintf("needs about %d file descriptors in the controllers' process (one end of each heartbeat stream, plus probe and xDS sockets); RLIMIT_NOFILE here is %d",
+			s.fdsNeeded(procs), fdLimit)
+	}
+	return ""
+}
+
+// childSkipReason says why the children started cannot hold the point's
+// cells, "" when they can.
+func childSkipReason(s pointSpec, procs int, childLimit uint64) string {
+	if need := childFDsNeeded(s.cells, procs); childLimit > 0 && need > childLimit {
+		return fmt.Sprintf("each of %d cell processes needs about %d file descriptors (%d cells' sockets and a reserve); a cell process can open %d (its RLIMIT_NOFILE hard limit): give more --cell-procs",
+			procs, need, (s.cells+procs-1)/procs, childLimit)
 	}
 	return ""
 }
@@ -71,20 +113,24 @@ type region struct {
 	ctrl  *regional.Controller
 	tap   *metricTap
 	sums  *summaryTap // nil in the flat topology
-	cells []*bench.Cell
+	cells []string    // the ids of its cells
 }
 
 // point is everything one point runs. runPoint owns it.
 type point struct {
-	cfg      Config
-	spec     pointSpec
-	clock    clockwork.Clock
-	log      *slog.Logger
-	regions  []*region
-	counters bench.CellCounters
-	watcher  *xdsclient.Watcher
-	sink     net.Listener
-	stops    []func()
+	cfg     Config
+	spec    pointSpec
+	clock   clockwork.Clock
+	log     *slog.Logger
+	regions []*region
+	fleet   fleet
+	procs   int // cell processes (0: cells in this process)
+	watcher *xdsclient.Watcher
+	sink    net.Listener
+	stops   []func()
+	// The process's RSS and goroutines before the cells started.
+	baseRSS        uint64
+	baseGoroutines int
 }
 
 func (p *point) onStop(f func()) { p.stops = append(p.stops, f) }
@@ -97,46 +143,87 @@ func (p *point) stop() {
 	p.stops = nil
 }
 
+// skipError: the point cannot run here (found once it started), and why.
+type skipError struct{ reason string }
+
+func (e skipError) Error() string { return "skipped: " + e.reason }
+
 // runPoint runs one point and returns its figures; on error the figures
-// measured so far come back with it. Everything it starts has stopped when
-// it returns.
+// measured so far come back with it. A skipError means the point could not
+// run here. Everything it starts, child processes included, has stopped
+// (and been reaped) when it returns.
 func runPoint(ctx context.Context, cfg Config, deps Deps, spec pointSpec) (*Figures, error) {
-	p := &point{cfg: cfg, spec: spec, clock: deps.Clock, log: deps.Logger}
+	p := &point{cfg: cfg, spec: spec, clock: deps.Clock, log: deps.Logger, procs: spec.cellProcs(cfg, deps)}
 	defer p.stop()
+	if err := p.startFleet(ctx, deps); err != nil {
+		return nil, err
+	}
 	if err := p.start(ctx); err != nil {
 		return nil, err
 	}
-	f := &Figures{OfferedHeartbeatsPerS: float64(spec.cells) / cfg.HeartbeatInterval.Seconds()}
+	f := &Figures{OfferedHeartbeatsPerS: float64(spec.cells) / cfg.HeartbeatInterval.Seconds(), CellProcs: p.procs}
 	t0 := p.clock.Now()
-	if err := p.waitReady(ctx); err != nil {
-		return nil, err
+	// A start that does not complete (an overloaded machine: cells failed
+	// by their TTL while others register) still has its window, cycle and
+	// solve measured, so the report shows how far ingest fell short; its
+	// deaths are not timed, and the point keeps the error.
+	startErr := p.waitReady(ctx)
+	if startErr != nil && ctx.Err() != nil {
+		return nil, startErr
 	}
 	f.StartS = p.clock.Since(t0).Seconds()
+	f.StartIncomplete = startErr != nil
 	if err := p.measureWindow(ctx, f); err != nil {
-		return f, err
+		return f, errors.Join(startErr, err)
 	}
 	r0 := p.regions[0]
 	cyc, err := cycleCost(ctx, r0.name, r0.ctrl.Registry().View(), cfg.CycleSamples, cfg.CycleBudget, p.clock)
 	f.CycleP50Ms, f.CycleP99Ms, f.CycleRuns = quantileNaN(cyc, 0.5), quantileNaN(cyc, 0.99), len(cyc)
 	if err != nil {
-		return f, err
+		return f, errors.Join(startErr, err)
 	}
 	if spec.topology == Hierarchical {
 		st, err := solveTimes(ctx, cfg.Seed, spec.regions, cfg.SolveSamples, cfg.SolveBudget, p.clock)
 		if err != nil {
-			return f, err
+			return f, errors.Join(startErr, err)
 		}
 		f.SolveMs, f.SolveP99Ms = ptr(quantileNaN(st, 0.5)), ptr(quantileNaN(st, 0.99))
 	}
-	deaths, err := p.timeDeaths(ctx)
-	f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathsTimed = quantileNaN(deaths, 0.5), quantileNaN(deaths, 0.99), len(deaths)
-	f.DeathToRemovedMaxMs = quantileNaN(deaths, 1)
-	f.StreamErrors = p.counters.StreamErrors()
-	return f, err
+	if startErr == nil {
+		err = p.timeAllDeaths(ctx, f)
+	} else {
+		nan := math.NaN() // not timed: null in scale.json, — in the table
+		f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathToRemovedMaxMs = nan, nan, nan
+	}
+	if st, serr := p.fleet.stats(ctx); serr == nil {
+		f.StreamErrors = st.streamErrors
+	}
+	return f, errors.Join(startErr, err)
 }
 
-// start starts the probe sink, the controllers, the cells and the xDS
-// client.
+// startFleet starts the point's cell processes (none when the cells run
+// here) and checks they can hold the cells.
+func (p *point) startFleet(ctx context.Context, deps Deps) error {
+	if p.procs == 0 {
+		lf := newLocalFleet(p.cfg.HeartbeatInterval, p.cfg.Seed, p.clock, p.log.With("component", "cell"))
+		p.fleet = lf
+		p.onStop(lf.stop)
+		return nil
+	}
+	pf, err := startProcFleet(ctx, p.procs, deps.CellProcess, p.cfg.HeartbeatInterval, p.cfg.Seed, p.clock)
+	if err != nil {
+		return err
+	}
+	p.fleet = pf
+	p.onStop(pf.stop)
+	if reason := childSkipReason(p.spec, p.procs, pf.minFDLimit()); reason != "" {
+		return skipError{reason}
+	}
+	return nil
+}
+
+// start starts the probe sink, the controllers, the xDS client and then
+// the cells, taking the process's RSS and goroutines just before them.
 func (p *point) start(ctx context.Context) error {
 	var err error
 	if p.sink, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -150,9 +237,6 @@ func (p *point) start(ctx context.Context) error {
 	if err := p.startControllers(ctx, sinkAddr); err != nil {
 		return err
 	}
-	if err := p.startCells(ctx); err != nil {
-		return err
-	}
 	if p.watcher, err = xdsclient.NewWatcher(xdsclient.WatchConfig{Server: p.regions[0].ctrl.Addr(), NodeID: "isobar-bench-scale"},
 		xdsclient.WatchDeps{Clock: p.clock, Logger: p.log.With("component", "xds-client"),
 			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}); err != nil {
@@ -162,7 +246,9 @@ func (p *point) start(ctx context.Context) error {
 		return err
 	}
 	p.onStop(p.watcher.Stop)
-	return nil
+	debug.FreeOSMemory() // the last point's garbage is not this one's RSS
+	p.baseRSS, p.baseGoroutines = rssBytes(), runtime.NumGoroutine()
+	return p.startCells(ctx)
 }
 
 // startControllers starts the point's regional controllers, every RTT
@@ -211,29 +297,26 @@ func (p *point) startControllers(ctx context.Context, sinkAddr string) error {
 	return nil
 }
 
-// startCells builds the synthetic cells, spread over the controllers, and
-// runs each until the point stops.
+// startCells deals the cells over the controllers (round-robin) and
+// starts them in the fleet.
 func (p *point) startCells(ctx context.Context) error {
 	n := len(p.regions)
-	for k := range p.spec.cells {
+	specs := make([]cellSpec, p.spec.cells)
+	for k := range specs {
 		ri := k % n
-		r := p.regions[ri]
-		c, err := bench.NewCell(bench.CellConfig{
-			Region: r.name, RegionIndex: ri, Index: k / n, Controller: r.ctrl.Addr(),
-			HeartbeatInterval: p.cfg.HeartbeatInterval, Seed: p.cfg.Seed,
-		}, &p.counters, p.clock, p.log.With("component", "cell"))
-		if err != nil {
-			return err
-		}
-		r.cells = append(r.cells, c)
+		specs[k] = cellSpec{Region: p.regions[ri].name, RegionIndex: ri, Index: k / n, Controller: p.regions[ri].ctrl.Addr()}
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	var cellWG sync.WaitGroup
-	p.onStop(func() { cancel(); cellWG.Wait() })
-	for _, r := range p.regions {
-		for _, c := range r.cells {
-			cellWG.Go(func() { c.Run(cctx) })
-		}
+	// The cells stop before the controllers (whose graceful stop would
+	// wait on their streams); stopping the fleet again at the end is a
+	// no-op.
+	p.onStop(p.fleet.stop)
+	ids, err := p.fleet.start(ctx, specs)
+	if err != nil {
+		return err
+	}
+	for k, id := range ids {
+		r := p.regions[k%n]
+		r.cells = append(r.cells, id)
 	}
 	return nil
 }
@@ -277,23 +360,27 @@ func (r *region) notReady() int {
 // waitReady waits until every cell is Ready in its registry and every cell
 // of region 0 is in the xDS client's assignment with a weight.
 func (p *point) waitReady(ctx context.Context) error {
+	notReady := 0
 	err := waitUntil(ctx, p.clock, p.cfg.StartTimeout, fmt.Sprintf("every one of %d cells Ready", p.spec.cells), func() bool {
+		notReady = 0
 		for _, r := range p.regions {
-			if r.notReady() > 0 {
-				return false
-			}
+			notReady += r.notReady()
 		}
-		return true
+		return notReady == 0
 	})
 	if err != nil {
+		if st, serr := p.fleet.stats(ctx); serr == nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w (%d not Ready; the cells sent %d heartbeats, %d streams failed, last error %q)",
+				err, notReady, st.heartbeats, st.streamErrors, st.lastError)
+		}
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	if _, err := p.watcher.WaitFor(wctx, func(a xdsclient.Assignment) bool {
 		ws := a.Weights()
-		for _, c := range p.regions[0].cells {
-			if ws[c.ID()] == 0 {
+		for _, id := range p.regions[0].cells {
+			if ws[id] == 0 {
 				return false
 			}
 		}
@@ -306,20 +393,23 @@ func (p *point) waitReady(ctx context.Context) error {
 
 // snapshot is every counter the window reads, at one instant.
 type snapshot struct {
-	at                        time.Time
-	cpu                       time.Duration
-	heartbeats                float64
-	projSum, projCount        float64
-	buildSum, buildCount      float64
-	sentHeartbeats, sentBytes uint64
-	summaryCount              []int
-	summaryBytes              []int64
+	at                   time.Time
+	cpu                  time.Duration
+	heartbeats           float64
+	projSum, projCount   float64
+	buildSum, buildCount float64
+	fleet                fleetStats
+	summaryCount         []int
+	summaryBytes         []int64
 }
 
-func (p *point) snapshot() snapshot {
+func (p *point) snapshot(ctx context.Context) (snapshot, error) {
 	s := snapshot{at: p.clock.Now()}
 	s.cpu, _ = cpuTime()
-	s.sentHeartbeats, s.sentBytes = p.counters.Heartbeats(), p.counters.HeartbeatBytes()
+	var err error
+	if s.fleet, err = p.fleet.stats(ctx); err != nil {
+		return s, err
+	}
 	for _, r := range p.regions {
 		s.heartbeats += r.tap.read(metricHeartbeats).value
 		pr, b := r.tap.read(metricProjection), r.tap.read(metricXDSBuild)
@@ -330,7 +420,7 @@ func (p *point) snapshot() snapshot {
 			s.summaryCount, s.summaryBytes = append(s.summaryCount, n), append(s.summaryBytes, bytes)
 		}
 	}
-	return s
+	return s, nil
 }
 
 // measureWindow waits out the warm-up and measures the window.
@@ -338,17 +428,41 @@ func (p *point) measureWindow(ctx context.Context, f *Figures) error {
 	if err := sleepCtx(ctx, p.clock, p.cfg.Warmup); err != nil {
 		return err
 	}
-	a := p.snapshot()
+	a, err := p.snapshot(ctx)
+	if err != nil {
+		return err
+	}
 	if err := sleepCtx(ctx, p.clock, p.cfg.Window); err != nil {
 		return err
 	}
-	b := p.snapshot()
+	b, err := p.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	p.windowRates(f, a, b)
+	if err := p.inbound(ctx, f, a, b); err != nil {
+		return err
+	}
+	for _, r := range p.regions {
+		f.NotReadyAfterWindow += r.notReady()
+	}
+	p.footprint(f, b)
+	return nil
+}
+
+// windowRates are the window's ingest, CPU and live cycle figures.
+func (p *point) windowRates(f *Figures, a, b snapshot) {
 	secs := b.at.Sub(a.at).Seconds()
 	cells := float64(p.spec.cells)
 	f.IngestHeartbeatsPerS = (b.heartbeats - a.heartbeats) / secs
+	f.SentHeartbeatsPerS = float64(b.fleet.heartbeats-a.fleet.heartbeats) / secs
+	f.IngestFraction = f.IngestHeartbeatsPerS / f.OfferedHeartbeatsPerS
 	if _, ok := cpuTime(); ok {
 		f.CPUSPerS = (b.cpu - a.cpu).Seconds() / secs
 		f.CPUSPerSPer1kCells = f.CPUSPerS / (cells / 1000)
+	}
+	if p.procs > 0 {
+		f.SenderCPUSPerS = ptr((b.fleet.cpu - a.fleet.cpu).Seconds() / secs)
 	}
 	if n := b.projCount - a.projCount; n > 0 {
 		f.LiveProjectionMeanMs = 1000 * (b.projSum - a.projSum) / n
@@ -357,42 +471,55 @@ func (p *point) measureWindow(ctx context.Context, f *Figures) error {
 		f.LiveXDSBuildMeanMs = 1000 * (b.buildSum - a.buildSum) / n
 	}
 	f.LivePushesPerS = (b.buildCount - a.buildCount) / secs
-	if n := b.sentHeartbeats - a.sentHeartbeats; n > 0 {
-		f.HeartbeatBytes = float64(b.sentBytes-a.sentBytes) / float64(n)
+	if n := b.fleet.heartbeats - a.fleet.heartbeats; n > 0 {
+		f.HeartbeatBytes = float64(b.fleet.bytes-a.fleet.bytes) / float64(n)
 	}
-	heartbeatBytesPerS := float64(b.sentBytes-a.sentBytes) / secs
+}
+
+// inbound is what the top of the control plane takes in over the window.
+func (p *point) inbound(ctx context.Context, f *Figures, a, b snapshot) error {
 	if p.spec.topology == Flat {
 		// The one controller is the top of the control plane: it takes in
 		// every heartbeat.
-		f.GlobalInboundBytesPerS = heartbeatBytesPerS
-	} else {
-		// The global takes in one summary per region per interval; their
-		// size is what the controllers built over the window (a window
-		// shorter than the interval waits for each region's next one, so
-		// that every size is of a summary built with every cell Ready).
-		sizes := make([]float64, len(p.regions))
-		for i, r := range p.regions {
-			var n int
-			var bytes int64
-			err := waitUntil(ctx, p.clock, 3*p.cfg.SummaryInterval, "a summary from "+r.name, func() bool {
-				n, bytes, _ = r.sums.totals()
-				return n > a.summaryCount[i]
-			})
-			if err != nil {
-				return err
-			}
-			sizes[i] = float64(bytes-a.summaryBytes[i]) / float64(n-a.summaryCount[i])
+		f.GlobalInboundBytesPerS = float64(b.fleet.bytes-a.fleet.bytes) / b.at.Sub(a.at).Seconds()
+		return nil
+	}
+	// The global takes in one summary per region per interval; their size
+	// is what the controllers built over the window (a window shorter than
+	// the interval waits for each region's next one, so that every size is
+	// of a summary built with every cell Ready).
+	sizes := make([]float64, len(p.regions))
+	for i, r := range p.regions {
+		var n int
+		var bytes int64
+		err := waitUntil(ctx, p.clock, 3*p.cfg.SummaryInterval, "a summary from "+r.name, func() bool {
+			n, bytes, _ = r.sums.totals()
+			return n > a.summaryCount[i]
+		})
+		if err != nil {
+			return err
 		}
-		per := mean(sizes)
-		f.SummaryBytesPerRegion = ptr(per)
-		f.GlobalInboundBytesPerS = per * float64(len(p.regions)) / p.cfg.SummaryInterval.Seconds()
+		sizes[i] = float64(bytes-a.summaryBytes[i]) / float64(n-a.summaryCount[i])
 	}
-	for _, r := range p.regions {
-		f.NotReadyAfterWindow += r.notReady()
-	}
-	f.RSSMiB = float64(rssBytes()) / (1 << 20)
-	f.Goroutines = runtime.NumGoroutine()
+	per := mean(sizes)
+	f.SummaryBytesPerRegion = ptr(per)
+	f.GlobalInboundBytesPerS = per * float64(len(p.regions)) / p.cfg.SummaryInterval.Seconds()
 	return nil
+}
+
+// footprint is this process's RSS and goroutines at the window's end, and
+// what the cells added to them since just before they started.
+func (p *point) footprint(f *Figures, b snapshot) {
+	rss := rssBytes()
+	g := runtime.NumGoroutine()
+	cells := float64(p.spec.cells)
+	f.RSSMiB = float64(rss) / (1 << 20)
+	f.RSSPer1kCellsMiB = (float64(rss) - float64(p.baseRSS)) / (1 << 20) / (cells / 1000)
+	f.Goroutines = g
+	f.GoroutinesPerCell = float64(g-p.baseGoroutines) / cells
+	if p.procs > 0 {
+		f.SenderRSSMiB = ptr(float64(b.fleet.rss) / (1 << 20))
+	}
 }
 
 // sleepCtx waits d (a measurement interval, not a synchronisation).

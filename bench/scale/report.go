@@ -43,11 +43,16 @@ type ReportConfig struct {
 	WindowMs            float64 `json:"window_ms"`
 	WarmupMs            float64 `json:"warmup_ms"`
 	Deaths              int     `json:"deaths"`
-	CycleSamples        int     `json:"cycle_samples"`
-	SolveSamples        int     `json:"solve_samples"`
-	MaxCells            int     `json:"max_cells,omitempty"`
-	FDLimit             uint64  `json:"fd_limit"`
-	Seed                uint64  `json:"seed"`
+	SilentDeaths        int     `json:"silent_deaths"`
+	// CellProcs as configured (0: one per 4,000 cells); CellsInProcess:
+	// the cells ran beside the controllers, in one process.
+	CellProcs      int    `json:"cell_procs"`
+	CellsInProcess bool   `json:"cells_in_process"`
+	CycleSamples   int    `json:"cycle_samples"`
+	SolveSamples   int    `json:"solve_samples"`
+	MaxCells       int    `json:"max_cells,omitempty"`
+	FDLimit        uint64 `json:"fd_limit"`
+	Seed           uint64 `json:"seed"`
 }
 
 // Point is one (cells, regions, topology) combination: its figures, or why
@@ -71,10 +76,21 @@ type Figures struct {
 	// interval); IngestHeartbeatsPerS what the controllers accepted.
 	OfferedHeartbeatsPerS float64 `json:"offered_heartbeats_per_s"`
 	IngestHeartbeatsPerS  float64 `json:"ingest_heartbeats_per_s"`
-	// CPUSPerS is process CPU seconds per second over the window (cells'
-	// senders included); CPUSPerSPer1kCells the same per 1,000 cells.
-	CPUSPerS           float64 `json:"cpu_s_per_s"`
-	CPUSPerSPer1kCells float64 `json:"cpu_s_per_s_per_1k_cells"`
+	// SentHeartbeatsPerS is what the cells did send over the window;
+	// IngestFraction is ingest / offered (the target is ≥ 0.99).
+	SentHeartbeatsPerS float64 `json:"sent_heartbeats_per_s"`
+	IngestFraction     float64 `json:"ingest_fraction"`
+	// CellProcs is the number of child processes that held the cells (0:
+	// they ran in this process).
+	CellProcs int `json:"cell_procs"`
+	// CPUSPerS is this process's CPU seconds per second over the window:
+	// the controllers' (and the harness's xDS client and probe sink); the
+	// cells' senders too when CellProcs is 0. CPUSPerSPer1kCells the same
+	// per 1,000 cells. SenderCPUSPerS is the cell processes' CPU (null
+	// when the cells ran in this process).
+	CPUSPerS           float64  `json:"cpu_s_per_s"`
+	CPUSPerSPer1kCells float64  `json:"cpu_s_per_s_per_1k_cells"`
+	SenderCPUSPerS     *float64 `json:"sender_cpu_s_per_s"`
 	// Cycle cost of one controller (CellsPerController cells): score +
 	// project + xDS build/validate/set, timed over CycleSamples cycles.
 	CycleP50Ms float64 `json:"cycle_p50_ms"`
@@ -101,6 +117,16 @@ type Figures struct {
 	DeathToRemovedP99Ms float64 `json:"death_to_removed_p99_ms"`
 	DeathToRemovedMaxMs float64 `json:"death_to_removed_max_ms"`
 	DeathsTimed         int     `json:"deaths_timed"`
+	// LiveFailoverMeanMs is the controller's own share of those deaths:
+	// the mean of isobar_regional_failover_seconds (the cell's failure
+	// detected → the push without it done) over the broken-stream deaths.
+	LiveFailoverMeanMs *float64 `json:"live_failover_mean_ms"`
+	// A silent cell (stream open, no more heartbeats) to the endpoint gone
+	// at the xDS client: the TTL path.
+	SilentToRemovedP50Ms *float64 `json:"silent_to_removed_p50_ms"`
+	SilentToRemovedP99Ms *float64 `json:"silent_to_removed_p99_ms"`
+	SilentToRemovedMaxMs *float64 `json:"silent_to_removed_max_ms"`
+	SilentDeathsTimed    int      `json:"silent_deaths_timed"`
 	// Health of the point: streams that broke without a kill or were
 	// refused, cells not Ready after the window, process RSS and
 	// goroutines at the end of the window.
@@ -108,8 +134,19 @@ type Figures struct {
 	NotReadyAfterWindow int     `json:"not_ready_after_window"`
 	RSSMiB              float64 `json:"rss_mib"`
 	Goroutines          int     `json:"goroutines"`
+	// RSSPer1kCellsMiB and GoroutinesPerCell are what the cells added to
+	// this process (the controllers' side of their streams, and the cells
+	// themselves when they run here) since just before they started,
+	// after a forced GC that returned the last point's garbage to the OS.
+	RSSPer1kCellsMiB  float64 `json:"rss_per_1k_cells_mib"`
+	GoroutinesPerCell float64 `json:"goroutines_per_cell"`
+	// SenderRSSMiB is the cell processes' RSS, summed (null in-process).
+	SenderRSSMiB *float64 `json:"sender_rss_mib"`
 	// StartS is how long every cell took to be Ready and seen.
-	StartS float64 `json:"start_s"`
+	// StartIncomplete: not every cell was, within Config.StartTimeout;
+	// the window was measured anyway and no death was timed.
+	StartS          float64 `json:"start_s"`
+	StartIncomplete bool    `json:"start_incomplete"`
 }
 
 // Write writes rep to dir as scale.json, scale.md and the PNG charts
@@ -138,6 +175,38 @@ func ChartFiles() []string {
 	return []string{"cycle.png", "inbound.png", "cpu.png", "death.png"}
 }
 
+// writeRow writes one point's row of the table.
+func writeRow(w io.Writer, p Point) {
+	note := ""
+	switch {
+	case p.Skipped != "":
+		note = "skipped: " + p.Skipped
+	case p.Error != "":
+		note = "error: " + p.Error
+	}
+	f := p.Figures
+	if f == nil {
+		fmt.Fprintf(w, "| %d | %d | %s | %d |%s %s |\n", p.Cells, p.Regions, p.Topology, p.CellsPerController,
+			strings.Repeat(" — |", 19), mdEscape(note))
+		return
+	}
+	if f.StreamErrors > 0 || f.NotReadyAfterWindow > 0 {
+		note = strings.TrimPrefix(note+fmt.Sprintf("; %d stream errors, %d cells not Ready after the window", f.StreamErrors, f.NotReadyAfterWindow), "; ")
+	}
+	procs := "in-process"
+	if f.CellProcs > 0 {
+		procs = fmt.Sprint(f.CellProcs)
+	}
+	fmt.Fprintf(w, "| %d | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		p.Cells, p.Regions, p.Topology, p.CellsPerController, procs,
+		num(f.OfferedHeartbeatsPerS, 0), num(f.SentHeartbeatsPerS, 0), num(f.IngestHeartbeatsPerS, 0), num(100*f.IngestFraction, 1),
+		num(f.CPUSPerS, 3), num(f.CPUSPerSPer1kCells, 3), opt(f.SenderCPUSPerS, 3),
+		num(f.RSSPer1kCellsMiB, 1), num(f.GoroutinesPerCell, 2), num(f.CycleP50Ms, 3), num(f.CycleP99Ms, 3),
+		opt(f.SummaryBytesPerRegion, 0), num(f.GlobalInboundBytesPerS, 0), opt(f.SolveMs, 3),
+		num(f.DeathToRemovedP50Ms, 0), num(f.DeathToRemovedP99Ms, 0), opt(f.SilentToRemovedP50Ms, 0), opt(f.SilentToRemovedP99Ms, 0),
+		mdEscape(note))
+}
+
 // WriteMarkdown renders rep: the machine, the configuration, the table of
 // points and the notes.
 func WriteMarkdown(w io.Writer, rep *Report) {
@@ -147,35 +216,16 @@ func WriteMarkdown(w io.Writer, rep *Report) {
 		orUnknown(m.CPUModel), m.NumCPU, m.GOOS, m.GOARCH, float64(m.MemoryBytes)/(1<<30), m.GoVersion, rep.Config.FDLimit)
 	c := rep.Config
 	fmt.Fprintf(w, "Run %s, %.0f s. Heartbeat interval %.0f ms (TTL %.0f ms), controller cycle %.0f ms, summary every %.0f ms; "+
-		"window %.0f ms per point after %.0f ms warm-up; %d deaths, %d cycles and %d solves timed per point; seed %d.\n\n",
+		"window %.0f ms per point after %.0f ms warm-up; %d broken-stream deaths, %d silent cells, %d cycles and %d solves timed per point; seed %d.\n\n",
 		rep.Started.UTC().Format(time.RFC3339), rep.ElapsedS, c.HeartbeatIntervalMs, c.TTLMs, c.CycleIntervalMs, c.SummaryIntervalMs,
-		c.WindowMs, c.WarmupMs, c.Deaths, c.CycleSamples, c.SolveSamples, c.Seed)
+		c.WindowMs, c.WarmupMs, c.Deaths, c.SilentDeaths, c.CycleSamples, c.SolveSamples, c.Seed)
 	if rep.Interrupted {
 		fmt.Fprintf(w, "**Interrupted**: the points after the interruption are marked skipped.\n\n")
 	}
-	fmt.Fprintln(w, "| cells | regions | topology | cells/ctrl | ingest hb/s | CPU s/s per 1k cells | cycle P50 ms | cycle P99 ms | summary B/region | global inbound B/s | solve ms | death→removed P50 ms | P99 ms | note |")
-	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Fprintln(w, "| cells | regions | topology | cells/ctrl | cell procs | offered hb/s | sent hb/s | ingest hb/s | ingest % | ctrl CPU s/s | ctrl CPU s/s per 1k cells | sender CPU s/s | ctrl RSS MiB per 1k cells | goroutines per cell | cycle P50 ms | cycle P99 ms | summary B/region | global inbound B/s | solve ms | broken→removed P50 ms | P99 ms | silent→removed P50 ms | P99 ms | note |")
+	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, p := range rep.Points {
-		note := ""
-		switch {
-		case p.Skipped != "":
-			note = "skipped: " + p.Skipped
-		case p.Error != "":
-			note = "error: " + p.Error
-		}
-		f := p.Figures
-		if f == nil {
-			fmt.Fprintf(w, "| %d | %d | %s | %d | — | — | — | — | — | — | — | — | — | %s |\n", p.Cells, p.Regions, p.Topology, p.CellsPerController, mdEscape(note))
-			continue
-		}
-		if f.StreamErrors > 0 || f.NotReadyAfterWindow > 0 {
-			note = strings.TrimPrefix(note+fmt.Sprintf("; %d stream errors, %d cells not Ready after the window", f.StreamErrors, f.NotReadyAfterWindow), "; ")
-		}
-		fmt.Fprintf(w, "| %d | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			p.Cells, p.Regions, p.Topology, p.CellsPerController,
-			num(f.IngestHeartbeatsPerS, 0), num(f.CPUSPerSPer1kCells, 3), num(f.CycleP50Ms, 3), num(f.CycleP99Ms, 3),
-			opt(f.SummaryBytesPerRegion, 0), num(f.GlobalInboundBytesPerS, 0), opt(f.SolveMs, 3),
-			num(f.DeathToRemovedP50Ms, 0), num(f.DeathToRemovedP99Ms, 0), mdEscape(note))
+		writeRow(w, p)
 	}
 	fmt.Fprintln(w)
 	if len(rep.Notes) > 0 {

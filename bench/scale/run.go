@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -37,25 +38,31 @@ func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
 			Cells: cfg.Cells, Regions: cfg.Regions,
 			HeartbeatIntervalMs: ms(cfg.HeartbeatInterval), TTLMs: ms(cfg.HeartbeatInterval + cfg.TTLGrace),
 			SummaryIntervalMs: ms(cfg.SummaryInterval), CycleIntervalMs: ms(controllerCycle(rc)),
-			WindowMs: ms(cfg.Window), WarmupMs: ms(cfg.Warmup), Deaths: cfg.Deaths,
+			WindowMs: ms(cfg.Window), WarmupMs: ms(cfg.Warmup), Deaths: cfg.Deaths, SilentDeaths: cfg.SilentDeaths,
+			CellProcs: cfg.CellProcs, CellsInProcess: deps.CellProcess == nil,
 			CycleSamples: cfg.CycleSamples, SolveSamples: cfg.SolveSamples, MaxCells: cfg.MaxCells,
 			FDLimit: fds, Seed: cfg.Seed,
 		},
 		Started: start,
-		Notes:   notes(),
+		Notes:   notes(deps.CellProcess == nil),
 	}
 	for _, spec := range specs(cfg) {
 		pt := Point{Cells: spec.cells, Regions: spec.regions, Topology: spec.topology, CellsPerController: spec.perController()}
-		switch reason := skipReason(cfg, fds, spec); {
+		switch reason := skipReason(cfg, fds, spec, spec.cellProcs(cfg, deps)); {
 		case reason != "":
 			pt.Skipped = reason
 		case ctx.Err() != nil:
 			pt.Skipped = "the run was interrupted before this point"
 		default:
 			f, err := runPoint(ctx, cfg, deps, spec)
-			pt.Figures = f
-			if err != nil {
-				pt.Error = err.Error()
+			var skip skipError
+			switch {
+			case errors.As(err, &skip):
+				pt.Skipped = skip.reason
+			case err != nil:
+				pt.Figures, pt.Error = f, err.Error()
+			default:
+				pt.Figures = f
 			}
 		}
 		rep.Points = append(rep.Points, pt)
@@ -104,25 +111,35 @@ func progress(deps Deps, p Point) {
 		return
 	}
 	f := p.Figures
-	fmt.Fprintf(deps.Progress, "%s ingest %.0f hb/s, cpu %.3f s/s/1k, cycle p50 %.2f ms p99 %.2f ms, inbound %.0f B/s, death p50 %.0f ms p99 %.0f ms",
-		head, f.IngestHeartbeatsPerS, f.CPUSPerSPer1kCells, f.CycleP50Ms, f.CycleP99Ms, f.GlobalInboundBytesPerS,
-		f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms)
+	fmt.Fprintf(deps.Progress, "%s ingest %.0f of %.0f hb/s (%.1f %%), ctrl cpu %.3f s/s/1k, sender cpu %s s/s, cycle p50 %.2f ms p99 %.2f ms, inbound %.0f B/s, death p50 %.0f ms p99 %.0f ms (controller's share %s ms), silent p50 %s ms p99 %s ms",
+		head, f.IngestHeartbeatsPerS, f.OfferedHeartbeatsPerS, 100*f.IngestFraction, f.CPUSPerSPer1kCells, opt(f.SenderCPUSPerS, 3),
+		f.CycleP50Ms, f.CycleP99Ms, f.GlobalInboundBytesPerS, f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms,
+		opt(f.LiveFailoverMeanMs, 1), opt(f.SilentToRemovedP50Ms, 0), opt(f.SilentToRemovedP99Ms, 0))
 	if p.Error != "" {
 		fmt.Fprintf(deps.Progress, " error: %s", p.Error)
 	}
 	fmt.Fprintln(deps.Progress)
 }
 
-// notes explain the figures; they go into both reports.
-func notes() []string {
+// notes explain the figures; they go into both reports. inProcess: the
+// cells ran beside the controllers.
+func notes(inProcess bool) []string {
+	where := "The regional controllers run in this process and the synthetic cells in child processes (`isobar bench scale cells`, the cells dealt round-robin, each child with its descriptor limit raised to its hard limit, controlled over its stdin/stdout), all on loopback with plaintext gRPC: the real controllers (heartbeat service, registry, scoring, projection, xDS server, summary loop) and synthetic cells, each a real CellRegistry.Heartbeat stream over its own TCP connection."
+	cpu := "ctrl CPU s/s: this process's CPU (getrusage user+system) per second of the window: the controllers, plus the harness's one xDS client and probe sink; the senders run in the cell processes, whose CPU is sender CPU s/s (their own getrusage, summed)."
+	if inProcess {
+		where = "Everything runs in one process on loopback, plaintext gRPC: the real regional controllers (heartbeat service, registry, scoring, projection, xDS server, summary loop) and synthetic cells, each a real CellRegistry.Heartbeat stream over its own TCP connection."
+		cpu = "ctrl CPU s/s: process CPU (getrusage user+system) per second of the window; it includes the synthetic cells' senders, which share the process and the CPUs."
+	}
 	return []string{
-		"Everything runs in one process on loopback, plaintext gRPC: the real regional controllers (heartbeat service, registry, scoring, projection, xDS server, summary loop) and synthetic cells, each a real CellRegistry.Heartbeat stream over its own TCP connection.",
+		where,
 		"flat: one controller ingests every cell's heartbeats (no hierarchy); it does not depend on the region count, so it runs once per fleet size (regions = 1). hierarchical: cells split round-robin over R controllers, each publishing its summary.",
-		"ingest hb/s: heartbeats the controllers accepted per second over the window (isobar_regional_heartbeats_total); offered = cells / heartbeat interval is in scale.json.",
-		"CPU s/s per 1k cells: process CPU (getrusage user+system) per second of the window per 1,000 cells; it includes the synthetic cells' senders, which share the process and the CPUs.",
+		"offered hb/s: cells / heartbeat interval; ingest hb/s: heartbeats the controllers accepted per second over the window (isobar_regional_heartbeats_total); ingest % = ingest / offered (target ≥ 99 %); sent hb/s: what the cells did send (below offered when their processes do not get the CPU to keep their tickers).",
+		cpu,
+		"ctrl RSS MiB per 1k cells and goroutines per cell: what the cells added to this process (VmRSS, runtime.NumGoroutine) between just before they started (after a forced GC returned the last point's garbage) and the end of the window, per 1,000 cells and per cell; absolute figures, and the cell processes' RSS, are in scale.json.",
 		"cycle P50/P99: one controller's score + project + xDS build/validate/set for the cells it holds (cells/ctrl), run with the real regional/score, regional/projection and regional/xds code on the live registry's cells, every weight moving each cycle (the worst case, a full push). The live controllers' own mean projection and xDS-build times are in scale.json (live_*).",
 		"summary B/region: proto.Size of the summaries the real controllers built (with the RTT to every other region, as a gossip member reports it). global inbound B/s: hierarchical = Σ regions summary bytes × publish rate; flat = marshalled heartbeat bytes per second into the one controller. Both are protobuf payload sizes, without gRPC/HTTP/2 framing.",
 		"solve ms: P50 of optimize.Solve on an instance of the region count generated as the optimiser's benchmarks do (random map, capacities 50–500 rps, demand 30–110 % of capacity); the flat topology has no optimiser.",
-		"death→removed: from closing a cell's TCP connection under its stream (like SIGKILL, no Terminated heartbeat) to the first EDS assignment without it at a subscribed go-control-plane ADS client (xdsclient.Watcher) on the cell's controller; the broken stream makes the cell suspect (weight 0) at once, so the figure is the controller cycle it triggers plus the push, not the TTL (heartbeat interval + grace), which still removes a cell whose stream stays open and silent.",
+		"broken→removed: from closing a cell's TCP connection under its stream (like SIGKILL, no Terminated heartbeat) to the first EDS assignment without it at a subscribed go-control-plane ADS client (xdsclient.Watcher) on the cell's controller; the broken stream makes the cell suspect (weight 0) at once, so the figure is the controller cycle it triggers plus the push. Its controller-side share, the mean of isobar_regional_failover_seconds (failure detected → push done) over the same deaths, is live_failover_mean_ms in scale.json; the rest is the stream's end reaching the controller and the client receiving and decoding the assignment.",
+		"silent→removed: from a cell ceasing to send while its stream stays open (a hung agent) to the same EDS assignment without it: the TTL path (heartbeat interval + grace since its last heartbeat, then the registry's sweep and the push).",
 	}
 }

@@ -25,7 +25,7 @@ func smokeConfig() Config {
 		// ingest check below (offered ±50 %) would be a coin toss; over
 		// three intervals each cell counts 2 to 4 beats of 3.
 		Window: 1500 * time.Millisecond, Warmup: 100 * time.Millisecond,
-		Deaths: 3, CycleSamples: 20, CycleBudget: 200 * time.Millisecond,
+		Deaths: 3, SilentDeaths: 2, CycleSamples: 20, CycleBudget: 200 * time.Millisecond,
 		SolveSamples: 5, SolveBudget: 100 * time.Millisecond,
 		StartTimeout: 20 * time.Second, DeathTimeout: 10 * time.Second,
 	}
@@ -146,8 +146,17 @@ func checkFigures(t *testing.T, p Point) {
 	if f.CycleP50Ms > f.CycleP99Ms || f.DeathToRemovedP50Ms > f.DeathToRemovedP99Ms {
 		t.Errorf("%+v: a P50 above its P99", *f)
 	}
-	if f.DeathsTimed != 3 {
-		t.Errorf("%d deaths timed, want 3", f.DeathsTimed)
+	if f.DeathsTimed != 3 || f.SilentDeathsTimed != 2 {
+		t.Errorf("%d deaths and %d silent cells timed, want 3 and 2", f.DeathsTimed, f.SilentDeathsTimed)
+	}
+	if f.SilentToRemovedP50Ms == nil || !(*f.SilentToRemovedP50Ms > 0) || *f.SilentToRemovedP50Ms > *f.SilentToRemovedP99Ms {
+		t.Errorf("silent→removed %v / %v, want 0 < P50 ≤ P99", f.SilentToRemovedP50Ms, f.SilentToRemovedP99Ms)
+	}
+	if (f.CellProcs > 0) != (f.SenderCPUSPerS != nil) || (f.CellProcs > 0) != (f.SenderRSSMiB != nil) {
+		t.Errorf("%d cell processes, sender CPU %v, sender RSS %v: want both set exactly with processes", f.CellProcs, f.SenderCPUSPerS, f.SenderRSSMiB)
+	}
+	if !(f.SentHeartbeatsPerS > 0) || !(f.IngestFraction > 0) || !(f.GoroutinesPerCell > 0) {
+		t.Errorf("sent %v hb/s, ingest fraction %v, goroutines per cell %v: want > 0", f.SentHeartbeatsPerS, f.IngestFraction, f.GoroutinesPerCell)
 	}
 	// A broken stream makes the cell suspect at once (regional), so the
 	// removal no longer waits for the TTL; how fast it is goes to the
@@ -203,10 +212,33 @@ func TestSkips(t *testing.T) {
 		{pointSpec{3, 1, Flat}, 1 << 20, ""},
 		{pointSpec{3, 1, Flat}, 0, ""}, // unknown limit
 	} {
-		got := skipReason(cfg, tc.fds, tc.spec)
+		got := skipReason(cfg, tc.fds, tc.spec, 0)
 		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 			t.Errorf("%+v fds %d: %q, want %q", tc.spec, tc.fds, got, tc.want)
 		}
+	}
+	// With cell processes this process holds one end per cell: 10,000
+	// cells fit 20,000 descriptors, as they do not in one process.
+	big := pointSpec{10000, 10, Hierarchical}
+	if r := skipReason(Config{}, 20000, big, 0); !strings.Contains(r, "both ends") {
+		t.Errorf("10,000 cells in one process under 20,000 descriptors: %q, want skipped", r)
+	}
+	if r := skipReason(Config{}, 20000, big, 3); r != "" {
+		t.Errorf("10,000 cells over 3 processes: skipped: %s", r)
+	}
+	if r := childSkipReason(big, 3, 20000); r != "" {
+		t.Errorf("3,334 cells per child under 20,000: %s", r)
+	}
+	if r := childSkipReason(big, 3, 1024); !strings.Contains(r, "--cell-procs") {
+		t.Errorf("3,334 cells per child under 1,024: %q, want skipped with a remedy", r)
+	}
+	for _, tc := range []struct{ cfg, cells, want int }{{0, 10, 1}, {0, 4000, 1}, {0, 4001, 2}, {0, 10000, 3}, {2, 20, 2}, {8, 3, 3}} {
+		if got := (pointSpec{tc.cells, 1, Flat}).cellProcs(Config{CellProcs: tc.cfg}, Deps{CellProcess: (&childCommands{}).make}); got != tc.want {
+			t.Errorf("--cell-procs %d, %d cells: %d processes, want %d", tc.cfg, tc.cells, got, tc.want)
+		}
+	}
+	if got := (pointSpec{10, 1, Flat}).cellProcs(Config{CellProcs: 2}, Deps{}); got != 0 {
+		t.Errorf("no CellProcess: %d processes, want 0 (in this process)", got)
 	}
 	// An all-skipped run returns at once with every point and its reason.
 	rep, err := Run(context.Background(), Config{Cells: []int{2}, Regions: []int{3, 4}, MaxCells: 1}, Deps{})
@@ -229,6 +261,7 @@ func TestConfigValidation(t *testing.T) {
 	for _, c := range []Config{
 		{Cells: []int{0}}, {Regions: []int{0}}, {Regions: []int{1000}}, {Deaths: -1},
 		{HeartbeatInterval: time.Millisecond}, {Window: -time.Second}, {MaxCells: -1},
+		{CellProcs: -1}, {CellProcs: 65}, {SilentDeaths: 1001},
 	} {
 		if _, err := NewConfig(c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v, want ErrInvalidConfig", c, err)
@@ -237,5 +270,72 @@ func TestConfigValidation(t *testing.T) {
 	c, err := NewConfig(Config{Cells: []int{100, 10, 10}})
 	if err != nil || !reflect.DeepEqual(c.Cells, []int{10, 100}) || !reflect.DeepEqual(c.Regions, DefaultRegions()) {
 		t.Errorf("defaults: %+v, %v", c, err)
+	}
+}
+
+// TestSmokeCellProcs runs a tiny point with its 20 cells in 2 child
+// processes, then one whose children cannot open enough descriptors (it is
+// skipped with the reason, not hung), and checks every child was reaped.
+func TestSmokeCellProcs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cc := &childCommands{}
+	cfg := smokeConfig()
+	cfg.Cells, cfg.Regions, cfg.CellProcs = []int{20}, []int{2}, 2
+	var progress bytes.Buffer
+	rep, err := Run(ctx, cfg, Deps{CellProcess: cc.make, Progress: &progress})
+	t.Log("\n" + progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Points) != 2 || rep.Config.CellsInProcess {
+		t.Fatalf("%d points, in process %v; want 2 with cell processes", len(rep.Points), rep.Config.CellsInProcess)
+	}
+	for _, p := range rep.Points {
+		if p.Skipped != "" || p.Error != "" || p.Figures == nil {
+			t.Errorf("point %d/%d %s: skipped %q, error %q", p.Cells, p.Regions, p.Topology, p.Skipped, p.Error)
+			continue
+		}
+		if p.Figures.CellProcs != 2 {
+			t.Errorf("%d cell processes, want 2", p.Figures.CellProcs)
+		}
+		checkFigures(t, p)
+	}
+	checkReaped(t, cc)
+	if n := len(cc.made()); n != 4 {
+		t.Errorf("%d cell processes made, want 2 per point", n)
+	}
+
+	few := &childCommands{env: []string{"ISOBAR_SCALE_TEST_CHILD_NOFILE=40"}}
+	cfg.Regions = []int{1}
+	rep, err = Run(ctx, cfg, Deps{CellProcess: few.make})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rep.Points {
+		if !strings.Contains(p.Skipped, "file descriptors") || !strings.Contains(p.Skipped, "can open 40") {
+			t.Errorf("point %d/%d %s under 40 descriptors per child: skipped %q, error %q; want skipped with the reason",
+				p.Cells, p.Regions, p.Topology, p.Skipped, p.Error)
+		}
+	}
+	checkReaped(t, few)
+}
+
+// TestFiguresJSONNaN: a figure not measured (NaN) is written null, not an
+// error.
+func TestFiguresJSONNaN(t *testing.T) {
+	f := Figures{CycleP50Ms: math.NaN(), CycleP99Ms: 2, SilentToRemovedP50Ms: ptr(math.Inf(1)), SolveMs: ptr(3)}
+	b, err := json.Marshal(Point{Cells: 1, Figures: &f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"cycle_p50_ms":null`, `"cycle_p99_ms":2`, `"silent_to_removed_p50_ms":null`, `"solve_ms":3`, `"sender_cpu_s_per_s":null`} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+	var back Point
+	if err := json.Unmarshal(b, &back); err != nil || back.Figures.CycleP99Ms != 2 || *back.Figures.SolveMs != 3 {
+		t.Errorf("round trip: %+v, %v", back.Figures, err)
 	}
 }

@@ -1,7 +1,12 @@
 package scale
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"math"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/isobar-mesh/isobar/internal/quantile"
@@ -30,3 +35,40 @@ func mean(xs []float64) float64 {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func ptr(v float64) *float64 { return &v }
+
+// MarshalJSON writes f's fields in order, as encoding/json would, except
+// that a float that is NaN or infinite (a figure not measured, e.g. a
+// quantile of no samples) is written null: JSON has no NaN.
+func (f Figures) MarshalJSON() ([]byte, error) {
+	v := reflect.ValueOf(f)
+	t := v.Type()
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:", name)
+		fv := v.Field(i)
+		if fv.Kind() == reflect.Float64 && (math.IsNaN(fv.Float()) || math.IsInf(fv.Float(), 0)) {
+			b.WriteString("null")
+			continue
+		}
+		if fv.Kind() == reflect.Pointer && !fv.IsNil() && fv.Elem().Kind() == reflect.Float64 &&
+			(math.IsNaN(fv.Elem().Float()) || math.IsInf(fv.Elem().Float(), 0)) {
+			b.WriteString("null")
+			continue
+		}
+		vb, err := json.Marshal(fv.Interface())
+		if err != nil {
+			return nil, err
+		}
+		b.Write(vb)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}

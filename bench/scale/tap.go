@@ -18,9 +18,10 @@ const (
 	metricHeartbeats = "isobar_regional_heartbeats_total"
 	metricProjection = "isobar_regional_projection_duration_seconds"
 	metricXDSBuild   = "isobar_regional_xds_build_duration_seconds"
+	metricFailover   = "isobar_regional_failover_seconds"
 )
 
-var tapped = []string{metricHeartbeats, metricProjection, metricXDSBuild}
+var tapped = []string{metricHeartbeats, metricProjection, metricXDSBuild, metricFailover}
 
 // metricTap is a prometheus.Registerer that keeps the collectors of the few
 // metrics a point reads and registers nothing: no registry gathers the

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -12,17 +14,13 @@ import (
 )
 
 type benchScaleFlags struct {
-	out   string
-	quiet bool
+	out       string
+	quiet     bool
+	inProcess bool
 }
 
-func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
-	var cfg scale.Config
-	var f benchScaleFlags
-	cmd := &cobra.Command{
-		Use:   "scale --out DIR",
-		Short: "Measure control-plane cost as the fleet grows, hierarchical vs flat",
-		Long: `scale measures the control plane's cost at every fleet size of --cells, for two
+// benchScaleLong is the command's --help text.
+const benchScaleLong = `scale measures the control plane's cost at every fleet size of --cells, for two
 topologies: hierarchical (the cells split round-robin over R regional
 controllers, for each R of --regions, each publishing a compact summary to
 the global) and flat (one controller that ingests every cell's heartbeats,
@@ -30,16 +28,25 @@ as if there were no hierarchy; it does not depend on R, so it runs once per
 fleet size).
 
 Each point runs, in this process, the real regional controllers (heartbeat
-service, registry, scoring, projection, xDS server, summary loop) and
-synthetic cells: each a real CellRegistry.Heartbeat gRPC stream over its own
-TCP connection on 127.0.0.1, plaintext, sending valid heartbeats with
-plausible signals every --heartbeat-interval. When every cell is Ready, and
-after a short warm-up, it measures over --window:
+service, registry, scoring, projection, xDS server, summary loop), and in
+--cell-procs child processes (this binary re-executed, each with its
+descriptor limit raised to its hard limit, controlled over its stdin and
+stdout and reaped when the point ends) the synthetic cells: each a real
+CellRegistry.Heartbeat gRPC stream over its own TCP connection on
+127.0.0.1, plaintext, sending valid heartbeats with plausible signals every
+--heartbeat-interval. --in-process runs the cells in this process instead.
+When every cell is Ready, and after a short warm-up, it measures over
+--window:
 
-  ingest_heartbeats_per_s       heartbeats the controllers accepted per second
-  cpu_s_per_s_per_1k_cells      process CPU (getrusage) per second per 1,000
-                                cells; the cells' senders share the process
-                                and are included
+  ingest_heartbeats_per_s       heartbeats the controllers accepted per
+                                second, beside the offered (cells/interval)
+                                and ingest_fraction (target >= 0.99)
+  cpu_s_per_s_per_1k_cells      this process's CPU (getrusage) per second
+                                per 1,000 cells: the controllers'; the
+                                senders' is sender_cpu_s_per_s (with
+                                --in-process they share this process)
+  rss_per_1k_cells_mib,         what the cells added to this process's RSS
+  goroutines_per_cell           and goroutines
   cycle_p50_ms, cycle_p99_ms    one controller's score + project + xDS
                                 build/validate/set over its cells, with the
                                 real code on the live registry's cells, every
@@ -56,18 +63,31 @@ after a short warm-up, it measures over --window:
                                 timed until a go-control-plane ADS client
                                 subscribed to EDS on its controller receives
                                 an assignment without it
+  silent_to_removed_p50_ms/p99  --silent-deaths times, a cell stops sending
+                                while its stream stays open (a hung agent):
+                                the TTL path, timed the same way
 
 Points this machine cannot hold are skipped with the reason in the report,
 never dropped: fewer cells than regions, more cells than --max-cells, or
-more file descriptors than RLIMIT_NOFILE allows (both ends of every
-loopback stream are in this process: about two per cell).
+more file descriptors than RLIMIT_NOFILE allows here (one end of every
+stream, two with --in-process) or in a cell process (its share of the cells;
+give more --cell-procs).
 
 --out DIR receives scale.json (the machine, the configuration and every
 figure per point), scale.md (the table) and PNG charts (cycle.png,
 inbound.png, cpu.png, death.png). One line per point goes to stderr as it
 finishes (unless --quiet) and the table to stdout. Ctrl-C stops the point in
-progress cleanly; the report is still written, marked interrupted.`,
+progress cleanly; the report is still written, marked interrupted.`
+
+func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
+	var cfg scale.Config
+	var f benchScaleFlags
+	cmd := &cobra.Command{
+		Use:   "scale --out DIR",
+		Short: "Measure control-plane cost as the fleet grows, hierarchical vs flat",
+		Long:  benchScaleLong,
 		Example: `  isobar bench scale --out /tmp/scale
+  isobar bench scale --out /tmp/scale --cells 10000 --regions 1,10,100 --cell-procs 3
   isobar bench scale --out /tmp/scale --cells 10,100,1000 --regions 1,10 --window 3s --deaths 10`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchScale(cmd, ro, cfg, f) },
@@ -78,14 +98,39 @@ progress cleanly; the report is still written, marked interrupted.`,
 	fl.IntSliceVar(&cfg.Regions, "regions", scale.DefaultRegions(), "region counts of the hierarchical topology")
 	fl.DurationVar(&cfg.Window, "window", 5*time.Second, "measurement window per point")
 	fl.IntVar(&cfg.Deaths, "deaths", 20, "cell deaths timed per point")
+	fl.IntVar(&cfg.SilentDeaths, "silent-deaths", 10, "silent cells (stream open, no heartbeats: the TTL path) timed per point")
+	fl.IntVar(&cfg.CellProcs, "cell-procs", 0, "child processes that hold each point's cells (0: one per 4,000 cells)")
+	fl.BoolVar(&f.inProcess, "in-process", false, "run the cells in this process, beside the controllers (no child processes)")
 	fl.IntVar(&cfg.CycleSamples, "cycles", 200, "control cycles timed per point (within 3 s)")
 	fl.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 500*time.Millisecond, "heartbeat interval of the cells and controllers")
 	fl.DurationVar(&cfg.TTLGrace, "ttl-grace", 500*time.Millisecond, "a cell is Failed after heartbeat interval + this without heartbeats")
 	fl.DurationVar(&cfg.SummaryInterval, "summary-interval", time.Second, "each hierarchical controller publishes its summary this often")
+	fl.DurationVar(&cfg.StartTimeout, "start-timeout", 2*time.Minute, "bound on a point's start (every cell Ready and seen by the xDS client)")
+	fl.DurationVar(&cfg.DeathTimeout, "death-timeout", 15*time.Second, "bound on each timed death's removal and each revival")
 	fl.IntVar(&cfg.MaxCells, "max-cells", 0, "skip points with more cells than this (0: only the machine's limits)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the synthetic signals, phases and optimiser instances")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
+	cmd.AddCommand(newBenchScaleCellsCmd(ro))
 	return cmd
+}
+
+// newBenchScaleCellsCmd is the hidden cell process of bench scale: it runs
+// scale.ServeCells on stdin and stdout until stdin ends (its parent closed
+// it, or died).
+func newBenchScaleCellsCmd(ro *rootOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:    "cells",
+		Short:  "A cell process of bench scale (internal: started by bench scale)",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, _, err := benchOutputs(cmd, ro, true)
+			if err != nil {
+				return err
+			}
+			return scale.ServeCells(cmd.Context(), cmd.InOrStdin(), ro.stdout, log)
+		},
+	}
 }
 
 func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchScaleFlags) error {
@@ -99,7 +144,9 @@ func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchSc
 		flag string
 		zero bool
 	}{
-		{"window", cfg.Window <= 0}, {"deaths", cfg.Deaths <= 0}, {"cycles", cfg.CycleSamples <= 0},
+		{"window", cfg.Window <= 0}, {"deaths", cfg.Deaths <= 0}, {"silent-deaths", cfg.SilentDeaths <= 0}, {"cycles", cfg.CycleSamples <= 0},
+		{"cell-procs", cfg.CellProcs < 0}, {"start-timeout", cfg.StartTimeout <= 0},
+		{"death-timeout", cfg.DeathTimeout <= 0},
 		{"heartbeat-interval", cfg.HeartbeatInterval <= 0}, {"ttl-grace", cfg.TTLGrace <= 0},
 		{"summary-interval", cfg.SummaryInterval <= 0}, {"seed", cfg.Seed == 0}, {"max-cells", cfg.MaxCells < 0},
 	} {
@@ -114,7 +161,15 @@ func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchSc
 	if err != nil {
 		return err
 	}
-	rep, runErr := scale.Run(cmd.Context(), cfg, scale.Deps{Logger: log, Progress: progress})
+	deps := scale.Deps{Logger: log, Progress: progress}
+	if !f.inProcess {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("the cells' processes re-execute this binary: %w (or give --in-process)", err)
+		}
+		deps.CellProcess = func() *exec.Cmd { return exec.Command(exe, "bench", "scale", "cells") }
+	}
+	rep, runErr := scale.Run(cmd.Context(), cfg, deps)
 	if errors.Is(runErr, scale.ErrInvalidConfig) {
 		return usageError{runErr}
 	}

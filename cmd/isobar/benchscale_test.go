@@ -37,6 +37,11 @@ func TestBenchScaleUsageErrors(t *testing.T) {
 		{nil, "--out DIR is required"},
 		{[]string{"--out", t.TempDir(), "--window", "0s"}, "--window"},
 		{[]string{"--out", t.TempDir(), "--deaths", "0"}, "--deaths"},
+		{[]string{"--out", t.TempDir(), "--silent-deaths", "0"}, "--silent-deaths"},
+		{[]string{"--out", t.TempDir(), "--cell-procs", "-1"}, "--cell-procs"},
+		{[]string{"--out", t.TempDir(), "--death-timeout", "0s"}, "--death-timeout"},
+		{[]string{"--out", t.TempDir(), "--start-timeout", "0s"}, "--start-timeout"},
+		{[]string{"--out", t.TempDir(), "--cell-procs", "65"}, "cell processes 65"},
 		{[]string{"--out", t.TempDir(), "--cells", "0"}, "cells 0"},
 		{[]string{"--out", t.TempDir(), "--regions", "1000"}, "regions 1000"},
 		{[]string{"--out", t.TempDir(), "extra"}, "unknown command"},
@@ -55,7 +60,7 @@ func TestBenchScaleHelp(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"--out", "--cells", "--regions", "--window", "--deaths", "--seed", "hierarchical", "flat",
-		"death_to_removed", "RLIMIT_NOFILE", "scale.json"} {
+		"death_to_removed", "RLIMIT_NOFILE", "scale.json", "--cell-procs", "--silent-deaths", "--in-process", "silent_to_removed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -66,7 +71,7 @@ func TestBenchScaleHelp(t *testing.T) {
 func TestBenchScaleTiny(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	out, errOut, err := runBenchScaleCmd(t, "--out", dir, "--cells", "4", "--regions", "1,2,8", "--window", "200ms",
-		"--deaths", "2", "--cycles", "5")
+		"--deaths", "2", "--silent-deaths", "1", "--cycles", "5", "--in-process")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
@@ -110,6 +115,47 @@ func TestBenchScaleTiny(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil || len(b) == 0 {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestBenchScaleCellProcs runs a tiny point with its 20 cells in 2 child
+// processes of this binary (the test binary acts as the CLI in them).
+func TestBenchScaleCellProcs(t *testing.T) {
+	t.Setenv("ISOBAR_TEST_AS_CLI", "1") // inherited by the cell processes
+	dir := filepath.Join(t.TempDir(), "out")
+	_, errOut, err := runBenchScaleCmd(t, "--out", dir, "--cells", "20", "--regions", "2", "--cell-procs", "2",
+		"--window", "1500ms", "--deaths", "2", "--silent-deaths", "1", "--cycles", "5")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "scale.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Points []struct {
+			Regions  int    `json:"regions"`
+			Topology string `json:"topology"`
+			Skipped  string `json:"skipped"`
+			Error    string `json:"error"`
+			Figures  *struct {
+				CellProcs         int      `json:"cell_procs"`
+				SenderCPU         *float64 `json:"sender_cpu_s_per_s"`
+				SilentDeathsTimed int      `json:"silent_deaths_timed"`
+			} `json:"figures"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Points) != 2 {
+		t.Fatalf("%d points, want 2 (flat, 2 regions)", len(rep.Points))
+	}
+	for _, p := range rep.Points {
+		f := p.Figures
+		if p.Skipped != "" || p.Error != "" || f == nil || f.CellProcs != 2 || f.SenderCPU == nil || f.SilentDeathsTimed != 1 {
+			t.Errorf("point %+v (figures %+v): want it run in 2 cell processes", p, f)
 		}
 	}
 }

@@ -1,0 +1,175 @@
+package scale
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// The control protocol between `isobar bench scale` and its cell
+// processes: JSON values, one per line, requests on the child's stdin and
+// replies on its stdout. The child speaks first (a hello with its pid and
+// descriptor limit), then answers each request, in order, with a reply of
+// the same id. The child ends when its stdin ends: the parent closed it, or
+// died.
+
+// childRequest is one request to a cell process.
+type childRequest struct {
+	ID int    `json:"id"`
+	Op string `json:"op"` // start, kill, silence, revive, up, stats
+	// start: the cells, their heartbeat interval and seed.
+	Cells               []cellSpec `json:"cells,omitempty"`
+	HeartbeatIntervalNs int64      `json:"heartbeat_interval_ns,omitempty"`
+	Seed                uint64     `json:"seed,omitempty"`
+	// kill, silence, revive: the cell; up: the cells.
+	Cell string   `json:"cell,omitempty"`
+	IDs  []string `json:"ids,omitempty"`
+}
+
+// childReply answers a request (or, with ID 0, is the hello).
+type childReply struct {
+	ID    int         `json:"id"`
+	Error string      `json:"error,omitempty"`
+	Hello *childHello `json:"hello,omitempty"`
+	IDs   []string    `json:"ids,omitempty"` // start
+	Up    bool        `json:"up,omitempty"`  // up
+	Stats *childStats `json:"stats,omitempty"`
+}
+
+// childHello is a cell process's first line.
+type childHello struct {
+	PID int `json:"pid"`
+	// FDLimit is its RLIMIT_NOFILE soft limit, raised to the hard limit (0:
+	// unknown).
+	FDLimit uint64 `json:"fd_limit"`
+}
+
+// childStats are a cell process's totals.
+type childStats struct {
+	Heartbeats     uint64 `json:"heartbeats"`
+	HeartbeatBytes uint64 `json:"heartbeat_bytes"`
+	StreamErrors   uint64 `json:"stream_errors"`
+	LastError      string `json:"last_error,omitempty"`
+	CPUNs          int64  `json:"cpu_ns"`
+	RSSBytes       uint64 `json:"rss_bytes"`
+	Goroutines     int    `json:"goroutines"`
+}
+
+// Ops of the control protocol.
+const (
+	opStart   = "start"
+	opKill    = "kill"
+	opSilence = "silence"
+	opRevive  = "revive"
+	opUp      = "up"
+	opStats   = "stats"
+)
+
+// ServeCells is a cell process (the hidden `isobar bench scale cells`): it
+// raises its descriptor limit to the hard limit, says hello on out, then
+// runs the synthetic cells and answers the requests it reads from in until
+// in ends (its parent closed it or died) or ctx ends. It stops every cell
+// (each sends a Terminated heartbeat, bounded) before it returns. Requests
+// that cannot be decoded end it with an error; requests that fail get an
+// error reply. On ctx's end it returns without waiting for in: the reader
+// blocked on in ends with the process.
+func ServeCells(ctx context.Context, in io.Reader, out io.Writer, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	enc := json.NewEncoder(out)
+	if err := enc.Encode(childReply{Hello: &childHello{PID: os.Getpid(), FDLimit: raiseFDLimit()}}); err != nil {
+		return fmt.Errorf("scale: cell process: hello: %w", err)
+	}
+	reqs := make(chan childRequest)
+	readErr := make(chan error, 1)
+	go func() { readErr <- readRequests(ctx, in, reqs) }()
+	var f *localFleet
+	defer func() {
+		if f != nil {
+			f.stop()
+		}
+	}()
+	for {
+		var req childRequest
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-readErr:
+			return err
+		case req = <-reqs:
+		}
+		rep := childReply{ID: req.ID}
+		if req.Op == opStart && f == nil {
+			f = newLocalFleet(time.Duration(req.HeartbeatIntervalNs), req.Seed, clockwork.NewRealClock(), log)
+		}
+		if err := serveOne(ctx, f, req, &rep); err != nil {
+			rep.Error = err.Error()
+		}
+		if err := enc.Encode(rep); err != nil {
+			return fmt.Errorf("scale: cell process: reply: %w", err)
+		}
+	}
+}
+
+// readRequests decodes in onto reqs until in ends (nil) or holds what is
+// not a request (an error).
+func readRequests(ctx context.Context, in io.Reader, reqs chan<- childRequest) error {
+	dec := json.NewDecoder(in)
+	for {
+		var req childRequest
+		if err := dec.Decode(&req); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("scale: cell process: bad request: %w", err)
+		}
+		select {
+		case reqs <- req:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// serveOne answers one request on f (nil before the first start).
+func serveOne(ctx context.Context, f *localFleet, req childRequest, rep *childReply) error {
+	if f == nil {
+		return fmt.Errorf("op %q before start", req.Op)
+	}
+	switch req.Op {
+	case opStart:
+		if req.HeartbeatIntervalNs <= 0 {
+			return fmt.Errorf("start: heartbeat interval %d ns: must be > 0", req.HeartbeatIntervalNs)
+		}
+		ids, err := f.start(ctx, req.Cells)
+		rep.IDs = ids
+		return err
+	case opKill:
+		return f.kill(ctx, req.Cell)
+	case opSilence:
+		return f.silence(ctx, req.Cell)
+	case opRevive:
+		return f.revive(ctx, req.Cell)
+	case opUp:
+		up, err := f.up(ctx, req.IDs)
+		rep.Up = up
+		return err
+	case opStats:
+		st, _ := f.stats(ctx)
+		cpu, _ := cpuTime()
+		rep.Stats = &childStats{Heartbeats: st.heartbeats, HeartbeatBytes: st.bytes, StreamErrors: st.streamErrors,
+			LastError: st.lastError, CPUNs: int64(cpu), RSSBytes: rssBytes(), Goroutines: runtime.NumGoroutine()}
+		return nil
+	default:
+		return fmt.Errorf("unknown op %q", req.Op)
+	}
+}
