@@ -1,0 +1,296 @@
+package scalemodel
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/isobar-mesh/isobar/bench/scale"
+)
+
+// FitOptions choose the points Fit uses.
+type FitOptions struct {
+	// MaxCells: fit only on points of at most this many cells (0: all).
+	// A hold-out check fits on the smaller points and predicts the
+	// largest.
+	MaxCells int
+	// NearestRTT is how many peers' RTTs the run's summaries carried (0:
+	// every peer, the summaries before issue 26 item 4).
+	NearestRTT int
+}
+
+// minIngestFraction: a point whose controllers accepted less than this of
+// the offered heartbeats was saturated; its CPU is the machine's limit,
+// not the work's demand, so no cost is fitted on it.
+const minIngestFraction = 0.95
+
+// fitPoint is one measured point Fit may use.
+type fitPoint struct {
+	cells, controllers int
+	n                  float64 // cells per controller
+	topology           string
+	f                  *scale.Figures
+}
+
+// usablePoints are the report's points with window figures that were not
+// saturated, of at most opt.MaxCells cells.
+func usablePoints(rep *scale.Report, opt FitOptions) []fitPoint {
+	var out []fitPoint
+	for _, p := range rep.Points {
+		f := p.Figures
+		if p.Skipped != "" || f == nil || f.OfferedHeartbeatsPerS <= 0 || f.IngestFraction < minIngestFraction {
+			continue
+		}
+		if opt.MaxCells > 0 && p.Cells > opt.MaxCells {
+			continue
+		}
+		ctrls := p.Regions
+		if p.Topology == scale.Flat {
+			ctrls = 1
+		}
+		out = append(out, fitPoint{cells: p.Cells, controllers: ctrls, n: float64(p.CellsPerController), topology: p.Topology, f: f})
+	}
+	return out
+}
+
+// Fit fits the model's per-operation costs on a bench scale report. The
+// rules, one per constant:
+//
+//   - FullCycle, LiveCycle, LiveBuild: weighted least squares of the
+//     measured cost (cycle_p50_ms; live_projection_mean_ms;
+//     live_xds_build_mean_ms) on the cells per controller, weights 1/y²
+//     (relative error, so the 1,000-fold range is not decided by its
+//     largest point alone), for both a + b·n and a + b·n·log₂n; the form
+//     of smaller weighted residual is kept. The cycle's steps are loops
+//     over the cells (score, map, project, build) and a sort of the
+//     endpoints, so either could hold; the data decide, and the form kept
+//     is written beside the constants.
+//   - CycleSpread: the median over points of ≥ 100 cells per controller
+//     of ln(cycle_p99/cycle_p50)/2.326 (a lognormal's P99/P50).
+//   - PushesPerCellPerS: Σ live_pushes_per_s / Σ cells over the points
+//     whose pushes per controller are under half the cycle rate.
+//   - HeartbeatCPUUs, ControllerCPUMsPerS, ProcessCPUMsPerS: non-negative
+//     least squares (unweighted: the large points, which the model must
+//     extrapolate from, count most) of cpu_s_per_s minus the point's own
+//     live cycle CPU (controllers × cycle rate × live projection mean +
+//     live pushes × live build mean) on [ingest hb/s, controllers, 1],
+//     over the points whose cells ran in child processes (in-process
+//     points count the senders too).
+//   - HeartbeatBytes: the mean of heartbeat_bytes.
+//   - SummaryBaseBytes, SummaryPerRTTBytes: least squares of
+//     summary_bytes_per_region on the RTT entries (regions − 1, or
+//     opt.NearestRTT), hierarchical points of ≥ 2 regions; one distinct
+//     region count fits a constant.
+//   - Solve: least squares of ln solve_ms on ln regions over hierarchical
+//     points of ≥ 10 regions (below, a solve is its setup, not its
+//     growth).
+//
+// Points that were skipped, have no figures or accepted under 95 % of
+// the offered heartbeats (saturated) are not used. Fit errs when what is
+// left cannot determine a constant.
+func Fit(rep *scale.Report, opt FitOptions) (Params, error) {
+	pts := usablePoints(rep, opt)
+	if len(pts) < 2 {
+		return Params{}, fmt.Errorf("scalemodel: fit: %d usable points (unskipped, with figures, ingest ≥ %.0f %% of offered); need at least 2", len(pts), 100*minIngestFraction)
+	}
+	cycleRate := 1000 / rep.Config.CycleIntervalMs
+	if rep.Config.CycleIntervalMs <= 0 {
+		return Params{}, fmt.Errorf("scalemodel: fit: cycle interval %v ms in the report's config", rep.Config.CycleIntervalMs)
+	}
+	var p Params
+	var err error
+	if p.FullCycle, err = fitCost(pts, func(f *scale.Figures) float64 { return f.CycleP50Ms }); err != nil {
+		return Params{}, fmt.Errorf("scalemodel: fit full cycle: %w", err)
+	}
+	if p.LiveCycle, err = fitCost(pts, func(f *scale.Figures) float64 { return f.LiveProjectionMeanMs }); err != nil {
+		return Params{}, fmt.Errorf("scalemodel: fit live cycle: %w", err)
+	}
+	if p.LiveBuild, err = fitCost(pts, func(f *scale.Figures) float64 { return f.LiveXDSBuildMeanMs }); err != nil {
+		return Params{}, fmt.Errorf("scalemodel: fit live build: %w", err)
+	}
+	p.CycleSpread = fitSpread(pts)
+	p.PushesPerCellPerS = fitPushes(pts, cycleRate)
+	if err := fitCPU(&p, pts, cycleRate); err != nil {
+		return Params{}, err
+	}
+	p.HeartbeatBytes = mean(pts, func(q fitPoint) (float64, bool) { return q.f.HeartbeatBytes, q.f.HeartbeatBytes > 0 })
+	if err := fitSummary(&p, pts, opt.NearestRTT); err != nil {
+		return Params{}, err
+	}
+	if p.Solve, err = fitSolve(pts); err != nil {
+		return Params{}, err
+	}
+	return p, nil
+}
+
+// fitCost fits y(n) in both forms, relative weights, and keeps the better.
+func fitCost(pts []fitPoint, y func(*scale.Figures) float64) (Linear, error) {
+	best, bestRSS := Linear{}, math.Inf(1)
+	var lastErr error = errSingular
+	for _, nlogn := range []bool{false, true} {
+		var x [][]float64
+		var ys, ws []float64
+		for _, q := range pts {
+			v := y(q.f)
+			if v <= 0 || math.IsNaN(v) {
+				continue
+			}
+			x = append(x, []float64{1, growth(q.n, nlogn)})
+			ys, ws = append(ys, v), append(ws, 1/(v*v))
+		}
+		b, rss, err := lstsq(x, ys, ws)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if rss < bestRSS {
+			best, bestRSS = Linear{A: b[0], B: b[1], NLogN: nlogn}, rss
+		}
+	}
+	if math.IsInf(bestRSS, 1) {
+		return Linear{}, lastErr
+	}
+	return best, nil
+}
+
+// fitSpread is the median lognormal σ of the full-push cycles' P99/P50.
+func fitSpread(pts []fitPoint) float64 {
+	var s []float64
+	for _, q := range pts {
+		if q.n >= 100 && q.f.CycleP50Ms > 0 && q.f.CycleP99Ms >= q.f.CycleP50Ms {
+			s = append(s, math.Log(q.f.CycleP99Ms/q.f.CycleP50Ms)/z99)
+		}
+	}
+	return median(s)
+}
+
+// z99 is the standard normal's 99th percentile.
+const z99 = 2.326
+
+// fitPushes is the ratio estimate of live pushes per cell per second.
+func fitPushes(pts []fitPoint, cycleRate float64) float64 {
+	var pushes, cells float64
+	for _, q := range pts {
+		if q.f.LivePushesPerS/float64(q.controllers) < cycleRate/2 {
+			pushes += q.f.LivePushesPerS
+			cells += float64(q.cells)
+		}
+	}
+	if cells == 0 {
+		return 0
+	}
+	return pushes / cells
+}
+
+// liveCPU is a point's own live cycle CPU, s/s.
+func liveCPU(q fitPoint, cycleRate float64) float64 {
+	return (float64(q.controllers)*cycleRate*q.f.LiveProjectionMeanMs + q.f.LivePushesPerS*q.f.LiveXDSBuildMeanMs) / 1000
+}
+
+// fitCPU fits the heartbeat, controller and process CPU.
+func fitCPU(p *Params, pts []fitPoint, cycleRate float64) error {
+	var x [][]float64
+	var y []float64
+	for _, q := range pts {
+		if q.f.CellProcs == 0 || q.f.CPUSPerS <= 0 {
+			continue
+		}
+		x = append(x, []float64{q.f.IngestHeartbeatsPerS, float64(q.controllers), 1})
+		y = append(y, q.f.CPUSPerS-liveCPU(q, cycleRate))
+	}
+	if len(x) < 3 {
+		return fmt.Errorf("scalemodel: fit cpu: %d points with cells in child processes; need at least 3", len(x))
+	}
+	b, err := nnlsSubsets(x, y)
+	if err != nil {
+		return fmt.Errorf("scalemodel: fit cpu: %w", err)
+	}
+	p.HeartbeatCPUUs, p.ControllerCPUMsPerS, p.ProcessCPUMsPerS = 1e6*b[0], 1e3*b[1], 1e3*b[2]
+	return nil
+}
+
+// fitSummary fits the summary bytes on the RTT entries.
+func fitSummary(p *Params, pts []fitPoint, nearest int) error {
+	var x [][]float64
+	var y []float64
+	regions := map[int]bool{}
+	for _, q := range pts {
+		s := q.f.SummaryBytesPerRegion
+		if q.topology != scale.Hierarchical || q.controllers < 2 || s == nil || *s <= 0 {
+			continue
+		}
+		e := q.controllers - 1
+		if nearest > 0 && nearest < e {
+			e = nearest
+		}
+		x, y = append(x, []float64{1, float64(e)}), append(y, *s)
+		regions[e] = true
+	}
+	switch {
+	case len(y) == 0:
+		return fmt.Errorf("scalemodel: fit summary: no hierarchical point of 2 or more regions with summary bytes")
+	case len(regions) == 1:
+		p.SummaryBaseBytes = meanOf(y)
+		return nil
+	}
+	b, _, err := lstsq(x, y, nil)
+	if err != nil {
+		return fmt.Errorf("scalemodel: fit summary: %w", err)
+	}
+	p.SummaryBaseBytes, p.SummaryPerRTTBytes = b[0], b[1]
+	return nil
+}
+
+// minSolveRegions: solves of fewer regions time their setup.
+const minSolveRegions = 10
+
+// fitSolve fits ln solve on ln regions.
+func fitSolve(pts []fitPoint) (Power, error) {
+	var x [][]float64
+	var y []float64
+	for _, q := range pts {
+		s := q.f.SolveMs
+		if q.topology != scale.Hierarchical || q.controllers < minSolveRegions || s == nil || *s <= 0 {
+			continue
+		}
+		x, y = append(x, []float64{1, math.Log(float64(q.controllers))}), append(y, math.Log(*s))
+	}
+	b, _, err := lstsq(x, y, nil)
+	if err != nil {
+		return Power{}, fmt.Errorf("scalemodel: fit solve (needs solves at two region counts ≥ %d): %w", minSolveRegions, err)
+	}
+	return Power{C: math.Exp(b[0]), P: b[1]}, nil
+}
+
+func mean(pts []fitPoint, v func(fitPoint) (float64, bool)) float64 {
+	var xs []float64
+	for _, q := range pts {
+		if x, ok := v(q); ok {
+			xs = append(xs, x)
+		}
+	}
+	return meanOf(xs)
+}
+
+func meanOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
