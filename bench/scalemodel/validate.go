@@ -1,0 +1,92 @@
+package scalemodel
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/isobar-mesh/isobar/bench/scale"
+)
+
+// Tolerance is how far the model may be from a measured point on the
+// figures the issue names (cycle cost, ingest CPU, global intake).
+const Tolerance = 0.15
+
+// Check is one figure of one measured point beside the model's.
+type Check struct {
+	Figure   string  `json:"figure"`
+	Measured float64 `json:"measured"`
+	Model    float64 `json:"model"`
+	// Gated: the figure is one the issue holds to Tolerance.
+	Gated bool `json:"gated"`
+}
+
+// RelErr is |model − measured| / measured (NaN when unmeasured).
+func (c Check) RelErr() float64 {
+	if c.Measured == 0 || math.IsNaN(c.Measured) || math.IsNaN(c.Model) {
+		return math.NaN()
+	}
+	return math.Abs(c.Model-c.Measured) / c.Measured
+}
+
+// Pass: not gated, or within Tolerance.
+func (c Check) Pass() bool { return !c.Gated || c.RelErr() <= Tolerance }
+
+// Comparison is the model run as one measured point ran.
+type Comparison struct {
+	Cells, Regions int
+	Topology       string
+	Checks         []Check
+}
+
+// Pass: every gated check passes.
+func (c Comparison) Pass() bool {
+	for _, k := range c.Checks {
+		if !k.Pass() {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate runs the model as each measured point of cells cells in rep
+// ran (its machine's cores, less the senders' measured CPU; the
+// process's own CPU counted; the run's intervals and the summaries'
+// nearest) and puts the figures side by side. It errs when rep has no
+// such point with figures.
+func Validate(p Params, rep *scale.Report, cells, nearest int, seed uint64) ([]Comparison, error) {
+	var out []Comparison
+	for _, pt := range rep.Points {
+		f := pt.Figures
+		if pt.Cells != cells || pt.Skipped != "" || f == nil || f.OfferedHeartbeatsPerS <= 0 {
+			continue
+		}
+		other := 0.0
+		if f.SenderCPUSPerS != nil {
+			other = *f.SenderCPUSPerS
+		}
+		c := rep.Config
+		r, err := Run(p, Scenario{
+			Cells: pt.Cells, Regions: pt.Regions, Topology: pt.Topology,
+			Cores: float64(rep.Machine.NumCPU), OtherCPU: other, NearestRTT: nearest, IncludeProcess: true,
+			HeartbeatInterval: ms(c.HeartbeatIntervalMs), CycleInterval: ms(c.CycleIntervalMs), SummaryInterval: ms(c.SummaryIntervalMs),
+			Seed: seed,
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Comparison{Cells: pt.Cells, Regions: pt.Regions, Topology: pt.Topology, Checks: []Check{
+			{Figure: "cycle P50 ms (full push)", Measured: f.CycleP50Ms, Model: r.FullCycleP50Ms, Gated: true},
+			{Figure: "cycle P99 ms (full push)", Measured: f.CycleP99Ms, Model: r.FullCycleP99Ms},
+			{Figure: "controllers' CPU s/s", Measured: f.CPUSPerS, Model: r.CPUCores, Gated: true},
+			{Figure: "ingest hb/s", Measured: f.IngestHeartbeatsPerS, Model: r.IngestHeartbeatsPerS},
+			{Figure: "global inbound B/s", Measured: f.GlobalInboundBytesPerS, Model: r.GlobalInboundBytesPerS, Gated: true},
+		}})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("scalemodel: validate: no measured point of %d cells with figures", cells)
+	}
+	return out, nil
+}
+
+func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
