@@ -67,15 +67,18 @@ func usablePoints(rep *scale.Report, opt FitOptions) []fitPoint {
 //     is written beside the constants.
 //   - CycleSpread: the median over points of ≥ 100 cells per controller
 //     of ln(cycle_p99/cycle_p50)/2.326 (a lognormal's P99/P50).
-//   - PushesPerCellPerS: Σ live_pushes_per_s / Σ cells over the points
-//     whose pushes per controller are under half the cycle rate.
+//   - PushesPerControllerPerS: the median over points of
+//     live_pushes_per_s / controllers.
 //   - HeartbeatCPUUs, ControllerCPUMsPerS, ProcessCPUMsPerS: non-negative
 //     least squares (unweighted: the large points, which the model must
-//     extrapolate from, count most) of cpu_s_per_s minus the point's own
-//     live cycle CPU (controllers × cycle rate × live projection mean +
-//     live pushes × live build mean) on [ingest hb/s, controllers, 1],
-//     over the points whose cells ran in child processes (in-process
-//     points count the senders too).
+//     extrapolate from, count most) of cpu_s_per_s on [ingest hb/s,
+//     controllers, 1], over the points whose cells ran in child processes
+//     (in-process points count the senders too). The live cycles' CPU is
+//     not taken out first: the live means are wall times, stretched by
+//     whatever else the machine runs, and at a fixed interval the cycles'
+//     per-cell work grows with the heartbeats, so it lands in the
+//     per-heartbeat constant (the model takes it back out where a cycle
+//     saturates its goroutine).
 //   - HeartbeatBytes: the mean of heartbeat_bytes.
 //   - SummaryBaseBytes, SummaryPerRTTBytes: least squares of
 //     summary_bytes_per_region on the RTT entries (regions − 1, or
@@ -93,10 +96,6 @@ func Fit(rep *scale.Report, opt FitOptions) (Params, error) {
 	if len(pts) < 2 {
 		return Params{}, fmt.Errorf("scalemodel: fit: %d usable points (unskipped, with figures, ingest ≥ %.0f %% of offered); need at least 2", len(pts), 100*minIngestFraction)
 	}
-	cycleRate := 1000 / rep.Config.CycleIntervalMs
-	if rep.Config.CycleIntervalMs <= 0 {
-		return Params{}, fmt.Errorf("scalemodel: fit: cycle interval %v ms in the report's config", rep.Config.CycleIntervalMs)
-	}
 	var p Params
 	var err error
 	if p.FullCycle, err = fitCost(pts, func(f *scale.Figures) float64 { return f.CycleP50Ms }); err != nil {
@@ -109,8 +108,10 @@ func Fit(rep *scale.Report, opt FitOptions) (Params, error) {
 		return Params{}, fmt.Errorf("scalemodel: fit live build: %w", err)
 	}
 	p.CycleSpread = fitSpread(pts)
-	p.PushesPerCellPerS = fitPushes(pts, cycleRate)
-	if err := fitCPU(&p, pts, cycleRate); err != nil {
+	p.PushesPerControllerPerS = median(perPoint(pts, func(q fitPoint) (float64, bool) {
+		return q.f.LivePushesPerS / float64(q.controllers), true
+	}))
+	if err := fitCPU(&p, pts); err != nil {
 		return Params{}, err
 	}
 	p.HeartbeatBytes = mean(pts, func(q fitPoint) (float64, bool) { return q.f.HeartbeatBytes, q.f.HeartbeatBytes > 0 })
@@ -167,28 +168,8 @@ func fitSpread(pts []fitPoint) float64 {
 // z99 is the standard normal's 99th percentile.
 const z99 = 2.326
 
-// fitPushes is the ratio estimate of live pushes per cell per second.
-func fitPushes(pts []fitPoint, cycleRate float64) float64 {
-	var pushes, cells float64
-	for _, q := range pts {
-		if q.f.LivePushesPerS/float64(q.controllers) < cycleRate/2 {
-			pushes += q.f.LivePushesPerS
-			cells += float64(q.cells)
-		}
-	}
-	if cells == 0 {
-		return 0
-	}
-	return pushes / cells
-}
-
-// liveCPU is a point's own live cycle CPU, s/s.
-func liveCPU(q fitPoint, cycleRate float64) float64 {
-	return (float64(q.controllers)*cycleRate*q.f.LiveProjectionMeanMs + q.f.LivePushesPerS*q.f.LiveXDSBuildMeanMs) / 1000
-}
-
 // fitCPU fits the heartbeat, controller and process CPU.
-func fitCPU(p *Params, pts []fitPoint, cycleRate float64) error {
+func fitCPU(p *Params, pts []fitPoint) error {
 	var x [][]float64
 	var y []float64
 	for _, q := range pts {
@@ -196,7 +177,7 @@ func fitCPU(p *Params, pts []fitPoint, cycleRate float64) error {
 			continue
 		}
 		x = append(x, []float64{q.f.IngestHeartbeatsPerS, float64(q.controllers), 1})
-		y = append(y, q.f.CPUSPerS-liveCPU(q, cycleRate))
+		y = append(y, q.f.CPUSPerS)
 	}
 	if len(x) < 3 {
 		return fmt.Errorf("scalemodel: fit cpu: %d points with cells in child processes; need at least 3", len(x))
@@ -262,14 +243,17 @@ func fitSolve(pts []fitPoint) (Power, error) {
 	return Power{C: math.Exp(b[0]), P: b[1]}, nil
 }
 
-func mean(pts []fitPoint, v func(fitPoint) (float64, bool)) float64 {
+func mean(pts []fitPoint, v func(fitPoint) (float64, bool)) float64 { return meanOf(perPoint(pts, v)) }
+
+// perPoint is v of every point where it applies.
+func perPoint(pts []fitPoint, v func(fitPoint) (float64, bool)) []float64 {
 	var xs []float64
 	for _, q := range pts {
 		if x, ok := v(q); ok {
 			xs = append(xs, x)
 		}
 	}
-	return meanOf(xs)
+	return xs
 }
 
 func meanOf(xs []float64) float64 {

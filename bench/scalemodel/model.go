@@ -48,7 +48,8 @@ type Result struct {
 	IngestHeartbeatsPerS  float64 `json:"ingest_heartbeats_per_s"`
 	// CPUCores is the controllers' CPU demand (ingest + cycles + pushes +
 	// per-controller work, and the process's own with IncludeProcess):
-	// cores busy on average; IngestCores the heartbeats' part of it.
+	// cores busy on average; IngestCores the heartbeats' part of it (the
+	// fitted per-heartbeat CPU less the live cycles' share).
 	CPUCores    float64 `json:"cpu_cores"`
 	IngestCores float64 `json:"ingest_cores"`
 	// Utilisation is CPUCores / (Cores − OtherCPU); Saturated when ≥ 1:
@@ -107,13 +108,18 @@ func (s Scenario) validate() error {
 	return nil
 }
 
-// demand is the controllers' CPU demand in cores, and its heartbeat part.
+// demand is the controllers' CPU demand in cores, and its heartbeats'
+// part. The fitted per-heartbeat CPU holds the live cycles' per-cell work
+// (HeartbeatCPUUs); the cycles' own CPU (CycleCPU) is taken out of it
+// uncapped and added back capped at one core per controller, so the two
+// agree wherever the measured points were (no cycle saturated) and a
+// controller whose cycle overruns its tick costs one core, not more.
 func (p Params) demand(s Scenario, ctrls int, n float64) (total, ingest float64) {
 	hb := float64(s.Cells) / s.HeartbeatInterval.Seconds()
 	cycleRate := 1 / s.CycleInterval.Seconds()
-	ingest = hb * p.HeartbeatCPUUs / 1e6
-	perCtrl := cycleRate*p.LiveCycle.At(n) + p.PushesPerS(n, cycleRate)*p.LiveBuild.At(n) + p.ControllerCPUMsPerS
-	total = ingest + float64(ctrls)*perCtrl/1000
+	uncapped := cycleRate*p.LiveCycle.At(n) + p.PushesPerS(cycleRate)*p.LiveBuild.At(n)
+	ingest = math.Max(0, hb*p.HeartbeatCPUUs/1e6-float64(ctrls)*uncapped/1000)
+	total = ingest + float64(ctrls)*(p.CycleCPU(n, cycleRate)+p.ControllerCPUMsPerS)/1000
 	if s.IncludeProcess {
 		total += p.ProcessCPUMsPerS / 1000
 	}
@@ -152,24 +158,27 @@ func Run(p Params, s Scenario) (Result, error) {
 	if r.Saturated {
 		// What the cores left after the rest serve of the heartbeats.
 		left := math.Max(0, capacity-(r.CPUCores-r.IngestCores))
-		r.IngestHeartbeatsPerS = math.Min(r.OfferedHeartbeatsPerS, left/(p.HeartbeatCPUUs/1e6))
+		r.IngestHeartbeatsPerS = r.OfferedHeartbeatsPerS
+		if r.IngestCores > 0 {
+			r.IngestHeartbeatsPerS = math.Min(r.OfferedHeartbeatsPerS, left/r.IngestCores*r.OfferedHeartbeatsPerS)
+		}
 		r.FullCycleP50Ms, r.FullCycleP99Ms, r.LiveCycleP50Ms, r.LiveCycleP99Ms = math.NaN(), math.NaN(), math.NaN(), math.NaN()
 		return r, nil
 	}
-	simulate(p, s, ctrls, n, capacity, &r)
+	simulate(p, s, ctrls, n, capacity, r.IngestCores/r.OfferedHeartbeatsPerS, &r)
 	return r, nil
 }
 
 // simulate runs the processor-sharing server in virtual time and fills
 // r's ingest and cycle response times.
-func simulate(p Params, s Scenario, ctrls int, n, capacity float64, r *Result) {
+func simulate(p Params, s Scenario, ctrls int, n, capacity, hbCost float64, r *Result) {
 	rng := rand.New(rand.NewPCG(s.Seed, 0x15ba26))
 	horizon := s.Horizon.Seconds()
 	warm := horizon / 10
 	hbs := newPeriodic(s.Cells, s.HeartbeatInterval.Seconds(), rng)
 	cycles := newPeriodic(ctrls, s.CycleInterval.Seconds(), rng)
 	cycleRate := 1 / s.CycleInterval.Seconds()
-	pushP := p.PushesPerS(n, cycleRate) / cycleRate
+	pushP := p.PushesPerS(cycleRate) / cycleRate
 	// Mean-preserving lognormal for the live costs (fitted as means).
 	liveMedian := func(mean float64) float64 { return mean * math.Exp(-p.CycleSpread*p.CycleSpread/2) }
 	overhead := p.ControllerCPUMsPerS / cycleRate / 1000
@@ -204,7 +213,7 @@ func simulate(p Params, s Scenario, ctrls int, n, capacity float64, r *Result) {
 			}
 		case th:
 			hbs.fire()
-			srv.add(kindHeartbeat, p.HeartbeatCPUUs/1e6)
+			srv.add(kindHeartbeat, hbCost)
 		default:
 			cycles.fire()
 			cost := lognormal(rng, liveMedian(p.LiveCycle.At(n)), p.CycleSpread)

@@ -73,7 +73,7 @@ func synthParams() Params {
 	return Params{
 		HeartbeatCPUUs: 40, ControllerCPUMsPerS: 2, ProcessCPUMsPerS: 15,
 		FullCycle: Linear{A: 0.02, B: 0.004}, LiveCycle: Linear{A: 0.01, B: 0.001}, LiveBuild: Linear{A: 0.05, B: 0.002},
-		CycleSpread: 0.5, PushesPerCellPerS: 0.001, HeartbeatBytes: 250,
+		CycleSpread: 0.5, PushesPerControllerPerS: 0.9, HeartbeatBytes: 250,
 		SummaryBaseBytes: 250, SummaryPerRTTBytes: 17, Solve: Power{C: 0.001, P: 1.6},
 	}
 }
@@ -95,9 +95,8 @@ func synthReport(p Params) *scale.Report {
 			f := &scale.Figures{OfferedHeartbeatsPerS: hb, IngestHeartbeatsPerS: hb, IngestFraction: 1, CellProcs: 1,
 				CycleP50Ms: p.FullCycle.At(n), CycleP99Ms: p.FullCycle.At(n) * math.Exp(z99*p.CycleSpread),
 				LiveProjectionMeanMs: p.LiveCycle.At(n), LiveXDSBuildMeanMs: p.LiveBuild.At(n),
-				LivePushesPerS: float64(ctrls) * p.PushesPerS(n, 10), HeartbeatBytes: p.HeartbeatBytes}
-			f.CPUSPerS = hb*p.HeartbeatCPUUs/1e6 + float64(ctrls)*p.ControllerCPUMsPerS/1e3 + p.ProcessCPUMsPerS/1e3 +
-				(float64(ctrls)*10*f.LiveProjectionMeanMs+f.LivePushesPerS*f.LiveXDSBuildMeanMs)/1e3
+				LivePushesPerS: float64(ctrls) * p.PushesPerS(10), HeartbeatBytes: p.HeartbeatBytes}
+			f.CPUSPerS = hb*p.HeartbeatCPUUs/1e6 + float64(ctrls)*p.ControllerCPUMsPerS/1e3 + p.ProcessCPUMsPerS/1e3
 			if topo == scale.Hierarchical {
 				s, solve := p.SummaryBytes(ctrls, 0), p.Solve.At(float64(ctrls))
 				f.SummaryBytesPerRegion, f.SolveMs = &s, &solve
@@ -132,7 +131,7 @@ func TestFitRecoversTheCostsItWasGivenAndIgnoresSaturatedPoints(t *testing.T) {
 	near("full cycle b", got.FullCycle.B, want.FullCycle.B)
 	near("live cycle b", got.LiveCycle.B, want.LiveCycle.B)
 	near("spread", got.CycleSpread, want.CycleSpread)
-	near("pushes", got.PushesPerCellPerS, want.PushesPerCellPerS)
+	near("pushes", got.PushesPerControllerPerS, want.PushesPerControllerPerS)
 	near("summary per rtt", got.SummaryPerRTTBytes, want.SummaryPerRTTBytes)
 	near("solve p", got.Solve.P, want.Solve.P)
 	if got.FullCycle.NLogN {

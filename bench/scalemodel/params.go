@@ -33,8 +33,11 @@ func (p Power) At(x float64) float64 { return p.C * math.Pow(x, p.P) }
 // Params are the model's per-operation costs. Each field's comment says
 // what it is fitted from; Fit holds the rules.
 type Params struct {
-	// HeartbeatCPUUs is the controllers' CPU per accepted heartbeat, in µs
-	// (stream receive, decode, validate, hand to the registry, apply).
+	// HeartbeatCPUUs is the controllers' CPU per accepted heartbeat, in µs,
+	// with the live cycles' share folded in: at a fixed heartbeat and cycle
+	// interval both grow with the cells, and the measured points cannot
+	// tell them apart (stream receive, decode, validate, apply; and the
+	// cycle's per-cell work, while the cycle is linear and unsaturated).
 	HeartbeatCPUUs float64 `json:"heartbeat_cpu_us"`
 	// ControllerCPUMsPerS is one controller's CPU that does not scale with
 	// its cells or heartbeats (timers, summary loop, prober), ms per s.
@@ -57,10 +60,10 @@ type Params struct {
 	// its cells, and LiveBuild its xDS build per push, both means.
 	LiveCycle Linear `json:"live_cycle_ms"`
 	LiveBuild Linear `json:"live_build_ms"`
-	// PushesPerCellPerS is the live pushes per second per cell a
-	// controller holds (capped at its cycle rate): a push follows a band
-	// change, and more cells change more often.
-	PushesPerCellPerS float64 `json:"pushes_per_cell_per_s"`
+	// PushesPerControllerPerS is one controller's live pushes per second
+	// (capped at its cycle rate). Measured, it does not grow with the
+	// cells a controller holds: about one a second, whatever changed.
+	PushesPerControllerPerS float64 `json:"pushes_per_controller_per_s"`
 	// HeartbeatBytes is the mean marshalled heartbeat.
 	HeartbeatBytes float64 `json:"heartbeat_bytes"`
 	// SummaryBaseBytes + SummaryPerRTTBytes × RTT entries is a region's
@@ -82,8 +85,16 @@ func (p Params) SummaryBytes(regions, nearest int) float64 {
 	return p.SummaryBaseBytes + p.SummaryPerRTTBytes*float64(max(entries, 0))
 }
 
-// PushesPerS is one controller's live pushes per second with n cells at
-// cycleRate cycles per second.
-func (p Params) PushesPerS(n, cycleRate float64) float64 {
-	return math.Min(cycleRate, p.PushesPerCellPerS*n)
+// PushesPerS is one controller's live pushes per second at cycleRate
+// cycles per second.
+func (p Params) PushesPerS(cycleRate float64) float64 {
+	return math.Min(cycleRate, p.PushesPerControllerPerS)
+}
+
+// CycleCPU is one controller's live cycle CPU, ms per s, with n cells:
+// a cycle each tick and a build each push, at most one core (one
+// goroutine runs the cycle; a cycle longer than the tick runs back to
+// back and the ticks between are dropped).
+func (p Params) CycleCPU(n, cycleRate float64) float64 {
+	return math.Min(1000, cycleRate*p.LiveCycle.At(n)+p.PushesPerS(cycleRate)*p.LiveBuild.At(n))
 }

@@ -86,7 +86,7 @@ func WriteParams(w io.Writer, p Params) {
 	fmt.Fprintf(w, "| live cycle (score + project), mean | %s ms |\n", form(p.LiveCycle))
 	fmt.Fprintf(w, "| live xDS build per push, mean | %s ms |\n", form(p.LiveBuild))
 	fmt.Fprintf(w, "| cycle spread σ (lognormal) | %.3f (P99/P50 %.1f×) |\n", p.CycleSpread, math.Exp(z99*p.CycleSpread))
-	fmt.Fprintf(w, "| live pushes per cell per s | %.5f |\n", p.PushesPerCellPerS)
+	fmt.Fprintf(w, "| live pushes per controller per s | %.3f |\n", p.PushesPerControllerPerS)
 	fmt.Fprintf(w, "| heartbeat bytes | %.1f |\n", p.HeartbeatBytes)
 	fmt.Fprintf(w, "| summary bytes | %.1f + %.2f per RTT entry |\n", p.SummaryBaseBytes, p.SummaryPerRTTBytes)
 	fmt.Fprintf(w, "| solve | %.4g·R^%.3f ms |\n", p.Solve.C, p.Solve.P)

@@ -1,6 +1,7 @@
 package scalemodel
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -90,3 +91,39 @@ func Validate(p Params, rep *scale.Report, cells, nearest int, seed uint64) ([]C
 }
 
 func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// nullNaN is v, or nil (JSON null) when v is not a number.
+func nullNaN(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+// MarshalJSON writes an unmeasured or unmodelled figure as null.
+func (c Check) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Figure   string   `json:"figure"`
+		Measured *float64 `json:"measured"`
+		Model    *float64 `json:"model"`
+		Gated    bool     `json:"gated"`
+		Pass     bool     `json:"pass"`
+	}{c.Figure, nullNaN(c.Measured), nullNaN(c.Model), c.Gated, c.Pass()})
+}
+
+// MarshalJSON writes the cycle figures of a saturated scenario as null.
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	return json.Marshal(struct {
+		plain
+		Cells          int      `json:"cells"`
+		Regions        int      `json:"regions"`
+		Topology       string   `json:"topology"`
+		Cores          float64  `json:"cores"`
+		FullCycleP50Ms *float64 `json:"full_cycle_p50_ms"`
+		FullCycleP99Ms *float64 `json:"full_cycle_p99_ms"`
+		LiveCycleP50Ms *float64 `json:"live_cycle_p50_ms"`
+		LiveCycleP99Ms *float64 `json:"live_cycle_p99_ms"`
+	}{plain(r), r.Scenario.Cells, r.Scenario.Regions, r.Scenario.Topology, r.Scenario.Cores,
+		nullNaN(r.FullCycleP50Ms), nullNaN(r.FullCycleP99Ms), nullNaN(r.LiveCycleP50Ms), nullNaN(r.LiveCycleP99Ms)})
+}
