@@ -147,6 +147,15 @@ func (out *Report) project(rep *scale.Report, opt Options) error {
 					return err
 				}
 				out.Projections = append(out.Projections, r)
+				if regions > 1 {
+					// One of the fleet's controllers on a machine of its own.
+					s.Cells, s.Regions, s.OneOf = (cells+regions-1)/regions, 1, regions
+					r, err := Run(out.Params, s)
+					if err != nil {
+						return err
+					}
+					out.Projections = append(out.Projections, r)
+				}
 			}
 		}
 		for _, regions := range opt.Regions {

@@ -29,6 +29,10 @@ type Scenario struct {
 	// fitted one (e.g. the 475 B measured for item 4's summaries).
 	NearestRTT   int
 	SummaryBytes float64
+	// OneOf > 0: the scenario is one controller (Regions 1) of a fleet of
+	// OneOf regions, on a machine of its own; the summary, the global
+	// inbound and the solve are the fleet's.
+	OneOf int
 	// IncludeProcess counts the measuring process's own CPU
 	// (Params.ProcessCPUMsPerS), as a bench scale point does.
 	IncludeProcess bool
@@ -148,12 +152,16 @@ func Run(p Params, s Scenario) (Result, error) {
 	if s.Topology == scale.Flat {
 		r.GlobalInboundBytesPerS = r.OfferedHeartbeatsPerS * p.HeartbeatBytes
 	} else {
+		fleet := s.Regions
+		if s.OneOf > 0 {
+			fleet = s.OneOf
+		}
 		r.SummaryBytesPerRegion = s.SummaryBytes
 		if r.SummaryBytesPerRegion <= 0 {
-			r.SummaryBytesPerRegion = p.SummaryBytes(s.Regions, s.NearestRTT)
+			r.SummaryBytesPerRegion = p.SummaryBytes(fleet, s.NearestRTT)
 		}
-		r.GlobalInboundBytesPerS = float64(s.Regions) * r.SummaryBytesPerRegion / s.SummaryInterval.Seconds()
-		r.SolveMs = p.Solve.At(float64(s.Regions))
+		r.GlobalInboundBytesPerS = float64(fleet) * r.SummaryBytesPerRegion / s.SummaryInterval.Seconds()
+		r.SolveMs = p.Solve.At(float64(fleet))
 	}
 	if r.Saturated {
 		// What the cores left after the rest serve of the heartbeats.

@@ -111,8 +111,8 @@ func WriteValidation(w io.Writer, cs []Comparison) {
 // WriteResults writes the model's figures per scenario; item4Bytes > 0
 // adds the global inbound with summaries of that size.
 func WriteResults(w io.Writer, rs []Result, item4Bytes float64) {
-	fmt.Fprintln(w, "| cells | regions | topology | cores | cells/ctrl | hb/s | ctrl CPU cores (ingest) | per ctrl cores | utilisation | full cycle P50 / P99 ms | live cycle P50 / P99 ms | summary B/region | global inbound B/s | inbound, 475 B summaries | solve ms |")
-	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintf(w, "| cells | regions | topology | machine | cores | cells/ctrl | hb/s | ctrl CPU cores (ingest) | per ctrl cores | utilisation | full cycle P50 / P99 ms | live cycle P50 / P99 ms | summary B/region | global inbound B/s | inbound, %.0f B summaries | solve ms |\n", item4Bytes)
+	fmt.Fprintln(w, "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		s := r.Scenario
 		regions, sum, alt, solve := fmt.Sprint(s.Regions), fmt.Sprintf("%.0f", r.SummaryBytesPerRegion), "—", fmt.Sprintf("%.1f", r.SolveMs)
@@ -121,12 +121,19 @@ func WriteResults(w io.Writer, rs []Result, item4Bytes float64) {
 		} else if item4Bytes > 0 {
 			alt = fmt.Sprintf("%.0f", float64(s.Regions)*item4Bytes/s.SummaryInterval.Seconds())
 		}
+		cells, machine := fmt.Sprint(s.Cells), "all controllers"
+		if s.OneOf > 0 {
+			cells, regions, machine = fmt.Sprint(s.Cells*s.OneOf), fmt.Sprint(s.OneOf), "one controller"
+			if item4Bytes > 0 {
+				alt = fmt.Sprintf("%.0f", float64(s.OneOf)*item4Bytes/s.SummaryInterval.Seconds())
+			}
+		}
 		util := fmt.Sprintf("%.2f", r.Utilisation)
 		if r.Saturated {
 			util += fmt.Sprintf(" (saturated: ingest %.0f hb/s)", r.IngestHeartbeatsPerS)
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %.0f | %d | %.0f | %.2f (%.2f) | %.4f | %s | %s / %s | %s / %s | %s | %.0f | %s | %s |\n",
-			s.Cells, regions, s.Topology, s.Cores, r.CellsPerController, r.OfferedHeartbeatsPerS, r.CPUCores, r.IngestCores,
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %d | %.0f | %.2f (%.2f) | %.4f | %s | %s / %s | %s / %s | %s | %.0f | %s | %s |\n",
+			cells, regions, s.Topology, machine, s.Cores, r.CellsPerController, r.OfferedHeartbeatsPerS, r.CPUCores, r.IngestCores,
 			r.CPUCores/float64(r.Controllers), util, g4(r.FullCycleP50Ms), g4(r.FullCycleP99Ms), g4(r.LiveCycleP50Ms), g4(r.LiveCycleP99Ms),
 			sum, r.GlobalInboundBytesPerS, alt, solve)
 	}
