@@ -54,11 +54,14 @@ type Result struct {
 	// per-controller work, and the process's own with IncludeProcess):
 	// cores busy on average; IngestCores the heartbeats' part of it (the
 	// fitted per-heartbeat CPU less the live cycles' share).
-	CPUCores    float64 `json:"cpu_cores"`
-	IngestCores float64 `json:"ingest_cores"`
+	CPUCores float64 `json:"cpu_cores"`
+	// CPUUsedCores is what the cores can give of it: min(CPUCores, Cores −
+	// OtherCPU), what a saturated machine's getrusage shows.
+	CPUUsedCores float64 `json:"cpu_used_cores"`
+	IngestCores  float64 `json:"ingest_cores"`
 	// Utilisation is CPUCores / (Cores − OtherCPU); Saturated when ≥ 1:
 	// the cycle figures are then not simulated (no steady state) and
-	// ingest is what the cores left over serve.
+	// ingest is the offered heartbeats / Utilisation.
 	Utilisation float64 `json:"utilisation"`
 	Saturated   bool    `json:"saturated"`
 	// Full-push cycle (worst case, timed back to back on the busiest
@@ -163,13 +166,12 @@ func Run(p Params, s Scenario) (Result, error) {
 		r.GlobalInboundBytesPerS = float64(fleet) * r.SummaryBytesPerRegion / s.SummaryInterval.Seconds()
 		r.SolveMs = p.Solve.At(float64(fleet))
 	}
+	r.CPUUsedCores = math.Min(r.CPUCores, capacity)
 	if r.Saturated {
-		// What the cores left after the rest serve of the heartbeats.
-		left := math.Max(0, capacity-(r.CPUCores-r.IngestCores))
-		r.IngestHeartbeatsPerS = r.OfferedHeartbeatsPerS
-		if r.IngestCores > 0 {
-			r.IngestHeartbeatsPerS = math.Min(r.OfferedHeartbeatsPerS, left/r.IngestCores*r.OfferedHeartbeatsPerS)
-		}
+		// Processor sharing past saturation: every piece of work is
+		// slowed alike, so each class gets capacity/demand of what it
+		// asks, the heartbeats included; cycle times have no steady state.
+		r.IngestHeartbeatsPerS = r.OfferedHeartbeatsPerS / r.Utilisation
 		r.FullCycleP50Ms, r.FullCycleP99Ms, r.LiveCycleP50Ms, r.LiveCycleP99Ms = math.NaN(), math.NaN(), math.NaN(), math.NaN()
 		return r, nil
 	}

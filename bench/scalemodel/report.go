@@ -130,7 +130,7 @@ func WriteResults(w io.Writer, rs []Result, item4Bytes float64) {
 		}
 		util := fmt.Sprintf("%.2f", r.Utilisation)
 		if r.Saturated {
-			util += fmt.Sprintf(" (saturated: ingest %.0f hb/s)", r.IngestHeartbeatsPerS)
+			util += fmt.Sprintf(" (saturated: ingest %.0f hb/s, %.0f %%)", r.IngestHeartbeatsPerS, 100*r.IngestHeartbeatsPerS/r.OfferedHeartbeatsPerS)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %d | %.0f | %.2f (%.2f) | %.4f | %s | %s / %s | %s / %s | %s | %.0f | %s | %s |\n",
 			cells, regions, s.Topology, machine, s.Cores, r.CellsPerController, r.OfferedHeartbeatsPerS, r.CPUCores, r.IngestCores,
