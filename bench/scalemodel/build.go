@@ -16,8 +16,11 @@ import (
 
 // Options say what Build does with a measured report.
 type Options struct {
-	// Refit fits the constants on the report instead of using Calibrated.
-	Refit bool
+	// Refit fits the constants on the report instead of using Calibrated;
+	// CPUExp > 0 fixes the ingest CPU's exponent of that fit and of the
+	// hold-out's (1: linear).
+	Refit  bool
+	CPUExp float64
 	// NearestRTT is how many peers' RTTs the report's summaries carried
 	// (0: every peer); ProjectNearestRTT the same for the projections.
 	NearestRTT, ProjectNearestRTT int
@@ -100,7 +103,7 @@ func Build(rep *scale.Report, source string, opt Options) (*Report, error) {
 		out.CycleInterval = Duration(time.Duration(ms * float64(time.Millisecond)))
 	}
 	if opt.Refit {
-		p, err := Fit(rep, FitOptions{NearestRTT: opt.NearestRTT})
+		p, err := Fit(rep, FitOptions{NearestRTT: opt.NearestRTT, CPUExp: opt.CPUExp})
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +118,7 @@ func Build(rep *scale.Report, source string, opt Options) (*Report, error) {
 		return nil, err
 	}
 	if opt.HoldoutMaxCells > 0 && opt.HoldoutMaxCells < out.ValidationCells {
-		h, err := Fit(rep, FitOptions{MaxCells: opt.HoldoutMaxCells, NearestRTT: opt.NearestRTT})
+		h, err := Fit(rep, FitOptions{MaxCells: opt.HoldoutMaxCells, NearestRTT: opt.NearestRTT, CPUExp: opt.CPUExp})
 		if err != nil {
 			return nil, fmt.Errorf("scalemodel: hold-out fit on ≤ %d cells: %w", opt.HoldoutMaxCells, err)
 		}

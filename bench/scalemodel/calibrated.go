@@ -1,7 +1,7 @@
 package scalemodel
 
 // CalibratedSource names the runs Calibrated was fitted on.
-const CalibratedSource = "frozen 2026-12-05 from bench/scalemodel/testdata/scale.json: the 19 measured points (10–1,000 cells; 1, 10, 100 regions and flat) " +
+const CalibratedSource = "frozen 2026-12-05 from bench/scalemodel/testdata/scale.json: the 19 measured points (10–1,000 cells; 1, 10, 100 regions and flat; 18 used, one accepted only 89 % of its heartbeats) " +
 	"of two `isobar bench scale` runs on the 2-core AMD EPYC helper machine (go1.26.8, load average 6–8 from other work), " +
 	"started 2026-12-05T11:19:40Z and 11:24:04Z, cells in child processes, heartbeat 500 ms, cycle 100 ms, summary 1 s"
 
@@ -15,9 +15,10 @@ const CalibratedNearestRTT = 0
 // fixture. Values rounded to 6 significant digits.
 func Calibrated() Params {
 	return Params{
-		HeartbeatCPUUs:          228.183,                             // µs per heartbeat, cycles' per-cell share folded in
-		ControllerCPUMsPerS:     1.51177,                             // ms/s per controller
-		ProcessCPUMsPerS:        37.3142,                             // ms/s, the measuring process
+		HeartbeatCPUUs:          274.936,                             // µs per heartbeat at 1,000 hb/s, cycles' per-cell share folded in
+		HeartbeatCPUExp:         0.8,                                 // ingest CPU ∝ rate^0.8 (least residual on the grid; 0.7–1.0 within 3 %)
+		ControllerCPUMsPerS:     1.45396,                             // ms/s per controller
+		ProcessCPUMsPerS:        14.9194,                             // ms/s, the measuring process
 		FullCycle:               Linear{A: 0.0156293, B: 0.00197488}, // ms, linear won over n·log₂n
 		CycleSpread:             1.34246,                             // σ: P99/P50 ≈ 22.7×
 		LiveCycle:               Linear{A: 0.039175, B: 0.0108823},

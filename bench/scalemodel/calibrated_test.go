@@ -37,7 +37,7 @@ func TestCalibratedMatchesFixture(t *testing.T) {
 }
 
 func flatten(p Params) []float64 {
-	return []float64{p.HeartbeatCPUUs, p.ControllerCPUMsPerS, p.ProcessCPUMsPerS, p.FullCycle.A, p.FullCycle.B, p.CycleSpread,
+	return []float64{p.HeartbeatCPUUs, p.HeartbeatCPUExp, p.ControllerCPUMsPerS, p.ProcessCPUMsPerS, p.FullCycle.A, p.FullCycle.B, p.CycleSpread,
 		p.LiveCycle.A, p.LiveCycle.B, p.LiveBuild.A, p.LiveBuild.B, p.PushesPerControllerPerS, p.HeartbeatBytes,
 		p.SummaryBaseBytes, p.SummaryPerRTTBytes, p.Solve.C, p.Solve.P}
 }

@@ -17,6 +17,9 @@ type FitOptions struct {
 	// NearestRTT is how many peers' RTTs the run's summaries carried (0:
 	// every peer, the summaries before issue 26 item 4).
 	NearestRTT int
+	// CPUExp > 0 fixes the ingest CPU's exponent (1: linear in the
+	// heartbeats) instead of fitting it.
+	CPUExp float64
 }
 
 // minIngestFraction: a point whose controllers accepted less than this of
@@ -69,16 +72,18 @@ func usablePoints(rep *scale.Report, opt FitOptions) []fitPoint {
 //     of ln(cycle_p99/cycle_p50)/2.326 (a lognormal's P99/P50).
 //   - PushesPerControllerPerS: the median over points of
 //     live_pushes_per_s / controllers.
-//   - HeartbeatCPUUs, ControllerCPUMsPerS, ProcessCPUMsPerS: non-negative
-//     least squares (unweighted: the large points, which the model must
-//     extrapolate from, count most) of cpu_s_per_s on [ingest hb/s,
-//     controllers, 1], over the points whose cells ran in child processes
-//     (in-process points count the senders too). The live cycles' CPU is
-//     not taken out first: the live means are wall times, stretched by
-//     whatever else the machine runs, and at a fixed interval the cycles'
-//     per-cell work grows with the heartbeats, so it lands in the
-//     per-heartbeat constant (the model takes it back out where a cycle
-//     saturates its goroutine).
+//   - HeartbeatCPUUs, HeartbeatCPUExp, ControllerCPUMsPerS,
+//     ProcessCPUMsPerS: for each α on a 0.05 grid over [0.5, 1]
+//     (opt.CPUExp > 0 fixes it), non-negative least squares (unweighted:
+//     the large points, which the model must extrapolate from, count
+//     most) of cpu_s_per_s on [1000·(ingest hb/s / 1000)ᵅ, controllers,
+//     1]; the α of least residual is kept. Only points whose cells ran in
+//     child processes count (in-process points count the senders too).
+//     The live cycles' CPU is not taken out first: the live means are wall
+//     times, stretched by whatever else the machine runs, and at a fixed
+//     interval the cycles' per-cell work grows with the heartbeats, so it
+//     lands in the heartbeat term (the model takes it back out where a
+//     cycle saturates its goroutine).
 //   - HeartbeatBytes: the mean of heartbeat_bytes.
 //   - SummaryBaseBytes, SummaryPerRTTBytes: least squares of
 //     summary_bytes_per_region on the RTT entries (regions − 1, or
@@ -111,7 +116,7 @@ func Fit(rep *scale.Report, opt FitOptions) (Params, error) {
 	p.PushesPerControllerPerS = median(perPoint(pts, func(q fitPoint) (float64, bool) {
 		return q.f.LivePushesPerS / float64(q.controllers), true
 	}))
-	if err := fitCPU(&p, pts); err != nil {
+	if err := fitCPU(&p, pts, opt.CPUExp); err != nil {
 		return Params{}, err
 	}
 	p.HeartbeatBytes = mean(pts, func(q fitPoint) (float64, bool) { return q.f.HeartbeatBytes, q.f.HeartbeatBytes > 0 })
@@ -169,25 +174,56 @@ func fitSpread(pts []fitPoint) float64 {
 const z99 = 2.326
 
 // fitCPU fits the heartbeat, controller and process CPU.
-func fitCPU(p *Params, pts []fitPoint) error {
-	var x [][]float64
-	var y []float64
+func fitCPU(p *Params, pts []fitPoint, fixedExp float64) error {
+	var use []fitPoint
 	for _, q := range pts {
-		if q.f.CellProcs == 0 || q.f.CPUSPerS <= 0 {
+		if q.f.CellProcs > 0 && q.f.CPUSPerS > 0 {
+			use = append(use, q)
+		}
+	}
+	if len(use) < 3 {
+		return fmt.Errorf("scalemodel: fit cpu: %d points with cells in child processes; need at least 3", len(use))
+	}
+	exps := []float64{fixedExp}
+	if fixedExp <= 0 {
+		exps = nil
+		for i := 0; i <= 10; i++ {
+			exps = append(exps, 0.5+0.05*float64(i))
+		}
+	}
+	bestRSS := math.Inf(1)
+	for _, a := range exps {
+		x, y := make([][]float64, len(use)), make([]float64, len(use))
+		for i, q := range use {
+			x[i] = []float64{RefHeartbeatsPerS * math.Pow(q.f.IngestHeartbeatsPerS/RefHeartbeatsPerS, a), float64(q.controllers), 1}
+			y[i] = q.f.CPUSPerS
+		}
+		b, err := nnlsSubsets(x, y)
+		if err != nil {
 			continue
 		}
-		x = append(x, []float64{q.f.IngestHeartbeatsPerS, float64(q.controllers), 1})
-		y = append(y, q.f.CPUSPerS)
+		if rss := residual(x, y, b); rss < bestRSS {
+			bestRSS = rss
+			p.HeartbeatCPUUs, p.HeartbeatCPUExp, p.ControllerCPUMsPerS, p.ProcessCPUMsPerS = 1e6*b[0], a, 1e3*b[1], 1e3*b[2]
+		}
 	}
-	if len(x) < 3 {
-		return fmt.Errorf("scalemodel: fit cpu: %d points with cells in child processes; need at least 3", len(x))
+	if math.IsInf(bestRSS, 1) {
+		return fmt.Errorf("scalemodel: fit cpu: %w", errSingular)
 	}
-	b, err := nnlsSubsets(x, y)
-	if err != nil {
-		return fmt.Errorf("scalemodel: fit cpu: %w", err)
-	}
-	p.HeartbeatCPUUs, p.ControllerCPUMsPerS, p.ProcessCPUMsPerS = 1e6*b[0], 1e3*b[1], 1e3*b[2]
 	return nil
+}
+
+// residual is Σ (y − x·b)².
+func residual(x [][]float64, y, b []float64) float64 {
+	rss := 0.0
+	for i, row := range x {
+		e := y[i]
+		for j := range row {
+			e -= row[j] * b[j]
+		}
+		rss += e * e
+	}
+	return rss
 }
 
 // fitSummary fits the summary bytes on the RTT entries.

@@ -125,7 +125,7 @@ func (p Params) demand(s Scenario, ctrls int, n float64) (total, ingest float64)
 	hb := float64(s.Cells) / s.HeartbeatInterval.Seconds()
 	cycleRate := 1 / s.CycleInterval.Seconds()
 	uncapped := cycleRate*p.LiveCycle.At(n) + p.PushesPerS(cycleRate)*p.LiveBuild.At(n)
-	ingest = math.Max(0, hb*p.HeartbeatCPUUs/1e6-float64(ctrls)*uncapped/1000)
+	ingest = math.Max(0, p.IngestCores(hb)-float64(ctrls)*uncapped/1000)
 	total = ingest + float64(ctrls)*(p.CycleCPU(n, cycleRate)+p.ControllerCPUMsPerS)/1000
 	if s.IncludeProcess {
 		total += p.ProcessCPUMsPerS / 1000

@@ -71,7 +71,7 @@ func TestPSServerSharesCores(t *testing.T) {
 // synthParams are costs a synthetic report is generated from.
 func synthParams() Params {
 	return Params{
-		HeartbeatCPUUs: 40, ControllerCPUMsPerS: 2, ProcessCPUMsPerS: 15,
+		HeartbeatCPUUs: 40, HeartbeatCPUExp: 0.8, ControllerCPUMsPerS: 2, ProcessCPUMsPerS: 15,
 		FullCycle: Linear{A: 0.02, B: 0.004}, LiveCycle: Linear{A: 0.01, B: 0.001}, LiveBuild: Linear{A: 0.05, B: 0.002},
 		CycleSpread: 0.5, PushesPerControllerPerS: 0.9, HeartbeatBytes: 250,
 		SummaryBaseBytes: 250, SummaryPerRTTBytes: 17, Solve: Power{C: 0.001, P: 1.6},
@@ -96,7 +96,7 @@ func synthReport(p Params) *scale.Report {
 				CycleP50Ms: p.FullCycle.At(n), CycleP99Ms: p.FullCycle.At(n) * math.Exp(z99*p.CycleSpread),
 				LiveProjectionMeanMs: p.LiveCycle.At(n), LiveXDSBuildMeanMs: p.LiveBuild.At(n),
 				LivePushesPerS: float64(ctrls) * p.PushesPerS(10), HeartbeatBytes: p.HeartbeatBytes}
-			f.CPUSPerS = hb*p.HeartbeatCPUUs/1e6 + float64(ctrls)*p.ControllerCPUMsPerS/1e3 + p.ProcessCPUMsPerS/1e3
+			f.CPUSPerS = p.IngestCores(hb) + float64(ctrls)*p.ControllerCPUMsPerS/1e3 + p.ProcessCPUMsPerS/1e3
 			if topo == scale.Hierarchical {
 				s, solve := p.SummaryBytes(ctrls, 0), p.Solve.At(float64(ctrls))
 				f.SummaryBytesPerRegion, f.SolveMs = &s, &solve
@@ -126,6 +126,7 @@ func TestFitRecoversTheCostsItWasGivenAndIgnoresSaturatedPoints(t *testing.T) {
 		}
 	}
 	near("heartbeat µs", got.HeartbeatCPUUs, want.HeartbeatCPUUs)
+	near("heartbeat exponent", got.HeartbeatCPUExp, want.HeartbeatCPUExp)
 	near("controller ms/s", got.ControllerCPUMsPerS, want.ControllerCPUMsPerS)
 	near("process ms/s", got.ProcessCPUMsPerS, want.ProcessCPUMsPerS)
 	near("full cycle b", got.FullCycle.B, want.FullCycle.B)

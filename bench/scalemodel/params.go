@@ -33,12 +33,17 @@ func (p Power) At(x float64) float64 { return p.C * math.Pow(x, p.P) }
 // Params are the model's per-operation costs. Each field's comment says
 // what it is fitted from; Fit holds the rules.
 type Params struct {
-	// HeartbeatCPUUs is the controllers' CPU per accepted heartbeat, in µs,
-	// with the live cycles' share folded in: at a fixed heartbeat and cycle
-	// interval both grow with the cells, and the measured points cannot
-	// tell them apart (stream receive, decode, validate, apply; and the
-	// cycle's per-cell work, while the cycle is linear and unsaturated).
-	HeartbeatCPUUs float64 `json:"heartbeat_cpu_us"`
+	// HeartbeatCPUUs is the controllers' CPU per accepted heartbeat at
+	// RefHeartbeatsPerS, in µs, with the live cycles' share folded in: at
+	// a fixed heartbeat and cycle interval both grow with the cells, and
+	// the measured points cannot tell them apart (stream receive, decode,
+	// validate, apply; and the cycle's per-cell work while the cycle is
+	// unsaturated). HeartbeatCPUExp is α in ingest CPU ∝ rateᵅ: below 1,
+	// a busier process spends less per heartbeat (wake-ups, syscalls and
+	// timers amortised over more work), so the per-heartbeat CPU at rate
+	// r is HeartbeatCPUUs·(r/RefHeartbeatsPerS)^(α−1).
+	HeartbeatCPUUs  float64 `json:"heartbeat_cpu_us"`
+	HeartbeatCPUExp float64 `json:"heartbeat_cpu_exp"`
 	// ControllerCPUMsPerS is one controller's CPU that does not scale with
 	// its cells or heartbeats (timers, summary loop, prober), ms per s.
 	ControllerCPUMsPerS float64 `json:"controller_cpu_ms_per_s"`
@@ -72,6 +77,18 @@ type Params struct {
 	SummaryPerRTTBytes float64 `json:"summary_per_rtt_bytes"`
 	// Solve is optimize.Solve's median time against the region count.
 	Solve Power `json:"solve_ms"`
+}
+
+// RefHeartbeatsPerS is the rate HeartbeatCPUUs is quoted at.
+const RefHeartbeatsPerS = 1000
+
+// IngestCores is the controllers' heartbeat CPU (cycles' share included)
+// at hb heartbeats per second, in cores.
+func (p Params) IngestCores(hb float64) float64 {
+	if hb <= 0 {
+		return 0
+	}
+	return p.HeartbeatCPUUs / 1e6 * RefHeartbeatsPerS * math.Pow(hb/RefHeartbeatsPerS, p.HeartbeatCPUExp)
 }
 
 // SummaryBytes is one region's summary at regions regions, carrying the

@@ -79,7 +79,7 @@ func WriteParams(w io.Writer, p Params) {
 	}
 	fmt.Fprintln(w, "| constant | value |")
 	fmt.Fprintln(w, "|---|---|")
-	fmt.Fprintf(w, "| CPU per heartbeat | %.2f µs |\n", p.HeartbeatCPUUs)
+	fmt.Fprintf(w, "| CPU per heartbeat at %d hb/s (cycles' share folded in) | %.2f µs, × (rate/%d)^(%.2f−1) |\n", RefHeartbeatsPerS, p.HeartbeatCPUUs, RefHeartbeatsPerS, p.HeartbeatCPUExp)
 	fmt.Fprintf(w, "| CPU per controller (fixed) | %.3f ms/s |\n", p.ControllerCPUMsPerS)
 	fmt.Fprintf(w, "| CPU of the measuring process (fixed) | %.2f ms/s |\n", p.ProcessCPUMsPerS)
 	fmt.Fprintf(w, "| full-push cycle, median | %s ms |\n", form(p.FullCycle))

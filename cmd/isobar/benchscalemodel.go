@@ -49,6 +49,7 @@ func newBenchScaleModelCmd(ro *rootOpts) *cobra.Command {
 	fl.StringVar(&f.from, "from", "", "a bench scale scale.json: the measured points to check the model against (required)")
 	fl.StringVar(&f.out, "out", "", "directory for model.json and model.md (required)")
 	fl.BoolVar(&f.opt.Refit, "refit", false, "fit the constants on --from instead of the frozen ones")
+	fl.Float64Var(&f.opt.CPUExp, "cpu-exp", 0, "with --refit and the hold-out: fix the ingest CPU's exponent (1: linear in heartbeats; 0: fitted)")
 	fl.IntVar(&f.opt.NearestRTT, "nearest-rtt", 0, "peers' RTTs the measured run's summaries carried (0: every peer)")
 	fl.IntVar(&f.opt.ProjectNearestRTT, "project-nearest-rtt", 0, "peers' RTTs the projections' summaries carry (0: every peer)")
 	fl.Float64Var(&f.opt.Item4SummaryBytes, "item4-summary-bytes", 475, "also show the global inbound with summaries of this size (issue 26 item 4; 0: not)")
@@ -65,8 +66,8 @@ func runBenchScaleModel(ro *rootOpts, f benchScaleModelFlags) error {
 	if f.from == "" || f.out == "" {
 		return usageError{errors.New("--from FILE and --out DIR are required")}
 	}
-	if len(f.opt.Cells) == 0 || len(f.opt.Regions) == 0 || len(f.opt.Cores) == 0 || f.opt.Horizon <= 0 || f.opt.Seed == 0 {
-		return usageError{errors.New("--cells, --regions and --cores need a value; --horizon and --seed must be > 0")}
+	if len(f.opt.Cells) == 0 || len(f.opt.Regions) == 0 || len(f.opt.Cores) == 0 || f.opt.Horizon <= 0 || f.opt.Seed == 0 || f.opt.CPUExp < 0 || f.opt.CPUExp > 1 {
+		return usageError{errors.New("--cells, --regions and --cores need a value; --horizon and --seed must be > 0; --cpu-exp in [0, 1]")}
 	}
 	rep, err := scalemodel.ReadReport(f.from)
 	if err != nil {
