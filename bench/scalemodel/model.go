@@ -64,6 +64,10 @@ type Result struct {
 	// ingest is the offered heartbeats / Utilisation.
 	Utilisation float64 `json:"utilisation"`
 	Saturated   bool    `json:"saturated"`
+	// CycleOverrun: a live cycle of CellsPerController cells takes its
+	// whole tick or more (one goroutine runs it back to back; ticks are
+	// dropped); the cycle figures are then not simulated either.
+	CycleOverrun bool `json:"cycle_overrun"`
 	// Full-push cycle (worst case, timed back to back on the busiest
 	// controller while the rest runs, as bench scale times it) and the
 	// live cycle (score + project, and the build when it pushes),
@@ -116,17 +120,17 @@ func (s Scenario) validate() error {
 }
 
 // demand is the controllers' CPU demand in cores, and its heartbeats'
-// part. The fitted per-heartbeat CPU holds the live cycles' per-cell work
-// (HeartbeatCPUUs); the cycles' own CPU (CycleCPU) is taken out of it
-// uncapped and added back capped at one core per controller, so the two
-// agree wherever the measured points were (no cycle saturated) and a
-// controller whose cycle overruns its tick costs one core, not more.
+// part. The fitted ingest CPU holds the live cycles' per-cell work
+// (Params.HeartbeatCPUUs), so the demand is that, the controllers' fixed
+// CPU and (IncludeProcess) the process's. The heartbeats' own part, what
+// the simulation's heartbeat jobs cost beside its cycle jobs, is the
+// ingest CPU less the cycles' CPU.
 func (p Params) demand(s Scenario, ctrls int, n float64) (total, ingest float64) {
 	hb := float64(s.Cells) / s.HeartbeatInterval.Seconds()
 	cycleRate := 1 / s.CycleInterval.Seconds()
-	uncapped := cycleRate*p.LiveCycle.At(n) + p.PushesPerS(cycleRate)*p.LiveBuild.At(n)
-	ingest = math.Max(0, p.IngestCores(hb)-float64(ctrls)*uncapped/1000)
-	total = ingest + float64(ctrls)*(p.CycleCPU(n, cycleRate)+p.ControllerCPUMsPerS)/1000
+	lumped := p.IngestCores(hb)
+	ingest = math.Max(0, lumped-float64(ctrls)*p.CycleCPU(n, cycleRate)/1000)
+	total = lumped + float64(ctrls)*p.ControllerCPUMsPerS/1000
 	if s.IncludeProcess {
 		total += p.ProcessCPUMsPerS / 1000
 	}
@@ -167,12 +171,19 @@ func Run(p Params, s Scenario) (Result, error) {
 		r.SolveMs = p.Solve.At(float64(fleet))
 	}
 	r.CPUUsedCores = math.Min(r.CPUCores, capacity)
+	r.CycleOverrun = p.LiveCycle.At(n) >= ms1(s.CycleInterval)
+	if r.Saturated || r.CycleOverrun {
+		r.FullCycleP50Ms, r.FullCycleP99Ms, r.LiveCycleP50Ms, r.LiveCycleP99Ms = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	}
 	if r.Saturated {
 		// Processor sharing past saturation: every piece of work is
 		// slowed alike, so each class gets capacity/demand of what it
 		// asks, the heartbeats included; cycle times have no steady state.
 		r.IngestHeartbeatsPerS = r.OfferedHeartbeatsPerS / r.Utilisation
-		r.FullCycleP50Ms, r.FullCycleP99Ms, r.LiveCycleP50Ms, r.LiveCycleP99Ms = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		return r, nil
+	}
+	if r.CycleOverrun {
+		r.IngestHeartbeatsPerS = r.OfferedHeartbeatsPerS
 		return r, nil
 	}
 	simulate(p, s, ctrls, n, capacity, r.IngestCores/r.OfferedHeartbeatsPerS, &r)

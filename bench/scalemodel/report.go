@@ -129,6 +129,9 @@ func WriteResults(w io.Writer, rs []Result, item4Bytes float64) {
 			}
 		}
 		util := fmt.Sprintf("%.2f", r.Utilisation)
+		if r.CycleOverrun {
+			util += " (cycle overruns its tick)"
+		}
 		if r.Saturated {
 			util += fmt.Sprintf(" (saturated: ingest %.0f hb/s, %.0f %%)", r.IngestHeartbeatsPerS, 100*r.IngestHeartbeatsPerS/r.OfferedHeartbeatsPerS)
 		}
@@ -148,10 +151,16 @@ func WriteBends(w io.Writer, p Params, bends []Bend, cycle time.Duration) {
 		if b.Regions == 0 {
 			topo = "flat"
 		}
-		fmt.Fprintf(w, "| %.0f | %s | %s cells |\n", b.Cores, topo, orBeyond(b.CPUCells))
+		at := orBeyond(b.CPUCells) + " cells"
+		if b.Regions > 0 && b.CPUCells == b.Regions {
+			at = fmt.Sprintf("already at %d cells (one per region: the controllers' fixed CPU)", b.Regions)
+		}
+		fmt.Fprintf(w, "| %.0f | %s | %s |\n", b.Cores, topo, at)
 	}
-	fmt.Fprintf(w, "\nA full-push cycle's median reaches the %v cycle interval at %s cells per controller (one goroutine: more cores do not help). "+
-		"A solve reaches %d ms at %s regions.\n", cycle, orBeyond(p.CycleBendCells(cycle)), SolveTargetMs, orBeyond(p.SolveBendRegions(SolveTargetMs)))
+	live := searchInt(1, 1e8, func(n int) bool { return p.LiveCycle.At(float64(n)) >= ms1(cycle) })
+	fmt.Fprintf(w, "\nOne controller's cycle runs in one goroutine, so more cores do not help it: a live cycle's mean (wall time, as measured) fills the %v tick at %s cells per controller, "+
+		"a full-push cycle's median at %s. A solve reaches %d ms at %s regions.\n",
+		cycle, orBeyond(live), orBeyond(p.CycleBendCells(cycle)), SolveTargetMs, orBeyond(p.SolveBendRegions(SolveTargetMs)))
 }
 
 func orBeyond(n int) string {
