@@ -59,3 +59,35 @@ func TestBuildOnFixture(t *testing.T) {
 		}
 	}
 }
+
+// TestFrozenModelOnTheMeasured10kPoints checks the frozen constants against
+// the measured 10,000-cell run (testdata/scale10k.json, never fitted on):
+// every point saturated the 2-core machine (controllers and senders used
+// ≥ 90 % of it, cells not Ready), and the model must say so at each; the
+// global inbound, bytes × rate, must be within Tolerance of the measured.
+func TestFrozenModelOnTheMeasured10kPoints(t *testing.T) {
+	rep, err := ReadReport("testdata/scale10k.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fit(rep, FitOptions{}); err == nil {
+		t.Error("fitted on points that all saturated the machine")
+	}
+	cs, err := Validate(Calibrated(), rep, 10000, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 4 {
+		t.Fatalf("%d comparisons, want 4", len(cs))
+	}
+	for _, c := range cs {
+		if !c.Saturated {
+			t.Errorf("%d regions %s: the model does not saturate where the machine did", c.Regions, c.Topology)
+		}
+		for _, k := range c.Checks {
+			if k.Figure == "global inbound B/s" && !k.Pass() {
+				t.Errorf("%d regions %s: global inbound model %g, measured %g", c.Regions, c.Topology, k.Model, k.Measured)
+			}
+		}
+	}
+}

@@ -35,13 +35,30 @@ type fitPoint struct {
 	f                  *scale.Figures
 }
 
-// usablePoints are the report's points with window figures that were not
-// saturated, of at most opt.MaxCells cells.
+// machineBusy: a point whose controllers and senders together used this
+// share of the machine's CPUs or more saturated the machine; its CPU and
+// wall times measure the machine's limit and its queues, not the work.
+const machineBusy = 0.9
+
+// saturated says whether a point's figures measure the machine's limit:
+// under minIngestFraction of the offered heartbeats accepted, cells not
+// Ready after the window, or the machine's CPUs machineBusy used.
+func saturated(f *scale.Figures, numCPU int) bool {
+	used := f.CPUSPerS
+	if f.SenderCPUSPerS != nil {
+		used += *f.SenderCPUSPerS
+	}
+	return f.IngestFraction < minIngestFraction || f.NotReadyAfterWindow > 0 ||
+		numCPU > 0 && used >= machineBusy*float64(numCPU)
+}
+
+// usablePoints are the report's points with window figures that did not
+// saturate, of at most opt.MaxCells cells.
 func usablePoints(rep *scale.Report, opt FitOptions) []fitPoint {
 	var out []fitPoint
 	for _, p := range rep.Points {
 		f := p.Figures
-		if p.Skipped != "" || f == nil || f.OfferedHeartbeatsPerS <= 0 || f.IngestFraction < minIngestFraction {
+		if p.Skipped != "" || f == nil || f.OfferedHeartbeatsPerS <= 0 || saturated(f, rep.Machine.NumCPU) {
 			continue
 		}
 		if opt.MaxCells > 0 && p.Cells > opt.MaxCells {
@@ -93,8 +110,10 @@ func usablePoints(rep *scale.Report, opt FitOptions) []fitPoint {
 //     points of ≥ 10 regions (below, a solve is its setup, not its
 //     growth).
 //
-// Points that were skipped, have no figures or accepted under 95 % of
-// the offered heartbeats (saturated) are not used. Fit errs when what is
+// Points that were skipped, have no figures or saturated (accepted under
+// 95 % of the offered heartbeats, had cells not Ready after the window, or
+// used 90 % of the machine's CPUs, controllers and senders together) are
+// not used: their figures are the machine's limit and its queues. Fit errs when what is
 // left cannot determine a constant.
 func Fit(rep *scale.Report, opt FitOptions) (Params, error) {
 	pts := usablePoints(rep, opt)
