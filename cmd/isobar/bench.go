@@ -26,7 +26,7 @@ components, judging the results against stated bounds (soak).`,
 			return usageError{errors.New("bench needs a subcommand: load, paper, scale or soak")}
 		},
 	}
-	cmd.AddCommand(newBenchLoadCmd(ro), newBenchPaperCmd(ro), newBenchScaleCmd(ro), newBenchSoakCmd(ro))
+	cmd.AddCommand(newBenchLoadCmd(ro), newBenchPaperCmd(ro), newBenchScaleCmd(ro), newBenchScaleModelCmd(ro), newBenchSoakCmd(ro))
 	return cmd
 }
 
