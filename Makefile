@@ -31,6 +31,7 @@ FUZZ_TARGETS := \
 	./regional/gossip:FuzzParseKey \
 	./regional/gossip:FuzzDecodeCoordinate \
 	./regional/gossip:FuzzVerifyProof \
+	./bench/scalemodel:FuzzParseReport \
 	./optimize:FuzzSolve \
 	./optimize:FuzzParseInput \
 	./regional:FuzzPlanTable \

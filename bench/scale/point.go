@@ -277,7 +277,7 @@ func (p *point) startControllers(ctx context.Context, sinkAddr string) error {
 			},
 		}
 		if p.spec.topology == Hierarchical {
-			r.sums = &summaryTap{rtt: map[string]time.Duration{}}
+			r.sums = &summaryTap{rtt: map[string]time.Duration{}, coord: tapCoordinate(i)}
 			for j := range n {
 				if j != i {
 					r.sums.rtt[regionName(j)] = time.Duration(rtt[i][j] * float64(time.Millisecond))

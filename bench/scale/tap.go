@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
@@ -93,10 +94,13 @@ func (t *metricTap) read(name string) sample {
 // summaryTap stands in for a controller's gossip member: it captures the
 // summaries the controller's real summary loop builds, reports no peers
 // (so routing stays local-first) and reports the RTT to every other region
-// that a gossip member would have measured, so the summary carries what a
-// real one carries.
+// that a gossip member would have measured and a Vivaldi coordinate of
+// the size a member reports (serf's 8 dimensions), so the summary carries
+// what a real one carries (the builder keeps the RTTs of the nearest
+// regions only, regional.GlobalConfig.NearestRTT).
 type summaryTap struct {
-	rtt map[string]time.Duration
+	rtt   map[string]time.Duration
+	coord *coordinate.Coordinate
 
 	mu    sync.Mutex
 	count int   // summaries captured
@@ -117,6 +121,21 @@ func (s *summaryTap) SetLocalSummary(sm *isobarpb.RegionSummary) error {
 func (s *summaryTap) Summaries() map[string]gossip.PeerSummary { return nil }
 
 func (s *summaryTap) RTT() map[string]time.Duration { return s.rtt }
+
+// Coordinate is the region's network coordinate: every component set, as
+// a member's is once its probes have moved it.
+func (s *summaryTap) Coordinate() *coordinate.Coordinate { return s.coord }
+
+// tapCoordinate is a coordinate with every field non-zero (a zero field
+// would not be encoded, understating the summary's size).
+func tapCoordinate(seed int) *coordinate.Coordinate {
+	c := coordinate.NewCoordinate(coordinate.DefaultConfig())
+	for i := range c.Vec {
+		c.Vec[i] = 0.001 * float64(1+(seed+i)%7)
+	}
+	c.Error, c.Adjustment, c.Height = 0.2, 0.0001, 0.00002
+	return c
+}
 
 // totals are the summaries captured so far, their bytes and the latest.
 func (s *summaryTap) totals() (int, int64, *isobarpb.RegionSummary) {
