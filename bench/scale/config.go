@@ -61,6 +61,11 @@ type Config struct {
 	// the xDS client); DeathTimeout bounds each death and each revival.
 	// Defaults 2 min and 15 s.
 	StartTimeout, DeathTimeout time.Duration
+	// DeltaXDS runs the controllers with LEDS for delta clients
+	// (regional/xds Config.LEDS) and the timing xDS client over delta ADS
+	// (xdsclient.WatchConfig.Delta), so a death sends the dead endpoint,
+	// not the cluster [--xds-delta]. Default false: state-of-the-world.
+	DeltaXDS bool
 	// MaxCells is a ceiling on a point's cells: bigger points are skipped
 	// with the reason [--max-cells]. Default 0: no ceiling but the
 	// machine's (file descriptors).

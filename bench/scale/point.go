@@ -237,7 +237,7 @@ func (p *point) start(ctx context.Context) error {
 	if err := p.startControllers(ctx, sinkAddr); err != nil {
 		return err
 	}
-	if p.watcher, err = xdsclient.NewWatcher(xdsclient.WatchConfig{Server: p.regions[0].ctrl.Addr(), NodeID: "isobar-bench-scale"},
+	if p.watcher, err = xdsclient.NewWatcher(xdsclient.WatchConfig{Server: p.regions[0].ctrl.Addr(), NodeID: "isobar-bench-scale", Delta: p.cfg.DeltaXDS},
 		xdsclient.WatchDeps{Clock: p.clock, Logger: p.log.With("component", "xds-client"),
 			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}); err != nil {
 		return err
@@ -268,6 +268,7 @@ func (p *point) startControllers(ctx context.Context, sinkAddr string) error {
 		rc.Global.SummaryInterval = p.cfg.SummaryInterval
 		rc.Global.IngressAddress = sinkAddr
 		rc.Limits.MaxCells = max(rc.Limits.MaxCells, p.spec.perController()+16)
+		rc.XDS.LEDS = p.cfg.DeltaXDS
 		r := &region{name: name, tap: newMetricTap()}
 		d := regional.Deps{
 			Clock: p.clock, Logger: p.log.With("component", "regional", "region", name), Registerer: r.tap,

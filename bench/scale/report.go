@@ -46,13 +46,15 @@ type ReportConfig struct {
 	SilentDeaths        int     `json:"silent_deaths"`
 	// CellProcs as configured (0: one per 4,000 cells); CellsInProcess:
 	// the cells ran beside the controllers, in one process.
-	CellProcs      int    `json:"cell_procs"`
-	CellsInProcess bool   `json:"cells_in_process"`
-	CycleSamples   int    `json:"cycle_samples"`
-	SolveSamples   int    `json:"solve_samples"`
-	MaxCells       int    `json:"max_cells,omitempty"`
-	FDLimit        uint64 `json:"fd_limit"`
-	Seed           uint64 `json:"seed"`
+	CellProcs      int  `json:"cell_procs"`
+	CellsInProcess bool `json:"cells_in_process"`
+	// DeltaXDS: LEDS for delta clients and a delta timing client.
+	DeltaXDS     bool   `json:"delta_xds,omitempty"`
+	CycleSamples int    `json:"cycle_samples"`
+	SolveSamples int    `json:"solve_samples"`
+	MaxCells     int    `json:"max_cells,omitempty"`
+	FDLimit      uint64 `json:"fd_limit"`
+	Seed         uint64 `json:"seed"`
 }
 
 // Point is one (cells, regions, topology) combination: its figures, or why

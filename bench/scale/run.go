@@ -39,7 +39,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (*Report, error) {
 			HeartbeatIntervalMs: ms(cfg.HeartbeatInterval), TTLMs: ms(cfg.HeartbeatInterval + cfg.TTLGrace),
 			SummaryIntervalMs: ms(cfg.SummaryInterval), CycleIntervalMs: ms(controllerCycle(rc)),
 			WindowMs: ms(cfg.Window), WarmupMs: ms(cfg.Warmup), Deaths: cfg.Deaths, SilentDeaths: cfg.SilentDeaths,
-			CellProcs: cfg.CellProcs, CellsInProcess: deps.CellProcess == nil,
+			CellProcs: cfg.CellProcs, CellsInProcess: deps.CellProcess == nil, DeltaXDS: cfg.DeltaXDS,
 			CycleSamples: cfg.CycleSamples, SolveSamples: cfg.SolveSamples, MaxCells: cfg.MaxCells,
 			FDLimit: fds, Seed: cfg.Seed,
 		},

@@ -339,3 +339,27 @@ func TestFiguresJSONNaN(t *testing.T) {
 		t.Errorf("round trip: %+v, %v", back.Figures, err)
 	}
 }
+
+// TestSmokeDeltaXDS runs one point with LEDS for delta clients and the
+// timing client on delta ADS: the deaths are timed over delta as over
+// state-of-the-world (every death seen, the figures sane).
+func TestSmokeDeltaXDS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := smokeConfig()
+	cfg.Cells, cfg.Regions, cfg.DeltaXDS = []int{20}, []int{1}, true
+	rep, err := Run(ctx, cfg, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Config.DeltaXDS || len(rep.Points) != 2 {
+		t.Fatalf("delta %v, %d points; want delta and 2 points", rep.Config.DeltaXDS, len(rep.Points))
+	}
+	for _, p := range rep.Points {
+		if p.Skipped != "" || p.Error != "" || p.Figures == nil {
+			t.Errorf("point %d/%d %s: skipped %q, error %q", p.Cells, p.Regions, p.Topology, p.Skipped, p.Error)
+			continue
+		}
+		checkFigures(t, p)
+	}
+}

@@ -107,6 +107,7 @@ func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
 	fl.DurationVar(&cfg.SummaryInterval, "summary-interval", time.Second, "each hierarchical controller publishes its summary this often")
 	fl.DurationVar(&cfg.StartTimeout, "start-timeout", 2*time.Minute, "bound on a point's start (every cell Ready and seen by the xDS client)")
 	fl.DurationVar(&cfg.DeathTimeout, "death-timeout", 15*time.Second, "bound on each timed death's removal and each revival")
+	fl.BoolVar(&cfg.DeltaXDS, "xds-delta", false, "controllers serve LEDS to delta clients and the timing xDS client watches over delta ADS (one endpoint's change sends that endpoint)")
 	fl.IntVar(&cfg.MaxCells, "max-cells", 0, "skip points with more cells than this (0: only the machine's limits)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the synthetic signals, phases and optimiser instances")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
