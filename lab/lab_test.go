@@ -179,12 +179,17 @@ func TestLabKillCell(t *testing.T) {
 	defer l.Stop()
 	// Counted, not timed: some load before the kill, then enough requests
 	// started after it for a 0.1 % resolution, however slow the machine.
+	// The kill's cost is a handful of requests at most (those sent in the
+	// milliseconds before the removal reached the data plane whose retry
+	// the budget's minimum concurrency, 3, could not take: 0–2 in runs
+	// under the race detector beside a busy core), not a rate; 3,000
+	// requests after the kill keep two of them within the 0.1 %.
 	awaitOutcomes(t, l, "load before the kill", func(o Outcome) bool { return true }, 300)
 	killed := time.Now()
 	if err := l.KillCell("us-east", 0); err != nil {
 		t.Fatal(err)
 	}
-	awaitOutcomes(t, l, "load after the kill", func(o Outcome) bool { return o.Start.After(killed) }, 1500)
+	awaitOutcomes(t, l, "load after the kill", func(o Outcome) bool { return o.Start.After(killed) }, 3000)
 	l.StopTraffic()
 	var total, ok, inFlight, after, afterOK int
 	failures := map[string]int{}
