@@ -87,26 +87,7 @@ func BenchmarkBuildPinned(b *testing.B) {
 //   - unchanged: the same State again.
 func BenchmarkPush(b *testing.B) {
 	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("one-weight/endpoints=%d", n), func(b *testing.B) {
-			s, err := NewServer(testConfig(), Deps{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Stop()
-			m := fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)
-			st := State{Models: []Model{m}}
-			eps := m.Localities[0].Endpoints
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				i++
-				e := &eps[i%n]
-				e.Weight = e.Weight%100 + 1 // always a different weight
-				if _, err := s.Push(st); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(fmt.Sprintf("one-weight/endpoints=%d", n), func(b *testing.B) { benchOneWeightPush(b, testConfig(), n) })
 		b.Run(fmt.Sprintf("unchanged/endpoints=%d", n), func(b *testing.B) {
 			s, err := NewServer(testConfig(), Deps{})
 			if err != nil {
@@ -154,25 +135,31 @@ func BenchmarkPushLEDS(b *testing.B) {
 			b.Run(fmt.Sprintf("one-weight/leds=%t/endpoints=%d", leds, n), func(b *testing.B) {
 				cfg := testConfig()
 				cfg.LEDS = leds
-				s, err := NewServer(cfg, Deps{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Stop()
-				m := fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)
-				st := State{Models: []Model{m}}
-				eps := m.Localities[0].Endpoints
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					i++
-					e := &eps[i%n]
-					e.Weight = e.Weight%100 + 1
-					if _, err := s.Push(st); err != nil {
-						b.Fatal(err)
-					}
-				}
+				benchOneWeightPush(b, cfg, n)
 			})
+		}
+	}
+}
+
+// benchOneWeightPush times a push of n endpoints in which one endpoint's
+// weight changed, on a server of cfg.
+func benchOneWeightPush(b *testing.B, cfg Config, n int) {
+	s, err := NewServer(cfg, Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Stop()
+	m := fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)
+	st := State{Models: []Model{m}}
+	eps := m.Localities[0].Endpoints
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		e := &eps[i%n]
+		e.Weight = e.Weight%100 + 1 // always a different weight
+		if _, err := s.Push(st); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
