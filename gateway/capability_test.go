@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,5 +211,47 @@ func TestHostPendingWorkHeadProgress(t *testing.T) {
 	h.removePending(a2, t0.Add(2*time.Second))
 	if got := h.pendingWork(t0.Add(2*time.Second), 20000); got != 0 || h.pending.Load() != 0 {
 		t.Errorf("nothing pending: work %d, pending %d", got, h.pending.Load())
+	}
+}
+
+// TestGatewayIsobarHonoursDeclaredContextInPinnedCluster: a residency
+// set's pinned cluster is not split by context class, so --lb isobar's own
+// pick keeps a prompt off an endpoint whose declared max_model_len is
+// shorter (the lab's residency drill leaked one long prompt to a 1,024-token
+// engine this way); short prompts still use that endpoint.
+func TestGatewayIsobarHonoursDeclaredContextInPinnedCluster(t *testing.T) {
+	ups := map[string]*countingUpstream{"short": {}, "full": {}}
+	locs := []xds.Locality{{Region: "r1", Zone: "z1", Weight: 1000, Endpoints: []xds.Endpoint{
+		endpointOf(t, "short", startHTTP(t, ups["short"]), 1, 1024),
+		endpointOf(t, "full", startHTTP(t, ups["full"]), 1, 0),
+	}}}
+	st := xds.State{Models: []xds.Model{{Name: model, Localities: locs,
+		Pinned: []xds.Pinned{{Set: "home", Regions: []string{"r1"}, Localities: locs}}}}}
+	g := unitGateway(t, Config{LB: LBIsobar, NoPrefixAffinity: true,
+		Residency: mustResidency(t, `{"sets": {"home": ["r1"]}, "tenants": {"t": "home"}}`)}, Deps{Rand: newLockedRand(5, 6)})
+	applyState(t, g, st, nil)
+	send := func(promptBytes int) {
+		t.Helper()
+		body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":1}`, model, strings.Repeat("a", promptBytes))
+		req := httptest.NewRequest(http.MethodPost, "http://gw/v1/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(xdscontract.TenantHeader, "t")
+		rec := httptest.NewRecorder()
+		g.handler.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("pinned request of %d bytes: %d %s", promptBytes, rec.Code, rec.Body)
+		}
+	}
+	for range 30 {
+		send(24000) // ~6,000 tokens: above 1024
+	}
+	if n := ups["short"].n.Load(); n != 0 {
+		t.Fatalf("%d long pinned prompts reached the endpoint declaring max_model_len 1024, want 0", n)
+	}
+	for range 30 {
+		send(400)
+	}
+	if ups["short"].n.Load() == 0 {
+		t.Errorf("no short pinned prompt reached the short endpoint: it was dropped altogether")
 	}
 }

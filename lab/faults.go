@@ -158,11 +158,15 @@ func (fi *faultInjector) applyToCells(f adminapi.Fault, heal bool) error {
 			return fmt.Errorf("%w: max_model_len %d: want >= 1", ErrBadFault, f.MaxModelLen)
 		}
 		return fi.eachCell(f, func(r *Region, i int) error {
-			// A replica restarted with another --max-model-len.
+			// A replica restarted with another --max-model-len; healed,
+			// restarted with its configured one (a restart alone keeps
+			// the engine's current limit).
 			if err := r.Engines[i].Restart(); err != nil {
 				return err
 			}
-			if !heal {
+			if heal {
+				r.Engines[i].SetMaxModelLen(0, true)
+			} else {
 				r.Engines[i].SetMaxModelLen(f.MaxModelLen, !f.Silent)
 			}
 			return nil

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/isobar-mesh/isobar/adminapi"
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 	"github.com/isobar-mesh/isobar/internal/eventually"
 	"github.com/isobar-mesh/isobar/sim"
@@ -229,6 +230,23 @@ func TestLabKillCell(t *testing.T) {
 	cv, _ := l.Regions()[0].Ctrl.Registry().View().Cell(CellID("us-east", 0))
 	if cv.State.String() != "failed" {
 		t.Errorf("killed cell is %s", cv.State)
+	}
+	// A healed max_model_len fault gives the engine its configured limit
+	// back: the drills share one lab, and a later drill's long prompts
+	// must not meet the small one.
+	f, err := l.Inject(adminapi.Fault{Kind: adminapi.FaultMaxModelLen, Region: "us-east", Cells: []int{1}, MaxModelLen: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := l.Regions()[0].Engines[1]
+	if len(eng.Faults()) != 1 {
+		t.Fatalf("after the injection the engine reports faults %+v, want the max_model_len one", eng.Faults())
+	}
+	if _, err := l.Heal(f); err != nil {
+		t.Fatal(err)
+	}
+	if fs := eng.Faults(); len(fs) != 0 {
+		t.Errorf("after the heal the engine reports faults %+v, want none", fs)
 	}
 }
 

@@ -35,7 +35,11 @@
 //     the set's own localities (Pinned.Localities, each in a region the
 //     set allows), always present even when empty, with cluster metadata
 //     filter_metadata["isobar"] {"residency": set, "allowed_regions":
-//     [regions]} (MetadataResidency, MetadataAllowedRegions).
+//     [regions]} (MetadataResidency, MetadataAllowedRegions). It is not
+//     split by context class: Envoy may send a long pinned prompt to an
+//     engine of the set whose max_model_len is shorter, which answers
+//     vLLM's 400. isobar's gateway (--lb isobar) keeps a prompt off an
+//     endpoint whose max_model_len metadata is below it in every cluster.
 //     Proxyless gRPC nodes get, per model, an api_listener named after the
 //     model with the route inlined, and the main Clusters and
 //     ClusterLoadAssignments only. grpc-go honours endpoint weights only
