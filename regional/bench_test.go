@@ -31,7 +31,7 @@ type cycleBench struct {
 	loads [2]float64
 }
 
-func newCycleBench(b *testing.B, n int) *cycleBench {
+func newCycleBench(b testing.TB, n int) *cycleBench {
 	cb := &cycleBench{cfg: DefaultConfig("r1"), clock: clockwork.NewFakeClock(), loads: [2]float64{1, 12}}
 	xs, err := xds.NewServer(xds.Config{Region: "r1", Zone: "r1"}, xds.Deps{})
 	if err != nil {
@@ -56,7 +56,7 @@ func newCycleBench(b *testing.B, n int) *cycleBench {
 }
 
 // step moves every cell's load, runs cycle i and pushes what it offered.
-func (cb *cycleBench) step(b *testing.B, i int) {
+func (cb *cycleBench) step(b testing.TB, i int) {
 	for j, hb := range cb.hbs {
 		hb.Signals.QueueDepth = &cb.loads[(i+j)%2]
 	}
@@ -65,6 +65,11 @@ func (cb *cycleBench) step(b *testing.B, i int) {
 	for _, c := range cb.r.cells {
 		c.lastSeen = now
 	}
+	cb.cycle(b, now)
+}
+
+// cycle runs the registry's cycle at now and pushes what it offered.
+func (cb *cycleBench) cycle(b testing.TB, now time.Time) {
 	cb.r.cycle(now)
 	cb.r.pub.mu.Lock()
 	st := cb.r.pub.pending
@@ -109,6 +114,38 @@ func BenchmarkCycleTypical(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				cb.r.cells[cb.hbs[0].CellId].suspect = i%2 == 0
 				cb.step(b, i)
+			}
+		})
+	}
+}
+
+// BenchmarkCycleHeartbeats measures the cycle as the controller runs it:
+// every 100 ms (Projection.MinInterval), with heartbeats every 500 ms, so
+// each cycle sees a new heartbeat (new load signals) from a fifth of the
+// cells, and one cell changes band (a suspect flag), so the cycle pushes.
+// Applying the heartbeats is ingest, not the cycle: it is left out of the
+// timing. BenchmarkCycleTypical, where every cell's load changes every
+// cycle, is the upper bound of the same cycle.
+func BenchmarkCycleHeartbeats(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("cells=%d", n), func(b *testing.B) {
+			cb := newCycleBench(b, n)
+			const every = 5 // heartbeat interval / cycle interval
+			seq := uint64(1)
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				cb.clock.Advance(cb.cfg.Projection.MinInterval)
+				now := cb.clock.Now()
+				seq++
+				for j := i % every; j < n; j += every {
+					hb := heartbeat(cb.hbs[j].CellId, cb.hbs[j].Endpoint, isobarpb.LifecycleState_LIFECYCLE_STATE_READY, seq)
+					hb.Signals.QueueDepth = &cb.loads[(i/every+j)%2]
+					cb.r.applyHeartbeat(now, hb)
+				}
+				cb.r.cells[cb.hbs[0].CellId].suspect = i%2 == 0
+				b.StartTimer()
+				cb.cycle(b, now)
 			}
 		})
 	}

@@ -122,7 +122,7 @@ func newHTTPHandler(reg *Registry, routes func() *RouteTable, sc score.Config, g
 			Cells []CellDebug `json:"cells"`
 		}{At: v.At, Cycle: v.Cycle, Cells: make([]CellDebug, 0, len(v.Cells))}
 		for _, cv := range v.Cells {
-			out.Cells = append(out.Cells, debugCell(cv, sc))
+			out.Cells = append(out.Cells, debugCell(*cv, sc))
 		}
 		writeJSON(w, http.StatusOK, out)
 	})

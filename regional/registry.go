@@ -17,6 +17,7 @@ import (
 	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
+	"github.com/isobar-mesh/isobar/regional/score"
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
 
@@ -65,8 +66,26 @@ type probeResult struct {
 
 // cell is the registry's record of one cell. Owned by the registry loop.
 type cell struct {
-	id         string
-	hb         *isobarpb.CellHeartbeat
+	id string
+	viewIn
+	// clamped: the last heartbeat carried signals beyond their bounds.
+	clamped bool
+	// leftLBAt is when the cell stopped being eligible for traffic; the
+	// failover histogram measures from here to the push that removed it.
+	leftLBAt time.Time
+	// pub is the cell's view in the last published View (never modified:
+	// Views share it), built from pubIn; pubCell is the mapping's input
+	// made of it with the data plane window it was scored with. A cycle
+	// whose viewIn and window are unchanged reuses all three.
+	pub     *CellView
+	pubIn   viewIn
+	pubCell cycle.Cell
+}
+
+// viewIn is everything of a cell its view is made of: a cycle compares
+// it with the last published one's to reuse the view and its score.
+type viewIn struct {
+	hb         *isobarpb.CellHeartbeat // replaced, never modified, per heartbeat
 	state      lifecycle.State
 	stateSince time.Time
 	reason     string
@@ -76,15 +95,10 @@ type cell struct {
 	jitter     time.Duration
 	rttOK      bool
 	conflict   bool
-	// clamped: the last heartbeat carried signals beyond their bounds.
-	clamped bool
 	// skew is sent_at minus the receive time of the last heartbeat
 	// (skewKnown when it carried one); skewed: beyond MaxClockSkew.
 	skew              time.Duration
 	skewKnown, skewed bool
-	// leftLBAt is when the cell stopped being eligible for traffic; the
-	// failover histogram measures from here to the push that removed it.
-	leftLBAt time.Time
 	// suspect: the stream that delivered the last heartbeat broke without
 	// a Terminated report (the agent process died, or its host or link
 	// did). The cell keeps its lifecycle state but gets weight 0 until a
@@ -110,6 +124,7 @@ type Registry struct {
 	// Loop-owned state.
 	cells      map[string]*cell
 	ids        []string
+	order      []*cell // the cells of ids, in the same order
 	idsDirty   bool
 	byEndpoint map[string]string
 	cycles     uint64
@@ -124,11 +139,14 @@ type Registry struct {
 	budgets    map[string]float64       // retry budget per model (retrybudget.go)
 	poolUtil   map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
 	cycleCells []cycle.Cell             // the cycle's input buffer, reused (cellViews)
-	dpCells    map[string]*dpWindow     // data-plane errors per cell
-	dpDemand   map[string]*dpWindow     // ingress demand per data plane and model
-	warm       warmHold                 // the warm start's hold (warmstart.go)
-	offered    map[string]bool          // models of the last offered state
-	remoteOnly map[string]bool          // of those, the ones with no local locality
+	cycleKnown []bool                   // which of cycleCells' scores still hold, reused
+	mapped     []projection.Cell        // the mapping's output buffers, reused (cycle.MapKnown)
+	scores     []score.Result
+	dpCells    map[string]*dpWindow // data-plane errors per cell
+	dpDemand   map[string]*dpWindow // ingress demand per data plane and model
+	warm       warmHold             // the warm start's hold (warmstart.go)
+	offered    map[string]bool      // models of the last offered state
+	remoteOnly map[string]bool      // of those, the ones with no local locality
 	warmM      *warmMetrics
 	saver      *warmSaver // written by the publisher goroutine only
 	settled    atomic.Bool
@@ -380,7 +398,8 @@ func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) boo
 		if !r.admitNewCell(hb) {
 			return false
 		}
-		c = &cell{id: hb.GetCellId(), stateSince: now}
+		c = &cell{id: hb.GetCellId()}
+		c.stateSince = now
 		r.cells[c.id] = c
 		r.idsDirty = true
 	}
@@ -538,10 +557,16 @@ func (r *Registry) cycle(now time.Time) {
 	start := time.Now() // wall time for the cost metric, not for logic
 	r.cycles++
 	r.refreshIDs()
-	views, cells := r.cellViews(now)
-	pcells, results := cycle.Map(r.cfg.Score, cells)
+	views, cells, known := r.cellViews(now)
+	pcells, results := cycle.MapKnown(r.cfg.Score, cells, func(i int) (score.Result, bool) {
+		if !known[i] {
+			return score.Result{}, false
+		}
+		return r.order[i].pub.Score, true
+	}, r.mapped, r.scores)
+	r.mapped, r.scores = pcells, results
 	d := r.proj.Project(now, pcells)
-	cycle.Annotate(views, results, d.Weights) // same order as pcells; views are this cycle's own
+	r.annotate(views, cells, known, results, d.Weights)
 	r.noteRemovals(views)
 	for _, id := range d.NewTrips {
 		r.metrics.penaltyTrips.Inc()
@@ -569,28 +594,62 @@ func (r *Registry) refreshIDs() {
 	slices.Sort(r.ids)
 	r.idsDirty = false
 	r.index = make(map[string]int, len(r.ids))
+	r.order = r.order[:0]
 	for i, id := range r.ids {
 		r.index[id] = i
+		r.order = append(r.order, r.cells[id])
 	}
 }
 
-// cellViews returns, in id order, each cell's view (without score and
-// weight) and its input to the mapping.
-func (r *Registry) cellViews(now time.Time) ([]CellView, []cycle.Cell) {
-	// views are published with the cycle's view, so they are new each
-	// cycle; cells are the registry's own, their buffer reused.
-	views := make([]CellView, len(r.ids))
-	cells := slices.Grow(r.cycleCells[:0], len(r.ids))[:len(r.ids)]
-	for i, id := range r.ids {
-		c := r.cells[id]
-		v := &views[i]
-		*v = c.view()
-		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, id)
-		cells[i] = cycle.FromView(*v, cycle.ErrorWindow{Rate: dpRate, Requests: dpReq, OK: dpOK})
-		cells[i].Utilisation = r.poolUtil[v.Model]
+// cellViews returns, in id order, each cell's view (without this cycle's
+// score and weight), its input to the mapping, and whether its last score
+// still holds. A cell whose viewIn is what its last published view was
+// made of keeps that view (shared, not copied) and its mapping input; its
+// score holds too when the data plane's error window is also unchanged.
+// So a cycle builds views and scores only for the cells that changed.
+func (r *Registry) cellViews(now time.Time) ([]*CellView, []cycle.Cell, []bool) {
+	n := len(r.order)
+	views := make([]*CellView, n) // published with the cycle's View
+	cells := slices.Grow(r.cycleCells[:0], n)[:n]
+	known := slices.Grow(r.cycleKnown[:0], n)[:n]
+	var model string
+	var util float64
+	for i, c := range r.order {
+		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, c.id)
+		dp := cycle.ErrorWindow{Rate: dpRate, Requests: dpReq, OK: dpOK}
+		if c.pub != nil && c.viewIn == c.pubIn {
+			views[i], cells[i] = c.pub, c.pubCell
+			known[i] = c.pubCell.DataPlane == dp
+			cells[i].DataPlane = dp
+		} else {
+			v := c.view()
+			views[i], cells[i], known[i] = &v, cycle.FromView(v, dp), false
+		}
+		if m := views[i].Model; i == 0 || m != model {
+			model, util = m, r.poolUtil[m] // cells of one model mostly come in runs
+		}
+		cells[i].Utilisation = util
 	}
-	r.cycleCells = cells
-	return views, cells
+	r.cycleCells, r.cycleKnown = cells, known
+	return views, cells, known
+}
+
+// annotate sets each of views (the cycle's, in id order) to its cell's
+// view with this cycle's score and weight (cycle.Annotated: a view that
+// changed is copied, never modified) and records it as the cell's
+// published view, with the mapping input it was scored from.
+func (r *Registry) annotate(views []*CellView, cells []cycle.Cell, known []bool, results []score.Result, weights []projection.Weight) {
+	for i, c := range r.order {
+		fresh := views[i] != c.pub
+		views[i] = cycle.Annotated(views[i], results[i], weights[i], fresh)
+		c.pub = views[i]
+		if fresh {
+			c.pubIn = c.viewIn
+		}
+		if fresh || !known[i] {
+			c.pubCell = cells[i] // else the same but for Utilisation, set each cycle
+		}
+	}
 }
 
 // view is c as a CellView, without score and weight.
@@ -610,7 +669,7 @@ func (c *cell) view() CellView {
 
 // noteRemovals queues, for the failover histogram, the cells that left
 // the load balancer and have now lost the weight they were last pushed.
-func (r *Registry) noteRemovals(views []CellView) {
+func (r *Registry) noteRemovals(views []*CellView) {
 	for i := range views {
 		if views[i].Weight.Published != 0 {
 			continue
@@ -628,7 +687,7 @@ func (r *Registry) noteRemovals(views []CellView) {
 // asks for one (push), the routes changed, a round trip drifted
 // (cycle.Drifted, looked at most every cycle.PlacementRepush) or the warm
 // start's hold ends, and records what it offered.
-func (r *Registry) offerIfDue(now time.Time, views []CellView, push bool) {
+func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
 	push = push || r.routesNew
 	var rtts map[string]time.Duration
 	if push || now.Sub(r.lastOffer) >= cycle.PlacementRepush {

@@ -426,7 +426,7 @@ func TestRegistryScoresWithTheCycleMapping(t *testing.T) {
 	v := f.reg.View()
 	cells := make([]cycle.Cell, len(v.Cells))
 	for i, c := range v.Cells {
-		cells[i] = cycle.FromView(c, cycle.ErrorWindow{})
+		cells[i] = cycle.FromView(*c, cycle.ErrorWindow{})
 	}
 	_, results := cycle.Map(f.reg.cfg.Score, cells)
 	for i, c := range v.Cells {

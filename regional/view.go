@@ -13,8 +13,10 @@ type View struct {
 	// At is when the cycle ran; Cycle counts cycles.
 	At    time.Time
 	Cycle uint64
-	// Cells sorted by ID.
-	Cells []CellView
+	// Cells sorted by ID. A cell whose view did not change since the
+	// previous cycle is the same pointer as in the previous View: views
+	// are shared between Views and never modified once published.
+	Cells []*CellView
 	// Demand is the ingress demand per model (requests/s) reported by the
 	// region's data planes over the window; nil when none reports.
 	Demand map[string]float64
@@ -34,7 +36,7 @@ func (v *View) Cell(id string) (CellView, bool) {
 	if !ok {
 		return CellView{}, false
 	}
-	return v.Cells[i], true
+	return *v.Cells[i], true
 }
 
 // CellView is one cell as the controller sees it (regional/cycle).
@@ -45,7 +47,7 @@ type SourceView = cycle.SourceView
 
 // newView wraps cells, which must be sorted by ID. index maps ID → position
 // and may be shared between views with the same cells; nil builds one.
-func newView(at time.Time, n uint64, cells []CellView, index map[string]int) *View {
+func newView(at time.Time, n uint64, cells []*CellView, index map[string]int) *View {
 	if index == nil {
 		index = make(map[string]int, len(cells))
 		for i, c := range cells {

@@ -394,7 +394,7 @@ func (r *Registry) beginWarmStart(now time.Time) {
 // the push must still be held back; release is true in the cycle that
 // ends the hold, or lets the models kept since the start go (that cycle
 // pushes whatever the projection says).
-func (r *Registry) warmCycle(now time.Time, views []CellView) (hold, release bool) {
+func (r *Registry) warmCycle(now time.Time, views []*CellView) (hold, release bool) {
 	h := &r.warm
 	for _, v := range views {
 		if h.models[v.Model] {
@@ -466,7 +466,7 @@ func (r *Registry) Settled() bool { return r.settled.Load() }
 
 // noteDropped logs and counts every model of the previous offer missing
 // from st, with its reason.
-func (r *Registry) noteDropped(views []CellView, st xds.State) {
+func (r *Registry) noteDropped(views []*CellView, st xds.State) {
 	next := make(map[string]bool, len(st.Models))
 	for _, m := range st.Models {
 		next[m.Name] = true

@@ -84,7 +84,7 @@ func cycleCost(ctx context.Context, region string, view *regional.View, samples 
 func cycleInputs(view *regional.View) [][2]cycle.Cell {
 	inputs := make([][2]cycle.Cell, len(view.Cells))
 	for i, c := range view.Cells {
-		own := cycle.FromView(c, cycle.ErrorWindow{})
+		own := cycle.FromView(*c, cycle.ErrorWindow{})
 		hot := own
 		r := &hot.Reading
 		r.QueueDepth, r.Running, r.TTFTP95 = score.Some(64), score.Some(64), score.Some(5)

@@ -1,6 +1,8 @@
 package cycle
 
 import (
+	"slices"
+
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
@@ -71,16 +73,35 @@ func ScoreInput(c Cell) score.Input {
 // also sees failures the engine never counts (connect failures, resets,
 // timeouts).
 func Map(scorer score.Config, cells []Cell) ([]projection.Cell, []score.Result) {
+	return MapKnown(scorer, cells, nil, nil, nil)
+}
+
+// MapKnown is Map where known, when not nil, gives for each cell (same
+// order) a score already computed from the same ScoreInput, which is used
+// instead of scoring it again (score.Config.Score is a pure function of
+// its input): the registry passes the scores of the cells whose heartbeat,
+// probe and data plane window did not change since the last cycle. The
+// results are written into pcells and results when they have the room
+// (their contents are overwritten), so that a caller that cycles reuses
+// them.
+func MapKnown(scorer score.Config, cells []Cell, known func(i int) (score.Result, bool),
+	pcells []projection.Cell, results []score.Result) ([]projection.Cell, []score.Result) {
 	longest := map[string]uint32{}
 	for i := range cells {
 		c := &cells[i]
 		longest[c.Model] = max(longest[c.Model], c.MaxModelLen)
 	}
-	pcells := make([]projection.Cell, len(cells))
-	results := make([]score.Result, len(cells))
+	pcells = slices.Grow(pcells[:0], len(cells))[:len(cells)]
+	results = slices.Grow(results[:0], len(cells))[:len(cells)]
 	for i := range cells {
 		c := &cells[i]
-		res := scorer.Score(ScoreInput(*c))
+		res, ok := score.Result{}, false
+		if known != nil {
+			res, ok = known(i)
+		}
+		if !ok {
+			res = scorer.Score(ScoreInput(*c))
+		}
 		results[i] = res
 		pcells[i] = projectionCell(c, res, longest[c.Model])
 	}
@@ -109,41 +130,52 @@ func projectionCell(c *Cell, res score.Result, longest uint32) projection.Cell {
 	return pc
 }
 
-// Scored returns views with each one's score (results, in the same
-// order) and Fallback: the scorer fell back, or a telemetry source is
+// Scored returns copies of views with each one's score (results, in the
+// same order) and Fallback: the scorer fell back, or a telemetry source is
 // down.
-func Scored(views []CellView, results []score.Result) []CellView {
-	out := make([]CellView, len(views))
+func Scored(views []*CellView, results []score.Result) []*CellView {
+	out := make([]*CellView, len(views))
 	for i, v := range views {
-		v.Score = results[i]
-		v.Fallback = results[i].Fallback || !v.DCGM.OK || !v.VLLM.OK
-		out[i] = v
+		c := *v
+		c.Score = results[i]
+		c.Fallback = fallback(&c, results[i])
+		out[i] = &c
 	}
 	return out
 }
 
-// Annotate sets, in views itself, what Scored and Weighted return copies
-// with: each view's score and Fallback (results) and its projected weight
-// (weights), both in the order of views. For a caller that owns views (the
-// registry builds them afresh each cycle): at 10,000 cells the two copies
-// cost more than scoring them.
-func Annotate(views []CellView, results []score.Result, weights []projection.Weight) {
-	for i := range views {
-		v := &views[i]
-		v.Score = results[i]
-		v.Fallback = results[i].Fallback || !v.DCGM.OK || !v.VLLM.OK
-		v.Weight = weights[i]
+// fallback is a view's Fallback for its score res: the scorer fell back,
+// or a telemetry source is down.
+func fallback(v *CellView, res score.Result) bool { return res.Fallback || !v.DCGM.OK || !v.VLLM.OK }
+
+// Annotated returns v with its score res, Fallback and projected weight
+// w. Views are shared between cycles and never modified once published:
+// when v already holds them it is returned as is; when own (v is the
+// caller's, not yet published) it is set in place; otherwise a copy is.
+// The registry keeps a cell's view this way across cycles, so that a cycle
+// allocates only the views of the cells that changed.
+func Annotated(v *CellView, res score.Result, w projection.Weight, own bool) *CellView {
+	fb := fallback(v, res)
+	if v.Score == res && v.Weight == w && v.Fallback == fb {
+		return v
 	}
+	if !own {
+		c := *v
+		v = &c
+	}
+	v.Score, v.Weight, v.Fallback = res, w, fb
+	return v
 }
 
-// Weighted returns views with each one's projected weight (weights, in
-// the same order: projection.Decision.Weights for the cells Map made of
-// them).
-func Weighted(views []CellView, weights []projection.Weight) []CellView {
-	out := make([]CellView, len(views))
+// Weighted returns copies of views with each one's projected weight
+// (weights, in the same order: projection.Decision.Weights for the cells
+// Map made of them).
+func Weighted(views []*CellView, weights []projection.Weight) []*CellView {
+	out := make([]*CellView, len(views))
 	for i, v := range views {
-		v.Weight = weights[i]
-		out[i] = v
+		c := *v
+		c.Weight = weights[i]
+		out[i] = &c
 	}
 	return out
 }

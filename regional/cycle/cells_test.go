@@ -64,14 +64,15 @@ func TestMapContextShareAndExclusion(t *testing.T) {
 // BuildState reads its arguments only: the same views give the same
 // offer, and the views are left as they were.
 func TestBuildStateIsPure(t *testing.T) {
-	views := []CellView{
+	vals := []CellView{
 		{ID: "a", Endpoint: "10.0.0.1:8000", Model: "m", State: lifecycle.Ready, RTT: time.Millisecond, RTTOK: true,
 			Weight: projection.Weight{Published: 100}},
 		{ID: "b", Endpoint: "10.0.0.2:8000", Model: "m", State: lifecycle.Ready, RTT: 30 * time.Millisecond, RTTOK: true,
 			Weight: projection.Weight{Published: 50}},
 		{ID: "c", Endpoint: "10.0.0.3:8000", Model: "m", State: lifecycle.Failed},
 	}
-	before := append([]CellView(nil), views...)
+	before := append([]CellView(nil), vals...)
+	views := ptrs(vals)
 	p := Params{Region: "r1", Zone: "z", RTTs: map[string]time.Duration{"r2": 40 * time.Millisecond},
 		Routes: &Routes{Models: map[string]ModelRoutes{"m": {Routes: map[string]float64{"r1": 0.7, "r2": 0.3}}},
 			Ingress: map[string]string{"r2": "10.1.0.1:443"}}}
@@ -79,7 +80,7 @@ func TestBuildStateIsPure(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("two calls, two offers:\n%+v\n%+v", a, b)
 	}
-	if !reflect.DeepEqual(views, before) {
+	if !reflect.DeepEqual(vals, before) {
 		t.Fatal("BuildState changed its views")
 	}
 	if a.Weights["a"] != 100 || a.Weights["b"] != 50 || len(a.Weights) != 2 {
@@ -94,4 +95,13 @@ func TestBuildStateIsPure(t *testing.T) {
 	if Drifted(a.Placement, Weighted(views, []projection.Weight{{Published: 100}, {Published: 50}, {}}), p.RTTs) {
 		t.Error("the placement just offered drifted")
 	}
+}
+
+// ptrs returns pointers to each of vals (the views' shared form).
+func ptrs(vals []CellView) []*CellView {
+	out := make([]*CellView, len(vals))
+	for i := range vals {
+		out[i] = &vals[i]
+	}
+	return out
 }

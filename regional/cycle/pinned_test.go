@@ -21,9 +21,9 @@ func pinTestSets(string) []Set {
 	}
 }
 
-func pinTestViews() []CellView {
-	return []CellView{{ID: "a", Endpoint: "10.0.0.1:8000", Model: "m", State: lifecycle.Ready,
-		Weight: projection.Weight{Published: 100}}}
+func pinTestViews() []*CellView {
+	return ptrs([]CellView{{ID: "a", Endpoint: "10.0.0.1:8000", Model: "m", State: lifecycle.Ready,
+		Weight: projection.Weight{Published: 100}}})
 }
 
 // every region has an ingress; r4 is the nearest and allowed by no set.
@@ -72,7 +72,7 @@ func TestPinnedLocalitiesStayInTheirRegions(t *testing.T) {
 	cases := []struct {
 		name             string
 		routes           *Routes
-		views            []CellView
+		views            []*CellView
 		home, away, none []string
 		gossip           map[string]string
 	}{

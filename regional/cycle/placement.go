@@ -43,10 +43,10 @@ func RemoteKey(region string) string { return "region/" + region }
 // LocalPlacement returns the local locality's round trip, the medians of
 // the probed RTTs and jitters of the cells in the load balancer (zero when
 // none is probed), and the cells whose round trip stands apart from it.
-func LocalPlacement(views []CellView) (loc Place, apart map[string]Place) {
+func LocalPlacement(views []*CellView) (loc Place, apart map[string]Place) {
 	var rtts, jitters []time.Duration
 	for i := range views {
-		if v := &views[i]; v.Weight.Published > 0 && v.RTTOK {
+		if v := views[i]; v.Weight.Published > 0 && v.RTTOK {
 			rtts, jitters = append(rtts, v.RTT), append(jitters, v.Jitter)
 		}
 	}
@@ -55,7 +55,7 @@ func LocalPlacement(views []CellView) (loc Place, apart map[string]Place) {
 	}
 	loc = Place{median(rtts), median(jitters)}
 	for i := range views {
-		v := &views[i]
+		v := views[i]
 		if c := (Place{v.RTT, v.Jitter}); v.Weight.Published > 0 && v.RTTOK && standsApart(c, loc) {
 			if apart == nil {
 				apart = map[string]Place{}
@@ -84,13 +84,13 @@ func standsApart(c, loc Place) bool {
 // the remote regions (rtts), moved materially (RTTDrifted) from sent, the
 // last offered: the local locality's, a cell's that stands apart (or
 // stopped or started to), a remote region's.
-func Drifted(sent Placement, views []CellView, rtts map[string]time.Duration) bool {
+func Drifted(sent Placement, views []*CellView, rtts map[string]time.Duration) bool {
 	loc, apart := LocalPlacement(views)
 	if got := sent[LocalKey]; RTTDrifted(got.RTT, loc.RTT) || RTTDrifted(got.Jitter, loc.Jitter) {
 		return true
 	}
 	for i := range views {
-		v := &views[i]
+		v := views[i]
 		if v.Weight.Published == 0 {
 			continue
 		}

@@ -32,21 +32,21 @@ func TestLocalPlacement(t *testing.T) {
 		return v
 	}
 	us := time.Microsecond
-	loc, apart := LocalPlacement([]CellView{
+	loc, apart := LocalPlacement(ptrs([]CellView{
 		cell("a", 100*us, 20*us, true, 100),
 		cell("b", 250*us, 100*us, true, 100),
 		cell("c", 1600*us, 1200*us, true, 100), // a noisy spike, within its jitter
 		cell("d", 9*time.Millisecond, 200*us, true, 100),
 		cell("e", 300*us, 50*us, false, 100),       // not probed
 		cell("f", 40*time.Millisecond, 0, true, 0), // not in the load balancer
-	})
+	}))
 	if loc != (Place{250 * us, 100 * us}) {
 		t.Errorf("locality %+v, want the lower medians 250µs and 100µs", loc)
 	}
 	if len(apart) != 1 || apart["d"] != (Place{9 * time.Millisecond, 200 * us}) {
 		t.Errorf("cells apart %+v, want d alone", apart)
 	}
-	if loc, apart := LocalPlacement([]CellView{cell("e", 300*us, 0, false, 100)}); loc != (Place{}) || apart != nil {
+	if loc, apart := LocalPlacement(ptrs([]CellView{cell("e", 300*us, 0, false, 100)})); loc != (Place{}) || apart != nil {
 		t.Errorf("no probed cell: %+v %+v", loc, apart)
 	}
 }

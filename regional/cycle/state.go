@@ -81,9 +81,9 @@ type Offer struct {
 // locality its cells' round trip (a cell whose own stands apart carries
 // it: LocalPlacement) and each remote locality the round trip to its
 // region (p.RTTs).
-func BuildState(p Params, views []CellView) Offer {
+func BuildState(p Params, views []*CellView) Offer {
 	b := stateBuilder{p: p, byModel: map[string]*xds.Model{}, local: map[string]*xds.Locality{}, own: map[string][]xds.Locality{},
-		offer: Offer{Weights: map[string]uint32{}, Placement: Placement{}}}
+		offer: Offer{Weights: make(map[string]uint32, len(views)), Placement: Placement{}}}
 	// After a restart, the models the data planes were last given stay
 	// until a cell of theirs registers or ForgetAfter passes.
 	for m := range p.Kept {
@@ -115,15 +115,19 @@ func (b *stateBuilder) model(name string) *xds.Model {
 
 // addLocal adds the models of views and, per model, the local locality of
 // the views with a published weight.
-func (b *stateBuilder) addLocal(views []CellView) {
+func (b *stateBuilder) addLocal(views []*CellView) {
 	localRTT, apart := LocalPlacement(views)
 	b.offer.Placement[LocalKey] = localRTT
+	// Cells of one model mostly come in runs: the last model's locality
+	// is looked up once per run, not once per cell.
+	var lastModel string
+	var l *xds.Locality
 	for _, v := range views {
 		// A model stays routable while any of its cells is known (not
 		// terminated), even with no endpoint left: callers then get "no
 		// healthy upstream" (retryable), and remote localities can still
 		// serve it, instead of the model vanishing from the routes.
-		if v.Model != "" && v.State != lifecycle.Terminated {
+		if v.Model != "" && v.State != lifecycle.Terminated && (l == nil || v.Model != lastModel) {
 			b.model(v.Model)
 		}
 		if v.Weight.Published == 0 {
@@ -134,11 +138,8 @@ func (b *stateBuilder) addLocal(views []CellView) {
 			continue // validated on receipt; unreachable
 		}
 		port, _ := strconv.ParseUint(portStr, 10, 32)
-		l := b.local[v.Model]
-		if l == nil {
-			l = &xds.Locality{Region: b.p.Region, Zone: b.p.Zone, Weight: LocalityScale, RTT: localRTT.RTT, Jitter: localRTT.Jitter}
-			b.local[v.Model] = l
-			b.model(v.Model)
+		if l == nil || v.Model != lastModel {
+			lastModel, l = v.Model, b.localityOf(v.Model, localRTT, len(views))
 		}
 		ep := xds.Endpoint{
 			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
@@ -152,6 +153,23 @@ func (b *stateBuilder) addLocal(views []CellView) {
 		l.Endpoints = append(l.Endpoints, ep)
 		b.offer.Weights[v.ID] = v.Weight.Published
 	}
+}
+
+// localityOf returns model's local locality, made on its first use; the
+// first one made has room for n endpoints (the cells there are: most
+// regions serve one model), the others grow.
+func (b *stateBuilder) localityOf(model string, localRTT Place, n int) *xds.Locality {
+	l := b.local[model]
+	if l == nil {
+		if len(b.local) > 0 {
+			n = 0
+		}
+		l = &xds.Locality{Region: b.p.Region, Zone: b.p.Zone, Weight: LocalityScale, RTT: localRTT.RTT, Jitter: localRTT.Jitter,
+			Endpoints: make([]xds.Endpoint, 0, n)}
+		b.local[model] = l
+		b.model(model)
+	}
+	return l
 }
 
 // addRemote applies the routes: the local locality's weight per model,

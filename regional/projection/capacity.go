@@ -27,15 +27,16 @@ type poolLoad struct {
 // count cap MaxHeldPercent compares the two) and per pool, into p.pool.
 func (p *Projector) pools(cells []Cell) (held, ready int) {
 	clear(p.pool)
-	for _, c := range cells {
-		pl := p.pool[c.Pool]
-		if pl == nil {
-			pl = &poolLoad{}
-			p.pool[c.Pool] = pl
+	var pl *poolLoad
+	for i, c := range cells {
+		if pl == nil || c.Pool != cells[i-1].Pool {
+			if pl = p.pool[c.Pool]; pl == nil {
+				pl = &poolLoad{}
+				p.pool[c.Pool] = pl
+			}
 		}
 		pl.u = max(pl.u, c.Utilisation)
-		st := p.cells[c.ID]
-		penalised := st != nil && st.pen.phase != phaseClear
+		penalised := p.states[i].pen.phase != phaseClear
 		if penalised {
 			held++
 		}

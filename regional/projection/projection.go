@@ -256,9 +256,15 @@ type Projector struct {
 	gen      uint64
 	targets  []target
 	pool     map[string]*poolLoad // per pool, rebuilt each projection
+	// states holds the state of each cell of the current projection, in
+	// its order; prev the last projection's. A cell at the same position
+	// as last time is found there without a map lookup (at 10,000 cells
+	// the three lookups per cell were a fifth of the projection).
+	states, prev []*cellState
 }
 
 type cellState struct {
+	id         string
 	gen        uint64 // projection that last saw the cell
 	published  uint32
 	degraded   bool // as published
@@ -292,6 +298,7 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	var d Decision
 	d.Weights = make([]Weight, 0, len(cells))
 	p.gen++
+	p.resolve(cells)
 	targets, urgentReason, driftReason := p.evaluate(now, cells, &d)
 	p.targets = targets
 	if r := p.forgetRemoved(); urgentReason == "" {
@@ -308,9 +315,27 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 		p.lastPush, p.pushed = now, true
 	}
 	for i, c := range cells {
-		d.Weights = append(d.Weights, p.weight(c, targets[i], d.Push))
+		d.Weights = append(d.Weights, p.weight(p.states[i], c, targets[i], d.Push))
 	}
 	return d
+}
+
+// resolve sets p.states to the state of each of cells (made for a cell
+// seen for the first time), marked seen in this generation.
+func (p *Projector) resolve(cells []Cell) {
+	p.prev, p.states = p.states, p.prev[:0]
+	for i := range cells {
+		id := cells[i].ID
+		var st *cellState
+		if i < len(p.prev) && p.prev[i].id == id {
+			st = p.prev[i] // seen last generation, so still in p.cells
+		} else if st = p.cells[id]; st == nil {
+			st = &cellState{id: id, band: -1}
+			p.cells[id] = st
+		}
+		st.gen = p.gen
+		p.states = append(p.states, st)
+	}
 }
 
 // evaluate updates every cell's penalty and computes its target, recording
@@ -319,13 +344,8 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets []target, urgentReason, driftReason string) {
 	targets = p.targets[:0]
 	held, ready := p.pools(cells)
-	for _, c := range cells {
-		st := p.cells[c.ID]
-		if st == nil {
-			st = &cellState{band: -1}
-			p.cells[c.ID] = st
-		}
-		st.gen = p.gen
+	for i, c := range cells {
+		st := p.states[i]
 		capOK, kept := p.capacityGate(now, st, c, &held)
 		st.kept = kept
 		if kept {
@@ -385,8 +405,7 @@ func (p *Projector) forgetRemoved() string {
 
 // weight publishes the cell's target when the decision pushes and returns
 // the cell's Weight.
-func (p *Projector) weight(c Cell, t target, push bool) Weight {
-	st := p.cells[c.ID]
+func (p *Projector) weight(st *cellState, c Cell, t target, push bool) Weight {
 	if push {
 		st.published, st.degraded = t.weight, t.degraded && t.weight > 0
 	}

@@ -496,3 +496,39 @@ func TestConstrainedCellWeight(t *testing.T) {
 		t.Errorf("drained constrained cell: published %d class %d, want 0 and 0", w.Published, w.ClassWeight)
 	}
 }
+
+// A cell's state follows its ID, not its position: cells that come, go
+// and shift between projections keep their own state (the projector finds
+// a cell at its last position without a map lookup, and must not take
+// another cell's state there). A held penalty (5 s) is the sticky state
+// here.
+func TestStateFollowsTheCellWhenPositionsShift(t *testing.T) {
+	p := newProjector(t)
+	failing := func(id string) Cell {
+		return Cell{ID: id, State: lifecycle.Ready, ErrorOK: true, ErrorRate: 0.5, ErrorRequests: 20}
+	}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	p.Project(at(0), []Cell{ready("a", 0), ready("c", 0), ready("e", 0), ready("f", 0)})
+	d := p.Project(at(100), []Cell{ready("a", 0), failing("c"), ready("e", 0), ready("f", 0)})
+	if w := weightOf(t, d, "c"); w.Published != 0 || w.Band != BandOut {
+		t.Fatalf("c = %+v, want held out", w)
+	}
+	// b arrives before c, e leaves, d arrives at e's old position.
+	d = p.Project(at(200), []Cell{ready("a", 0), ready("b", 0), ready("c", 0), ready("d", 0), ready("f", 0)})
+	for id, want := range map[string]uint32{"a": 100, "b": 100, "c": 0, "d": 100, "f": 100} {
+		if w := weightOf(t, d, id); w.Published != want {
+			t.Errorf("after the shift %s = %+v, want %d", id, w, want)
+		}
+	}
+	// e comes back where c was: it starts afresh, not held.
+	d = p.Project(at(300), []Cell{ready("a", 0), ready("b", 0), ready("e", 0), ready("c", 0), ready("f", 0)})
+	if w := weightOf(t, d, "e"); w.Published != 100 {
+		t.Errorf("e back = %+v, want 100", w)
+	}
+	if w := weightOf(t, d, "c"); w.Published != 0 || w.Trips != 1 {
+		t.Errorf("c moved = %+v, want still held, one trip", w)
+	}
+	if len(p.cells) != 5 {
+		t.Errorf("%d cell states, want 5 (d, absent, forgotten)", len(p.cells))
+	}
+}
