@@ -125,6 +125,8 @@ type Registry struct {
 	cells      map[string]*cell
 	ids        []string
 	order      []*cell // the cells of ids, in the same order
+	orderGen   uint64  // counts rebuilds of ids and order
+	cellsGen   uint64  // the orderGen cycleCells was last built for
 	idsDirty   bool
 	byEndpoint map[string]string
 	cycles     uint64
@@ -558,11 +560,11 @@ func (r *Registry) cycle(now time.Time) {
 	r.cycles++
 	r.refreshIDs()
 	views, cells, known := r.cellViews(now)
-	pcells, results := cycle.MapKnown(r.cfg.Score, cells, func(i int) (score.Result, bool) {
+	pcells, results := cycle.MapKnown(r.cfg.Score, cells, func(i int) *score.Result {
 		if !known[i] {
-			return score.Result{}, false
+			return nil
 		}
-		return r.order[i].pub.Score, true
+		return &r.order[i].pub.Score
 	}, r.mapped, r.scores)
 	r.mapped, r.scores = pcells, results
 	d := r.proj.Project(now, pcells)
@@ -593,6 +595,7 @@ func (r *Registry) refreshIDs() {
 	}
 	slices.Sort(r.ids)
 	r.idsDirty = false
+	r.orderGen++
 	r.index = make(map[string]int, len(r.ids))
 	r.order = r.order[:0]
 	for i, id := range r.ids {
@@ -612,13 +615,20 @@ func (r *Registry) cellViews(now time.Time) ([]*CellView, []cycle.Cell, []bool) 
 	views := make([]*CellView, n) // published with the cycle's View
 	cells := slices.Grow(r.cycleCells[:0], n)[:n]
 	known := slices.Grow(r.cycleKnown[:0], n)[:n]
+	// In the same order as last cycle, cells[i] still holds the cell's
+	// last input (its pubCell): only what changed is written.
+	kept := r.cellsGen == r.orderGen
+	r.cellsGen = r.orderGen
 	var model string
 	var util float64
 	for i, c := range r.order {
 		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, c.id)
 		dp := cycle.ErrorWindow{Rate: dpRate, Requests: dpReq, OK: dpOK}
 		if c.pub != nil && c.viewIn == c.pubIn {
-			views[i], cells[i] = c.pub, c.pubCell
+			views[i] = c.pub
+			if !kept {
+				cells[i] = c.pubCell
+			}
 			known[i] = c.pubCell.DataPlane == dp
 			cells[i].DataPlane = dp
 		} else {

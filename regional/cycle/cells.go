@@ -77,14 +77,14 @@ func Map(scorer score.Config, cells []Cell) ([]projection.Cell, []score.Result) 
 }
 
 // MapKnown is Map where known, when not nil, gives for each cell (same
-// order) a score already computed from the same ScoreInput, which is used
-// instead of scoring it again (score.Config.Score is a pure function of
+// order) a score already computed from the same ScoreInput (nil: none),
+// which is used instead of scoring it again (score.Config.Score is a pure function of
 // its input): the registry passes the scores of the cells whose heartbeat,
 // probe and data plane window did not change since the last cycle. The
 // results are written into pcells and results when they have the room
 // (their contents are overwritten), so that a caller that cycles reuses
 // them.
-func MapKnown(scorer score.Config, cells []Cell, known func(i int) (score.Result, bool),
+func MapKnown(scorer score.Config, cells []Cell, known func(i int) *score.Result,
 	pcells []projection.Cell, results []score.Result) ([]projection.Cell, []score.Result) {
 	longest := map[string]uint32{}
 	for i := range cells {
@@ -95,22 +95,23 @@ func MapKnown(scorer score.Config, cells []Cell, known func(i int) (score.Result
 	results = slices.Grow(results[:0], len(cells))[:len(cells)]
 	for i := range cells {
 		c := &cells[i]
-		res, ok := score.Result{}, false
+		var res *score.Result
 		if known != nil {
-			res, ok = known(i)
+			res = known(i)
 		}
-		if !ok {
-			res = scorer.Score(ScoreInput(*c))
+		if res == nil {
+			results[i] = scorer.Score(ScoreInput(*c))
+		} else if res != &results[i] {
+			results[i] = *res
 		}
-		results[i] = res
-		pcells[i] = projectionCell(c, res, longest[c.Model])
+		pcells[i] = projectionCell(c, &results[i], longest[c.Model])
 	}
 	return pcells, results
 }
 
 // projectionCell is c as the projection takes it, scored res, its model's
 // longest declared context being longest.
-func projectionCell(c *Cell, res score.Result, longest uint32) projection.Cell {
+func projectionCell(c *Cell, res *score.Result, longest uint32) projection.Cell {
 	state := c.State
 	if c.Excluded {
 		state = lifecycle.Failed // never in the load balancer

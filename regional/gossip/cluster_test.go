@@ -318,10 +318,12 @@ func TestJoinRetry(t *testing.T) {
 		t.Fatal("a joined b before its backoff elapsed")
 	}
 	clk.Advance(a.cfg.JoinBackoffMax)
-	waitFor(t, converge, "a and b seeing each other", func() bool {
+	// The two see each other during the join's push/pull, before Join
+	// returns and the join is counted: wait for both.
+	waitFor(t, converge, "a and b seeing each other, a's join counted", func() bool {
 		ma, okA := member(b, a.Name())
 		mb, okB := member(a, b.Name())
-		return okA && okB && ma.Alive && mb.Alive
+		return okA && okB && ma.Alive && mb.Alive && testutil.ToFloat64(a.m.joins.WithLabelValues("ok")) >= 1
 	})
 	if got := testutil.ToFloat64(a.m.joins.WithLabelValues("ok")); got != 1 {
 		t.Errorf("successful joins = %v, want 1", got)
