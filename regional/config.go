@@ -50,6 +50,12 @@ type Config struct {
 	// Defaults 1 s and 500 ms.
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
+	// ProbeMaxPerRound bounds the cells probed per round, so that the
+	// probes' cost stays flat in the region's size: with more live cells,
+	// each round probes the ones probed longest ago, and a cell is probed
+	// every ⌈cells / ProbeMaxPerRound⌉ rounds. Default 1,000 (every cell
+	// every second up to 1,000 cells; at 10,000, every 10 s).
+	ProbeMaxPerRound int
 	// ForgetAfter: Failed and Terminated cells stay visible in the registry
 	// (debug, status) this long, then are forgotten. Default 5 min.
 	ForgetAfter time.Duration
@@ -208,6 +214,9 @@ func (c *Config) withDefaults() {
 	if c.ProbeTimeout == 0 {
 		c.ProbeTimeout = 500 * time.Millisecond
 	}
+	if c.ProbeMaxPerRound == 0 {
+		c.ProbeMaxPerRound = 1000
+	}
 	if c.ForgetAfter == 0 {
 		c.ForgetAfter = 5 * time.Minute
 	}
@@ -274,6 +283,9 @@ func (c Config) validate() error {
 		if d.d <= 0 {
 			return fmt.Errorf("%w: %s must be > 0, got %v", ErrInvalidConfig, d.name, d.d)
 		}
+	}
+	if c.ProbeMaxPerRound < 1 {
+		return fmt.Errorf("%w: probes per round %d: want at least 1", ErrInvalidConfig, c.ProbeMaxPerRound)
 	}
 	if c.MaxMessageBytes < 1024 {
 		return fmt.Errorf("%w: max message size %d: want at least 1024 bytes", ErrInvalidConfig, c.MaxMessageBytes)

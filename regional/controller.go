@@ -193,7 +193,7 @@ func newController(cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	c.prober = &prober{
-		interval: cfg.ProbeInterval, timeout: cfg.ProbeTimeout, view: reg.View, submit: reg.submitProbes,
+		interval: cfg.ProbeInterval, timeout: cfg.ProbeTimeout, max: cfg.ProbeMaxPerRound, view: reg.View, submit: reg.submitProbes,
 		dial: deps.Dialer, clock: deps.Clock, log: log, metrics: m,
 	}
 	if err := c.newSyncer(log); err != nil {

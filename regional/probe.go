@@ -1,10 +1,12 @@
 package regional
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -15,12 +17,15 @@ import (
 
 // prober measures RTT and jitter from the controller (co-located with the
 // region's Envoy) to every live cell with a TCP connect probe — one round
-// trip — and hands the smoothed estimates to the registry.
+// trip — and hands the smoothed estimates to the registry. A round probes
+// at most max cells, those probed longest ago (never probed first), so a
+// round's cost is bounded whatever the region's size.
 //
 // One goroutine owns the per-cell estimates; each round fans out the dials
 // with a bounded errgroup and waits for all of them.
 type prober struct {
 	interval, timeout time.Duration
+	max               int // cells probed per round; 0: every live cell
 	view              func() *View
 	submit            func(context.Context, []probeResult) error
 	dial              func(network, addr string, timeout time.Duration) (net.Conn, error)
@@ -28,11 +33,12 @@ type prober struct {
 	log               *slog.Logger
 	metrics           *metrics
 
-	est map[string]*score.RTTEstimate
+	est    map[string]*probeEstimate
+	rounds uint64 // counts rounds; an estimate's last is the round it was probed in
 }
 
 func (p *prober) run(ctx context.Context) {
-	p.est = make(map[string]*score.RTTEstimate)
+	p.est = make(map[string]*probeEstimate)
 	t := p.clock.NewTicker(p.interval)
 	defer t.Stop()
 	for {
@@ -45,19 +51,23 @@ func (p *prober) run(ctx context.Context) {
 	}
 }
 
+// probeTarget is a live cell to probe: its id and endpoint.
+type probeTarget struct{ id, ep string }
+
 func (p *prober) round(ctx context.Context) {
 	v := p.view()
-	type target struct{ id, ep string }
-	var targets []target
+	p.rounds++
+	var all []probeTarget
 	for _, c := range v.Cells {
 		if c.State.Live() && c.Endpoint != "" {
-			targets = append(targets, target{c.ID, c.Endpoint})
+			all = append(all, probeTarget{c.ID, c.Endpoint})
 		}
 	}
 	// Dial in a new order each round: the dials of one round share the
 	// process, and a fixed order would time the last cells' connects
 	// systematically slower (their completions are handled last).
-	rand.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
+	rand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	targets := p.due(all)
 	samples := make([]time.Duration, len(targets))
 	oks := make([]bool, len(targets))
 	var g errgroup.Group
@@ -75,15 +85,10 @@ func (p *prober) round(ctx context.Context) {
 		})
 	}
 	_ = g.Wait()
-	live := make(map[string]struct{}, len(targets))
 	res := make([]probeResult, 0, len(targets))
 	for i, tg := range targets {
-		live[tg.id] = struct{}{}
 		e := p.est[tg.id]
-		if e == nil {
-			e = &score.RTTEstimate{}
-			p.est[tg.id] = e
-		}
+		e.last = p.rounds
 		if oks[i] {
 			p.metrics.probes.WithLabelValues("ok").Inc()
 			e.Add(samples[i])
@@ -92,14 +97,40 @@ func (p *prober) round(ctx context.Context) {
 		}
 		res = append(res, probeResult{id: tg.id, rtt: e.RTT, jitter: e.Jitter, ok: e.N > 0})
 	}
-	for id := range p.est {
-		if _, ok := live[id]; !ok {
-			delete(p.est, id)
-		}
-	}
 	if len(res) > 0 {
 		if err := p.submit(ctx, res); err != nil && ctx.Err() == nil {
 			p.log.Debug("probe results not delivered", "err", err)
 		}
 	}
+}
+
+// probeEstimate is one cell's smoothed RTT and the round it was last
+// probed in (0: never).
+type probeEstimate struct {
+	score.RTTEstimate
+	last uint64
+}
+
+// due returns the cells of all (live, shuffled) this round probes: every
+// one when they are at most p.max, else the p.max probed longest ago,
+// never-probed first (ties in all's random order). It keeps an estimate
+// for each live cell and drops those of cells no longer live.
+func (p *prober) due(all []probeTarget) []probeTarget {
+	live := make(map[string]struct{}, len(all))
+	for _, tg := range all {
+		live[tg.id] = struct{}{}
+		if p.est[tg.id] == nil {
+			p.est[tg.id] = &probeEstimate{}
+		}
+	}
+	for id := range p.est {
+		if _, ok := live[id]; !ok {
+			delete(p.est, id)
+		}
+	}
+	if p.max <= 0 || len(all) <= p.max {
+		return all
+	}
+	slices.SortStableFunc(all, func(a, b probeTarget) int { return cmp.Compare(p.est[a.id].last, p.est[b.id].last) })
+	return all[:p.max]
 }

@@ -142,6 +142,7 @@ func (o *regionalOpts) register(cmd *cobra.Command) {
 	f.DurationVar(&cfg.TTLGrace, "ttl-grace", cfg.TTLGrace, "a cell is Failed after heartbeat-interval + ttl-grace without a heartbeat")
 	f.DurationVar(&cfg.CycleInterval, "cycle-interval", cfg.CycleInterval, "how often pressure is rescored and weights projected")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "RTT/jitter probe interval per cell")
+	f.IntVar(&cfg.ProbeMaxPerRound, "probe-max-per-round", cfg.ProbeMaxPerRound, "cells probed per probe round at most (those probed longest ago): bounds the probes' cost in large regions")
 	f.DurationVar(&cfg.ForgetAfter, "forget-after", cfg.ForgetAfter, "how long Failed/Terminated cells stay visible before they are forgotten")
 	deprecatedAlias(f, oldHTTPListenFlag, metricsListenFlag)
 	f.IntVar(&cfg.MaxMessageBytes, "max-heartbeat-bytes", cfg.MaxMessageBytes, "largest heartbeat message accepted")
