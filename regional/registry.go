@@ -559,10 +559,13 @@ func (r *Registry) cycle(now time.Time) {
 	start := time.Now() // wall time for the cost metric, not for logic
 	r.cycles++
 	r.refreshIDs()
-	views, cells, known := r.cellViews(now)
+	views, cells, known, kept := r.cellViews(now)
 	pcells, results := cycle.MapKnown(r.cfg.Score, cells, func(i int) *score.Result {
-		if !known[i] {
+		switch {
+		case !known[i]:
 			return nil
+		case kept:
+			return &r.scores[i] // the buffer MapKnown writes into: already the cell's score
 		}
 		return &r.order[i].pub.Score
 	}, r.mapped, r.scores)
@@ -610,14 +613,15 @@ func (r *Registry) refreshIDs() {
 // made of keeps that view (shared, not copied) and its mapping input; its
 // score holds too when the data plane's error window is also unchanged.
 // So a cycle builds views and scores only for the cells that changed.
-func (r *Registry) cellViews(now time.Time) ([]*CellView, []cycle.Cell, []bool) {
+func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Cell, known []bool, kept bool) {
 	n := len(r.order)
-	views := make([]*CellView, n) // published with the cycle's View
-	cells := slices.Grow(r.cycleCells[:0], n)[:n]
-	known := slices.Grow(r.cycleKnown[:0], n)[:n]
+	views = make([]*CellView, n) // published with the cycle's View
+	cells = slices.Grow(r.cycleCells[:0], n)[:n]
+	known = slices.Grow(r.cycleKnown[:0], n)[:n]
 	// In the same order as last cycle, cells[i] still holds the cell's
-	// last input (its pubCell): only what changed is written.
-	kept := r.cellsGen == r.orderGen
+	// last input (its pubCell) and r.scores[i] its score: only what
+	// changed is written.
+	kept = r.cellsGen == r.orderGen
 	r.cellsGen = r.orderGen
 	var model string
 	var util float64
@@ -641,7 +645,7 @@ func (r *Registry) cellViews(now time.Time) ([]*CellView, []cycle.Cell, []bool) 
 		cells[i].Utilisation = util
 	}
 	r.cycleCells, r.cycleKnown = cells, known
-	return views, cells, known
+	return views, cells, known, kept
 }
 
 // annotate sets each of views (the cycle's, in id order) to its cell's
@@ -651,6 +655,9 @@ func (r *Registry) cellViews(now time.Time) ([]*CellView, []cycle.Cell, []bool) 
 func (r *Registry) annotate(views []*CellView, cells []cycle.Cell, known []bool, results []score.Result, weights []projection.Weight) {
 	for i, c := range r.order {
 		fresh := views[i] != c.pub
+		if !fresh && known[i] && c.pub.Weight == weights[i] {
+			continue // the same view, score (so Fallback) and weight
+		}
 		views[i] = cycle.Annotated(views[i], results[i], weights[i], fresh)
 		c.pub = views[i]
 		if fresh {
