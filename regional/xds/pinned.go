@@ -183,13 +183,15 @@ func (b *Builder) pinEntry(m *canonModel, cp *canonPin, pe *modelEntry) error {
 			pe.cla = nil
 			return err
 		}
-		pe.cluster, pe.budget, pe.regions = c, m.budget, cp.regions
+		pe.cluster = c
 		if err := pe.reclusters(func(name, alt string) (*cluster.Cluster, error) {
 			return b.buildPinnedCluster(name, alt, m.budget, cp)
 		}); err != nil {
 			pe.cla = nil
 			return err
 		}
+		// Only now: a failed rebuild is tried again by the next build.
+		pe.budget, pe.regions = m.budget, cp.regions
 	}
 	if cp.loc.reused {
 		return nil
