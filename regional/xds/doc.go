@@ -90,14 +90,15 @@
 //     matches no route: Envoy answers 404 rather than serve it outside its
 //     regions.
 //   - Shedding by criticality. Every client route group (a class route, a
-//     main route, a pinned class route, a pinned route) is written as up to three routes: one
-//     requiring CriticalityHeader == "critical", one "sheddable", then the
-//     group's route for the rest (standard, absent or any other value).
-//     Each carries its share (Model.Shed for the rest, ShedCritical,
-//     ShedSheddable; a pinned set's own shares) as a per-route HTTPFault
-//     aborting that share, per million, with 429 (503 on a set's pinned
-//     routes: its excess is never spilled); a share of 0 writes no fault. A criticality's route is written only when its share differs
-//     from the standard one, which keeps RDS small. Envoy evaluates the
+//     main route, a pinned class route, a pinned route) is written as up
+//     to three routes: one requiring CriticalityHeader == "critical", one
+//     "sheddable", then the group's route for the rest (standard, absent
+//     or any other value). Each carries its share (Model.Shed for the
+//     rest, ShedCritical, ShedSheddable; a pinned set's own shares) as a
+//     per-route HTTPFault aborting that share, per million, with 429 (503
+//     on a set's pinned routes: its excess is never spilled); a share of
+//     0 writes no fault. A criticality's route is written only when its
+//     share differs from the standard one, which keeps RDS small. Envoy evaluates the
 //     header matchers of a route together and takes the first route that
 //     matches (envoy/config/route/v3/route_components.proto RouteMatch
 //     headers, HeaderMatcher string_match exact: case-sensitive, so
@@ -126,8 +127,7 @@
 //     knows of capability on top: the pinned endpoints carry max_model_len
 //     in their metadata as on every cluster, for its pick to filter on, and
 //     its rejection memory learns an undeclared limit. A set with no
-//     allowed locality has
-//     an empty cluster, and Envoy answers its requests 503 "no healthy
+//     allowed locality has an empty cluster, and Envoy answers its requests 503 "no healthy
 //     upstream": never a fallback to the unpinned clusters. The proxyless
 //     gRPC set carries no pinned route or cluster: a proxyless client sets
 //     its own headers, so there is no trusted party between it and the
