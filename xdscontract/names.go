@@ -46,6 +46,17 @@ func LocalClassClusterName(model string, tokens uint32) string {
 // for the model, empty or not.
 func PinnedClusterName(model, set string) string { return ClusterName(model) + "/pin-" + set }
 
+// PinnedClassClusterName is the Envoy-only cluster of model's requests
+// pinned to residency set set whose prompt fits context class tokens: the
+// endpoints of PinnedClusterName(model, set) whose max_model_len is at
+// least tokens (or unknown), with the same residency metadata. Routes
+// matching ResidencyHeader = set choose it by prompt size, as the unpinned
+// routes choose a ClassClusterName, ahead of the set's plain pinned route.
+// It is present only once it has had an endpoint.
+func PinnedClassClusterName(model, set string, tokens uint32) string {
+	return PinnedClusterName(model, set) + "/ctx-" + strconv.FormatUint(uint64(tokens), 10)
+}
+
 // GRPCListenerName is the Listener name a proxyless gRPC client subscribes
 // to when it dials "xds:///" + model: the model name itself.
 func GRPCListenerName(model string) string { return model }

@@ -13,6 +13,8 @@ func TestNames(t *testing.T) {
 		{LocalClusterName(m), "isobar/" + m + "/local"},
 		{ClassClusterName(m, 8192), "isobar/" + m + "/ctx-8192"},
 		{LocalClassClusterName(m, 131072), "isobar/" + m + "/local/ctx-131072"},
+		{PinnedClusterName(m, "eu"), "isobar/" + m + "/pin-eu"},
+		{PinnedClassClusterName(m, "eu", 32768), "isobar/" + m + "/pin-eu/ctx-32768"},
 		{GRPCListenerName(m), m},
 	} {
 		if tc.got != tc.want {

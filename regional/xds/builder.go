@@ -52,8 +52,10 @@ type Resources struct {
 	// model a main Cluster (xdscontract.ClusterName), a local-only Cluster
 	// (xdscontract.LocalClusterName) and one Cluster per context class that
 	// has an endpoint (xdscontract.ClassClusterName,
-	// xdscontract.LocalClassClusterName) and one per residency set
-	// (xdscontract.PinnedClusterName), each with its
+	// xdscontract.LocalClassClusterName), and per residency set a pinned
+	// Cluster (xdscontract.PinnedClusterName) and one per context class
+	// that has an endpoint of the set
+	// (xdscontract.PinnedClassClusterName), each with its
 	// ClusterLoadAssignment. See modelRoutes for the route order.
 	Envoy Set
 	// GRPC is served to proxyless gRPC clients: per model an api_listener
@@ -97,9 +99,10 @@ type modelEntry struct {
 	budget float64
 
 	// pins holds the entries of the model's residency sets by set name:
-	// each uses cluster (the pinned cluster), cla, canon, the endpoint
-	// memo below, and regions (the allowed regions cluster was built
-	// with).
+	// each uses cluster (the pinned cluster), cla, canon, budget, the
+	// Envoy-only clusters below (the set's class clusters only), the
+	// endpoint memo below, and regions (the allowed regions its clusters
+	// were built with).
 	pins    map[string]*modelEntry
 	regions []string
 
@@ -224,8 +227,9 @@ func (b *Builder) Build(st State) (*Resources, error) {
 		for _, cp := range m.pinned {
 			sh := cp.shed
 			sh.status = 503 // a set's excess is refused, never spilled
-			plans[i].pins = append(plans[i].pins, pinPlan{set: cp.set, shed: sh})
-			fmt.Fprintf(&key, "%s\x00%v\x00", cp.set, cp.shed)
+			pe := e.pins[cp.set]
+			plans[i].pins = append(plans[i].pins, pinPlan{set: cp.set, shed: sh, sizes: pe.sizes, classes: pe.classes})
+			fmt.Fprintf(&key, "%s\x00%v\x00%v\x00%d\x00", cp.set, cp.shed, pe.sizes, pe.classes)
 		}
 		key.WriteByte(0)
 	}
@@ -284,7 +288,7 @@ func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 			return nil, err
 		}
 		e.cla = cla
-		if err := b.buildSubClusters(m, e); err != nil {
+		if err := b.buildSubClusters(m, e, nil); err != nil {
 			e.cla = nil // rebuild everything next time
 			return nil, err
 		}
@@ -295,9 +299,9 @@ func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 }
 
 // rebudget rebuilds e's main cluster and every Envoy-only cluster it holds
-// with m's retry budget, and the cluster list from them in the same order;
-// the assignments stay, so a budget change moves CDS only. On error e.cla
-// is cleared, so that the next build starts afresh.
+// with m's retry budget, and the cluster list from them in the same order
+// (reclusters); the assignments stay, so a budget change moves CDS only.
+// On error e.cla is cleared, so that the next build starts afresh.
 func (b *Builder) rebudget(e *modelEntry, m *canonModel) error {
 	c, err := b.buildCluster(m.name, m.budget)
 	if err != nil {
@@ -305,20 +309,11 @@ func (b *Builder) rebudget(e *modelEntry, m *canonModel) error {
 		return err
 	}
 	e.cluster = c
-	for name, old := range e.subClusters {
-		if e.subClusters[name], err = b.buildNamedCluster(name, old.GetAltStatName(), m.budget); err != nil {
-			e.cla = nil
-			return err
-		}
-	}
-	if len(e.clusters) > 0 {
-		// The list is the main cluster, then sub-clusters by name.
-		cs := make([]*cluster.Cluster, len(e.clusters))
-		cs[0] = e.cluster
-		for i, old := range e.clusters[1:] {
-			cs[i+1] = e.subClusters[old.GetName()]
-		}
-		e.clusters = cs
+	if err := e.reclusters(func(name, alt string) (*cluster.Cluster, error) {
+		return b.buildNamedCluster(name, alt, m.budget)
+	}); err != nil {
+		e.cla = nil
+		return err
 	}
 	e.budget = m.budget
 	return nil
@@ -432,8 +427,10 @@ type routePlan struct {
 
 // pinPlan is what the routes of one residency set of a model depend on.
 type pinPlan struct {
-	set  string
-	shed shedPPM
+	set     string
+	shed    shedPPM
+	sizes   []uint32 // the set's context classes
+	classes uint32   // bit i: sizes[i] is present among the set's endpoints
 }
 
 // shedFault returns the per-route fault config that aborts ppm parts per
@@ -562,8 +559,10 @@ func (b *Builder) shedRoutes(routes []*route.Route, name, cluster string, header
 //     header is internal-only), by context class, to the local class
 //     clusters, then to the local cluster; never shed;
 //  2. per residency set, in set order, client traffic whose
-//     xdscontract.ResidencyHeader equals the set, to the set's pinned
-//     cluster (not split by context class), with the set's shed faults;
+//     xdscontract.ResidencyHeader equals the set: by context class to the
+//     set's pinned class clusters (the classes present among the set's
+//     endpoints), then the rest to the set's pinned cluster, all with the
+//     set's shed faults (503);
 //  3. client traffic without the residency header by context class
 //     (token header, else content-length) to the class clusters, with
 //     the shed faults;
@@ -587,8 +586,13 @@ func (b *Builder) modelRoutes(routes []*route.Route, p routePlan, prefix string,
 	}
 	routes = append(routes, b.envoyRoute(prefix+"/hop", xdscontract.LocalClusterName(p.model), hop, nil))
 	for _, pin := range p.pins {
+		pinned := append(slices.Clip(base), exactHeader(xdscontract.ResidencyHeader, pin.set))
+		if routes, err = b.classRoutes(routes, prefix+"/pin-"+pin.set, pinned, pin.sizes, pin.classes,
+			func(n uint32) string { return xdscontract.PinnedClassClusterName(p.model, pin.set, n) }, pin.shed); err != nil {
+			return nil, err
+		}
 		if routes, err = b.shedRoutes(routes, prefix+"/pin-"+pin.set, xdscontract.PinnedClusterName(p.model, pin.set),
-			append(slices.Clip(base), exactHeader(xdscontract.ResidencyHeader, pin.set)), pin.shed); err != nil {
+			pinned, pin.shed); err != nil {
 			return nil, err
 		}
 	}

@@ -13,10 +13,14 @@ import (
 )
 
 // subFilter selects the endpoints of one Envoy-only cluster of a model:
-// local ones only, and those fitting a context class (0: any).
+// local ones only, and those fitting a context class (0: any). set names
+// the residency set of a pinned class cluster ("" for the model's own
+// clusters); the entry's localities are then the set's, so it does not
+// change what is kept, only the cluster's name.
 type subFilter struct {
 	local bool
 	class uint32
+	set   string
 }
 
 func (f subFilter) keep(region string, l *Locality, e *Endpoint) bool {
@@ -27,61 +31,34 @@ func (f subFilter) keep(region string, l *Locality, e *Endpoint) bool {
 }
 
 func (f subFilter) names(model string) (name, alt string) {
+	n := strconv.FormatUint(uint64(f.class), 10)
 	switch {
+	case f.set != "":
+		return xdscontract.PinnedClassClusterName(model, f.set, f.class), statName(model+"_pin_"+f.set) + "_ctx_" + n
 	case f.local && f.class == 0:
 		return xdscontract.LocalClusterName(model), statName(model) + "_local"
 	case f.local:
-		n := strconv.FormatUint(uint64(f.class), 10)
 		return xdscontract.LocalClassClusterName(model, f.class), statName(model) + "_local_ctx_" + n
 	default:
-		n := strconv.FormatUint(uint64(f.class), 10)
 		return xdscontract.ClassClusterName(model, f.class), statName(model) + "_ctx_" + n
 	}
 }
 
 // buildSubClusters rebuilds e's Envoy-only clusters from m and e's freshly
-// built main assignment: the local cluster (always), then the class
-// clusters and the local class clusters that have an endpoint or had one
-// (see below). Their
-// assignments share the main assignment's LbEndpoints, and a locality kept
-// whole at the same priority is shared too.
-func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry) error {
+// built main assignment. For a model's own entry (pin nil): the local
+// cluster (always), then the class clusters and the local class clusters
+// that have an endpoint or had one (subFilters). For a residency set's
+// entry (pin, whose localities m holds): the set's class clusters
+// (xdscontract.PinnedClassClusterName), by the same rules, each carrying
+// the pinned cluster's residency metadata. Their assignments share the
+// main assignment's LbEndpoints, and a locality kept whole at the same
+// priority is shared too. Clusters are built with e.budget.
+func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry, pin *canonPin) error {
 	if e.subClusters == nil {
 		e.subClusters = make(map[string]*cluster.Cluster)
 	}
 	sizes := b.classSizes(m, e.sizes)
-	filters := make([]subFilter, 0, 1+2*len(sizes))
-	filters = append(filters, subFilter{local: true})
-	var classes, localClasses uint32
-	// A class cluster exists once the class has had an endpoint, and then
-	// stays, empty or not, for as long as the class does (classSizes): a
-	// data plane that gets the CDS update before the RDS update still
-	// finds every cluster a route it holds names (an empty one answers
-	// "no healthy upstream", as the main cluster would, never "cluster
-	// not found"). The masks say which classes have an endpoint now: only
-	// those get routes.
-	keep := func(f subFilter) bool {
-		name, _ := f.names(m.name)
-		return e.subClusters[name] != nil
-	}
-	for i, n := range sizes {
-		f := subFilter{class: n}
-		if b.anyEndpoint(m, f) {
-			classes |= 1 << i
-			filters = append(filters, f)
-		} else if keep(f) {
-			filters = append(filters, f)
-		}
-	}
-	for i, n := range sizes {
-		f := subFilter{local: true, class: n}
-		if b.anyEndpoint(m, f) {
-			localClasses |= 1 << i
-			filters = append(filters, f)
-		} else if keep(f) {
-			filters = append(filters, f)
-		}
-	}
+	filters, classes, localClasses := b.subFilters(m, e, sizes, pin)
 	clusters := make([]*cluster.Cluster, 0, 1+len(filters))
 	assignments := make([]*endpoint.ClusterLoadAssignment, 0, 1+len(filters))
 	clusters = append(clusters, e.cluster)
@@ -92,7 +69,7 @@ func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry) error {
 		c := e.subClusters[name]
 		if c == nil {
 			var err error
-			if c, err = b.buildNamedCluster(name, alt, m.budget); err != nil {
+			if c, err = b.buildSubCluster(name, alt, e.budget, pin); err != nil {
 				return err
 			}
 			e.subClusters[name] = c
@@ -117,6 +94,79 @@ func (b *Builder) buildSubClusters(m *canonModel, e *modelEntry) error {
 	}
 	e.assignments = assignments
 	e.sizes, e.classes, e.localClasses = sizes, classes, localClasses
+	return nil
+}
+
+// subFilters returns the filters of e's Envoy-only clusters in set order
+// (see buildSubClusters), and the masks over sizes of the classes that
+// have an endpoint now: classes for the class clusters (the set's, for a
+// pinned entry), localClasses for the local class clusters (none for a
+// pinned entry).
+//
+// A class cluster exists once the class has had an endpoint, and then
+// stays, empty or not, for as long as the class does (classSizes): a data
+// plane that gets the CDS update before the RDS update still finds every
+// cluster a route it holds names (an empty one answers "no healthy
+// upstream", as the main cluster would, never "cluster not found"). Only
+// the classes in the masks get routes.
+func (b *Builder) subFilters(m *canonModel, e *modelEntry, sizes []uint32, pin *canonPin) (filters []subFilter, classes, localClasses uint32) {
+	set := ""
+	if pin != nil {
+		set = pin.set
+	}
+	filters = make([]subFilter, 0, 1+2*len(sizes))
+	if pin == nil {
+		filters = append(filters, subFilter{local: true})
+	}
+	add := func(f subFilter, i int, mask *uint32) {
+		if b.anyEndpoint(m, f) {
+			*mask |= 1 << i
+			filters = append(filters, f)
+		} else if name, _ := f.names(m.name); e.subClusters[name] != nil {
+			filters = append(filters, f)
+		}
+	}
+	for i, n := range sizes {
+		add(subFilter{class: n, set: set}, i, &classes)
+	}
+	if pin == nil {
+		for i, n := range sizes {
+			add(subFilter{local: true, class: n}, i, &localClasses)
+		}
+	}
+	return filters, classes, localClasses
+}
+
+// buildSubCluster builds the Envoy-only cluster name: a model cluster, or
+// with pin a pinned cluster of pin's set (buildPinnedCluster), with the
+// same settings as the entry's main cluster.
+func (b *Builder) buildSubCluster(name, alt string, budget float64, pin *canonPin) (*cluster.Cluster, error) {
+	if pin != nil {
+		return b.buildPinnedCluster(name, alt, budget, pin)
+	}
+	return b.buildNamedCluster(name, alt, budget)
+}
+
+// reclusters rebuilds every Envoy-only cluster e holds with build, after
+// e.cluster was rebuilt, and the cluster list from them in the same order
+// (the main cluster, then the others by name); the assignments stay, so
+// only CDS moves.
+func (e *modelEntry) reclusters(build func(name, alt string) (*cluster.Cluster, error)) error {
+	for name, old := range e.subClusters {
+		c, err := build(name, old.GetAltStatName())
+		if err != nil {
+			return err
+		}
+		e.subClusters[name] = c
+	}
+	if len(e.clusters) > 0 {
+		cs := make([]*cluster.Cluster, len(e.clusters))
+		cs[0] = e.cluster
+		for i, old := range e.clusters[1:] {
+			cs[i+1] = e.subClusters[old.GetName()]
+		}
+		e.clusters = cs
+	}
 	return nil
 }
 

@@ -35,11 +35,16 @@
 //     the set's own localities (Pinned.Localities, each in a region the
 //     set allows), always present even when empty, with cluster metadata
 //     filter_metadata["isobar"] {"residency": set, "allowed_regions":
-//     [regions]} (MetadataResidency, MetadataAllowedRegions). It is not
-//     split by context class: Envoy may send a long pinned prompt to an
-//     engine of the set whose max_model_len is shorter, which answers
-//     vLLM's 400. isobar's gateway (--lb isobar) keeps a prompt off an
-//     endpoint whose max_model_len metadata is below it in every cluster.
+//     [regions]} (MetadataResidency, MetadataAllowedRegions); and per
+//     context class N present among the set's endpoints (Config's classes
+//     and the max_model_len values the set's endpoints declare)
+//     PinnedClassClusterName(model, set, N): the set's endpoints whose
+//     max_model_len is >= N or unknown, filtered by the same code as the
+//     unpinned class clusters, with the same lifecycle (left out until it
+//     has an endpoint, then kept while its class is), and the pinned
+//     cluster's settings and residency metadata. isobar's gateway
+//     (--lb isobar) also keeps a prompt off an endpoint whose
+//     max_model_len metadata is below it in every cluster.
 //     Proxyless gRPC nodes get, per model, an api_listener named after the
 //     model with the route inlined, and the main Clusters and
 //     ClusterLoadAssignments only. grpc-go honours endpoint weights only
@@ -68,8 +73,9 @@
 //     internal_only_headers, which Envoy strips from external requests
 //     before matching, so only traffic Envoy finds internal (or isobar's
 //     gateway and picker, on a valid hop proof) reaches these routes.
-//     2. Per residency set, in set order: client traffic whose
-//     ResidencyHeader equals the set, to the set's pinned cluster.
+//     2. Per residency set, in set order, client traffic whose
+//     ResidencyHeader equals the set: by class to the set's pinned class
+//     clusters, else to the set's pinned cluster.
 //     3. Client traffic without ResidencyHeader by class to the class
 //     clusters.
 //     4. The rest without ResidencyHeader to the main cluster.
@@ -77,20 +83,22 @@
 //     fits: PromptTokensHeader by int64 range (prev, N], or, when that
 //     header is absent, content-length by range (4·prev, 4·N] (BytesPerToken
 //     bytes per token, rounded up). A need above every present class, or no
-//     size at all, goes to the main (local) cluster; a class with no
-//     endpoint is left out, so its requests fall to the next larger class.
+//     size at all, goes to the main (local, pinned) cluster; a class with no
+//     endpoint (of the set, for a pinned route) is left out, so its
+//     requests fall to the next larger class.
 //     A client request naming a residency set the model does not list
 //     matches no route: Envoy answers 404 rather than serve it outside its
 //     regions.
 //   - Shedding by criticality. Every client route group (a class route, a
-//     main route, a pinned route) is written as up to three routes: one
-//     requiring CriticalityHeader == "critical", one "sheddable", then the
-//     group's route for the rest (standard, absent or any other value).
-//     Each carries its share (Model.Shed for the rest, ShedCritical,
-//     ShedSheddable; a pinned set's own shares) as a per-route HTTPFault
-//     aborting that share, per million, with 429; a share of 0 writes no
-//     fault. A criticality's route is written only when its share differs
-//     from the standard one, which keeps RDS small. Envoy evaluates the
+//     main route, a pinned class route, a pinned route) is written as up
+//     to three routes: one requiring CriticalityHeader == "critical", one
+//     "sheddable", then the group's route for the rest (standard, absent
+//     or any other value). Each carries its share (Model.Shed for the
+//     rest, ShedCritical, ShedSheddable; a pinned set's own shares) as a
+//     per-route HTTPFault aborting that share, per million, with 429 (503
+//     on a set's pinned routes: its excess is never spilled); a share of
+//     0 writes no fault. A criticality's route is written only when its
+//     share differs from the standard one, which keeps RDS small. Envoy evaluates the
 //     header matchers of a route together and takes the first route that
 //     matches (envoy/config/route/v3/route_components.proto RouteMatch
 //     headers, HeaderMatcher string_match exact: case-sensitive, so
@@ -110,14 +118,16 @@
 //     residency. isobar's gateway does both itself: it reads criticality
 //     only from trusted sources and sets or removes ResidencyHeader from
 //     its own residency config.
-//   - Residency. A pinned route is not split by context class: its cluster
-//     holds every endpoint of the set's localities, so under Envoy a long
-//     prompt may reach a cell whose max_model_len is too small (the engine
-//     refuses it). isobar's gateway keeps what it knows of capability: the
-//     pinned endpoints carry max_model_len in their metadata as on every
-//     cluster, for its pick to filter on, and its rejection memory learns
-//     an undeclared limit. A set with no allowed locality has
-//     an empty cluster, and Envoy answers its requests 503 "no healthy
+//   - Residency. A set's pinned routes are split by context class as the
+//     unpinned ones are, so under Envoy a long pinned prompt goes to the
+//     set's class cluster that holds only the set's engines long enough
+//     for it (or of unknown limit), never to a shorter one; a prompt above
+//     every class of the set, or of no size, goes to the plain pinned
+//     cluster, all of the set's endpoints. isobar's gateway keeps what it
+//     knows of capability on top: the pinned endpoints carry max_model_len
+//     in their metadata as on every cluster, for its pick to filter on, and
+//     its rejection memory learns an undeclared limit. A set with no
+//     allowed locality has an empty cluster, and Envoy answers its requests 503 "no healthy
 //     upstream": never a fallback to the unpinned clusters. The proxyless
 //     gRPC set carries no pinned route or cluster: a proxyless client sets
 //     its own headers, so there is no trusted party between it and the
@@ -179,12 +189,13 @@
 //     kinds: never modify them.
 //   - Push is cheap when little changes: a Cluster and a gRPC Listener are
 //     built and validated once per name (again when its model's published
-//     retry budget or, for a pinned cluster, its allowed regions change),
+//     retry budget or, for a pinned cluster or pinned class cluster, its
+//     allowed regions change),
 //     the RouteConfiguration when the set of models, their shed shares,
-//     residency sets or present classes change, and a model's
-//     ClusterLoadAssignments when its endpoints change (the Envoy-only ones
-//     share the main one's endpoint messages; a pinned set's when its
-//     localities change).
+//     residency sets or present classes (a set's among them) change, and
+//     a model's ClusterLoadAssignments when its endpoints change (the
+//     Envoy-only ones share the main one's endpoint messages; a pinned
+//     set's, its class clusters' included, when its localities change).
 //   - Delta (incremental) xDS streams are served; their ACKs, NACKs, stale
 //     nonces and unknown names are counted but not tracked (WaitForAck and
 //     Streams see state-of-the-world streams only). By default they get the

@@ -137,10 +137,8 @@ func (e *modelEntry) pin(set string) *modelEntry {
 	return e.pins[set]
 }
 
-// pinEntries brings e's residency-set entries up to m: per set a pinned
-// Cluster (rebuilt when its allowed regions or the model's budget change)
-// and its ClusterLoadAssignment (rebuilt when its localities change).
-// Entries of sets m no longer lists are dropped.
+// pinEntries brings e's residency-set entries up to m (pinEntry). Entries
+// of sets m no longer lists are dropped.
 func (b *Builder) pinEntries(m *canonModel, e *modelEntry) error {
 	if len(m.pinned) == 0 {
 		e.pins = nil
@@ -156,27 +154,9 @@ func (b *Builder) pinEntries(m *canonModel, e *modelEntry) error {
 			pe = &modelEntry{}
 			e.pins[cp.set] = pe
 		}
-		name := xdscontract.PinnedClusterName(m.name, cp.set)
-		if pe.cluster == nil || pe.budget != m.budget || !slices.Equal(pe.regions, cp.regions) {
-			c, err := b.buildPinnedCluster(name, statName(m.name+"_pin_"+cp.set), m.budget, cp)
-			if err != nil {
-				return err
-			}
-			pe.cluster, pe.budget, pe.regions = c, m.budget, cp.regions
+		if err := b.pinEntry(m, cp, pe); err != nil {
+			return err
 		}
-		if cp.loc.reused {
-			continue
-		}
-		if pe.cla == nil || !pe.canon.equal(&cp.loc) {
-			cla, err := b.buildLoadAssignment(name, &cp.loc, pe)
-			if err != nil {
-				pe.cla = nil
-				return err
-			}
-			pe.cla = cla
-		}
-		pe.canon = cp.loc
-		pe.canon.reused = false
 	}
 	if len(e.pins) > len(m.pinned) {
 		for set := range e.pins {
@@ -185,6 +165,51 @@ func (b *Builder) pinEntries(m *canonModel, e *modelEntry) error {
 			}
 		}
 	}
+	return nil
+}
+
+// pinEntry brings the entry pe of residency set cp of m up to date: its
+// pinned Cluster and pinned class Clusters (rebuilt when the allowed
+// regions or the model's budget change), its ClusterLoadAssignment and the
+// class clusters' (rebuilt when the set's localities change, by
+// buildSubClusters: the same filter, lifecycle and memo as the model's
+// own class clusters). On error pe.cla is cleared, so that the next build
+// starts afresh.
+func (b *Builder) pinEntry(m *canonModel, cp *canonPin, pe *modelEntry) error {
+	name := xdscontract.PinnedClusterName(m.name, cp.set)
+	if pe.cluster == nil || pe.budget != m.budget || !slices.Equal(pe.regions, cp.regions) {
+		c, err := b.buildPinnedCluster(name, statName(m.name+"_pin_"+cp.set), m.budget, cp)
+		if err != nil {
+			pe.cla = nil
+			return err
+		}
+		pe.cluster = c
+		if err := pe.reclusters(func(name, alt string) (*cluster.Cluster, error) {
+			return b.buildPinnedCluster(name, alt, m.budget, cp)
+		}); err != nil {
+			pe.cla = nil
+			return err
+		}
+		// Only now: a failed rebuild is tried again by the next build.
+		pe.budget, pe.regions = m.budget, cp.regions
+	}
+	if cp.loc.reused {
+		return nil
+	}
+	if pe.cla == nil || !pe.canon.equal(&cp.loc) {
+		cla, err := b.buildLoadAssignment(name, &cp.loc, pe)
+		if err != nil {
+			pe.cla = nil
+			return err
+		}
+		pe.cla = cla
+		if err := b.buildSubClusters(&cp.loc, pe, cp); err != nil {
+			pe.cla = nil
+			return err
+		}
+	}
+	pe.canon = cp.loc
+	pe.canon.reused = false
 	return nil
 }
 
@@ -209,11 +234,11 @@ func (b *Builder) buildPinnedCluster(name, alt string, budget float64, cp *canon
 }
 
 // appendPinned appends the pinned clusters and assignments of e, in set
-// order, to s.
+// order (per set: the pinned cluster, then its class clusters), to s.
 func appendPinned(s *Set, m *canonModel, e *modelEntry) {
 	for i := range m.pinned {
 		pe := e.pins[m.pinned[i].set]
-		s.Clusters = append(s.Clusters, pe.cluster)
-		s.Endpoints = append(s.Endpoints, pe.cla)
+		s.Clusters = append(s.Clusters, pe.clusters...)
+		s.Endpoints = append(s.Endpoints, pe.assignments...)
 	}
 }

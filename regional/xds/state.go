@@ -107,7 +107,8 @@ type Model struct {
 	ShedCritical, ShedSheddable float64
 	// Pinned lists the residency sets whose requests of this model may be
 	// served only in some regions: each becomes a cluster of its own
-	// (xdscontract.PinnedClusterName) that routes matching
+	// (xdscontract.PinnedClusterName), split by context class
+	// (xdscontract.PinnedClassClusterName), that routes matching
 	// xdscontract.ResidencyHeader select. At most residency.MaxSets.
 	Pinned []Pinned
 	// RetryBudgetPercent is the retry budget of the model's clusters, as a
