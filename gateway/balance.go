@@ -780,17 +780,10 @@ func rate(c placement.Config, r float64) float64 {
 // placeable: --lb isobar's own limits on a host, beyond what Envoy
 // checks. A host whose probe budget is spent takes nothing more until the
 // controller publishes it again (count-bounded probation), and a host is
-// sent no prompt above its declared max_model_len (the endpoint metadata)
-// or above what its rejection memory allows (contextMemory). The declared
-// limit matters where the route has no context classes: a residency set's
-// pinned cluster holds every context length of the set's regions
-// (xdscontract.PinnedClusterName). When they leave no host, the pick falls
-// back to scan, which ignores them: a request is never refused for a guess,
-// and an engine answers the prompt nothing can hold with its own 400.
+// sent no prompt above what its rejection memory allows (contextMemory).
+// When they leave no host, the pick falls back to scan, which ignores
+// them: a request is never refused for a guess.
 func placeable(h *hostRT, q pickQuery) bool {
-	if h.ep.MaxModelLen > 0 && q.tokens > int64(h.ep.MaxModelLen) {
-		return false
-	}
 	return !h.st.probeSpent() && (h.st.ctx == nil || h.st.ctx.fits(q.tokens, time.Unix(0, q.now)))
 }
 

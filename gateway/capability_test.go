@@ -214,12 +214,13 @@ func TestHostPendingWorkHeadProgress(t *testing.T) {
 	}
 }
 
-// TestGatewayIsobarHonoursDeclaredContextInPinnedCluster: a residency
-// set's pinned cluster is not split by context class, so --lb isobar's own
-// pick keeps a prompt off an endpoint whose declared max_model_len is
-// shorter (the lab's residency drill leaked one long prompt to a 1,024-token
-// engine this way); short prompts still use that endpoint.
-func TestGatewayIsobarHonoursDeclaredContextInPinnedCluster(t *testing.T) {
+// TestGatewayPinnedLongPromptAvoidsShortEngine: a residency set's pinned
+// cluster is split by context class as the unpinned routes are
+// (xdscontract.PinnedClassClusterName), so a long pinned prompt never
+// reaches an endpoint whose declared max_model_len is shorter (the lab's
+// residency drill once leaked one to a 1,024-token engine); short prompts
+// still use that endpoint.
+func TestGatewayPinnedLongPromptAvoidsShortEngine(t *testing.T) {
 	ups := map[string]*countingUpstream{"short": {}, "full": {}}
 	locs := []xds.Locality{{Region: "r1", Zone: "z1", Weight: 1000, Endpoints: []xds.Endpoint{
 		endpointOf(t, "short", startHTTP(t, ups["short"]), 1, 1024),

@@ -111,7 +111,7 @@ func TestDecodePinnedResources(t *testing.T) {
 			xdscontract.CriticalityHeader: "sheddable"}, "m/pin-eu", pin("m", "eu"), 500000},
 		{"pinned to nothing", mapView{"x-isobar-model": "m", xdscontract.ResidencyHeader: "none"}, "m/pin-none", pin("m", "none"), 0},
 		{"pinned with a class size", mapView{"x-isobar-model": "m", xdscontract.ResidencyHeader: "us", xdscontract.PromptTokensHeader: "100"},
-			"m/pin-us", pin("m", "us"), 0},
+			"m/pin-us/ctx-4096", xdscontract.PinnedClassClusterName("m", "us", 4096), 0},
 		{"unknown set is served nowhere", mapView{"x-isobar-model": "m", xdscontract.ResidencyHeader: "ap"}, "", "", 0},
 		{"set names are case-sensitive", mapView{"x-isobar-model": "m", xdscontract.ResidencyHeader: "EU"}, "", "", 0},
 		{"catch-all pinned", mapView{xdscontract.ResidencyHeader: "eu"}, "catch_all/pin-eu", pin("m", "eu"), 500000},
