@@ -188,6 +188,10 @@ type RegionState struct {
 	// a set with none while every region is up has not been routed yet
 	// (no plan in force since its regions came back).
 	PinnedEndpoints map[string]int `json:"pinned_endpoints,omitempty"`
+	// PinnedRegions lists, by residency set, the regions of the endpoints
+	// of the set's pinned cluster in the region's data plane, sorted
+	// (where the data plane would send the set's requests).
+	PinnedRegions map[string][]string `json:"pinned_regions,omitempty"`
 }
 
 // CellState is one cell as its regional controller sees it; State is the
@@ -275,10 +279,15 @@ func (r *RegionState) Endpoint(id string) (*EndpointState, bool) {
 }
 
 // RoutesTo reports whether the region's data plane holds an endpoint in
-// region dst.
+// region dst, for the model or for one of its residency sets.
 func (r *RegionState) RoutesTo(dst string) bool {
 	for _, e := range r.Endpoints {
 		if e.Region == dst {
+			return true
+		}
+	}
+	for _, regions := range r.PinnedRegions {
+		if slices.Contains(regions, dst) {
 			return true
 		}
 	}

@@ -47,6 +47,9 @@ type target struct {
 	// pin and stages: a staged drill's pinned tenant and its stages.
 	pin    *pin
 	stages []stage
+	// from is when the baseline window began: the load's start, or the
+	// end of the drill's warm-up.
+	from time.Time
 }
 
 // Drill is one kind of failure rehearsal.
@@ -84,7 +87,17 @@ type Drill struct {
 	// injection; load completes the load config for the target.
 	staged bool
 	load   func(lc *LoadConfig, t *target)
+	// warmup is how long the load runs before the baseline window opens,
+	// for a drill whose load is not the fleet's usual one (the residency
+	// drill sends its pinned regions 5 times the rate): the control plane
+	// sees it (summaries, a plan) before the baseline is taken. Requests
+	// started in it count in no phase.
+	warmup time.Duration
 }
+
+// residencyWarmup is the residency drill's warm-up: a few summary and plan
+// rounds (summaries every second by default).
+const residencyWarmup = 3 * time.Second
 
 // ErrUnavailable: the target cannot inject what the drill needs; nothing
 // was run.
@@ -162,7 +175,7 @@ func Drills() []*Drill {
 		{Name: "residency", Summary: "a tenant pinned to a region set: the set overloaded, then lost, then lost under a stale plan with the global leader and etcd down; none of its requests may reach an engine outside the set",
 			Needs:   []adminapi.FaultKind{adminapi.FaultKillEngine, adminapi.FaultKillRegion, adminapi.FaultKillLeader, adminapi.FaultEtcdDown},
 			Detects: "the global leader marks the pinned regions down (region-loss stage)", Reroutes: "the leader knows and no other region routes to them (region-loss stage)",
-			plan: planResidency, requires: pinnedAvailable, staged: true, load: residencyLoad},
+			plan: planResidency, requires: pinnedAvailable, staged: true, load: residencyLoad, warmup: residencyWarmup},
 	}
 }
 

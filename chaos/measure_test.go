@@ -46,6 +46,24 @@ func TestMeasurePhases(t *testing.T) {
 	}
 }
 
+// A drill's warm-up is in no phase: a request started before the
+// baseline window (target.from) counts nowhere, failed or not.
+func TestMeasureSkipsTheWarmUp(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	os := []Outcome{
+		{Start: at(-5), End: at(-4.9), OK: false, Status: 503, Error: "shed while the plan had not seen the load"},
+		{Start: at(-2), End: at(-1.9), OK: true, Status: 200},
+		{Start: at(1), End: at(1.1), OK: true, Status: 200},
+	}
+	rep := &Report{}
+	(&Runner{}).measure(rep, &Drill{Name: "test"}, &target{from: at(-3)}, os,
+		marks{t0: t0, t1: at(2), recovered: at(3), end: at(4), windowEnd: t0.Add(minRerouteWindow)})
+	if rep.Requests.Before != 1 || *rep.Success.Before != 1 || len(rep.Errors) != 0 {
+		t.Errorf("before %d at %v, errors %v: want the warm-up's failure nowhere", rep.Requests.Before, *rep.Success.Before, rep.Errors)
+	}
+}
+
 // TestMeasureLeak: a long prompt started during the drill leaks when it
 // reached a restarted cell or was refused with 400; only those started at
 // or after the reroute count as leaked after it. Short prompts and the

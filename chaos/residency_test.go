@@ -185,3 +185,25 @@ func TestPlanResidency(t *testing.T) {
 		t.Errorf("load %+v: the caller's tenants and rates must stand", lc)
 	}
 }
+
+// The region-loss stage is rerouted only when no other region's data plane
+// sends anything to the lost regions: its main cluster, and each
+// residency set's pinned cluster (a set with no plan slice falls back to
+// the nearest allowed ingress, the lost one, until the plan says
+// otherwise).
+func TestRegionsAvoidedCountsPinnedClusters(t *testing.T) {
+	s := fleetWith(map[string]map[string]int64{"a": {}, "b": {}})
+	tg := &target{regions: []string{"eu"}}
+	if !regionsAvoided(tg, s) {
+		t.Fatal("nothing routes to eu, yet not avoided")
+	}
+	s.Regions[0].PinnedRegions = map[string][]string{"eu": {"eu"}}
+	if regionsAvoided(tg, s) {
+		t.Fatal("a's pinned cluster still sends set eu to the lost region, yet avoided")
+	}
+	s.Regions[0].PinnedRegions = map[string][]string{"eu": nil}
+	s.Regions[1].Endpoints = []adminapi.EndpointState{{Cell: "eu-ingress", Region: "eu"}}
+	if regionsAvoided(tg, s) {
+		t.Fatal("b's main cluster still holds the lost region, yet avoided")
+	}
+}

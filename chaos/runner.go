@@ -169,8 +169,12 @@ func (r *Runner) Run(ctx context.Context, d *Drill, p Params, o Options) (*Repor
 	defer load.Stop()
 	rep := &Report{Drill: d.Name, Detects: d.Detects, Reroutes: d.Reroutes}
 
-	r.say(o, "  load running through %d ingresses; %v before the injection", len(ingresses), o.Before)
+	r.say(o, "  load running through %d ingresses; %v before the injection", len(ingresses), d.warmup+o.Before)
 	early, _ := r.Fleet.State(ctx)
+	if d.warmup > 0 && !r.wait(ctx, o, load, d.warmup, "warm-up") {
+		return nil, ctx.Err()
+	}
+	t.from = clock.Now()
 	if !r.wait(ctx, o, load, o.Before, "before") || !r.waitFirstOutcome(ctx, o, load) {
 		return nil, ctx.Err()
 	}
@@ -531,6 +535,9 @@ func (r *Runner) measure(rep *Report, d *Drill, t *target, os []Outcome, m marks
 		maxLen = t.faults[0].MaxModelLen
 	}
 	for _, o := range os {
+		if o.Start.Before(t.from) {
+			continue // the warm-up's: in no phase
+		}
 		var ph *phase
 		name := "heal" // between the heal and a healthy fleet
 		switch {

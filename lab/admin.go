@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -239,7 +240,7 @@ func (l *Lab) State() adminapi.FleetState {
 			rs.RouteSource = "local"
 		}
 		if t := r.Gateway.Table(); t != nil {
-			rs.PinnedEndpoints = pinnedEndpoints(t, model)
+			rs.PinnedEndpoints, rs.PinnedRegions = pinnedEndpoints(t, model)
 			for _, e := range t.Clusters[cluster].Endpoints {
 				rs.Endpoints = append(rs.Endpoints, adminapi.EndpointState{Cell: e.Cell, Region: e.Region, Weight: e.Weight,
 					Priority: e.Priority, MaxModelLen: e.MaxModelLen, Degraded: e.Degraded})
@@ -272,11 +273,13 @@ func tenantRequests(engines []*sim.Engine) map[string]int64 {
 	return out
 }
 
-// pinnedEndpoints counts the endpoints of each of model's pinned clusters
-// (xdscontract.PinnedClusterName) in a data plane's table, by set; nil
-// when it has none.
-func pinnedEndpoints(t *xdsclient.Table, model string) map[string]int {
+// pinnedEndpoints counts the endpoints of each residency set's pinned
+// cluster of model in t, and lists their regions (sorted, distinct). A
+// set's class clusters (.../pin-S/ctx-N) hold subsets of its pinned
+// cluster and are not counted.
+func pinnedEndpoints(t *xdsclient.Table, model string) (map[string]int, map[string][]string) {
 	var out map[string]int
+	var regions map[string][]string
 	prefix := xdscontract.PinnedClusterName(model, "")
 	for name, c := range t.Clusters {
 		set, ok := strings.CutPrefix(name, prefix)
@@ -284,9 +287,17 @@ func pinnedEndpoints(t *xdsclient.Table, model string) map[string]int {
 			continue
 		}
 		if out == nil {
-			out = map[string]int{}
+			out, regions = map[string]int{}, map[string][]string{}
 		}
 		out[set] = len(c.Endpoints)
+		var rs []string
+		for _, e := range c.Endpoints {
+			if !slices.Contains(rs, e.Region) {
+				rs = append(rs, e.Region)
+			}
+		}
+		slices.Sort(rs)
+		regions[set] = rs
 	}
-	return out
+	return out, regions
 }

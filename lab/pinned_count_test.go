@@ -2,6 +2,7 @@ package lab
 
 import (
 	"maps"
+	"slices"
 	"testing"
 
 	"github.com/isobar-mesh/isobar/gateway/xdsclient"
@@ -13,7 +14,13 @@ import (
 // metadata too; the per-set count is the plain pinned cluster's, never
 // theirs, nor another set's or the unpinned clusters'.
 func TestPinnedEndpointsCountsThePinnedClusterOnly(t *testing.T) {
-	eps := func(n int) []xdsclient.Endpoint { return make([]xdsclient.Endpoint, n) }
+	eps := func(n int) []xdsclient.Endpoint {
+		out := make([]xdsclient.Endpoint, n)
+		for i := range out {
+			out[i].Region = []string{"eu-west", "eu-central"}[i%2]
+		}
+		return out
+	}
 	pinned := func(set string) xdsclient.ClusterPolicy {
 		return xdsclient.ClusterPolicy{Residency: set, AllowedRegions: []string{"eu-west"}}
 	}
@@ -28,8 +35,11 @@ func TestPinnedEndpointsCountsThePinnedClusterOnly(t *testing.T) {
 		xdscontract.PinnedClusterName("other", "eu"):            {Policy: pinned("eu"), Endpoints: eps(9)},
 		xdscontract.PinnedClassClusterName("other", "eu", 4096): {Policy: pinned("eu"), Endpoints: eps(9)},
 	}}
-	got := pinnedEndpoints(tab, "m")
+	got, regions := pinnedEndpoints(tab, "m")
 	if want := map[string]int{"eu": 2, "none": 0}; !maps.Equal(got, want) {
 		t.Errorf("pinnedEndpoints = %v, want %v", got, want)
+	}
+	if len(regions) != 2 || !slices.Equal(regions["eu"], []string{"eu-central", "eu-west"}) || len(regions["none"]) != 0 {
+		t.Errorf("pinned regions = %v, want eu: [eu-central eu-west], none: []", regions)
 	}
 }
