@@ -128,9 +128,12 @@ type Figures struct {
 	// 0's controller wrote that response to the transport (sent), → the
 	// xDS client read it (received); ClientApply is removed − received,
 	// the client's decode, validation and apply. sent − the controller's
-	// push is the wait for the client's ACK of the response before (a
-	// state-of-the-world server has one response in flight per type).
-	// nil without deaths.
+	// push is the response's marshal and the wait for the client's ACK of
+	// the response before (a state-of-the-world server has one response
+	// in flight per type).
+	// Over delta xDS several responses can be in flight: sent is then the
+	// last written before the client's read, possibly a later response
+	// than the one read. nil without deaths.
 	DeathToSentP50Ms     *float64 `json:"death_to_sent_p50_ms"`
 	DeathToSentP99Ms     *float64 `json:"death_to_sent_p99_ms"`
 	DeathToReceivedP50Ms *float64 `json:"death_to_received_p50_ms"`
