@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"net"
 	"slices"
 	"strconv"
@@ -252,22 +251,8 @@ func sotwResources(s *Server, kind NodeKind) map[string]map[string]proto.Message
 	for _, typ := range deltaTypes {
 		out[typ] = make(map[string]proto.Message)
 		for n, r := range snap.GetResourcesAndTTL(typ) {
-			out[typ][n] = asServed(r.Resource)
+			out[typ][n] = r.Resource
 		}
-	}
-	return out
-}
-
-// asServed returns r as a client decodes it: the snapshot holds
-// assignments marshaled once (preMarshal), their content as unknown fields.
-func asServed(r proto.Message) proto.Message {
-	b, err := cache.MarshalResource(r)
-	if err != nil {
-		panic(err)
-	}
-	out := r.ProtoReflect().New().Interface()
-	if err := proto.Unmarshal(b, out); err != nil {
-		panic(err)
 	}
 	return out
 }

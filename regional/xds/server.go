@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
@@ -19,7 +18,6 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -56,9 +54,6 @@ type Server struct {
 	builder   *Builder
 	last      [numKinds]*Set            // per kind, the Set of the last snapshot
 	lastSnaps [numKinds]*cache.Snapshot // per kind, the last snapshot
-	// wire holds, per kind, the assignments of the last snapshot in the
-	// form served (preMarshal), by the Builder's pointer.
-	wire [numKinds]map[*endpoint.ClusterLoadAssignment]*endpoint.ClusterLoadAssignment
 
 	// With Config.LEDS, delta clients are served the LEDS layout (leds.go)
 	// from deltaCache and, per kind, ledsKinds' LinearCache; nil otherwise.
@@ -242,15 +237,7 @@ func (s *Server) prepare(st State) (*prepared, error) {
 	}
 	for i, k := range kinds() {
 		prev := s.lastSnaps[i]
-		served := p.sets[i]
-		if p.versions[i][typeEndpoint] == p.seq {
-			set := *served
-			if set.Endpoints, err = s.preMarshaled(i, set.Endpoints); err != nil {
-				return nil, err
-			}
-			served = &set
-		}
-		p.snaps[i] = newSnapshot(served, &p.versions[i], prev)
+		p.snaps[i] = newSnapshot(p.sets[i], &p.versions[i], prev)
 		if prev != nil && p.versions[i][typeListener] == s.versions[i][typeListener] && p.versions[i][typeRoute] == s.versions[i][typeRoute] &&
 			p.versions[i][typeCluster] == s.versions[i][typeCluster] && sameAssignmentNames(s.last[i], p.sets[i]) {
 			// Only assignment contents changed. Every check below depends
@@ -309,63 +296,6 @@ func (s *Server) applyLEDS(p *prepared) error {
 	s.lastDeltaSnaps = p.deltaSnaps
 	return nil
 }
-
-// preMarshaled returns the assignments of kind i in the form the
-// state-of-the-world snapshot serves them (preMarshal), reusing those of
-// the last push for the assignments the Builder did not rebuild (the same
-// pointer is the same content). Called under pushMu.
-func (s *Server) preMarshaled(i int, eps []*endpoint.ClusterLoadAssignment) ([]*endpoint.ClusterLoadAssignment, error) {
-	out := make([]*endpoint.ClusterLoadAssignment, len(eps))
-	wire := make(map[*endpoint.ClusterLoadAssignment]*endpoint.ClusterLoadAssignment, len(eps))
-	for j, e := range eps {
-		w, ok := s.wire[i][e]
-		if !ok {
-			var err error
-			if w, err = preMarshal(e); err != nil {
-				return nil, err
-			}
-		}
-		out[j], wire[e] = w, w
-	}
-	s.wire[i] = wire
-	return out, nil
-}
-
-// preMarshal returns cla marshaled once, as go-control-plane would
-// (cache.MarshalResource: deterministic): a ClusterLoadAssignment that
-// holds its cluster name and the rest of its encoding as unknown fields.
-// Marshaling it again copies those bytes, and yields exactly cla's
-// encoding (deterministic output is in field-number order, cluster_name
-// first). go-control-plane v0.14's snapshot cache marshals every resource
-// anew for each response of each stream (pkg/cache/v3/simple.go
-// createResponse → newCachedResourceWithTTL, cache.go
-// RawResponse.GetDiscoveryResponse): at 1,000 cells the eight assignments
-// of a model (8,000 endpoints) took ~25 ms a response, after the client's
-// ACK, on the path of every death. Here that is done once per push, for
-// every stream, and only for the assignments that changed.
-func preMarshal(cla *endpoint.ClusterLoadAssignment) (*endpoint.ClusterLoadAssignment, error) {
-	b, err := cache.MarshalResource(cla)
-	if err != nil {
-		return nil, fmt.Errorf("%w: marshal assignment %q: %w", xdscontract.ErrInvalidResource, cla.GetClusterName(), err)
-	}
-	rest := make([]byte, 0, len(b))
-	for in := b; len(in) > 0; {
-		num, _, n := protowire.ConsumeField(in)
-		if n < 0 {
-			return nil, fmt.Errorf("%w: assignment %q: %w", xdscontract.ErrInvalidResource, cla.GetClusterName(), protowire.ParseError(n))
-		}
-		if num != clusterNameField {
-			rest = append(rest, in[:n]...)
-		}
-		in = in[n:]
-	}
-	out := &endpoint.ClusterLoadAssignment{ClusterName: cla.GetClusterName()}
-	out.ProtoReflect().SetUnknown(rest)
-	return out, nil
-}
-
-// clusterNameField is ClusterLoadAssignment.cluster_name's field number.
-const clusterNameField = 1
 
 func sameAssignmentNames(a, b *Set) bool {
 	if len(a.Endpoints) != len(b.Endpoints) {

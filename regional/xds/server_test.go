@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -13,7 +12,6 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	sotwclient "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -21,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/isobar-mesh/isobar/xdscontract"
@@ -523,75 +520,4 @@ func TestDeltaStreamIsServedAndCounted(t *testing.T) {
 	}
 	cancel()
 	waitFor(t, "the delta stream to close", func() bool { return metricValue(t, ts.xds.m.streams) == 0 })
-}
-
-// TestPreMarshalServesTheSameBytes: an assignment marshaled once
-// (preMarshal) marshals again to exactly what go-control-plane would have
-// sent for the assignment itself.
-func TestPreMarshalServesTheSameBytes(t *testing.T) {
-	fd := (&endpoint.ClusterLoadAssignment{}).ProtoReflect().Descriptor().Fields().ByName("cluster_name")
-	if fd == nil || int(fd.Number()) != clusterNameField {
-		t.Fatalf("cluster_name field %v, want number %d", fd, clusterNameField)
-	}
-	res, err := mustBuilder(t, testConfig()).Build(State{Models: []Model{fleet("m", 50), fleet("n", 3)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cla := range append(res.Envoy.Endpoints, res.GRPC.Endpoints...) {
-		w, err := preMarshal(cla)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := cache.MarshalResource(cla)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := cache.MarshalResource(w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) || cache.GetResourceName(w) != cla.GetClusterName() {
-			t.Errorf("%s: served %d bytes named %q, want the assignment's %d bytes", cla.GetClusterName(), len(got), cache.GetResourceName(w), len(want))
-		}
-		var back endpoint.ClusterLoadAssignment
-		if err := proto.Unmarshal(got, &back); err != nil || !proto.Equal(&back, cla) {
-			t.Errorf("%s: decoded %v (%v), want the assignment", cla.GetClusterName(), &back, err)
-		}
-	}
-}
-
-// TestPushMarshalsOnlyChangedAssignments: a push serves the assignments
-// the Builder did not rebuild in the form already marshaled, and marshals
-// the changed ones anew.
-func TestPushMarshalsOnlyChangedAssignments(t *testing.T) {
-	xs, err := NewServer(testConfig(), Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer xs.Stop()
-	st := State{Models: []Model{fleet("a", 4), fleet("b", 4)}}
-	served := func() map[string]types.Resource {
-		t.Helper()
-		if _, err := xs.Push(st); err != nil {
-			t.Fatal(err)
-		}
-		snap, err := xs.cache.GetSnapshot(string(KindEnvoy))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return snap.GetResources(resource.EndpointType)
-	}
-	before := served()
-	st.Models[1].Localities[0].Endpoints[0].Weight++
-	after := served()
-	a, b := xdscontract.ClusterName("a"), xdscontract.ClusterName("b")
-	if before[a] == nil || after[a] != before[a] {
-		t.Errorf("unchanged assignment %s served %p then %p, want the same", a, before[a], after[a])
-	}
-	if before[b] == nil || after[b] == before[b] {
-		t.Errorf("changed assignment %s served %p then %p, want a new one", b, before[b], after[b])
-	}
-	if len(xs.wire[kindIndex(KindEnvoy)]) != len(after) {
-		t.Errorf("%d assignments held marshaled, want the %d served", len(xs.wire[kindIndex(KindEnvoy)]), len(after))
-	}
 }
