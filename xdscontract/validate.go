@@ -51,6 +51,9 @@ func validateDeep(m proto.Message, reach anyReach) error {
 // anyReach memoises, for one ValidateDeep call, whether a message type
 // can hold an Any at any depth (through its fields, map values and
 // lists; an Any's own content is another type, validated on its own).
+// Extension fields are not in a descriptor's fields: walkAnys enters a
+// populated one whatever its type (the xDS API is proto3, which has none
+// outside options).
 type anyReach map[protoreflect.FullName]bool
 
 // fieldMessage is the message type a field holds (a map's value type), nil
@@ -131,7 +134,7 @@ func validateOne(m proto.Message) error {
 func walkAnys(m protoreflect.Message, reach anyReach, fn func(*anypb.Any) error) error {
 	var err error
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if c := fieldMessage(fd); c == nil || !reach.can(c) {
+		if c := fieldMessage(fd); c == nil || (!fd.IsExtension() && !reach.can(c)) {
 			return true
 		}
 		switch {
