@@ -25,17 +25,96 @@ const anyFullName protoreflect.FullName = "google.protobuf.Any"
 // HttpConnectionManager without a route specifier, or a Router config with a
 // bad field. Errors wrap ErrInvalidResource. The server runs it on what it
 // builds; data planes run it on what they receive.
+//
+// The walk enters only the fields whose message type can hold an Any at
+// some depth (anyReach): in a ClusterLoadAssignment that leaves each
+// endpoint's Metadata (typed_filter_metadata) and skips its Endpoint and
+// filter_metadata Structs, which a reflective walk of every field made
+// most of a data plane's cost of a large EDS response.
 func ValidateDeep(m proto.Message) error {
+	return validateDeep(m, anyReach{})
+}
+
+func validateDeep(m proto.Message, reach anyReach) error {
 	if err := validateOne(m); err != nil {
 		return err
 	}
-	return walkAnys(m.ProtoReflect(), func(a *anypb.Any) error {
+	return walkAnys(m.ProtoReflect(), reach, func(a *anypb.Any) error {
 		inner, err := a.UnmarshalNew()
 		if err != nil {
 			return fmt.Errorf("%w: Any %s inside %s: %w", ErrInvalidResource, a.GetTypeUrl(), m.ProtoReflect().Descriptor().FullName(), err)
 		}
-		return ValidateDeep(inner)
+		return validateDeep(inner, reach)
 	})
+}
+
+// anyReach memoises, for one ValidateDeep call, whether a message type
+// can hold an Any at any depth (through its fields, map values and
+// lists; an Any's own content is another type, validated on its own).
+// Extension fields are not in a descriptor's fields: walkAnys enters a
+// populated one whatever its type (the xDS API is proto3, which has none
+// outside options).
+type anyReach map[protoreflect.FullName]bool
+
+// fieldMessage is the message type a field holds (a map's value type), nil
+// for a scalar.
+func fieldMessage(fd protoreflect.FieldDescriptor) protoreflect.MessageDescriptor {
+	if fd.IsMap() {
+		return fd.MapValue().Message()
+	}
+	return fd.Message()
+}
+
+// can reports whether a message of type md can hold an Any. It collects
+// the types reachable from md not yet known, then marks, until nothing
+// changes, those with a field of type Any or of a type marked: a fixed
+// point, so recursive types (Struct holds Value holds Struct) come out
+// right.
+func (r anyReach) can(md protoreflect.MessageDescriptor) bool {
+	if md.FullName() == anyFullName {
+		return true
+	}
+	if v, ok := r[md.FullName()]; ok {
+		return v
+	}
+	var graph []protoreflect.MessageDescriptor
+	seen := map[protoreflect.FullName]bool{}
+	for stack := []protoreflect.MessageDescriptor{md}; len(stack) > 0; {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if _, known := r[n.FullName()]; known || seen[n.FullName()] || n.FullName() == anyFullName {
+			continue
+		}
+		seen[n.FullName()] = true
+		graph = append(graph, n)
+		fields := n.Fields()
+		for i := range fields.Len() {
+			if c := fieldMessage(fields.Get(i)); c != nil {
+				stack = append(stack, c)
+			}
+		}
+	}
+	holds := map[protoreflect.FullName]bool{}
+	for changed := true; changed; {
+		changed = false
+		for _, n := range graph {
+			if holds[n.FullName()] {
+				continue
+			}
+			fields := n.Fields()
+			for i := range fields.Len() {
+				c := fieldMessage(fields.Get(i))
+				if c != nil && (c.FullName() == anyFullName || holds[c.FullName()] || r[c.FullName()]) {
+					holds[n.FullName()], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	for _, n := range graph {
+		r[n.FullName()] = holds[n.FullName()]
+	}
+	return r[md.FullName()]
 }
 
 func validateOne(m proto.Message) error {
@@ -50,17 +129,21 @@ func validateOne(m proto.Message) error {
 }
 
 // walkAnys calls fn for every populated Any reachable from m without
-// passing through another Any.
-func walkAnys(m protoreflect.Message, fn func(*anypb.Any) error) error {
+// passing through another Any. It skips the fields whose type cannot hold
+// one (reach).
+func walkAnys(m protoreflect.Message, reach anyReach, fn func(*anypb.Any) error) error {
 	var err error
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if c := fieldMessage(fd); c == nil || (!fd.IsExtension() && !reach.can(c)) {
+			return true
+		}
 		switch {
 		case fd.IsMap():
 			if fd.MapValue().Message() == nil {
 				return true
 			}
 			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-				err = visit(mv.Message(), fn)
+				err = visit(mv.Message(), reach, fn)
 				return err == nil
 			})
 		case fd.IsList():
@@ -69,17 +152,17 @@ func walkAnys(m protoreflect.Message, fn func(*anypb.Any) error) error {
 			}
 			l := v.List()
 			for i := 0; i < l.Len() && err == nil; i++ {
-				err = visit(l.Get(i).Message(), fn)
+				err = visit(l.Get(i).Message(), reach, fn)
 			}
 		case fd.Message() != nil:
-			err = visit(v.Message(), fn)
+			err = visit(v.Message(), reach, fn)
 		}
 		return err == nil
 	})
 	return err
 }
 
-func visit(m protoreflect.Message, fn func(*anypb.Any) error) error {
+func visit(m protoreflect.Message, reach anyReach, fn func(*anypb.Any) error) error {
 	if m.Descriptor().FullName() == anyFullName {
 		a, ok := m.Interface().(*anypb.Any)
 		if !ok {
@@ -87,7 +170,7 @@ func visit(m protoreflect.Message, fn func(*anypb.Any) error) error {
 		}
 		return fn(a)
 	}
-	return walkAnys(m, fn)
+	return walkAnys(m, reach, fn)
 }
 
 // MaxNameLen bounds a name or header name, in bytes.

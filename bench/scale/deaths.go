@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -32,18 +33,56 @@ func (p *point) timeAllDeaths(ctx context.Context, f *Figures) error {
 	if after := p.regions[0].tap.read(metricFailover); after.count > before.count {
 		f.LiveFailoverMeanMs = ptr(1000 * (after.sum - before.sum) / (after.count - before.count))
 	}
-	f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathsTimed = quantileNaN(deaths, 0.5), quantileNaN(deaths, 0.99), len(deaths)
-	f.DeathToRemovedMaxMs = quantileNaN(deaths, 1)
+	removed := field(deaths, func(d deathTime) float64 { return d.removed })
+	f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathsTimed = quantileNaN(removed, 0.5), quantileNaN(removed, 0.99), len(deaths)
+	f.DeathToRemovedMaxMs = quantileNaN(removed, 1)
+	f.breakDown(deaths)
 	if err != nil {
 		return err
 	}
-	silent, err := p.timeDeaths(ctx, deathSilent, p.cfg.SilentDeaths)
+	silentTimes, err := p.timeDeaths(ctx, deathSilent, p.cfg.SilentDeaths)
+	silent := field(silentTimes, func(d deathTime) float64 { return d.removed })
 	if len(silent) > 0 {
 		f.SilentToRemovedP50Ms, f.SilentToRemovedP99Ms = ptr(quantileNaN(silent, 0.5)), ptr(quantileNaN(silent, 0.99))
 		f.SilentToRemovedMaxMs = ptr(quantileNaN(silent, 1))
 	}
 	f.SilentDeathsTimed = len(silent)
 	return err
+}
+
+// deathTime is one timed death, in ms from the kill (or the silence): to
+// the first assignment without the cell decoded at the xDS client
+// (removed), and, traced back through the wire logs, to when the client
+// read the response it came in (received) and when the controller wrote
+// that response to the transport (sent); NaN where a log has no such
+// response.
+type deathTime struct{ removed, received, sent float64 }
+
+func field(ds []deathTime, f func(deathTime) float64) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = f(d)
+	}
+	return out
+}
+
+// breakDown sets the wire breakdown of the broken-stream deaths: kill →
+// response written by the controller (sent), → read by the client
+// (received), and the client's decode and apply (removed − received).
+// Each is left nil without deaths, and a death a wire log could not
+// trace is left out of that figure. For each death sent ≤ received ≤
+// removed, so the quantiles keep that order when every death is traced.
+func (f *Figures) breakDown(ds []deathTime) {
+	q := func(xs []float64) (p50, p99 *float64) {
+		xs = slices.DeleteFunc(xs, math.IsNaN)
+		if len(xs) == 0 {
+			return nil, nil
+		}
+		return ptr(quantileNaN(xs, 0.5)), ptr(quantileNaN(xs, 0.99))
+	}
+	f.DeathToSentP50Ms, f.DeathToSentP99Ms = q(field(ds, func(d deathTime) float64 { return d.sent }))
+	f.DeathToReceivedP50Ms, f.DeathToReceivedP99Ms = q(field(ds, func(d deathTime) float64 { return d.received }))
+	f.ClientApplyP50Ms, f.ClientApplyP99Ms = q(field(ds, func(d deathTime) float64 { return d.removed - d.received }))
 }
 
 // timeDeaths makes n of region 0's cells die (kind) in rounds and times
@@ -65,7 +104,7 @@ func (p *point) timeAllDeaths(ctx context.Context, f *Figures) error {
 // pushes are frequent.) With cell processes the
 // time includes the control request to the child (well under a
 // millisecond on loopback), which also can only overstate.
-func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]float64, error) {
+func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]deathTime, error) {
 	cells := p.regions[0].cells
 	per := min(maxVictimsPerRound, max(1, len(cells)/2))
 	seed := uint64(p.spec.cells)<<16 | uint64(p.spec.regions)
@@ -73,7 +112,7 @@ func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]float64, 
 		seed ^= 1 << 63
 	}
 	rng := rand.New(rand.NewPCG(p.cfg.Seed, seed))
-	var out []float64
+	var out []deathTime
 	next := 0
 	for len(out) < n {
 		k := min(per, n-len(out))
@@ -110,10 +149,10 @@ func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]float64, 
 }
 
 // deathRound makes victims die (kind), each at a random offset within one
-// heartbeat interval, and returns each one's time to removal in ms. The
+// heartbeat interval, and returns each one's times (deathTime). The
 // assignments are watched from before the first death, so a victim
 // removed while later ones are still dying is timed at its own removal.
-func (p *point) deathRound(ctx context.Context, kind string, victims []string, rng *rand.Rand) ([]float64, error) {
+func (p *point) deathRound(ctx context.Context, kind string, victims []string, rng *rand.Rand) ([]deathTime, error) {
 	offsets := make([]time.Duration, len(victims))
 	for i := range offsets {
 		offsets[i] = time.Duration(rng.Int64N(int64(p.cfg.HeartbeatInterval)))
@@ -148,7 +187,7 @@ func (p *point) deathRound(ctx context.Context, kind string, victims []string, r
 		return nil, fmt.Errorf("scale: %s: %d of %d cells still at the xDS client after %v: %w",
 			kind, total-n, total, p.cfg.DeathTimeout, err)
 	}
-	return rm.times(), nil
+	return rm.times(p.received, p.sent), nil
 }
 
 // removals are one round's deaths and the removals seen so far; observe
@@ -201,13 +240,29 @@ func (r *removals) observe(ctx context.Context, w *xdsclient.Watcher) error {
 	}
 }
 
-// times are the removal times in ms.
-func (r *removals) times() []float64 {
+// times are the deaths' times; received and sent (either may be nil) are
+// the client's and the controller's wire logs. The response an assignment
+// came in is the last one the client read before it was applied (the
+// client reads the next only after applying one), and that response is
+// the last one the controller wrote before the client read it (a
+// state-of-the-world server sends the next only after the client's ACK).
+func (r *removals) times(received, sent *wireLog) []deathTime {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]float64, 0, len(r.diedAt))
+	out := make([]deathTime, 0, len(r.diedAt))
 	for id, at := range r.diedAt {
-		out = append(out, ms(r.removedAt[id].Sub(at)))
+		d := deathTime{removed: ms(r.removedAt[id].Sub(at)), received: math.NaN(), sent: math.NaN()}
+		if received != nil {
+			if rcv, ok := received.lastBefore(r.removedAt[id]); ok {
+				d.received = ms(rcv.Sub(at))
+				if sent != nil {
+					if snt, ok := sent.lastBefore(rcv); ok {
+						d.sent = ms(snt.Sub(at))
+					}
+				}
+			}
+		}
+		out = append(out, d)
 	}
 	return out
 }

@@ -46,9 +46,12 @@
 //   - cell death to weight removed: a cell's TCP connection is closed under
 //     its stream (as when its agent is SIGKILLed) and the time until an xDS
 //     client subscribed to EDS on its controller (go-control-plane's ADS
-//     client, through xdsclient.Watcher) receives an assignment without it;
-//     apart, a silent cell (stream open, no more heartbeats: a hung agent),
-//     removed by the TTL.
+//     client, through xdsclient.Watcher) receives an assignment without it,
+//     broken down at the wire by gRPC stats handlers on region 0's
+//     controller and on the client (wire.go): kill → the controller wrote
+//     the ADS response (sent) → the client read it (received) → decoded and
+//     applied; apart, a silent cell (stream open, no more heartbeats: a
+//     hung agent), removed by the TTL.
 //
 // Points beyond what the machine allows (file descriptors, in this process
 // or in a cell process, which reports its limit) or beyond Config.MaxCells

@@ -126,8 +126,11 @@ type point struct {
 	fleet   fleet
 	procs   int // cell processes (0: cells in this process)
 	watcher *xdsclient.Watcher
-	sink    net.Listener
-	stops   []func()
+	// received and sent log when ADS responses cross the wire: read by
+	// the watcher, written by region 0's controller (wire.go).
+	received, sent *wireLog
+	sink           net.Listener
+	stops          []func()
 	// The process's RSS and goroutines before the cells started.
 	baseRSS        uint64
 	baseGoroutines int
@@ -234,12 +237,13 @@ func (p *point) start(ctx context.Context) error {
 	p.onStop(func() { _ = p.sink.Close(); sinkWG.Wait() })
 	sinkAddr := p.sink.Addr().String()
 
+	p.received, p.sent = newWireLog(p.clock, true), newWireLog(p.clock, false)
 	if err := p.startControllers(ctx, sinkAddr); err != nil {
 		return err
 	}
 	if p.watcher, err = xdsclient.NewWatcher(xdsclient.WatchConfig{Server: p.regions[0].ctrl.Addr(), NodeID: "isobar-bench-scale", Delta: p.cfg.DeltaXDS},
 		xdsclient.WatchDeps{Clock: p.clock, Logger: p.log.With("component", "xds-client"),
-			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}); err != nil {
+			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(p.received)}}); err != nil {
 		return err
 	}
 	if err := p.watcher.Start(ctx); err != nil {
@@ -276,6 +280,9 @@ func (p *point) startControllers(ctx context.Context, sinkAddr string) error {
 			Dialer: func(network, _ string, timeout time.Duration) (net.Conn, error) {
 				return net.DialTimeout(network, sinkAddr, timeout)
 			},
+		}
+		if i == 0 {
+			d.GRPCServerOptions = []grpc.ServerOption{grpc.StatsHandler(p.sent)}
 		}
 		if p.spec.topology == Hierarchical {
 			r.sums = &summaryTap{rtt: map[string]time.Duration{}, coord: tapCoordinate(i)}

@@ -123,6 +123,23 @@ type Figures struct {
 	// the mean of isobar_regional_failover_seconds (the cell's failure
 	// detected → the push without it done) over the broken-stream deaths.
 	LiveFailoverMeanMs *float64 `json:"live_failover_mean_ms"`
+	// The same deaths at the wire, each traced from its first assignment
+	// without the cell back to the ADS response it came in: kill → region
+	// 0's controller wrote that response to the transport (sent), → the
+	// xDS client read it (received); ClientApply is removed − received,
+	// the client's decode, validation and apply. sent − the controller's
+	// push is the response's marshal and the wait for the client's ACK of
+	// the response before (a state-of-the-world server has one response
+	// in flight per type).
+	// Over delta xDS several responses can be in flight: sent is then the
+	// last written before the client's read, possibly a later response
+	// than the one read. nil without deaths.
+	DeathToSentP50Ms     *float64 `json:"death_to_sent_p50_ms"`
+	DeathToSentP99Ms     *float64 `json:"death_to_sent_p99_ms"`
+	DeathToReceivedP50Ms *float64 `json:"death_to_received_p50_ms"`
+	DeathToReceivedP99Ms *float64 `json:"death_to_received_p99_ms"`
+	ClientApplyP50Ms     *float64 `json:"client_apply_p50_ms"`
+	ClientApplyP99Ms     *float64 `json:"client_apply_p99_ms"`
 	// A silent cell (stream open, no more heartbeats) to the endpoint gone
 	// at the xDS client: the TTL path.
 	SilentToRemovedP50Ms *float64 `json:"silent_to_removed_p50_ms"`

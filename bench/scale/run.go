@@ -111,10 +111,10 @@ func progress(deps Deps, p Point) {
 		return
 	}
 	f := p.Figures
-	fmt.Fprintf(deps.Progress, "%s ingest %.0f of %.0f hb/s (%.1f %%), ctrl cpu %.3f s/s/1k, sender cpu %s s/s, cycle p50 %.2f ms p99 %.2f ms, inbound %.0f B/s, death p50 %.0f ms p99 %.0f ms (controller's share %s ms), silent p50 %s ms p99 %s ms",
+	fmt.Fprintf(deps.Progress, "%s ingest %.0f of %.0f hb/s (%.1f %%), ctrl cpu %.3f s/s/1k, sender cpu %s s/s, cycle p50 %.2f ms p99 %.2f ms, inbound %.0f B/s, death p50 %.0f ms p99 %.0f ms (controller's share %s ms; sent p50 %s, received p50 %s, client apply p50 %s ms), silent p50 %s ms p99 %s ms",
 		head, f.IngestHeartbeatsPerS, f.OfferedHeartbeatsPerS, 100*f.IngestFraction, f.CPUSPerSPer1kCells, opt(f.SenderCPUSPerS, 3),
 		f.CycleP50Ms, f.CycleP99Ms, f.GlobalInboundBytesPerS, f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms,
-		opt(f.LiveFailoverMeanMs, 1), opt(f.SilentToRemovedP50Ms, 0), opt(f.SilentToRemovedP99Ms, 0))
+		opt(f.LiveFailoverMeanMs, 1), opt(f.DeathToSentP50Ms, 0), opt(f.DeathToReceivedP50Ms, 0), opt(f.ClientApplyP50Ms, 0), opt(f.SilentToRemovedP50Ms, 0), opt(f.SilentToRemovedP99Ms, 0))
 	if p.Error != "" {
 		fmt.Fprintf(deps.Progress, " error: %s", p.Error)
 	}
@@ -139,7 +139,7 @@ func notes(inProcess bool) []string {
 		"cycle P50/P99: one controller's score + project + xDS build/validate/set for the cells it holds (cells/ctrl), run with the real regional/score, regional/projection and regional/xds code on the live registry's cells, every weight moving each cycle (the worst case, a full push). The live controllers' own mean projection and xDS-build times are in scale.json (live_*).",
 		"summary B/region: proto.Size of the summaries the real controllers built (with the RTT to its 8 nearest regions and its Vivaldi coordinate, as a gossip member reports them). global inbound B/s: hierarchical = Σ regions summary bytes × publish rate; flat = marshalled heartbeat bytes per second into the one controller. Both are protobuf payload sizes, without gRPC/HTTP/2 framing.",
 		"solve ms: P50 of optimize.Solve on an instance of the region count generated as the optimiser's benchmarks do (random map, capacities 50–500 rps, demand 30–110 % of capacity); the flat topology has no optimiser.",
-		"broken→removed: from closing a cell's TCP connection under its stream (like SIGKILL, no Terminated heartbeat) to the first EDS assignment without it at a subscribed go-control-plane ADS client (xdsclient.Watcher) on the cell's controller; the broken stream makes the cell suspect (weight 0) at once, so the figure is the controller cycle it triggers plus the push. Its controller-side share, the mean of isobar_regional_failover_seconds (failure detected → push done) over the same deaths, is live_failover_mean_ms in scale.json; the rest is the stream's end reaching the controller and the client receiving and decoding the assignment.",
+		"broken→removed: from closing a cell's TCP connection under its stream (like SIGKILL, no Terminated heartbeat) to the first EDS assignment without it at a subscribed go-control-plane ADS client (xdsclient.Watcher) on the cell's controller; the broken stream makes the cell suspect (weight 0) at once, so the figure is the controller cycle it triggers plus the push. Its controller-side share, the mean of isobar_regional_failover_seconds (failure detected → push done) over the same deaths, is live_failover_mean_ms in scale.json; the rest is the stream's end reaching the controller and the client receiving and decoding the assignment. At the wire (scale.json): death_to_sent (the controller wrote the ADS response the removal came in; sent minus the controller's share is mostly the wait for the client's ACK of the response before, as a state-of-the-world server has one response in flight per type, and the response's marshal), death_to_received (the client read it) and client_apply (removed minus received: the client's unmarshal, validation and decode).",
 		"silent→removed: from a cell ceasing to send while its stream stays open (a hung agent) to the same EDS assignment without it: the TTL path (heartbeat interval + grace since its last heartbeat, then the registry's sweep and the push).",
 	}
 }

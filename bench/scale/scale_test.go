@@ -146,6 +146,7 @@ func checkFigures(t *testing.T, p Point) {
 	if f.CycleP50Ms > f.CycleP99Ms || f.DeathToRemovedP50Ms > f.DeathToRemovedP99Ms {
 		t.Errorf("%+v: a P50 above its P99", *f)
 	}
+	checkBreakdown(t, p)
 	if f.DeathsTimed != 3 || f.SilentDeathsTimed != 2 {
 		t.Errorf("%d deaths and %d silent cells timed, want 3 and 2", f.DeathsTimed, f.SilentDeathsTimed)
 	}
@@ -361,5 +362,27 @@ func TestSmokeDeltaXDS(t *testing.T) {
 			continue
 		}
 		checkFigures(t, p)
+	}
+}
+
+// checkBreakdown checks the deaths' wire breakdown: present (the stats
+// handlers are wired on region 0's controller and the xDS client) and in
+// order, sent ≤ received ≤ removed, with the client's apply the rest.
+func checkBreakdown(t *testing.T, p Point) {
+	t.Helper()
+	f := p.Figures
+	for name, v := range map[string]*float64{
+		"death_to_sent_p50_ms": f.DeathToSentP50Ms, "death_to_sent_p99_ms": f.DeathToSentP99Ms,
+		"death_to_received_p50_ms": f.DeathToReceivedP50Ms, "death_to_received_p99_ms": f.DeathToReceivedP99Ms,
+		"client_apply_p50_ms": f.ClientApplyP50Ms, "client_apply_p99_ms": f.ClientApplyP99Ms,
+	} {
+		if v == nil || math.IsNaN(*v) {
+			t.Errorf("%d cells %d regions %s: %s missing", p.Cells, p.Regions, p.Topology, name)
+			return
+		}
+	}
+	if *f.DeathToSentP50Ms > *f.DeathToReceivedP50Ms || *f.DeathToReceivedP50Ms > f.DeathToRemovedP50Ms || *f.ClientApplyP50Ms < 0 {
+		t.Errorf("%d cells %d regions %s: sent %v, received %v, removed %v ms, client apply %v: want sent ≤ received ≤ removed, apply ≥ 0",
+			p.Cells, p.Regions, p.Topology, *f.DeathToSentP50Ms, *f.DeathToReceivedP50Ms, f.DeathToRemovedP50Ms, *f.ClientApplyP50Ms)
 	}
 }

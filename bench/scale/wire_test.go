@@ -1,0 +1,119 @@
+package scale
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc/stats"
+)
+
+const adsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+
+// event feeds one RPC event of method to w at the clock's time and
+// advances the clock by a millisecond.
+func event(w *wireLog, clock *clockwork.FakeClock, method string, s stats.RPCStats) {
+	ctx := w.TagRPC(context.Background(), &stats.RPCTagInfo{FullMethodName: method})
+	w.HandleRPC(ctx, s)
+	clock.Advance(time.Millisecond)
+}
+
+// TestWireLogRecordsADSResponsesOnly: the client's log takes the responses
+// it read on ADS streams (either flavour), the server's those it wrote;
+// requests, other methods and the other side's events are left out.
+func TestWireLogRecordsADSResponsesOnly(t *testing.T) {
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		client bool
+		method string
+		ev     stats.RPCStats
+		want   bool
+	}{
+		{true, adsMethod, &stats.InPayload{Client: true}, true},
+		{true, "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources", &stats.InPayload{Client: true}, true},
+		{true, adsMethod, &stats.OutPayload{Client: true}, false},
+		{true, adsMethod, &stats.InPayload{}, false},
+		{true, "/isobar.v1.CellRegistry/Heartbeat", &stats.InPayload{Client: true}, false},
+		{true, adsMethod, &stats.End{Client: true}, false},
+		{false, adsMethod, &stats.OutPayload{}, true},
+		{false, adsMethod, &stats.InPayload{}, false},
+		{false, adsMethod, &stats.OutPayload{Client: true}, false},
+		{false, "/isobar.v1.CellRegistry/Heartbeat", &stats.OutPayload{}, false},
+	}
+	for i, c := range cases {
+		clock := clockwork.NewFakeClockAt(start)
+		w := newWireLog(clock, c.client)
+		event(w, clock, c.method, c.ev)
+		_, got := w.lastBefore(start.Add(time.Hour))
+		if got != c.want {
+			t.Errorf("case %d (client %v, %s, %T): recorded %v, want %v", i, c.client, c.method, c.ev, got, c.want)
+		}
+	}
+}
+
+func TestWireLogLastBeforeAndBound(t *testing.T) {
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	clock := clockwork.NewFakeClockAt(start)
+	w := newWireLog(clock, true)
+	if _, ok := w.lastBefore(start.Add(time.Hour)); ok {
+		t.Fatal("an empty log found a time")
+	}
+	for range maxWireTimes + 3 {
+		event(w, clock, adsMethod, &stats.InPayload{Client: true})
+	}
+	if len(w.at) > maxWireTimes {
+		t.Errorf("%d times kept, bound %d", len(w.at), maxWireTimes)
+	}
+	last := start.Add(time.Duration(maxWireTimes+2) * time.Millisecond)
+	for _, c := range []struct {
+		t    time.Time
+		want time.Time
+		ok   bool
+	}{
+		{last.Add(time.Second), last, true},
+		{last, last, true},
+		{last.Add(-time.Microsecond), last.Add(-time.Millisecond), true},
+		{start, time.Time{}, false}, // dropped with the oldest half
+	} {
+		got, ok := w.lastBefore(c.t)
+		if ok != c.ok || !got.Equal(c.want) {
+			t.Errorf("lastBefore(%v) = %v, %v; want %v, %v", c.t, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestRemovalTimesTraceTheWire: a death's removal is traced to the last
+// response the client read before it, and that to the last the server
+// wrote before the read; without logs only the removal is timed.
+func TestRemovalTimesTraceTheWire(t *testing.T) {
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	rm := &removals{want: 1, diedAt: map[string]time.Time{"c": at(0)}, removedAt: map[string]time.Time{"c": at(300)}}
+	rcv, snt := newWireLog(nil, true), newWireLog(nil, false)
+	for _, ms := range []int{-50, 100, 250, 400} {
+		rcv.record(at(ms))
+	}
+	for _, ms := range []int{-60, 90, 240, 245, 390} {
+		snt.record(at(ms))
+	}
+	got := rm.times(rcv, snt)
+	if len(got) != 1 || got[0] != (deathTime{removed: 300, received: 250, sent: 245}) {
+		t.Errorf("times = %+v, want removed 300, received 250, sent 245", got)
+	}
+	got = rm.times(nil, nil)
+	if len(got) != 1 || got[0].removed != 300 || !math.IsNaN(got[0].received) || !math.IsNaN(got[0].sent) {
+		t.Errorf("times without logs = %+v, want removed 300, the rest NaN", got)
+	}
+	var f Figures
+	f.breakDown(rm.times(rcv, snt))
+	if f.DeathToSentP50Ms == nil || *f.DeathToSentP50Ms != 245 || *f.DeathToReceivedP50Ms != 250 || *f.ClientApplyP50Ms != 50 {
+		t.Errorf("breakdown %v %v %v, want 245, 250, 50", f.DeathToSentP50Ms, f.DeathToReceivedP50Ms, f.ClientApplyP50Ms)
+	}
+	f = Figures{}
+	f.breakDown(rm.times(nil, nil))
+	if f.DeathToSentP50Ms != nil || f.DeathToReceivedP50Ms != nil || f.ClientApplyP50Ms != nil {
+		t.Error("untraced deaths gave a breakdown")
+	}
+}
