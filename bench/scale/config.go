@@ -73,6 +73,10 @@ type Config struct {
 	// Seed of the synthetic signals, phases and optimiser instances
 	// [--seed]. Default 1.
 	Seed uint64
+	// Topologies are the topologies run, Flat and Hierarchical
+	// [--topology]. Default both: a small machine can skip the flat
+	// 10,000-cell controller to reach the hierarchical points.
+	Topologies []string
 }
 
 // Deps are a run's collaborators.
@@ -153,6 +157,11 @@ func (c *Config) validate() error {
 	for _, n := range c.Cells {
 		if n < 1 || n > 250*250 {
 			return fmt.Errorf("%w: cells %d: want 1..%d", ErrInvalidConfig, n, 250*250)
+		}
+	}
+	for _, t := range c.Topologies {
+		if t != Flat && t != Hierarchical {
+			return fmt.Errorf("%w: topology %q: want %s or %s", ErrInvalidConfig, t, Flat, Hierarchical)
 		}
 	}
 	for _, r := range c.Regions {

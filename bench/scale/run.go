@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -87,9 +88,15 @@ func controllerCycle(rc regional.Config) time.Duration {
 // specs lists the points in order: per fleet size, the flat topology, then
 // the hierarchical one per region count.
 func specs(cfg Config) []pointSpec {
+	runs := func(t string) bool { return len(cfg.Topologies) == 0 || slices.Contains(cfg.Topologies, t) }
 	var out []pointSpec
 	for _, n := range cfg.Cells {
-		out = append(out, pointSpec{cells: n, regions: 1, topology: Flat})
+		if runs(Flat) {
+			out = append(out, pointSpec{cells: n, regions: 1, topology: Flat})
+		}
+		if !runs(Hierarchical) {
+			continue
+		}
 		for _, r := range cfg.Regions {
 			out = append(out, pointSpec{cells: n, regions: r, topology: Hierarchical})
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -262,7 +263,7 @@ func TestConfigValidation(t *testing.T) {
 	for _, c := range []Config{
 		{Cells: []int{0}}, {Regions: []int{0}}, {Regions: []int{1000}}, {Deaths: -1},
 		{HeartbeatInterval: time.Millisecond}, {Window: -time.Second}, {MaxCells: -1},
-		{CellProcs: -1}, {CellProcs: 65}, {SilentDeaths: 1001},
+		{CellProcs: -1}, {CellProcs: 65}, {SilentDeaths: 1001}, {Topologies: []string{"mesh"}},
 	} {
 		if _, err := NewConfig(c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v, want ErrInvalidConfig", c, err)
@@ -271,6 +272,14 @@ func TestConfigValidation(t *testing.T) {
 	c, err := NewConfig(Config{Cells: []int{100, 10, 10}})
 	if err != nil || !reflect.DeepEqual(c.Cells, []int{10, 100}) || !reflect.DeepEqual(c.Regions, DefaultRegions()) {
 		t.Errorf("defaults: %+v, %v", c, err)
+	}
+	// --topology picks the points: hierarchical only skips the flat ones.
+	h := specs(Config{Cells: []int{10, 100}, Regions: []int{1, 10}, Topologies: []string{Hierarchical}})
+	if len(h) != 4 || slices.ContainsFunc(h, func(p pointSpec) bool { return p.topology == Flat }) {
+		t.Errorf("hierarchical only: %+v", h)
+	}
+	if all := specs(Config{Cells: []int{10}, Regions: []int{1, 10}}); len(all) != 3 {
+		t.Errorf("both topologies: %+v, want flat and 2 hierarchical", all)
 	}
 }
 

@@ -110,6 +110,7 @@ func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
 	fl.BoolVar(&cfg.DeltaXDS, "xds-delta", false, "controllers serve LEDS to delta clients and the timing xDS client watches over delta ADS (one endpoint's change sends that endpoint)")
 	fl.IntVar(&cfg.MaxCells, "max-cells", 0, "skip points with more cells than this (0: only the machine's limits)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the synthetic signals, phases and optimiser instances")
+	fl.StringSliceVar(&cfg.Topologies, "topology", []string{scale.Flat, scale.Hierarchical}, "topologies to run: flat, hierarchical or both")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	cmd.AddCommand(newBenchScaleCellsCmd(ro))
 	return cmd
