@@ -32,10 +32,16 @@ type Limits struct {
 	MaxHeartbeatStreams int
 	// HeartbeatRate and HeartbeatBurst are each heartbeat stream's token
 	// bucket (heartbeats/s, bucket size). A heartbeat beyond it is dropped
-	// unacked (reason rate_limited). A stream that has HeartbeatBurst
-	// heartbeats dropped in a row — one sending far above the rate — is
-	// closed with ResourceExhausted. Defaults 20/s and 40: an agent sends
-	// 2/s at the default interval, plus one at once per state change.
+	// unacked (reason rate_limited). A stream whose drops go on for the
+	// bucket's refill time (HeartbeatBurst / HeartbeatRate: 2 s), never
+	// pausing that long, with at least HeartbeatBurst of them — one
+	// sending above the rate for that long — is closed with
+	// ResourceExhausted. A backlog the
+	// controller reads at once after a stall of its own (under overload)
+	// is dropped down to the bucket, never a reason to close: the cell
+	// sent at its pace, and closing would turn the controller's lag into
+	// reconnections. Defaults 20/s and 40: an agent sends 2/s at the
+	// default interval, plus one at once per state change.
 	HeartbeatRate  float64
 	HeartbeatBurst int
 	// MaxClockSkew: a heartbeat whose sent_at differs from this
@@ -118,7 +124,11 @@ var (
 type tokenBucket struct {
 	rate, burst, tokens float64
 	last                time.Time
-	dropped             int // in a row
+	// dropped counts the drops of the current episode: drops none of
+	// which came a refill time (burst/rate) or more after the one before;
+	// dropFrom and lastDrop are its first and last.
+	dropped            int
+	dropFrom, lastDrop time.Time
 }
 
 func newTokenBucket(rate float64, burst int) tokenBucket {
@@ -137,11 +147,23 @@ func (b *tokenBucket) allow(now time.Time) bool {
 	}
 	if b.tokens >= 1 {
 		b.tokens--
-		b.dropped = 0
 		return true
 	}
+	if b.dropped == 0 || now.Sub(b.lastDrop).Seconds()*b.rate >= b.burst {
+		b.dropped, b.dropFrom = 0, now // a new episode
+	}
 	b.dropped++
+	if now.After(b.lastDrop) {
+		b.lastDrop = now
+	}
 	return false
+}
+
+// abusive reports whether the current episode of drops is a sender above
+// the rate, not a backlog read at once: at least a bucket's worth of
+// drops, going on for at least the time the bucket takes to refill.
+func (b *tokenBucket) abusive() bool {
+	return b.dropped >= int(b.burst) && b.lastDrop.Sub(b.dropFrom).Seconds()*b.rate >= b.burst
 }
 
 // admitRate applies the stream's token bucket. drop: the heartbeat is
@@ -152,9 +174,9 @@ func (s *heartbeatService) admitRate(st *streamState) (drop bool, err error) {
 		return false, nil
 	}
 	s.metrics.rejected.WithLabelValues(rejectReason(ErrRateLimited)).Inc()
-	if st.bucket.dropped >= int(st.bucket.burst) {
-		return true, fmt.Errorf("%w: %d heartbeats dropped in a row (limit %v/s, burst %v); closing the stream",
-			ErrRateLimited, st.bucket.dropped, st.bucket.rate, st.bucket.burst)
+	if b := &st.bucket; b.abusive() {
+		return true, fmt.Errorf("%w: %d heartbeats dropped over %v without a pause (limit %v/s, burst %v); closing the stream",
+			ErrRateLimited, b.dropped, b.lastDrop.Sub(b.dropFrom).Round(time.Millisecond), b.rate, b.burst)
 	}
 	return true, nil
 }

@@ -92,15 +92,51 @@ func TestTokenBucket(t *testing.T) {
 	}{
 		{0, true, 0}, {0, true, 0}, {0, true, 0}, // the burst
 		{0, false, 1}, {100 * time.Millisecond, false, 2}, // 0.2 tokens
-		{500 * time.Millisecond, true, 0},                                                       // 1 token after 0.5 s
-		{500 * time.Millisecond, false, 1},                                                      // spent
-		{-time.Second, false, 2},                                                                // time going back refills nothing
-		{time.Hour, true, 0}, {time.Hour, true, 0}, {time.Hour, true, 0}, {time.Hour, false, 1}, // refill caps at the burst
+		{500 * time.Millisecond, true, 2},                                // 1 token after 0.5 s; the episode of drops goes on
+		{500 * time.Millisecond, false, 3},                               // spent
+		{-time.Second, false, 4},                                         // time going back refills nothing
+		{time.Hour, true, 4}, {time.Hour, true, 4}, {time.Hour, true, 4}, // refill caps at the burst
+		{time.Hour, false, 1}, // a drop a refill time after the last: a new episode
 	}
 	for i, s := range steps {
 		if got := b.allow(t0.Add(s.at)); got != s.allowed || b.dropped != s.dropped {
 			t.Fatalf("step %d (at %v): allow = %v dropped %d, want %v dropped %d", i, s.at, got, b.dropped, s.allowed, s.dropped)
 		}
+	}
+}
+
+// A backlog read at once is not abuse: a stream whose controller stalled
+// and then reads 100 heartbeats in the same instant has them dropped down
+// to the bucket, and is not closed; a sender above the rate for the
+// bucket's refill time (burst / rate) is.
+func TestTokenBucketAbuseNeedsTime(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newTokenBucket(20, 40) // the defaults: refill time 2 s
+	for range 100 {
+		b.allow(t0)
+	}
+	if b.dropped != 60 || b.abusive() {
+		t.Fatalf("a backlog of 100 at once: %d dropped, abusive %v; want 60 dropped, not abusive", b.dropped, b.abusive())
+	}
+	// The next heartbeat at the agent's pace is taken.
+	if !b.allow(t0.Add(500 * time.Millisecond)) {
+		t.Fatal("the heartbeat after the backlog was dropped")
+	}
+	// A flood of 200/s: 20/s get through, the drops never stop; abusive
+	// once they have run for 2 s.
+	b = newTokenBucket(20, 40)
+	at := t0
+	abusiveAt := time.Duration(-1)
+	for i := range 1000 {
+		at = t0.Add(time.Duration(i) * 5 * time.Millisecond)
+		b.allow(at)
+		if b.abusive() {
+			abusiveAt = at.Sub(b.dropFrom)
+			break
+		}
+	}
+	if abusiveAt < 2*time.Second || abusiveAt > 3*time.Second {
+		t.Fatalf("a 200/s flood judged abusive after %v of drops, want 2-3 s", abusiveAt)
 	}
 }
 
@@ -192,34 +228,68 @@ func TestRegistryCellLimit(t *testing.T) {
 	}
 }
 
-// Heartbeats beyond the stream's bucket are dropped unacked and counted;
-// HeartbeatBurst drops in a row close the stream with ResourceExhausted.
+// TestHeartbeatRateLimit: heartbeats beyond a stream's bucket are dropped
+// unacked and counted; a backlog at once does not close the stream, a
+// sender above the rate for the bucket's refill time (burst/rate: 3 s
+// here, on the fake clock) does, with ResourceExhausted.
 func TestHeartbeatRateLimit(t *testing.T) {
-	// A refill of one token per ~3 hours: nothing refills during the test.
-	c, _ := startController(t, func(cfg *Config) { cfg.Limits.HeartbeatRate, cfg.Limits.HeartbeatBurst = 1e-4, 3 })
+	clk := clockwork.NewFakeClock()
+	c := startControllerClock(t, clk, func(cfg *Config) { cfg.Limits.HeartbeatRate, cfg.Limits.HeartbeatBurst = 1, 3 })
 	cl := dialController(t, c.Addr(), nil)
 	limited := func() float64 { return testutil.ToFloat64(c.metrics.rejected.WithLabelValues("rate_limited")) }
+	accepted := func() float64 { return testutil.ToFloat64(c.metrics.heartbeats) }
 	s := openStream(t, cl)
-	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
-	for seq := uint64(1); seq <= 6; seq++ { // 3 within the burst, 3 dropped
-		if err := s.Send(heartbeat("fast", "127.0.0.1:3101", ready, seq)); err != nil {
-			t.Fatal(err)
+	ended := make(chan error, 1)
+	go func() { // drains the acks; the stream's end is its error
+		for {
+			if _, err := s.Recv(); err != nil {
+				ended <- err
+				return
+			}
 		}
+	}()
+	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+	seq := uint64(0)
+	// send sends n heartbeats and waits until the controller took or
+	// dropped each (so the fake clock moves only between batches); false
+	// once the stream has ended.
+	send := func(n int) bool {
+		t.Helper()
+		for range n {
+			seq++
+			if err := s.Send(heartbeat("fast", "127.0.0.1:3101", ready, seq)); err != nil {
+				return false
+			}
+		}
+		done := false
+		awaitCond(t, "every heartbeat sent taken or dropped, or the stream closed", func() bool {
+			select {
+			case err := <-ended:
+				ended <- err
+				done = true
+				return true
+			default:
+				return accepted()+limited() >= float64(seq)
+			}
+		})
+		return !done
 	}
-	ack, err := s.Recv()
-	if err != nil || ack.Sequence != 1 {
-		t.Fatalf("first ack = %v, %v", ack, err)
+	// 3 within the burst, 3 dropped at once: a backlog, not a flood.
+	if !send(6) || limited() != 3 || accepted() != 3 {
+		t.Fatalf("rate_limited %v accepted %v, want 3 and 3 and the stream open", limited(), accepted())
 	}
-	_, err = s.Recv()
+	// 50/s against 1/s: drops without a pause; closed once they have
+	// gone on for 3 s (30 steps of 100 ms).
+	steps := 0
+	for ; steps < 60 && send(5); steps++ {
+		clk.Advance(100 * time.Millisecond)
+	}
+	err := <-ended
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "rate limit") {
-		t.Fatalf("after 3 drops in a row: %v; want ResourceExhausted naming the rate limit", err)
+		t.Fatalf("after a sustained flood: %v; want ResourceExhausted naming the rate limit", err)
 	}
-	if got := limited(); got != 3 {
-		t.Fatalf("rate_limited = %v, want 3", got)
-	}
-	waitCell(t, c, "fast", func(cv CellView) bool { return cv.Sequence == 3 })
-	if got := testutil.ToFloat64(c.metrics.heartbeats); got != 3 {
-		t.Fatalf("heartbeats accepted = %v, want 3", got)
+	if steps < 29 || steps > 35 {
+		t.Errorf("closed after %d steps of 100 ms of flooding, want about 30 (the bucket's 3 s refill time)", steps)
 	}
 }
 

@@ -149,7 +149,7 @@ func (o *regionalOpts) register(cmd *cobra.Command) {
 	f.IntVar(&cfg.Limits.MaxRecvMsgBytes, "max-grpc-message-bytes", cfg.Limits.MaxRecvMsgBytes, "largest gRPC message received (heartbeats, data-plane reports, xDS requests)")
 	f.IntVar(&cfg.Limits.MaxCells, "max-cells", cfg.Limits.MaxCells, "cells this region holds at most; a new cell beyond it is refused (ResourceExhausted)")
 	f.Float64Var(&cfg.Limits.HeartbeatRate, "heartbeat-rate-limit", cfg.Limits.HeartbeatRate, "heartbeats/s allowed per stream; beyond it heartbeats are dropped")
-	f.IntVar(&cfg.Limits.HeartbeatBurst, "heartbeat-burst", cfg.Limits.HeartbeatBurst, "per-stream heartbeat burst; this many dropped in a row close the stream (ResourceExhausted)")
+	f.IntVar(&cfg.Limits.HeartbeatBurst, "heartbeat-burst", cfg.Limits.HeartbeatBurst, "per-stream heartbeat burst; drops that go on for burst/rate seconds without a pause (a sender above the rate, not a backlog read at once) close the stream (ResourceExhausted)")
 	f.DurationVar(&cfg.Limits.MaxClockSkew, "max-clock-skew", cfg.Limits.MaxClockSkew, "a cell whose heartbeat send time is further off is flagged (never refused)")
 	f.StringVar(&cfg.WarmStart.StateDir, "state-dir", "", "directory (on a persistent volume) where the controller keeps the cells and models it last pushed, so that after a restart it holds its first xDS push only until those cells are back (empty: the hold always runs to --warm-start-hold)")
 	f.DurationVar(&cfg.WarmStart.Hold, "warm-start-hold", cfg.WarmStart.Hold, "longest a starting controller holds its first xDS push for its cells to reconnect: set it to the TTL (heartbeat-interval + ttl-grace) plus twice the agents' largest backoff (2s); negative: no hold")
