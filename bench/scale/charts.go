@@ -114,6 +114,9 @@ func (c chart) write(path string, linearY bool) error {
 		p.Add(l, pts)
 		p.Legend.Add(s.name, l, pts)
 	}
+	if len(c.lines) > 0 {
+		padLogRanges(p, c.lines, linearY)
+	}
 	if len(c.lines) == 0 {
 		// An empty chart still says so rather than failing the report.
 		p.Title.Text += " (no measured points)"
@@ -127,4 +130,24 @@ func (c chart) write(path string, linearY bool) error {
 		return fmt.Errorf("scale: chart %s: %w", c.file, err)
 	}
 	return nil
+}
+
+// padLogRanges gives a logarithmic axis whose points all share one value
+// (one fleet size, or one measured figure) the range of that value ± a
+// factor 2: gonum pads an empty range by ±1, which can reach 0 or below,
+// where a log scale has no ticks (it panics).
+func padLogRanges(p *plot.Plot, lines []series, linearY bool) {
+	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, s := range lines {
+		for _, xy := range s.xys {
+			xmin, xmax = min(xmin, xy.X), max(xmax, xy.X)
+			ymin, ymax = min(ymin, xy.Y), max(ymax, xy.Y)
+		}
+	}
+	if xmin == xmax {
+		p.X.Min, p.X.Max = xmin/2, xmax*2
+	}
+	if !linearY && ymin == ymax {
+		p.Y.Min, p.Y.Max = ymin/2, ymax*2
+	}
 }
