@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -169,9 +170,12 @@ func (w *Watcher) Start(ctx context.Context) error {
 			Node: &core.Node{Id: w.cfg.NodeID, UserAgentName: UserAgent},
 			Conn: conn, Clock: w.deps.Clock, Log: w.deps.Logger,
 			Min: w.cfg.MinBackoff, Max: w.cfg.MaxBackoff,
-			Apply:  w.apply,
-			Delta:  w.cfg.Delta,
-			MaxMsg: xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells),
+			Apply: w.apply,
+			Delta: w.cfg.Delta,
+			// Delta: the endpoints decoded as they change (delta_apply.go).
+			ApplyDecoded: w.applyDecoded,
+			Refused:      func(error) { w.mu.Lock(); w.nacks++; w.mu.Unlock() },
+			MaxMsg:       xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells),
 		}
 		go func() {
 			defer close(w.done)
@@ -241,6 +245,29 @@ func (w *Watcher) apply(rs []*anypb.Any, _ string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.latest = Assignment{Clusters: clusters, Seq: w.latest.Seq + 1, At: w.deps.Clock.Now()}
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return nil
+}
+
+// applyDecoded is apply for the delta stream's decoded view: only the
+// changed clusters are copied and sorted; the others keep the latest
+// assignment's (already sorted) lists.
+func (w *Watcher) applyDecoded(clusters map[string][]Endpoint, changed []string, _ string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string][]Endpoint, len(clusters))
+	for n := range clusters {
+		out[n] = w.latest.Clusters[n]
+	}
+	for _, n := range changed {
+		if eps, ok := clusters[n]; ok {
+			eps = slices.Clone(eps)
+			sort.SliceStable(eps, func(i, j int) bool { return eps[i].Address < eps[j].Address })
+			out[n] = eps
+		}
+	}
+	w.latest = Assignment{Clusters: out, Seq: w.latest.Seq + 1, At: w.deps.Clock.Now()}
 	close(w.changed)
 	w.changed = make(chan struct{})
 	return nil
