@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -251,8 +252,8 @@ func (w *Watcher) apply(rs []*anypb.Any, _ string) error {
 }
 
 // applyDecoded is apply for the delta stream's decoded view: only the
-// changed clusters are copied and sorted; the others keep the latest
-// assignment's (already sorted) lists.
+// changed clusters are sorted (on a copy, when not in address order
+// already); the others keep the latest assignment's lists.
 func (w *Watcher) applyDecoded(clusters map[string][]Endpoint, changed []string, _ string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -262,8 +263,11 @@ func (w *Watcher) applyDecoded(clusters map[string][]Endpoint, changed []string,
 	}
 	for _, n := range changed {
 		if eps, ok := clusters[n]; ok {
-			eps = slices.Clone(eps)
-			sort.SliceStable(eps, func(i, j int) bool { return eps[i].Address < eps[j].Address })
+			byAddr := func(a, b Endpoint) int { return strings.Compare(a.Address, b.Address) }
+			if !slices.IsSortedFunc(eps, byAddr) { // one LEDS locality comes sorted: resource-name order
+				eps = slices.Clone(eps)
+				slices.SortStableFunc(eps, byAddr)
+			}
 			out[n] = eps
 		}
 	}
