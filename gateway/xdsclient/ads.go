@@ -54,7 +54,8 @@ type Subscription struct {
 	Size func(n int, tooLarge bool)
 	// Delta, with TypeURL the ClusterLoadAssignment type, runs the delta
 	// (incremental) variant of ADS instead, with LEDS when the controller
-	// serves it (delta.go); Apply still gets every assignment, whole.
+	// serves it (delta.go); Apply still gets every assignment, whole,
+	// unless ApplyDecoded is set.
 	// Default false: state-of-the-world.
 	Delta bool
 	// ApplyDecoded, when set, takes Apply's place on a Delta stream: it

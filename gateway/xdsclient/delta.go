@@ -31,13 +31,15 @@ import (
 // the controller's LEDS layout (regional/xds Config.LEDS), it subscribes,
 // as Envoy does, to the LbEndpoint glob collections the assignments name
 // (xdscontract.LEDSCollection) and fills each locality from its
-// collection. Apply is called with the assembled assignments in the EDS
-// form, so one endpoint's change costs its bytes on the wire whatever the
-// cluster's size (the assignments are rebuilt and decoded in full on each
-// change, as on state-of-the-world). Apply is not called while an
-// assignment names a collection none of whose endpoints has arrived yet.
-// A NACKed response's resources stay held: the refusal stands until the
-// server replaces them.
+// collection. One endpoint's change costs its bytes on the wire and its
+// own decode, whatever the cluster's size: ApplyDecoded gets the decoded
+// view, kept up to date by the changed LbEndpoints alone (delta_apply.go);
+// without ApplyDecoded, Apply gets the assignments reassembled in the EDS
+// form (and decodes them in full, as on state-of-the-world). Neither is
+// called while an assignment names a collection none of whose endpoints
+// has arrived yet. A response refused before Apply (deltaState.apply) is
+// told to Refused and changes nothing held; one ApplyDecoded or Apply
+// refuses stays held: that refusal stands until the server replaces it.
 func (s *Subscription) deltaSession(ctx context.Context) (got bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
