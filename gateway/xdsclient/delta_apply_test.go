@@ -207,3 +207,49 @@ func TestDeltaViewRefusesWithoutChange(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDeltaLbEndpoint: whatever bytes an LbEndpoint resource holds, and
+// whichever names a response adds and removes, applying it does not
+// panic; an accepted response leaves the view equal to the full path's
+// decode of the assembled assignments (which accepts it too), and a
+// refused one changes nothing.
+func FuzzDeltaLbEndpoint(f *testing.F) {
+	seed, err := proto.Marshal(lbEp(3, "a3", 4, core.HealthStatus_DEGRADED, 2))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed, uint8(3), uint8(1), false)
+	f.Add([]byte{0x0a, 0x00}, uint8(0), uint8(0), true)
+	f.Fuzz(func(t *testing.T, value []byte, add, remove uint8, other bool) {
+		st := newDeltaState()
+		if _, _, err := st.apply(claResp(t, nil, ledsCLA("isobar/a", "z1", "z2"), ledsCLA("isobar/b", "z1"))); err != nil {
+			t.Fatal(err)
+		}
+		initial := map[string]*endpoint.LbEndpoint{}
+		for i := range 4 {
+			initial[epName("isobar/a", "z1", i)] = lbEp(i, fmt.Sprint("a", i), uint32(i+1), core.HealthStatus_HEALTHY, 0)
+			initial[epName("isobar/a", "z2", i)] = lbEp(i, fmt.Sprint("b", i), 1, core.HealthStatus_HEALTHY, 1)
+			initial[epName("isobar/b", "z1", i)] = lbEp(i, fmt.Sprint("c", i), 2, core.HealthStatus_HEALTHY, 0)
+		}
+		if _, _, err := st.apply(lbResp(t, initial)); err != nil {
+			t.Fatal(err)
+		}
+		last := checkView(t, "initial", st, nil)
+		lbsBefore := maps.Clone(st.lbs)
+		zone := "z1"
+		if other {
+			zone = "z2"
+		}
+		r := &discovery.DeltaDiscoveryResponse{TypeUrl: xdscontract.LbEndpointType,
+			Resources: []*discovery.Resource{{Name: epName("isobar/a", zone, int(add%8)),
+				Resource: &anypb.Any{TypeUrl: xdscontract.LbEndpointType, Value: value}}},
+			RemovedResources: []string{epName("isobar/b", "z1", int(remove%8))}}
+		if _, _, err := st.apply(r); err != nil {
+			if after, _ := st.view.handOut(); !reflect.DeepEqual(after, last) || !maps.Equal(st.lbs, lbsBefore) {
+				t.Fatalf("refused (%v) but the held state changed", err)
+			}
+			return
+		}
+		checkView(t, "fuzzed", st, last)
+	})
+}
