@@ -54,9 +54,21 @@ type Subscription struct {
 	Size func(n int, tooLarge bool)
 	// Delta, with TypeURL the ClusterLoadAssignment type, runs the delta
 	// (incremental) variant of ADS instead, with LEDS when the controller
-	// serves it (delta.go); Apply still gets every assignment, whole.
+	// serves it (delta.go); Apply still gets every assignment, whole,
+	// unless ApplyDecoded is set.
 	// Default false: state-of-the-world.
 	Delta bool
+	// ApplyDecoded, when set, takes Apply's place on a Delta stream: it
+	// gets what DecodeAssignments makes of every assignment, kept up to
+	// date by the changed endpoints alone (delta_apply.go), and the
+	// clusters whose list changed since its last successful call, sorted.
+	// The map is new on each call; a cluster not in changed has the slice
+	// of that last call. The receiver must not change the slices in place.
+	// nil: Apply gets the assignments reassembled whole.
+	ApplyDecoded func(clusters map[string][]Endpoint, changed []string, version string) error
+	// Refused, when set, is told of each Delta response refused (NACKed)
+	// before Apply or ApplyDecoded, which count their own refusals.
+	Refused func(error)
 }
 
 // Run serves the subscription until ctx ends.

@@ -3,6 +3,7 @@ package xdsclient
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -30,13 +31,15 @@ import (
 // the controller's LEDS layout (regional/xds Config.LEDS), it subscribes,
 // as Envoy does, to the LbEndpoint glob collections the assignments name
 // (xdscontract.LEDSCollection) and fills each locality from its
-// collection. Apply is called with the assembled assignments in the EDS
-// form, so one endpoint's change costs its bytes on the wire whatever the
-// cluster's size (the assignments are rebuilt and decoded in full on each
-// change, as on state-of-the-world). Apply is not called while an
-// assignment names a collection none of whose endpoints has arrived yet.
-// A NACKed response's resources stay held: the refusal stands until the
-// server replaces them.
+// collection. One endpoint's change costs its bytes on the wire and its
+// own decode, whatever the cluster's size: ApplyDecoded gets the decoded
+// view, kept up to date by the changed LbEndpoints alone (delta_apply.go);
+// without ApplyDecoded, Apply gets the assignments reassembled in the EDS
+// form (and decodes them in full, as on state-of-the-world). Neither is
+// called while an assignment names a collection none of whose endpoints
+// has arrived yet. A response refused before Apply (deltaState.apply) is
+// told to Refused and changes nothing held; one ApplyDecoded or Apply
+// refuses stays held: that refusal stands until the server replaces it.
 func (s *Subscription) deltaSession(ctx context.Context) (got bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -67,13 +70,7 @@ func (s *Subscription) deltaSession(ctx context.Context) (got bool, err error) {
 			s.Connected(true)
 			first = false
 		}
-		sub, unsub, err := st.apply(resp)
-		if err == nil && st.complete() {
-			var rs []*anypb.Any
-			if rs, err = st.assembled(); err == nil {
-				err = s.Apply(rs, resp.GetSystemVersionInfo())
-			}
-		}
+		sub, unsub, err := s.deltaApply(st, resp)
 		ack := &discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
 		if err != nil {
 			wait := nackPace.Next()
@@ -119,18 +116,54 @@ func (s *Subscription) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// deltaApply applies one response to st and hands the result on
+// (ApplyDecoded, or else Apply) once every collection named has arrived.
+// A response st refuses is told to Refused.
+func (s *Subscription) deltaApply(st *deltaState, resp *discovery.DeltaDiscoveryResponse) (sub, unsub []string, err error) {
+	sub, unsub, err = st.apply(resp)
+	if err != nil {
+		if s.Refused != nil {
+			s.Refused(err)
+		}
+		return nil, nil, err
+	}
+	if !st.complete() {
+		return sub, unsub, nil
+	}
+	if s.ApplyDecoded != nil {
+		clusters, changed := st.view.handOut()
+		if err = s.ApplyDecoded(clusters, changed, resp.GetSystemVersionInfo()); err == nil {
+			clear(st.view.dirty)
+		}
+		return sub, unsub, err
+	}
+	var rs []*anypb.Any
+	if rs, err = st.assembled(); err == nil {
+		err = s.Apply(rs, resp.GetSystemVersionInfo())
+	}
+	return sub, unsub, err
+}
+
 // deltaState is what one delta stream holds: the assignments by cluster
-// name, the LbEndpoints by resource name, and the collections subscribed.
-// Only the session's goroutine uses it.
+// name, the LbEndpoints by resource name, the collections subscribed, how
+// many LbEndpoints each collection holds, and the decoded view of them
+// all (delta_apply.go). A response is applied whole or not at all: it is
+// decoded and validated before anything held changes, so a refused one
+// (NACKed) leaves the state as the last accepted response left it, as
+// Envoy keeps its last good configuration. Only the session's goroutine
+// uses it.
 type deltaState struct {
 	clas  map[string]*endpoint.ClusterLoadAssignment
 	lbs   map[string]*endpoint.LbEndpoint
 	globs map[string]bool
+	count map[string]int
+	view  *decodedView
 }
 
 func newDeltaState() *deltaState {
+	v, _ := buildView(nil, nil) // cannot fail: nothing to decode
 	return &deltaState{clas: make(map[string]*endpoint.ClusterLoadAssignment),
-		lbs: make(map[string]*endpoint.LbEndpoint), globs: make(map[string]bool)}
+		lbs: make(map[string]*endpoint.LbEndpoint), globs: make(map[string]bool), count: make(map[string]int), view: v}
 }
 
 // apply applies one response and returns the LEDS collections to
@@ -141,45 +174,99 @@ func (d *deltaState) apply(resp *discovery.DeltaDiscoveryResponse) (sub, unsub [
 	}
 	switch resp.GetTypeUrl() {
 	case resource.EndpointType:
-		for _, r := range resp.GetResources() {
-			var cla endpoint.ClusterLoadAssignment
-			if err := unpack(r.GetResource(), &cla); err != nil {
-				return nil, nil, err
-			}
-			if cla.GetClusterName() != r.GetName() {
-				return nil, nil, invalid("delta resource %q holds ClusterLoadAssignment %q", truncate.String(r.GetName(), 256), truncate.String(cla.GetClusterName(), 256))
-			}
-			d.clas[r.GetName()] = &cla
-		}
-		for _, n := range resp.GetRemovedResources() {
-			delete(d.clas, n)
-		}
-		sub, unsub = d.globChanges()
+		return d.applyAssignments(resp)
 	case xdscontract.LbEndpointType:
-		for _, r := range resp.GetResources() {
-			if _, ok := xdscontract.LEDSCollectionOf(r.GetName()); !ok {
-				return nil, nil, invalid("LbEndpoint %q is not in an isobar LEDS collection", truncate.String(r.GetName(), 256))
-			}
-			var lb endpoint.LbEndpoint
-			if err := unpack(r.GetResource(), &lb); err != nil {
-				return nil, nil, err
-			}
-			d.lbs[r.GetName()] = &lb
-		}
-		for _, n := range resp.GetRemovedResources() {
-			delete(d.lbs, n)
-		}
+		return nil, nil, d.applyLbEndpoints(resp)
 	default:
 		return nil, nil, invalid("delta response of unrequested type %q", truncate.String(resp.GetTypeUrl(), 256))
+	}
+}
+
+// applyAssignments applies a response of ClusterLoadAssignments: the
+// view is decoded anew from them and the held LbEndpoints (a change of
+// assignments is a change of topology, rare).
+func (d *deltaState) applyAssignments(resp *discovery.DeltaDiscoveryResponse) (sub, unsub []string, err error) {
+	clas := maps.Clone(d.clas)
+	for _, r := range resp.GetResources() {
+		var cla endpoint.ClusterLoadAssignment
+		if err := unpack(r.GetResource(), &cla); err != nil {
+			return nil, nil, err
+		}
+		if cla.GetClusterName() != r.GetName() {
+			return nil, nil, invalid("delta resource %q holds ClusterLoadAssignment %q", truncate.String(r.GetName(), 256), truncate.String(cla.GetClusterName(), 256))
+		}
+		clas[r.GetName()] = &cla
+	}
+	for _, n := range resp.GetRemovedResources() {
+		delete(clas, n)
+	}
+	globs, lbs := maps.Clone(d.globs), d.lbs
+	sub, unsub = globChanges(clas, globs)
+	if len(unsub) > 0 {
+		lbs = maps.Clone(d.lbs)
+		for n := range lbs {
+			if c, _ := collectionOf(n); slices.Contains(unsub, c) {
+				delete(lbs, n)
+			}
+		}
+	}
+	view, err := buildView(clas, lbs)
+	if err != nil {
+		return nil, nil, err
+	}
+	d.clas, d.globs, d.lbs, d.view = clas, globs, lbs, view
+	if len(unsub) > 0 {
+		for _, c := range unsub {
+			delete(d.count, c)
+		}
 	}
 	return sub, unsub, nil
 }
 
-// globChanges brings the subscribed collections in line with those the
-// assignments name.
-func (d *deltaState) globChanges() (sub, unsub []string) {
+// applyLbEndpoints applies a response of LbEndpoints: only they are
+// validated and decoded, and only the clusters their collections fill are
+// rebuilt.
+func (d *deltaState) applyLbEndpoints(resp *discovery.DeltaDiscoveryResponse) error {
+	added := make(map[string]*endpoint.LbEndpoint, len(resp.GetResources()))
+	for _, r := range resp.GetResources() {
+		if _, ok := xdscontract.LEDSCollectionOf(r.GetName()); !ok {
+			return invalid("LbEndpoint %q is not in an isobar LEDS collection", truncate.String(r.GetName(), 256))
+		}
+		var lb endpoint.LbEndpoint
+		if err := unpack(r.GetResource(), &lb); err != nil {
+			return err
+		}
+		added[r.GetName()] = &lb
+	}
+	chs, err := d.view.prepare(added, resp.GetRemovedResources())
+	if err != nil {
+		return err
+	}
+	for n, lb := range added {
+		if _, held := d.lbs[n]; !held {
+			c, _ := collectionOf(n)
+			d.count[c]++
+		}
+		d.lbs[n] = lb
+	}
+	for _, n := range resp.GetRemovedResources() {
+		if _, held := d.lbs[n]; held {
+			c, _ := collectionOf(n)
+			if d.count[c]--; d.count[c] == 0 {
+				delete(d.count, c)
+			}
+			delete(d.lbs, n)
+		}
+	}
+	d.view.commit(chs)
+	return nil
+}
+
+// globChanges brings the subscribed collections globs in line with those
+// the assignments clas name.
+func globChanges(clas map[string]*endpoint.ClusterLoadAssignment, globs map[string]bool) (sub, unsub []string) {
 	named := make(map[string]bool)
-	for _, cla := range d.clas {
+	for _, cla := range clas {
 		for _, ll := range cla.GetEndpoints() {
 			if n := ll.GetLedsClusterLocalityConfig().GetLedsCollectionName(); n != "" {
 				named[n] = true
@@ -187,20 +274,15 @@ func (d *deltaState) globChanges() (sub, unsub []string) {
 		}
 	}
 	for g := range named {
-		if !d.globs[g] {
-			d.globs[g] = true
+		if !globs[g] {
+			globs[g] = true
 			sub = append(sub, g)
 		}
 	}
-	for g := range d.globs {
+	for g := range globs {
 		if !named[g] {
-			delete(d.globs, g)
+			delete(globs, g)
 			unsub = append(unsub, g)
-			for n := range d.lbs {
-				if c, _ := xdscontract.LEDSCollectionOf(n); c == g {
-					delete(d.lbs, n)
-				}
-			}
 		}
 	}
 	slices.Sort(sub)
@@ -224,16 +306,17 @@ func (d *deltaState) byCollection() map[string][]string {
 // complete reports whether every collection an assignment names holds an
 // endpoint (the controller never names an empty one).
 func (d *deltaState) complete() bool {
-	have := d.byCollection()
 	for g := range d.globs {
-		if len(have[g]) == 0 {
+		if d.count[g] == 0 {
 			return false
 		}
 	}
 	return true
 }
 
-// assembled returns the held assignments in the EDS form, packed.
+// assembled returns the held assignments in the EDS form, packed: the
+// full path, which Apply gets when there is no ApplyDecoded, and the
+// reference the decoded view is tested against.
 func (d *deltaState) assembled() ([]*anypb.Any, error) {
 	have := d.byCollection()
 	names := make([]string, 0, len(d.clas))

@@ -16,8 +16,12 @@
 //     to Subscription.Size. With Subscription.Delta the endpoint type runs
 //     over delta ADS instead (delta.go), subscribing to the LEDS
 //     collections the assignments name when the controller serves them
-//     (xdscontract.LEDSCollection) and handing Apply the assignments
-//     reassembled whole.
+//     (xdscontract.LEDSCollection). It keeps the endpoints decoded and
+//     applies an update in O(changed): only the LbEndpoints a response
+//     carries are validated and decoded, and only the clusters they fill
+//     are rebuilt (delta_apply.go), for Subscription.ApplyDecoded; without
+//     it Apply gets the assignments reassembled whole. A refused response
+//     changes nothing held.
 //   - Decoding and validation (Decoder, DecodeAssignments): a response is
 //     decoded and validated in full (ValidateAll including packed Anys, by
 //     xdscontract.ValidateDeep; IP addresses; features the gateway cannot

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -169,9 +171,12 @@ func (w *Watcher) Start(ctx context.Context) error {
 			Node: &core.Node{Id: w.cfg.NodeID, UserAgentName: UserAgent},
 			Conn: conn, Clock: w.deps.Clock, Log: w.deps.Logger,
 			Min: w.cfg.MinBackoff, Max: w.cfg.MaxBackoff,
-			Apply:  w.apply,
-			Delta:  w.cfg.Delta,
-			MaxMsg: xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells),
+			Apply: w.apply,
+			Delta: w.cfg.Delta,
+			// Delta: the endpoints decoded as they change (delta_apply.go).
+			ApplyDecoded: w.applyDecoded,
+			Refused:      func(error) { w.mu.Lock(); w.nacks++; w.mu.Unlock() },
+			MaxMsg:       xdscontract.MaxXDSMessageBytes(xdscontract.DefaultMaxCells),
 		}
 		go func() {
 			defer close(w.done)
@@ -241,6 +246,32 @@ func (w *Watcher) apply(rs []*anypb.Any, _ string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.latest = Assignment{Clusters: clusters, Seq: w.latest.Seq + 1, At: w.deps.Clock.Now()}
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return nil
+}
+
+// applyDecoded is apply for the delta stream's decoded view: only the
+// changed clusters are sorted (on a copy, when not in address order
+// already); the others keep the latest assignment's lists.
+func (w *Watcher) applyDecoded(clusters map[string][]Endpoint, changed []string, _ string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string][]Endpoint, len(clusters))
+	for n := range clusters {
+		out[n] = w.latest.Clusters[n]
+	}
+	for _, n := range changed {
+		if eps, ok := clusters[n]; ok {
+			byAddr := func(a, b Endpoint) int { return strings.Compare(a.Address, b.Address) }
+			if !slices.IsSortedFunc(eps, byAddr) { // one LEDS locality comes sorted: resource-name order
+				eps = slices.Clone(eps)
+				slices.SortStableFunc(eps, byAddr)
+			}
+			out[n] = eps
+		}
+	}
+	w.latest = Assignment{Clusters: out, Seq: w.latest.Seq + 1, At: w.deps.Clock.Now()}
 	close(w.changed)
 	w.changed = make(chan struct{})
 	return nil
