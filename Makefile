@@ -48,6 +48,7 @@ FUZZ_TARGETS := \
 	./gateway:FuzzBodyModel \
 	./gateway:FuzzHopProof \
 	./gateway/xdsclient:FuzzRouteMatch \
+	./gateway/xdsclient:FuzzDeltaLbEndpoint \
 	./chaos:FuzzParseScenario \
 	./adminapi:FuzzDecodeFault \
 	./reqclass:FuzzNormalizeTenant \

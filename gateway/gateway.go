@@ -192,6 +192,15 @@ func (g *Gateway) Start(ctx context.Context, ln net.Listener) error {
 			Size:   func(n int, tooLarge bool) { g.xdsSize(label, n, tooLarge) },
 			Delta:  g.cfg.XDSDelta && typ == resource.EndpointType,
 		}
+		if sub.Delta {
+			// The delta client keeps the assignments decoded and applies a
+			// change in O(changed) (xdsclient delta_apply.go); the map is
+			// new on each call and its slices are only read here.
+			sub.ApplyDecoded = func(as map[string][]xdsclient.Endpoint, _ []string, version string) error {
+				return g.applyInputs(i, decodedInputs{assignments: as}, version, len(as))
+			}
+			sub.Refused = func(error) { g.m.xdsNacks.WithLabelValues(label).Inc() }
+		}
 		g.wg.Go(func() { sub.Run(bctx) })
 	}
 	g.repDone = make(chan struct{})
@@ -316,21 +325,35 @@ func (g *Gateway) WaitForTable(ctx context.Context, cond func(*xdsclient.Table) 
 func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
 	label := xdsclient.TypeLabels[i]
 	var err error
-	var clusters map[string]*xdsclient.ClusterPolicy
-	var assignments map[string][]xdsclient.Endpoint
-	var routes map[string]*xdsclient.RouteConfig
+	var in decodedInputs
 	switch label {
 	case "cluster":
-		clusters, err = g.dec.DecodeClusters(rs)
+		in.clusters, err = g.dec.DecodeClusters(rs)
 	case "endpoint":
-		assignments, err = xdsclient.DecodeAssignments(rs)
+		in.assignments, err = xdsclient.DecodeAssignments(rs)
 	default:
-		routes, err = g.dec.DecodeRoutes(rs)
+		in.routes, err = g.dec.DecodeRoutes(rs)
 	}
 	if err != nil {
 		g.m.xdsNacks.WithLabelValues(label).Inc()
 		return err
 	}
+	return g.applyInputs(i, in, version, len(rs))
+}
+
+// decodedInputs is one xDS type's decoded resources: the field of its
+// type is set.
+type decodedInputs struct {
+	clusters    map[string]*xdsclient.ClusterPolicy
+	assignments map[string][]xdsclient.Endpoint
+	routes      map[string]*xdsclient.RouteConfig
+}
+
+// applyInputs installs the decoded resources of type i (n of them) at
+// version and rebuilds the table.
+func (g *Gateway) applyInputs(i int, in decodedInputs, version string, n int) error {
+	label := xdsclient.TypeLabels[i]
+	clusters := in.clusters
 	defer g.offer(0) // new endpoints may take queued requests (after the unlock)
 	g.cfgMu.Lock()
 	defer g.cfgMu.Unlock()
@@ -338,9 +361,9 @@ func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
 	case "cluster":
 		g.in.Clusters = clusters
 	case "endpoint":
-		g.in.Assignments = assignments
+		g.in.Assignments = in.assignments
 	default:
-		g.in.Routes = routes
+		g.in.Routes = in.routes
 	}
 	g.in.Versions[i] = xdsclient.TypeVersion{Version: version, At: g.clock.Now()}
 	old := g.tbl.Load()
@@ -365,6 +388,6 @@ func (g *Gateway) apply(i int, rs []*anypb.Any, version string) error {
 	close(g.changed)
 	g.changed = make(chan struct{})
 	g.m.xdsUpdates.WithLabelValues(label).Inc()
-	g.log.Debug("xds update applied", "type", label, "version", version, "resources", len(rs))
+	g.log.Debug("xds update applied", "type", label, "version", version, "resources", n)
 	return nil
 }
