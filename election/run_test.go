@@ -11,6 +11,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // runner runs a Candidate's Run loop and records its terms.
@@ -278,7 +280,10 @@ func TestCampaignCancelWhileEtcdDown(t *testing.T) {
 	r := recv(t, res, 30*time.Second, "Campaign to return after cancel with etcd down")
 	took := clk.Since(t0)
 	t.Logf("cancelled campaign returned %v after cancel with etcd down (cleanup bounded by TTL %v)", took, ttl)
-	if !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("Campaign = %v, want context.Canceled", r.err)
+	// etcd's stop may reach the waiting campaign before the cancel does:
+	// then it ends with etcd's unavailability, which is as good (the
+	// caller retries); anything else is not.
+	if !errors.Is(r.err, context.Canceled) && status.Code(r.err) != codes.Unavailable {
+		t.Fatalf("Campaign = %v, want context.Canceled (or etcd unavailable, had the stop won the race)", r.err)
 	}
 }
