@@ -131,20 +131,6 @@ func projectionCell(c *Cell, res *score.Result, longest uint32) projection.Cell 
 	return pc
 }
 
-// Scored returns copies of views with each one's score (results, in the
-// same order) and Fallback: the scorer fell back, or a telemetry source is
-// down.
-func Scored(views []*CellView, results []score.Result) []*CellView {
-	out := make([]*CellView, len(views))
-	for i, v := range views {
-		c := *v
-		c.Score = results[i]
-		c.Fallback = fallback(&c, results[i])
-		out[i] = &c
-	}
-	return out
-}
-
 // fallback is a view's Fallback for its score res: the scorer fell back,
 // or a telemetry source is down.
 func fallback(v *CellView, res score.Result) bool { return res.Fallback || !v.DCGM.OK || !v.VLLM.OK }

@@ -103,25 +103,11 @@ func BenchmarkPush(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("all-weights/endpoints=%d", n), func(b *testing.B) {
-			s, err := NewServer(testConfig(), Deps{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Stop()
-			m := fleet("meta-llama/Llama-3.1-70B-Instruct-AWQ", n)
-			st := State{Models: []Model{m}}
-			eps := m.Localities[0].Endpoints
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				i++
+			benchPush(b, testConfig(), n, func(eps []Endpoint, i int) {
 				for j := range eps {
 					eps[j].Weight = uint32(1 + (i+j)%100)
 				}
-				if _, err := s.Push(st); err != nil {
-					b.Fatal(err)
-				}
-			}
+			})
 		})
 	}
 }
@@ -144,6 +130,15 @@ func BenchmarkPushLEDS(b *testing.B) {
 // benchOneWeightPush times a push of n endpoints in which one endpoint's
 // weight changed, on a server of cfg.
 func benchOneWeightPush(b *testing.B, cfg Config, n int) {
+	benchPush(b, cfg, n, func(eps []Endpoint, i int) {
+		e := &eps[i%len(eps)]
+		e.Weight = e.Weight%100 + 1 // always a different weight
+	})
+}
+
+// benchPush times pushes of one model of n endpoints on a server of cfg,
+// change(endpoints, i) moving them before push i.
+func benchPush(b *testing.B, cfg Config, n int, change func(eps []Endpoint, i int)) {
 	s, err := NewServer(cfg, Deps{})
 	if err != nil {
 		b.Fatal(err)
@@ -156,8 +151,7 @@ func benchOneWeightPush(b *testing.B, cfg Config, n int) {
 	i := 0
 	for b.Loop() {
 		i++
-		e := &eps[i%n]
-		e.Weight = e.Weight%100 + 1 // always a different weight
+		change(eps, i)
 		if _, err := s.Push(st); err != nil {
 			b.Fatal(err)
 		}
