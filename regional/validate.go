@@ -144,10 +144,15 @@ type signalField struct {
 	fraction bool
 }
 
+// numSignalFields is how many float signals signalFields lists.
+const numSignalFields = 13
+
 // signalFields lists s's float signals with their bounds; the names are
 // the field label of isobar_regional_signals_clamped_total (a fixed set).
-func signalFields(s *isobarpb.Signals) []signalField {
-	return []signalField{
+// An array, not a slice: every heartbeat is checked twice, and a slice
+// would be allocated each time.
+func signalFields(s *isobarpb.Signals) [numSignalFields]signalField {
+	return [numSignalFields]signalField{
 		{"queue_depth", &s.QueueDepth, summary.MaxSignal, false},
 		{"running", &s.Running, summary.MaxSignal, false},
 		{"ttft_p95_seconds", &s.TtftP95Seconds, summary.MaxTTFTSeconds, false},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
@@ -230,7 +231,9 @@ type Weight struct {
 
 // Decision is the result of one projection.
 type Decision struct {
-	// Weights of every cell passed in, in input order.
+	// Weights of every cell passed in, in input order. The Projector
+	// reuses this buffer: it is valid until the next Project call (a
+	// caller that keeps weights copies them, as views do).
 	Weights []Weight
 	// Push says the published weights changed and must be sent.
 	Push bool
@@ -261,6 +264,9 @@ type Projector struct {
 	// as last time is found there without a map lookup (at 10,000 cells
 	// the three lookups per cell were a fifth of the projection).
 	states, prev []*cellState
+	// weights is the buffer of Decision.Weights, reused by each
+	// projection: at 10,000 cells it was a sixth of a cycle's garbage.
+	weights []Weight
 }
 
 type cellState struct {
@@ -296,7 +302,7 @@ func New(cfg Config) (*Projector, error) {
 // are forgotten (and leave the load balancer).
 func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	var d Decision
-	d.Weights = make([]Weight, 0, len(cells))
+	d.Weights = slices.Grow(p.weights[:0], len(cells))
 	p.gen++
 	p.resolve(cells)
 	targets, urgentReason, driftReason := p.evaluate(now, cells, &d)
@@ -317,6 +323,7 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	for i, c := range cells {
 		d.Weights = append(d.Weights, p.weight(p.states[i], c, targets[i], d.Push))
 	}
+	p.weights = d.Weights
 	return d
 }
 
