@@ -124,6 +124,10 @@ type modelEntry struct {
 	parts map[endpointKey]*endpointParts
 	gen   uint64
 	pos   [][]*endpointParts
+	// shift is where, within the locality partsAt is walking, the
+	// previous build's endpoint of the current position stands: ahead by
+	// the endpoints removed before it, behind by those added.
+	shift int
 }
 
 // endpointKey is an endpoint's identity: everything but its weight and
@@ -891,16 +895,18 @@ func (b *Builder) buildLoadAssignment(name string, m *canonModel, e *modelEntry)
 }
 
 // partsAt returns the parts of endpoint j of locality i: those of
-// the same position in the previous build when the endpoint is unchanged,
-// else those of an equal endpoint elsewhere, else new ones; its
-// LbEndpoints are brought up to ep's weights and health. first reports
-// the parts' first use in this generation.
+// the same position in the previous build when the endpoint is unchanged
+// (see prevAt), else those of an equal endpoint elsewhere, else new ones;
+// its LbEndpoints are brought up to ep's weights and health. first
+// reports the parts' first use in this generation. Called for j = 0, 1,
+// ... of each locality in turn.
 func (e *modelEntry) partsAt(i, j int, ep *Endpoint) (p *endpointParts, first bool, err error) {
 	k := endpointKey{cell: ep.CellID, host: ep.Host, port: ep.Port, maxModelLen: ep.MaxModelLen, probeBudget: ep.ProbeBudget,
 		maxNumSeqs: ep.MaxNumSeqs, prefillRate: ep.PrefillTokensPerSecond, rttUS: ep.RTT.Microseconds(), jitterUS: ep.Jitter.Microseconds()}
-	if i < len(e.pos) && j < len(e.pos[i]) && e.pos[i][j].key == k {
-		p = e.pos[i][j]
-	} else if p = e.parts[k]; p == nil {
+	if p = e.prevAt(i, j, &k); p == nil {
+		p = e.parts[k]
+	}
+	if p == nil {
 		if p, err = newEndpointParts(k); err != nil {
 			return nil, false, err
 		}
@@ -925,6 +931,31 @@ func (e *modelEntry) partsAt(i, j int, ep *Endpoint) (p *endpointParts, first bo
 		p.classLB = nil
 	}
 	return p, first, nil
+}
+
+// prevAt returns the previous build's parts of endpoint k, at position j
+// of locality i, when they stand where an endpoint leaving or joining the
+// locality put them: at j plus the shift so far, or one further either
+// way (an endpoint removed or added before j, which then moves the shift).
+// Endpoints are sorted, so one cell leaving the load balancer shifts every
+// later one: without following the shift, every endpoint after it was a
+// map lookup (at 10,000 cells, the push's largest cost). nil: not found
+// so (the caller looks in the map).
+func (e *modelEntry) prevAt(i, j int, k *endpointKey) *endpointParts {
+	if j == 0 {
+		e.shift = 0
+	}
+	if i >= len(e.pos) {
+		return nil
+	}
+	prev := e.pos[i]
+	for _, d := range [3]int{0, 1, -1} {
+		if x := j + e.shift + d; x >= 0 && x < len(prev) && prev[x].key == *k {
+			e.shift += d
+			return prev[x]
+		}
+	}
+	return nil
 }
 
 // lbEndpoint returns prev when it already carries weight and health, else

@@ -779,3 +779,41 @@ func TestClassifyNode(t *testing.T) {
 		t.Errorf("ClassifyNode(nil) = %s", got)
 	}
 }
+
+// TestPrevAtFollowsTheShift: after an endpoint leaves or joins a
+// locality, the endpoints after it are still found at their previous
+// build's place, shifted, and an endpoint that is new is not found there.
+func TestPrevAtFollowsTheShift(t *testing.T) {
+	key := func(c string) endpointKey { return endpointKey{cell: c, host: "10.0.0.1", port: 8000} }
+	var prev []*endpointParts
+	for _, c := range []string{"a", "b", "c", "d", "e"} {
+		prev = append(prev, &endpointParts{key: key(c)})
+	}
+	e := &modelEntry{pos: [][]*endpointParts{prev}}
+	for _, tc := range []struct {
+		name string
+		now  []string
+		want []int // index into prev, -1: not found
+	}{
+		{"unchanged", []string{"a", "b", "c", "d", "e"}, []int{0, 1, 2, 3, 4}},
+		{"b left", []string{"a", "c", "d", "e"}, []int{0, 2, 3, 4}},
+		{"a and c left", []string{"b", "d", "e"}, []int{1, 3, 4}},
+		{"x joined", []string{"a", "b", "x", "c", "d", "e"}, []int{0, 1, -1, 2, 3, 4}},
+		{"x joined, d left", []string{"a", "x", "b", "c", "e"}, []int{0, -1, 1, 2, 4}},
+	} {
+		for j, c := range tc.now {
+			k := key(c)
+			got := e.prevAt(0, j, &k)
+			switch w := tc.want[j]; {
+			case w < 0 && got != nil:
+				t.Errorf("%s: %q at %d: found %q, want none", tc.name, c, j, got.key.cell)
+			case w >= 0 && got != prev[w]:
+				t.Errorf("%s: %q at %d: not found at its shifted place %d", tc.name, c, j, w)
+			}
+		}
+	}
+	k := key("a")
+	if got := e.prevAt(1, 0, &k); got != nil {
+		t.Errorf("a locality the previous build did not have: found %v", got)
+	}
+}
