@@ -743,7 +743,7 @@ func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
 func (r *Registry) stateParams(rtts map[string]time.Duration, mix map[string]map[SliceKey]float64) cycle.Params {
 	p := cycle.Params{
 		Region: r.cfg.Region, Zone: r.cfg.Zone, Kept: r.keptModels(), RTTs: rtts,
-		Sets: r.sets, RetryBudget: r.budgets,
+		Sets: r.sets, RetryBudget: r.budgets, Sent: r.sentPlace,
 	}
 	if r.regionIngress != nil && r.sets != nil {
 		p.Ingress = r.regionIngress()

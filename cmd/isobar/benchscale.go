@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,9 +15,10 @@ import (
 )
 
 type benchScaleFlags struct {
-	out       string
-	quiet     bool
-	inProcess bool
+	out        string
+	quiet      bool
+	inProcess  bool
+	cpuProfile string
 }
 
 // benchScaleLong is the command's --help text.
@@ -112,6 +114,7 @@ func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the synthetic signals, phases and optimiser instances")
 	fl.StringSliceVar(&cfg.Topologies, "topology", []string{scale.Flat, scale.Hierarchical}, "topologies to run: flat, hierarchical or both")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the controllers, the timing xDS client; not the cell processes) over the whole run to this file, for go tool pprof")
 	cmd.AddCommand(newBenchScaleCellsCmd(ro))
 	return cmd
 }
@@ -171,6 +174,13 @@ func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchSc
 		}
 		deps.CellProcess = func() *exec.Cmd { return exec.Command(exe, "bench", "scale", "cells") }
 	}
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer stop()
+	}
 	rep, runErr := scale.Run(cmd.Context(), cfg, deps)
 	if errors.Is(runErr, scale.ErrInvalidConfig) {
 		return usageError{runErr}
@@ -184,4 +194,21 @@ func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchSc
 	scale.WriteMarkdown(ro.stdout, rep)
 	fmt.Fprintf(ro.stderr, "wrote %s, %s and %d charts\n", filepath.Join(f.out, "scale.json"), filepath.Join(f.out, "scale.md"), len(scale.ChartFiles()))
 	return runErr
+}
+
+// startCPUProfile profiles this process into path until the returned stop
+// is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		_ = out.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = out.Close()
+	}, nil
 }

@@ -107,6 +107,20 @@ func Drifted(sent Placement, views []*CellView, rtts map[string]time.Duration) b
 	return false
 }
 
+// Held is the round trip to publish under key: the one sent there last
+// (s, the last offer's Placement) while now has not drifted from it
+// (RTTDrifted, the rule Drifted repushes by), else now. Without it every
+// push carried the probes' latest medians: a change of microseconds in
+// the local locality's metadata made every assignment of the model new,
+// so a delta client was resent, and decoded again, every endpoint of every
+// cluster for one cell's death.
+func (s Placement) Held(key string, now Place) Place {
+	if got, ok := s[key]; ok && !RTTDrifted(got.RTT, now.RTT) && !RTTDrifted(got.Jitter, now.Jitter) {
+		return got
+	}
+	return now
+}
+
 // RTTDrifted: b became known or unknown (0), or differs from a by more
 // than RTTTolerance and a tenth of a.
 func RTTDrifted(a, b time.Duration) bool {

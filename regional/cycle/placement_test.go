@@ -50,3 +50,29 @@ func TestLocalPlacement(t *testing.T) {
 		t.Errorf("no probed cell: %+v %+v", loc, apart)
 	}
 }
+
+// TestPlacementHeld: a round trip within the tolerance of the one sent is
+// published as sent; one that drifted, or was never sent, as it is now.
+func TestPlacementHeld(t *testing.T) {
+	us := time.Microsecond
+	sent := Placement{LocalKey: {400 * us, 50 * us}, RemoteKey("r2"): {RTT: 60 * time.Millisecond}}
+	for _, tc := range []struct {
+		key       string
+		now, want Place
+	}{
+		{LocalKey, Place{700 * us, 80 * us}, Place{400 * us, 50 * us}},
+		{LocalKey, Place{1500 * us, 80 * us}, Place{1500 * us, 80 * us}},                         // the RTT drifted
+		{LocalKey, Place{400 * us, 2 * time.Millisecond}, Place{400 * us, 2 * time.Millisecond}}, // the jitter did
+		{LocalKey, Place{}, Place{}}, // became unknown
+		{RemoteKey("r2"), Place{RTT: 63 * time.Millisecond}, Place{RTT: 60 * time.Millisecond}},
+		{RemoteKey("r2"), Place{RTT: 90 * time.Millisecond}, Place{RTT: 90 * time.Millisecond}},
+		{"cell-a", Place{5 * time.Millisecond, 0}, Place{5 * time.Millisecond, 0}}, // never sent
+	} {
+		if got := sent.Held(tc.key, tc.now); got != tc.want {
+			t.Errorf("Held(%s, %+v) = %+v, want %+v", tc.key, tc.now, got, tc.want)
+		}
+	}
+	if got := Placement(nil).Held(LocalKey, Place{RTT: us}); got != (Place{RTT: us}) {
+		t.Errorf("nothing sent: %+v", got)
+	}
+}

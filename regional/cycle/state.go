@@ -61,6 +61,10 @@ type Params struct {
 	// (xds.Model.RetryBudgetPercent); a model missing gets 0, the static
 	// budget.
 	RetryBudget map[string]float64
+	// Sent is the Placement of the last offer (nil: none). A round trip
+	// that has not drifted from the one sent is published as sent
+	// (Placement.Held).
+	Sent Placement
 }
 
 // Offer is a state to offer the data planes, with what it carries that
@@ -117,6 +121,7 @@ func (b *stateBuilder) model(name string) *xds.Model {
 // the views with a published weight.
 func (b *stateBuilder) addLocal(views []*CellView) {
 	localRTT, apart := LocalPlacement(views)
+	localRTT = b.p.Sent.Held(LocalKey, localRTT)
 	b.offer.Placement[LocalKey] = localRTT
 	// Cells of one model mostly come in runs: the last model's locality
 	// is looked up once per run, not once per cell.
@@ -147,6 +152,7 @@ func (b *stateBuilder) addLocal(views []*CellView) {
 			PrefillTokensPerSecond: v.PrefillTokensPerSecond, MaxNumSeqs: v.MaxNumSeqs,
 		}
 		if a, ok := apart[v.ID]; ok {
+			a = b.p.Sent.Held(v.ID, a)
 			ep.RTT, ep.Jitter = a.RTT, a.Jitter
 			b.offer.Placement[v.ID] = a
 		}
@@ -228,7 +234,7 @@ func (b *stateBuilder) remoteLocalities(name string, routes map[string]float64, 
 // weight w, with the round trip to d.
 func (b *stateBuilder) ingressLocality(d, host, portStr string, w uint32) xds.Locality {
 	port, _ := strconv.ParseUint(portStr, 10, 32)
-	rtt := min(max(b.p.RTTs[d], 0), xdscontract.MaxRTT)
+	rtt := b.p.Sent.Held(RemoteKey(d), Place{RTT: min(max(b.p.RTTs[d], 0), xdscontract.MaxRTT)}).RTT
 	b.offer.Placement[RemoteKey(d)] = Place{RTT: rtt}
 	return xds.Locality{
 		Region: d, Zone: d, Weight: w, RTT: rtt,

@@ -186,11 +186,15 @@ func (u *ledsUpdate) newEntry(cla *endpoint.ClusterLoadAssignment, prev *ledsEnt
 
 // diffLocality names loc's endpoints and records in u what changed since
 // prev (nil: a new locality). When the endpoints line up with prev's by
-// position and name (the Builder's canonical order: a change of weight,
-// health or metadata), only the messages that differ are named again;
-// otherwise (an endpoint added or removed) the two are compared by name.
+// position, or by a shift (diffShifted: the Builder's canonical order,
+// an endpoint added or removed, a change of weight, health or metadata),
+// only the messages that differ are named again; otherwise the two are
+// compared by name.
 func (u *ledsUpdate) diffLocality(cluster string, loc, prev *ledsLocality) error {
 	loc.names = make([]string, len(loc.lbs))
+	if prev != nil && u.diffShifted(cluster, loc, prev) {
+		return nil
+	}
 	aligned := prev != nil && len(prev.lbs) == len(loc.lbs)
 	var changed []int
 	for j, lb := range loc.lbs {
@@ -236,6 +240,67 @@ func (u *ledsUpdate) diffLocality(cluster string, loc, prev *ledsLocality) error
 		u.toDelete = append(u.toDelete, n)
 	}
 	return nil
+}
+
+// maxShifted bounds the endpoints diffShifted names anew before it leaves
+// the locality to the full comparison.
+const maxShifted = 64
+
+// diffShifted is diffLocality's path for the Builder's output: endpoints
+// sorted by address and port, an unchanged one kept as the same message.
+// Walking loc, it finds each endpoint's message in prev at its position
+// plus the shift that the endpoints removed or added before it made (as
+// modelEntry.prevAt does for the Builder's memo), and takes its name from
+// there. Only the rest, the fresh messages, are named: each is an update,
+// and prev's messages left unmatched whose name no fresh one took are
+// deletions. One cell's death in a 1,000-endpoint locality costs a few
+// comparisons instead of naming every endpoint and two maps of them (half
+// of a 1,000-cell controller's push). Duplicate addresses are adjacent in
+// that order, so a fresh name is checked against its neighbours'. It
+// reports false, having recorded nothing, when more than maxShifted are
+// fresh: the full comparison then runs. loc.names must have loc.lbs's
+// length.
+func (u *ledsUpdate) diffShifted(cluster string, loc, prev *ledsLocality) bool {
+	matched := make([]bool, len(prev.lbs))
+	var fresh []int
+	shift := 0
+	for j, lb := range loc.lbs {
+		found := false
+		for _, d := range [3]int{0, 1, -1} {
+			if x := j + shift + d; x >= 0 && x < len(prev.lbs) && !matched[x] && prev.lbs[x] == lb {
+				shift += d
+				matched[x], loc.names[j], found = true, prev.names[x], true
+				break
+			}
+		}
+		if !found {
+			if fresh = append(fresh, j); len(fresh) > maxShifted {
+				clear(loc.names)
+				return false
+			}
+		}
+	}
+	for _, j := range fresh {
+		loc.names[j] = lbName(loc.coll, loc.lbs[j])
+	}
+	named := make(map[string]struct{}, len(fresh))
+	for _, j := range fresh {
+		n := loc.names[j]
+		if j > 0 && loc.names[j-1] == n || j+1 < len(loc.names) && loc.names[j+1] == n {
+			clear(loc.names)
+			return false // the full comparison refuses it, with its message
+		}
+		named[n] = struct{}{}
+	}
+	for _, j := range fresh {
+		u.toUpdate[loc.names[j]] = loc.lbs[j]
+	}
+	for x, ok := range matched {
+		if _, again := named[prev.names[x]]; !ok && !again {
+			u.toDelete = append(u.toDelete, prev.names[x])
+		}
+	}
+	return true
 }
 
 // lbName is the LEDS resource name of lb in collection coll.

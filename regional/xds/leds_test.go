@@ -4,7 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -12,10 +14,12 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -390,4 +394,66 @@ func FuzzDeltaStreamRequests(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDiffLocalityShifted: the shifted walk names every endpoint as
+// lbName does and records exactly the messages that changed and the
+// names that went, whatever moved; a duplicate address is left to the
+// full comparison, which refuses it.
+func TestDiffLocalityShifted(t *testing.T) {
+	const coll = "xdstp://isobar/envoy.config.endpoint.v3.LbEndpoint/m/r1/r1/*"
+	lb := func(host string, w uint32) *endpoint.LbEndpoint {
+		return &endpoint.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(w), HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Address: host, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8000}}}}}}}
+	}
+	var prevLbs []*endpoint.LbEndpoint
+	for i := range 6 {
+		prevLbs = append(prevLbs, lb(fmt.Sprintf("10.0.0.%d", i+1), 1))
+	}
+	prev := &ledsLocality{coll: coll, lbs: prevLbs}
+	u0 := &ledsUpdate{toUpdate: map[string]types.Resource{}}
+	if err := u0.diffLocality("m", prev, nil); err != nil {
+		t.Fatal(err)
+	}
+	name := func(i int) string { return prev.names[i] }
+	for _, tc := range []struct {
+		label   string
+		lbs     []*endpoint.LbEndpoint
+		updated []string
+		deleted []string
+	}{
+		{"unchanged", prevLbs, nil, nil},
+		{"one removed", slices.Delete(slices.Clone(prevLbs), 2, 3), nil, []string{name(2)}},
+		{"two removed", []*endpoint.LbEndpoint{prevLbs[1], prevLbs[2], prevLbs[4], prevLbs[5]}, nil, []string{name(0), name(3)}},
+		{"one added", slices.Insert(slices.Clone(prevLbs), 3, lb("10.0.0.35", 1)), []string{lbName(coll, lb("10.0.0.35", 1))}, nil},
+		{"one reweighted, one removed", []*endpoint.LbEndpoint{prevLbs[0], lb("10.0.0.2", 7), prevLbs[3], prevLbs[4], prevLbs[5]}, []string{name(1)}, []string{name(2)}},
+	} {
+		loc := &ledsLocality{coll: coll, lbs: tc.lbs, names: make([]string, len(tc.lbs))}
+		u := &ledsUpdate{toUpdate: map[string]types.Resource{}}
+		if !u.diffShifted("m", loc, prev) {
+			t.Fatalf("%s: left to the full comparison", tc.label)
+		}
+		got := slices.Sorted(maps.Keys(u.toUpdate))
+		if want := slices.Sorted(slices.Values(tc.updated)); !slices.Equal(got, want) {
+			t.Errorf("%s: updated %v, want %v", tc.label, got, want)
+		}
+		if got, want := slices.Sorted(slices.Values(u.toDelete)), slices.Sorted(slices.Values(tc.deleted)); !slices.Equal(got, want) {
+			t.Errorf("%s: deleted %v, want %v", tc.label, got, want)
+		}
+		for j, l := range tc.lbs {
+			if want := lbName(coll, l); loc.names[j] != want {
+				t.Errorf("%s: endpoint %d named %q, want %q", tc.label, j, loc.names[j], want)
+			}
+		}
+	}
+	dupLbs := slices.Insert(slices.Clone(prevLbs), 2, lb("10.0.0.2", 3))
+	dup := &ledsLocality{coll: coll, lbs: dupLbs, names: make([]string, len(dupLbs))}
+	u := &ledsUpdate{toUpdate: map[string]types.Resource{}}
+	if u.diffShifted("m", dup, prev) || len(u.toUpdate) > 0 || len(u.toDelete) > 0 {
+		t.Errorf("a duplicate address: taken by the shifted walk (%v, %v)", u.toUpdate, u.toDelete)
+	}
+	if err := u.diffLocality("m", dup, prev); err == nil {
+		t.Error("a duplicate address: accepted")
+	}
 }
