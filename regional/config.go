@@ -47,7 +47,8 @@ type Config struct {
 	// (state changes are handled at once). Default 100 ms.
 	CycleInterval time.Duration
 	// ProbeInterval and ProbeTimeout: active RTT/jitter probes of each cell.
-	// Defaults 1 s and 500 ms.
+	// Defaults 1 s and 500 ms. A round's dials are spread over the first
+	// half of the interval, not started at once.
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
 	// ProbeMaxPerRound bounds the cells probed per round, so that the

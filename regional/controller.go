@@ -193,7 +193,8 @@ func newController(cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	c.prober = &prober{
-		interval: cfg.ProbeInterval, timeout: cfg.ProbeTimeout, max: cfg.ProbeMaxPerRound, view: reg.View, submit: reg.submitProbes,
+		interval: cfg.ProbeInterval, spread: cfg.ProbeInterval / 2, timeout: cfg.ProbeTimeout, max: cfg.ProbeMaxPerRound,
+		view: reg.View, submit: reg.submitProbes,
 		dial: deps.Dialer, clock: deps.Clock, log: log, metrics: m,
 	}
 	if err := c.newSyncer(log); err != nil {

@@ -22,10 +22,17 @@ import (
 // round's cost is bounded whatever the region's size.
 //
 // One goroutine owns the per-cell estimates; each round fans out the dials
-// with a bounded errgroup and waits for all of them.
+// with a bounded errgroup, paced over spread, and waits for all of them.
 type prober struct {
 	interval, timeout time.Duration
 	max               int // cells probed per round; 0: every live cell
+	// spread paces a round's dials: dial i of n starts i/n of spread
+	// after the first (in steps of at least probePaceStep); 0: all at
+	// once. A burst of 1,000 connects a second took tens of milliseconds
+	// of CPU at once from the cycle and the xDS push beside it (the tail
+	// of a death's removal at 1,000 cells), and its dials timed each
+	// other's completions.
+	spread time.Duration
 	view              func() *View
 	submit            func(context.Context, []probeResult) error
 	dial              func(network, addr string, timeout time.Duration) (net.Conn, error)
@@ -72,7 +79,12 @@ func (p *prober) round(ctx context.Context) {
 	oks := make([]bool, len(targets))
 	var g errgroup.Group
 	g.SetLimit(32)
+	start := p.clock.Now()
 	for i, tg := range targets {
+		if !p.pace(ctx, start, i, len(targets)) {
+			targets = targets[:i] // the rest were not dialled
+			break
+		}
 		g.Go(func() error {
 			start := p.clock.Now()
 			conn, err := p.dial("tcp", tg.ep, p.timeout)
@@ -101,6 +113,28 @@ func (p *prober) round(ctx context.Context) {
 		if err := p.submit(ctx, res); err != nil && ctx.Err() == nil {
 			p.log.Debug("probe results not delivered", "err", err)
 		}
+	}
+}
+
+// probePaceStep is the least wait between two paced dials: the dials due
+// within it start together.
+const probePaceStep = 5 * time.Millisecond
+
+// pace waits until dial i of n, in a round started at start, is due (see
+// prober.spread). false: ctx ended first.
+func (p *prober) pace(ctx context.Context, start time.Time, i, n int) bool {
+	if p.spread <= 0 || i == 0 {
+		return ctx.Err() == nil
+	}
+	wait := start.Add(p.spread*time.Duration(i)/time.Duration(n)).Sub(p.clock.Now())
+	if wait < probePaceStep {
+		return ctx.Err() == nil
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-p.clock.After(wait):
+		return true
 	}
 }
 
