@@ -32,13 +32,13 @@ type prober struct {
 	// of CPU at once from the cycle and the xDS push beside it (the tail
 	// of a death's removal at 1,000 cells), and its dials timed each
 	// other's completions.
-	spread time.Duration
-	view              func() *View
-	submit            func(context.Context, []probeResult) error
-	dial              func(network, addr string, timeout time.Duration) (net.Conn, error)
-	clock             clockwork.Clock
-	log               *slog.Logger
-	metrics           *metrics
+	spread  time.Duration
+	view    func() *View
+	submit  func(context.Context, []probeResult) error
+	dial    func(network, addr string, timeout time.Duration) (net.Conn, error)
+	clock   clockwork.Clock
+	log     *slog.Logger
+	metrics *metrics
 
 	est    map[string]*probeEstimate
 	rounds uint64 // counts rounds; an estimate's last is the round it was probed in
@@ -126,7 +126,7 @@ func (p *prober) pace(ctx context.Context, start time.Time, i, n int) bool {
 	if p.spread <= 0 || i == 0 {
 		return ctx.Err() == nil
 	}
-	wait := start.Add(p.spread*time.Duration(i)/time.Duration(n)).Sub(p.clock.Now())
+	wait := start.Add(p.spread * time.Duration(i) / time.Duration(n)).Sub(p.clock.Now())
 	if wait < probePaceStep {
 		return ctx.Err() == nil
 	}
