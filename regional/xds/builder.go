@@ -124,10 +124,9 @@ type modelEntry struct {
 	parts map[endpointKey]*endpointParts
 	gen   uint64
 	pos   [][]*endpointParts
-	// shift is where, within the locality partsAt is walking, the
-	// previous build's endpoint of the current position stands: ahead by
-	// the endpoints removed before it, behind by those added.
-	shift int
+	// walk follows, within the locality partsAt is walking, where the
+	// previous build's endpoint of the current position stands.
+	walk shiftWalk
 }
 
 // endpointKey is an endpoint's identity: everything but its weight and
@@ -943,19 +942,38 @@ func (e *modelEntry) partsAt(i, j int, ep *Endpoint) (p *endpointParts, first bo
 // so (the caller looks in the map).
 func (e *modelEntry) prevAt(i, j int, k *endpointKey) *endpointParts {
 	if j == 0 {
-		e.shift = 0
+		e.walk = shiftWalk{}
 	}
 	if i >= len(e.pos) {
 		return nil
 	}
 	prev := e.pos[i]
-	for _, d := range [3]int{0, 1, -1} {
-		if x := j + e.shift + d; x >= 0 && x < len(prev) && prev[x].key == *k {
-			e.shift += d
-			return prev[x]
-		}
+	if x := e.walk.find(j, len(prev), func(x int) bool { return prev[x].key == *k }); x >= 0 {
+		return prev[x]
 	}
 	return nil
+}
+
+// shiftWalk finds, walking a new sorted list in order, each element's
+// place in the last version of the list when elements were only added or
+// removed here and there: at its position plus the shift so far (ahead by
+// the elements removed before it, behind by those added), or one further
+// either way, which then moves the shift. The Builder's endpoint memo
+// (prevAt) and the LEDS diff (diffShifted) walk so. The zero value starts
+// a walk.
+type shiftWalk struct{ shift int }
+
+// find returns the index x in the last list (of length n) of the new
+// list's element j, the first of j+shift, j+shift+1 and j+shift−1 in
+// [0, n) for which same(x) holds; -1 when none does.
+func (w *shiftWalk) find(j, n int, same func(x int) bool) int {
+	for _, d := range [3]int{0, 1, -1} {
+		if x := j + w.shift + d; x >= 0 && x < n && same(x) {
+			w.shift += d
+			return x
+		}
+	}
+	return -1
 }
 
 // lbEndpoint returns prev when it already carries weight and health, else

@@ -248,10 +248,8 @@ const maxShifted = 64
 
 // diffShifted is diffLocality's path for the Builder's output: endpoints
 // sorted by address and port, an unchanged one kept as the same message.
-// Walking loc, it finds each endpoint's message in prev at its position
-// plus the shift that the endpoints removed or added before it made (as
-// modelEntry.prevAt does for the Builder's memo), and takes its name from
-// there. Only the rest, the fresh messages, are named: each is an update,
+// Walking loc, it finds each endpoint's message in prev (shiftWalk, as
+// the Builder's memo does) and takes its name from there. Only the rest, the fresh messages, are named: each is an update,
 // and prev's messages left unmatched whose name no fresh one took are
 // deletions. One cell's death in a 1,000-endpoint locality costs a few
 // comparisons instead of naming every endpoint and two maps of them (half
@@ -263,21 +261,15 @@ const maxShifted = 64
 func (u *ledsUpdate) diffShifted(cluster string, loc, prev *ledsLocality) bool {
 	matched := make([]bool, len(prev.lbs))
 	var fresh []int
-	shift := 0
+	var walk shiftWalk
 	for j, lb := range loc.lbs {
-		found := false
-		for _, d := range [3]int{0, 1, -1} {
-			if x := j + shift + d; x >= 0 && x < len(prev.lbs) && !matched[x] && prev.lbs[x] == lb {
-				shift += d
-				matched[x], loc.names[j], found = true, prev.names[x], true
-				break
-			}
+		if x := walk.find(j, len(prev.lbs), func(x int) bool { return !matched[x] && prev.lbs[x] == lb }); x >= 0 {
+			matched[x], loc.names[j] = true, prev.names[x]
+			continue
 		}
-		if !found {
-			if fresh = append(fresh, j); len(fresh) > maxShifted {
-				clear(loc.names)
-				return false
-			}
+		if fresh = append(fresh, j); len(fresh) > maxShifted {
+			clear(loc.names)
+			return false
 		}
 	}
 	for _, j := range fresh {
