@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -164,8 +165,11 @@ func (t *connTracker) closeAll() {
 // session runs one stream. killed reports that the churner cut it.
 func (c *synthCell) session(ctx context.Context, incarnation int, returning bool) (killed bool, err error) {
 	var conns connTracker
-	cc, err := grpc.NewClient(c.ctrl, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(conns.dial), grpc.WithReadBufferSize(8<<10), grpc.WithWriteBufferSize(8<<10))
+	// As the cellagent dials: static windows, no BDP pings (grpcbounds).
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(conns.dial), grpc.WithReadBufferSize(8 << 10), grpc.WithWriteBufferSize(8 << 10)},
+		grpcbounds.SmallMessagesDial()...)
+	cc, err := grpc.NewClient(c.ctrl, opts...)
 	if err != nil {
 		return false, err
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/certs"
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
 
@@ -121,7 +122,9 @@ func NewAgent(cfg Config, deps Deps) (*Agent, error) {
 	scr := newScraper(cfg, deps.Clock, log, m, f, hw)
 	hb := &streamer{
 		cfg: cfg, clock: deps.Clock, log: log, m: m, state: scr,
-		dialOpts:    append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, deps.DialOptions...),
+		// The agent reads only acks: static windows, no BDP pings
+		// (grpcbounds.SmallMessagesDial).
+		dialOpts:    append(append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, grpcbounds.SmallMessagesDial()...), deps.DialOptions...),
 		incarnation: rand.Text(),
 		kick:        make(chan struct{}, 1),
 		ivChanged:   make(chan struct{}, 1),

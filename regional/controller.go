@@ -22,6 +22,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/certs"
 	"github.com/isobar-mesh/isobar/election"
+	"github.com/isobar-mesh/isobar/internal/grpcbounds"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 	"github.com/isobar-mesh/isobar/regional/xds"
@@ -231,8 +232,11 @@ func (c *Controller) newGRPCServer(log *slog.Logger) (*grpc.Server, error) {
 	// Keepalive, ping enforcement, streams per connection and the receive
 	// cap (internal/grpcbounds); heartbeats are held to MaxMessageBytes by
 	// heartbeatCodec before decoding, everything else to MaxRecvMsgBytes.
+	// Everything this server reads is small (heartbeats, reports, xDS
+	// requests): static windows, no BDP pings (grpcbounds.SmallMessages).
 	opts := append(cfg.Keepalive.ServerOptions(cfg.Limits.MaxRecvMsgBytes), newHeartbeatCodec(),
 		grpc.MaxSendMsgSize(cfg.Limits.maxSendMsgBytes()))
+	opts = append(opts, grpcbounds.SmallMessages()...)
 	if cfg.TLS.Enabled() {
 		tc, err := serverTLS(cfg.TLS)
 		if err != nil {

@@ -65,6 +65,17 @@ const (
 	MaxConcurrentStreams = 100
 )
 
+// Static flow-control windows of the connections whose streams carry
+// only small messages (see SmallMessages).
+const (
+	// SmallStreamWindow is HTTP/2's default stream window, 65,535 bytes
+	// (RFC 9113 §6.9.2), rounded up to grpc-go's floor of 64 KiB.
+	SmallStreamWindow = 64 << 10
+	// SmallConnWindow is the connection window of a server, whose one
+	// connection per client may carry a few such streams.
+	SmallConnWindow = 1 << 20
+)
+
 // minClientTime mirrors grpc-go's internal.KeepaliveMinPingTime.
 const minClientTime = 10 * time.Second
 
@@ -190,4 +201,30 @@ func (s Server) ServerOptions(maxRecvBytes int) []grpc.ServerOption {
 		opts = append(opts, grpc.MaxRecvMsgSize(maxRecvBytes))
 	}
 	return opts
+}
+
+// SmallMessages are the server options of a server whose every stream
+// receives small messages (a heartbeat, a report, an xDS request: at most
+// a few kilobytes, each well within one window), and SmallMessagesDial the
+// dial options of a client that receives only such messages (an agent,
+// which reads one ack per heartbeat).
+//
+// They set static flow-control windows, which turns off grpc-go's
+// bandwidth-delay-product estimation on those connections. Without them,
+// every data frame that arrives while no BDP ping is outstanding sends one
+// (grpc-go internal/transport/bdp_estimator.go add; http2_server.go and
+// http2_client.go create the estimator only without StaticWindowSize).
+// On a stream of one small message every half second, each heartbeat and
+// each ack then cost a ping and its ack besides the message: at 2,000
+// cells this was ~45 % of the senders' CPU and a fifth to a third of the
+// controller's. BDP estimation grows windows for bulk transfers; these
+// streams never fill the default one. Keep dynamic windows where large
+// messages are read (an xDS client reading assignments).
+func SmallMessages() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.StaticStreamWindowSize(SmallStreamWindow), grpc.StaticConnWindowSize(SmallConnWindow)}
+}
+
+// SmallMessagesDial: see SmallMessages.
+func SmallMessagesDial() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithStaticStreamWindowSize(SmallStreamWindow), grpc.WithStaticConnWindowSize(SmallStreamWindow)}
 }
