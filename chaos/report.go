@@ -91,7 +91,7 @@ type Report struct {
 	Cells map[string]CellCounts `json:"cells,omitempty"`
 	// Errors counts the failed requests by phase (before, in flight,
 	// during, heal, after), status and reason (the first few distinct
-	// ones).
+	// ones of each phase).
 	Errors map[string]int `json:"errors,omitempty"`
 	// TTFTms of the successful requests by phase.
 	TTFTms   map[string]Percentiles `json:"ttft_ms"`

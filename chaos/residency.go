@@ -429,7 +429,11 @@ func (r *Runner) runStage(ctx context.Context, d *Drill, t *target, sg stage, o 
 	}
 	w.healAt = clock.Now()
 	r.heal(ctx, o, applied, rep)
-	_, err = r.waitHealthy(ctx, o)
+	if killsLeader(applied) {
+		_, err = r.waitUntil(ctx, o, newLeadersPlans(before))
+	} else {
+		_, err = r.waitHealthy(ctx, o)
+	}
 	w.end = clock.Now()
 	if err != nil {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("%s: not healthy after the heal: %v", sg.name, err))
@@ -438,6 +442,30 @@ func (r *Runner) runStage(ctx context.Context, d *Drill, t *target, sg stage, o 
 	res.Stages = append(res.Stages, ResidencyStage{Name: sg.name, Faults: applied,
 		PinnedOutside: pinnedOutside(before, after, res.Tenant, res.Allowed)})
 	return w, err == nil, nil
+}
+
+// killsLeader reports whether faults stop the global leader.
+func killsLeader(faults []adminapi.Fault) bool {
+	return slices.ContainsFunc(faults, func(f adminapi.Fault) bool { return f.Kind == adminapi.FaultKillLeader })
+}
+
+// newLeadersPlans is healthy after a stage that stopped the leader: the
+// fleet is healthy and every region routes on a plan of a leader elected
+// since before (a later epoch). A region still on the old leader's plan
+// passes Unhealthy (it routes on "a plan") while that plan may predate
+// the region's own return, and the next requests would meet it.
+func newLeadersPlans(before *adminapi.FleetState) func(*adminapi.FleetState) string {
+	return func(st *adminapi.FleetState) string {
+		if why := st.Unhealthy(); why != "" {
+			return why
+		}
+		for _, rs := range st.Regions {
+			if old, ok := before.Region(rs.Name); ok && rs.PlanEpoch <= old.PlanEpoch {
+				return fmt.Sprintf("region %s routes on a plan of epoch %d, not yet one of the new leader's", rs.Name, rs.PlanEpoch)
+			}
+		}
+		return ""
+	}
 }
 
 // writeResidency writes the residency drill's figures under the table:

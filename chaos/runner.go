@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -64,7 +65,9 @@ func (o *Options) withDefaults() {
 // injected).
 var ErrUnhealthy = errors.New("chaos: fleet not healthy")
 
-// maxErrorKinds bounds Report.Errors.
+// maxErrorKinds bounds Report.Errors per phase: a phase with many kinds
+// of failure (a staged drill's "during") must not hide the kinds of
+// another (its "after").
 const maxErrorKinds = 8
 
 // minRerouteWindow is the shortest window whose requests reroute_ms
@@ -92,6 +95,12 @@ func (r *Runner) say(o Options, format string, args ...any) {
 
 // waitHealthy polls until the fleet is healthy or settle passes.
 func (r *Runner) waitHealthy(ctx context.Context, o Options) (*adminapi.FleetState, error) {
+	return r.waitUntil(ctx, o, (*adminapi.FleetState).Unhealthy)
+}
+
+// waitUntil polls until why(state) is "" or settle passes (ErrUnhealthy
+// with the last why).
+func (r *Runner) waitUntil(ctx context.Context, o Options, why func(*adminapi.FleetState) string) (*adminapi.FleetState, error) {
 	clock := r.clock()
 	deadline := clock.Now().Add(o.Settle)
 	for {
@@ -99,7 +108,7 @@ func (r *Runner) waitHealthy(ctx context.Context, o Options) (*adminapi.FleetSta
 		if err != nil {
 			return nil, err
 		}
-		why := st.Unhealthy()
+		why := why(st)
 		if why == "" {
 			return st, nil
 		}
@@ -478,13 +487,19 @@ func (r *Runner) status(o Options, load *Load, phase string, el time.Duration) {
 }
 
 // noteError counts failed request o of phase name in rep.Errors, by
-// reason, keeping at most maxErrorKinds reasons.
+// reason, keeping at most maxErrorKinds reasons per phase.
 func noteError(rep *Report, name string, o Outcome) {
 	reason := fmt.Sprintf("%s: HTTP %d: %s", name, o.Status, truncate.Marked(o.Error, 120, "…"))
 	if o.Cell != "" {
 		reason = fmt.Sprintf("%s: HTTP %d from %s via %s: %s", name, o.Status, o.Cell, o.Ingress, truncate.Marked(o.Error, 120, "…"))
 	}
-	if _, ok := rep.Errors[reason]; ok || len(rep.Errors) < maxErrorKinds {
+	kinds := 0
+	for k := range rep.Errors {
+		if strings.HasPrefix(k, name+": ") {
+			kinds++
+		}
+	}
+	if _, ok := rep.Errors[reason]; ok || kinds < maxErrorKinds {
 		if rep.Errors == nil {
 			rep.Errors = map[string]int{}
 		}

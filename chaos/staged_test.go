@@ -29,6 +29,9 @@ type stagedFleet struct {
 	mu       sync.Mutex
 	injected []adminapi.Fault
 	count    int64 // acme-eu requests at region a's engines
+	// epoch is the plans' epoch: a leader's heal elects a new leader,
+	// whose plans carry the next one (as the lab's election does).
+	epoch uint64
 }
 
 func (f *stagedFleet) State(context.Context) (*adminapi.FleetState, error) {
@@ -44,7 +47,7 @@ func (f *stagedFleet) State(context.Context) (*adminapi.FleetState, error) {
 	g := adminapi.GlobalState{Name: "g0", Up: true, Leader: !has(adminapi.FaultKillLeader), Live: map[string]bool{"a": true, "eu": !has(adminapi.FaultKillRegion)}}
 	s.Globals = []adminapi.GlobalState{g}
 	for _, name := range []string{"a", "eu"} {
-		rs := adminapi.RegionState{Name: name, Ingress: f.ingress, Up: true, RouteSource: "plan", Shares: map[string]float64{name: 1}}
+		rs := adminapi.RegionState{Name: name, Ingress: f.ingress, Up: true, RouteSource: "plan", PlanEpoch: f.epoch, Shares: map[string]float64{name: 1}}
 		if name == "eu" && has(adminapi.FaultKillRegion) {
 			s.Regions = append(s.Regions, adminapi.RegionState{Name: name, Ingress: f.ingress})
 			continue
@@ -80,6 +83,9 @@ func (f *stagedFleet) Heal(_ context.Context, x adminapi.Fault) (adminapi.Inject
 		return adminapi.InjectResult{}, fmt.Errorf("not the last fault in")
 	}
 	f.injected = f.injected[:len(f.injected)-1]
+	if x.Kind == adminapi.FaultKillLeader {
+		f.epoch++
+	}
 	return adminapi.InjectResult{Fault: x}, nil
 }
 
@@ -128,5 +134,30 @@ func TestRunStagedResidency(t *testing.T) {
 	}
 	if rep.DetectMS == nil || rep.RerouteAtMS == nil || rep.Success.After == nil {
 		t.Errorf("detect %v reroute %v success after %v: want the region-loss figures and the after phase", rep.DetectMS, rep.RerouteAtMS, rep.Success.After)
+	}
+}
+
+// TestNewLeadersPlans: after a stage that stopped the leader, a healthy
+// fleet is not yet recovered while a region routes on the old leader's
+// plan.
+func TestNewLeadersPlans(t *testing.T) {
+	state := func(epochs ...uint64) *adminapi.FleetState {
+		s := &adminapi.FleetState{Etcd: "up"}
+		for i, e := range epochs {
+			s.Regions = append(s.Regions, adminapi.RegionState{Name: fmt.Sprintf("r%d", i), Up: true, RouteSource: "plan", PlanEpoch: e})
+		}
+		return s
+	}
+	why := newLeadersPlans(state(3, 3))
+	if got := why(state(4, 3)); !strings.Contains(got, "region r1 routes on a plan of epoch 3") {
+		t.Errorf("r1 still on epoch 3: %q", got)
+	}
+	if got := why(state(4, 5)); got != "" {
+		t.Errorf("both on the new leader's plans: %q", got)
+	}
+	unhealthy := state(4, 5)
+	unhealthy.Etcd = "down"
+	if got := why(unhealthy); got != "etcd is down" {
+		t.Errorf("etcd down: %q", got)
 	}
 }
