@@ -51,7 +51,8 @@ func startFleet(ctx context.Context, cfg SoakConfig, dir string, clock clockwork
 			f.stop()
 		}
 	}()
-	if f.sink, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+	lc := net.ListenConfig{KeepAlive: -1} // its connections are reset at once
+	if f.sink, err = lc.Listen(ctx, "tcp", "127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("bench: probe sink: %w", err)
 	}
 	f.sinkWG.Go(func() { ServeProbeSink(f.sink) })
@@ -101,7 +102,7 @@ func startFleet(ctx context.Context, cfg SoakConfig, dir string, clock clockwork
 			Clock: clock, Logger: log.With("component", "regional", "region", name), Registerer: r.metrics,
 			GlobalDialOptions: dial,
 			Dialer: func(network, _ string, timeout time.Duration) (net.Conn, error) {
-				return net.DialTimeout(network, sinkAddr, timeout)
+				return regional.ProbeDial(network, sinkAddr, timeout)
 			},
 		})
 		if err != nil {

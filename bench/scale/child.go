@@ -7,11 +7,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/bench"
 )
 
 // The control protocol between `isobar bench scale` and its cell
@@ -40,8 +44,11 @@ type childReply struct {
 	Error string      `json:"error,omitempty"`
 	Hello *childHello `json:"hello,omitempty"`
 	IDs   []string    `json:"ids,omitempty"` // start
-	Up    bool        `json:"up,omitempty"`  // up
-	Stats *childStats `json:"stats,omitempty"`
+	// Endpoints are the started cells' endpoints, in the order of IDs
+	// (start): the parent sends their RTT probes to the process's sink.
+	Endpoints []string    `json:"endpoints,omitempty"`
+	Up        bool        `json:"up,omitempty"` // up
+	Stats     *childStats `json:"stats,omitempty"`
 }
 
 // childHello is a cell process's first line.
@@ -50,6 +57,11 @@ type childHello struct {
 	// FDLimit is its RLIMIT_NOFILE soft limit, raised to the hard limit (0:
 	// unknown).
 	FDLimit uint64 `json:"fd_limit"`
+	// ProbeSink is the address of the process's RTT-probe sink: the
+	// controllers' probes of its cells connect there, so the accepts, the
+	// cells' side of a probe, are the process's CPU, not the
+	// controllers'.
+	ProbeSink string `json:"probe_sink"`
 }
 
 // childStats are a cell process's totals.
@@ -86,7 +98,13 @@ func ServeCells(ctx context.Context, in io.Reader, out io.Writer, log *slog.Logg
 		log = slog.New(slog.DiscardHandler)
 	}
 	enc := json.NewEncoder(out)
-	if err := enc.Encode(childReply{Hello: &childHello{PID: os.Getpid(), FDLimit: raiseFDLimit()}}); err != nil {
+	fdLimit := raiseFDLimit()
+	sink, err := listenProbeSink(ctx)
+	if err != nil {
+		return fmt.Errorf("scale: cell process: %w", err)
+	}
+	defer sink.stop()
+	if err := enc.Encode(childReply{Hello: &childHello{PID: os.Getpid(), FDLimit: fdLimit, ProbeSink: sink.addr()}}); err != nil {
 		return fmt.Errorf("scale: cell process: hello: %w", err)
 	}
 	reqs := make(chan childRequest)
@@ -150,8 +168,8 @@ func serveOne(ctx context.Context, f *localFleet, req childRequest, rep *childRe
 		if req.HeartbeatIntervalNs <= 0 {
 			return fmt.Errorf("start: heartbeat interval %d ns: must be > 0", req.HeartbeatIntervalNs)
 		}
-		ids, err := f.start(ctx, req.Cells)
-		rep.IDs = ids
+		ids, eps, err := f.startCells(ctx, req.Cells)
+		rep.IDs, rep.Endpoints = ids, eps
 		return err
 	case opKill:
 		return f.kill(ctx, req.Cell)
@@ -172,4 +190,32 @@ func serveOne(ctx context.Context, f *localFleet, req childRequest, rep *childRe
 	default:
 		return fmt.Errorf("unknown op %q", req.Op)
 	}
+}
+
+// probeSink is a listener that answers RTT probes (bench.ServeProbeSink)
+// until stop.
+type probeSink struct {
+	ln net.Listener
+	wg sync.WaitGroup
+}
+
+// listenProbeSink listens on a loopback port and serves probes there. Its
+// accepted connections get no TCP keepalive: they are reset at once.
+func listenProbeSink(ctx context.Context) (*probeSink, error) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("probe sink: %w", err)
+	}
+	s := &probeSink{ln: ln}
+	s.wg.Go(func() { bench.ServeProbeSink(ln) })
+	return s, nil
+}
+
+func (s *probeSink) addr() string { return s.ln.Addr().String() }
+
+// stop closes the listener and returns when its server has ended.
+func (s *probeSink) stop() {
+	_ = s.ln.Close()
+	s.wg.Wait()
 }

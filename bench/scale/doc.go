@@ -24,8 +24,12 @@
 //     (cells / interval) and what the cells sent;
 //   - CPU: this process's CPU seconds (getrusage, user+system) per second
 //     of the window, per 1,000 cells: the controllers' (and the harness's
-//     xDS client and probe sink), the senders' too when they run here;
-//     the cell processes' own CPU apart (each child's getrusage);
+//     xDS client), the senders' too when they run here; the cell
+//     processes' own CPU apart (each child's getrusage). The controllers'
+//     RTT probes of a cell connect to a sink in the process that runs it
+//     (its hello names the sink), so a probe's accept, the cell's side,
+//     is counted with the cells; with the cells here, one sink here
+//     answers them all;
 //   - footprint: what the cells added to this process's RSS and goroutines
 //     (per 1,000 cells, per cell) since just before they started;
 //   - cycle cost: the scoring, projection and xDS build+push of one

@@ -38,6 +38,10 @@ type fleetStats struct {
 type fleet interface {
 	// start runs cells; ids are the cells' ids, in the order of cells.
 	start(ctx context.Context, cells []cellSpec) (ids []string, err error)
+	// probeSink is the address an RTT probe of the cell at endpoint goes
+	// to, in the process that runs the cell; false: this process's own
+	// sink.
+	probeSink(endpoint string) (string, bool)
 	kill(ctx context.Context, id string) error
 	silence(ctx context.Context, id string) error
 	revive(ctx context.Context, id string) error
@@ -83,25 +87,35 @@ func newCells(specs []cellSpec, interval time.Duration, seed uint64, counters *b
 }
 
 func (f *localFleet) start(ctx context.Context, specs []cellSpec) ([]string, error) {
+	ids, _, err := f.startCells(ctx, specs)
+	return ids, err
+}
+
+// startCells starts the cells of specs and returns their ids and
+// endpoints, in the order of specs.
+func (f *localFleet) startCells(ctx context.Context, specs []cellSpec) (ids, endpoints []string, err error) {
 	cells, err := newCells(specs, f.interval, f.seed, &f.counters, f.clock, f.log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.cancel != nil {
-		return nil, fmt.Errorf("scale: cells already started")
+		return nil, nil, fmt.Errorf("scale: cells already started")
 	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f.cancel = cancel
-	ids := make([]string, len(cells))
+	ids, endpoints = make([]string, len(cells)), make([]string, len(cells))
 	for i, c := range cells {
-		ids[i] = c.ID()
+		ids[i], endpoints[i] = c.ID(), c.Endpoint()
 		f.cells[c.ID()] = c
 		f.wg.Go(func() { c.Run(cctx) })
 	}
-	return ids, nil
+	return ids, endpoints, nil
 }
+
+// probeSink: the cells run here; their probes go to the point's sink.
+func (f *localFleet) probeSink(string) (string, bool) { return "", false }
 
 func (f *localFleet) cell(id string) (*bench.Cell, error) {
 	f.mu.Lock()

@@ -229,7 +229,8 @@ func (p *point) startFleet(ctx context.Context, deps Deps) error {
 // the cells, taking the process's RSS and goroutines just before them.
 func (p *point) start(ctx context.Context) error {
 	var err error
-	if p.sink, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+	lc := net.ListenConfig{KeepAlive: -1} // its connections are reset at once
+	if p.sink, err = lc.Listen(ctx, "tcp", "127.0.0.1:0"); err != nil {
 		return fmt.Errorf("scale: probe sink: %w", err)
 	}
 	var sinkWG sync.WaitGroup
@@ -276,9 +277,15 @@ func (p *point) startControllers(ctx context.Context, sinkAddr string) error {
 		r := &region{name: name, tap: newMetricTap()}
 		d := regional.Deps{
 			Clock: p.clock, Logger: p.log.With("component", "regional", "region", name), Registerer: r.tap,
-			// The cells' endpoints are fake: every RTT probe goes to the sink.
-			Dialer: func(network, _ string, timeout time.Duration) (net.Conn, error) {
-				return net.DialTimeout(network, sinkAddr, timeout)
+			// The cells' endpoints are fake: an RTT probe goes to the sink
+			// of the process that runs the cell (its accept is the cell's
+			// side), this process's own when the cells run here.
+			Dialer: func(network, ep string, timeout time.Duration) (net.Conn, error) {
+				addr, ok := p.fleet.probeSink(ep)
+				if !ok {
+					addr = sinkAddr
+				}
+				return regional.ProbeDial(network, addr, timeout)
 			},
 		}
 		if i == 0 {

@@ -21,12 +21,14 @@ type procFleet struct {
 
 	mu    sync.Mutex
 	owner map[string]*cellProc
+	// sinks maps a cell's endpoint to its process's probe sink.
+	sinks map[string]string
 }
 
 // startProcFleet starts n children. On error every child started is
 // reaped before it returns.
 func startProcFleet(ctx context.Context, n int, newCmd func() *exec.Cmd, interval time.Duration, seed uint64, clock clockwork.Clock) (*procFleet, error) {
-	f := &procFleet{interval: interval, seed: seed, owner: map[string]*cellProc{}}
+	f := &procFleet{interval: interval, seed: seed, owner: map[string]*cellProc{}, sinks: map[string]string{}}
 	for range n {
 		p, err := startCellProc(ctx, newCmd, clock)
 		if err != nil {
@@ -65,16 +67,16 @@ func (f *procFleet) start(ctx context.Context, specs []cellSpec) ([]string, erro
 	for i, s := range specs {
 		parts[i%n] = append(parts[i%n], s)
 	}
-	got := make([][]string, n)
+	got, eps := make([][]string, n), make([][]string, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i, p := range f.procs {
 		wg.Go(func() {
 			rep, err := p.call(ctx, childRequest{Op: opStart, Cells: parts[i], HeartbeatIntervalNs: int64(f.interval), Seed: f.seed})
-			if err == nil && len(rep.IDs) != len(parts[i]) {
-				err = fmt.Errorf("scale: cell process %d started %d cells of %d", p.hello.PID, len(rep.IDs), len(parts[i]))
+			if err == nil && (len(rep.IDs) != len(parts[i]) || len(rep.Endpoints) != len(parts[i])) {
+				err = fmt.Errorf("scale: cell process %d started %d cells (%d endpoints) of %d", p.hello.PID, len(rep.IDs), len(rep.Endpoints), len(parts[i]))
 			}
-			got[i], errs[i] = rep.IDs, err
+			got[i], eps[i], errs[i] = rep.IDs, rep.Endpoints, err
 		})
 	}
 	wg.Wait()
@@ -87,11 +89,21 @@ func (f *procFleet) start(ctx context.Context, specs []cellSpec) ([]string, erro
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range specs {
-		id := got[i%n][i/n]
+		id, p := got[i%n][i/n], f.procs[i%n]
 		ids[i] = id
-		f.owner[id] = f.procs[i%n]
+		f.owner[id] = p
+		if p.hello.ProbeSink != "" {
+			f.sinks[eps[i%n][i/n]] = p.hello.ProbeSink
+		}
 	}
 	return ids, nil
+}
+
+func (f *procFleet) probeSink(endpoint string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	addr, ok := f.sinks[endpoint]
+	return addr, ok
 }
 
 func (f *procFleet) proc(id string) (*cellProc, error) {

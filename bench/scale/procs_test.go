@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/isobar-mesh/isobar/regional"
 )
 
 // procTestBound bounds each wait of these tests: far above what any of
@@ -46,6 +48,31 @@ func TestProcFleetStopReaps(t *testing.T) {
 			t.Errorf("ids %q, want %q", ids, want)
 			break
 		}
+	}
+	// Each cell's RTT probes go to the sink of the process that runs it
+	// (cells dealt round-robin: a-cell-0 and b-cell-0 to the first), and
+	// that sink answers a connect.
+	sinkOf := func(ep string) string {
+		addr, ok := f.probeSink(ep)
+		if !ok || addr == "" {
+			t.Fatalf("no probe sink for endpoint %s", ep)
+		}
+		return addr
+	}
+	a0, a1, b0 := sinkOf("127.1.0.1:8000"), sinkOf("127.1.0.2:8000"), sinkOf("127.2.0.1:8000")
+	if a0 != b0 || a0 == a1 {
+		t.Errorf("probe sinks %s, %s, %s: want the first and third equal (one process), the second apart", a0, a1, b0)
+	}
+	for _, addr := range []string{a0, a1} {
+		conn, err := regionalProbeDial(addr)
+		if err != nil {
+			t.Errorf("probe of the sink at %s: %v", addr, err)
+			continue
+		}
+		_ = conn.Close()
+	}
+	if _, ok := f.probeSink("127.9.9.9:8000"); ok {
+		t.Error("a probe sink for an endpoint no cell has")
 	}
 	if up, err := f.up(ctx, ids); err != nil || up {
 		t.Errorf("up %v, %v: want false (no controller answers), nil", up, err)
@@ -179,4 +206,9 @@ func newReplyReader(r io.Reader) func() childReply {
 		_ = dec.Decode(&rep)
 		return rep
 	}
+}
+
+// regionalProbeDial connects as the controllers' prober does.
+func regionalProbeDial(addr string) (net.Conn, error) {
+	return regional.ProbeDial("tcp", addr, procTestBound)
 }
