@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -135,10 +136,19 @@ func (f *soakFleet) stop() {
 }
 
 // ServeProbeSink accepts a regional controller's RTT-probe TCP connects
-// (the synthetic cells' endpoints all point at ln) and resets them at once
-// (no TIME_WAIT on either side), until the listener closes. It blocks; run
-// it in a goroutine the caller joins after closing ln.
+// (the synthetic cells' endpoints point at ln) until the listener closes,
+// then returns once every connection it took is closed. It blocks; run it
+// in a goroutine the caller joins after closing ln.
+//
+// A probe connects and closes. The sink waits for that close (the
+// client's FIN, bounded by probeSinkHold) and only then resets the
+// connection, so neither side keeps TIME_WAIT. Resetting at accept, as it
+// did, raced the prober's connect: a reset that arrived before Go read
+// the connect's result failed the probe ("connection reset by peer"),
+// about one probe in five on loopback.
 func ServeProbeSink(ln net.Listener) {
+	var conns sync.WaitGroup
+	defer conns.Wait()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -148,12 +158,20 @@ func ServeProbeSink(ln net.Listener) {
 			}
 			return
 		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0)
-		}
-		_ = c.Close()
+		conns.Go(func() {
+			_ = c.SetReadDeadline(time.Now().Add(probeSinkHold))
+			_, _ = io.Copy(io.Discard, c)
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			_ = c.Close()
+		})
 	}
 }
+
+// probeSinkHold bounds how long the probe sink waits for a probe to close
+// its connection.
+const probeSinkHold = 5 * time.Second
 
 // regionCounts is one region's registry by state.
 type regionCounts struct {

@@ -2,6 +2,7 @@ package regional
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -31,8 +32,13 @@ func BenchmarkProbeDial(b *testing.B) {
 						return
 					}
 					if err == nil {
-						_ = conn.(*net.TCPConn).SetLinger(0) // reset: no TIME_WAIT piles up
-						_ = conn.Close()
+						// As bench.ServeProbeSink: wait for the probe's
+						// close, then reset (no TIME_WAIT piles up).
+						wg.Go(func() {
+							_, _ = io.Copy(io.Discard, conn)
+							_ = conn.(*net.TCPConn).SetLinger(0)
+							_ = conn.Close()
+						})
 					}
 				}
 			})
@@ -43,7 +49,7 @@ func BenchmarkProbeDial(b *testing.B) {
 				n++
 				conn, err := c.dial("tcp", addr, time.Second)
 				if err != nil {
-					failed++ // loopback refuses a connect now and then (a reused port): a failed probe, as in a round
+					failed++ // a failed probe, as in a round
 					continue
 				}
 				_ = conn.Close()
