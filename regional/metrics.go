@@ -16,6 +16,8 @@ import (
 type metrics struct {
 	heartbeats         prometheus.Counter
 	suspects           prometheus.Counter
+	massExpiries       prometheus.Counter
+	ttlHeld            prometheus.Gauge
 	rejected           *prometheus.CounterVec
 	streams            prometheus.Gauge
 	transitions        *prometheus.CounterVec
@@ -51,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.retryBudget, m.slicesFolded, m.residencyUnseen, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.penaltyKept, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.signalsClamped); err != nil {
+	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.retryBudget, m.slicesFolded, m.residencyUnseen, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.penaltyKept, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.massExpiries, m.ttlHeld, m.signalsClamped); err != nil {
 		return nil, fmt.Errorf("regional: register metrics: %w", err)
 	}
 	return m, nil
@@ -71,6 +73,14 @@ func (m *metrics) addCellMetrics() {
 	m.suspects = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "isobar_regional_suspect_cells_total",
 		Help: "Cells made suspect (weight 0) because their heartbeat stream broke without a Terminated report.",
+	})
+	m.massExpiries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_mass_ttl_expiries_total",
+		Help: "Times most live cells passed their TTL at once and the controller held them rather than failing them (Config.MassExpiry).",
+	})
+	m.ttlHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "isobar_regional_ttl_held_cells",
+		Help: "Live cells past their TTL that the last sweep held rather than failed, a mass expiry being in progress (0: none).",
 	})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "isobar_regional_heartbeats_rejected_total",

@@ -134,6 +134,7 @@ type Registry struct {
 	lastPushed map[string]uint32        // weights in the last offered state
 	sentPlace  cycle.Placement          // round trips in the last offered state
 	lastOffer  time.Time                // when the last state was offered
+	mass       massExpiry               // a mass TTL expiry being held (massexpiry.go)
 	index      map[string]int           // id → position in ids, shared by views
 	routes     *RouteTable              // cross-region routing in force
 	routesNew  bool                     // routes (or retry budgets) changed since the last push
@@ -533,15 +534,20 @@ func (r *Registry) transition(now time.Time, c *cell, next lifecycle.State, reas
 	return true
 }
 
-// sweep fails cells whose heartbeats stopped and forgets long-dead ones.
+// sweep fails cells whose heartbeats stopped, unless so many stopped at
+// once that it holds them (holdMassExpiry), and forgets long-dead ones.
 func (r *Registry) sweep(now time.Time) {
 	ttl := r.cfg.TTL()
+	var expired []*cell
+	live := 0
 	for id, c := range r.cells {
 		switch {
-		case c.state.Live() && now.Sub(c.lastSeen) >= ttl:
-			next, _ := lifecycle.Next(c.state, lifecycle.TTLExpired, c.drain)
-			r.transition(now, c, next, fmt.Sprintf("no heartbeat for %v (TTL %v)", now.Sub(c.lastSeen).Round(time.Millisecond), ttl))
-		case !c.state.Live() && now.Sub(c.stateSince) >= r.cfg.ForgetAfter && now.Sub(c.lastSeen) >= r.cfg.ForgetAfter:
+		case c.state.Live():
+			live++
+			if now.Sub(c.lastSeen) >= ttl {
+				expired = append(expired, c)
+			}
+		case now.Sub(c.stateSince) >= r.cfg.ForgetAfter && now.Sub(c.lastSeen) >= r.cfg.ForgetAfter:
 			delete(r.cells, id)
 			delete(r.dpCells, id)
 			if c.hb != nil && r.byEndpoint[endpointKey(c.hb.GetEndpoint())] == id {
@@ -549,6 +555,13 @@ func (r *Registry) sweep(now time.Time) {
 			}
 			r.idsDirty = true
 		}
+	}
+	if r.holdMassExpiry(now, len(expired), live) {
+		return
+	}
+	for _, c := range expired {
+		next, _ := lifecycle.Next(c.state, lifecycle.TTLExpired, c.drain)
+		r.transition(now, c, next, fmt.Sprintf("no heartbeat for %v (TTL %v)", now.Sub(c.lastSeen).Round(time.Millisecond), ttl))
 	}
 }
 

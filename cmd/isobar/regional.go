@@ -144,6 +144,8 @@ func (o *regionalOpts) register(cmd *cobra.Command) {
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "RTT/jitter probe interval per cell")
 	f.IntVar(&cfg.ProbeMaxPerRound, "probe-max-per-round", cfg.ProbeMaxPerRound, "cells probed per probe round at most (those probed longest ago): bounds the probes' cost in large regions")
 	f.DurationVar(&cfg.ForgetAfter, "forget-after", cfg.ForgetAfter, "how long Failed/Terminated cells stay visible before they are forgotten")
+	f.Float64Var(&cfg.MassExpiry.Fraction, "mass-expiry-fraction", cfg.MassExpiry.Fraction, "share of the live cells (at least 3) past their TTL at once that this controller holds rather than fails, as its own stall is the likelier cause; in (0, 1]")
+	f.DurationVar(&cfg.MassExpiry.Hold, "mass-expiry-hold", cfg.MassExpiry.Hold, "longest a mass TTL expiry is held before the cells still silent fail; negative: never hold")
 	deprecatedAlias(f, oldHTTPListenFlag, metricsListenFlag)
 	f.IntVar(&cfg.MaxMessageBytes, "max-heartbeat-bytes", cfg.MaxMessageBytes, "largest heartbeat message accepted")
 	f.IntVar(&cfg.Limits.MaxRecvMsgBytes, "max-grpc-message-bytes", cfg.Limits.MaxRecvMsgBytes, "largest gRPC message received (heartbeats, data-plane reports, xDS requests)")
