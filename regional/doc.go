@@ -45,6 +45,9 @@
 // without waiting for a tick. A heartbeat on a new stream (the agent
 // reconnected within the TTL) restores it; otherwise the TTL fails it as
 // before. A hung agent whose stream stays open is caught by the TTL alone.
+// When most live cells pass their TTL in one sweep, the sweep holds them,
+// for at most Config.MassExpiry.Hold, rather than fail them: the likelier
+// cause is this controller stalling or falling behind (massexpiry.go).
 //
 // Limits (Config.Limits, limits.go) bound what peers can make the
 // controller hold: MaxCells cells (checked by the heartbeat service when a
