@@ -1,12 +1,15 @@
 package regional
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -149,5 +152,109 @@ func TestMassExpiryConfig(t *testing.T) {
 	}
 	if d := DefaultConfig("r1").MassExpiry; d.Fraction != 0.5 || d.Hold != 10*time.Second {
 		t.Errorf("defaults %+v, want 0.5 and 10s", d)
+	}
+}
+
+// TestControllerStallHoldsCells runs a controller on a fake clock behind
+// real gRPC with five cells. The clock jumps three TTLs while no heartbeat
+// is sent, as when the controller process is stopped or starved: every
+// cell stays Ready with its weight, and the hold shows in /metrics. When
+// heartbeats flow again the hold ends; cells that then stay silent past
+// the hold fail.
+func TestControllerStallHoldsCells(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
+	cfg := DefaultConfig("r1")
+	cfg.HeartbeatInterval, cfg.TTLGrace, cfg.CycleInterval = 100*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond
+	cfg.MassExpiry.Hold = time.Second
+	cfg.HTTPListen = "-"
+	glis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	c, err := New(cfg, Deps{Clock: clk, Registerer: reg, GRPCListener: glis})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	cl := dialController(t, c.Addr(), nil)
+	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+	ids := []string{"c0", "c1", "c2", "c3", "c4"}
+	streams := map[string]isobarpb.CellRegistry_HeartbeatClient{}
+	seq := uint64(0)
+	beat := func() {
+		t.Helper()
+		seq++
+		for i, id := range ids {
+			if err := streams[id].Send(heartbeat(id, fmt.Sprintf("127.0.0.1:%d", 4000+i), ready, seq)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A heartbeat that changes nothing waits for the next cycle to
+		// reach the view: one tick.
+		for _, id := range ids {
+			for cv, _ := c.Registry().View().Cell(id); cv.Sequence != seq; cv, _ = c.Registry().View().Cell(id) {
+				advanceCycle(t, c, clk, cfg.CycleInterval)
+			}
+		}
+	}
+	for _, id := range ids {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		s, err := cl.Heartbeat(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[id] = s
+	}
+	beat()
+	for _, id := range ids {
+		waitCell(t, c, id, func(cv CellView) bool { return cv.State == lifecycle.Ready && cv.Weight.Published > 0 })
+	}
+	held := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "isobar_regional_ttl_held_cells" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("isobar_regional_ttl_held_cells not exported")
+		return 0
+	}
+	notFailed := func(what string) {
+		t.Helper()
+		for _, id := range ids {
+			if cv, _ := c.Registry().View().Cell(id); cv.State != lifecycle.Ready || cv.Weight.Published == 0 {
+				t.Fatalf("%s: cell %s %s with weight %d, want Ready with its weight", what, id, cv.State, cv.Weight.Published)
+			}
+		}
+	}
+
+	advanceCycle(t, c, clk, 3*cfg.TTL()) // the stall
+	advanceCycle(t, c, clk, cfg.CycleInterval)
+	notFailed("after a stall of 3 TTLs")
+	if h := held(); h != 5 {
+		t.Fatalf("held cells %v after the stall, want 5", h)
+	}
+	beat() // the backlog is read
+	advanceCycle(t, c, clk, cfg.CycleInterval)
+	notFailed("heartbeats back")
+	if h := held(); h != 0 {
+		t.Fatalf("held cells %v with heartbeats back, want 0", h)
+	}
+
+	// Silent for good: held for the hold, then failed.
+	for clk.Since(c.Registry().View().Cells[0].LastSeen) < cfg.TTL()+cfg.MassExpiry.Hold+cfg.TTL() {
+		advanceCycle(t, c, clk, cfg.CycleInterval*5)
+	}
+	for _, id := range ids {
+		waitCell(t, c, id, func(cv CellView) bool { return cv.State == lifecycle.Failed })
 	}
 }
