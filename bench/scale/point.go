@@ -406,25 +406,27 @@ func (p *point) waitReady(ctx context.Context) error {
 	return nil
 }
 
-// snapshot is every counter the window reads, at one instant.
+// snapshot is every counter the window reads. This process's counters
+// are read at at; the cells' (over their processes' control pipes, which
+// take seconds when the machine is saturated) after them, at fleetAt.
+// Each rate divides by the time between its own two reads: dividing what
+// was read late by the time of what was read early put catch-up into
+// ingest (above 100 % of the offered at saturated points).
 type snapshot struct {
 	at                   time.Time
 	cpu                  time.Duration
 	heartbeats           float64
 	projSum, projCount   float64
 	buildSum, buildCount float64
-	fleet                fleetStats
 	summaryCount         []int
 	summaryBytes         []int64
+	fleet                fleetStats
+	fleetAt              time.Time
 }
 
 func (p *point) snapshot(ctx context.Context) (snapshot, error) {
 	s := snapshot{at: p.clock.Now()}
 	s.cpu, _ = cpuTime()
-	var err error
-	if s.fleet, err = p.fleet.stats(ctx); err != nil {
-		return s, err
-	}
 	for _, r := range p.regions {
 		s.heartbeats += r.tap.read(metricHeartbeats).value
 		pr, b := r.tap.read(metricProjection), r.tap.read(metricXDSBuild)
@@ -435,6 +437,11 @@ func (p *point) snapshot(ctx context.Context) (snapshot, error) {
 			s.summaryCount, s.summaryBytes = append(s.summaryCount, n), append(s.summaryBytes, bytes)
 		}
 	}
+	var err error
+	if s.fleet, err = p.fleet.stats(ctx); err != nil {
+		return s, err
+	}
+	s.fleetAt = p.clock.Now()
 	return s, nil
 }
 
@@ -470,14 +477,15 @@ func (p *point) windowRates(f *Figures, a, b snapshot) {
 	secs := b.at.Sub(a.at).Seconds()
 	cells := float64(p.spec.cells)
 	f.IngestHeartbeatsPerS = (b.heartbeats - a.heartbeats) / secs
-	f.SentHeartbeatsPerS = float64(b.fleet.heartbeats-a.fleet.heartbeats) / secs
+	fleetSecs := b.fleetAt.Sub(a.fleetAt).Seconds()
+	f.SentHeartbeatsPerS = float64(b.fleet.heartbeats-a.fleet.heartbeats) / fleetSecs
 	f.IngestFraction = f.IngestHeartbeatsPerS / f.OfferedHeartbeatsPerS
 	if _, ok := cpuTime(); ok {
 		f.CPUSPerS = (b.cpu - a.cpu).Seconds() / secs
 		f.CPUSPerSPer1kCells = f.CPUSPerS / (cells / 1000)
 	}
 	if p.procs > 0 {
-		f.SenderCPUSPerS = ptr((b.fleet.cpu - a.fleet.cpu).Seconds() / secs)
+		f.SenderCPUSPerS = ptr((b.fleet.cpu - a.fleet.cpu).Seconds() / fleetSecs)
 	}
 	if n := b.projCount - a.projCount; n > 0 {
 		f.LiveProjectionMeanMs = 1000 * (b.projSum - a.projSum) / n
