@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
@@ -158,28 +156,16 @@ func TestMassExpiryConfig(t *testing.T) {
 // TestControllerStallHoldsCells runs a controller on a fake clock behind
 // real gRPC with five cells. The clock jumps three TTLs while no heartbeat
 // is sent, as when the controller process is stopped or starved: every
-// cell stays Ready with its weight, and the hold shows in /metrics. When
+// cell stays Ready with its weight, and the hold shows in its gauge. When
 // heartbeats flow again the hold ends; cells that then stay silent past
 // the hold fail.
 func TestControllerStallHoldsCells(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
-	cfg := DefaultConfig("r1")
-	cfg.HeartbeatInterval, cfg.TTLGrace, cfg.CycleInterval = 100*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond
-	cfg.MassExpiry.Hold = time.Second
-	cfg.HTTPListen = "-"
-	glis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	c, err := New(cfg, Deps{Clock: clk, Registerer: reg, GRPCListener: glis})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c := startControllerClock(t, clk, func(cfg *Config) {
+		cfg.HeartbeatInterval, cfg.TTLGrace, cfg.CycleInterval = 100*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond
+		cfg.MassExpiry.Hold = time.Second
+	})
+	cfg := c.cfg
 	cl := dialController(t, c.Addr(), nil)
 	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY
 	ids := []string{"c0", "c1", "c2", "c3", "c4"}
@@ -214,20 +200,7 @@ func TestControllerStallHoldsCells(t *testing.T) {
 	for _, id := range ids {
 		waitCell(t, c, id, func(cv CellView) bool { return cv.State == lifecycle.Ready && cv.Weight.Published > 0 })
 	}
-	held := func() float64 {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "isobar_regional_ttl_held_cells" {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		t.Fatal("isobar_regional_ttl_held_cells not exported")
-		return 0
-	}
+	held := func() float64 { return testutil.ToFloat64(c.metrics.ttlHeld) }
 	notFailed := func(what string) {
 		t.Helper()
 		for _, id := range ids {
