@@ -82,6 +82,7 @@ func (cb *cycleBench) cycle(b testing.TB, now time.Time) {
 	if _, err := cb.xs.Push(*st); err != nil {
 		b.Fatal(err)
 	}
+	cb.r.pub.spend(st) // as the publisher does after a push
 }
 
 // BenchmarkCycle measures one control cycle at N cells: score every cell,

@@ -37,6 +37,10 @@ type publisher struct {
 	pending  *xds.State
 	removals []removal
 	kick     chan struct{}
+	// spent is the last state the publisher is done with (pushed,
+	// refused, or replaced before its push), for the registry to build
+	// the next one in (takeSpent); push must not keep a state it was given.
+	spent *xds.State
 
 	version atomic.Pointer[string]
 }
@@ -47,6 +51,9 @@ func newPublisher(push pushFunc, clock clockwork.Clock, log *slog.Logger, m *met
 
 func (p *publisher) offer(st xds.State, removals []removal) {
 	p.mu.Lock()
+	if p.pending != nil {
+		p.spent = p.pending // coalesced: never pushed
+	}
 	p.pending = &st
 	p.removals = append(p.removals, removals...)
 	p.mu.Unlock()
@@ -54,6 +61,26 @@ func (p *publisher) offer(st xds.State, removals []removal) {
 	case p.kick <- struct{}{}:
 	default:
 	}
+}
+
+// spend records st as done with: nothing holds it any more.
+func (p *publisher) spend(st *xds.State) {
+	p.mu.Lock()
+	p.spent = st
+	p.mu.Unlock()
+}
+
+// takeSpent returns the state the publisher last finished with, whose
+// buffers the caller now owns (zero: none), and forgets it.
+func (p *publisher) takeSpent() xds.State {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.spent
+	p.spent = nil
+	if st == nil {
+		return xds.State{}
+	}
+	return *st
 }
 
 // Version returns the last version pushed successfully ("" before any).
@@ -82,6 +109,7 @@ func (p *publisher) run(ctx context.Context) {
 		if err != nil {
 			// The xDS server has logged and counted the refusal once
 			// (isobar_regional_xds_push_errors_total).
+			p.spend(st)
 			continue
 		}
 		p.version.Store(&v)
@@ -89,6 +117,7 @@ func (p *publisher) run(ctx context.Context) {
 		if p.saved != nil {
 			p.saved(*st, now)
 		}
+		p.spend(st)
 		for _, r := range removals {
 			p.metrics.failover.Observe(now.Sub(r.since).Seconds())
 		}

@@ -107,7 +107,9 @@ type viewIn struct {
 }
 
 // pushFunc builds, validates and serves an xDS state; it returns the
-// version served.
+// version served. It must not keep the state, or any slice of it, after
+// it returns: the registry builds a later state in its buffers
+// (publisher.takeSpent). xds.Server.Push copies what it keeps.
 type pushFunc func(xds.State) (string, error)
 
 // Registry is the single-writer owner of the cell registry.
@@ -131,29 +133,32 @@ type Registry struct {
 	byEndpoint map[string]string
 	cycles     uint64
 	removals   []removal
-	lastPushed map[string]uint32        // weights in the last offered state
-	sentPlace  cycle.Placement          // round trips in the last offered state
-	lastOffer  time.Time                // when the last state was offered
-	mass       massExpiry               // a mass TTL expiry being held (massexpiry.go)
-	index      map[string]int           // id → position in ids, shared by views
-	routes     *RouteTable              // cross-region routing in force
-	routesNew  bool                     // routes (or retry budgets) changed since the last push
-	sets       func(string) []cycle.Set // residency sets per model; nil: none
-	budgets    map[string]float64       // retry budget per model (retrybudget.go)
-	poolUtil   map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
-	cycleCells []cycle.Cell             // the cycle's input buffer, reused (cellViews)
-	cycleKnown []bool                   // which of cycleCells' scores still hold, reused
-	mapped     []projection.Cell        // the mapping's output buffers, reused (cycle.MapKnown)
-	scores     []score.Result
-	dpCells    map[string]*dpWindow // data-plane errors per cell
-	dpDemand   map[string]*dpWindow // ingress demand per data plane and model
-	warm       warmHold             // the warm start's hold (warmstart.go)
-	offered    map[string]bool      // models of the last offered state
-	remoteOnly map[string]bool      // of those, the ones with no local locality
-	warmM      *warmMetrics
-	saver      *warmSaver // written by the publisher goroutine only
-	settled    atomic.Bool
-	settledCh  chan struct{} // closed when settled becomes true
+	lastPushed map[string]uint32 // weights in the last offered state
+	// spareWeights is the weights map offered before lastPushed, reused
+	// by the next offer (cycle.Params.Reuse).
+	spareWeights map[string]uint32
+	sentPlace    cycle.Placement          // round trips in the last offered state
+	lastOffer    time.Time                // when the last state was offered
+	mass         massExpiry               // a mass TTL expiry being held (massexpiry.go)
+	index        map[string]int           // id → position in ids, shared by views
+	routes       *RouteTable              // cross-region routing in force
+	routesNew    bool                     // routes (or retry budgets) changed since the last push
+	sets         func(string) []cycle.Set // residency sets per model; nil: none
+	budgets      map[string]float64       // retry budget per model (retrybudget.go)
+	poolUtil     map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
+	cycleCells   []cycle.Cell             // the cycle's input buffer, reused (cellViews)
+	cycleKnown   []bool                   // which of cycleCells' scores still hold, reused
+	mapped       []projection.Cell        // the mapping's output buffers, reused (cycle.MapKnown)
+	scores       []score.Result
+	dpCells      map[string]*dpWindow // data-plane errors per cell
+	dpDemand     map[string]*dpWindow // ingress demand per data plane and model
+	warm         warmHold             // the warm start's hold (warmstart.go)
+	offered      map[string]bool      // models of the last offered state
+	remoteOnly   map[string]bool      // of those, the ones with no local locality
+	warmM        *warmMetrics
+	saver        *warmSaver // written by the publisher goroutine only
+	settled      atomic.Bool
+	settledCh    chan struct{} // closed when settled becomes true
 
 	// regionRTT returns the smoothed RTT to each remote region (gossip's
 	// probes); nil: none known. Set before Start.
@@ -652,7 +657,9 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 			v := c.view()
 			views[i], cells[i], known[i] = &v, cycle.FromView(v, dp), false
 		}
-		if m := views[i].Model; i == 0 || m != model {
+		// cells[i] (one contiguous slice) rather than views[i] (one
+		// allocation per cell, a cache miss each at 10,000 cells).
+		if m := cells[i].Model; i == 0 || m != model {
 			model, util = m, r.poolUtil[m] // cells of one model mostly come in runs
 		}
 		cells[i].Utilisation = util
@@ -739,9 +746,13 @@ func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
 		rtts = r.regionRTT()
 	}
 	r.routesNew = false
-	o := cycle.BuildState(r.stateParams(rtts, r.demandSlices(now)), views)
+	params := r.stateParams(rtts, r.demandSlices(now))
+	params.Reuse = cycle.Offer{State: r.pub.takeSpent(), Weights: r.spareWeights}
+	o := cycle.BuildState(params, views)
 	r.reportRetryBudgets(o.State)
-	r.lastPushed, r.sentPlace = o.Weights, o.Placement
+	// The weights offered before last are nobody's now: the next offer
+	// is built in them.
+	r.spareWeights, r.lastPushed, r.sentPlace = r.lastPushed, o.Weights, o.Placement
 	r.noteDropped(views, o.State)
 	r.lastOffer = now
 	r.pub.offer(o.State, r.removals)

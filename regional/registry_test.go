@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -32,12 +33,35 @@ func newRecordingPusher() *recordingPusher {
 }
 
 func (p *recordingPusher) push(st xds.State) (string, error) {
+	st = cloneState(st) // a pushFunc must not keep the registry's buffers
 	p.mu.Lock()
 	p.states = append(p.states, st)
 	n := len(p.states)
 	p.mu.Unlock()
 	p.pushed <- st
 	return string(rune('0' + n)), nil
+}
+
+// cloneState is a deep copy of st's models, localities and endpoints.
+func cloneState(st xds.State) xds.State {
+	st.Models = slices.Clone(st.Models)
+	for i := range st.Models {
+		m := &st.Models[i]
+		m.Localities = cloneLocalities(m.Localities)
+		m.Pinned = slices.Clone(m.Pinned)
+		for j := range m.Pinned {
+			m.Pinned[j].Localities = cloneLocalities(m.Pinned[j].Localities)
+		}
+	}
+	return st
+}
+
+func cloneLocalities(ls []xds.Locality) []xds.Locality {
+	ls = slices.Clone(ls)
+	for i := range ls {
+		ls[i].Endpoints = slices.Clone(ls[i].Endpoints)
+	}
+	return ls
 }
 
 // weights flattens a state to cell → weight.

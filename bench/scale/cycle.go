@@ -69,6 +69,9 @@ func cycleCost(ctx context.Context, region string, view *regional.View, samples 
 		if err != nil {
 			return out, fmt.Errorf("scale: cycle: push: %w", err)
 		}
+		// Pushed, the offer is nobody's: the next is built in it, as the
+		// registry builds in the states its publisher is done with.
+		params.Reuse = offer
 		out = append(out, ms(clock.Since(t0)))
 		if v == version {
 			return out, fmt.Errorf("scale: cycle %d changed no weight (version %s): it would time a no-op", i, v)

@@ -65,6 +65,11 @@ type Params struct {
 	// that has not drifted from the one sent is published as sent
 	// (Placement.Held).
 	Sent Placement
+	// Reuse is an earlier offer that nothing holds any more, neither its
+	// State nor its Weights (zero: none). BuildState writes the new
+	// offer's weights and local endpoints into its buffers instead of
+	// allocating them: at 10,000 cells they are a megabyte a cycle.
+	Reuse Offer
 }
 
 // Offer is a state to offer the data planes, with what it carries that
@@ -87,7 +92,13 @@ type Offer struct {
 // region (p.RTTs).
 func BuildState(p Params, views []*CellView) Offer {
 	b := stateBuilder{p: p, byModel: map[string]*xds.Model{}, local: map[string]*xds.Locality{}, own: map[string][]xds.Locality{},
-		offer: Offer{Weights: make(map[string]uint32, len(views)), Placement: Placement{}}}
+		offer: Offer{Weights: p.Reuse.Weights, Placement: Placement{}}}
+	if b.offer.Weights == nil {
+		b.offer.Weights = make(map[string]uint32, len(views))
+	} else {
+		clear(b.offer.Weights)
+	}
+	b.free = localBuffers(p.Reuse.State, p.Region, p.Zone)
 	// After a restart, the models the data planes were last given stay
 	// until a cell of theirs registers or ForgetAfter passes.
 	for m := range p.Kept {
@@ -106,6 +117,45 @@ type stateBuilder struct {
 	local   map[string]*xds.Locality  // the local locality per model
 	own     map[string][]xds.Locality // a pinned model's own set's localities (pinned.go)
 	offer   Offer
+	// free are the local endpoint buffers of Params.Reuse, emptied.
+	free [][]xds.Endpoint
+}
+
+// localBuffers returns the endpoint buffers of st's local localities (of
+// region and zone), emptied, each once: a pinned set's locality shares
+// its model's local one.
+func localBuffers(st xds.State, region, zone string) [][]xds.Endpoint {
+	var out [][]xds.Endpoint
+	for _, m := range st.Models {
+		for _, l := range m.Localities {
+			if l.Region != region || l.Zone != zone || cap(l.Endpoints) == 0 {
+				continue
+			}
+			buf := l.Endpoints[:0]
+			if !slices.ContainsFunc(out, func(o []xds.Endpoint) bool { return sameArray(o, buf) }) {
+				out = append(out, buf)
+			}
+		}
+	}
+	return out
+}
+
+// sameArray reports whether a and b (both of non-zero capacity) share
+// their backing array's first element.
+func sameArray(a, b []xds.Endpoint) bool {
+	return &a[:cap(a)][0] == &b[:cap(b)][0]
+}
+
+// endpoints returns an empty endpoint slice with room for n: a free
+// buffer large enough, else a new one.
+func (b *stateBuilder) endpoints(n int) []xds.Endpoint {
+	for i, buf := range b.free {
+		if cap(buf) >= n {
+			b.free = slices.Delete(b.free, i, i+1)
+			return buf
+		}
+	}
+	return make([]xds.Endpoint, 0, n)
 }
 
 func (b *stateBuilder) model(name string) *xds.Model {
@@ -171,7 +221,7 @@ func (b *stateBuilder) localityOf(model string, localRTT Place, n int) *xds.Loca
 			n = 0
 		}
 		l = &xds.Locality{Region: b.p.Region, Zone: b.p.Zone, Weight: LocalityScale, RTT: localRTT.RTT, Jitter: localRTT.Jitter,
-			Endpoints: make([]xds.Endpoint, 0, n)}
+			Endpoints: b.endpoints(n)}
 		b.local[model] = l
 		b.model(model)
 	}

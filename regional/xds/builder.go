@@ -93,7 +93,10 @@ type modelEntry struct {
 	cluster      *cluster.Cluster
 	grpcListener *listener.Listener
 	canon        canonModel
-	cla          *endpoint.ClusterLoadAssignment
+	// spare is the canonical model canon replaced, whose buffers the next
+	// canonicalisation reuses (keepCanon).
+	spare canonModel
+	cla   *endpoint.ClusterLoadAssignment
 	// budget is the retry budget the clusters were built with (0: the
 	// Config's).
 	budget float64
@@ -296,9 +299,27 @@ func (b *Builder) entry(m *canonModel) (*modelEntry, error) {
 			return nil, err
 		}
 	}
-	e.canon = *m
-	e.canon.reused = false
+	e.keepCanon(*m)
 	return e, nil
+}
+
+// keepCanon makes m e's canonical model and keeps the one it replaces as
+// e's spare: the next canonicalizeModel of e's model writes into its
+// buffers. Nothing else holds them: what the Builder makes from a
+// canonical model (the endpoint memo, the resources) copies its values.
+// m never shares its buffers with e.canon: a model taken whole from the
+// memo (reused) returns before it gets here.
+func (e *modelEntry) keepCanon(m canonModel) {
+	e.spare, e.canon = e.canon, m
+	e.canon.reused = false
+}
+
+// spareCanon is e's spare canonical model; nil when e is nil or has none.
+func (e *modelEntry) spareCanon() *canonModel {
+	if e == nil || e.spare.localities == nil {
+		return nil
+	}
+	return &e.spare
 }
 
 // rebudget rebuilds e's main cluster and every Envoy-only cluster it holds

@@ -187,6 +187,12 @@
 //
 //   - Resources returned by a Builder are shared between builds and node
 //     kinds: never modify them.
+//   - Build and Push keep nothing of the State they are given: what the
+//     Builder memoises (each model's input and canonical form) it copies,
+//     into buffers of its own that it reuses from the build before last
+//     (modelEntry.keepCanon). A caller may write over a State's slices once
+//     Push has returned (the regional registry builds its next State in
+//     them).
 //   - Push is cheap when little changes: a Cluster and a gRPC Listener are
 //     built and validated once per name (again when its model's published
 //     retry budget or, for a pinned cluster or pinned class cluster, its

@@ -109,7 +109,7 @@ func canonPins(cfg *Config, m *Model, e *modelEntry, p *problems, sc *scratch) [
 			cp.loc = pe.canon
 			cp.loc.reused = true
 		} else {
-			loc, ok := canonicalizeModel(cfg, &Model{Name: what, Localities: pin.Localities}, p, sc)
+			loc, ok := canonicalizeModel(cfg, &Model{Name: what, Localities: pin.Localities}, p, sc, e.pin(pin.Set).spareCanon())
 			if !ok {
 				continue
 			}
@@ -208,8 +208,7 @@ func (b *Builder) pinEntry(m *canonModel, cp *canonPin, pe *modelEntry) error {
 			return err
 		}
 	}
-	pe.canon = cp.loc
-	pe.canon.reused = false
+	pe.keepCanon(cp.loc)
 	return nil
 }
 

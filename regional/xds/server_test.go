@@ -387,9 +387,9 @@ func TestVersionsMoveOnlyWithContent(t *testing.T) {
 		{"retry budget", func() { st.Models[0].RetryBudgetPercent = 5 }, "6", vs{"1", "5", "6", "4"}, vs{"4", "1", "6", "4"}},
 		{"retry budget rounds to the same", func() { st.Models[0].RetryBudgetPercent = 5.2 }, "6", vs{"1", "5", "6", "4"}, vs{"4", "1", "6", "4"}},
 		{"pin a residency set", func() {
-			st.Models[0].Pinned = []Pinned{{Set: "us", Regions: []string{"us-east"}, Localities: copyLocalities(st.Models[0].Localities)}}
+			st.Models[0].Pinned = []Pinned{{Set: "us", Regions: []string{"us-east"}, Localities: copyLocalities(st.Models[0].Localities, nil)}}
 		}, "7", vs{"1", "7", "7", "7"}, vs{"4", "1", "6", "4"}},
-		{"pinned copy, unchanged", func() { st.Models[0].Pinned[0].Localities = copyLocalities(st.Models[0].Pinned[0].Localities) },
+		{"pinned copy, unchanged", func() { st.Models[0].Pinned[0].Localities = copyLocalities(st.Models[0].Pinned[0].Localities, nil) },
 			"7", vs{"1", "7", "7", "7"}, vs{"4", "1", "6", "4"}},
 		{"pinned weight change", func() { st.Models[0].Pinned[0].Localities[0].Endpoints[0].Weight++ },
 			"8", vs{"1", "7", "7", "8"}, vs{"4", "1", "6", "4"}},

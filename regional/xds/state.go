@@ -200,6 +200,8 @@ func (m *canonModel) equal(o *canonModel) bool {
 type scratch struct {
 	addrs map[addrKey]string
 	cells map[string]struct{}
+	// parsed holds one locality's parsed addresses while it is checked.
+	parsed []netip.Addr
 }
 
 // canonicalize validates st and returns its models sorted by name. A model
@@ -234,7 +236,7 @@ func canonicalize(cfg *Config, st State, memo map[string]*modelEntry, sc *scratc
 			cm.reused = true
 		} else {
 			var ok bool
-			if cm, ok = canonicalizeModel(cfg, m, &p, sc); !ok {
+			if cm, ok = canonicalizeModel(cfg, m, &p, sc, e.spareCanon()); !ok {
 				continue
 			}
 		}
@@ -286,13 +288,24 @@ func localitiesEqual(a, b []Locality) bool {
 	return true
 }
 
-func copyLocalities(in []Locality) []Locality {
+// copyLocalities deep-copies in, into the endpoint buffers of spare's
+// localities (spareEndpoints) where they are large enough.
+func copyLocalities(in []Locality, spare []Locality) []Locality {
 	out := make([]Locality, len(in))
 	for i, l := range in {
-		l.Endpoints = slices.Clone(l.Endpoints)
+		l.Endpoints = append(spareEndpoints(spare, i), l.Endpoints...)
 		out[i] = l
 	}
 	return out
+}
+
+// spareEndpoints returns the endpoint buffer of locality i of spare,
+// emptied, to be written over; nil when there is none.
+func spareEndpoints(spare []Locality, i int) []Endpoint {
+	if i >= len(spare) {
+		return nil
+	}
+	return spare[i].Endpoints[:0]
 }
 
 // addrKey identifies an endpoint address for duplicate detection: grpc-go
@@ -321,7 +334,11 @@ type modelCanon struct {
 	total      uint64 // the endpoints' weights
 }
 
-func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonModel, bool) {
+// spare, when not nil, is a canonical model whose buffers nobody holds
+// any more (modelEntry.spare): the result's endpoint slices are written
+// into them, so that a model rebuilt every cycle does not allocate its
+// endpoints twice per build.
+func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch, spare *canonModel) (canonModel, bool) {
 	before := len(p.list) + p.more
 	cm := canonModel{name: m.Name, localities: make([]Locality, len(m.Localities))}
 	if sc.addrs == nil {
@@ -334,8 +351,12 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 		cfg: cfg, m: m, p: p, addrs: sc.addrs, cells: sc.cells,
 		locs: make(map[locKey]struct{}, len(m.Localities)), prioWeight: make(map[uint32]uint64, 2),
 	}
+	var spareCanon, spareRaw []Locality
+	if spare != nil {
+		spareCanon, spareRaw = spare.localities, spare.raw
+	}
 	for li := range m.Localities {
-		cm.localities[li] = mc.locality(&m.Localities[li])
+		cm.localities[li] = mc.locality(&m.Localities[li], spareEndpoints(spareCanon, li), sc)
 	}
 	mc.checkWeights()
 	if len(p.list)+p.more != before {
@@ -344,13 +365,14 @@ func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch) (canonMo
 	slices.SortFunc(cm.localities, func(a, b Locality) int {
 		return cmp.Or(cmp.Compare(a.Priority, b.Priority), strings.Compare(a.Region, b.Region), strings.Compare(a.Zone, b.Zone))
 	})
-	cm.raw = copyLocalities(m.Localities)
+	cm.raw = copyLocalities(m.Localities, spareRaw)
 	return cm, true
 }
 
 // locality checks one locality of the model and returns it canonical:
-// the default region and zone filled in, endpoints checked and sorted.
-func (mc *modelCanon) locality(in *Locality) Locality {
+// the default region and zone filled in, endpoints checked and sorted
+// (into buf's array when it is large enough).
+func (mc *modelCanon) locality(in *Locality, buf []Endpoint, sc *scratch) Locality {
 	p := mc.p
 	l := Locality{Region: in.Region, Zone: in.Zone, Weight: in.Weight, Priority: in.Priority, RTT: in.RTT, Jitter: in.Jitter}
 	if l.Region == "" {
@@ -381,8 +403,9 @@ func (mc *modelCanon) locality(in *Locality) Locality {
 	mc.locs[k] = struct{}{}
 	mc.prioWeight[l.Priority] += uint64(l.Weight)
 
-	l.Endpoints = make([]Endpoint, len(in.Endpoints))
-	parsed := make([]netip.Addr, len(in.Endpoints))
+	l.Endpoints = slices.Grow(buf[:0], len(in.Endpoints))[:len(in.Endpoints)]
+	sc.parsed = slices.Grow(sc.parsed[:0], len(in.Endpoints))
+	parsed := sc.parsed[:len(in.Endpoints)]
 	for ei, e := range in.Endpoints {
 		l.Endpoints[ei], parsed[ei] = mc.endpoint(where, e)
 	}
