@@ -35,7 +35,7 @@ import (
 // unsubscribed, on the LbEndpoint type. Only its receive goroutine sends
 // after the first requests.
 type deltaClient struct {
-	t      *testing.T
+	t      testing.TB
 	stream discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -46,12 +46,15 @@ type deltaClient struct {
 	bytes int                              // proto size of every response received
 	count int                              // responses received
 	err   error
+	// handled gets a token after each response is applied and answered
+	// (buffered 1: a waiter reads the state under mu after it).
+	handled chan struct{}
 }
 
 // deltaTypes are the types a delta client subscribes to, in ADS order.
 var deltaTypes = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
 
-func newDeltaClient(t *testing.T, conn *grpc.ClientConn, node *core.Node) *deltaClient {
+func newDeltaClient(t testing.TB, conn *grpc.ClientConn, node *core.Node) *deltaClient {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
@@ -60,7 +63,7 @@ func newDeltaClient(t *testing.T, conn *grpc.ClientConn, node *core.Node) *delta
 		t.Fatal(err)
 	}
 	c := &deltaClient{t: t, stream: stream, cancel: cancel, done: make(chan struct{}),
-		res: make(map[string]map[string]*anypb.Any), globs: make(map[string]bool)}
+		res: make(map[string]map[string]*anypb.Any), globs: make(map[string]bool), handled: make(chan struct{}, 1)}
 	for i, typ := range append(deltaTypes, xdscontract.LbEndpointType) {
 		c.res[typ] = make(map[string]*anypb.Any)
 		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ}
@@ -94,6 +97,10 @@ func (c *deltaClient) run() {
 		resp, err := c.stream.Recv()
 		if err == nil {
 			err = c.handle(resp)
+		}
+		select {
+		case c.handled <- struct{}{}:
+		default:
 		}
 		if err != nil {
 			c.mu.Lock()

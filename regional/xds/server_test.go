@@ -36,7 +36,7 @@ type testServer struct {
 
 // startServer serves a new Server on 127.0.0.1; cleanup stops both servers
 // and joins the serving goroutine.
-func startServer(t *testing.T, cfg Config) *testServer {
+func startServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	logger, logs := newTLogger(t)
 	reg := prometheus.NewRegistry()
@@ -63,7 +63,7 @@ func startServer(t *testing.T, cfg Config) *testServer {
 	return &testServer{xds: xs, addr: lis.Addr().String(), reg: reg, logs: logs}
 }
 
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

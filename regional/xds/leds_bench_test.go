@@ -1,0 +1,127 @@
+package xds
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/isobar-mesh/isobar/xdscontract"
+)
+
+// BenchmarkPushToDeltaClients times a cell's removal (every other op puts
+// it back) from Push until each of k delta clients holds the change: the
+// Builder, go-control-plane's caches computing each client's response,
+// the wire and the client's apply. The clients are the independent
+// deltaClient (the generated stream, Envoy's node kind, LEDS
+// subscriptions as Envoy makes them). It is the part of a cell's death to
+// its removal at an xDS client that follows the controller's cycle, at
+// sizes bench scale cannot start on this machine.
+func BenchmarkPushToDeltaClients(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		for _, k := range []int{1, 4} {
+			b.Run(fmt.Sprintf("endpoints=%d/clients=%d", n, k), func(b *testing.B) {
+				benchPushToDeltaClients(b, n, k)
+			})
+		}
+	}
+}
+
+func benchPushToDeltaClients(b *testing.B, n, k int) {
+	ts := startQuietServer(b, ledsConfig())
+	all := State{Models: []Model{fleet("m", n)}}
+	less := State{Models: []Model{{Name: "m", Localities: []Locality{{Weight: 100,
+		Endpoints: slices.Clone(all.Models[0].Localities[0].Endpoints[1:])}}}}}
+	// The LbEndpoints each state holds (one per endpoint per collection:
+	// the main, local and class clusters each have theirs).
+	lbs := func(st State) int {
+		if _, err := ts.xds.Push(st); err != nil {
+			b.Fatal(err)
+		}
+		total := 0
+		for _, r := range sotwResources(ts.xds, KindEnvoy)[resource.EndpointType] {
+			for _, l := range r.(*endpoint.ClusterLoadAssignment).GetEndpoints() {
+				total += len(l.GetLbEndpoints())
+			}
+		}
+		return total
+	}
+	lessN, allN := lbs(less), lbs(all)
+	conn, err := grpc.NewClient(ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(xdscontract.MaxXDSMessageBytes(n))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	cs := make([]*deltaClient, k)
+	for i := range cs {
+		cs[i] = newDeltaClient(b, conn, gatewayNode(fmt.Sprint("bench-", i)))
+	}
+	await := func(want int) {
+		for _, c := range cs {
+			deadline := time.After(time.Minute)
+			for {
+				c.mu.Lock()
+				have, err := len(c.res[xdscontract.LbEndpointType]), c.err
+				c.mu.Unlock()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if have == want {
+					break
+				}
+				select {
+				case <-c.handled:
+				case <-deadline:
+					b.Fatalf("a delta client holds %d LbEndpoints after a minute, want %d", have, want)
+				}
+			}
+		}
+	}
+	await(allN)
+	b.Logf("%d LbEndpoints, %d with the cell", allN, lessN)
+	var took []float64
+	for i := 0; b.Loop(); i++ {
+		st, want := all, allN
+		if i%2 == 0 {
+			st, want = less, lessN
+		}
+		t0 := time.Now()
+		if _, err := ts.xds.Push(st); err != nil {
+			b.Fatal(err)
+		}
+		await(want)
+		took = append(took, float64(time.Since(t0))/1e6)
+	}
+	slices.Sort(took)
+	b.ReportMetric(took[len(took)/2], "p50-ms")
+	b.ReportMetric(took[len(took)*99/100], "p99-ms")
+}
+
+// startQuietServer is startServer without the log: at debug level the xDS
+// library's per-response lines would cost more than what is timed.
+func startQuietServer(b *testing.B, cfg Config) *testServer {
+	xs, err := NewServer(cfg, Deps{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	xs.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	b.Cleanup(func() {
+		xs.Stop()
+		gs.Stop()
+	})
+	return &testServer{xds: xs, addr: lis.Addr().String()}
+}
