@@ -121,9 +121,11 @@ type stateBuilder struct {
 	free [][]xds.Endpoint
 }
 
-// localBuffers returns the endpoint buffers of st's local localities (of
-// region and zone), emptied, each once: a pinned set's locality shares
-// its model's local one.
+// localBuffers returns the endpoint buffers of st's models' local
+// localities (of region and zone), emptied. A buffer is listed once even
+// should two localities share it (a pinned set's copy of the local
+// locality does, but sets are not scanned): handed out twice, it would
+// be written by two localities.
 func localBuffers(st xds.State, region, zone string) [][]xds.Endpoint {
 	var out [][]xds.Endpoint
 	for _, m := range st.Models {
