@@ -3,7 +3,6 @@ package xds
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -35,7 +34,9 @@ func BenchmarkPushToDeltaClients(b *testing.B) {
 }
 
 func benchPushToDeltaClients(b *testing.B, n, k int) {
-	ts := startQuietServer(b, ledsConfig())
+	// No log: at debug level the library's per-response lines would
+	// cost more than what is timed.
+	ts := startServerLogging(b, ledsConfig(), slog.New(slog.DiscardHandler))
 	all := State{Models: []Model{fleet("m", n)}}
 	less := State{Models: []Model{{Name: "m", Localities: []Locality{{Weight: 100,
 		Endpoints: slices.Clone(all.Models[0].Localities[0].Endpoints[1:])}}}}}
@@ -103,25 +104,4 @@ func benchPushToDeltaClients(b *testing.B, n, k int) {
 	slices.Sort(took)
 	b.ReportMetric(took[len(took)/2], "p50-ms")
 	b.ReportMetric(took[len(took)*99/100], "p99-ms")
-}
-
-// startQuietServer is startServer without the log: at debug level the xDS
-// library's per-response lines would cost more than what is timed.
-func startQuietServer(b *testing.B, cfg Config) *testServer {
-	xs, err := NewServer(cfg, Deps{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	xs.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-	b.Cleanup(func() {
-		xs.Stop()
-		gs.Stop()
-	})
-	return &testServer{xds: xs, addr: lis.Addr().String()}
 }

@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -39,6 +40,15 @@ type testServer struct {
 func startServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	logger, logs := newTLogger(t)
+	ts := startServerLogging(t, cfg, logger)
+	ts.logs = logs
+	return ts
+}
+
+// startServerLogging is startServer logging to logger (its logs channel
+// nil).
+func startServerLogging(t testing.TB, cfg Config, logger *slog.Logger) *testServer {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	xs, err := NewServer(cfg, Deps{Logger: logger, Registerer: reg, Clock: clockwork.NewFakeClock()})
 	if err != nil {
@@ -60,7 +70,7 @@ func startServer(t testing.TB, cfg Config) *testServer {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &testServer{xds: xs, addr: lis.Addr().String(), reg: reg, logs: logs}
+	return &testServer{xds: xs, addr: lis.Addr().String(), reg: reg}
 }
 
 func dial(t testing.TB, addr string) *grpc.ClientConn {
