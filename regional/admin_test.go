@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -74,6 +75,10 @@ func TestAdminSurfacesNeedOperator(t *testing.T) {
 	c, _ := startController(t, func(cfg *Config) {
 		cfg.TLS = TLSFiles{Cert: srvCert, Key: srvKey, CA: pki.caFile}
 		cfg.AdminToken = token
+		// The cell heartbeats once: it must not fail by TTL while the
+		// TLS handshakes below run on a busy machine (it did, at the
+		// fixture's 200 ms, and the undrain was refused in state failed).
+		cfg.HeartbeatInterval = time.Minute
 	})
 	cellCert, cellKey := pki.leaf(t, "cell-a", CellURI("r1", "cell-a"), false)
 	opCert, opKey := pki.leaf(t, "alice", certs.OperatorURI("alice"), false)
