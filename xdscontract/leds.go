@@ -29,8 +29,14 @@ const (
 // LEDSCollection is the glob collection name of the endpoints of cluster's
 // locality region/zone: xdstp://isobar/envoy.config.endpoint.v3.LbEndpoint/
 // {cluster}/{region/zone}/*, each segment path-escaped (a cluster name holds
-// slashes). Every cluster names its own collections: the same cell in two
-// clusters is two resources (their weights and health may differ).
+// slashes). A locality names its own cluster's collection, or another
+// cluster's whose endpoints are the same at the same weights and health
+// (the regional controller shares a collection between a model's main,
+// local and context-class clusters while they hold the same endpoints, so
+// a uniform fleet serves each cell once): a client fills each locality
+// from the collection it names, whichever cluster's name that carries.
+// Where the clusters' endpoints differ, the same cell is a resource in
+// each collection.
 func LEDSCollection(cluster, region, zone string) string {
 	return ledsPrefix + url.PathEscape(cluster) + "/" + url.PathEscape(region+"/"+zone) + "/*"
 }

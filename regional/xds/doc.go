@@ -209,8 +209,11 @@
 //     With Config.LEDS they get the LEDS layout (leds.go): assignments
 //     whose localities name an LbEndpoint glob collection
 //     (xdscontract.LEDSCollection) and one LbEndpoint resource per endpoint
-//     and cluster, so one endpoint's change costs the same bytes whatever
-//     the cluster's size. State-of-the-world clients get the same
+//     and collection, so one endpoint's change costs the same bytes
+//     whatever the cluster's size. Clusters whose locality holds the same
+//     endpoint messages share one collection (a uniform model's main,
+//     local and class clusters: each endpoint is served once, not eight
+//     times). State-of-the-world clients get the same
 //     resources either way: go-control-plane's MuxCache routes them to the
 //     snapshot cache they always used, delta requests to a second snapshot
 //     cache and a LinearCache of LbEndpoints per node kind. A glob

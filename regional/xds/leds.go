@@ -25,8 +25,9 @@ import (
 // endpoint is a resource of its own (api/envoy/config/endpoint/v3/
 // endpoint_components.proto LedsClusterLocalityConfig, api/envoy/service/
 // endpoint/v3/leds.proto; Envoy supports glob collections over delta ADS
-// only). A one-endpoint change is then one LbEndpoint per cluster holding
-// it, whatever the cluster's size.
+// only). A one-endpoint change is then one LbEndpoint per collection
+// holding it, whatever the cluster's size; clusters that hold the same
+// endpoints share a collection (ledsLocality).
 //
 // State-of-the-world clients (Envoy on SotW, grpc-go, grpc-js-xds, gRPC
 // C-core: none of the gRPC libraries speaks LEDS) keep the EDS layout: the
@@ -42,6 +43,12 @@ import (
 // exactly the collections the kind's CLAs name: a client that subscribes
 // to every collection it is given (as Envoy does on loading a CLA) gets
 // exactly them; one that subscribes to fewer gets the others too.
+//
+// go-control-plane's LinearCache answers each update and each ACK of a
+// wildcard delta watch by comparing the version of every resource it
+// holds with the client's (pkg/cache/v3/linear.go computeResourceChange),
+// so a push costs O(resources) per client: sharing collections cuts that
+// eightfold for a uniform model.
 
 // ledsConfigSource is the leds_config of every collection: over ADS.
 func ledsConfigSource() *core.ConfigSource {
@@ -60,10 +67,27 @@ type ledsEntry struct {
 	locs []ledsLocality
 }
 
-// ledsLocality is one locality's collection: names[i] is lbs[i]'s name.
+// ledsLocality is one locality of a cluster and the collection it names.
+// A locality owns its own collection (base, xdscontract.LEDSCollection of
+// its cluster, region and zone), or shares one an earlier locality of
+// the push owns whose endpoints are the same messages in the same order:
+// the Builder gives a model's local cluster and its class clusters the
+// local locality's very LbEndpoints when they hold all of it at the same
+// weights, so a uniform fleet serves each endpoint once, not once per
+// cluster (8 times for one model with three context classes). A shared
+// collection is named by its owner's cluster; a delta client subscribes
+// to the names the assignments give. Envoy makes one collection
+// subscription per locality config (source/extensions/clusters/eds/
+// leds.cc, LedsSubscription: collectionSubscriptionFromUrl), and its mux
+// keeps a set of watches per resource name (source/common/config/
+// watch_map.h, watch_interest_), so several localities naming one
+// collection each get its endpoints.
 type ledsLocality struct {
-	coll  string
-	lbs   []*endpoint.LbEndpoint
+	base string
+	coll string // base when owned, else the shared collection
+	own  bool
+	lbs  []*endpoint.LbEndpoint
+	// names[i] is lbs[i]'s name in coll; held by the owner only.
 	names []string
 }
 
@@ -83,44 +107,83 @@ func newLEDSKind(lib libLogger) *ledsKind {
 
 // ledsUpdate is the layout of one Push for one kind, not yet applied.
 type ledsUpdate struct {
-	clas        []*endpoint.ClusterLoadAssignment // in the order of the EDS set
-	entries     map[string]*ledsEntry
-	toUpdate    map[string]types.Resource
-	toDelete    []string
+	clas     []*endpoint.ClusterLoadAssignment // in the order of the EDS set
+	entries  map[string]*ledsEntry
+	toUpdate map[string]types.Resource
+	toDelete []string
+	// collections are those the assignments name: the owned ones, each
+	// with the locality that owns it in this push.
 	collections map[string]struct{}
+	owners      map[string]*ledsLocality
+	// byShape finds the owned collections that may hold a list of
+	// endpoints: those of its length, first and last message.
+	byShape map[lbShape][]string
+}
+
+// lbShape is what an owned collection's endpoints are looked up by.
+type lbShape struct {
+	n           int
+	first, last *endpoint.LbEndpoint
+}
+
+func shapeOf(lbs []*endpoint.LbEndpoint) lbShape {
+	if len(lbs) == 0 {
+		return lbShape{}
+	}
+	return lbShape{len(lbs), lbs[0], lbs[len(lbs)-1]}
+}
+
+// sameLbs reports whether a and b are the same messages in the same order.
+func sameLbs(a, b []*endpoint.LbEndpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true // one slice (the Builder's locality, reused)
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // prepare computes the LEDS layout of the EDS assignments clas against
 // the last applied one. An assignment that is the same pointer as last
-// time keeps its entry; a changed one is compared locality by locality,
-// endpoint message by endpoint message (the Builder returns an unchanged
-// endpoint as the same message), so a one-endpoint change costs pointer
-// comparisons over the cluster and the naming of that endpoint.
+// time keeps its entry when the collections it shares still hold its
+// endpoints; a changed one is compared locality by locality, endpoint
+// message by endpoint message (the Builder returns an unchanged endpoint
+// as the same message), so a one-endpoint change costs pointer
+// comparisons over the cluster and the naming of that endpoint, once per
+// collection that holds it. A collection owned last time and not now
+// (its locality gone, or sharing another now) has its endpoints deleted.
 func (l *ledsKind) prepare(clas []*endpoint.ClusterLoadAssignment) (*ledsUpdate, error) {
 	u := &ledsUpdate{
 		clas:        make([]*endpoint.ClusterLoadAssignment, len(clas)),
 		entries:     make(map[string]*ledsEntry, len(clas)),
 		toUpdate:    make(map[string]types.Resource),
 		collections: make(map[string]struct{}),
+		owners:      make(map[string]*ledsLocality),
+		byShape:     make(map[lbShape][]string),
 	}
 	for i, cla := range clas {
 		name := cla.GetClusterName()
 		e := l.entries[name]
-		if e == nil || e.src != cla {
+		if e == nil || e.src != cla || !u.keep(e) {
 			var err error
 			if e, err = u.newEntry(cla, e); err != nil {
 				return nil, err
 			}
 		}
 		u.clas[i], u.entries[name] = e.out, e
-		for _, loc := range e.locs {
-			u.collections[loc.coll] = struct{}{}
-		}
 	}
-	for name, prev := range l.entries {
-		if _, ok := u.entries[name]; !ok {
-			for _, loc := range prev.locs {
-				u.toDelete = append(u.toDelete, loc.names...)
+	for _, prev := range l.entries {
+		for i := range prev.locs {
+			if p := &prev.locs[i]; p.own {
+				if _, still := u.owners[p.coll]; !still {
+					u.toDelete = append(u.toDelete, p.names...)
+				}
 			}
 		}
 	}
@@ -137,10 +200,60 @@ func (l *ledsKind) apply(u *ledsUpdate) error {
 	return l.cache.UpdateResources(u.toUpdate, u.toDelete)
 }
 
+// keep reports whether e, unchanged since the last push, holds as it is:
+// every collection it shares is owned in this push with the same
+// endpoints. It then claims the collections e owns.
+func (u *ledsUpdate) keep(e *ledsEntry) bool {
+	for i := range e.locs {
+		if loc := &e.locs[i]; !loc.own {
+			if o := u.owners[loc.coll]; o == nil || !sameLbs(o.lbs, loc.lbs) {
+				return false
+			}
+		}
+	}
+	for i := range e.locs {
+		if loc := &e.locs[i]; loc.own {
+			u.claim(loc)
+		}
+	}
+	return true
+}
+
+// claim records loc as the owner of its collection in this push.
+func (u *ledsUpdate) claim(loc *ledsLocality) {
+	u.owners[loc.coll] = loc
+	u.collections[loc.coll] = struct{}{}
+	k := shapeOf(loc.lbs)
+	u.byShape[k] = append(u.byShape[k], loc.coll)
+}
+
+// shared returns the owned collection of this push that loc can share:
+// the one it shared last time (prev, may be nil) when it still holds
+// loc's endpoints, else any that does; "" when none does. A locality
+// that owned its collection last time keeps it (never shares): a
+// collection's endpoints then move only when they change.
+func (u *ledsUpdate) shared(loc, prev *ledsLocality) string {
+	if prev != nil && prev.own {
+		return ""
+	}
+	if prev != nil {
+		if o := u.owners[prev.coll]; o != nil && sameLbs(o.lbs, loc.lbs) {
+			return prev.coll
+		}
+	}
+	for _, c := range u.byShape[shapeOf(loc.lbs)] {
+		if sameLbs(u.owners[c].lbs, loc.lbs) {
+			return c
+		}
+	}
+	return ""
+}
+
 // newEntry makes the LEDS form of cla (prev, may be nil, being the last
 // one of its cluster): its localities with their locality, weight,
-// priority and metadata (the fields the Builder sets) and a collection
-// each, and one LbEndpoint resource per endpoint; it records in u what
+// priority and metadata (the fields the Builder sets) and the collection
+// each names, its own or a shared one (ledsLocality), and one LbEndpoint
+// resource per endpoint of each collection it owns; it records in u what
 // changed since prev.
 func (u *ledsUpdate) newEntry(cla *endpoint.ClusterLoadAssignment, prev *ledsEntry) (*ledsEntry, error) {
 	name := cla.GetClusterName()
@@ -150,11 +263,28 @@ func (u *ledsUpdate) newEntry(cla *endpoint.ClusterLoadAssignment, prev *ledsEnt
 	if prev != nil {
 		prevLocs = make(map[string]*ledsLocality, len(prev.locs))
 		for i := range prev.locs {
-			prevLocs[prev.locs[i].coll] = &prev.locs[i]
+			prevLocs[prev.locs[i].base] = &prev.locs[i]
 		}
 	}
 	for i, ll := range cla.GetEndpoints() {
-		coll := xdscontract.LEDSCollection(name, ll.GetLocality().GetRegion(), ll.GetLocality().GetZone())
+		loc := &e.locs[i]
+		loc.base = xdscontract.LEDSCollection(name, ll.GetLocality().GetRegion(), ll.GetLocality().GetZone())
+		loc.lbs = ll.GetLbEndpoints()
+		p := prevLocs[loc.base]
+		if loc.coll = u.shared(loc, p); loc.coll == "" {
+			loc.coll, loc.own = loc.base, true
+			if p != nil && !p.own {
+				p = nil // its collection was deleted when it began to share
+			}
+			if _, dup := u.owners[loc.coll]; dup {
+				return nil, fmt.Errorf("%w: ClusterLoadAssignment %q: locality %s/%s twice", xdscontract.ErrInvalidResource,
+					name, ll.GetLocality().GetRegion(), ll.GetLocality().GetZone())
+			}
+			if err := u.diffLocality(name, loc, p); err != nil {
+				return nil, err
+			}
+			u.claim(loc)
+		}
 		out.Endpoints = append(out.Endpoints, &endpoint.LocalityLbEndpoints{
 			Locality:            ll.GetLocality(),
 			LoadBalancingWeight: ll.GetLoadBalancingWeight(),
@@ -163,20 +293,10 @@ func (u *ledsUpdate) newEntry(cla *endpoint.ClusterLoadAssignment, prev *ledsEnt
 			LbConfig: &endpoint.LocalityLbEndpoints_LedsClusterLocalityConfig{
 				LedsClusterLocalityConfig: &endpoint.LedsClusterLocalityConfig{
 					LedsConfig:         ledsConfigSource(),
-					LedsCollectionName: coll,
+					LedsCollectionName: loc.coll,
 				},
 			},
 		})
-		loc := &e.locs[i]
-		loc.coll, loc.lbs = coll, ll.GetLbEndpoints()
-		p := prevLocs[coll]
-		delete(prevLocs, coll)
-		if err := u.diffLocality(name, loc, p); err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range prevLocs { // localities gone
-		u.toDelete = append(u.toDelete, p.names...)
 	}
 	if err := out.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("%w: LEDS ClusterLoadAssignment %q: %w", xdscontract.ErrInvalidResource, name, err)

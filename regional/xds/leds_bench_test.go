@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -40,19 +38,14 @@ func benchPushToDeltaClients(b *testing.B, n, k int) {
 	all := State{Models: []Model{fleet("m", n)}}
 	less := State{Models: []Model{{Name: "m", Localities: []Locality{{Weight: 100,
 		Endpoints: slices.Clone(all.Models[0].Localities[0].Endpoints[1:])}}}}}
-	// The LbEndpoints each state holds (one per endpoint per collection:
-	// the main, local and class clusters each have theirs).
+	// The LbEndpoint resources each state is served as (one per endpoint
+	// per collection: with a uniform fleet the main, local and class
+	// clusters share theirs).
 	lbs := func(st State) int {
 		if _, err := ts.xds.Push(st); err != nil {
 			b.Fatal(err)
 		}
-		total := 0
-		for _, r := range sotwResources(ts.xds, KindEnvoy)[resource.EndpointType] {
-			for _, l := range r.(*endpoint.ClusterLoadAssignment).GetEndpoints() {
-				total += len(l.GetLbEndpoints())
-			}
-		}
-		return total
+		return ts.xds.ledsKinds[0].cache.NumResources() // KindEnvoy's
 	}
 	lessN, allN := lbs(less), lbs(all)
 	conn, err := grpc.NewClient(ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
