@@ -1,10 +1,14 @@
 package regional
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -17,8 +21,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/isobar-mesh/isobar/gateway/xdsclient"
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/xds"
+	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
 // cycleBench is a registry of n Ready cells on an xDS server, for the
@@ -33,8 +39,13 @@ type cycleBench struct {
 }
 
 func newCycleBench(b testing.TB, n int) *cycleBench {
+	return newCycleBenchXDS(b, n, xds.Config{Region: "r1", Zone: "r1"})
+}
+
+// newCycleBenchXDS is newCycleBench with an xDS server of config xc.
+func newCycleBenchXDS(b testing.TB, n int, xc xds.Config) *cycleBench {
 	cb := &cycleBench{cfg: DefaultConfig("r1"), clock: clockwork.NewFakeClock(), loads: [2]float64{1, 12}}
-	xs, err := xds.NewServer(xds.Config{Region: "r1", Zone: "r1"}, xds.Deps{})
+	xs, err := xds.NewServer(xc, xds.Deps{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -245,4 +256,144 @@ func BenchmarkHeartbeatIngest(b *testing.B) {
 	}
 	el := time.Since(start)
 	b.ReportMetric(total/el.Seconds(), "heartbeats/s")
+}
+
+// BenchmarkDeathToDeltaClient times a cell's death at N cells, from the
+// registry marking the cell suspect (its heartbeat stream broke) until a
+// delta xDS client holds an assignment without it: the cycle the death
+// triggers, the push (LEDS) and the client's apply, over a real delta ADS
+// stream on loopback to xdsclient.Watcher (the gateway's client, which
+// bench scale times deaths with). The client runs in a child process (this
+// test binary again, deathWatcher), as a data plane does: its heap and
+// collections are not the controller's; it reports each change over its
+// stdout. Left out: the stream's end reaching the controller (bench
+// scale's figure includes it: a few ms) and the hop to the publisher's
+// goroutine. bench scale cannot start 10,000 cells on two cores; this can.
+// Every other iteration the cell comes back, and that is timed too.
+func BenchmarkDeathToDeltaClient(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("cells=%d", n), func(b *testing.B) {
+			cb := newCycleBenchXDS(b, n, xds.Config{Region: "r1", Zone: "r1", LEDS: true})
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			g := grpc.NewServer()
+			cb.xs.Register(g)
+			go g.Serve(lis) //nolint:errcheck // ends with Stop
+			b.Cleanup(g.Stop)
+			victim := cb.hbs[0].CellId
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), deathWatcherEnv+"="+lis.Addr().String()+" "+victim+" "+strconv.Itoa(n))
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			in, err := cmd.StdinPipe() // closed at cleanup: the child exits
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { in.Close(); cmd.Wait() }) //nolint:errcheck // the child's end
+			lines := make(chan string, 16)
+			go func() {
+				defer close(lines)
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+			}()
+			expect := func(want string) {
+				select {
+				case l, ok := <-lines:
+					if !ok || l != want {
+						b.Fatalf("the client process said %q (open %v), want %q", l, ok, want)
+					}
+				case <-ctx.Done():
+					b.Fatalf("the client process never said %q", want)
+				}
+			}
+			cb.clock.Advance(cb.cfg.Projection.MinInterval)
+			cb.cycle(b, cb.clock.Now())
+			expect("ready")
+			var took, ctrl []float64
+			for i := 0; b.Loop(); i++ {
+				dead := i%2 == 0
+				cb.clock.Advance(cb.cfg.Projection.MinInterval)
+				t0 := time.Now()
+				cb.r.cells[victim].suspect = dead
+				cb.cycle(b, cb.clock.Now())
+				t1 := time.Now()
+				expect(fmt.Sprint("held ", !dead))
+				took = append(took, float64(time.Since(t0))/1e6)
+				ctrl = append(ctrl, float64(t1.Sub(t0))/1e6)
+			}
+			// ctrl: the cycle and the push, up to the LinearCache's
+			// answer to the client's watch; the rest is the response's
+			// way to the client process and its apply.
+			slices.Sort(took)
+			slices.Sort(ctrl)
+			b.ReportMetric(took[len(took)/2], "p50-ms")
+			b.ReportMetric(took[len(took)*99/100], "p99-ms")
+			b.ReportMetric(ctrl[len(ctrl)/2], "ctrl-p50-ms")
+			b.ReportMetric(ctrl[len(ctrl)*99/100], "ctrl-p99-ms")
+		})
+	}
+}
+
+// deathWatcherEnv set ("ADDR CELL N") makes this test binary
+// BenchmarkDeathToDeltaClient's client process (TestMain): a delta
+// xdsclient.Watcher on the ADS server at ADDR that prints "ready" once it
+// holds N cells of model m, then "held true" or "held false" each time
+// CELL comes or goes, until its stdin closes.
+const deathWatcherEnv = "ISOBAR_BENCH_DEATH_WATCHER"
+
+// deathWatcher is the client process (deathWatcherEnv); it returns the
+// process's exit code.
+func deathWatcher(arg string) int {
+	var addr, victim string
+	var n int
+	if _, err := fmt.Sscan(arg, &addr, &victim, &n); err != nil {
+		fmt.Fprintln(os.Stderr, "death watcher:", err)
+		return 2
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { io.Copy(io.Discard, os.Stdin); cancel() }() //nolint:errcheck // EOF: the benchmark is done
+	w, err := xdsclient.NewWatcher(xdsclient.WatchConfig{Server: addr, NodeID: "bench-death", Delta: true},
+		xdsclient.WatchDeps{Logger: slog.New(slog.DiscardHandler), DialOptions: []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(xdscontract.MaxXDSMessageBytes(n)))}})
+	if err == nil {
+		err = w.Start(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "death watcher:", err)
+		return 1
+	}
+	defer w.Stop()
+	ready, held := false, false
+	var seq uint64
+	for {
+		a, err := w.WaitFor(ctx, func(a xdsclient.Assignment) bool { return a.Seq > seq })
+		if err != nil {
+			return 0 // stdin closed
+		}
+		seq = a.Seq
+		eps := a.Clusters[xdscontract.ClusterName("m")]
+		has := slices.ContainsFunc(eps, func(e xdsclient.Endpoint) bool { return e.Cell == victim })
+		switch {
+		case !ready && len(eps) == n:
+			ready, held = true, has
+			fmt.Println("ready")
+		case ready && has != held:
+			held = has
+			fmt.Println("held", has)
+		}
+	}
 }
