@@ -280,7 +280,7 @@ func BenchmarkDeathToDeltaClient(b *testing.B) {
 			}
 			g := grpc.NewServer()
 			cb.xs.Register(g)
-			go g.Serve(lis) //nolint:errcheck // ends with Stop
+			go func() { _ = g.Serve(lis) }() // returns at Stop
 			b.Cleanup(g.Stop)
 			victim := cb.hbs[0].CellId
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -299,7 +299,10 @@ func BenchmarkDeathToDeltaClient(b *testing.B) {
 			if err := cmd.Start(); err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() { in.Close(); cmd.Wait() }) //nolint:errcheck // the child's end
+			b.Cleanup(func() {
+				in.Close()
+				_ = cmd.Wait() // the child exits when its stdin closes
+			})
 			lines := make(chan string, 16)
 			go func() {
 				defer close(lines)
@@ -364,7 +367,10 @@ func deathWatcher(arg string) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { io.Copy(io.Discard, os.Stdin); cancel() }() //nolint:errcheck // EOF: the benchmark is done
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // EOF: the benchmark is done
+		cancel()
+	}()
 	w, err := xdsclient.NewWatcher(xdsclient.WatchConfig{Server: addr, NodeID: "bench-death", Delta: true},
 		xdsclient.WatchDeps{Logger: slog.New(slog.DiscardHandler), DialOptions: []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
