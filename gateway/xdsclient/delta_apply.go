@@ -1,10 +1,12 @@
 package xdsclient
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // The delta stream's decoded view: what DecodeAssignments would make of
@@ -25,7 +27,14 @@ import (
 // endpoint's locality, so the fields, the defaults and the health filter
 // are the full path's by construction.
 
-// segment is one locality of a cluster, in decode order.
+// segment is one locality of a cluster, in decode order. Localities of
+// several clusters that name the same collection with the same locality
+// fields (locality, weight, priority, metadata: what decodeAssignment reads
+// besides the endpoint) and no inline endpoints decode every endpoint
+// alike, so they are one segment: the controller has a model's main, local
+// and class clusters name one collection while they hold the same
+// endpoints (regional/xds leds.go), and one endpoint's change is then
+// decoded and stored once, not once per cluster.
 type segment struct {
 	// ctx is the locality as the full path decodes it: locality, weight,
 	// priority, metadata, with LbConfig cleared for a LEDS locality;
@@ -35,9 +44,15 @@ type segment struct {
 	inline []Endpoint // the decoded inline lb_endpoints
 	// names and eps are the collection's endpoints that decode to an
 	// Endpoint (health status not unhealthy, draining or timed out),
-	// sorted by resource name, side by side.
+	// sorted by resource name, side by side. eps may be handed out (a
+	// cluster of this segment alone hands it out as its list), so a
+	// change copies it first (commit), never changing it in place.
 	names []string
 	eps   []Endpoint
+	// cluster is the cluster it decodes for (the first by name of those
+	// it fills: only error messages name it); clusters are all of them.
+	cluster  string
+	clusters []string
 }
 
 // clusterView is one assignment's decoded form.
@@ -46,26 +61,20 @@ type clusterView struct {
 	list []Endpoint // the concatenation handed out; never changed in place
 }
 
-// segRef names one segment: cluster and index.
-type segRef struct {
-	cluster string
-	i       int
-}
-
 // decodedView is the decoded form of a deltaState's assignments.
 type decodedView struct {
 	clusters map[string]*clusterView
-	users    map[string][]segRef // collection → the segments it fills
-	dirty    map[string]bool     // clusters changed since the last hand-out
+	users    map[string][]*segment // collection → the segments it fills
+	dirty    map[string]bool       // clusters changed since the last hand-out
 }
 
 // buildView decodes clas with the LbEndpoints lbs in full (after a change
 // of assignments).
 func buildView(clas map[string]*endpoint.ClusterLoadAssignment, lbs map[string]*endpoint.LbEndpoint) (*decodedView, error) {
-	v := &decodedView{clusters: make(map[string]*clusterView, len(clas)), users: make(map[string][]segRef), dirty: make(map[string]bool)}
-	for name, cla := range clas {
+	v := &decodedView{clusters: make(map[string]*clusterView, len(clas)), users: make(map[string][]*segment), dirty: make(map[string]bool)}
+	for _, name := range slices.Sorted(maps.Keys(clas)) {
 		cv := &clusterView{}
-		locs := slices.Clone(cla.GetEndpoints())
+		locs := slices.Clone(clas[name].GetEndpoints())
 		slices.SortStableFunc(locs, func(a, b *endpoint.LocalityLbEndpoints) int { return int(a.GetPriority()) - int(b.GetPriority()) })
 		for _, ll := range locs {
 			sg, err := newSegment(name, ll)
@@ -73,7 +82,12 @@ func buildView(clas map[string]*endpoint.ClusterLoadAssignment, lbs map[string]*
 				return nil, err
 			}
 			if sg.coll != "" {
-				v.users[sg.coll] = append(v.users[sg.coll], segRef{name, len(cv.segs)})
+				if twin := v.twin(sg); twin != nil {
+					sg = twin
+				} else {
+					v.users[sg.coll] = append(v.users[sg.coll], sg)
+				}
+				sg.clusters = append(sg.clusters, name)
 			}
 			cv.segs = append(cv.segs, sg)
 		}
@@ -88,10 +102,9 @@ func buildView(clas map[string]*endpoint.ClusterLoadAssignment, lbs map[string]*
 	}
 	for c, ns := range byColl {
 		slices.Sort(ns)
-		for _, ref := range v.users[c] {
-			sg := v.clusters[ref.cluster].segs[ref.i]
+		for _, sg := range v.users[c] {
 			for _, n := range ns {
-				e, ok, err := sg.decodeOne(ref.cluster, lbs[n])
+				e, ok, err := sg.decodeOne(lbs[n])
 				if err != nil {
 					return nil, err
 				}
@@ -105,6 +118,21 @@ func buildView(clas map[string]*endpoint.ClusterLoadAssignment, lbs map[string]*
 		cv.rebuild()
 	}
 	return v, nil
+}
+
+// twin returns the segment already made that sg decodes as (same
+// collection, same locality fields, neither with inline endpoints); nil
+// when there is none.
+func (v *decodedView) twin(sg *segment) *segment {
+	if len(sg.inline) > 0 {
+		return nil
+	}
+	for _, o := range v.users[sg.coll] {
+		if len(o.inline) == 0 && proto.Equal(o.ctx, sg.ctx) {
+			return o
+		}
+	}
+	return nil
 }
 
 // collectionOf is xdscontract.LEDSCollectionOf for a held name (checked
@@ -131,15 +159,15 @@ func newSegment(name string, ll *endpoint.LocalityLbEndpoints) (*segment, error)
 		return nil, err
 	}
 	ctx.LbEndpoints, ctx.LbConfig = nil, nil
-	return &segment{ctx: ctx, coll: coll, inline: inline}, nil
+	return &segment{ctx: ctx, coll: coll, inline: inline, cluster: name}, nil
 }
 
-// decodeOne decodes lb in the segment's locality of cluster: ok is false
-// when its health status leaves it out.
-func (sg *segment) decodeOne(cluster string, lb *endpoint.LbEndpoint) (Endpoint, bool, error) {
+// decodeOne decodes lb in the segment's locality: ok is false when its
+// health status leaves it out.
+func (sg *segment) decodeOne(lb *endpoint.LbEndpoint) (Endpoint, bool, error) {
 	sg.ctx.LbEndpoints = []*endpoint.LbEndpoint{lb}
 	defer func() { sg.ctx.LbEndpoints = nil }()
-	eps, err := decodeAssignment(&endpoint.ClusterLoadAssignment{ClusterName: cluster, Endpoints: []*endpoint.LocalityLbEndpoints{sg.ctx}})
+	eps, err := decodeAssignment(&endpoint.ClusterLoadAssignment{ClusterName: sg.cluster, Endpoints: []*endpoint.LocalityLbEndpoints{sg.ctx}})
 	if err != nil || len(eps) == 0 {
 		return Endpoint{}, false, err
 	}
@@ -159,16 +187,23 @@ func (sg *segment) set(n string, e Endpoint, ok bool) {
 	}
 }
 
-// rebuild makes the cluster's list anew from its segments.
+// rebuild makes the cluster's list anew from its segments. A cluster of
+// one segment without inline endpoints hands out the segment's own list,
+// capped so that a consumer's append cannot write past it.
 func (cv *clusterView) rebuild() {
 	n := 0
 	for _, sg := range cv.segs {
 		n += len(sg.inline) + len(sg.eps)
 	}
-	var list []Endpoint // nil when empty, as decodeAssignment returns
-	if n > 0 {
-		list = make([]Endpoint, 0, n)
+	if n == 0 {
+		cv.list = nil // as decodeAssignment returns
+		return
 	}
+	if len(cv.segs) == 1 && len(cv.segs[0].inline) == 0 {
+		cv.list = cv.segs[0].eps[:n:n]
+		return
+	}
+	list := make([]Endpoint, 0, n)
 	for _, sg := range cv.segs {
 		list = append(list, sg.inline...)
 		list = append(list, sg.eps...)
@@ -178,7 +213,7 @@ func (cv *clusterView) rebuild() {
 
 // lbChange is one decoded LbEndpoint change for one segment.
 type lbChange struct {
-	ref  segRef
+	sg   *segment
 	name string
 	e    Endpoint
 	ok   bool // false: take it out
@@ -191,31 +226,42 @@ func (v *decodedView) prepare(added map[string]*endpoint.LbEndpoint, removed []s
 	var out []lbChange
 	for n, lb := range added {
 		c, _ := collectionOf(n)
-		for _, ref := range v.users[c] {
-			e, ok, err := v.clusters[ref.cluster].segs[ref.i].decodeOne(ref.cluster, lb)
+		for _, sg := range v.users[c] {
+			e, ok, err := sg.decodeOne(lb)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, lbChange{ref: ref, name: n, e: e, ok: ok})
+			out = append(out, lbChange{sg: sg, name: n, e: e, ok: ok})
 		}
 	}
 	for _, n := range removed { // after the added: a name in both is removed
 		c, _ := collectionOf(n)
-		for _, ref := range v.users[c] {
-			out = append(out, lbChange{ref: ref, name: n})
+		for _, sg := range v.users[c] {
+			out = append(out, lbChange{sg: sg, name: n})
 		}
 	}
 	return out, nil
 }
 
 // commit applies prepared changes and rebuilds the clusters they touch.
+// Each touched segment's list is copied before its first change: the
+// list before may have been handed out.
 func (v *decodedView) commit(chs []lbChange) {
-	touched := make(map[string]bool)
+	touched := make(map[*segment]bool)
 	for _, ch := range chs {
-		v.clusters[ch.ref.cluster].segs[ch.ref.i].set(ch.name, ch.e, ch.ok)
-		touched[ch.ref.cluster] = true
+		if !touched[ch.sg] {
+			touched[ch.sg] = true
+			ch.sg.eps = append(make([]Endpoint, 0, len(ch.sg.eps)+1), ch.sg.eps...)
+		}
+		ch.sg.set(ch.name, ch.e, ch.ok)
 	}
-	for c := range touched {
+	clusters := make(map[string]bool)
+	for sg := range touched {
+		for _, c := range sg.clusters {
+			clusters[c] = true
+		}
+	}
+	for c := range clusters {
 		v.clusters[c].rebuild()
 		v.dirty[c] = true
 	}

@@ -253,3 +253,114 @@ func FuzzDeltaLbEndpoint(f *testing.F) {
 		checkView(t, "fuzzed", st, last)
 	})
 }
+
+// sharedLoc is a LEDS locality of zone z naming cluster owner's
+// collection, at priority p with locality weight w and RTT metadata rtt.
+type sharedLoc struct {
+	z, owner string
+	p, w     uint32
+	rtt      float64
+}
+
+// sharedCLA is cluster name's assignment of localities locs.
+func sharedCLA(name string, locs ...sharedLoc) *endpoint.ClusterLoadAssignment {
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
+	for _, l := range locs {
+		md, _ := structpb.NewStruct(map[string]any{xdscontract.MetadataRTT: l.rtt})
+		cla.Endpoints = append(cla.Endpoints, &endpoint.LocalityLbEndpoints{
+			Locality: &core.Locality{Region: "r1", Zone: l.z}, LoadBalancingWeight: wrapperspb.UInt32(l.w), Priority: l.p,
+			Metadata: &core.Metadata{FilterMetadata: map[string]*structpb.Struct{xdscontract.MetadataKey: md}},
+			LbConfig: &endpoint.LocalityLbEndpoints_LedsClusterLocalityConfig{LedsClusterLocalityConfig: &endpoint.LedsClusterLocalityConfig{
+				LedsCollectionName: xdscontract.LEDSCollection(l.owner, "r1", l.z)}},
+		})
+	}
+	return cla
+}
+
+// deepLists copies every list of a hand-out.
+func deepLists(m map[string][]Endpoint) map[string][]Endpoint {
+	out := make(map[string][]Endpoint, len(m))
+	for n, eps := range m {
+		out[n] = slices.Clone(eps)
+	}
+	return out
+}
+
+// TestDeltaViewSharedCollections: when several clusters name one
+// collection (the controller's shared LEDS collections), the localities
+// that decode alike are one segment, and through a churn of endpoints and
+// assignments the view is after every step what the full path decodes;
+// no list handed out is changed afterwards (the consumers' contract), so
+// a segment's list handed out whole is copied before it changes.
+func TestDeltaViewSharedCollections(t *testing.T) {
+	st := newDeltaState()
+	apply := func(step string, r *discovery.DeltaDiscoveryResponse) {
+		t.Helper()
+		if _, _, err := st.apply(r); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	main := sharedLoc{z: "z1", owner: "isobar/m", p: 0, w: 5, rtt: 1}
+	remote := sharedLoc{z: "z2", owner: "isobar/m", p: 1, w: 2, rtt: 30}
+	clas := func() []*endpoint.ClusterLoadAssignment {
+		other := main
+		other.w = 9 // the same collection, another locality weight: decoded apart
+		return []*endpoint.ClusterLoadAssignment{
+			sharedCLA("isobar/m", main, remote),
+			sharedCLA("isobar/m/local", main),
+			sharedCLA("isobar/m/ctx-1", main, remote),
+			sharedCLA("isobar/m/ctx-2", other),
+		}
+	}
+	apply("assignments", claResp(t, nil, clas()...))
+	healthy := core.HealthStatus_HEALTHY
+	name := func(z string, i int) string { return epName("isobar/m", z, i) }
+	initial := map[string]*endpoint.LbEndpoint{}
+	for i := range 8 {
+		initial[name("z1", i)] = lbEp(i, fmt.Sprint("c", i), uint32(i+1), healthy, 0)
+	}
+	initial[name("z2", 100)] = lbEp(100, "r0", 1, healthy, 0)
+	apply("endpoints", lbResp(t, initial))
+	coll := xdscontract.LEDSCollection("isobar/m", "r1", "z1")
+	if segs := st.view.users[coll]; len(segs) != 2 {
+		t.Fatalf("collection %s fills %d segments, want 2 (three clusters' alike, one apart)", coll, len(segs))
+	}
+	if a, b := st.view.clusters["isobar/m"].segs[0], st.view.clusters["isobar/m/local"].segs[0]; a != b {
+		t.Fatal("the main and local clusters' alike localities are two segments")
+	}
+	last := checkView(t, "initial", st, nil)
+	type handed struct {
+		step       string
+		got, saved map[string][]Endpoint
+	}
+	outs := []handed{{"initial", last, deepLists(last)}}
+	steps := []struct {
+		name string
+		resp *discovery.DeltaDiscoveryResponse
+	}{
+		{"add", lbResp(t, map[string]*endpoint.LbEndpoint{name("z1", 50): lbEp(50, "n", 3, healthy, 0)})},
+		{"remove", lbResp(t, nil, name("z1", 2))},
+		{"weight", lbResp(t, map[string]*endpoint.LbEndpoint{name("z1", 1): lbEp(1, "c1", 9, healthy, 0)})},
+		{"unhealthy", lbResp(t, map[string]*endpoint.LbEndpoint{name("z1", 3): lbEp(3, "c3", 4, core.HealthStatus_UNHEALTHY, 0)})},
+		{"back", lbResp(t, map[string]*endpoint.LbEndpoint{name("z1", 3): lbEp(3, "c3", 4, healthy, 0)})},
+		{"remote added", lbResp(t, map[string]*endpoint.LbEndpoint{name("z2", 101): lbEp(101, "r1", 1, healthy, 0)})},
+		{"added and removed at once", lbResp(t, map[string]*endpoint.LbEndpoint{name("z1", 60): lbEp(60, "x", 1, healthy, 0)},
+			name("z1", 60), name("z1", 0))},
+		{"the local cluster takes its own collection", claResp(t, nil, sharedCLA("isobar/m/local", sharedLoc{z: "z1", owner: "isobar/m/local", w: 5, rtt: 1}))},
+		{"its endpoints", lbResp(t, map[string]*endpoint.LbEndpoint{epName("isobar/m/local", "z1", 1): lbEp(1, "c1", 9, healthy, 0)})},
+		{"the owner goes", claResp(t, []string{"isobar/m"})},
+		{"a change the others share", lbResp(t, nil, name("z1", 4))},
+		{"all share again", claResp(t, nil, clas()...)},
+		{"one more", lbResp(t, map[string]*endpoint.LbEndpoint{name("z1", 70): lbEp(70, "y", 2, healthy, 0)})},
+	}
+	for _, s := range steps {
+		apply(s.name, s.resp)
+		last = checkView(t, s.name, st, last)
+		outs = append(outs, handed{s.name, last, deepLists(last)})
+		for _, h := range outs {
+			if !reflect.DeepEqual(deepLists(h.got), h.saved) {
+				t.Fatalf("after %s: a list handed out at %s changed in place", s.name, h.step)
+			}
+		}
+	}
+}

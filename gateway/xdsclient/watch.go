@@ -261,14 +261,30 @@ func (w *Watcher) applyDecoded(clusters map[string][]Endpoint, changed []string,
 	for n := range clusters {
 		out[n] = w.latest.Clusters[n]
 	}
+	// Clusters that share a LEDS collection share their list
+	// (decodedView): it is checked, and sorted when it must be, once.
+	type list struct {
+		first *Endpoint
+		n     int
+	}
+	done := make(map[list][]Endpoint)
 	for _, n := range changed {
 		if eps, ok := clusters[n]; ok {
-			byAddr := func(a, b Endpoint) int { return strings.Compare(a.Address, b.Address) }
-			if !slices.IsSortedFunc(eps, byAddr) { // one LEDS locality comes sorted: resource-name order
-				eps = slices.Clone(eps)
-				slices.SortStableFunc(eps, byAddr)
+			k := list{n: len(eps)}
+			if len(eps) > 0 {
+				k.first = &eps[0]
 			}
-			out[n] = eps
+			sorted, seen := done[k]
+			if !seen {
+				sorted = eps
+				byAddr := func(a, b Endpoint) int { return strings.Compare(a.Address, b.Address) }
+				if !slices.IsSortedFunc(eps, byAddr) { // one LEDS locality comes sorted: resource-name order
+					sorted = slices.Clone(eps)
+					slices.SortStableFunc(sorted, byAddr)
+				}
+				done[k] = sorted
+			}
+			out[n] = sorted
 		}
 	}
 	w.latest = Assignment{Clusters: out, Seq: w.latest.Seq + 1, At: w.deps.Clock.Now()}
