@@ -266,9 +266,10 @@ func (u *ledsUpdate) newEntry(cla *endpoint.ClusterLoadAssignment, prev *ledsEnt
 			prevLocs[prev.locs[i].base] = &prev.locs[i]
 		}
 	}
+	used := make(map[string]bool, len(cla.GetEndpoints()))
 	for i, ll := range cla.GetEndpoints() {
 		loc := &e.locs[i]
-		loc.base = xdscontract.LEDSCollection(name, ll.GetLocality().GetRegion(), ll.GetLocality().GetZone())
+		loc.base = baseCollection(name, ll.GetLocality(), used)
 		loc.lbs = ll.GetLbEndpoints()
 		p := prevLocs[loc.base]
 		if loc.coll = u.shared(loc, p); loc.coll == "" {
@@ -302,6 +303,22 @@ func (u *ledsUpdate) newEntry(cla *endpoint.ClusterLoadAssignment, prev *ledsEnt
 		return nil, fmt.Errorf("%w: LEDS ClusterLoadAssignment %q: %w", xdscontract.ErrInvalidResource, name, err)
 	}
 	return e, nil
+}
+
+// baseCollection is the collection a locality of cluster owns: named by
+// the cluster, region and zone (xdscontract.LEDSCollection); the same
+// region and zone listed again in the cluster (at another priority, which
+// a State allows) or a region and zone escaping to the same name get a
+// numbered one (#2, #3, ... in the cluster's locality order), so that no
+// two localities of a cluster own one collection. used holds the names
+// the cluster's earlier localities took.
+func baseCollection(cluster string, l *core.Locality, used map[string]bool) string {
+	base := xdscontract.LEDSCollection(cluster, l.GetRegion(), l.GetZone())
+	for k := 2; used[base]; k++ {
+		base = xdscontract.LEDSCollection(cluster, l.GetRegion(), l.GetZone()+"#"+strconv.Itoa(k))
+	}
+	used[base] = true
+	return base
 }
 
 // diffLocality names loc's endpoints and records in u what changed since

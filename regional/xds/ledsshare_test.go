@@ -184,3 +184,33 @@ func TestLEDSSharedCollectionsThroughChurn(t *testing.T) {
 	}
 	check("uniform again")
 }
+
+// TestLEDSOneLocalityAtTwoPriorities: a model may list one region and zone
+// at two priorities (the State allows it); their collections must not be
+// one, or each locality would be filled with the other's endpoints too.
+func TestLEDSOneLocalityAtTwoPriorities(t *testing.T) {
+	ts := startServer(t, ledsConfig())
+	m := Model{Name: "m", Localities: []Locality{
+		{Region: "eu-west", Zone: "eu-west-1a", Weight: 10, Priority: 1, RTT: 80 * time.Millisecond,
+			Endpoints: []Endpoint{ep("eu-1", "192.0.2.1", 443, 5)}},
+		{Region: "eu-west", Zone: "eu-west-1a", Weight: 10, Priority: 2, RTT: 80 * time.Millisecond,
+			Endpoints: []Endpoint{ep("eu-2", "192.0.2.2", 443, 5)}},
+		local(ep("c1", "10.0.0.1", 8000, 1)),
+	}}
+	st := State{Models: []Model{m}}
+	if _, err := ts.xds.Push(st); err != nil {
+		t.Fatal(err)
+	}
+	conn := dial(t, ts.addr)
+	c := newDeltaClient(t, conn, gatewayNode("two-priorities"))
+	awaitSame(t, c, ts.xds, KindEnvoy, "initial")
+	eventually.NoError(t, testTimeout, "the served LbEndpoints", func() error {
+		_, _, err := servedLEDS(c, ts.xds, KindEnvoy)
+		return err
+	})
+	st.Models[0].Localities[1].Endpoints = append(st.Models[0].Localities[1].Endpoints, ep("eu-3", "192.0.2.3", 443, 5))
+	if _, err := ts.xds.Push(st); err != nil {
+		t.Fatal(err)
+	}
+	awaitSame(t, c, ts.xds, KindEnvoy, "an endpoint added at the second priority")
+}
