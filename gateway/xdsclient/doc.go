@@ -19,7 +19,9 @@
 //     (xdscontract.LEDSCollection). It keeps the endpoints decoded and
 //     applies an update in O(changed): only the LbEndpoints a response
 //     carries are validated and decoded, and only the clusters they fill
-//     are rebuilt (delta_apply.go), for Subscription.ApplyDecoded; without
+//     are rebuilt (delta_apply.go; the localities of several clusters
+//     that name one collection and decode alike are decoded and copied
+//     once), for Subscription.ApplyDecoded; without
 //     it Apply gets the assignments reassembled whole. A refused response
 //     changes nothing held.
 //   - Decoding and validation (Decoder, DecodeAssignments): a response is
