@@ -43,6 +43,11 @@ func TestGatewayOverDeltaXDSMatchesStateOfTheWorld(t *testing.T) {
 		oneModel("m", eps[0], eps[1], endpointOf(t, "c", "127.0.0.1:9003", 7, 4096)),                                // added
 		oneModel("m", endpointOf(t, "c", "127.0.0.1:9003", 7, 4096)),                                                // removed
 		oneModel("m", endpointOf(t, "c", "127.0.0.1:9003", 7, 4096), endpointOf(t, "d", "127.0.0.1:9004", 1, 8192)), // added
+		// One context length: every cluster of the model names one LEDS
+		// collection (regional/xds shared collections).
+		oneModel("m", endpointOf(t, "d", "127.0.0.1:9004", 1, 8192), endpointOf(t, "e", "127.0.0.1:9005", 3, 8192),
+			endpointOf(t, "f", "127.0.0.1:9006", 2, 8192)),
+		oneModel("m", endpointOf(t, "d", "127.0.0.1:9004", 1, 8192), endpointOf(t, "f", "127.0.0.1:9006", 4, 8192)), // one goes, a weight
 	} {
 		if i > 0 {
 			ctrl.push(st)
