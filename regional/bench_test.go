@@ -205,18 +205,20 @@ func BenchmarkHeartbeatIngest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Stop()
-	conn, err := grpc.NewClient(c.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	cl := isobarpb.NewCellRegistryClient(conn)
-	ctx, cancel := context.WithCancel(context.Background())
+	// Bounded: a stream that cannot open or send fails the run.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ss := make([]isobarpb.CellRegistry_HeartbeatClient, streams)
 	seqs := make([]uint64, streams)
 	for i := range ss {
-		if ss[i], err = cl.Heartbeat(ctx); err != nil {
+		// A connection per stream, as each cell has: one connection takes
+		// at most grpcbounds.MaxConcurrentStreams (100) streams.
+		conn, err := grpc.NewClient(c.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		if ss[i], err = isobarpb.NewCellRegistryClient(conn).Heartbeat(ctx); err != nil {
 			b.Fatal(err)
 		}
 		hb := heartbeat(fmt.Sprintf("cell-%04d", i), fmt.Sprintf("10.1.%d.%d:8000", i/250, i%250), isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
@@ -227,6 +229,18 @@ func BenchmarkHeartbeatIngest(b *testing.B) {
 		if _, err := ss[i].Recv(); err != nil { // first ack
 			b.Fatal(err)
 		}
+	}
+	// Read every stream's acks as a cell does: unread, they would fill
+	// the stream's flow-control window and stop the server's handler, and
+	// with it the sender (a deadlock past ~1,000 heartbeats a stream).
+	for _, s := range ss {
+		go func() {
+			for {
+				if _, err := s.Recv(); err != nil {
+					return // the benchmark's context ended
+				}
+			}
+		}()
 	}
 	base := testutil.ToFloat64(c.metrics.heartbeats)
 	b.ResetTimer()
