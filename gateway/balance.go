@@ -780,10 +780,17 @@ func rate(c placement.Config, r float64) float64 {
 // placeable: --lb isobar's own limits on a host, beyond what Envoy
 // checks. A host whose probe budget is spent takes nothing more until the
 // controller publishes it again (count-bounded probation), and a host is
-// sent no prompt above what its rejection memory allows (contextMemory).
-// When they leave no host, the pick falls back to scan, which ignores
-// them: a request is never refused for a guess.
+// sent no prompt above its declared max_model_len (the endpoint metadata)
+// nor above what its rejection memory allows (contextMemory). The
+// controller's context-class routes keep long prompts off short engines
+// too, but a data plane may hold the new endpoints before the new routes
+// (EDS and RDS arrive apart), and then the main cluster still takes them.
+// When the limits leave no host, the pick falls back to scan, which
+// ignores them: a request is never refused for a guess.
 func placeable(h *hostRT, q pickQuery) bool {
+	if ml := h.ep.MaxModelLen; ml > 0 && q.tokens > int64(ml) {
+		return false
+	}
 	return !h.st.probeSpent() && (h.st.ctx == nil || h.st.ctx.fits(q.tokens, time.Unix(0, q.now)))
 }
 

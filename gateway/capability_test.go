@@ -256,3 +256,22 @@ func TestGatewayPinnedLongPromptAvoidsShortEngine(t *testing.T) {
 		t.Errorf("no short pinned prompt reached the short endpoint: it was dropped altogether")
 	}
 }
+
+// placeable keeps a prompt off a host whose declared max_model_len it
+// exceeds (the window in which a data plane holds the new endpoints but
+// not yet the new class routes), and not off one without a declared
+// length or one it fits.
+func TestPlaceableDeclaredContextLength(t *testing.T) {
+	host := func(maxLen uint32) *hostRT {
+		return &hostRT{ep: xdsclient.Endpoint{MaxModelLen: maxLen}, st: &hostState{}}
+	}
+	for _, c := range []struct {
+		maxLen uint32
+		tokens int64
+		want   bool
+	}{{1024, 6008, false}, {1024, 1024, true}, {1024, 600, true}, {0, 6008, true}, {8192, 6008, true}} {
+		if got := placeable(host(c.maxLen), pickQuery{tokens: c.tokens}); got != c.want {
+			t.Errorf("max_model_len %d, prompt %d tokens: placeable %v, want %v", c.maxLen, c.tokens, got, c.want)
+		}
+	}
+}
