@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -44,6 +45,15 @@ func newCycleBench(b testing.TB, n int) *cycleBench {
 
 // newCycleBenchXDS is newCycleBench with an xDS server of config xc.
 func newCycleBenchXDS(b testing.TB, n int, xc xds.Config) *cycleBench {
+	return newCycleBenchFleet(b, n, xc, false)
+}
+
+// newCycleBenchFleet is newCycleBenchXDS whose cells' addresses, when
+// scattered, do not follow the order of their ids (a fixed permutation),
+// as in a real fleet, where names and addresses are unrelated: otherwise
+// the endpoints the registry lists in id order come already sorted by
+// address, and the xDS build's sort is skipped.
+func newCycleBenchFleet(b testing.TB, n int, xc xds.Config, scattered bool) *cycleBench {
 	cb := &cycleBench{cfg: DefaultConfig("r1"), clock: clockwork.NewFakeClock(), loads: [2]float64{1, 12}}
 	xs, err := xds.NewServer(xc, xds.Deps{})
 	if err != nil {
@@ -59,8 +69,14 @@ func newCycleBenchXDS(b testing.TB, n int, xc xds.Config) *cycleBench {
 		b.Fatal(err)
 	}
 	cb.hbs = make([]*isobarpb.CellHeartbeat, n)
+	addr := func(i int) int { return i }
+	if scattered {
+		perm := rand.New(rand.NewPCG(1, 2)).Perm(n)
+		addr = func(i int) int { return perm[i] }
+	}
 	for i := range cb.hbs {
-		cb.hbs[i] = heartbeat(fmt.Sprintf("cell-%05d", i), "10."+strconv.Itoa(i/62500)+"."+strconv.Itoa(i/250%250)+"."+strconv.Itoa(i%250)+":8000",
+		a := addr(i)
+		cb.hbs[i] = heartbeat(fmt.Sprintf("cell-%05d", i), "10."+strconv.Itoa(a/62500)+"."+strconv.Itoa(a/250%250)+"."+strconv.Itoa(a%250)+":8000",
 			isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
 		cb.r.applyHeartbeat(cb.clock.Now(), cb.hbs[i])
 	}
@@ -136,16 +152,34 @@ func BenchmarkCycleTypical(b *testing.B) {
 // every 100 ms (Projection.MinInterval), with heartbeats every 500 ms, so
 // each cycle sees a new heartbeat (new load signals) from a fifth of the
 // cells, and one cell changes band (a suspect flag), so the cycle pushes.
-// Applying the heartbeats is ingest, not the cycle: it is left out of the
-// timing. BenchmarkCycleTypical, where every cell's load changes every
-// cycle, is the upper bound of the same cycle.
+// As with the prober's defaults (a round a second, at most 1,000 cells a
+// round: Config.ProbeMaxPerRound), every tenth cycle also takes 1,000
+// cells' new round trips, and every cell has one, so each push places the
+// cells (cycle.LocalPlacement); the cells' addresses are scattered
+// (newCycleBenchFleet). Applying heartbeats and probes is ingest, not the
+// cycle: it is left out of the timing. BenchmarkCycleTypical, where every
+// cell's load changes every cycle, is the upper bound of the same cycle.
 func BenchmarkCycleHeartbeats(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("cells=%d", n), func(b *testing.B) {
-			cb := newCycleBench(b, n)
-			const every = 5 // heartbeat interval / cycle interval
+			cb := newCycleBenchFleet(b, n, xds.Config{Region: "r1", Zone: "r1"}, true)
+			const every = 5       // heartbeat interval / cycle interval
+			const probeEvery = 10 // probe interval / cycle interval
+			const perRound = 1000 // Config.ProbeMaxPerRound's default
 			seq := uint64(1)
 			var took []float64 // each cycle's wall time, ms: the P50 and P99 reported
+			probes := func(round, count int) {
+				res := make([]probeResult, count)
+				for k := range res {
+					j := (round*perRound + k) % n
+					// A LAN's round trip, moving by a few microseconds
+					// per round as a smoothed estimate does.
+					res[k] = probeResult{id: cb.hbs[j].CellId, ok: true,
+						rtt: 300*time.Microsecond + time.Duration((round+j)%7)*time.Microsecond, jitter: 20 * time.Microsecond}
+				}
+				cb.r.apply(message{probes: res})
+			}
+			probes(0, n) // every cell probed once before the start
 			beat := func(i int) time.Time {
 				cb.clock.Advance(cb.cfg.Projection.MinInterval)
 				now := cb.clock.Now()
@@ -155,17 +189,20 @@ func BenchmarkCycleHeartbeats(b *testing.B) {
 					hb.Signals.QueueDepth = &cb.loads[(i/every+j)%2]
 					cb.r.applyHeartbeat(now, hb)
 				}
+				if i%probeEvery == 0 {
+					probes(i/probeEvery, min(perRound, n))
+				}
 				cb.r.cells[cb.hbs[0].CellId].suspect = i%2 == 0
 				return now
 			}
 			// The first cycles build everything (every cell is new): that
 			// is the full push BenchmarkCycle measures, not the typical
-			// cycle. One heartbeat round warms up.
-			for i := range every {
+			// cycle. A probe round's worth of cycles warms up.
+			for i := range probeEvery {
 				cb.cycle(b, beat(i))
 			}
 			b.ResetTimer()
-			for i := every; b.Loop(); i++ {
+			for i := probeEvery; b.Loop(); i++ {
 				b.StopTimer()
 				now := beat(i)
 				b.StartTimer()

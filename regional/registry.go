@@ -80,6 +80,12 @@ type cell struct {
 	pub     *CellView
 	pubIn   viewIn
 	pubCell cycle.Cell
+	// pubWeight is pub.Weight, kept here so that the cycle compares a
+	// cell's new weight without reading its view (a cache miss per cell
+	// at 10,000 cells).
+	pubWeight projection.Weight
+	// offered: the cell was in the last state offered (noteOffered).
+	offered bool
 }
 
 // viewIn is everything of a cell its view is made of: a cycle compares
@@ -133,32 +139,43 @@ type Registry struct {
 	byEndpoint map[string]string
 	cycles     uint64
 	removals   []removal
-	lastPushed map[string]uint32 // weights in the last offered state
-	// spareWeights is the weights map offered before lastPushed, reused
-	// by the next offer (cycle.Params.Reuse).
-	spareWeights map[string]uint32
-	sentPlace    cycle.Placement          // round trips in the last offered state
-	lastOffer    time.Time                // when the last state was offered
-	mass         massExpiry               // a mass TTL expiry being held (massexpiry.go)
-	index        map[string]int           // id → position in ids, shared by views
-	routes       *RouteTable              // cross-region routing in force
-	routesNew    bool                     // routes (or retry budgets) changed since the last push
-	sets         func(string) []cycle.Set // residency sets per model; nil: none
-	budgets      map[string]float64       // retry budget per model (retrybudget.go)
-	poolUtil     map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
-	cycleCells   []cycle.Cell             // the cycle's input buffer, reused (cellViews)
-	cycleKnown   []bool                   // which of cycleCells' scores still hold, reused
-	mapped       []projection.Cell        // the mapping's output buffers, reused (cycle.MapKnown)
-	scores       []score.Result
-	dpCells      map[string]*dpWindow // data-plane errors per cell
-	dpDemand     map[string]*dpWindow // ingress demand per data plane and model
-	warm         warmHold             // the warm start's hold (warmstart.go)
-	offered      map[string]bool      // models of the last offered state
-	remoteOnly   map[string]bool      // of those, the ones with no local locality
-	warmM        *warmMetrics
-	saver        *warmSaver // written by the publisher goroutine only
-	settled      atomic.Bool
-	settledCh    chan struct{} // closed when settled becomes true
+	// changed lists the positions in r.order of the cells whose slot was
+	// remade since the last offer (all of them when allChanged): the
+	// offer sets their cell.offered.
+	changed    []int
+	allChanged bool
+	sentPlace  cycle.Placement          // round trips in the last offered state
+	lastOffer  time.Time                // when the last state was offered
+	mass       massExpiry               // a mass TTL expiry being held (massexpiry.go)
+	index      map[string]int           // id → position in ids, shared by views
+	routes     *RouteTable              // cross-region routing in force
+	routesNew  bool                     // routes (or retry budgets) changed since the last push
+	sets       func(string) []cycle.Set // residency sets per model; nil: none
+	budgets    map[string]float64       // retry budget per model (retrybudget.go)
+	poolUtil   map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
+	cycleCells []cycle.Cell             // the cycle's input buffer, reused (cellViews)
+	cycleKnown []bool                   // which of cycleCells' scores still hold, reused
+	// slots holds each cell's cycle.Slot, of its published view, in
+	// address order (cycle.AddrOrder); slotOf[i] is the slot of r.order[i];
+	// slotsGen is the orderGen they were made for. A cycle remakes only
+	// the slots of the views it replaced, and the state is built from the
+	// slots (cycle.BuildStateSlots), not from every view, with each
+	// locality's endpoints already in the order the xDS build sorts them
+	// into.
+	slots      []cycle.Slot
+	slotOf     []int
+	slotsGen   uint64
+	mapped     []projection.Cell // the mapping's output buffers, reused (cycle.MapKnown)
+	scores     []score.Result
+	dpCells    map[string]*dpWindow // data-plane errors per cell
+	dpDemand   map[string]*dpWindow // ingress demand per data plane and model
+	warm       warmHold             // the warm start's hold (warmstart.go)
+	offered    map[string]bool      // models of the last offered state
+	remoteOnly map[string]bool      // of those, the ones with no local locality
+	warmM      *warmMetrics
+	saver      *warmSaver // written by the publisher goroutine only
+	settled    atomic.Bool
+	settledCh  chan struct{} // closed when settled becomes true
 
 	// regionRTT returns the smoothed RTT to each remote region (gossip's
 	// probes); nil: none known. Set before Start.
@@ -188,7 +205,6 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		inbox:      make(chan message, cfg.InboxSize),
 		cells:      make(map[string]*cell),
 		byEndpoint: make(map[string]string),
-		lastPushed: make(map[string]uint32),
 		sentPlace:  make(cycle.Placement),
 		dpCells:    make(map[string]*dpWindow),
 		dpDemand:   make(map[string]*dpWindow),
@@ -590,7 +606,7 @@ func (r *Registry) cycle(now time.Time) {
 	r.mapped, r.scores = pcells, results
 	d := r.proj.Project(now, pcells)
 	r.annotate(views, cells, known, results, d.Weights)
-	r.noteRemovals(views)
+	r.noteRemovals(d.Weights)
 	for _, id := range d.NewTrips {
 		r.metrics.penaltyTrips.Inc()
 		r.log.Warn("error-rate outlier penalised", "cell", id)
@@ -671,15 +687,25 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 // annotate sets each of views (the cycle's, in id order) to its cell's
 // view with this cycle's score and weight (cycle.Annotated: a view that
 // changed is copied, never modified) and records it as the cell's
-// published view, with the mapping input it was scored from.
+// published view, with the mapping input it was scored from, and its
+// slot.
 func (r *Registry) annotate(views []*CellView, cells []cycle.Cell, known []bool, results []score.Result, weights []projection.Weight) {
+	remake := r.slotsGen != r.orderGen || len(r.slotOf) != len(r.order)
+	moved := false // a remade slot's address changed: the order must be remade
 	for i, c := range r.order {
 		fresh := views[i] != c.pub
-		if !fresh && known[i] && c.pub.Weight == weights[i] {
+		if !fresh && known[i] && c.pubWeight == weights[i] {
 			continue // the same view, score (so Fallback) and weight
 		}
 		views[i] = cycle.Annotated(views[i], results[i], weights[i], fresh)
-		c.pub = views[i]
+		c.pub, c.pubWeight = views[i], weights[i]
+		if !remake {
+			s := &r.slots[r.slotOf[i]]
+			was := s.Addr
+			*s = cycle.SlotOf(views[i])
+			moved = moved || s.Addr != was
+			r.changed = append(r.changed, i)
+		}
 		if fresh {
 			c.pubIn = c.viewIn
 		}
@@ -687,6 +713,52 @@ func (r *Registry) annotate(views []*CellView, cells []cycle.Cell, known []bool,
 			c.pubCell = cells[i] // else the same but for Utilisation, set each cycle
 		}
 	}
+	if remake || moved {
+		r.remakeSlots()
+	}
+	if len(r.changed) > len(r.order) { // cycles without an offer (a warm start's hold)
+		r.changed, r.allChanged = r.changed[:0], true
+	}
+}
+
+// noteOffered sets cell.offered of the cells whose slot changed since the
+// last offer: BuildStateSlots puts a cell in the state exactly when its
+// slot is In.
+func (r *Registry) noteOffered() {
+	if r.allChanged {
+		for i, c := range r.order {
+			c.offered = r.slots[r.slotOf[i]].In
+		}
+	} else {
+		for _, i := range r.changed {
+			r.order[i].offered = r.slots[r.slotOf[i]].In
+		}
+	}
+	r.changed, r.allChanged = r.changed[:0], false
+}
+
+// remakeSlots makes every cell's slot, of its published view, in address
+// order: after the cells came or went, or one's address changed.
+func (r *Registry) remakeSlots() {
+	n := len(r.order)
+	r.slots = slices.Grow(r.slots[:0], n)[:n]
+	for i, c := range r.order {
+		r.slots[i] = cycle.SlotOf(c.pub)
+	}
+	// Sort positions, not slots, to learn where each cell's slot goes.
+	pos := make([]int, n)
+	for i := range pos {
+		pos[i] = i
+	}
+	slices.SortStableFunc(pos, func(a, b int) int { return cycle.AddrOrder(&r.slots[a], &r.slots[b]) })
+	sorted := make([]cycle.Slot, n)
+	r.slotOf = slices.Grow(r.slotOf[:0], n)[:n]
+	for to, from := range pos {
+		sorted[to] = r.slots[from]
+		r.slotOf[from] = to
+	}
+	r.slots, r.slotsGen = sorted, r.orderGen
+	r.allChanged = true // the positions in r.changed may be another order's
 }
 
 // view is c as a CellView, without score and weight.
@@ -705,14 +777,15 @@ func (c *cell) view() CellView {
 }
 
 // noteRemovals queues, for the failover histogram, the cells that left
-// the load balancer and have now lost the weight they were last pushed.
-func (r *Registry) noteRemovals(views []*CellView) {
-	for i := range views {
-		if views[i].Weight.Published != 0 {
+// the load balancer and have now lost the weight they were last pushed
+// (weights: this cycle's, in the order of r.order).
+func (r *Registry) noteRemovals(weights []projection.Weight) {
+	for i := range weights {
+		if weights[i].Published != 0 {
 			continue
 		}
-		if c := r.cells[views[i].ID]; !c.leftLBAt.IsZero() {
-			if _, was := r.lastPushed[c.id]; was {
+		if c := r.order[i]; !c.leftLBAt.IsZero() {
+			if c.offered {
 				r.removals = append(r.removals, removal{id: c.id, since: c.leftLBAt})
 			}
 			c.leftLBAt = time.Time{}
@@ -747,12 +820,11 @@ func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
 	}
 	r.routesNew = false
 	params := r.stateParams(rtts, r.demandSlices(now))
-	params.Reuse = cycle.Offer{State: r.pub.takeSpent(), Weights: r.spareWeights}
-	o := cycle.BuildState(params, views)
+	params.Reuse = cycle.Offer{State: r.pub.takeSpent()}
+	o := cycle.BuildStateSlots(params, r.slots) // the views' slots (annotate)
+	r.noteOffered()
 	r.reportRetryBudgets(o.State)
-	// The weights offered before last are nobody's now: the next offer
-	// is built in them.
-	r.spareWeights, r.lastPushed, r.sentPlace = r.lastPushed, o.Weights, o.Placement
+	r.sentPlace = o.Placement
 	r.noteDropped(views, o.State)
 	r.lastOffer = now
 	r.pub.offer(o.State, r.removals)

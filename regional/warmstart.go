@@ -396,8 +396,8 @@ func (r *Registry) beginWarmStart(now time.Time) {
 // pushes whatever the projection says).
 func (r *Registry) warmCycle(now time.Time, views []*CellView) (hold, release bool) {
 	h := &r.warm
-	for _, v := range views {
-		if h.models[v.Model] {
+	for i := 0; i < len(views) && len(h.models) > 0; i++ { // most cycles keep no model: no view read
+		if v := views[i]; h.models[v.Model] {
 			delete(h.models, v.Model) // the cell's record keeps the model now
 		}
 	}

@@ -86,10 +86,20 @@ func Map(scorer score.Config, cells []Cell) ([]projection.Cell, []score.Result) 
 // them.
 func MapKnown(scorer score.Config, cells []Cell, known func(i int) *score.Result,
 	pcells []projection.Cell, results []score.Result) ([]projection.Cell, []score.Result) {
+	// Cells of one model mostly come in runs: a run's longest is folded
+	// into the map once, not once per cell.
 	longest := map[string]uint32{}
+	run, runMax := "", uint32(0)
 	for i := range cells {
 		c := &cells[i]
-		longest[c.Model] = max(longest[c.Model], c.MaxModelLen)
+		if i > 0 && c.Model != run {
+			longest[run] = max(longest[run], runMax)
+			runMax = 0
+		}
+		run, runMax = c.Model, max(runMax, c.MaxModelLen)
+	}
+	if len(cells) > 0 {
+		longest[run] = max(longest[run], runMax)
 	}
 	pcells = slices.Grow(pcells[:0], len(cells))[:len(cells)]
 	results = slices.Grow(results[:0], len(cells))[:len(cells)]
@@ -104,7 +114,10 @@ func MapKnown(scorer score.Config, cells []Cell, known func(i int) *score.Result
 		} else if res != &results[i] {
 			results[i] = *res
 		}
-		pcells[i] = projectionCell(c, &results[i], longest[c.Model])
+		if i == 0 || c.Model != run {
+			run, runMax = c.Model, longest[c.Model]
+		}
+		pcells[i] = projectionCell(c, &results[i], runMax)
 	}
 	return pcells, results
 }

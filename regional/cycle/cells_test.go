@@ -83,8 +83,8 @@ func TestBuildStateIsPure(t *testing.T) {
 	if !reflect.DeepEqual(vals, before) {
 		t.Fatal("BuildState changed its views")
 	}
-	if a.Weights["a"] != 100 || a.Weights["b"] != 50 || len(a.Weights) != 2 {
-		t.Errorf("weights %v", a.Weights)
+	if l := localOf(a, "m"); len(l) != 2 || l[0].CellID != "a" || l[0].Weight != 100 || l[1].CellID != "b" || l[1].Weight != 50 {
+		t.Errorf("local endpoints %+v", l)
 	}
 	if a.Placement[RemoteKey("r2")].RTT != 40*time.Millisecond || a.Placement["b"].RTT != 30*time.Millisecond {
 		t.Errorf("placement %v", a.Placement)

@@ -44,23 +44,31 @@ func RemoteKey(region string) string { return "region/" + region }
 // the probed RTTs and jitters of the cells in the load balancer (zero when
 // none is probed), and the cells whose round trip stands apart from it.
 func LocalPlacement(views []*CellView) (loc Place, apart map[string]Place) {
+	return localPlacement(views, func(v **CellView) (string, Place, bool) {
+		return (*v).ID, Place{(*v).RTT, (*v).Jitter}, (*v).Weight.Published > 0 && (*v).RTTOK
+	})
+}
+
+// localPlacement is LocalPlacement over xs, whose at gives each one's
+// cell id, round trip, and whether it counts (in the load balancer, and
+// probed).
+func localPlacement[T any](xs []T, at func(*T) (id string, p Place, in bool)) (loc Place, apart map[string]Place) {
 	var rtts, jitters []time.Duration
-	for i := range views {
-		if v := views[i]; v.Weight.Published > 0 && v.RTTOK {
-			rtts, jitters = append(rtts, v.RTT), append(jitters, v.Jitter)
+	for i := range xs {
+		if _, p, in := at(&xs[i]); in {
+			rtts, jitters = append(rtts, p.RTT), append(jitters, p.Jitter)
 		}
 	}
 	if len(rtts) == 0 {
 		return Place{}, nil
 	}
 	loc = Place{median(rtts), median(jitters)}
-	for i := range views {
-		v := views[i]
-		if c := (Place{v.RTT, v.Jitter}); v.Weight.Published > 0 && v.RTTOK && standsApart(c, loc) {
+	for i := range xs {
+		if id, c, in := at(&xs[i]); in && standsApart(c, loc) {
 			if apart == nil {
 				apart = map[string]Place{}
 			}
-			apart[v.ID] = c
+			apart[id] = c
 		}
 	}
 	return loc, apart

@@ -1,8 +1,10 @@
 package cycle
 
 import (
+	"cmp"
 	"math"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"time"
@@ -65,10 +67,10 @@ type Params struct {
 	// that has not drifted from the one sent is published as sent
 	// (Placement.Held).
 	Sent Placement
-	// Reuse is an earlier offer that nothing holds any more, neither its
-	// State nor its Weights (zero: none). BuildState writes the new
-	// offer's weights and local endpoints into its buffers instead of
-	// allocating them: at 10,000 cells they are a megabyte a cycle.
+	// Reuse is an earlier offer whose State nothing holds any more (zero:
+	// none). BuildState writes the new offer's local endpoints into its
+	// buffers instead of allocating them: at 10,000 cells they are a
+	// megabyte a cycle.
 	Reuse Offer
 }
 
@@ -76,8 +78,6 @@ type Params struct {
 // the next cycle compares against.
 type Offer struct {
 	State xds.State
-	// Weights is the published weight of each cell in the state.
-	Weights map[string]uint32
 	// Placement is the round trips the state carries (Drifted's sent).
 	Placement Placement
 }
@@ -91,20 +91,86 @@ type Offer struct {
 // it: LocalPlacement) and each remote locality the round trip to its
 // region (p.RTTs).
 func BuildState(p Params, views []*CellView) Offer {
-	b := stateBuilder{p: p, byModel: map[string]*xds.Model{}, local: map[string]*xds.Locality{}, own: map[string][]xds.Locality{},
-		offer: Offer{Weights: p.Reuse.Weights, Placement: Placement{}}}
-	if b.offer.Weights == nil {
-		b.offer.Weights = make(map[string]uint32, len(views))
-	} else {
-		clear(b.offer.Weights)
+	slots := make([]Slot, len(views))
+	for i, v := range views {
+		slots[i] = SlotOf(v)
 	}
+	return BuildStateSlots(p, slots)
+}
+
+// Slot is what BuildState takes of one cell's view (SlotOf), in one
+// contiguous value: a caller that keeps its cells' slots between cycles
+// and remakes only those of the views that changed builds the state
+// without reading every view again (at 10,000 cells, a cache miss or more
+// per cell and most of the cost of BuildState).
+type Slot struct {
+	// Model is the view's model; Known: the cell keeps its model
+	// routable (a model, and not terminated).
+	Model string
+	Known bool
+	// Published is the view's published weight; In: it has one and its
+	// endpoint parsed, so Endpoint (without RTT and Jitter, which
+	// BuildState sets) joins the local locality. Endpoint.CellID is the
+	// view's ID either way.
+	Published uint32
+	In        bool
+	Endpoint  xds.Endpoint
+	// Place is the cell's probed round trip; RTTOK: it was probed.
+	Place Place
+	RTTOK bool
+	// Addr is the view's endpoint parsed (an IPv4-mapped address
+	// unmapped), whatever its weight; invalid when it is not an IP
+	// address and port. Slots in Addr order (AddrOrder) give each
+	// locality its endpoints in the order the xDS build sorts them into,
+	// which it then only checks.
+	Addr netip.AddrPort
+}
+
+// AddrOrder orders slots by Addr (invalid first), as the xDS build
+// orders endpoints (by address, then port).
+func AddrOrder(a, b *Slot) int {
+	return cmp.Or(a.Addr.Addr().Compare(b.Addr.Addr()), cmp.Compare(a.Addr.Port(), b.Addr.Port()))
+}
+
+// SlotOf is v's Slot.
+func SlotOf(v *CellView) Slot {
+	s := Slot{
+		Model: v.Model, Known: v.Model != "" && v.State != lifecycle.Terminated, Published: v.Weight.Published,
+		Place: Place{v.RTT, v.Jitter}, RTTOK: v.RTTOK, Endpoint: xds.Endpoint{CellID: v.ID},
+	}
+	if ap, err := netip.ParseAddrPort(v.Endpoint); err == nil {
+		s.Addr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	if s.Published == 0 {
+		return s
+	}
+	host, portStr, err := net.SplitHostPort(v.Endpoint)
+	if err != nil {
+		return s // validated on receipt; unreachable
+	}
+	port, _ := strconv.ParseUint(portStr, 10, 32)
+	s.In = true
+	s.Endpoint = xds.Endpoint{
+		CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
+		ClassWeight: v.Weight.ClassWeight, Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
+		PrefillTokensPerSecond: v.PrefillTokensPerSecond, MaxNumSeqs: v.MaxNumSeqs,
+	}
+	return s
+}
+
+// BuildStateSlots is BuildState of the views whose slots (SlotOf) are
+// slots, in any order: the endpoints of each locality come in the order
+// of slots.
+func BuildStateSlots(p Params, slots []Slot) Offer {
+	b := stateBuilder{p: p, byModel: map[string]*xds.Model{}, local: map[string]*xds.Locality{}, own: map[string][]xds.Locality{},
+		offer: Offer{Placement: Placement{}}}
 	b.free = localBuffers(p.Reuse.State, p.Region, p.Zone)
 	// After a restart, the models the data planes were last given stay
 	// until a cell of theirs registers or ForgetAfter passes.
 	for m := range p.Kept {
 		b.model(m)
 	}
-	b.addLocal(views)
+	b.addLocal(slots)
 	remote := b.addRemote()
 	b.offer.State = b.assemble(remote)
 	return b.offer
@@ -169,47 +235,40 @@ func (b *stateBuilder) model(name string) *xds.Model {
 	return m
 }
 
-// addLocal adds the models of views and, per model, the local locality of
-// the views with a published weight.
-func (b *stateBuilder) addLocal(views []*CellView) {
-	localRTT, apart := LocalPlacement(views)
+// addLocal adds the models of slots and, per model, the local locality
+// of the cells with a published weight.
+func (b *stateBuilder) addLocal(slots []Slot) {
+	localRTT, apart := localPlacement(slots, func(s *Slot) (string, Place, bool) {
+		return s.Endpoint.CellID, s.Place, s.Published > 0 && s.RTTOK
+	})
 	localRTT = b.p.Sent.Held(LocalKey, localRTT)
 	b.offer.Placement[LocalKey] = localRTT
 	// Cells of one model mostly come in runs: the last model's locality
 	// is looked up once per run, not once per cell.
 	var lastModel string
 	var l *xds.Locality
-	for _, v := range views {
+	for i := range slots {
+		s := &slots[i]
 		// A model stays routable while any of its cells is known (not
 		// terminated), even with no endpoint left: callers then get "no
 		// healthy upstream" (retryable), and remote localities can still
 		// serve it, instead of the model vanishing from the routes.
-		if v.Model != "" && v.State != lifecycle.Terminated && (l == nil || v.Model != lastModel) {
-			b.model(v.Model)
+		if s.Known && (l == nil || s.Model != lastModel) {
+			b.model(s.Model)
 		}
-		if v.Weight.Published == 0 {
+		if !s.In {
 			continue
 		}
-		host, portStr, err := net.SplitHostPort(v.Endpoint)
-		if err != nil {
-			continue // validated on receipt; unreachable
+		if l == nil || s.Model != lastModel {
+			lastModel, l = s.Model, b.localityOf(s.Model, localRTT, len(slots))
 		}
-		port, _ := strconv.ParseUint(portStr, 10, 32)
-		if l == nil || v.Model != lastModel {
-			lastModel, l = v.Model, b.localityOf(v.Model, localRTT, len(views))
-		}
-		ep := xds.Endpoint{
-			CellID: v.ID, Host: host, Port: uint32(port), Weight: v.Weight.Published, MaxModelLen: v.MaxModelLen,
-			ClassWeight: v.Weight.ClassWeight, Degraded: v.Weight.Degraded, ProbeBudget: v.Weight.ProbeBudget,
-			PrefillTokensPerSecond: v.PrefillTokensPerSecond, MaxNumSeqs: v.MaxNumSeqs,
-		}
-		if a, ok := apart[v.ID]; ok {
-			a = b.p.Sent.Held(v.ID, a)
+		l.Endpoints = append(l.Endpoints, s.Endpoint)
+		if a, ok := apart[s.Endpoint.CellID]; ok {
+			a = b.p.Sent.Held(s.Endpoint.CellID, a)
+			ep := &l.Endpoints[len(l.Endpoints)-1]
 			ep.RTT, ep.Jitter = a.RTT, a.Jitter
-			b.offer.Placement[v.ID] = a
+			b.offer.Placement[s.Endpoint.CellID] = a
 		}
-		l.Endpoints = append(l.Endpoints, ep)
-		b.offer.Weights[v.ID] = v.Weight.Published
 	}
 }
 

@@ -79,9 +79,8 @@ func (c PenaltyConfig) keepable(cell Cell) bool {
 // reports whether a new trip may happen as far as capacity goes, and
 // whether c is kept in spite of errors (lifted now, or a trip its evidence
 // would cause refused).
-func (p *Projector) capacityGate(now time.Time, st *cellState, c Cell, held *int) (allow, kept bool) {
+func (p *Projector) capacityGate(now time.Time, st *cellState, c Cell, pl *poolLoad, held *int) (allow, kept bool) {
 	cfg := p.cfg.Penalty
-	pl := p.pool[c.Pool]
 	if !cfg.keepable(c) {
 		return true, false
 	}

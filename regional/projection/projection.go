@@ -267,6 +267,12 @@ type Projector struct {
 	// weights is the buffer of Decision.Weights, reused by each
 	// projection: at 10,000 cells it was a sixth of a cycle's garbage.
 	weights []Weight
+	// bands are cfg's band edges and weights.
+	bands bands
+	// fresh counts the cells of the current projection seen for the
+	// first time in it (resolve): when the states held are exactly those,
+	// none is left to forget.
+	fresh int
 }
 
 type cellState struct {
@@ -295,7 +301,8 @@ func New(cfg Config) (*Projector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Projector{cfg: cfg, cells: make(map[string]*cellState), pool: make(map[string]*poolLoad)}, nil
+	return &Projector{cfg: cfg, cells: make(map[string]*cellState), pool: make(map[string]*poolLoad),
+		bands: newBands(cfg.Bands, cfg.BandHysteresis, cfg.MaxWeight)}, nil
 }
 
 // Project computes weights for cells at now. Cells missing from the input
@@ -331,6 +338,7 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 // seen for the first time), marked seen in this generation.
 func (p *Projector) resolve(cells []Cell) {
 	p.prev, p.states = p.states, p.prev[:0]
+	p.fresh = 0
 	for i := range cells {
 		id := cells[i].ID
 		var st *cellState
@@ -339,6 +347,9 @@ func (p *Projector) resolve(cells []Cell) {
 		} else if st = p.cells[id]; st == nil {
 			st = &cellState{id: id, band: -1}
 			p.cells[id] = st
+		}
+		if st.gen != p.gen {
+			p.fresh++ // the first time this cell is seen in this projection
 		}
 		st.gen = p.gen
 		p.states = append(p.states, st)
@@ -351,9 +362,13 @@ func (p *Projector) resolve(cells []Cell) {
 func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets []target, urgentReason, driftReason string) {
 	targets = p.targets[:0]
 	held, ready := p.pools(cells)
+	var pl *poolLoad // c's pool: cells of one pool mostly come in runs
 	for i, c := range cells {
 		st := p.states[i]
-		capOK, kept := p.capacityGate(now, st, c, &held)
+		if pl == nil || c.Pool != cells[i-1].Pool {
+			pl = p.pool[c.Pool]
+		}
+		capOK, kept := p.capacityGate(now, st, c, pl, &held)
 		st.kept = kept
 		if kept {
 			d.Kept = append(d.Kept, c.ID)
@@ -362,7 +377,7 @@ func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets 
 		countOK := held == 0 || float64(held+1)*100 <= p.cfg.Penalty.MaxHeldPercent*float64(ready)
 		allowTrip := !wasClear || (countOK && capOK)
 		if st.pen.update(now, p.cfg.Penalty, c, allowTrip) {
-			if pl := p.pool[c.Pool]; wasClear && c.State == lifecycle.Ready {
+			if wasClear && c.State == lifecycle.Ready {
 				pl.held++
 			}
 			if wasClear {
@@ -398,6 +413,9 @@ func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets 
 // forgetRemoved drops the state of cells absent from this generation and
 // returns the urgent reason the first published one gives ("" when none).
 func (p *Projector) forgetRemoved() string {
+	if len(p.cells) == p.fresh {
+		return "" // every state held was seen in this generation
+	}
 	reason := ""
 	for id, st := range p.cells {
 		if st.gen != p.gen {
@@ -470,13 +488,13 @@ func (p *Projector) target(now time.Time, st *cellState, c Cell) target {
 		case phaseProbation:
 			st.band = -1
 			if st.pen.slotOpen {
-				t = target{weight: bandWeight(p.cfg.MaxWeight, p.cfg.Bands-1), band: BandProbe, reason: reasonProbeOpen}
+				t = target{weight: p.bands.weight[p.cfg.Bands-1], band: BandProbe, reason: reasonProbeOpen}
 				break
 			}
 			return target{band: BandOut, reason: reasonProbeWaiting}
 		default:
-			st.band = nextBand(st.band, speed, p.cfg.BandHysteresis, p.cfg.Bands)
-			t = target{weight: bandWeight(p.cfg.MaxWeight, st.band), band: bandNames[st.band], reason: reasonFull}
+			st.band = p.bands.next(st.band, speed)
+			t = target{weight: p.bands.weight[st.band], band: bandNames[st.band], reason: reasonFull}
 			if st.band > 0 {
 				t.reason = reasonSlow
 			}
@@ -499,8 +517,8 @@ func (p *Projector) target(now time.Time, st *cellState, c Cell) target {
 			st.band = -1
 			return target{band: BandOut, reason: reasonDrained}
 		}
-		st.band = nextBand(st.band, speed*left, p.cfg.BandHysteresis, p.cfg.Bands)
-		t = target{weight: bandWeight(p.cfg.MaxWeight, st.band), band: bandNames[st.band], reason: reasonDraining}
+		st.band = p.bands.next(st.band, speed*left)
+		t = target{weight: p.bands.weight[st.band], band: bandNames[st.band], reason: reasonDraining}
 	default:
 		st.band = -1
 		return target{band: BandOut, reason: reasonNotReady + c.State.String()}

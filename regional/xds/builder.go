@@ -156,7 +156,17 @@ type endpointParts struct {
 	// classLB is the LbEndpoint of the context-class clusters when the
 	// endpoint's ClassWeight differs from its Weight, else nil (lb serves).
 	classLB *endpoint.LbEndpoint
-	gen     uint64
+	// lbAs and classAs are the weight and health lb and classLB carry,
+	// kept here so that an unchanged endpoint is found so without
+	// reading its messages (cache misses at 10,000 endpoints).
+	lbAs, classAs lbAs
+	gen           uint64
+}
+
+// lbAs is the weight and health an LbEndpoint carries.
+type lbAs struct {
+	weight uint32
+	health core.HealthStatus
 }
 
 // NewBuilder validates cfg (after applying defaults) and builds the
@@ -940,13 +950,17 @@ func (e *modelEntry) partsAt(i, j int, ep *Endpoint) (p *endpointParts, first bo
 	if ep.Degraded {
 		health = core.HealthStatus_DEGRADED
 	}
-	if p.lb, err = p.lbEndpoint(p.lb, ep.Weight, health); err != nil {
+	want := lbAs{ep.Weight, health}
+	if p.lb, err = p.lbEndpoint(p.lb, p.lbAs, want); err != nil {
 		return nil, false, err
 	}
+	p.lbAs = want
 	if cw := ep.ClassWeight; cw != 0 && cw != ep.Weight {
-		if p.classLB, err = p.lbEndpoint(p.classLB, cw, health); err != nil {
+		want.weight = cw
+		if p.classLB, err = p.lbEndpoint(p.classLB, p.classAs, want); err != nil {
 			return nil, false, err
 		}
+		p.classAs = want
 	} else {
 		p.classLB = nil
 	}
@@ -997,13 +1011,14 @@ func (w *shiftWalk) find(j, n int, same func(x int) bool) int {
 	return -1
 }
 
-// lbEndpoint returns prev when it already carries weight and health, else
-// a new validated LbEndpoint of p's host and metadata.
-func (p *endpointParts) lbEndpoint(prev *endpoint.LbEndpoint, weight uint32, health core.HealthStatus) (*endpoint.LbEndpoint, error) {
-	if prev != nil && prev.GetLoadBalancingWeight().GetValue() == weight && prev.GetHealthStatus() == health {
+// lbEndpoint returns prev when it already carries want (was: what prev
+// carries), else a new validated LbEndpoint of p's host and metadata
+// carrying want.
+func (p *endpointParts) lbEndpoint(prev *endpoint.LbEndpoint, was, want lbAs) (*endpoint.LbEndpoint, error) {
+	if prev != nil && was == want {
 		return prev, nil
 	}
-	lb := &endpoint.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(weight), HealthStatus: health}
+	lb := &endpoint.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(want.weight), HealthStatus: want.health}
 	if err := lb.ValidateAll(); err != nil {
 		return nil, err
 	}
