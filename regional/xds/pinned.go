@@ -109,7 +109,7 @@ func canonPins(cfg *Config, m *Model, e *modelEntry, p *problems, sc *scratch) [
 			cp.loc = pe.canon
 			cp.loc.reused = true
 		} else {
-			loc, ok := canonicalizeModel(cfg, &Model{Name: what, Localities: pin.Localities}, p, sc, e.pin(pin.Set).spareCanon())
+			loc, ok := canonicalizeModel(cfg, &Model{Name: what, Localities: pin.Localities}, p, e.pin(pin.Set).spareCanon())
 			if !ok {
 				continue
 			}

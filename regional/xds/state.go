@@ -189,19 +189,32 @@ type canonModel struct {
 	raw []Locality
 	// reused marks a model taken whole from the Builder's memo.
 	reused bool
+
+	// What the next canonicalisation of the model starts from
+	// (canonicalizeFrom), set by every one that succeeds: cells and addrs
+	// are the duplicate sets of its endpoints (addrs with several
+	// localities only); order[li] is the index in localities of input
+	// locality li; inOrder[li] says that locality's endpoints came in
+	// canonical order, parsed[li] then holding their parsed addresses.
+	cells   map[string]struct{}
+	addrs   map[addrKey]string
+	order   []int
+	inOrder []bool
+	parsed  [][]netip.Addr
 }
 
 func (m *canonModel) equal(o *canonModel) bool {
 	return m.name == o.name && localitiesEqual(m.localities, o.localities)
 }
 
-// scratch holds maps reused across builds, so that duplicate detection on a
-// large model does not grow fresh maps every time.
+// scratch holds buffers reused across builds.
 type scratch struct {
-	addrs map[addrKey]string
-	cells map[string]struct{}
-	// parsed holds one locality's parsed addresses while it is checked.
-	parsed []netip.Addr
+	// seen marks the last input's endpoints found in the new one.
+	seen []bool
+	// from counts the models canonicalizeFrom canonicalised; with full
+	// set, it is never tried (tests).
+	from int
+	full bool
 }
 
 // canonicalize validates st and returns its models sorted by name. A model
@@ -231,12 +244,18 @@ func canonicalize(cfg *Config, st State, memo map[string]*modelEntry, sc *scratc
 			continue
 		}
 		var cm canonModel
+		var from bool
 		if e != nil && e.cla != nil && localitiesEqual(e.canon.raw, m.Localities) {
 			cm = e.canon
 			cm.reused = true
-		} else {
+		} else if e != nil && e.cla != nil && !sc.full {
+			if cm, from = canonicalizeFrom(cfg, m, &e.canon, e.spareCanon(), sc); from {
+				sc.from++
+			}
+		}
+		if !cm.reused && !from {
 			var ok bool
-			if cm, ok = canonicalizeModel(cfg, m, &p, sc, e.spareCanon()); !ok {
+			if cm, ok = canonicalizeModel(cfg, m, &p, e.spareCanon()); !ok {
 				continue
 			}
 		}
@@ -338,49 +357,68 @@ type modelCanon struct {
 // any more (modelEntry.spare): the result's endpoint slices are written
 // into them, so that a model rebuilt every cycle does not allocate its
 // endpoints twice per build.
-func canonicalizeModel(cfg *Config, m *Model, p *problems, sc *scratch, spare *canonModel) (canonModel, bool) {
+func canonicalizeModel(cfg *Config, m *Model, p *problems, spare *canonModel) (canonModel, bool) {
 	before := len(p.list) + p.more
-	cm := canonModel{name: m.Name, localities: make([]Locality, len(m.Localities))}
-	if sc.addrs == nil {
-		sc.addrs = make(map[addrKey]string)
-		sc.cells = make(map[string]struct{})
-	}
-	clear(sc.addrs)
-	clear(sc.cells)
-	mc := modelCanon{
-		cfg: cfg, m: m, p: p, addrs: sc.addrs, cells: sc.cells,
-		locs: make(map[locKey]struct{}, len(m.Localities)), prioWeight: make(map[uint32]uint64, 2),
-	}
+	n := len(m.Localities)
+	cm := canonModel{name: m.Name, localities: make([]Locality, n), order: make([]int, n), inOrder: make([]bool, n),
+		parsed: make([][]netip.Addr, n)}
 	var spareCanon, spareRaw []Locality
+	var spareParsed [][]netip.Addr
 	if spare != nil {
-		spareCanon, spareRaw = spare.localities, spare.raw
+		spareCanon, spareRaw, spareParsed = spare.localities, spare.raw, spare.parsed
+		cm.cells, cm.addrs = spare.cells, spare.addrs
+	}
+	if cm.cells == nil {
+		cm.cells, cm.addrs = make(map[string]struct{}), make(map[addrKey]string)
+	}
+	clear(cm.cells)
+	clear(cm.addrs)
+	mc := modelCanon{
+		cfg: cfg, m: m, p: p, addrs: cm.addrs, cells: cm.cells,
+		locs: make(map[locKey]struct{}, n), prioWeight: make(map[uint32]uint64, 2),
 	}
 	for li := range m.Localities {
-		cm.localities[li] = mc.locality(&m.Localities[li], spareEndpoints(spareCanon, li), sc)
+		var buf []netip.Addr
+		if li < len(spareParsed) {
+			buf = spareParsed[li]
+		}
+		cm.localities[li], cm.parsed[li], cm.inOrder[li] = mc.locality(&m.Localities[li], spareEndpoints(spareCanon, li), buf)
 	}
 	mc.checkWeights()
 	if len(p.list)+p.more != before {
 		return canonModel{}, false
 	}
-	slices.SortFunc(cm.localities, func(a, b Locality) int {
-		return cmp.Or(cmp.Compare(a.Priority, b.Priority), strings.Compare(a.Region, b.Region), strings.Compare(a.Zone, b.Zone))
-	})
+	cm.sortLocalities()
 	cm.raw = copyLocalities(m.Localities, spareRaw)
 	return cm, true
 }
 
+// sortLocalities puts cm's localities, in input order, in canonical order
+// (priority, region, zone) and records where each went (cm.order).
+func (cm *canonModel) sortLocalities() {
+	for i := range cm.order {
+		cm.order[i] = i
+	}
+	ls := cm.localities
+	idx := slices.Clone(cm.order)
+	slices.SortStableFunc(idx, func(a, b int) int {
+		return cmp.Or(cmp.Compare(ls[a].Priority, ls[b].Priority), strings.Compare(ls[a].Region, ls[b].Region), strings.Compare(ls[a].Zone, ls[b].Zone))
+	})
+	sorted := make([]Locality, len(ls))
+	for to, from := range idx {
+		sorted[to] = ls[from]
+		cm.order[from] = to
+	}
+	cm.localities = sorted
+}
+
 // locality checks one locality of the model and returns it canonical:
 // the default region and zone filled in, endpoints checked and sorted
-// (into buf's array when it is large enough).
-func (mc *modelCanon) locality(in *Locality, buf []Endpoint, sc *scratch) Locality {
+// (into buf's array when it is large enough); and when they came in that
+// order (inOrder), their parsed addresses (into parsedBuf's array).
+func (mc *modelCanon) locality(in *Locality, buf []Endpoint, parsedBuf []netip.Addr) (l Locality, parsed []netip.Addr, inOrder bool) {
 	p := mc.p
-	l := Locality{Region: in.Region, Zone: in.Zone, Weight: in.Weight, Priority: in.Priority, RTT: in.RTT, Jitter: in.Jitter}
-	if l.Region == "" {
-		l.Region = mc.cfg.Region
-		if l.Zone == "" {
-			l.Zone = mc.cfg.Zone
-		}
-	}
+	l = mc.header(in)
 	where := locality{mc.m.Name, l.Region, l.Zone, l.Priority}
 	if err := xdscontract.CheckName("region", l.Region); err != nil {
 		p.addf("%s: %v", where, err)
@@ -404,12 +442,13 @@ func (mc *modelCanon) locality(in *Locality, buf []Endpoint, sc *scratch) Locali
 	mc.prioWeight[l.Priority] += uint64(l.Weight)
 
 	l.Endpoints = slices.Grow(buf[:0], len(in.Endpoints))[:len(in.Endpoints)]
-	sc.parsed = slices.Grow(sc.parsed[:0], len(in.Endpoints))
-	parsed := sc.parsed[:len(in.Endpoints)]
+	parsed = slices.Grow(parsedBuf[:0], len(in.Endpoints))[:len(in.Endpoints)]
 	for ei, e := range in.Endpoints {
-		l.Endpoints[ei], parsed[ei] = mc.endpoint(where, e)
+		var named bool
+		l.Endpoints[ei], parsed[ei], named = mc.endpoint(where, e)
+		mc.dup(where, &l.Endpoints[ei], parsed[ei], named)
 	}
-	sortEndpoints(l.Endpoints, parsed)
+	inOrder = sortEndpoints(l.Endpoints, parsed)
 	if len(mc.m.Localities) == 1 {
 		// One locality: duplicates are neighbours once sorted.
 		for j := 1; j < len(parsed); j++ {
@@ -420,12 +459,26 @@ func (mc *modelCanon) locality(in *Locality, buf []Endpoint, sc *scratch) Locali
 			}
 		}
 	}
+	return l, parsed, inOrder
+}
+
+// header is in without its endpoints, the default region and zone filled
+// in.
+func (mc *modelCanon) header(in *Locality) Locality {
+	l := Locality{Region: in.Region, Zone: in.Zone, Weight: in.Weight, Priority: in.Priority, RTT: in.RTT, Jitter: in.Jitter}
+	if l.Region == "" {
+		l.Region = mc.cfg.Region
+		if l.Zone == "" {
+			l.Zone = mc.cfg.Zone
+		}
+	}
 	return l
 }
 
 // endpoint checks one endpoint of the locality where and returns it
-// canonical, with its parsed address (invalid when the host is not an IP).
-func (mc *modelCanon) endpoint(where locality, e Endpoint) (Endpoint, netip.Addr) {
+// canonical, with its parsed address (invalid when the host is not an IP),
+// and whether its cell id is a valid name.
+func (mc *modelCanon) endpoint(where locality, e Endpoint) (Endpoint, netip.Addr, bool) {
 	p := mc.p
 	addr, err := netip.ParseAddr(e.Host)
 	switch {
@@ -456,22 +509,33 @@ func (mc *modelCanon) endpoint(where locality, e Endpoint) (Endpoint, netip.Addr
 	if err := checkRTT(e.RTT, e.Jitter); err != nil {
 		p.addf("%s: cell %q: %v", where, e.CellID, err)
 	}
+	named := true
 	if err := xdscontract.CheckName("cell id", e.CellID); err != nil {
 		p.addf("%s: endpoint %s: %v", where, e.Host, err)
-	} else if _, dup := mc.cells[e.CellID]; dup {
-		p.addf("%s: cell %q: listed twice in the model", where, e.CellID)
+		named = false
+	}
+	mc.total += uint64(e.Weight)
+	return e, addr, named
+}
+
+// dup checks that the endpoint e (canonical; addr its parsed address;
+// named: its cell id is valid, else a duplicate is not reported) is the
+// model's only one of its cell and, with several localities (where
+// locality() does not find duplicates as neighbours), of its address, and
+// records both.
+func (mc *modelCanon) dup(where locality, e *Endpoint, addr netip.Addr, named bool) {
+	if _, dup := mc.cells[e.CellID]; dup && named {
+		mc.p.addf("%s: cell %q: listed twice in the model", where, e.CellID)
 	}
 	mc.cells[e.CellID] = struct{}{}
 	if addr.IsValid() && len(mc.m.Localities) > 1 {
 		ak := addrKey{addr, e.Port}
 		if other, dup := mc.addrs[ak]; dup {
-			p.addf("%s: cell %q: address %s is also cell %q's; each address may appear once per model",
+			mc.p.addf("%s: cell %q: address %s is also cell %q's; each address may appear once per model",
 				where, e.CellID, netip.AddrPortFrom(addr, uint16(e.Port)), other)
 		}
 		mc.addrs[ak] = e.CellID
 	}
-	mc.total += uint64(e.Weight)
-	return e, addr
 }
 
 // checkWeights checks the model's weight sums and its priorities.
@@ -513,8 +577,9 @@ func (l locality) String() string {
 }
 
 // sortEndpoints orders eps and the parallel parsed addresses by address then
-// port, skipping the sort when the input is already in order.
-func sortEndpoints(eps []Endpoint, parsed []netip.Addr) {
+// port, skipping the sort when the input is already in order, which it
+// reports.
+func sortEndpoints(eps []Endpoint, parsed []netip.Addr) bool {
 	less := func(i, j int) int {
 		return cmp.Or(parsed[i].Compare(parsed[j]), cmp.Compare(eps[i].Port, eps[j].Port))
 	}
@@ -526,7 +591,7 @@ func sortEndpoints(eps []Endpoint, parsed []netip.Addr) {
 		}
 	}
 	if sorted {
-		return
+		return true
 	}
 	idx := make([]int, len(eps))
 	for i := range idx {
@@ -540,4 +605,5 @@ func sortEndpoints(eps []Endpoint, parsed []netip.Addr) {
 	}
 	copy(eps, outE)
 	copy(parsed, outP)
+	return false
 }
