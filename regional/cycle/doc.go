@@ -5,7 +5,9 @@
 // the controller publishes (CellView, Scored, Weighted), the round trips
 // the data plane's pick is given and when they drifted enough to push
 // again (LocalPlacement, Drifted), and the xDS state built from the
-// weighted views and the cross-region routes (BuildState), with each
+// weighted views and the cross-region routes (BuildState; from each
+// view's Slot, kept by a caller that remakes only the changed views'
+// slots, BuildStateSlots), with each
 // model's shed share per criticality, its pinned residency sets
 // (pinned.go: only localities of the regions a set allows, whatever the
 // routes say or whether there are any) and its retry budget.

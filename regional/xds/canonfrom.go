@@ -20,7 +20,8 @@ import (
 // localities differ in number or in anything but their endpoints, a
 // locality's endpoints are not in canonical order (in prev's input or in
 // m: sorting is the full path's), or anything about an endpoint it checks
-// or its duplicates is wrong. The caller then takes the full path, which
+// or its duplicates is wrong; or when more than a quarter of a locality's
+// endpoints changed (the full path then costs less). The caller then takes the full path, which
 // reports the problems. It writes into spare's buffers (nil: none), never
 // prev's; when it gets as far as the duplicate sets it takes them from
 // prev (which keeps none), so that a later call from prev starts afresh.
@@ -67,11 +68,22 @@ func canonicalizeFrom(cfg *Config, m *Model, prev, spare *canonModel, sc *scratc
 		parsed := slices.Grow(buf[:0], len(in))[:len(in)]
 		sc.seen = slices.Grow(sc.seen[:0], len(oldRaw))[:len(oldRaw)]
 		clear(sc.seen)
+		sc.matched = slices.Grow(sc.matched[:0], len(in))[:len(in)]
 		var walk shiftWalk
+		unmatched := 0
 		for j := range in {
 			x := walk.find(j, len(oldRaw), func(x int) bool { return oldRaw[x] == in[j] })
-			if x >= 0 {
+			if sc.matched[j] = x; x >= 0 {
 				sc.seen[x] = true
+			} else {
+				unmatched++
+			}
+		}
+		if unmatched > 16 && unmatched > len(in)/4 {
+			return canonModel{}, false // the full path is cheaper
+		}
+		for j := range in {
+			if x := sc.matched[j]; x >= 0 {
 				l.Endpoints[j], parsed[j] = oldCanon[x], oldParsed[x]
 				continue
 			}

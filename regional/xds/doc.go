@@ -202,6 +202,13 @@
 //     a model's ClusterLoadAssignments when its endpoints change (the
 //     Envoy-only ones share the main one's endpoint messages; a pinned
 //     set's, its class clusters' included, when its localities change).
+//     A model whose localities are those of its last build and whose
+//     endpoints come in canonical order (the registry sends them by
+//     address) is canonicalised from the last build (canonicalizeFrom):
+//     only the endpoints not in the last input are checked, and the
+//     duplicate sets follow what left and came, so a cycle that changes a
+//     few of 10,000 endpoints does not parse and hash every one; anything
+//     else, a problem included, takes the full path, which reports it.
 //   - Delta (incremental) xDS streams are served; their ACKs, NACKs, stale
 //     nonces and unknown names are counted but not tracked (WaitForAck and
 //     Streams see state-of-the-world streams only). By default they get the

@@ -209,6 +209,9 @@ func (m *canonModel) equal(o *canonModel) bool {
 
 // scratch holds buffers reused across builds.
 type scratch struct {
+	// matched holds, while canonicalizeFrom walks a locality, the index
+	// in the last input of each endpoint found there (-1: none).
+	matched []int
 	// seen marks the last input's endpoints found in the new one.
 	seen []bool
 	// from counts the models canonicalizeFrom canonicalised; with full
