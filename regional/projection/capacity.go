@@ -78,7 +78,7 @@ func (c PenaltyConfig) keepable(cell Cell) bool {
 // penalised cell the pool needs is lifted (it returns to its band), and it
 // reports whether a new trip may happen as far as capacity goes, and
 // whether c is kept in spite of errors (lifted now, or a trip its evidence
-// would cause refused).
+// would cause refused). pl is c's pool.
 func (p *Projector) capacityGate(now time.Time, st *cellState, c Cell, pl *poolLoad, held *int) (allow, kept bool) {
 	cfg := p.cfg.Penalty
 	if !cfg.keepable(c) {

@@ -26,99 +26,139 @@ import (
 // prev's; when it gets as far as the duplicate sets it takes them from
 // prev (which keeps none), so that a later call from prev starts afresh.
 func canonicalizeFrom(cfg *Config, m *Model, prev, spare *canonModel, sc *scratch) (canonModel, bool) {
-	n := len(m.Localities)
-	if prev.cells == nil || len(prev.raw) != n || len(prev.order) != n || len(prev.parsed) != n {
+	if !sameLocalities(m, prev) {
 		return canonModel{}, false
+	}
+	n := len(m.Localities)
+	f := fromWalk{mc: modelCanon{cfg: cfg, m: m}, prev: prev, sc: sc,
+		cm: canonModel{name: m.Name, localities: make([]Locality, n), order: slices.Clone(prev.order), inOrder: make([]bool, n),
+			parsed: make([][]netip.Addr, n)}}
+	f.mc.p = &f.p
+	var spareRaw []Locality
+	if spare != nil {
+		f.spareCanon, f.spareParsed, spareRaw = spare.localities, spare.parsed, spare.raw
+	}
+	for li := range m.Localities {
+		if !f.locality(li) {
+			return canonModel{}, false
+		}
+	}
+	if f.total > math.MaxUint32 || !f.dups() {
+		return canonModel{}, false
+	}
+	f.cm.raw = copyLocalities(m.Localities, spareRaw)
+	return f.cm, true
+}
+
+// sameLocalities reports whether prev can start m's canonicalisation: it
+// has duplicate sets, and its input had m's localities, but for their
+// endpoints, each of them in canonical order.
+func sameLocalities(m *Model, prev *canonModel) bool {
+	n := len(m.Localities)
+	if prev.cells == nil || len(prev.raw) != n || len(prev.order) != n || len(prev.parsed) != n || len(prev.inOrder) != n {
+		return false
 	}
 	for li := range m.Localities {
 		in, old := &m.Localities[li], &prev.raw[li]
 		if !prev.inOrder[li] || in.Region != old.Region || in.Zone != old.Zone || in.Weight != old.Weight ||
-			in.Priority != old.Priority || in.RTT != old.RTT || in.Jitter != old.Jitter {
-			return canonModel{}, false
+			in.Priority != old.Priority || in.RTT != old.RTT || in.Jitter != old.Jitter ||
+			len(prev.localities[prev.order[li]].Endpoints) != len(old.Endpoints) || len(prev.parsed[li]) != len(old.Endpoints) {
+			return false
 		}
 	}
-	var spareCanon, spareRaw []Locality
-	var spareParsed [][]netip.Addr
-	if spare != nil {
-		spareCanon, spareRaw, spareParsed = spare.localities, spare.raw, spare.parsed
+	return true
+}
+
+// fromWalk is one canonicalizeFrom call's work in progress.
+type fromWalk struct {
+	mc   modelCanon // checks the endpoints not in prev's input (problems to p)
+	p    problems
+	prev *canonModel
+	sc   *scratch
+	cm   canonModel // the result
+	// The spare's buffers, written into.
+	spareCanon  []Locality
+	spareParsed [][]netip.Addr
+	// added and removed are the endpoints of m not in prev's input and
+	// those of prev's input not in m.
+	added, removed []at
+	total          uint64 // the endpoints' weights
+}
+
+// at names an endpoint: input locality li, position j.
+type at struct{ li, j int }
+
+// locality walks input locality li beside prev's and writes its canonical
+// form into f.cm; false: the full path must take the model.
+func (f *fromWalk) locality(li int) bool {
+	in := f.mc.m.Localities[li].Endpoints
+	oldRaw := f.prev.raw[li].Endpoints
+	l := f.prev.localities[f.prev.order[li]]
+	oldCanon, oldParsed := l.Endpoints, f.prev.parsed[li]
+	sc := f.sc
+	sc.seen = slices.Grow(sc.seen[:0], len(oldRaw))[:len(oldRaw)]
+	clear(sc.seen)
+	sc.matched = slices.Grow(sc.matched[:0], len(in))[:len(in)]
+	var walk shiftWalk
+	unmatched := 0
+	for j := range in {
+		x := walk.find(j, len(oldRaw), func(x int) bool { return oldRaw[x] == in[j] })
+		if sc.matched[j] = x; x >= 0 {
+			sc.seen[x] = true
+		} else {
+			unmatched++
+		}
 	}
-	cm := canonModel{name: m.Name, localities: make([]Locality, n), order: slices.Clone(prev.order), inOrder: make([]bool, n),
-		parsed: make([][]netip.Addr, n)}
-	var p problems
-	mc := modelCanon{cfg: cfg, m: m, p: &p}
-	// at names an endpoint: locality li (input order), position j.
-	type at struct{ li, j int }
-	var added, removed []at
-	var total uint64 // the endpoints' weights (mc.total counts the checked ones only)
-	for li := range m.Localities {
-		in := m.Localities[li].Endpoints
-		oldRaw := prev.raw[li].Endpoints
-		oldCanon := prev.localities[prev.order[li]].Endpoints
-		oldParsed := prev.parsed[li]
-		if len(oldCanon) != len(oldRaw) || len(oldParsed) != len(oldRaw) {
-			return canonModel{}, false
-		}
-		l := prev.localities[prev.order[li]]
-		where := locality{m.Name, l.Region, l.Zone, l.Priority}
-		var buf []netip.Addr
-		if li < len(spareParsed) {
-			buf = spareParsed[li]
-		}
-		l.Endpoints = slices.Grow(spareEndpoints(spareCanon, li), len(in))[:len(in)]
-		parsed := slices.Grow(buf[:0], len(in))[:len(in)]
-		sc.seen = slices.Grow(sc.seen[:0], len(oldRaw))[:len(oldRaw)]
-		clear(sc.seen)
-		sc.matched = slices.Grow(sc.matched[:0], len(in))[:len(in)]
-		var walk shiftWalk
-		unmatched := 0
-		for j := range in {
-			x := walk.find(j, len(oldRaw), func(x int) bool { return oldRaw[x] == in[j] })
-			if sc.matched[j] = x; x >= 0 {
-				sc.seen[x] = true
-			} else {
-				unmatched++
-			}
-		}
-		if unmatched > 16 && unmatched > len(in)/4 {
-			return canonModel{}, false // the full path is cheaper
-		}
-		for j := range in {
-			if x := sc.matched[j]; x >= 0 {
-				l.Endpoints[j], parsed[j] = oldCanon[x], oldParsed[x]
-				continue
-			}
-			var named bool
-			l.Endpoints[j], parsed[j], named = mc.endpoint(where, in[j])
-			if !named || len(p.list)+p.more > 0 {
-				return canonModel{}, false
-			}
-			added = append(added, at{li, j})
-		}
-		for x, seen := range sc.seen {
-			if !seen {
-				removed = append(removed, at{li, x})
-			}
-		}
-		// Strictly in order: then no address appears twice in the
-		// locality either (the full path finds those as neighbours).
-		for j := 1; j < len(in); j++ {
-			if c := parsed[j-1].Compare(parsed[j]); c > 0 || c == 0 && l.Endpoints[j-1].Port >= l.Endpoints[j].Port {
-				return canonModel{}, false
-			}
-		}
-		for j := range l.Endpoints {
-			total += uint64(l.Endpoints[j].Weight)
-		}
-		cm.localities[cm.order[li]], cm.parsed[li], cm.inOrder[li] = l, parsed, true
+	if unmatched > 16 && unmatched > len(in)/4 {
+		return false // the full path is cheaper
 	}
-	if total > math.MaxUint32 {
-		return canonModel{}, false
+	var buf []netip.Addr
+	if li < len(f.spareParsed) {
+		buf = f.spareParsed[li]
 	}
-	// The duplicate sets: prev's, less what left, plus what came.
+	where := locality{f.mc.m.Name, l.Region, l.Zone, l.Priority}
+	l.Endpoints = slices.Grow(spareEndpoints(f.spareCanon, li), len(in))[:len(in)]
+	parsed := slices.Grow(buf[:0], len(in))[:len(in)]
+	for j := range in {
+		if x := sc.matched[j]; x >= 0 {
+			l.Endpoints[j], parsed[j] = oldCanon[x], oldParsed[x]
+			continue
+		}
+		var named bool
+		l.Endpoints[j], parsed[j], named = f.mc.endpoint(where, in[j])
+		if !named || len(f.p.list)+f.p.more > 0 {
+			return false
+		}
+		f.added = append(f.added, at{li, j})
+	}
+	for x, seen := range sc.seen {
+		if !seen {
+			f.removed = append(f.removed, at{li, x})
+		}
+	}
+	// Strictly in order: then no address appears twice in the locality
+	// either (the full path finds those as neighbours).
+	for j := 1; j < len(in); j++ {
+		if c := parsed[j-1].Compare(parsed[j]); c > 0 || c == 0 && l.Endpoints[j-1].Port >= l.Endpoints[j].Port {
+			return false
+		}
+	}
+	for j := range l.Endpoints {
+		f.total += uint64(l.Endpoints[j].Weight)
+	}
+	f.cm.localities[f.cm.order[li]], f.cm.parsed[li], f.cm.inOrder[li] = l, parsed, true
+	return true
+}
+
+// dups makes the result's duplicate sets from prev's, less what left,
+// plus what came, and reports whether what came is no duplicate. prev
+// keeps none either way.
+func (f *fromWalk) dups() bool {
+	prev, cm := f.prev, &f.cm
 	cm.cells, cm.addrs = prev.cells, prev.addrs
 	prev.cells, prev.addrs = nil, nil
-	multi := n > 1
-	for _, r := range removed {
+	multi := len(cm.order) > 1
+	for _, r := range f.removed {
 		e := &prev.localities[prev.order[r.li]].Endpoints[r.j]
 		delete(cm.cells, e.CellID)
 		if a := prev.parsed[r.li][r.j]; multi && a.IsValid() {
@@ -127,20 +167,19 @@ func canonicalizeFrom(cfg *Config, m *Model, prev, spare *canonModel, sc *scratc
 			}
 		}
 	}
-	for _, a := range added {
+	for _, a := range f.added {
 		e := &cm.localities[cm.order[a.li]].Endpoints[a.j]
 		if _, dup := cm.cells[e.CellID]; dup {
-			return canonModel{}, false
+			return false
 		}
 		cm.cells[e.CellID] = struct{}{}
 		if addr := cm.parsed[a.li][a.j]; multi && addr.IsValid() {
 			k := addrKey{addr, e.Port}
 			if _, dup := cm.addrs[k]; dup {
-				return canonModel{}, false
+				return false
 			}
 			cm.addrs[k] = e.CellID
 		}
 	}
-	cm.raw = copyLocalities(m.Localities, spareRaw)
-	return cm, true
+	return true
 }
