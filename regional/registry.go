@@ -80,10 +80,6 @@ type cell struct {
 	pub     *CellView
 	pubIn   viewIn
 	pubCell cycle.Cell
-	// pubWeight is pub.Weight, kept here so that the cycle compares a
-	// cell's new weight without reading its view (a cache miss per cell
-	// at 10,000 cells).
-	pubWeight projection.Weight
 	// offered: the cell was in the last state offered (noteOffered).
 	offered bool
 }
@@ -605,7 +601,7 @@ func (r *Registry) cycle(now time.Time) {
 	}, r.mapped, r.scores)
 	r.mapped, r.scores = pcells, results
 	d := r.proj.Project(now, pcells)
-	r.annotate(views, cells, known, results, d.Weights)
+	r.annotate(views, cells, known, results, d)
 	r.noteRemovals(d.Weights)
 	for _, id := range d.NewTrips {
 		r.metrics.penaltyTrips.Inc()
@@ -685,20 +681,25 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 }
 
 // annotate sets each of views (the cycle's, in id order) to its cell's
-// view with this cycle's score and weight (cycle.Annotated: a view that
-// changed is copied, never modified) and records it as the cell's
-// published view, with the mapping input it was scored from, and its
-// slot.
-func (r *Registry) annotate(views []*CellView, cells []cycle.Cell, known []bool, results []score.Result, weights []projection.Weight) {
+// view with this cycle's score and weight (d, the projection of the
+// cells in that order; cycle.Annotated: a view that changed is copied,
+// never modified) and records it as the cell's published view, with the
+// mapping input it was scored from, and its slot.
+func (r *Registry) annotate(views []*CellView, cells []cycle.Cell, known []bool, results []score.Result, d projection.Decision) {
 	remake := r.slotsGen != r.orderGen || len(r.slotOf) != len(r.order)
 	moved := false // a remade slot's address changed: the order must be remade
-	for i, c := range r.order {
-		fresh := views[i] != c.pub
-		if !fresh && known[i] && c.pubWeight == weights[i] {
-			continue // the same view, score (so Fallback) and weight
+	weights := d.Weights
+	for i := range r.order {
+		// known: the cell kept its view (cellViews) and its score. Same:
+		// its weight is the one the last cycle gave it, which its view
+		// carries. Such a cell is not even read.
+		if known[i] && d.Same[i] {
+			continue
 		}
+		c := r.order[i]
+		fresh := views[i] != c.pub
 		views[i] = cycle.Annotated(views[i], results[i], weights[i], fresh)
-		c.pub, c.pubWeight = views[i], weights[i]
+		c.pub = views[i]
 		if !remake {
 			s := &r.slots[r.slotOf[i]]
 			was := s.Addr

@@ -10,6 +10,7 @@ import (
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 	"github.com/isobar-mesh/isobar/regional/cycle"
+	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/xds"
 )
 
@@ -18,7 +19,8 @@ import (
 // slots. Through random churn (new heartbeats, suspects, moved and new
 // addresses, new cells, probes, terminations), after every cycle: the
 // slots are in address order, each is SlotOf the cell's published view,
-// the offered state holds exactly the cells whose view has a published
+// each view carries the weight the projection gives its cell, the
+// offered state holds exactly the cells whose view has a published
 // weight, with that weight, and each cell's offered flag says whether the
 // last offer held it.
 func TestCycleSlotsFollowTheViews(t *testing.T) {
@@ -38,6 +40,13 @@ func TestCycleSlotsFollowTheViews(t *testing.T) {
 	}
 	var offered xds.State
 	offers := 0
+	// A second projector fed the same cells at the same times gives the
+	// weights every view must carry (the cycle skips a cell whose weight
+	// the projection says did not change).
+	shadow, err := projection.New(cb.cfg.Projection)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for step := range 300 {
 		cb.clock.Advance(cb.cfg.Projection.MinInterval)
 		now := cb.clock.Now()
@@ -54,12 +63,14 @@ func TestCycleSlotsFollowTheViews(t *testing.T) {
 				eps[id] = freshAddr()
 			case k == 2:
 				state = isobarpb.LifecycleState_LIFECYCLE_STATE_TERMINATED
-			case k < 6:
+			case k == 3: // the weight then ramps down, cycle after cycle, with no new view
+				state = isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING
+			case k < 7:
 				if c := cb.r.cells[id]; c != nil {
 					c.suspect = !c.suspect
 				}
 				continue
-			case k < 9:
+			case k < 10:
 				cb.r.apply(message{probes: []probeResult{{id: id, ok: true,
 					rtt: time.Duration(200+rng.IntN(3)*5000) * time.Microsecond, jitter: 20 * time.Microsecond}}})
 				continue
@@ -69,6 +80,12 @@ func TestCycleSlotsFollowTheViews(t *testing.T) {
 			cb.r.applyHeartbeat(now, hb)
 		}
 		cb.r.cycle(now)
+		d := shadow.Project(now, cb.r.mapped)
+		for i, c := range cb.r.order {
+			if c.pub.Weight != d.Weights[i] {
+				t.Fatalf("step %d: cell %s: its view's weight %+v, the projection's %+v", step, c.id, c.pub.Weight, d.Weights[i])
+			}
+		}
 		cb.r.pub.mu.Lock()
 		st := cb.r.pub.pending
 		cb.r.pub.pending = nil

@@ -235,6 +235,11 @@ type Decision struct {
 	// reuses this buffer: it is valid until the next Project call (a
 	// caller that keeps weights copies them, as views do).
 	Weights []Weight
+	// Same[i] reports that Weights[i] equals the weight the previous
+	// Project gave the same cell at the same position (false for a cell
+	// that was not there), so that a caller that keeps weights need not
+	// compare them. A reused buffer too, valid until the next Project.
+	Same []bool
 	// Push says the published weights changed and must be sent.
 	Push bool
 	// Urgent says the change must go out now (membership change, a new
@@ -267,6 +272,7 @@ type Projector struct {
 	// weights is the buffer of Decision.Weights, reused by each
 	// projection: at 10,000 cells it was a sixth of a cycle's garbage.
 	weights []Weight
+	same    []bool // the buffer of Decision.Same
 	// bands are cfg's band edges and weights.
 	bands bands
 	// fresh counts the cells of the current projection seen for the
@@ -309,7 +315,9 @@ func New(cfg Config) (*Projector, error) {
 // are forgotten (and leave the load balancer).
 func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	var d Decision
+	prevW := p.weights // the last projection's weights, overwritten in place below
 	d.Weights = slices.Grow(p.weights[:0], len(cells))
+	d.Same = slices.Grow(p.same[:0], len(cells))
 	p.gen++
 	p.resolve(cells)
 	targets, urgentReason, driftReason := p.evaluate(now, cells, &d)
@@ -328,9 +336,13 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 		p.lastPush, p.pushed = now, true
 	}
 	for i, c := range cells {
-		d.Weights = append(d.Weights, p.weight(p.states[i], c, targets[i], d.Push))
+		w := p.weight(p.states[i], c, targets[i], d.Push)
+		// prevW[i] is read before the append writes over it; a Weight
+		// carries its cell's ID, so an equal one is the same cell's.
+		d.Same = append(d.Same, i < len(prevW) && prevW[i] == w)
+		d.Weights = append(d.Weights, w)
 	}
-	p.weights = d.Weights
+	p.weights, p.same = d.Weights, d.Same
 	return d
 }
 
