@@ -66,20 +66,25 @@ type probeResult struct {
 
 // cell is the registry's record of one cell. Owned by the registry loop.
 type cell struct {
+	// The fields every cycle reads of every cell come first, together
+	// (cellViews): at 10,000 cells each is a cache miss otherwise.
 	id string
+	// pub is the cell's view in the last published View (never modified:
+	// Views share it), built from pubIn; pubCell is the mapping's input
+	// made of it with the data plane window it was scored with (pubDP,
+	// also kept here). A cycle whose viewIn and window are unchanged
+	// reuses all three.
+	pub *CellView
 	viewIn
+	pubIn viewIn
+	pubDP cycle.ErrorWindow
+
+	pubCell cycle.Cell
 	// clamped: the last heartbeat carried signals beyond their bounds.
 	clamped bool
 	// leftLBAt is when the cell stopped being eligible for traffic; the
 	// failover histogram measures from here to the push that removed it.
 	leftLBAt time.Time
-	// pub is the cell's view in the last published View (never modified:
-	// Views share it), built from pubIn; pubCell is the mapping's input
-	// made of it with the data plane window it was scored with. A cycle
-	// whose viewIn and window are unchanged reuses all three.
-	pub     *CellView
-	pubIn   viewIn
-	pubCell cycle.Cell
 	// offered: the cell was in the last state offered (noteOffered).
 	offered bool
 }
@@ -151,8 +156,10 @@ type Registry struct {
 	poolUtil   map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
 	cycleCells []cycle.Cell             // the cycle's input buffer, reused (cellViews)
 	cycleKnown []bool                   // which of cycleCells' scores still hold, reused
+	cycleFresh []bool                   // which cells got a new view this cycle (cellViews), reused
 	// slots holds each cell's cycle.Slot, of its published view, in
-	// address order (cycle.AddrOrder); slotOf[i] is the slot of r.order[i];
+	// address order (cycle.AddrOrder); slotOf[i] is the slot of r.order[i]
+	// (slotAddr[i] its address, read in order to find one that moved);
 	// slotsGen is the orderGen they were made for. A cycle remakes only
 	// the slots of the views it replaced, and the state is built from the
 	// slots (cycle.BuildStateSlots), not from every view, with each
@@ -160,6 +167,7 @@ type Registry struct {
 	// into.
 	slots      []cycle.Slot
 	slotOf     []int
+	slotAddr   []netip.AddrPort // slotAddr[i] is r.slots[r.slotOf[i]].Addr, in id order
 	slotsGen   uint64
 	mapped     []projection.Cell // the mapping's output buffers, reused (cycle.MapKnown)
 	scores     []score.Result
@@ -648,6 +656,7 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 	views = make([]*CellView, n) // published with the cycle's View
 	cells = slices.Grow(r.cycleCells[:0], n)[:n]
 	known = slices.Grow(r.cycleKnown[:0], n)[:n]
+	fresh := slices.Grow(r.cycleFresh[:0], n)[:n]
 	// In the same order as last cycle, cells[i] still holds the cell's
 	// last input (its pubCell) and r.scores[i] its score: only what
 	// changed is written.
@@ -663,11 +672,11 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 			if !kept {
 				cells[i] = c.pubCell
 			}
-			known[i] = c.pubCell.DataPlane == dp
+			known[i], fresh[i] = c.pubDP == dp, false
 			cells[i].DataPlane = dp
 		} else {
 			v := c.view()
-			views[i], cells[i], known[i] = &v, cycle.FromView(v, dp), false
+			views[i], cells[i], known[i], fresh[i] = &v, cycle.FromView(v, dp), false, true
 		}
 		// cells[i] (one contiguous slice) rather than views[i] (one
 		// allocation per cell, a cache miss each at 10,000 cells).
@@ -676,7 +685,7 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 		}
 		cells[i].Utilisation = util
 	}
-	r.cycleCells, r.cycleKnown = cells, known
+	r.cycleCells, r.cycleKnown, r.cycleFresh = cells, known, fresh
 	return views, cells, known, kept
 }
 
@@ -696,22 +705,20 @@ func (r *Registry) annotate(views []*CellView, cells []cycle.Cell, known []bool,
 		if known[i] && d.Same[i] {
 			continue
 		}
-		c := r.order[i]
-		fresh := views[i] != c.pub
+		c, fresh := r.order[i], r.cycleFresh[i]
 		views[i] = cycle.Annotated(views[i], results[i], weights[i], fresh)
 		c.pub = views[i]
 		if !remake {
-			s := &r.slots[r.slotOf[i]]
-			was := s.Addr
-			*s = cycle.SlotOf(views[i])
-			moved = moved || s.Addr != was
+			slot := cycle.SlotOf(views[i])
+			moved = moved || slot.Addr != r.slotAddr[i]
+			r.slots[r.slotOf[i]], r.slotAddr[i] = slot, slot.Addr
 			r.changed = append(r.changed, i)
 		}
 		if fresh {
 			c.pubIn = c.viewIn
 		}
 		if fresh || !known[i] {
-			c.pubCell = cells[i] // else the same but for Utilisation, set each cycle
+			c.pubCell, c.pubDP = cells[i], cells[i].DataPlane // else the same but for Utilisation, set each cycle
 		}
 	}
 	if remake || moved {
@@ -754,9 +761,10 @@ func (r *Registry) remakeSlots() {
 	slices.SortStableFunc(pos, func(a, b int) int { return cycle.AddrOrder(&r.slots[a], &r.slots[b]) })
 	sorted := make([]cycle.Slot, n)
 	r.slotOf = slices.Grow(r.slotOf[:0], n)[:n]
+	r.slotAddr = slices.Grow(r.slotAddr[:0], n)[:n]
 	for to, from := range pos {
 		sorted[to] = r.slots[from]
-		r.slotOf[from] = to
+		r.slotOf[from], r.slotAddr[from] = to, r.slots[from].Addr
 	}
 	r.slots, r.slotsGen = sorted, r.orderGen
 	r.allChanged = true // the positions in r.changed may be another order's
