@@ -115,14 +115,8 @@ func TestCanonicalizeFromEqualsFresh(t *testing.T) {
 			t.Fatalf("step %d: error %v, the full path's %v", step, gotErr, wantErr)
 		}
 		if gotErr == nil {
-			for _, k := range []struct {
-				name      string
-				got, want *Set
-			}{{"envoy", &got.Envoy, &want.Envoy}, {"grpc", &got.GRPC, &want.GRPC}} {
-				if !sameMessages(k.got.Endpoints, k.want.Endpoints) || !sameMessages(k.got.Clusters, k.want.Clusters) ||
-					!sameMessages(k.got.Routes, k.want.Routes) || !sameMessages(k.got.Listeners, k.want.Listeners) {
-					t.Fatalf("step %d: the %s resources differ from the full path's", step, k.name)
-				}
+			if kind := differs(got, want); kind != "" {
+				t.Fatalf("step %d: the %s resources differ from the full path's", step, kind)
 			}
 		}
 		// The caller reuses its buffers.

@@ -62,14 +62,8 @@ func TestMemoisedBuildEqualsFresh(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d: fresh builder: %v", step, err)
 		}
-		for _, k := range []struct {
-			name      string
-			got, want *Set
-		}{{"envoy", &got.Envoy, &want.Envoy}, {"grpc", &got.GRPC, &want.GRPC}} {
-			if !sameMessages(k.got.Endpoints, k.want.Endpoints) || !sameMessages(k.got.Clusters, k.want.Clusters) ||
-				!sameMessages(k.got.Routes, k.want.Routes) || !sameMessages(k.got.Listeners, k.want.Listeners) {
-				t.Fatalf("step %d: the memoised builder's %s resources differ from a fresh builder's", step, k.name)
-			}
+		if kind := differs(got, want); kind != "" {
+			t.Fatalf("step %d: the memoised builder's %s resources differ from a fresh builder's", step, kind)
 		}
 		// The caller reuses its buffers: nothing the Builder kept may
 		// change with them.
@@ -79,6 +73,21 @@ func TestMemoisedBuildEqualsFresh(t *testing.T) {
 			}
 		}
 	}
+}
+
+// differs names the node kind ("envoy", "grpc") whose resources differ
+// between a and b; "" when none does.
+func differs(a, b *Resources) string {
+	for _, k := range []struct {
+		name string
+		a, b *Set
+	}{{"envoy", &a.Envoy, &b.Envoy}, {"grpc", &a.GRPC, &b.GRPC}} {
+		if !sameMessages(k.a.Endpoints, k.b.Endpoints) || !sameMessages(k.a.Clusters, k.b.Clusters) ||
+			!sameMessages(k.a.Routes, k.b.Routes) || !sameMessages(k.a.Listeners, k.b.Listeners) {
+			return k.name
+		}
+	}
+	return ""
 }
 
 func sameMessages[M proto.Message](a, b []M) bool {
