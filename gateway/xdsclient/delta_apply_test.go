@@ -122,12 +122,7 @@ func checkView(t *testing.T, step string, st *deltaState, last map[string][]Endp
 // assembled assignments; refused responses change nothing.
 func TestDeltaViewMatchesFullPath(t *testing.T) {
 	st := newDeltaState()
-	apply := func(step string, r *discovery.DeltaDiscoveryResponse) {
-		t.Helper()
-		if _, _, err := st.apply(r); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
+	apply := func(step string, r *discovery.DeltaDiscoveryResponse) { t.Helper(); mustApply(t, st, step, r) }
 	healthy := core.HealthStatus_HEALTHY
 	initial := map[string]*endpoint.LbEndpoint{}
 	for i := range 6 {
@@ -277,6 +272,14 @@ func sharedCLA(name string, locs ...sharedLoc) *endpoint.ClusterLoadAssignment {
 	return cla
 }
 
+// mustApply applies r to st, failing the test (at step) when it is refused.
+func mustApply(t *testing.T, st *deltaState, step string, r *discovery.DeltaDiscoveryResponse) {
+	t.Helper()
+	if _, _, err := st.apply(r); err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+}
+
 // deepLists copies every list of a hand-out.
 func deepLists(m map[string][]Endpoint) map[string][]Endpoint {
 	out := make(map[string][]Endpoint, len(m))
@@ -294,12 +297,7 @@ func deepLists(m map[string][]Endpoint) map[string][]Endpoint {
 // a segment's list handed out whole is copied before it changes.
 func TestDeltaViewSharedCollections(t *testing.T) {
 	st := newDeltaState()
-	apply := func(step string, r *discovery.DeltaDiscoveryResponse) {
-		t.Helper()
-		if _, _, err := st.apply(r); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
+	apply := func(step string, r *discovery.DeltaDiscoveryResponse) { t.Helper(); mustApply(t, st, step, r) }
 	main := sharedLoc{z: "z1", owner: "isobar/m", p: 0, w: 5, rtt: 1}
 	remote := sharedLoc{z: "z2", owner: "isobar/m", p: 1, w: 2, rtt: 30}
 	clas := func() []*endpoint.ClusterLoadAssignment {
