@@ -3,6 +3,7 @@ package regional
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"slices"
 	"sync"
@@ -456,6 +457,64 @@ func TestRegistryScoresWithTheCycleMapping(t *testing.T) {
 	for i, c := range v.Cells {
 		if !reflect.DeepEqual(c.Score, results[i]) {
 			t.Errorf("%s: view score %+v, cycle.Map %+v", c.ID, c.Score, results[i])
+		}
+	}
+}
+
+// TestOnlyLeavingCapacityIsUrgent holds the registry's rule for a cycle at
+// once: a change that takes capacity away (a cell stops serving, ends,
+// breaks its stream, claims a held endpoint) is; one that brings capacity
+// (a new cell, a cell Ready again, a suspect restored) waits for the
+// cycle's tick, so that many arrivals share one cycle and one push.
+func TestOnlyLeavingCapacityIsUrgent(t *testing.T) {
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clockwork.NewFakeClock()
+	r, err := newRegistry(DefaultConfig("r1"), clk, slog.New(slog.DiscardHandler), m, newRecordingPusher().push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := map[string]uint64{}
+	hb := func(id, ep string, st isobarpb.LifecycleState) bool {
+		seq[id]++
+		return r.applyHeartbeat(clk.Now(), heartbeat(id, ep, st, seq[id]))
+	}
+	const (
+		loading    = isobarpb.LifecycleState_LIFECYCLE_STATE_LOADING
+		ready      = isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+		draining   = isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING
+		failed     = isobarpb.LifecycleState_LIFECYCLE_STATE_FAILED
+		terminated = isobarpb.LifecycleState_LIFECYCLE_STATE_TERMINATED
+	)
+	for _, step := range []struct {
+		what   string
+		apply  func() bool
+		urgent bool
+	}{
+		{"a new cell, Ready", func() bool { return hb("a", "127.0.0.1:1001", ready) }, false},
+		{"a new cell, Loading", func() bool { return hb("b", "127.0.0.1:1002", loading) }, false},
+		{"Loading to Ready", func() bool { return hb("b", "127.0.0.1:1002", ready) }, false},
+		{"a heartbeat that changes nothing", func() bool { return hb("a", "127.0.0.1:1001", ready) }, false},
+		{"Ready to Draining", func() bool { return hb("a", "127.0.0.1:1001", draining) }, true},
+		{"Draining to Ready", func() bool { return hb("a", "127.0.0.1:1001", ready) }, false},
+		{"Ready to Failed", func() bool { return hb("a", "127.0.0.1:1001", failed) }, true},
+		{"Failed to Ready", func() bool { return hb("a", "127.0.0.1:1001", ready) }, false},
+		{"Ready to Loading (the engine restarted)", func() bool { return hb("a", "127.0.0.1:1001", loading) }, true},
+		{"Loading to Ready again", func() bool { return hb("a", "127.0.0.1:1001", ready) }, false},
+		{"a broken stream", func() bool {
+			return r.applyStreamLoss(clk.Now(), &streamLoss{id: "a", incarnation: "i1", sequence: seq["a"]})
+		}, true},
+		{"the suspect restored", func() bool { return hb("a", "127.0.0.1:1001", ready) }, false},
+		// A conflict that begins or clears is rare and moves an endpoint:
+		// urgent either way, even for a cell that was never in.
+		{"a new cell on a live cell's endpoint (a conflict)", func() bool { return hb("c", "127.0.0.1:1001", ready) }, true},
+		{"a live cell moves onto a held endpoint", func() bool { return hb("b", "127.0.0.1:1001", ready) }, true},
+		{"Terminated", func() bool { return hb("a", "127.0.0.1:1001", terminated) }, true},
+	} {
+		if got := step.apply(); got != step.urgent {
+			t.Errorf("%s: urgent = %v, want %v", step.what, got, step.urgent)
 		}
 	}
 }

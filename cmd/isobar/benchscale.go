@@ -19,6 +19,9 @@ type benchScaleFlags struct {
 	quiet      bool
 	inProcess  bool
 	cpuProfile string
+	// cellCPUProfile: each cell process profiles itself into this path
+	// with its sequence number appended (.1, .2, ...).
+	cellCPUProfile string
 }
 
 // benchScaleLong is the command's --help text.
@@ -115,6 +118,7 @@ func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
 	fl.StringSliceVar(&cfg.Topologies, "topology", []string{scale.Flat, scale.Hierarchical}, "topologies to run: flat, hierarchical or both")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the controllers, the timing xDS client; not the cell processes) over the whole run to this file, for go tool pprof")
+	fl.StringVar(&f.cellCPUProfile, "cell-cpuprofile", "", "each cell process writes a CPU profile of itself (the senders, the probe sink) over its life to this path with .1, .2, ... appended in the order the processes start (a point starts its own), for go tool pprof")
 	cmd.AddCommand(newBenchScaleCellsCmd(ro))
 	return cmd
 }
@@ -123,7 +127,8 @@ func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
 // scale.ServeCells on stdin and stdout until stdin ends (its parent closed
 // it, or died).
 func newBenchScaleCellsCmd(ro *rootOpts) *cobra.Command {
-	return &cobra.Command{
+	var profile string
+	cmd := &cobra.Command{
 		Use:    "cells",
 		Short:  "A cell process of bench scale (internal: started by bench scale)",
 		Hidden: true,
@@ -133,9 +138,18 @@ func newBenchScaleCellsCmd(ro *rootOpts) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if profile != "" {
+				stop, err := startCPUProfile(profile)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer stop()
+			}
 			return scale.ServeCells(cmd.Context(), cmd.InOrStdin(), ro.stdout, log)
 		},
 	}
+	cmd.Flags().StringVar(&profile, "cpuprofile", "", "write a CPU profile of this cell process to this file until it exits")
+	return cmd
 }
 
 func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchScaleFlags) error {
@@ -172,7 +186,18 @@ func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchSc
 		if err != nil {
 			return fmt.Errorf("the cells' processes re-execute this binary: %w (or give --in-process)", err)
 		}
-		deps.CellProcess = func() *exec.Cmd { return exec.Command(exe, "bench", "scale", "cells") }
+		var started int
+		deps.CellProcess = func() *exec.Cmd {
+			args := []string{"bench", "scale", "cells"}
+			if f.cellCPUProfile != "" {
+				started++
+				args = append(args, "--cpuprofile", fmt.Sprintf("%s.%d", f.cellCPUProfile, started))
+			}
+			return exec.Command(exe, args...)
+		}
+	}
+	if f.cellCPUProfile != "" && f.inProcess {
+		return usageError{errors.New("--cell-cpuprofile profiles the cell processes; with --in-process the cells are in --cpuprofile's")}
 	}
 	if f.cpuProfile != "" {
 		stop, err := startCPUProfile(f.cpuProfile)

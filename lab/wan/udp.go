@@ -108,7 +108,9 @@ func (u *UDPProxy) Start() error {
 	u.started = true
 	u.wg.Add(2)
 	go u.listen()
-	go u.sweep()
+	// The sweep's ticker is set before Start returns, so that a fake
+	// clock advanced after Start ticks it.
+	go u.sweep(u.clock.NewTicker(u.cfg.SessionIdle / 2))
 	return nil
 }
 
@@ -367,11 +369,10 @@ func (u *UDPProxy) closeSession(s *udpSession, reason string) {
 	})
 }
 
-// sweep closes sessions idle for Config.SessionIdle, checking every half
-// of it.
-func (u *UDPProxy) sweep() {
+// sweep closes sessions idle for Config.SessionIdle, checking at every
+// tick of t (half of it).
+func (u *UDPProxy) sweep(t clockwork.Ticker) {
 	defer u.wg.Done()
-	t := u.clock.NewTicker(u.cfg.SessionIdle / 2)
 	defer t.Stop()
 	for {
 		select {

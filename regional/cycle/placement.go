@@ -1,7 +1,6 @@
 package cycle
 
 import (
-	"slices"
 	"strings"
 	"time"
 )
@@ -53,16 +52,32 @@ func LocalPlacement(views []*CellView) (loc Place, apart map[string]Place) {
 // cell id, round trip, and whether it counts (in the load balancer, and
 // probed).
 func localPlacement[T any](xs []T, at func(*T) (id string, p Place, in bool)) (loc Place, apart map[string]Place) {
-	var rtts, jitters []time.Duration
+	n := 0
 	for i := range xs {
-		if _, p, in := at(&xs[i]); in {
-			rtts, jitters = append(rtts, p.RTT), append(jitters, p.Jitter)
+		if _, _, in := at(&xs[i]); in {
+			n++
 		}
 	}
-	if len(rtts) == 0 {
+	if n == 0 {
 		return Place{}, nil
 	}
-	loc = Place{median(rtts), median(jitters)}
+	// One buffer of the exact size, for the round trips and then the
+	// jitters: at 10,000 cells, appending to two empty slices allocated
+	// eight times this.
+	ds := make([]time.Duration, 0, n)
+	for i := range xs {
+		if _, p, in := at(&xs[i]); in {
+			ds = append(ds, p.RTT)
+		}
+	}
+	loc.RTT = median(ds)
+	ds = ds[:0]
+	for i := range xs {
+		if _, p, in := at(&xs[i]); in {
+			ds = append(ds, p.Jitter)
+		}
+	}
+	loc.Jitter = median(ds)
 	for i := range xs {
 		if id, c, in := at(&xs[i]); in && standsApart(c, loc) {
 			if apart == nil {
@@ -74,11 +89,53 @@ func localPlacement[T any](xs []T, at func(*T) (id string, p Place, in bool)) (l
 	return loc, apart
 }
 
-// median returns the middle of ds (the lower one of an even count),
-// sorting ds.
+// median returns the middle of ds (the lower one of an even count): the
+// element sorting would put at (len(ds)-1)/2, found by selection in linear
+// expected time (Hoare's quickselect, pivots the median of three), which
+// reorders ds. At 10,000 cells, sorting twice per push was a tenth of a
+// typical cycle.
 func median(ds []time.Duration) time.Duration {
-	slices.Sort(ds)
-	return ds[(len(ds)-1)/2]
+	k := (len(ds) - 1) / 2
+	lo, hi := 0, len(ds)-1
+	for lo < hi {
+		// Median of three, left at hi as the pivot.
+		mid := lo + (hi-lo)/2
+		if ds[mid] < ds[lo] {
+			ds[mid], ds[lo] = ds[lo], ds[mid]
+		}
+		if ds[hi] < ds[lo] {
+			ds[hi], ds[lo] = ds[lo], ds[hi]
+		}
+		if ds[mid] < ds[hi] {
+			ds[mid], ds[hi] = ds[hi], ds[mid]
+		}
+		pivot := ds[hi]
+		// Three-way partition: < pivot, == pivot, > pivot (many equal
+		// round trips must not make it quadratic).
+		lt, i, gt := lo, lo, hi
+		for i <= gt {
+			switch {
+			case ds[i] < pivot:
+				ds[lt], ds[i] = ds[i], ds[lt]
+				lt++
+				i++
+			case ds[i] > pivot:
+				ds[i], ds[gt] = ds[gt], ds[i]
+				gt--
+			default:
+				i++
+			}
+		}
+		switch {
+		case k < lt:
+			hi = lt - 1
+		case k > gt:
+			lo = gt + 1
+		default:
+			return pivot
+		}
+	}
+	return ds[k]
 }
 
 // standsApart reports whether a cell's round trip differs from its

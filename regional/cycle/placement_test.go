@@ -1,6 +1,8 @@
 package cycle
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -74,5 +76,38 @@ func TestPlacementHeld(t *testing.T) {
 	}
 	if got := Placement(nil).Held(LocalKey, Place{RTT: us}); got != (Place{RTT: us}) {
 		t.Errorf("nothing sent: %+v", got)
+	}
+}
+
+// TestMedianSelects holds median (a selection) to the element a sort puts
+// at (n-1)/2, over sizes 1 to 64 and values from all distinct to all
+// equal, in sorted, reversed and shuffled orders.
+func TestMedianSelects(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for n := 1; n <= 64; n++ {
+		for _, spread := range []int{1, 2, 3, n, 1000} {
+			for order := range 3 {
+				ds := make([]time.Duration, n)
+				for i := range ds {
+					ds[i] = time.Duration(rng.IntN(spread))
+				}
+				switch order {
+				case 0:
+					slices.Sort(ds)
+				case 1:
+					slices.Sort(ds)
+					slices.Reverse(ds)
+				}
+				want := slices.Clone(ds)
+				slices.Sort(want)
+				if got := median(ds); got != want[(n-1)/2] {
+					t.Fatalf("n %d spread %d order %d: median %v, sorted middle %v", n, spread, order, got, want[(n-1)/2])
+				}
+				slices.Sort(ds)
+				if !slices.Equal(ds, want) {
+					t.Fatalf("n %d: median lost or changed elements", n)
+				}
+			}
+		}
 	}
 }
