@@ -25,8 +25,8 @@ func Calibrated() Params {
 		LiveBuild:               Linear{A: 0.204421, B: 0.00299013},
 		PushesPerControllerPerS: 0.999128,
 		HeartbeatBytes:          244.822,
-		SummaryBaseBytes:        264.806,
-		SummaryPerRTTBytes:      16.9993,
+		SummaryBaseBytes:        265.684,
+		SummaryPerRTTBytes:      16.9893,
 		Solve:                   Power{C: 0.00182089, P: 1.46332},
 	}
 }

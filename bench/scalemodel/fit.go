@@ -103,9 +103,11 @@ func usablePoints(rep *scale.Report, opt FitOptions) []fitPoint {
 //     cycle saturates its goroutine).
 //   - HeartbeatBytes: the mean of heartbeat_bytes.
 //   - SummaryBaseBytes, SummaryPerRTTBytes: least squares of
-//     summary_bytes_per_region on the RTT entries (regions − 1, or
-//     opt.NearestRTT), hierarchical points of ≥ 2 regions; one distinct
-//     region count fits a constant.
+//     summary_bytes_per_region on the RTT entries (regions − 1, at most
+//     opt.NearestRTT), over the hierarchical points; one distinct entry
+//     count fits a constant. A region alone carries no entry: with
+//     summaries of the nearest 8, every run of 10 regions or more carries
+//     8, and the 1-region points are the only other count.
 //   - Solve: least squares of ln solve_ms on ln regions over hierarchical
 //     points of ≥ 10 regions (below, a solve is its setup, not its
 //     growth).
@@ -252,7 +254,7 @@ func fitSummary(p *Params, pts []fitPoint, nearest int) error {
 	regions := map[int]bool{}
 	for _, q := range pts {
 		s := q.f.SummaryBytesPerRegion
-		if q.topology != scale.Hierarchical || q.controllers < 2 || s == nil || *s <= 0 {
+		if q.topology != scale.Hierarchical || s == nil || *s <= 0 {
 			continue
 		}
 		e := q.controllers - 1
@@ -264,7 +266,7 @@ func fitSummary(p *Params, pts []fitPoint, nearest int) error {
 	}
 	switch {
 	case len(y) == 0:
-		return fmt.Errorf("scalemodel: fit summary: no hierarchical point of 2 or more regions with summary bytes")
+		return fmt.Errorf("scalemodel: fit summary: no hierarchical point with summary bytes")
 	case len(regions) == 1:
 		p.SummaryBaseBytes = meanOf(y)
 		return nil
