@@ -85,10 +85,19 @@ func (f *Figures) breakDown(ds []deathTime) {
 	f.ClientApplyP50Ms, f.ClientApplyP99Ms = q(field(ds, func(d deathTime) float64 { return d.removed - d.received }))
 }
 
+// victimsPerRound is how many of a region's n cells one round of deaths
+// takes: fewer than half (at most maxVictimsPerRound, at least one). Half
+// or more of a region's cells silent at once is a mass expiry, which the
+// controller holds rather than fails (regional/massexpiry.go): with 10
+// cells, 5 silent ones stayed at the xDS client for the hold's 10 s.
+func victimsPerRound(n int) int {
+	return min(maxVictimsPerRound, max(1, (n-1)/2))
+}
+
 // timeDeaths makes n of region 0's cells die (kind) in rounds and times
 // each death: from the kill or the silence to the first assignment the xDS
-// client received without the cell. A round takes up to half the region's
-// cells (at most maxVictimsPerRound), each at its own random offset within
+// client received without the cell. A round takes fewer than half the
+// region's cells (victimsPerRound), each at its own random offset within
 // one heartbeat interval of the round's start, so a death falls at a
 // uniform phase of the cell's heartbeats (revived cells share the phase of
 // their revival; killing them at once would always kill just after a
@@ -106,7 +115,7 @@ func (f *Figures) breakDown(ds []deathTime) {
 // millisecond on loopback), which also can only overstate.
 func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]deathTime, error) {
 	cells := p.regions[0].cells
-	per := min(maxVictimsPerRound, max(1, len(cells)/2))
+	per := victimsPerRound(len(cells))
 	seed := uint64(p.spec.cells)<<16 | uint64(p.spec.regions)
 	if kind == deathSilent {
 		seed ^= 1 << 63

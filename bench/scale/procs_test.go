@@ -212,3 +212,14 @@ func newReplyReader(r io.Reader) func() childReply {
 func regionalProbeDial(addr string) (net.Conn, error) {
 	return regional.ProbeDial("tcp", addr, procTestBound)
 }
+
+// TestVictimsPerRoundStayUnderHalf: a round of deaths never takes half of a
+// region's cells, which would be a mass expiry the controller holds.
+func TestVictimsPerRoundStayUnderHalf(t *testing.T) {
+	for n := 1; n <= 200; n++ {
+		v := victimsPerRound(n)
+		if v < 1 || v > maxVictimsPerRound || (n >= 3 && 2*v >= n) {
+			t.Fatalf("%d cells: %d victims a round", n, v)
+		}
+	}
+}
