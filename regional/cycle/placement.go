@@ -90,10 +90,10 @@ func localPlacement[T any](xs []T, at func(*T) (id string, p Place, in bool)) (l
 }
 
 // median returns the middle of ds (the lower one of an even count): the
-// element sorting would put at (len(ds)-1)/2, found by selection in linear
-// expected time (Hoare's quickselect, pivots the median of three), which
-// reorders ds. At 10,000 cells, sorting twice per push was a tenth of a
-// typical cycle.
+// element sorting would put at (len(ds)-1)/2, found by selection in
+// linear expected time (Hoare's quickselect, with a median-of-three pivot
+// and a three-way partition), which reorders ds. A push used to sort the
+// round trips and the jitters of every cell in the load balancer.
 func median(ds []time.Duration) time.Duration {
 	k := (len(ds) - 1) / 2
 	lo, hi := 0, len(ds)-1
