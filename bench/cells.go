@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -109,6 +110,24 @@ func (c *Cell) Up() bool { return c.s.up.Load() }
 // closed under the stream, with no Terminated heartbeat. False when it is
 // not up or already asked.
 func (c *Cell) Kill() bool { return c.s.Kill() }
+
+// KillAt kills the cell like Kill and returns when its sockets were
+// closed, by the cell's clock: the moment of the death, after the cell's
+// goroutine took the ask (which, on a busy machine, can be long after
+// the call). An error when it is not up, already asked, or ctx ends
+// before the close.
+func (c *Cell) KillAt(ctx context.Context) (time.Time, error) {
+	reply := make(chan time.Time, 1)
+	if !c.s.askKill(reply) {
+		return time.Time{}, errors.New("bench: not up, or asked already")
+	}
+	select {
+	case at := <-reply:
+		return at, nil
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
 
 // Silence asks the cell to stop sending heartbeats while its stream stays
 // open (a hung agent whose connection is up): the controller's TTL, not a

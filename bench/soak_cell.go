@@ -54,7 +54,8 @@ type synthCell struct {
 	// up: a stream is open and the controller acked it.
 	up atomic.Bool
 	// kill asks run to cut its stream (one slot; a second ask is dropped).
-	kill chan struct{}
+	// A non-nil reply receives the time the sockets were closed.
+	kill chan chan<- time.Time
 	// silence asks run to stop sending on its open stream (one slot), as
 	// a hung agent whose connection stays up: only a kill or ctx ends it.
 	silence chan struct{}
@@ -70,18 +71,22 @@ func newSynthCell(region string, regionIdx, index int, ctrl string, cfg SoakConf
 		// controller's prober dials the soak's sink instead.
 		endpoint: fmt.Sprintf("127.%d.%d.%d:8000", 1+regionIdx, index/250, 1+index%250),
 		interval: cfg.HeartbeatInterval, down: cfg.ChurnDown, clock: clock, log: log.With("cell", fmt.Sprintf("%s-cell-%d", region, index)),
-		stats: st, rng: rng, kill: make(chan struct{}, 1), silence: make(chan struct{}, 1), load: 0.2 + 0.6*rng.Float64(),
+		stats: st, rng: rng, kill: make(chan chan<- time.Time, 1), silence: make(chan struct{}, 1), load: 0.2 + 0.6*rng.Float64(),
 	}
 }
 
 // Kill asks the cell to die abruptly; false when it is not up or already
 // asked.
-func (c *synthCell) Kill() bool {
+func (c *synthCell) Kill() bool { return c.askKill(nil) }
+
+// askKill asks run to die, with reply for the time of the close (nil:
+// none wanted); false when it is not up or already asked.
+func (c *synthCell) askKill(reply chan<- time.Time) bool {
 	if !c.up.Load() {
 		return false
 	}
 	select {
-	case c.kill <- struct{}{}:
+	case c.kill <- reply:
 		return true
 	default:
 		return false
@@ -223,8 +228,8 @@ func (c *synthCell) session(ctx context.Context, incarnation int, returning bool
 			case <-c.clock.After(2 * time.Second):
 			}
 			return false, ctx.Err()
-		case <-c.kill:
-			c.die(&conns, recvDone, func() { cancel(); _ = cc.Close() })
+		case reply := <-c.kill:
+			c.die(&conns, recvDone, reply, func() { cancel(); _ = cc.Close() })
 			return true, errKilled
 		case err := <-recvDone:
 			if errors.Is(err, io.EOF) {
@@ -257,11 +262,16 @@ func (c *synthCell) receiveAcks(stream isobarpb.CellRegistry_HeartbeatClient, re
 
 // die ends the session like a SIGKILLed agent: the kernel closes the
 // sockets. When the stream outlives them (a transparent retry on a
-// connection dialled since), abort ends it from this side.
-func (c *synthCell) die(conns *connTracker, recvDone <-chan error, abort func()) {
+// connection dialled since), abort ends it from this side. A non-nil
+// reply receives the time the sockets were closed (it has room for one).
+func (c *synthCell) die(conns *connTracker, recvDone <-chan error, reply chan<- time.Time, abort func()) {
 	c.up.Store(false)
 	c.stats.kills.Add(1)
+	at := c.clock.Now()
 	conns.closeAll()
+	if reply != nil {
+		reply <- at
+	}
 	select {
 	case <-recvDone:
 	case <-c.clock.After(killTimeout):

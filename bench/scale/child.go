@@ -46,9 +46,12 @@ type childReply struct {
 	IDs   []string    `json:"ids,omitempty"` // start
 	// Endpoints are the started cells' endpoints, in the order of IDs
 	// (start): the parent sends their RTT probes to the process's sink.
-	Endpoints []string    `json:"endpoints,omitempty"`
-	Up        bool        `json:"up,omitempty"` // up
-	Stats     *childStats `json:"stats,omitempty"`
+	Endpoints []string `json:"endpoints,omitempty"`
+	Up        bool     `json:"up,omitempty"` // up
+	// KilledAtUnixNs is when the killed cell closed its sockets, by the
+	// child's wall clock (kill).
+	KilledAtUnixNs int64       `json:"killed_at_unix_ns,omitempty"`
+	Stats          *childStats `json:"stats,omitempty"`
 }
 
 // childHello is a cell process's first line.
@@ -172,7 +175,11 @@ func serveOne(ctx context.Context, f *localFleet, req childRequest, rep *childRe
 		rep.IDs, rep.Endpoints = ids, eps
 		return err
 	case opKill:
-		return f.kill(ctx, req.Cell)
+		at, err := f.kill(ctx, req.Cell)
+		if err == nil {
+			rep.KilledAtUnixNs = at.UnixNano()
+		}
+		return err
 	case opSilence:
 		return f.silence(ctx, req.Cell)
 	case opRevive:

@@ -36,6 +36,7 @@ func (p *point) timeAllDeaths(ctx context.Context, f *Figures) error {
 	removed := field(deaths, func(d deathTime) float64 { return d.removed })
 	f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathsTimed = quantileNaN(removed, 0.5), quantileNaN(removed, 0.99), len(deaths)
 	f.DeathToRemovedMaxMs = quantileNaN(removed, 1)
+	f.DeathToRemovedMs = slices.Sorted(slices.Values(removed))
 	f.breakDown(deaths)
 	if err != nil {
 		return err
@@ -56,7 +57,7 @@ func (p *point) timeAllDeaths(ctx context.Context, f *Figures) error {
 // read the response it came in (received) and when the controller wrote
 // that response to the transport (sent); NaN where a log has no such
 // response.
-type deathTime struct{ removed, received, sent float64 }
+type deathTime struct{ removed, received, sent, lag float64 }
 
 func field(ds []deathTime, f func(deathTime) float64) []float64 {
 	out := make([]float64, len(ds))
@@ -83,6 +84,7 @@ func (f *Figures) breakDown(ds []deathTime) {
 	f.DeathToSentP50Ms, f.DeathToSentP99Ms = q(field(ds, func(d deathTime) float64 { return d.sent }))
 	f.DeathToReceivedP50Ms, f.DeathToReceivedP99Ms = q(field(ds, func(d deathTime) float64 { return d.received }))
 	f.ClientApplyP50Ms, f.ClientApplyP99Ms = q(field(ds, func(d deathTime) float64 { return d.removed - d.received }))
+	f.KillLagP50Ms, f.KillLagP99Ms = q(field(ds, func(d deathTime) float64 { return d.lag }))
 }
 
 // victimsPerRound is how many of a region's n cells one round of deaths
@@ -110,9 +112,12 @@ func victimsPerRound(n int) int {
 // wakes, the later one's time is taken, which can only overstate. (Before,
 // the watch began after the round's last death, so a round's earlier
 // victims were timed at a later push: up to an interval too late where
-// pushes are frequent.) With cell processes the
-// time includes the control request to the child (well under a
-// millisecond on loopback), which also can only overstate.
+// pushes are frequent.) A broken stream's death is timed from when the
+// cell closed its sockets (the cell's clock; a child's wall clock is this
+// machine's), not from the ask: on a saturated machine the control
+// request and the cell's goroutine waited tens of milliseconds for the
+// CPU, which the report gives apart (kill lag). A silent cell is timed
+// from the ask, which can only overstate.
 func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]deathTime, error) {
 	cells := p.regions[0].cells
 	per := victimsPerRound(len(cells))
@@ -142,7 +147,7 @@ func (p *point) timeDeaths(ctx context.Context, kind string, n int) ([]deathTime
 		}
 		for _, v := range victims {
 			if kind == deathSilent {
-				if err := p.fleet.kill(ctx, v); err != nil {
+				if _, err := p.fleet.kill(ctx, v); err != nil {
 					return out, err
 				}
 			}
@@ -169,9 +174,14 @@ func (p *point) deathRound(ctx context.Context, kind string, victims []string, r
 	slices.Sort(offsets)
 	die := p.fleet.kill
 	if kind == deathSilent {
-		die = p.fleet.silence
+		die = func(ctx context.Context, id string) (time.Time, error) {
+			// The cell's goroutine stops at its next select; the ask's
+			// time stands for it (a silent cell's removal takes a TTL).
+			at := p.clock.Now()
+			return at, p.fleet.silence(ctx, id)
+		}
 	}
-	rm := &removals{want: len(victims), diedAt: map[string]time.Time{}, removedAt: map[string]time.Time{}}
+	rm := newRemovals(len(victims))
 	octx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval+p.cfg.DeathTimeout)
 	defer cancel()
 	observed := make(chan error, 1)
@@ -180,8 +190,11 @@ func (p *point) deathRound(ctx context.Context, kind string, victims []string, r
 	for i, v := range victims {
 		err := sleepCtx(ctx, p.clock, round.Add(offsets[i]).Sub(p.clock.Now()))
 		if err == nil {
-			rm.died(v, p.clock.Now())
-			if err = die(ctx, v); err != nil {
+			rm.asked(v, p.clock.Now())
+			var at time.Time
+			if at, err = die(ctx, v); err == nil {
+				rm.died(v, at)
+			} else {
 				err = fmt.Errorf("scale: %s: %w", kind, err)
 			}
 		}
@@ -191,7 +204,16 @@ func (p *point) deathRound(ctx context.Context, kind string, victims []string, r
 			return nil, err
 		}
 	}
-	if err := <-observed; err != nil {
+	// A removal seen before its death's time came back is settled by
+	// died: observe may wait for an assignment that is not coming.
+	var err error
+	if rm.done() {
+		cancel()
+		<-observed
+	} else if err = <-observed; err != nil && rm.done() {
+		err = nil
+	}
+	if err != nil {
 		n, total := rm.count()
 		return nil, fmt.Errorf("scale: %s: %d of %d cells still at the xDS client after %v: %w",
 			kind, total-n, total, p.cfg.DeathTimeout, err)
@@ -200,24 +222,57 @@ func (p *point) deathRound(ctx context.Context, kind string, victims []string, r
 }
 
 // removals are one round's deaths and the removals seen so far; observe
-// and the round share them under mu.
+// and the round share them under mu. A death is asked of the cell first
+// (asked), and its time, when the cell closed its sockets, comes back
+// after (died): on a busy machine, after the removal's assignment. Until
+// then the assignments without the cell received since the ask are kept
+// (absent), and died takes the first at or after the death.
 type removals struct {
 	want int
 
-	mu                sync.Mutex
-	diedAt, removedAt map[string]time.Time
+	mu              sync.Mutex
+	askedAt, diedAt map[string]time.Time
+	removedAt       map[string]time.Time
+	absent          map[string][]time.Time
 }
 
+func newRemovals(want int) *removals {
+	return &removals{want: want, askedAt: map[string]time.Time{}, diedAt: map[string]time.Time{},
+		removedAt: map[string]time.Time{}, absent: map[string][]time.Time{}}
+}
+
+// asked notes that the cell is asked to die at at.
+func (r *removals) asked(id string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.askedAt[id] = at
+}
+
+// died sets the cell's time of death; the first assignment without it
+// received since is its removal.
 func (r *removals) died(id string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.diedAt[id] = at
+	for _, t := range r.absent[id] {
+		if !t.Before(at) {
+			r.removedAt[id] = t
+			break
+		}
+	}
+	delete(r.absent, id)
 }
 
 func (r *removals) count() (removed, died int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.removedAt), len(r.diedAt)
+	return len(r.removedAt), len(r.askedAt)
+}
+
+func (r *removals) done() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.removedAt) == r.want
 }
 
 // observe reads every assignment the watcher publishes (when two arrive
@@ -232,21 +287,32 @@ func (r *removals) observe(ctx context.Context, w *xdsclient.Watcher) error {
 			return err
 		}
 		seq = a.Seq
-		ws := a.Weights()
-		r.mu.Lock()
-		for id, at := range r.diedAt {
-			// An assignment from before the death does not count (on a
-			// loaded machine a cell can be out already, failed by its TTL).
-			if _, done := r.removedAt[id]; !done && ws[id] == 0 && !a.At.Before(at) {
-				r.removedAt[id] = a.At
-			}
-		}
-		done := len(r.removedAt) == r.want
-		r.mu.Unlock()
-		if done {
+		if r.see(a.At, a.Weights()) {
 			return nil
 		}
 	}
+}
+
+// see takes an assignment received at at with weights ws; true once every
+// victim is removed.
+func (r *removals) see(at time.Time, ws map[string]uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, asked := range r.askedAt {
+		if _, done := r.removedAt[id]; done || ws[id] != 0 {
+			continue
+		}
+		// An assignment from before the death does not count (on a
+		// loaded machine a cell can be out already, failed by its TTL).
+		if died, ok := r.diedAt[id]; ok {
+			if !at.Before(died) {
+				r.removedAt[id] = at
+			}
+		} else if !at.Before(asked) {
+			r.absent[id] = append(r.absent[id], at)
+		}
+	}
+	return len(r.removedAt) == r.want
 }
 
 // times are the deaths' times; received and sent (either may be nil) are
@@ -260,7 +326,8 @@ func (r *removals) times(received, sent *wireLog) []deathTime {
 	defer r.mu.Unlock()
 	out := make([]deathTime, 0, len(r.diedAt))
 	for id, at := range r.diedAt {
-		d := deathTime{removed: ms(r.removedAt[id].Sub(at)), received: math.NaN(), sent: math.NaN()}
+		d := deathTime{removed: ms(r.removedAt[id].Sub(at)), received: math.NaN(), sent: math.NaN(),
+			lag: ms(at.Sub(r.askedAt[id]))}
 		if received != nil {
 			if rcv, ok := received.lastBefore(r.removedAt[id]); ok {
 				d.received = ms(rcv.Sub(at))

@@ -42,7 +42,9 @@ type fleet interface {
 	// to, in the process that runs the cell; false: this process's own
 	// sink.
 	probeSink(endpoint string) (string, bool)
-	kill(ctx context.Context, id string) error
+	// kill breaks the cell's stream and returns when its sockets were
+	// closed (the death), by this fleet's clock.
+	kill(ctx context.Context, id string) (time.Time, error)
 	silence(ctx context.Context, id string) error
 	revive(ctx context.Context, id string) error
 	// up reports that every cell of ids has an acked stream.
@@ -139,8 +141,18 @@ func (f *localFleet) act(id, what string, do func(*bench.Cell) bool) error {
 	return nil
 }
 
-func (f *localFleet) kill(_ context.Context, id string) error {
-	return f.act(id, "kill", (*bench.Cell).Kill)
+func (f *localFleet) kill(ctx context.Context, id string) (time.Time, error) {
+	c, err := f.cell(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	at, err := c.KillAt(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("scale: cell %s: could not kill it: %w", id, err)
+	}
+	return at, nil
 }
 
 func (f *localFleet) silence(_ context.Context, id string) error {

@@ -18,6 +18,7 @@ type procFleet struct {
 	procs    []*cellProc
 	interval time.Duration
 	seed     uint64
+	clock    clockwork.Clock
 
 	mu    sync.Mutex
 	owner map[string]*cellProc
@@ -28,7 +29,7 @@ type procFleet struct {
 // startProcFleet starts n children. On error every child started is
 // reaped before it returns.
 func startProcFleet(ctx context.Context, n int, newCmd func() *exec.Cmd, interval time.Duration, seed uint64, clock clockwork.Clock) (*procFleet, error) {
-	f := &procFleet{interval: interval, seed: seed, owner: map[string]*cellProc{}, sinks: map[string]string{}}
+	f := &procFleet{interval: interval, seed: seed, clock: clock, owner: map[string]*cellProc{}, sinks: map[string]string{}}
 	for range n {
 		p, err := startCellProc(ctx, newCmd, clock)
 		if err != nil {
@@ -125,7 +126,23 @@ func (f *procFleet) one(ctx context.Context, op, id string) error {
 	return err
 }
 
-func (f *procFleet) kill(ctx context.Context, id string) error    { return f.one(ctx, opKill, id) }
+// kill returns the child's time of the close, read on this fleet's clock
+// (the child's wall clock is this machine's).
+func (f *procFleet) kill(ctx context.Context, id string) (time.Time, error) {
+	p, err := f.proc(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	rep, err := p.call(ctx, childRequest{Op: opKill, Cell: id})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if rep.KilledAtUnixNs == 0 {
+		return time.Time{}, fmt.Errorf("scale: cell process %d: kill %s: no time of the close in the reply", p.cmd.Process.Pid, id)
+	}
+	return f.clock.Now().Add(time.Unix(0, rep.KilledAtUnixNs).Sub(time.Now())), nil
+}
+
 func (f *procFleet) silence(ctx context.Context, id string) error { return f.one(ctx, opSilence, id) }
 func (f *procFleet) revive(ctx context.Context, id string) error  { return f.one(ctx, opRevive, id) }
 

@@ -77,10 +77,10 @@ func TestProcFleetStopReaps(t *testing.T) {
 	if up, err := f.up(ctx, ids); err != nil || up {
 		t.Errorf("up %v, %v: want false (no controller answers), nil", up, err)
 	}
-	if err := f.kill(ctx, "a-cell-0"); err == nil || !strings.Contains(err.Error(), "not up") {
+	if _, err := f.kill(ctx, "a-cell-0"); err == nil || !strings.Contains(err.Error(), "not up") {
 		t.Errorf("kill of a cell that is not up: %v, want an error saying so", err)
 	}
-	if err := f.kill(ctx, "nobody"); err == nil {
+	if _, err := f.kill(ctx, "nobody"); err == nil {
 		t.Error("kill of an unknown cell: no error")
 	}
 	if _, err := f.stats(ctx); err != nil {

@@ -119,6 +119,8 @@ type Figures struct {
 	DeathToRemovedP99Ms float64 `json:"death_to_removed_p99_ms"`
 	DeathToRemovedMaxMs float64 `json:"death_to_removed_max_ms"`
 	DeathsTimed         int     `json:"deaths_timed"`
+	// DeathToRemovedMs is every timed death's figure, ascending.
+	DeathToRemovedMs []float64 `json:"death_to_removed_ms"`
 	// LiveFailoverMeanMs is the controller's own share of those deaths:
 	// the mean of isobar_regional_failover_seconds (the cell's failure
 	// detected → the push without it done) over the broken-stream deaths.
@@ -140,6 +142,12 @@ type Figures struct {
 	DeathToReceivedP99Ms *float64 `json:"death_to_received_p99_ms"`
 	ClientApplyP50Ms     *float64 `json:"client_apply_p50_ms"`
 	ClientApplyP99Ms     *float64 `json:"client_apply_p99_ms"`
+	// KillLag is what the deaths' times leave out: from the harness's ask
+	// (a control request to the cell's process) to the cell closing its
+	// sockets, the death. On a saturated machine it is the cell
+	// process's and goroutine's wait for the CPU, tens of milliseconds.
+	KillLagP50Ms *float64 `json:"kill_lag_p50_ms"`
+	KillLagP99Ms *float64 `json:"kill_lag_p99_ms"`
 	// A silent cell (stream open, no more heartbeats) to the endpoint gone
 	// at the xDS client: the TTL path.
 	SilentToRemovedP50Ms *float64 `json:"silent_to_removed_p50_ms"`

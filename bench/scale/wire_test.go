@@ -90,7 +90,10 @@ func TestWireLogLastBeforeAndBound(t *testing.T) {
 func TestRemovalTimesTraceTheWire(t *testing.T) {
 	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
-	rm := &removals{want: 1, diedAt: map[string]time.Time{"c": at(0)}, removedAt: map[string]time.Time{"c": at(300)}}
+	rm := newRemovals(1)
+	rm.asked("c", at(-20))
+	rm.died("c", at(0))
+	rm.see(at(300), map[string]uint32{})
 	rcv, snt := newWireLog(nil, true), newWireLog(nil, false)
 	for _, ms := range []int{-50, 100, 250, 400} {
 		rcv.record(at(ms))
@@ -99,8 +102,8 @@ func TestRemovalTimesTraceTheWire(t *testing.T) {
 		snt.record(at(ms))
 	}
 	got := rm.times(rcv, snt)
-	if len(got) != 1 || got[0] != (deathTime{removed: 300, received: 250, sent: 245}) {
-		t.Errorf("times = %+v, want removed 300, received 250, sent 245", got)
+	if len(got) != 1 || got[0] != (deathTime{removed: 300, received: 250, sent: 245, lag: 20}) {
+		t.Errorf("times = %+v, want removed 300, received 250, sent 245, lag 20", got)
 	}
 	got = rm.times(nil, nil)
 	if len(got) != 1 || got[0].removed != 300 || !math.IsNaN(got[0].received) || !math.IsNaN(got[0].sent) {
@@ -115,5 +118,44 @@ func TestRemovalTimesTraceTheWire(t *testing.T) {
 	f.breakDown(rm.times(nil, nil))
 	if f.DeathToSentP50Ms != nil || f.DeathToReceivedP50Ms != nil || f.ClientApplyP50Ms != nil {
 		t.Error("untraced deaths gave a breakdown")
+	}
+}
+
+// TestRemovalBeforeItsDeathsTimeCameBack: the time of a death comes back
+// from the cell after the ask; an assignment without the cell that arrived
+// in between, at or after the death, is its removal, and one from before
+// the death (a TTL failure, say) is not.
+func TestRemovalBeforeItsDeathsTimeCameBack(t *testing.T) {
+	start := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	rm := newRemovals(2)
+	rm.asked("a", at(0))
+	rm.asked("b", at(0))
+	none := map[string]uint32{}
+	if rm.see(at(-5), none) {
+		t.Fatal("done on an assignment from before the asks")
+	}
+	rm.see(at(10), map[string]uint32{"b": 1}) // a out before its death at 30
+	rm.see(at(40), none)                      // a and b out
+	if rm.done() {
+		t.Fatal("done before the deaths' times came back")
+	}
+	rm.died("a", at(30))
+	rm.died("b", at(20))
+	if !rm.done() {
+		t.Fatal("not done: both were out of the assignment at 40")
+	}
+	got := map[float64]float64{}
+	for _, d := range rm.times(nil, nil) {
+		got[d.lag] = d.removed
+	}
+	if len(got) != 2 || got[30] != 10 || got[20] != 20 {
+		t.Errorf("lag → removed %v, want 30 → 10 (a, out at 10 before its death does not count) and 20 → 20", got)
+	}
+	rm = newRemovals(1)
+	rm.asked("c", at(0))
+	rm.died("c", at(5))
+	if rm.see(at(3), none) || !rm.see(at(9), none) {
+		t.Error("after its death's time: an assignment before it counted, or one after did not")
 	}
 }
