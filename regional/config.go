@@ -57,6 +57,11 @@ type Config struct {
 	// every ⌈cells / ProbeMaxPerRound⌉ rounds. Default 1,000 (every cell
 	// every second up to 1,000 cells; at 10,000, every 10 s).
 	ProbeMaxPerRound int
+	// ProbeSteadyInterval is how often a cell whose RTT estimate is steady
+	// is probed (probe.go cadence); a new cell, one whose last sample moved
+	// or whose last probe failed is probed every ProbeInterval. Default
+	// 10 s; ProbeInterval probes every cell every round.
+	ProbeSteadyInterval time.Duration
 	// MassExpiry: when many cells pass their TTL at once, the controller
 	// holds them rather than failing them (massexpiry.go).
 	MassExpiry MassExpiryConfig
@@ -221,6 +226,9 @@ func (c *Config) withDefaults() {
 	if c.ProbeMaxPerRound == 0 {
 		c.ProbeMaxPerRound = 1000
 	}
+	if c.ProbeSteadyInterval == 0 {
+		c.ProbeSteadyInterval = max(10*time.Second, c.ProbeInterval)
+	}
 	if c.ForgetAfter == 0 {
 		c.ForgetAfter = 5 * time.Minute
 	}
@@ -291,6 +299,10 @@ func (c Config) validate() error {
 	}
 	if c.ProbeMaxPerRound < 1 {
 		return fmt.Errorf("%w: probes per round %d: want at least 1", ErrInvalidConfig, c.ProbeMaxPerRound)
+	}
+	if c.ProbeSteadyInterval < c.ProbeInterval {
+		return fmt.Errorf("%w: steady probe interval %v is shorter than the probe interval %v: want at least the probe interval",
+			ErrInvalidConfig, c.ProbeSteadyInterval, c.ProbeInterval)
 	}
 	if f := c.MassExpiry.Fraction; !(f > 0 && f <= 1) {
 		return fmt.Errorf("%w: mass expiry fraction %v: want a share of the live cells in (0, 1]", ErrInvalidConfig, f)

@@ -195,7 +195,8 @@ func newController(cfg Config, deps Deps) (*Controller, error) {
 	}
 	c.prober = &prober{
 		interval: cfg.ProbeInterval, spread: cfg.ProbeInterval / 2, timeout: cfg.ProbeTimeout, max: cfg.ProbeMaxPerRound,
-		view: reg.View, submit: reg.submitProbes,
+		steady: uint64(cfg.ProbeSteadyInterval / cfg.ProbeInterval),
+		view:   reg.View, submit: reg.submitProbes,
 		dial: deps.Dialer, clock: deps.Clock, log: log, metrics: m,
 	}
 	if err := c.newSyncer(log); err != nil {

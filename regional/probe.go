@@ -26,6 +26,9 @@ import (
 type prober struct {
 	interval, timeout time.Duration
 	max               int // cells probed per round; 0: every live cell
+	// steady is how many rounds apart a cell with a steady estimate is
+	// probed (cadence); 0 or 1: every round.
+	steady uint64
 	// spread paces a round's dials: dial i of n starts i/n of spread
 	// after the first (in steps of at least probePaceStep); 0: all at
 	// once. A burst of 1,000 connects a second took tens of milliseconds
@@ -103,9 +106,11 @@ func (p *prober) round(ctx context.Context) {
 		e.last = p.rounds
 		if oks[i] {
 			p.metrics.probes.WithLabelValues("ok").Inc()
+			e.every = p.cadence(e.RTTEstimate, samples[i])
 			e.Add(samples[i])
 		} else {
 			p.metrics.probes.WithLabelValues("error").Inc()
+			e.every = 1
 		}
 		res = append(res, probeResult{id: tg.id, rtt: e.RTT, jitter: e.Jitter, ok: e.N > 0})
 	}
@@ -138,17 +143,48 @@ func (p *prober) pace(ctx context.Context, start time.Time, i, n int) bool {
 	}
 }
 
-// probeEstimate is one cell's smoothed RTT and the round it was last
-// probed in (0: never).
+// probeEstimate is one cell's smoothed RTT, the round it was last probed
+// in (0: never) and the rounds until it is due again (0 or 1: the next).
 type probeEstimate struct {
 	score.RTTEstimate
-	last uint64
+	last, every uint64
 }
 
-// due returns the cells of all (live, shuffled) this round probes: every
-// one when they are at most p.max, else the p.max probed longest ago,
-// never-probed first (ties in all's random order). It keeps an estimate
-// for each live cell and drops those of cells no longer live.
+// A cell's estimate is steady once it holds probeSettleSamples samples (the
+// EWMA, gain score.RTTGain, follows a step within about four) and a new
+// sample falls within max(probeSteadyBand, probeSteadyK × jitter) of it.
+// K is TCP's: RFC 6298 §2.3 takes SRTT + 4 × RTTVAR as the most a round
+// trip can take before it is news (the retransmission timeout). A connect
+// on loopback or a LAN takes well under probeSteadyBand, so a busy host's
+// scheduling noise alone does not keep a cell on the fast cadence.
+const (
+	probeSettleSamples = 4
+	probeSteadyK       = 4
+	probeSteadyBand    = time.Millisecond
+)
+
+// cadence is how many rounds after this one the cell with estimate e and
+// the new sample is due: the steady cadence when e is steady and sample
+// agrees with it, else the next round.
+func (p *prober) cadence(e score.RTTEstimate, sample time.Duration) uint64 {
+	if p.steady <= 1 || e.N+1 < probeSettleSamples {
+		return 1
+	}
+	d := sample - e.RTT
+	if d < 0 {
+		d = -d
+	}
+	if d > max(probeSteadyBand, probeSteadyK*e.Jitter) {
+		return 1
+	}
+	return p.steady
+}
+
+// due returns the cells of all (live, shuffled) this round probes: those
+// whose cadence has come (never probed, or every rounds since the last),
+// at most p.max of them, the ones probed longest ago first (never-probed
+// first; ties in all's random order). It keeps an estimate for each live
+// cell and drops those of cells no longer live.
 func (p *prober) due(all []probeTarget) []probeTarget {
 	live := make(map[string]struct{}, len(all))
 	for _, tg := range all {
@@ -162,6 +198,10 @@ func (p *prober) due(all []probeTarget) []probeTarget {
 			delete(p.est, id)
 		}
 	}
+	all = slices.DeleteFunc(all, func(tg probeTarget) bool {
+		e := p.est[tg.id]
+		return e.last != 0 && p.rounds-e.last < max(e.every, 1)
+	})
 	if p.max <= 0 || len(all) <= p.max {
 		return all
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
+	"github.com/isobar-mesh/isobar/regional/score"
 )
 
 // A probe round probes at most max cells, those probed longest ago: ten
@@ -129,5 +130,102 @@ func TestProbeRoundIsPaced(t *testing.T) {
 	}
 	if dialed != n {
 		t.Fatalf("%d dials, want %d", dialed, n)
+	}
+}
+
+// TestProbeCadence: a cell stays on the fast cadence until its estimate
+// holds four samples and a new sample agrees with it within
+// max(1 ms, 4 × jitter); then it is due every steady rounds.
+func TestProbeCadence(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	p := &prober{steady: 10}
+	cases := []struct {
+		name        string
+		n           int
+		rtt, jitter time.Duration
+		sample      time.Duration
+		want        uint64
+	}{
+		{"settling: the fourth sample decides", 3, ms(1), ms(0.1), ms(1.5), 10},
+		{"settling: three samples are too few", 2, ms(1), ms(0.1), ms(1), 1},
+		{"steady within the 1 ms floor", 8, ms(0.2), 0, ms(1.1), 10},
+		{"moved beyond the floor", 8, ms(0.2), 0, ms(1.3), 1},
+		{"moved down beyond the floor", 8, ms(5), ms(0.2), ms(3), 1},
+		{"within four times the jitter", 8, ms(10), ms(2), ms(17.9), 10},
+		{"beyond four times the jitter", 8, ms(10), ms(2), ms(18.1), 1},
+		{"below, beyond four times the jitter", 8, ms(10), ms(1), ms(5.9), 1},
+	}
+	for _, c := range cases {
+		e := score.RTTEstimate{RTT: c.rtt, Jitter: c.jitter, N: c.n}
+		if got := p.cadence(e, c.sample); got != c.want {
+			t.Errorf("%s: cadence %d, want %d", c.name, got, c.want)
+		}
+	}
+	p.steady = 1
+	if got := p.cadence(score.RTTEstimate{RTT: ms(1), N: 9}, ms(1)); got != 1 {
+		t.Errorf("steady cadence 1: %d, want every round", got)
+	}
+}
+
+// TestSteadyCellsAreProbedLess: cells whose connects agree are probed in
+// each of their first four rounds, then every tenth; a cell whose probe
+// fails is due again in the next round.
+func TestSteadyCellsAreProbedLess(t *testing.T) {
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := make([]*CellView, 3)
+	for i := range cells {
+		cells[i] = &CellView{ID: fmt.Sprintf("c%d", i), Endpoint: fmt.Sprintf("10.0.0.%d:8000", i), State: lifecycle.Ready}
+	}
+	view := newView(time.Time{}, 1, cells, nil)
+	var mu sync.Mutex
+	failing := ""
+	var got []probeResult
+	p := &prober{interval: time.Second, timeout: time.Second, max: 100, steady: 10, view: func() *View { return view },
+		clock: clockwork.NewFakeClock(), log: slog.New(slog.DiscardHandler), metrics: m,
+		est: map[string]*probeEstimate{},
+		dial: func(_, addr string, _ time.Duration) (net.Conn, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if addr == failing {
+				return nil, fmt.Errorf("refused")
+			}
+			a, b := net.Pipe()
+			_ = b.Close()
+			return a, nil
+		},
+		submit: func(_ context.Context, r []probeResult) error { got = r; return nil },
+	}
+	probed := func() map[string]bool {
+		got = nil
+		p.round(context.Background())
+		out := map[string]bool{}
+		for _, r := range got {
+			out[r.id] = true
+		}
+		return out
+	}
+	for round := 1; round <= 14; round++ {
+		n := len(probed())
+		want := 0
+		if round <= 4 || round == 14 {
+			want = 3
+		}
+		if n != want {
+			t.Fatalf("round %d probed %d cells, want %d", round, n, want)
+		}
+	}
+	mu.Lock()
+	failing = cells[1].Endpoint
+	mu.Unlock()
+	for round := 24; round <= 25; round++ {
+		for p.rounds < uint64(round-1) {
+			probed()
+		}
+		if got := probed(); len(got) != map[int]int{24: 3, 25: 1}[round] || (round == 25 && !got["c1"]) {
+			t.Errorf("round %d probed %v, want all three at their cadence, then c1 again after its failure", round, got)
+		}
 	}
 }

@@ -416,6 +416,7 @@ type snapshot struct {
 	at                   time.Time
 	cpu                  time.Duration
 	heartbeats           float64
+	probes               float64
 	projSum, projCount   float64
 	buildSum, buildCount float64
 	summaryCount         []int
@@ -429,6 +430,7 @@ func (p *point) snapshot(ctx context.Context) (snapshot, error) {
 	s.cpu, _ = cpuTime()
 	for _, r := range p.regions {
 		s.heartbeats += r.tap.read(metricHeartbeats).value
+		s.probes += r.tap.read(metricProbes).value
 		pr, b := r.tap.read(metricProjection), r.tap.read(metricXDSBuild)
 		s.projSum, s.projCount = s.projSum+pr.sum, s.projCount+pr.count
 		s.buildSum, s.buildCount = s.buildSum+b.sum, s.buildCount+b.count
@@ -494,6 +496,7 @@ func (p *point) windowRates(f *Figures, a, b snapshot) {
 		f.LiveXDSBuildMeanMs = 1000 * (b.buildSum - a.buildSum) / n
 	}
 	f.LivePushesPerS = (b.buildCount - a.buildCount) / secs
+	f.ProbesPerS = (b.probes - a.probes) / secs
 	if n := b.fleet.heartbeats - a.fleet.heartbeats; n > 0 {
 		f.HeartbeatBytes = float64(b.fleet.bytes-a.fleet.bytes) / float64(n)
 	}

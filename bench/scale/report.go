@@ -103,6 +103,9 @@ type Figures struct {
 	LiveProjectionMeanMs float64 `json:"live_projection_mean_ms"`
 	LiveXDSBuildMeanMs   float64 `json:"live_xds_build_mean_ms"`
 	LivePushesPerS       float64 `json:"live_pushes_per_s"`
+	// ProbesPerS are the controllers' RTT probes of their cells per
+	// second (isobar_regional_probes_total, every result).
+	ProbesPerS float64 `json:"probes_per_s"`
 	// HeartbeatBytes is the mean marshalled heartbeat.
 	HeartbeatBytes float64 `json:"heartbeat_bytes"`
 	// SummaryBytesPerRegion is the mean marshalled summary (hierarchical).
