@@ -140,7 +140,7 @@ func (f *procFleet) kill(ctx context.Context, id string) (time.Time, error) {
 	if rep.KilledAtUnixNs == 0 {
 		return time.Time{}, fmt.Errorf("scale: cell process %d: kill %s: no time of the close in the reply", p.cmd.Process.Pid, id)
 	}
-	return f.clock.Now().Add(time.Unix(0, rep.KilledAtUnixNs).Sub(time.Now())), nil
+	return f.clock.Now().Add(time.Until(time.Unix(0, rep.KilledAtUnixNs))), nil
 }
 
 func (f *procFleet) silence(ctx context.Context, id string) error { return f.one(ctx, opSilence, id) }
