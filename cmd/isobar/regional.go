@@ -142,7 +142,9 @@ func (o *regionalOpts) register(cmd *cobra.Command) {
 	f.DurationVar(&cfg.TTLGrace, "ttl-grace", cfg.TTLGrace, "a cell is Failed after heartbeat-interval + ttl-grace without a heartbeat")
 	f.DurationVar(&cfg.CycleInterval, "cycle-interval", cfg.CycleInterval, "how often pressure is rescored and weights projected")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "RTT/jitter probe interval per cell")
-	f.DurationVar(&cfg.ProbeSteadyInterval, "probe-steady-interval", cfg.ProbeSteadyInterval, "probe interval of a cell whose RTT estimate is steady (a new cell, one whose RTT moved or whose probe failed is probed every --probe-interval); --probe-interval probes every cell every round")
+	// Left 0 here, the default follows --probe-interval (withDefaults).
+	cfg.ProbeSteadyInterval = 0
+	f.DurationVar(&cfg.ProbeSteadyInterval, "probe-steady-interval", 0, "probe interval of a cell whose RTT estimate is steady (a new cell, one whose RTT moved or whose probe failed is probed every --probe-interval); --probe-interval probes every cell every round (default 10s, or --probe-interval when longer)")
 	f.IntVar(&cfg.ProbeMaxPerRound, "probe-max-per-round", cfg.ProbeMaxPerRound, "cells probed per probe round at most (those probed longest ago): bounds the probes' cost in large regions")
 	f.DurationVar(&cfg.ForgetAfter, "forget-after", cfg.ForgetAfter, "how long Failed/Terminated cells stay visible before they are forgotten")
 	f.Float64Var(&cfg.MassExpiry.Fraction, "mass-expiry-fraction", cfg.MassExpiry.Fraction, "share of the live cells (at least 3) past their TTL at once that this controller holds rather than fails, as its own stall is the likelier cause; in (0, 1]")
