@@ -19,14 +19,7 @@ import (
 // live cells at four per round are each probed once in the first two and
 // a half rounds, and a cell that left is forgotten.
 func TestProbeRoundIsBounded(t *testing.T) {
-	m, err := newMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cells := make([]*CellView, 10)
-	for i := range cells {
-		cells[i] = &CellView{ID: fmt.Sprintf("c%d", i), Endpoint: fmt.Sprintf("10.0.0.%d:8000", i), State: lifecycle.Ready}
-	}
+	m, cells := probeTestCells(t, 10)
 	view := newView(time.Time{}, 1, cells, nil)
 	var mu sync.Mutex
 	var dialed []string
@@ -81,15 +74,8 @@ func TestProbeRoundIsBounded(t *testing.T) {
 // TestProbeRoundIsPaced: with a spread, a round's dials start over it, not
 // at once: at most the dials due by the clock's time have started.
 func TestProbeRoundIsPaced(t *testing.T) {
-	m, err := newMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 10
-	cells := make([]*CellView, n)
-	for i := range cells {
-		cells[i] = &CellView{ID: fmt.Sprintf("c%d", i), Endpoint: fmt.Sprintf("10.0.0.%d:8000", i), State: lifecycle.Ready}
-	}
+	m, cells := probeTestCells(t, n)
 	view := newView(time.Time{}, 1, cells, nil)
 	clock := clockwork.NewFakeClock()
 	var mu sync.Mutex
@@ -171,14 +157,7 @@ func TestProbeCadence(t *testing.T) {
 // each of their first four rounds, then every tenth; a cell whose probe
 // fails is due again in the next round.
 func TestSteadyCellsAreProbedLess(t *testing.T) {
-	m, err := newMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cells := make([]*CellView, 3)
-	for i := range cells {
-		cells[i] = &CellView{ID: fmt.Sprintf("c%d", i), Endpoint: fmt.Sprintf("10.0.0.%d:8000", i), State: lifecycle.Ready}
-	}
+	m, cells := probeTestCells(t, 3)
 	view := newView(time.Time{}, 1, cells, nil)
 	var mu sync.Mutex
 	failing := ""
@@ -228,4 +207,19 @@ func TestSteadyCellsAreProbedLess(t *testing.T) {
 			t.Errorf("round %d probed %v, want all three at their cadence, then c1 again after its failure", round, got)
 		}
 	}
+}
+
+// probeTestCells returns the metrics for a test prober and n Ready cells,
+// c0 to c(n-1), at 10.0.0.i:8000.
+func probeTestCells(t *testing.T, n int) (*metrics, []*CellView) {
+	t.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := make([]*CellView, n)
+	for i := range cells {
+		cells[i] = &CellView{ID: fmt.Sprintf("c%d", i), Endpoint: fmt.Sprintf("10.0.0.%d:8000", i), State: lifecycle.Ready}
+	}
+	return m, cells
 }
