@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -27,20 +28,29 @@ import (
 // cell. Load signals alone no longer move weights (they carry eligibility
 // and capacity), so the speed is what changes each band. A cycle whose
 // push changed nothing is an error: it would time a no-op. It runs at most
-// samples cycles within budget and returns each cycle's duration in ms.
-func cycleCost(ctx context.Context, region string, view *regional.View, samples int, budget time.Duration, clock clockwork.Clock) ([]float64, error) {
+// samples cycles within budget and returns each cycle's duration in ms:
+// its wall time, and the CPU time of the thread that ran it (cpu; nil
+// where the system has no thread clock).
+//
+// The wall time is what a cycle takes on this machine as it is, the other
+// processes' and goroutines' turns on the cores included; on a machine the
+// live fleet keeps busy it moves with that load. The CPU time is the
+// cycle's own cost: the goroutine is locked to its thread for the run, so
+// the thread's clock counts the cycle (and the mark assists its
+// allocations owe the garbage collector), not its waits.
+func cycleCost(ctx context.Context, region string, view *regional.View, samples int, budget time.Duration, clock clockwork.Clock) (wall, cpu []float64, err error) {
 	if len(view.Cells) == 0 {
-		return nil, fmt.Errorf("scale: cycle: region %s has no cells", region)
+		return nil, nil, fmt.Errorf("scale: cycle: region %s has no cells", region)
 	}
 	xs, err := xds.NewServer(xds.Config{Region: region}, xds.Deps{Clock: clock})
 	if err != nil {
-		return nil, fmt.Errorf("scale: cycle: %w", err)
+		return nil, nil, fmt.Errorf("scale: cycle: %w", err)
 	}
 	defer xs.Stop()
 	pcfg := projection.DefaultConfig()
 	proj, err := projection.New(pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("scale: cycle: %w", err)
+		return nil, nil, fmt.Errorf("scale: cycle: %w", err)
 	}
 	scfg := score.DefaultConfig()
 	inputs := cycleInputs(view)
@@ -51,11 +61,14 @@ func cycleCost(ctx context.Context, region string, view *regional.View, samples 
 	params := cycle.Params{Region: region, Zone: region}
 	now := view.At
 	version := ""
-	var out []float64
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_, threadClock := threadCPU()
 	start := clock.Now()
 	for i := 0; i < samples && ctx.Err() == nil && (i == 0 || clock.Since(start) < budget); i++ {
 		now = now.Add(pcfg.MinInterval) // projection time, not wall time
 		t0 := clock.Now()
+		c0, _ := threadCPU()
 		for j := range cells {
 			cells[j] = inputs[j][(i+j)%2]
 		}
@@ -67,18 +80,22 @@ func cycleCost(ctx context.Context, region string, view *regional.View, samples 
 		offer := cycle.BuildState(params, cycle.Weighted(view.Cells, d.Weights))
 		v, err := xs.Push(offer.State)
 		if err != nil {
-			return out, fmt.Errorf("scale: cycle: push: %w", err)
+			return wall, cpu, fmt.Errorf("scale: cycle: push: %w", err)
 		}
 		// Pushed, the offer is nobody's: the next is built in it, as the
 		// registry builds in the states its publisher is done with.
 		params.Reuse = offer
-		out = append(out, ms(clock.Since(t0)))
+		wall = append(wall, ms(clock.Since(t0)))
+		if threadClock {
+			c1, _ := threadCPU()
+			cpu = append(cpu, ms(c1-c0))
+		}
 		if v == version {
-			return out, fmt.Errorf("scale: cycle %d changed no weight (version %s): it would time a no-op", i, v)
+			return wall, cpu, fmt.Errorf("scale: cycle %d changed no weight (version %s): it would time a no-op", i, v)
 		}
 		version = v
 	}
-	return out, nil
+	return wall, cpu, nil
 }
 
 // cycleInputs is each cell of view as the registry maps it (cycle.FromView,

@@ -180,8 +180,11 @@ func runPoint(ctx context.Context, cfg Config, deps Deps, spec pointSpec) (*Figu
 		return f, errors.Join(startErr, err)
 	}
 	r0 := p.regions[0]
-	cyc, err := cycleCost(ctx, r0.name, r0.ctrl.Registry().View(), cfg.CycleSamples, cfg.CycleBudget, p.clock)
+	cyc, cpu, err := cycleCost(ctx, r0.name, r0.ctrl.Registry().View(), cfg.CycleSamples, cfg.CycleBudget, p.clock)
 	f.CycleP50Ms, f.CycleP99Ms, f.CycleRuns = quantileNaN(cyc, 0.5), quantileNaN(cyc, 0.99), len(cyc)
+	if len(cpu) > 0 {
+		f.CycleCPUP50Ms, f.CycleCPUP99Ms = ptr(quantileNaN(cpu, 0.5)), ptr(quantileNaN(cpu, 0.99))
+	}
 	if err != nil {
 		return f, errors.Join(startErr, err)
 	}

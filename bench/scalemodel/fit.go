@@ -76,8 +76,9 @@ func usablePoints(rep *scale.Report, opt FitOptions) []fitPoint {
 // Fit fits the model's per-operation costs on a bench scale report. The
 // rules, one per constant:
 //
-//   - FullCycle, LiveCycle, LiveBuild: weighted least squares of the
-//     measured cost (cycle_p50_ms; live_projection_mean_ms;
+//   - FullCycle, FullCycleCPU, LiveCycle, LiveBuild: weighted least
+//     squares of the measured cost (cycle_p50_ms; cycle_cpu_p50_ms, left
+//     zero when no point has it; live_projection_mean_ms;
 //     live_xds_build_mean_ms) on the cells per controller, weights 1/y²
 //     (relative error, so the 1,000-fold range is not decided by its
 //     largest point alone), for both a + b·n and a + b·n·log₂n; the form
@@ -86,7 +87,8 @@ func usablePoints(rep *scale.Report, opt FitOptions) []fitPoint {
 //     endpoints, so either could hold; the data decide, and the form kept
 //     is written beside the constants.
 //   - CycleSpread: the median over points of ≥ 100 cells per controller
-//     of ln(cycle_p99/cycle_p50)/2.326 (a lognormal's P99/P50).
+//     of ln(cycle_p99/cycle_p50)/2.326 (a lognormal's P99/P50), of the
+//     cycles' CPU times where every point has them.
 //   - PushesPerControllerPerS: the median over points of
 //     live_pushes_per_s / controllers.
 //   - HeartbeatCPUUs, HeartbeatCPUExp, ControllerCPUMsPerS,
@@ -126,6 +128,9 @@ func Fit(rep *scale.Report, opt FitOptions) (Params, error) {
 	var err error
 	if p.FullCycle, err = fitCost(pts, func(f *scale.Figures) float64 { return f.CycleP50Ms }); err != nil {
 		return Params{}, fmt.Errorf("scalemodel: fit full cycle: %w", err)
+	}
+	if p.FullCycleCPU, err = fitCost(pts, func(f *scale.Figures) float64 { return deref(f.CycleCPUP50Ms) }); err != nil {
+		p.FullCycleCPU = Linear{} // no thread clock in these runs: the wall time stands in
 	}
 	if p.LiveCycle, err = fitCost(pts, func(f *scale.Figures) float64 { return f.LiveProjectionMeanMs }); err != nil {
 		return Params{}, fmt.Errorf("scalemodel: fit live cycle: %w", err)
@@ -180,15 +185,33 @@ func fitCost(pts []fitPoint, y func(*scale.Figures) float64) (Linear, error) {
 	return best, nil
 }
 
-// fitSpread is the median lognormal σ of the full-push cycles' P99/P50.
+// fitSpread is the median lognormal σ of the full-push cycles' P99/P50:
+// their CPU times', where every point has them (the spread of the cost;
+// the model's shared cores add the waits), else their wall times'.
 func fitSpread(pts []fitPoint) float64 {
+	cpu := true
+	for _, q := range pts {
+		cpu = cpu && q.f.CycleCPUP50Ms != nil && q.f.CycleCPUP99Ms != nil
+	}
 	var s []float64
 	for _, q := range pts {
-		if q.n >= 100 && q.f.CycleP50Ms > 0 && q.f.CycleP99Ms >= q.f.CycleP50Ms {
-			s = append(s, math.Log(q.f.CycleP99Ms/q.f.CycleP50Ms)/z99)
+		p50, p99 := q.f.CycleP50Ms, q.f.CycleP99Ms
+		if cpu {
+			p50, p99 = *q.f.CycleCPUP50Ms, *q.f.CycleCPUP99Ms
+		}
+		if q.n >= 100 && p50 > 0 && p99 >= p50 {
+			s = append(s, math.Log(p99/p50)/z99)
 		}
 	}
 	return median(s)
+}
+
+// deref is *v, or NaN for nil (unmeasured).
+func deref(v *float64) float64 {
+	if v == nil {
+		return math.NaN()
+	}
+	return *v
 }
 
 // z99 is the standard normal's 99th percentile.

@@ -74,6 +74,10 @@ type Result struct {
 	// response times under the shared cores, ms.
 	FullCycleP50Ms float64 `json:"full_cycle_p50_ms"`
 	FullCycleP99Ms float64 `json:"full_cycle_p99_ms"`
+	// FullCycleCPUMs is that cycle's cost, its median CPU time
+	// (Params.FullCycleCPU at CellsPerController; NaN when not fitted):
+	// what bench scale's cycle_cpu_p50_ms measures.
+	FullCycleCPUMs float64 `json:"-"`
 	LiveCycleP50Ms float64 `json:"live_cycle_p50_ms"`
 	LiveCycleP99Ms float64 `json:"live_cycle_p99_ms"`
 	// SummaryBytesPerRegion and GlobalInboundBytesPerS as bench scale
@@ -150,7 +154,10 @@ func Run(p Params, s Scenario) (Result, error) {
 		ctrls = s.Regions
 	}
 	n := math.Ceil(float64(s.Cells) / float64(ctrls))
-	r := Result{Scenario: s, Controllers: ctrls, CellsPerController: int(n)}
+	r := Result{Scenario: s, Controllers: ctrls, CellsPerController: int(n), FullCycleCPUMs: math.NaN()}
+	if p.FullCycleCPU != (Linear{}) {
+		r.FullCycleCPUMs = p.FullCycleCPU.At(n)
+	}
 	r.OfferedHeartbeatsPerS = float64(s.Cells) / s.HeartbeatInterval.Seconds()
 	r.CPUCores, r.IngestCores = p.demand(s, ctrls, n)
 	capacity := s.Cores - s.OtherCPU
@@ -207,7 +214,7 @@ func simulate(p Params, s Scenario, ctrls int, n, capacity, hbCost float64, r *R
 		overhead += p.ProcessCPUMsPerS / cycleRate / 1000 / float64(ctrls)
 	}
 	srv := &psServer{cores: capacity}
-	srv.add(kindProbe, lognormal(rng, p.FullCycle.At(n), p.CycleSpread)/1000)
+	srv.add(kindProbe, lognormal(rng, p.CycleCost(n), p.CycleSpread)/1000)
 	var full, live []float64
 	served := 0
 	for {
@@ -226,7 +233,7 @@ func simulate(p Params, s Scenario, ctrls int, n, capacity, hbCost float64, r *R
 				if after {
 					full = append(full, 1000*(t-j.arrival))
 				}
-				srv.add(kindProbe, lognormal(rng, p.FullCycle.At(n), p.CycleSpread)/1000)
+				srv.add(kindProbe, lognormal(rng, p.CycleCost(n), p.CycleSpread)/1000)
 			case j.kind == kindLiveCycle && after:
 				live = append(live, 1000*(t-j.arrival))
 			case j.kind == kindHeartbeat && after:

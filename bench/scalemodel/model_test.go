@@ -72,7 +72,7 @@ func TestPSServerSharesCores(t *testing.T) {
 func synthParams() Params {
 	return Params{
 		HeartbeatCPUUs: 40, HeartbeatCPUExp: 0.8, ControllerCPUMsPerS: 2, ProcessCPUMsPerS: 15,
-		FullCycle: Linear{A: 0.02, B: 0.004}, LiveCycle: Linear{A: 0.01, B: 0.001}, LiveBuild: Linear{A: 0.05, B: 0.002},
+		FullCycle: Linear{A: 0.02, B: 0.004}, FullCycleCPU: Linear{A: 0.015, B: 0.003}, LiveCycle: Linear{A: 0.01, B: 0.001}, LiveBuild: Linear{A: 0.05, B: 0.002},
 		CycleSpread: 0.5, PushesPerControllerPerS: 0.9, HeartbeatBytes: 250,
 		SummaryBaseBytes: 250, SummaryPerRTTBytes: 17, Solve: Power{C: 0.001, P: 1.6},
 	}
@@ -94,6 +94,7 @@ func synthReport(p Params) *scale.Report {
 			hb := float64(cells) * 2
 			f := &scale.Figures{OfferedHeartbeatsPerS: hb, IngestHeartbeatsPerS: hb, IngestFraction: 1, CellProcs: 1,
 				CycleP50Ms: p.FullCycle.At(n), CycleP99Ms: p.FullCycle.At(n) * math.Exp(z99*p.CycleSpread),
+				CycleCPUP50Ms: ptr(p.FullCycleCPU.At(n)), CycleCPUP99Ms: ptr(p.FullCycleCPU.At(n) * math.Exp(z99*p.CycleSpread)),
 				LiveProjectionMeanMs: p.LiveCycle.At(n), LiveXDSBuildMeanMs: p.LiveBuild.At(n),
 				LivePushesPerS: float64(ctrls) * p.PushesPerS(10), HeartbeatBytes: p.HeartbeatBytes}
 			f.CPUSPerS = p.IngestCores(hb) + float64(ctrls)*p.ControllerCPUMsPerS/1e3 + p.ProcessCPUMsPerS/1e3
@@ -130,6 +131,8 @@ func TestFitRecoversTheCostsItWasGivenAndIgnoresSaturatedPoints(t *testing.T) {
 	near("controller ms/s", got.ControllerCPUMsPerS, want.ControllerCPUMsPerS)
 	near("process ms/s", got.ProcessCPUMsPerS, want.ProcessCPUMsPerS)
 	near("full cycle b", got.FullCycle.B, want.FullCycle.B)
+	near("full cycle cpu a", got.FullCycleCPU.A, want.FullCycleCPU.A)
+	near("full cycle cpu b", got.FullCycleCPU.B, want.FullCycleCPU.B)
 	near("live cycle b", got.LiveCycle.B, want.LiveCycle.B)
 	near("spread", got.CycleSpread, want.CycleSpread)
 	near("pushes", got.PushesPerControllerPerS, want.PushesPerControllerPerS)
@@ -157,6 +160,33 @@ func TestValidateReproducesASyntheticPoint(t *testing.T) {
 		if !c.Pass() {
 			t.Errorf("%d cells %d regions %s: %+v", c.Cells, c.Regions, c.Topology, c.Checks)
 		}
+		// The cost (CPU time) is held to the tolerance; the wall time,
+		// which holds the waits for a core, is shown beside it.
+		for _, k := range c.Checks {
+			if strings.Contains(k.Figure, "cycle CPU") != k.Gated && strings.HasPrefix(k.Figure, "cycle") {
+				t.Errorf("%s: gated %v", k.Figure, k.Gated)
+			}
+		}
+	}
+	// A report without the cycles' CPU times (from before they were
+	// measured) fits no cost and holds the wall time to the tolerance.
+	rep := synthReport(p)
+	for _, pt := range rep.Points {
+		pt.Figures.CycleCPUP50Ms, pt.Figures.CycleCPUP99Ms = nil, nil
+	}
+	old, err := Fit(rep, FitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.FullCycleCPU != (Linear{}) {
+		t.Errorf("fitted a cycle CPU cost without any measured: %+v", old.FullCycleCPU)
+	}
+	cs, err = Validate(old, rep, 1000, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := cs[0].Checks[0]; k.Figure != "cycle P50 ms (full push, wall)" || !k.Gated {
+		t.Errorf("without CPU times the first check is %+v, want the wall P50 gated", k)
 	}
 }
 
@@ -175,8 +205,8 @@ func TestRunTinyIsDeterministicBySeed(t *testing.T) {
 		t.Fatalf("ingest %v of 400 offered (saturated %v)", a.IngestHeartbeatsPerS, a.Saturated)
 	}
 	// The full cycle's response is at least its cost's median.
-	if a.FullCycleP50Ms < 0.9*p.FullCycle.At(50) {
-		t.Fatalf("full cycle P50 %v below its cost %v", a.FullCycleP50Ms, p.FullCycle.At(50))
+	if a.FullCycleP50Ms < 0.9*p.CycleCost(50) {
+		t.Fatalf("full cycle P50 %v below its cost %v", a.FullCycleP50Ms, p.CycleCost(50))
 	}
 	// Saturation: 100,000 cells at 40 µs each need 8 cores of ingest.
 	sat, err := Run(p, Scenario{Cells: 100000, Topology: scale.Flat, Cores: 2})
@@ -215,3 +245,5 @@ func FuzzParseReport(f *testing.F) {
 		}
 	})
 }
+
+func ptr(v float64) *float64 { return &v }

@@ -52,14 +52,20 @@ type Params struct {
 	// runtime's background work), ms per s; counted in the validation,
 	// not in a deployment's cores.
 	ProcessCPUMsPerS float64 `json:"process_cpu_ms_per_s"`
-	// FullCycle is a full-push cycle's cost (score + project + xDS
+	// FullCycle is a full-push cycle's wall time (score + project + xDS
 	// build/validate/set, every weight moving) against cells per
-	// controller, its median.
+	// controller, its median, as measured beside the live fleet.
 	FullCycle Linear `json:"full_cycle_ms"`
+	// FullCycleCPU is the same cycle's cost: the CPU time of the thread
+	// that ran it (bench scale's cycle_cpu_p50_ms), its median. Zero when
+	// the runs fitted had no thread clock (reports from before it was
+	// measured); the model then takes FullCycle as the cost.
+	FullCycleCPU Linear `json:"full_cycle_cpu_ms,omitzero"`
 	// CycleSpread is the σ of the lognormal a cycle's cost is drawn from
-	// (median FullCycle/LiveCycle): the measured P99/P50 ratio of the
-	// full-push cycles, ln(ratio)/2.326, which holds what the model leaves
-	// out (GC, scheduler) as noise, not as a mechanism.
+	// (median FullCycleCPU, or FullCycle, and LiveCycle): the measured
+	// P99/P50 ratio of the full-push cycles (their CPU times where
+	// measured), ln(ratio)/2.326, which holds what the model leaves out
+	// (GC, scheduler) as noise, not as a mechanism.
 	CycleSpread float64 `json:"cycle_spread"`
 	// LiveCycle is a live controller's score + project per cycle against
 	// its cells, and LiveBuild its xDS build per push, both means.
@@ -114,4 +120,13 @@ func (p Params) PushesPerS(cycleRate float64) float64 {
 // back and the ticks between are dropped).
 func (p Params) CycleCPU(n, cycleRate float64) float64 {
 	return math.Min(1000, cycleRate*p.LiveCycle.At(n)+p.PushesPerS(cycleRate)*p.LiveBuild.At(n))
+}
+
+// CycleCost is a full-push cycle's cost at n cells per controller, in ms:
+// FullCycleCPU where fitted, else FullCycle.
+func (p Params) CycleCost(n float64) float64 {
+	if p.FullCycleCPU != (Linear{}) {
+		return p.FullCycleCPU.At(n)
+	}
+	return p.FullCycle.At(n)
 }

@@ -22,10 +22,11 @@ type Bend struct {
 }
 
 // CycleBendCells is the cells per controller at which a full-push cycle's
-// median reaches the cycle interval: one controller's cycle no longer
-// fits between ticks, whatever the cores (0: beyond 10⁸).
+// median cost (Params.CycleCost) reaches the cycle interval: one
+// controller's cycle no longer fits between ticks, whatever the cores (0:
+// beyond 10⁸).
 func (p Params) CycleBendCells(interval time.Duration) int {
-	return searchInt(1, 1e8, func(n int) bool { return p.FullCycle.At(float64(n)) >= ms1(interval) })
+	return searchInt(1, 1e8, func(n int) bool { return p.CycleCost(float64(n)) >= ms1(interval) })
 }
 
 // SolveBendRegions is the region count at which a solve reaches limitMs.
@@ -82,7 +83,10 @@ func WriteParams(w io.Writer, p Params) {
 	fmt.Fprintf(w, "| CPU per heartbeat at %d hb/s (cycles' share folded in) | %.2f µs, × (rate/%d)^(%.2f−1) |\n", RefHeartbeatsPerS, p.HeartbeatCPUUs, RefHeartbeatsPerS, p.HeartbeatCPUExp)
 	fmt.Fprintf(w, "| CPU per controller (fixed) | %.3f ms/s |\n", p.ControllerCPUMsPerS)
 	fmt.Fprintf(w, "| CPU of the measuring process (fixed) | %.2f ms/s |\n", p.ProcessCPUMsPerS)
-	fmt.Fprintf(w, "| full-push cycle, median | %s ms |\n", form(p.FullCycle))
+	fmt.Fprintf(w, "| full-push cycle, median wall time | %s ms |\n", form(p.FullCycle))
+	if p.FullCycleCPU != (Linear{}) {
+		fmt.Fprintf(w, "| full-push cycle, median CPU time (its cost) | %s ms |\n", form(p.FullCycleCPU))
+	}
 	fmt.Fprintf(w, "| live cycle (score + project), mean | %s ms |\n", form(p.LiveCycle))
 	fmt.Fprintf(w, "| live xDS build per push, mean | %s ms |\n", form(p.LiveBuild))
 	fmt.Fprintf(w, "| cycle spread σ (lognormal) | %.3f (P99/P50 %.1f×) |\n", p.CycleSpread, math.Exp(z99*p.CycleSpread))
@@ -111,8 +115,8 @@ func WriteValidation(w io.Writer, cs []Comparison) {
 // WriteResults writes the model's figures per scenario; item4Bytes > 0
 // adds the global inbound with summaries of that size.
 func WriteResults(w io.Writer, rs []Result, item4Bytes float64) {
-	fmt.Fprintf(w, "| cells | regions | topology | machine | cores | cells/ctrl | hb/s | ctrl CPU cores (ingest) | per ctrl cores | utilisation | full cycle P50 / P99 ms | live cycle P50 / P99 ms | summary B/region | global inbound B/s | inbound, %.0f B summaries | solve ms |\n", item4Bytes)
-	fmt.Fprintln(w, "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintf(w, "| cells | regions | topology | machine | cores | cells/ctrl | hb/s | ctrl CPU cores (ingest) | per ctrl cores | utilisation | full cycle CPU ms | full cycle P50 / P99 ms | live cycle P50 / P99 ms | summary B/region | global inbound B/s | inbound, %.0f B summaries | solve ms |\n", item4Bytes)
+	fmt.Fprintln(w, "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		s := r.Scenario
 		regions, sum, alt, solve := fmt.Sprint(s.Regions), fmt.Sprintf("%.0f", r.SummaryBytesPerRegion), "—", fmt.Sprintf("%.1f", r.SolveMs)
@@ -135,9 +139,9 @@ func WriteResults(w io.Writer, rs []Result, item4Bytes float64) {
 		if r.Saturated {
 			util += fmt.Sprintf(" (saturated: ingest %.0f hb/s, %.0f %%)", r.IngestHeartbeatsPerS, 100*r.IngestHeartbeatsPerS/r.OfferedHeartbeatsPerS)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %d | %.0f | %.2f (%.2f) | %.4f | %s | %s / %s | %s / %s | %s | %.0f | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %d | %.0f | %.2f (%.2f) | %.4f | %s | %s | %s / %s | %s / %s | %s | %.0f | %s | %s |\n",
 			cells, regions, s.Topology, machine, s.Cores, r.CellsPerController, r.OfferedHeartbeatsPerS, r.CPUCores, r.IngestCores,
-			r.CPUCores/float64(r.Controllers), util, g4(r.FullCycleP50Ms), g4(r.FullCycleP99Ms), g4(r.LiveCycleP50Ms), g4(r.LiveCycleP99Ms),
+			r.CPUCores/float64(r.Controllers), util, g4(r.FullCycleCPUMs), g4(r.FullCycleP50Ms), g4(r.FullCycleP99Ms), g4(r.LiveCycleP50Ms), g4(r.LiveCycleP99Ms),
 			sum, r.GlobalInboundBytesPerS, alt, solve)
 	}
 }
@@ -159,7 +163,7 @@ func WriteBends(w io.Writer, p Params, bends []Bend, cycle time.Duration) {
 	}
 	live := searchInt(1, 1e8, func(n int) bool { return p.LiveCycle.At(float64(n)) >= ms1(cycle) })
 	fmt.Fprintf(w, "\nOne controller's cycle runs in one goroutine, so more cores do not help it: a live cycle's mean (wall time, as measured) fills the %v tick at %s cells per controller, "+
-		"a full-push cycle's median at %s. A solve reaches %d ms at %s regions.\n",
+		"a full-push cycle's median cost at %s. A solve reaches %d ms at %s regions.\n",
 		cycle, orBeyond(live), orBeyond(p.CycleBendCells(cycle)), SolveTargetMs, orBeyond(p.SolveBendRegions(SolveTargetMs)))
 }
 
