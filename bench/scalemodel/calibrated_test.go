@@ -7,12 +7,12 @@ import (
 )
 
 // TestCalibratedMatchesFixture refits the constants from the trimmed run
-// they were frozen from (testdata/scale.json) and checks they agree within
+// they were frozen from (testdata/xeon-scale.json) and checks they agree within
 // rounding: the frozen constants are what the rules give on that run, not
 // edited by hand. A change to the rules or the fixture shows here; the
 // message carries the refitted literal.
 func TestCalibratedMatchesFixture(t *testing.T) {
-	rep, err := ReadReport("testdata/scale.json")
+	rep, err := ReadReport("testdata/xeon-scale.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestCalibratedMatchesFixture(t *testing.T) {
 			t.Errorf("constant %d: refitted %.6g, frozen %.6g", i, g, w)
 		}
 	}
-	if got.FullCycle.NLogN != want.FullCycle.NLogN || got.LiveCycle.NLogN != want.LiveCycle.NLogN || got.LiveBuild.NLogN != want.LiveBuild.NLogN {
+	if got.FullCycle.NLogN != want.FullCycle.NLogN || got.FullCycleCPU.NLogN != want.FullCycleCPU.NLogN || got.LiveCycle.NLogN != want.LiveCycle.NLogN || got.LiveBuild.NLogN != want.LiveBuild.NLogN {
 		t.Errorf("cost forms differ")
 	}
 	if t.Failed() {
@@ -37,7 +37,7 @@ func TestCalibratedMatchesFixture(t *testing.T) {
 }
 
 func flatten(p Params) []float64 {
-	return []float64{p.HeartbeatCPUUs, p.HeartbeatCPUExp, p.ControllerCPUMsPerS, p.ProcessCPUMsPerS, p.FullCycle.A, p.FullCycle.B, p.CycleSpread,
+	return []float64{p.HeartbeatCPUUs, p.HeartbeatCPUExp, p.ControllerCPUMsPerS, p.ProcessCPUMsPerS, p.FullCycle.A, p.FullCycle.B, p.FullCycleCPU.A, p.FullCycleCPU.B, p.CycleSpread,
 		p.LiveCycle.A, p.LiveCycle.B, p.LiveBuild.A, p.LiveBuild.B, p.PushesPerControllerPerS, p.HeartbeatBytes,
 		p.SummaryBaseBytes, p.SummaryPerRTTBytes, p.Solve.C, p.Solve.P}
 }

@@ -55,7 +55,11 @@ When every cell is Ready, and after a short warm-up, it measures over
   cycle_p50_ms, cycle_p99_ms    one controller's score + project + xDS
                                 build/validate/set over its cells, with the
                                 real code on the live registry's cells, every
-                                weight moving each cycle (a full push)
+                                weight moving each cycle (a full push):
+                                wall time, waits for a core included
+  cycle_cpu_p50_ms, _p99_ms     the same cycles' CPU time (the thread's
+                                clock): their cost, what the scale model
+                                is checked on
   summary_bytes_per_region      proto.Size of the summaries the controllers
                                 built (hierarchical)
   global_inbound_bytes_per_s    hierarchical: summary bytes x regions x
