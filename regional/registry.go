@@ -381,8 +381,10 @@ func (r *Registry) apply(m message) bool {
 		m.drain.reply <- err
 		return err == nil
 	case m.routes != nil:
-		r.routes, r.routesNew = m.routes, true
-		return true
+		changed := routesChange(r.routes, m.routes)
+		r.routes = m.routes
+		r.routesNew = r.routesNew || changed
+		return changed
 	case m.report != nil:
 		r.applyReport(now, m.report)
 		return false

@@ -2,11 +2,13 @@ package regional
 
 import (
 	"errors"
+	"log/slog"
 	"math"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -299,5 +301,64 @@ func TestStateDirKeepsPlanFence(t *testing.T) {
 	c.syncer.routes.applyPlan(t.Context(), testPlan(4, 9, c.syncer.clock.Now()))
 	if got := c.syncer.Routes(); got != nil {
 		t.Fatalf("a controller on its predecessor's state dir accepted a lower epoch: %+v", got)
+	}
+}
+
+// TestSameRoutingPushesNothing: a plan arrives every summary interval
+// with a new epoch, sequence and validity; only a table that changes the
+// routing (routes, shed, pinned routes, ingress) is urgent and pushes,
+// and a blind shed, which the push orders by the measured demand, pushes
+// with every table as before.
+func TestSameRoutingPushesNothing(t *testing.T) {
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clockwork.NewFakeClock()
+	r, err := newRegistry(DefaultConfig("r1"), clk, slog.New(slog.DiscardHandler), m, newRecordingPusher().push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := func(seq uint64, r2 float64, shed float64, sliced bool) *RouteTable {
+		return &RouteTable{Source: RoutesPlan, Epoch: 1, Sequence: seq, IssuedAt: clk.Now(), ValidUntil: clk.Now().Add(time.Duration(seq) * time.Second),
+			Models: map[string]ModelRoutes{"m": {Routes: map[string]float64{"r1": 1 - r2 - shed, "r2": r2}, Shed: shed, Sliced: sliced,
+				Pinned: map[string]PinnedRoutes{"r1": {Routes: map[string]float64{"r1": 1}}}}},
+			Ingress: map[string]string{"r2": "127.0.0.2:9000"}}
+	}
+	install := func(tb *RouteTable) bool {
+		urgent := r.apply(message{routes: tb})
+		pushed := r.routesNew
+		r.routesNew = false // as offerIfDue does when it pushes
+		if urgent != pushed {
+			t.Fatalf("urgent %v but routesNew %v: an urgent table must be pushed, and only an urgent one", urgent, pushed)
+		}
+		return urgent
+	}
+	moved := table(4, 0.25, 0, true)
+	moved.Ingress = map[string]string{"r2": "127.0.0.3:9000"}
+	pinned := table(5, 0.25, 0, true)
+	pinned.Models["m"].Pinned["r1"] = PinnedRoutes{Routes: map[string]float64{"r1": 0.5}, Shed: 0.5}
+	for _, step := range []struct {
+		what  string
+		table *RouteTable
+		push  bool
+	}{
+		{"the first table", table(1, 0.25, 0, true), true},
+		{"the same routing, a new sequence and validity", table(2, 0.25, 0, true), false},
+		{"a route moves", table(3, 0.3, 0, true), true},
+		{"the same again", table(4, 0.3, 0, true), false},
+		{"an ingress moves", moved, true},
+		{"a pinned slice's routes change", pinned, true},
+		{"a sliced shed", table(6, 0.25, 0.1, true), true},
+		{"the same sliced shed", table(7, 0.25, 0.1, true), false},
+		{"a blind shed", table(8, 0.25, 0.1, false), true},
+		{"the same blind shed: ordered by the demand at the push, so pushed", table(9, 0.25, 0.1, false), true},
+	} {
+		if got := install(step.table); got != step.push {
+			t.Errorf("%s: pushed %v, want %v", step.what, got, step.push)
+		}
+		if r.routes != step.table {
+			t.Errorf("%s: the table was not kept (validity and fence are the new table's)", step.what)
+		}
 	}
 }
