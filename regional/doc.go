@@ -11,8 +11,10 @@
 //     projector and the penalty state. Everything else talks to it through
 //     its inbox: heartbeat streams hand over validated heartbeats with
 //     SubmitOrBlock, the prober hands over RTT samples, operators hand over
-//     drain requests. After a successful submit the registry owns the
-//     message; the sender must not touch it again.
+//     drain requests. Stream losses have a lane of their own, taken before
+//     the heartbeats queued ahead of them (streamloss.go). After a
+//     successful submit the registry owns the message; the sender must not
+//     touch it again.
 //   - The registry publishes an immutable *View through an atomic pointer
 //     after every cycle; the debug endpoint, the metrics collector, the
 //     prober and the heartbeat streams (for commands) read it without locks.

@@ -127,6 +127,7 @@ type Registry struct {
 	metrics *metrics
 	proj    *projection.Projector
 	inbox   chan message
+	losses  chan message // stream losses: a lane before the inbox (streamloss.go)
 	view    viewHolder
 	pub     *publisher
 
@@ -143,20 +144,22 @@ type Registry struct {
 	// changed lists the positions in r.order of the cells whose slot was
 	// remade since the last offer (all of them when allChanged): the
 	// offer sets their cell.offered.
-	changed    []int
-	allChanged bool
-	sentPlace  cycle.Placement          // round trips in the last offered state
-	lastOffer  time.Time                // when the last state was offered
-	mass       massExpiry               // a mass TTL expiry being held (massexpiry.go)
-	index      map[string]int           // id → position in ids, shared by views
-	routes     *RouteTable              // cross-region routing in force
-	routesNew  bool                     // routes (or retry budgets) changed since the last push
-	sets       func(string) []cycle.Set // residency sets per model; nil: none
-	budgets    map[string]float64       // retry budget per model (retrybudget.go)
-	poolUtil   map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
-	cycleCells []cycle.Cell             // the cycle's input buffer, reused (cellViews)
-	cycleKnown []bool                   // which of cycleCells' scores still hold, reused
-	cycleFresh []bool                   // which cells got a new view this cycle (cellViews), reused
+	changed     []int
+	allChanged  bool
+	sentPlace   cycle.Placement          // round trips in the last offered state
+	lastOffer   time.Time                // when the last state was offered
+	mass        massExpiry               // a mass TTL expiry being held (massexpiry.go)
+	index       map[string]int           // id → position in ids, shared by views
+	heldLosses  map[string]heldLoss      // stream losses that overtook the heartbeat they name (streamloss.go)
+	routes      *RouteTable              // cross-region routing in force
+	routesNew   bool                     // routes (or retry budgets) changed since the last push
+	sentIngress map[string]string        // the remote regions' ingress in the last offered state (residency sets)
+	sets        func(string) []cycle.Set // residency sets per model; nil: none
+	budgets     map[string]float64       // retry budget per model (retrybudget.go)
+	poolUtil    map[string]float64       // pool utilisation per model (retrybudget.go): bounds penalties
+	cycleCells  []cycle.Cell             // the cycle's input buffer, reused (cellViews)
+	cycleKnown  []bool                   // which of cycleCells' scores still hold, reused
+	cycleFresh  []bool                   // which cells got a new view this cycle (cellViews), reused
 	// slots holds each cell's cycle.Slot, of its published view, in
 	// address order (cycle.AddrOrder); slotOf[i] is the slot of r.order[i]
 	// (slotAddr[i] its address, read in order to find one that moved);
@@ -207,6 +210,8 @@ func newRegistry(cfg Config, clock clockwork.Clock, log *slog.Logger, m *metrics
 		metrics:    m,
 		proj:       proj,
 		inbox:      make(chan message, cfg.InboxSize),
+		losses:     make(chan message, cfg.InboxSize),
+		heldLosses: make(map[string]heldLoss),
 		cells:      make(map[string]*cell),
 		byEndpoint: make(map[string]string),
 		sentPlace:  make(cycle.Placement),
@@ -325,8 +330,20 @@ func (r *Registry) SetDrain(ctx context.Context, id string, drain bool) error {
 // once, until a heartbeat arrives again or the TTL fails it. A loss
 // reported for an older heartbeat (the agent already reconnected) is
 // ignored.
+//
+// Losses have a lane of their own, taken before the heartbeats queued
+// ahead of them (streamloss.go): a broken stream takes capacity away, and
+// at 10,000 cells a controller's inbox can hold thousands of heartbeats.
 func (r *Registry) StreamLost(ctx context.Context, id, incarnation string, seq uint64) error {
-	return r.send(ctx, message{lost: &streamLoss{id: id, incarnation: incarnation, sequence: seq}})
+	m := message{lost: &streamLoss{id: id, incarnation: incarnation, sequence: seq}}
+	select {
+	case r.losses <- m:
+		return nil
+	case <-r.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (r *Registry) submitProbes(ctx context.Context, res []probeResult) error {
@@ -339,11 +356,21 @@ func (r *Registry) loop(ctx context.Context, ticker clockwork.Ticker) {
 		select {
 		case <-ctx.Done():
 			return
+		case m := <-r.losses:
+			if r.apply(m) || r.takeLosses() {
+				r.cycle(r.clock.Now())
+			}
 		case m := <-r.inbox:
 			urgent := r.apply(m)
-			// Take what else is queued, bounded, so one cycle covers a burst.
+			// Take what else is queued, bounded, so one cycle covers a
+			// burst; a stream loss that arrives meanwhile ends the burst:
+			// its cycle runs before the heartbeats still queued.
 		drain:
 			for range 4096 {
+				if r.takeLosses() {
+					urgent = true
+					break drain
+				}
 				select {
 				case m := <-r.inbox:
 					urgent = r.apply(m) || urgent
@@ -381,7 +408,7 @@ func (r *Registry) apply(m message) bool {
 		m.drain.reply <- err
 		return err == nil
 	case m.routes != nil:
-		changed := routesChange(r.routes, m.routes)
+		changed := routesChange(r.routes, m.routes) || r.ingressMoved()
 		r.routes = m.routes
 		r.routesNew = r.routesNew || changed
 		return changed
@@ -399,24 +426,6 @@ func (r *Registry) apply(m message) bool {
 	return false
 }
 
-// applyStreamLoss makes a live cell suspect when the lost stream carried
-// its latest heartbeat, and reports whether that changed anything.
-func (r *Registry) applyStreamLoss(now time.Time, l *streamLoss) bool {
-	c := r.cells[l.id]
-	if c == nil || c.suspect || !c.state.Live() ||
-		c.hb.GetIncarnation() != l.incarnation || c.hb.GetSequence() != l.sequence {
-		return false
-	}
-	c.suspect = true
-	if c.state.Serving() || c.state == lifecycle.Draining {
-		c.leftLBAt = now
-	}
-	r.metrics.suspects.Inc()
-	r.log.Warn("heartbeat stream broke without a Terminated report; cell suspect until it reconnects or the TTL passes",
-		"cell", c.id, "state", c.state.String())
-	return true
-}
-
 // SetRoutes installs the cross-region routing for this region's ingress;
 // the next push carries it as locality weights. The registry owns t after
 // a nil return.
@@ -424,7 +433,18 @@ func (r *Registry) SetRoutes(ctx context.Context, t *RouteTable) error {
 	return r.send(ctx, message{routes: t})
 }
 
+// applyHeartbeat folds hb into its cell, then settles a stream loss held
+// for the cell (streamloss.go), and reports whether either must be
+// projected at once.
 func (r *Registry) applyHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) bool {
+	urgent := r.foldHeartbeat(now, hb)
+	if len(r.heldLosses) == 0 {
+		return urgent
+	}
+	return r.settleHeldLoss(now, hb) || urgent
+}
+
+func (r *Registry) foldHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) bool {
 	r.metrics.heartbeats.Inc()
 	c := r.cells[hb.GetCellId()]
 	if c == nil {
@@ -579,6 +599,7 @@ func (r *Registry) transition(now time.Time, c *cell, next lifecycle.State, reas
 // once that it holds them (holdMassExpiry), and forgets long-dead ones.
 func (r *Registry) sweep(now time.Time) {
 	ttl := r.cfg.TTL()
+	r.sweepHeldLosses(now, ttl)
 	var expired []*cell
 	live := 0
 	for id, c := range r.cells {
@@ -845,6 +866,7 @@ func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
 	}
 	r.routesNew = false
 	params := r.stateParams(rtts, r.demandSlices(now))
+	r.sentIngress = params.Ingress
 	params.Reuse = cycle.Offer{State: r.pub.takeSpent()}
 	o := cycle.BuildStateSlots(params, r.slots) // the views' slots (annotate)
 	r.noteOffered()

@@ -317,3 +317,17 @@ func routesChange(prev, next *RouteTable) bool {
 	}
 	return !maps.Equal(prev.Ingress, next.Ingress) || !reflect.DeepEqual(prev.Models, next.Models)
 }
+
+// ingressMoved reports whether the remote regions' ingress addresses,
+// which the residency sets' routes use and gossip keeps (regionIngress),
+// differ from those in the last offered state. It is looked at when a
+// route table arrives, once a summary interval: a table that changes no
+// routing pushes nothing, and an ingress that moved (a region that came
+// back, healed, or moved its gateway) must still reach the data plane at
+// that cadence. Loop-owned.
+func (r *Registry) ingressMoved() bool {
+	if r.regionIngress == nil || r.sets == nil {
+		return false
+	}
+	return !maps.Equal(r.regionIngress(), r.sentIngress)
+}

@@ -3,6 +3,7 @@ package regional
 import (
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
 	"path/filepath"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/regional/gossip"
 )
 
@@ -360,5 +362,18 @@ func TestSameRoutingPushesNothing(t *testing.T) {
 		if r.routes != step.table {
 			t.Errorf("%s: the table was not kept (validity and fence are the new table's)", step.what)
 		}
+	}
+	// With residency sets, the remote regions' ingress comes from gossip,
+	// not the table: one that moved is pushed with the next table.
+	ingress := map[string]string{"r2": "127.0.0.2:9000"}
+	r.sets = func(string) []cycle.Set { return nil }
+	r.regionIngress = func() map[string]string { return maps.Clone(ingress) }
+	r.sentIngress = maps.Clone(ingress) // as the last offer left it
+	if install(table(10, 0.25, 0, true)); install(table(11, 0.25, 0, true)) {
+		t.Error("the same routing and ingress pushed")
+	}
+	ingress["r3"] = "127.0.0.3:9000" // a region came back
+	if !install(table(12, 0.25, 0, true)) {
+		t.Error("an ingress that came back did not push")
 	}
 }
