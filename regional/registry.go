@@ -295,8 +295,14 @@ func (r *Registry) SubmitOrBlock(ctx context.Context, hb *isobarpb.CellHeartbeat
 }
 
 func (r *Registry) send(ctx context.Context, m message) error {
+	return r.sendOn(ctx, r.inbox, m)
+}
+
+// sendOn hands m to the registry on lane (its inbox, or its stream
+// losses' lane), waiting for room.
+func (r *Registry) sendOn(ctx context.Context, lane chan<- message, m message) error {
 	select {
-	case r.inbox <- m:
+	case lane <- m:
 		return nil
 	case <-r.done:
 		return ErrStopped
@@ -335,15 +341,7 @@ func (r *Registry) SetDrain(ctx context.Context, id string, drain bool) error {
 // ahead of them (streamloss.go): a broken stream takes capacity away, and
 // at 10,000 cells a controller's inbox can hold thousands of heartbeats.
 func (r *Registry) StreamLost(ctx context.Context, id, incarnation string, seq uint64) error {
-	m := message{lost: &streamLoss{id: id, incarnation: incarnation, sequence: seq}}
-	select {
-	case r.losses <- m:
-		return nil
-	case <-r.done:
-		return ErrStopped
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return r.sendOn(ctx, r.losses, message{lost: &streamLoss{id: id, incarnation: incarnation, sequence: seq}})
 }
 
 func (r *Registry) submitProbes(ctx context.Context, res []probeResult) error {

@@ -467,15 +467,7 @@ func TestRegistryScoresWithTheCycleMapping(t *testing.T) {
 // (a new cell, a cell Ready again, a suspect restored) waits for the
 // cycle's tick, so that many arrivals share one cycle and one push.
 func TestOnlyLeavingCapacityIsUrgent(t *testing.T) {
-	m, err := newMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clockwork.NewFakeClock()
-	r, err := newRegistry(DefaultConfig("r1"), clk, slog.New(slog.DiscardHandler), m, newRecordingPusher().push)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, clk := bareRegistry(t, slog.DiscardHandler)
 	seq := map[string]uint64{}
 	hb := func(id, ep string, st isobarpb.LifecycleState) bool {
 		seq[id]++

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -312,15 +311,7 @@ func TestStateDirKeepsPlanFence(t *testing.T) {
 // and a blind shed, which the push orders by the measured demand, pushes
 // with every table as before.
 func TestSameRoutingPushesNothing(t *testing.T) {
-	m, err := newMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clockwork.NewFakeClock()
-	r, err := newRegistry(DefaultConfig("r1"), clk, slog.New(slog.DiscardHandler), m, newRecordingPusher().push)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, clk := bareRegistry(t, slog.DiscardHandler)
 	table := func(seq uint64, r2 float64, shed float64, sliced bool) *RouteTable {
 		return &RouteTable{Source: RoutesPlan, Epoch: 1, Sequence: seq, IssuedAt: clk.Now(), ValidUntil: clk.Now().Add(time.Duration(seq) * time.Second),
 			Models: map[string]ModelRoutes{"m": {Routes: map[string]float64{"r1": 1 - r2 - shed, "r2": r2}, Shed: shed, Sliced: sliced,

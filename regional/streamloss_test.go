@@ -18,15 +18,7 @@ import (
 // cell suspect, kept through earlier heartbeats of the same incarnation,
 // and dropped by a later heartbeat, another incarnation or the TTL.
 func TestStreamLossOvertakingItsHeartbeat(t *testing.T) {
-	m, err := newMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clockwork.NewFakeClock()
-	r, err := newRegistry(DefaultConfig("r1"), clk, slog.New(slog.DiscardHandler), m, newRecordingPusher().push)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, clk := bareRegistry(t, slog.DiscardHandler)
 	const ready = isobarpb.LifecycleState_LIFECYCLE_STATE_READY
 	beat := func(id string, seq uint64) bool {
 		return r.applyHeartbeat(clk.Now(), heartbeat(id, "127.0.0.1:"+map[string]string{"a": "1001", "b": "1002", "c": "1003", "d": "1004"}[id], ready, seq))
@@ -101,17 +93,9 @@ func (h orderLog) WithGroup(string) slog.Handler      { return h }
 // known cell is applied after at most one of them (the loop's first
 // receive may take either lane), not after all 200 as in one queue.
 func TestStreamLossGoesBeforeQueuedHeartbeats(t *testing.T) {
-	m, err := newMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const queued = 200
 	log := orderLog{msgs: make(chan string, 4*queued)}
-	clk := clockwork.NewFakeClock()
-	r, err := newRegistry(DefaultConfig("r1"), clk, slog.New(log), m, newRecordingPusher().push)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, clk := bareRegistry(t, log)
 	const ready = isobarpb.LifecycleState_LIFECYCLE_STATE_READY
 	r.applyHeartbeat(clk.Now(), heartbeat("a", "127.0.0.1:1001", ready, 1)) // the loop is not running yet
 	for i := range queued {
@@ -148,4 +132,20 @@ func TestStreamLossGoesBeforeQueuedHeartbeats(t *testing.T) {
 	if ahead > 1 {
 		t.Errorf("the loss was applied after %d of the %d heartbeats queued before it; want at most 1", ahead, queued)
 	}
+}
+
+// bareRegistry is a registry on a fake clock whose loop is not started:
+// a test applies messages itself (apply, applyHeartbeat) or starts it.
+func bareRegistry(t *testing.T, h slog.Handler) (*Registry, *clockwork.FakeClock) {
+	t.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clockwork.NewFakeClock()
+	r, err := newRegistry(DefaultConfig("r1"), clk, slog.New(h), m, newRecordingPusher().push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, clk
 }
