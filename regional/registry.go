@@ -355,7 +355,8 @@ func (r *Registry) loop(ctx context.Context, ticker clockwork.Ticker) {
 		case <-ctx.Done():
 			return
 		case m := <-r.losses:
-			if r.apply(m) || r.takeLosses() {
+			urgent := r.apply(m)
+			if r.takeLosses() || urgent { // every loss queued, then one cycle
 				r.cycle(r.clock.Now())
 			}
 		case m := <-r.inbox:
