@@ -226,7 +226,7 @@ func BenchmarkHeartbeatIngest(b *testing.B) {
 	cfg := DefaultConfig("r1")
 	cfg.HTTPListen = "-"
 	cfg.HeartbeatInterval = time.Hour // nothing expires during the run
-	cfg.ProbeInterval = time.Hour
+	cfg.ProbeInterval, cfg.ProbeSteadyInterval = time.Hour, time.Hour
 	// Each stream sends as fast as it can: this measures ingest, not the
 	// per-stream rate limit (TestHeartbeatRateLimit covers that).
 	cfg.Limits.HeartbeatRate, cfg.Limits.HeartbeatBurst = 1e12, 1<<30

@@ -11,8 +11,9 @@ import (
 )
 
 // FuzzValidateHeartbeat decodes arbitrary bytes as a heartbeat, as the gRPC
-// server would, and checks that validation never panics and never lets a
-// non-finite or out-of-range signal through.
+// server would, and checks that validation never panics, never lets a
+// non-finite or out-of-range signal through, and gives the same verdict
+// on a stream that already validated another heartbeat's id and endpoint.
 func FuzzValidateHeartbeat(f *testing.F) {
 	good := heartbeat("a", "127.0.0.1:8000", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 1)
 	good.Signals.ErrorRate = f64(0.01)
@@ -41,7 +42,14 @@ func FuzzValidateHeartbeat(f *testing.F) {
 		if proto.Unmarshal(data, &hb) != nil {
 			return
 		}
-		if validateHeartbeat(&hb, "r1") != nil {
+		// A stream's memo of its last valid id and endpoint never changes
+		// a verdict (validMemo).
+		err := validateHeartbeat(&hb, "r1")
+		memo := validMemo{id: good.GetCellId(), endpoint: good.GetEndpoint()}
+		if memoErr := validateHeartbeatOn(&hb, "r1", &memo); (memoErr == nil) != (err == nil) {
+			t.Fatalf("verdict with a stream's memo %v, without %v", memoErr, err)
+		}
+		if err != nil {
 			return
 		}
 		if hb.GetRegion() != "r1" || hb.GetSequence() == 0 {

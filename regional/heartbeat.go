@@ -89,6 +89,9 @@ type streamState struct {
 	subInc     string
 	subSeq     uint64
 	terminated bool
+	// valid: the id and endpoint of the last heartbeat that passed
+	// validation (validateHeartbeatOn).
+	valid validMemo
 }
 
 // Heartbeat serves one cellagent's stream.
@@ -244,7 +247,7 @@ func (s *heartbeatService) check(st *streamState, hb *isobarpb.CellHeartbeat, ce
 			return err
 		}
 	}
-	if err := validateHeartbeat(hb, s.region); err != nil {
+	if err := validateHeartbeatOn(hb, s.region, &st.valid); err != nil {
 		return err
 	}
 	if cert != nil {

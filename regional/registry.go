@@ -87,6 +87,10 @@ type cell struct {
 	leftLBAt time.Time
 	// offered: the cell was in the last state offered (noteOffered).
 	offered bool
+	// epRaw is the endpoint of the cell's last heartbeat and epKey its
+	// endpointKey: a cell repeats its endpoint in every heartbeat, and
+	// the key's parse and print were a quarter of folding one.
+	epRaw, epKey string
 }
 
 // viewIn is everything of a cell its view is made of: a cycle compares
@@ -461,7 +465,10 @@ func (r *Registry) foldHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) bool
 	// its next heartbeat once the holder is gone (not live, forgotten or
 	// moved).
 	changed := false
-	if r.byEndpoint[endpointKey(hb.GetEndpoint())] != c.id {
+	if ep := hb.GetEndpoint(); ep != c.epRaw {
+		c.epRaw, c.epKey = ep, endpointKey(ep)
+	}
+	if r.byEndpoint[c.epKey] != c.id {
 		changed = r.claimEndpoint(c, hb.GetEndpoint())
 	}
 	c.hb, c.lastSeen = hb, now // liveness runs on the receive time, never sent_at

@@ -75,11 +75,32 @@ const maxNumSeqsLimit = 1 << 20
 // depend on other cells. It returns an error wrapping ErrInvalidHeartbeat
 // or ErrWrongRegion that names the offending field.
 func validateHeartbeat(hb *isobarpb.CellHeartbeat, region string) error {
+	return validateHeartbeatOn(hb, region, nil)
+}
+
+// validMemo is the cell id and endpoint a stream's last accepted
+// heartbeat carried (its streamState's). A stream repeats them in every
+// heartbeat, and their checks depend on nothing but the strings, so
+// validateHeartbeatOn checks each only when it differs from the memo's:
+// the id's regexp and the endpoint's parse were half of a heartbeat's
+// validation, the regexp alone 1.4 % of the controllers' CPU at 10,000
+// cells (docs/bench.md).
+type validMemo struct{ id, endpoint string }
+
+// validateHeartbeatOn is validateHeartbeat on a stream whose last valid
+// id and endpoint are m (nil: none known). It records hb's in m when hb
+// is valid.
+func validateHeartbeatOn(hb *isobarpb.CellHeartbeat, region string, m *validMemo) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidHeartbeat, fmt.Sprintf(format, a...))
 	}
-	if !summary.ValidName(hb.GetCellId()) {
-		return bad("cell_id %q: want 1-128 characters of [A-Za-z0-9._-]", trunc(hb.GetCellId()))
+	if m == nil {
+		m = &validMemo{}
+	}
+	if id := hb.GetCellId(); id != m.id || id == "" {
+		if !summary.ValidName(id) {
+			return bad("cell_id %q: want 1-128 characters of [A-Za-z0-9._-]", trunc(id))
+		}
 	}
 	if hb.GetRegion() != region {
 		return fmt.Errorf("%w: cell %s says region %q, this controller serves %q", ErrWrongRegion, hb.GetCellId(), trunc(hb.GetRegion()), region)
@@ -88,8 +109,10 @@ func validateHeartbeat(hb *isobarpb.CellHeartbeat, region string) error {
 	if st == lifecycle.Unknown {
 		return bad("cell %s: state %v is not a lifecycle state", hb.GetCellId(), hb.GetState())
 	}
-	if err := validateEndpoint(hb.GetEndpoint()); err != nil {
-		return bad("cell %s: endpoint: %v", hb.GetCellId(), err)
+	if ep := hb.GetEndpoint(); ep != m.endpoint || ep == "" {
+		if err := validateEndpoint(ep); err != nil {
+			return bad("cell %s: endpoint: %v", hb.GetCellId(), err)
+		}
 	}
 	if c := hb.GetCapability(); c != nil {
 		if len(c.GetModel()) > 256 {
@@ -115,7 +138,11 @@ func validateHeartbeat(hb *isobarpb.CellHeartbeat, region string) error {
 	if len(hb.GetIncarnation()) > 128 || len(hb.GetReason()) > 1024 {
 		return bad("cell %s: incarnation or reason too long", hb.GetCellId())
 	}
-	return validateSignals(hb.GetCellId(), hb.GetSignals())
+	if err := validateSignals(hb.GetCellId(), hb.GetSignals()); err != nil {
+		return err
+	}
+	m.id, m.endpoint = hb.GetCellId(), hb.GetEndpoint()
+	return nil
 }
 
 func validateEndpoint(ep string) error {
