@@ -25,6 +25,7 @@ type metrics struct {
 	unknownCells       prometheus.Counter
 	projection         prometheus.Histogram
 	failover           prometheus.Histogram
+	streamLoss         prometheus.Histogram
 	penaltyTrips       prometheus.Counter
 	penaltyKept        prometheus.Gauge
 	probes             *prometheus.CounterVec
@@ -53,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.retryBudget, m.slicesFolded, m.residencyUnseen, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.penaltyTrips, m.penaltyKept, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.massExpiries, m.ttlHeld, m.signalsClamped); err != nil {
+	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.retryBudget, m.slicesFolded, m.residencyUnseen, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.streamLoss, m.penaltyTrips, m.penaltyKept, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.massExpiries, m.ttlHeld, m.signalsClamped); err != nil {
 		return nil, fmt.Errorf("regional: register metrics: %w", err)
 	}
 	return m, nil
@@ -110,6 +111,11 @@ func (m *metrics) addCellMetrics() {
 	m.failover = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "isobar_regional_failover_seconds",
 		Help:    "From a serving cell's failure detection to the xDS push that removed it.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	})
+	m.streamLoss = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "isobar_regional_stream_loss_seconds",
+		Help:    "From a heartbeat stream's break, as its handler saw it, to the registry making the cell suspect: the loss's wait for the registry loop and, when it overtook the heartbeat it names, for that heartbeat (streamloss.go).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 	})
 	m.penaltyTrips = prometheus.NewCounter(prometheus.CounterOpts{

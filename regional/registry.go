@@ -49,6 +49,8 @@ type streamLoss struct {
 	id          string
 	incarnation string
 	sequence    uint64
+	// reported is when the stream's handler reported the loss.
+	reported time.Time
 }
 
 type drainRequest struct {
@@ -345,7 +347,7 @@ func (r *Registry) SetDrain(ctx context.Context, id string, drain bool) error {
 // ahead of them (streamloss.go): a broken stream takes capacity away, and
 // at 10,000 cells a controller's inbox can hold thousands of heartbeats.
 func (r *Registry) StreamLost(ctx context.Context, id, incarnation string, seq uint64) error {
-	return r.sendOn(ctx, r.losses, message{lost: &streamLoss{id: id, incarnation: incarnation, sequence: seq}})
+	return r.sendOn(ctx, r.losses, message{lost: &streamLoss{id: id, incarnation: incarnation, sequence: seq, reported: r.clock.Now()}})
 }
 
 func (r *Registry) submitProbes(ctx context.Context, res []probeResult) error {

@@ -60,6 +60,9 @@ func (r *Registry) applyStreamLoss(now time.Time, l *streamLoss) bool {
 		c.leftLBAt = now
 	}
 	r.metrics.suspects.Inc()
+	if !l.reported.IsZero() {
+		r.metrics.streamLoss.Observe(now.Sub(l.reported).Seconds())
+	}
 	r.log.Warn("heartbeat stream broke without a Terminated report; cell suspect until it reconnects or the TTL passes",
 		"cell", c.id, "state", c.state.String())
 	return true

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
 )
@@ -148,4 +150,33 @@ func bareRegistry(t *testing.T, h slog.Handler) (*Registry, *clockwork.FakeClock
 		t.Fatal(err)
 	}
 	return r, clk
+}
+
+// The loss's time from its report to the cell made suspect is measured,
+// its hold for the heartbeat it names included
+// (isobar_regional_stream_loss_seconds); a loss that changes nothing is
+// not counted.
+func TestStreamLossTimedFromItsReport(t *testing.T) {
+	r, clk := bareRegistry(t, slog.DiscardHandler)
+	const ready = isobarpb.LifecycleState_LIFECYCLE_STATE_READY
+	reported := clk.Now()
+	if r.applyStreamLoss(clk.Now(), &streamLoss{id: "a", incarnation: "i1", sequence: 1, reported: reported}) {
+		t.Fatal("applied before its heartbeat")
+	}
+	clk.Advance(40 * time.Millisecond) // the named heartbeat was queued this long
+	if !r.applyHeartbeat(clk.Now(), heartbeat("a", "127.0.0.1:1001", ready, 1)) {
+		t.Fatal("the named heartbeat did not apply the loss")
+	}
+	// The same loss again (the cell is suspect already) changes nothing.
+	r.applyStreamLoss(clk.Now(), &streamLoss{id: "a", incarnation: "i1", sequence: 1, reported: reported})
+	var m dto.Metric
+	if err := r.metrics.streamLoss.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetHistogram().GetSampleCount(); got != 1 {
+		t.Fatalf("samples = %d, want 1", got)
+	}
+	if got := m.GetHistogram().GetSampleSum(); math.Abs(got-0.040) > 1e-9 {
+		t.Fatalf("sum = %v s, want 0.040 (report to suspect, the hold included)", got)
+	}
 }

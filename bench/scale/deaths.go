@@ -28,10 +28,13 @@ const (
 // timeAllDeaths times Config.Deaths broken streams, then
 // Config.SilentDeaths silent cells, into f.
 func (p *point) timeAllDeaths(ctx context.Context, f *Figures) error {
-	before := p.regions[0].tap.read(metricFailover)
+	before, lossBefore := p.regions[0].tap.read(metricFailover), p.regions[0].tap.read(metricStreamLoss)
 	deaths, err := p.timeDeaths(ctx, deathBroken, p.cfg.Deaths)
 	if after := p.regions[0].tap.read(metricFailover); after.count > before.count {
 		f.LiveFailoverMeanMs = ptr(1000 * (after.sum - before.sum) / (after.count - before.count))
+	}
+	if after := p.regions[0].tap.read(metricStreamLoss); after.count > lossBefore.count {
+		f.LiveStreamLossMeanMs = ptr(1000 * (after.sum - lossBefore.sum) / (after.count - lossBefore.count))
 	}
 	removed := field(deaths, func(d deathTime) float64 { return d.removed })
 	f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms, f.DeathsTimed = quantileNaN(removed, 0.5), quantileNaN(removed, 0.99), len(deaths)
@@ -81,7 +84,15 @@ func (f *Figures) breakDown(ds []deathTime) {
 		}
 		return ptr(quantileNaN(xs, 0.5)), ptr(quantileNaN(xs, 0.99))
 	}
-	f.DeathToSentP50Ms, f.DeathToSentP99Ms = q(field(ds, func(d deathTime) float64 { return d.sent }))
+	sent := slices.DeleteFunc(field(ds, func(d deathTime) float64 { return d.sent }), math.IsNaN)
+	f.DeathToSentP50Ms, f.DeathToSentP99Ms = q(sent)
+	if len(sent) > 0 {
+		var sum float64
+		for _, x := range sent {
+			sum += x
+		}
+		f.DeathToSentMeanMs = ptr(sum / float64(len(sent)))
+	}
 	f.DeathToReceivedP50Ms, f.DeathToReceivedP99Ms = q(field(ds, func(d deathTime) float64 { return d.received }))
 	f.ClientApplyP50Ms, f.ClientApplyP99Ms = q(field(ds, func(d deathTime) float64 { return d.removed - d.received }))
 	f.KillLagP50Ms, f.KillLagP99Ms = q(field(ds, func(d deathTime) float64 { return d.lag }))

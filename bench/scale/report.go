@@ -134,6 +134,13 @@ type Figures struct {
 	// the mean of isobar_regional_failover_seconds (the cell's failure
 	// detected → the push without it done) over the broken-stream deaths.
 	LiveFailoverMeanMs *float64 `json:"live_failover_mean_ms"`
+	// LiveStreamLossMeanMs is the part of those deaths before that share:
+	// the mean of isobar_regional_stream_loss_seconds (the stream's
+	// handler saw it break → the registry made the cell suspect: the
+	// loss's wait for the registry loop, and for the heartbeat it names
+	// when it overtook it). DeathToSentMean minus these two is mostly the
+	// close reaching the stream's handler.
+	LiveStreamLossMeanMs *float64 `json:"live_stream_loss_mean_ms"`
 	// The same deaths at the wire, each traced from its first assignment
 	// without the cell back to the ADS response it came in: kill → region
 	// 0's controller wrote that response to the transport (sent), → the
@@ -147,6 +154,7 @@ type Figures struct {
 	// than the one read. nil without deaths.
 	DeathToSentP50Ms     *float64 `json:"death_to_sent_p50_ms"`
 	DeathToSentP99Ms     *float64 `json:"death_to_sent_p99_ms"`
+	DeathToSentMeanMs    *float64 `json:"death_to_sent_mean_ms"`
 	DeathToReceivedP50Ms *float64 `json:"death_to_received_p50_ms"`
 	DeathToReceivedP99Ms *float64 `json:"death_to_received_p99_ms"`
 	ClientApplyP50Ms     *float64 `json:"client_apply_p50_ms"`

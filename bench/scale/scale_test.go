@@ -384,11 +384,17 @@ func checkBreakdown(t *testing.T, p Point) {
 		"death_to_sent_p50_ms": f.DeathToSentP50Ms, "death_to_sent_p99_ms": f.DeathToSentP99Ms,
 		"death_to_received_p50_ms": f.DeathToReceivedP50Ms, "death_to_received_p99_ms": f.DeathToReceivedP99Ms,
 		"client_apply_p50_ms": f.ClientApplyP50Ms, "client_apply_p99_ms": f.ClientApplyP99Ms,
+		"death_to_sent_mean_ms": f.DeathToSentMeanMs, "live_stream_loss_mean_ms": f.LiveStreamLossMeanMs,
 	} {
 		if v == nil || math.IsNaN(*v) {
 			t.Errorf("%d cells %d regions %s: %s missing", p.Cells, p.Regions, p.Topology, name)
 			return
 		}
+	}
+	// The loss's wait is a part of the deaths' time to the push.
+	if *f.LiveStreamLossMeanMs < 0 || *f.LiveStreamLossMeanMs > *f.DeathToSentMeanMs {
+		t.Errorf("%d cells %d regions %s: the loss's wait %v ms, deaths to sent %v ms mean: want 0 ≤ wait ≤ sent",
+			p.Cells, p.Regions, p.Topology, *f.LiveStreamLossMeanMs, *f.DeathToSentMeanMs)
 	}
 	if *f.DeathToSentP50Ms > *f.DeathToReceivedP50Ms || *f.DeathToReceivedP50Ms > f.DeathToRemovedP50Ms || *f.ClientApplyP50Ms < 0 {
 		t.Errorf("%d cells %d regions %s: sent %v, received %v, removed %v ms, client apply %v: want sent ≤ received ≤ removed, apply ≥ 0",

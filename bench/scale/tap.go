@@ -20,10 +20,11 @@ const (
 	metricProjection = "isobar_regional_projection_duration_seconds"
 	metricXDSBuild   = "isobar_regional_xds_build_duration_seconds"
 	metricFailover   = "isobar_regional_failover_seconds"
+	metricStreamLoss = "isobar_regional_stream_loss_seconds"
 	metricProbes     = "isobar_regional_probes_total"
 )
 
-var tapped = []string{metricHeartbeats, metricProjection, metricXDSBuild, metricFailover, metricProbes}
+var tapped = []string{metricHeartbeats, metricProjection, metricXDSBuild, metricFailover, metricStreamLoss, metricProbes}
 
 // metricTap is a prometheus.Registerer that keeps the collectors of the few
 // metrics a point reads and registers nothing: no registry gathers the

@@ -114,9 +114,12 @@ func TestRemovalTimesTraceTheWire(t *testing.T) {
 	if f.DeathToSentP50Ms == nil || *f.DeathToSentP50Ms != 245 || *f.DeathToReceivedP50Ms != 250 || *f.ClientApplyP50Ms != 50 {
 		t.Errorf("breakdown %v %v %v, want 245, 250, 50", f.DeathToSentP50Ms, f.DeathToReceivedP50Ms, f.ClientApplyP50Ms)
 	}
+	if f.DeathToSentMeanMs == nil || *f.DeathToSentMeanMs != 245 {
+		t.Errorf("sent mean %v, want 245", f.DeathToSentMeanMs)
+	}
 	f = Figures{}
 	f.breakDown(rm.times(nil, nil))
-	if f.DeathToSentP50Ms != nil || f.DeathToReceivedP50Ms != nil || f.ClientApplyP50Ms != nil {
+	if f.DeathToSentP50Ms != nil || f.DeathToReceivedP50Ms != nil || f.ClientApplyP50Ms != nil || f.DeathToSentMeanMs != nil {
 		t.Error("untraced deaths gave a breakdown")
 	}
 }
