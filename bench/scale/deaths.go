@@ -339,11 +339,15 @@ func (r *removals) times(received, sent *wireLog) []deathTime {
 	for id, at := range r.diedAt {
 		d := deathTime{removed: ms(r.removedAt[id].Sub(at)), received: math.NaN(), sent: math.NaN(),
 			lag: ms(at.Sub(r.askedAt[id]))}
+		// A read or write before the death cannot have carried its
+		// removal: the logs missed the one that did (a log reads only
+		// its own connection, and keeps what it has room for), and the
+		// death stays untraced rather than traced to the wrong response.
 		if received != nil {
-			if rcv, ok := received.lastBefore(r.removedAt[id]); ok {
+			if rcv, ok := received.lastBefore(r.removedAt[id]); ok && !rcv.Before(at) {
 				d.received = ms(rcv.Sub(at))
 				if sent != nil {
-					if snt, ok := sent.lastBefore(rcv); ok {
+					if snt, ok := sent.lastBefore(rcv); ok && !snt.Before(at) {
 						d.sent = ms(snt.Sub(at))
 					}
 				}

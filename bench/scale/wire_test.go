@@ -117,6 +117,18 @@ func TestRemovalTimesTraceTheWire(t *testing.T) {
 	if f.DeathToSentMeanMs == nil || *f.DeathToSentMeanMs != 245 {
 		t.Errorf("sent mean %v, want 245", f.DeathToSentMeanMs)
 	}
+	// A write or read the logs hold from before the death did not carry
+	// its removal: the death is left untraced at that step.
+	early := newWireLog(nil, false)
+	early.record(at(-60))
+	if got := rm.times(rcv, early); len(got) != 1 || got[0].received != 250 || !math.IsNaN(got[0].sent) {
+		t.Errorf("times with only a write before the death = %+v, want received 250, sent NaN", got)
+	}
+	earlyRcv := newWireLog(nil, true)
+	earlyRcv.record(at(-50))
+	if got := rm.times(earlyRcv, snt); len(got) != 1 || !math.IsNaN(got[0].received) || !math.IsNaN(got[0].sent) {
+		t.Errorf("times with only a read before the death = %+v, want received and sent NaN", got)
+	}
 	f = Figures{}
 	f.breakDown(rm.times(nil, nil))
 	if f.DeathToSentP50Ms != nil || f.DeathToReceivedP50Ms != nil || f.ClientApplyP50Ms != nil || f.DeathToSentMeanMs != nil {
