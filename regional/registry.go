@@ -751,10 +751,18 @@ func (r *Registry) annotate(views []*CellView, cells []cycle.Cell, known []bool,
 			continue
 		}
 		c, fresh := r.order[i], r.cycleFresh[i]
+		old := c.pub
 		views[i] = cycle.Annotated(views[i], results[i], weights[i], fresh)
 		c.pub = views[i]
 		if !remake {
-			slot := cycle.SlotOf(views[i])
+			// The slot this cell had (made of old): its parsed endpoint
+			// is reused when the endpoint did not change.
+			var slot cycle.Slot
+			if old != nil {
+				slot = cycle.SlotAfter(views[i], &r.slots[r.slotOf[i]], old.Endpoint)
+			} else {
+				slot = cycle.SlotOf(views[i])
+			}
 			moved = moved || slot.Addr != r.slotAddr[i]
 			r.slots[r.slotOf[i]], r.slotAddr[i] = slot, slot.Addr
 			r.changed = append(r.changed, i)
