@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/isobar-mesh/isobar/bench/scalemodel"
+	"github.com/isobar-mesh/isobar/summary"
 )
 
 type benchScaleModelFlags struct {
@@ -50,8 +51,8 @@ func newBenchScaleModelCmd(ro *rootOpts) *cobra.Command {
 	fl.StringVar(&f.out, "out", "", "directory for model.json and model.md (required)")
 	fl.BoolVar(&f.opt.Refit, "refit", false, "fit the constants on --from instead of the frozen ones")
 	fl.Float64Var(&f.opt.CPUExp, "cpu-exp", 0, "with --refit and the hold-out: fix the ingest CPU's exponent (1: linear in heartbeats; 0: fitted)")
-	fl.IntVar(&f.opt.NearestRTT, "nearest-rtt", 0, "peers' RTTs the measured run's summaries carried (0: every peer)")
-	fl.IntVar(&f.opt.ProjectNearestRTT, "project-nearest-rtt", 0, "peers' RTTs the projections' summaries carry (0: every peer)")
+	fl.IntVar(&f.opt.NearestRTT, "nearest-rtt", summary.DefaultNearestRTT, "peers' RTTs the measured run's summaries carried (the controllers' default; 0: every peer, as before issue 26 item 4)")
+	fl.IntVar(&f.opt.ProjectNearestRTT, "project-nearest-rtt", summary.DefaultNearestRTT, "peers' RTTs the projections' summaries carry (the controllers' default; 0: every peer)")
 	fl.Float64Var(&f.opt.Item4SummaryBytes, "item4-summary-bytes", 475, "also show the global inbound with summaries of this size (issue 26 item 4; 0: not)")
 	fl.IntVar(&f.opt.HoldoutMaxCells, "holdout-max-cells", 1000, "also fit on points of at most this many cells and check that fit on the largest (0: not)")
 	fl.IntSliceVar(&f.opt.Cells, "cells", []int{100000}, "fleet sizes to project")
