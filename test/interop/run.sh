@@ -54,7 +54,19 @@ grep -E 'INTEROP-SKIP|INTEROP-KNOWN' "$log" | sed 's/^ */      /' | sort -u
 while read -r l; do skp "judge" "${l#*INTEROP-SKIP: }"; done < <(grep -oE 'INTEROP-SKIP: .*' "$log" | sort -u)
 grep -E 'SPLIT |FIGURE |DEGRADED |RETRY|NACK-TEXT |JUDGE-FAILS |K8S |ACKS |BADINPUT ' "$log" | sed 's/^ *[a-z0-9_]*\.go:[0-9]*: /      /'
 if [ $rc -ne 0 ] && ! grep -q -- '--- FAIL' "$log"; then bad "go test (exit $rc)"; tail -n 40 "$log"; fi
-if grep -q -- '--- FAIL' "$log"; then echo "---- go test output (failures) ----"; grep -B2 -A40 -- '--- FAIL' "$log" | head -n 200; fi
+if grep -q -- '--- FAIL' "$log"; then
+	echo "---- go test output (failures) ----"
+	grep -B2 -A40 -- '--- FAIL' "$log" | head -n 200
+	# Under -v a test's messages stream as they happen, long before its
+	# --- FAIL line: print the failing tests' own lines (not the helpers'
+	# DEBUG and INFO chatter), each after the test it came from.
+	echo "---- the failing tests' messages ----"
+	awk -v failed="$(grep -oE -- '--- FAIL: [^ ]+' "$log" | cut -d' ' -f3 | tr '\n' ' ')" '
+		BEGIN { n = split(failed, a, " "); for (i = 1; i <= n; i++) f[a[i]] = 1 }
+		/^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; next }
+		(cur in f) && /^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: / && !/helpers_test\.go:[0-9]+: (DEBUG|INFO) / { print cur ": " $0 }
+	' "$log" | tail -n 150
+fi
 rm -f "$log"
 
 end=$(date +%s)

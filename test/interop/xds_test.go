@@ -299,7 +299,14 @@ func TestXDSJudges(t *testing.T) {
 	js := judges(t)
 	for _, policy := range []string{"least_request", "round_robin", "ring_hash"} {
 		t.Run(policy, func(t *testing.T) {
+			began := time.Now()
+			// phase logs each step's time from the start: a failure's
+			// messages then say where a slow run spent its time.
+			phase := func(what string) {
+				t.Logf("PHASE %s %s at %v", policy, what, time.Since(began).Round(time.Millisecond))
+			}
 			f := startFleet(t, policy, 4)
+			phase("fleet ready")
 			names := []string{"b0", "b1", "b2", "b3"}
 			ws, err := f.weights()
 			if err != nil {
@@ -312,9 +319,11 @@ func TestXDSJudges(t *testing.T) {
 				}
 				clients = append(clients, startClient(t, j, f.ctrl))
 			}
+			phase("clients started")
 			const n = 900
 			for _, c := range clients {
 				counts := c.split(t, names, n)
+				phase("split measured: " + c.j.name)
 				var sum float64
 				for _, name := range names {
 					sum += float64(ws[name])
@@ -358,6 +367,7 @@ func TestXDSJudges(t *testing.T) {
 					}
 					t.Logf("RETRY %s %s: 300 RPCs while b0 failed every call: %s", policy, c.j.name, sortedCounts(counts))
 				}
+				phase("retries measured")
 				f.cells[0].backend.unavailable.Store(false)
 				if f.cells[0].backend.failed.Load() == failed0 {
 					t.Errorf("under %s no attempt reached the failing b0: the retry check proved nothing", policy)
@@ -370,12 +380,14 @@ func TestXDSJudges(t *testing.T) {
 				d := c.stopsReceiving(t, "b0", drained, 300)
 				t.Logf("FIGURE %s %s: drained cell-0 last reached %v after the drain call", policy, c.j.name, d)
 			}
+			phase("drain seen")
 			killed := time.Now()
 			f.cells[1].engine.kill()
 			for _, c := range clients {
 				d := c.stopsReceiving(t, "b1", killed, 300)
 				t.Logf("FIGURE %s %s: cell-1's engine SIGKILLed, last RPC reached it %v after", policy, c.j.name, d)
 			}
+			phase("kill seen")
 			// DEGRADED: a thermal throttle on cell-3's GPU makes the
 			// controller publish it with EDS health DEGRADED.
 			faultAt := time.Now()
@@ -395,6 +407,7 @@ func TestXDSJudges(t *testing.T) {
 					t.Errorf("%s under %s with cell-3 DEGRADED: %s, want %s", c.j.name, policy, got, want)
 				}
 			}
+			phase("DEGRADED seen")
 			checkAcked(t, f, len(clients))
 		})
 	}
