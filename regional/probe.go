@@ -17,7 +17,8 @@ import (
 
 // prober measures RTT and jitter from the controller (co-located with the
 // region's Envoy) to every live cell with a TCP connect probe — one round
-// trip — and hands the smoothed estimates to the registry. A round probes
+// trip, timed by the kernel where it can (kernelRTT), else by the clock
+// around the connect — and hands the smoothed estimates to the registry. A round probes
 // at most max cells, those probed longest ago (never probed first), so a
 // round's cost is bounded whatever the region's size.
 //
@@ -95,6 +96,9 @@ func (p *prober) round(ctx context.Context) {
 				return nil
 			}
 			samples[i], oks[i] = p.clock.Since(start), true
+			if rtt, ok := kernelRTT(conn); ok {
+				samples[i] = rtt
+			}
 			_ = conn.Close()
 			return nil
 		})

@@ -10,11 +10,12 @@ import (
 // first token. What matters to it is distance: a remote region's ingress
 // tens of milliseconds away against the local cells. The local cells share
 // one network and their probed RTTs differ by less than the probes' own
-// noise (a TCP connect timed by a busy process), so the local locality
-// carries the median of its cells' round trips and jitters, and only a
-// cell whose round trip stands apart from it (another zone, a slow link)
-// carries its own: noise would otherwise look like a lasting preference,
-// the pick trading about a millisecond of it for a request in flight.
+// noise (a handshake through a busy host's kernel and, off Linux, the
+// prober's own scheduling), so the local locality carries the median of
+// its cells' round trips and jitters, and only a cell whose round trip
+// stands apart from it (another zone, a slow link) carries its own: noise
+// would otherwise look like a lasting preference, the pick trading about
+// a millisecond of it for a request in flight.
 
 // PlacementRepush is the least time between two states offered only
 // because a round trip drifted (Drifted): the pick follows the path, not
