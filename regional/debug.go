@@ -76,10 +76,11 @@ func debugCell(cv CellView, sc score.Config) CellDebug {
 		d.Raw["rtt_seconds"] = cv.RTT.Seconds()
 		d.Raw["jitter_seconds"] = cv.Jitter.Seconds()
 	}
+	contrib := sc.Contributions(cv.Score)
 	for s := score.Signal(0); s < score.NumSignals; s++ {
 		if cv.Score.Present[s] {
 			d.Signals[s.String()] = SignalDebug{
-				Normalized: cv.Score.Normalized[s], Weight: sc.Weights[s], Contribution: cv.Score.Contribution[s],
+				Normalized: cv.Score.Normalized[s], Weight: sc.Weights[s], Contribution: contrib[s],
 			}
 		}
 	}

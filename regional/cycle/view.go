@@ -10,26 +10,22 @@ import (
 )
 
 // CellView is one cell as the controller sees it.
+//
+// A cycle makes a new view of each cell with a new heartbeat (views are
+// published and never modified), two thousand a cycle at 10,000 cells:
+// the one-byte and four-byte fields come together so that a view packs
+// into 504 bytes, the allocator's 512-byte class, not the 576-byte one
+// its padding took (TestCellViewFitsItsSizeClass).
 type CellView struct {
 	ID          string
 	Endpoint    string
 	Model       string
 	MaxModelLen uint32
-	State       lifecycle.State
-	StateSince  time.Time
-	Reason      string
-	LastSeen    time.Time
-	Incarnation string
-	Sequence    uint64
-	// Signals as last reported (shared with the registry; read only).
-	Signals *isobarpb.Signals
-	VLLM    SourceView
-	DCGM    SourceView
-	RTT     time.Duration
-	Jitter  time.Duration
-	RTTOK   bool
-	Score   score.Result
-	Weight  projection.Weight
+	// MaxNumSeqs and PrefillTokensPerSecond (below) are the engine's
+	// declared capacity from its heartbeat's capability (0: unknown).
+	MaxNumSeqs uint32
+	State      lifecycle.State
+	RTTOK      bool
 	// OperatorDrain: an operator asked for this cell to be drained.
 	OperatorDrain bool
 	// Fallback: a telemetry source is missing and scoring runs on the rest.
@@ -40,16 +36,25 @@ type CellView struct {
 	// Suspect: the cell's heartbeat stream broke without a Terminated
 	// report; it has weight 0 until it heartbeats again or the TTL fails it.
 	Suspect bool
-	// ClockSkew is the last heartbeat's sent_at minus its receive time
-	// (ClockSkewKnown when it carried one); ClockSkewed: beyond
-	// Limits.MaxClockSkew.
-	ClockSkew                   time.Duration
+	// ClockSkewKnown: the last heartbeat carried sent_at (ClockSkew below);
+	// ClockSkewed: its skew is beyond Limits.MaxClockSkew.
 	ClockSkewKnown, ClockSkewed bool
-
-	// PrefillTokensPerSecond and MaxNumSeqs are the engine's declared
-	// capacity from its heartbeat's capability (0: unknown).
+	StateSince                  time.Time
+	Reason                      string
+	LastSeen                    time.Time
+	Incarnation                 string
+	Sequence                    uint64
+	// Signals as last reported (shared with the registry; read only).
+	Signals *isobarpb.Signals
+	VLLM    SourceView
+	DCGM    SourceView
+	RTT     time.Duration
+	Jitter  time.Duration
+	Score   score.Result
+	Weight  projection.Weight
+	// ClockSkew is the last heartbeat's sent_at minus its receive time.
+	ClockSkew              time.Duration
 	PrefillTokensPerSecond float64
-	MaxNumSeqs             uint32
 }
 
 // ScoreReading is the score.Reading of the cell as v shows it: its last

@@ -211,11 +211,11 @@ func (c Config) Validate() error {
 // Result is the scored cell.
 type Result struct {
 	// Normalised score per signal in [0,1]; meaningful where Present.
+	// Each signal's share of Pressure is Config.Contributions: a result
+	// is kept in every cell's published view, so it holds only what the
+	// weights cannot give back.
 	Normalized [NumSignals]float64
 	Present    [NumSignals]bool
-	// Contribution of each signal to Pressure (weight·score / Σ present
-	// weights); they sum to Pressure.
-	Contribution [NumSignals]float64
 	// Pressure is the weighted mean of the present scores, in [0,1]. With
 	// no signal present it is NeutralPressure.
 	Pressure float64
@@ -291,13 +291,30 @@ func (c Config) Score(in Input) Result {
 		r.Pressure = NeutralPressure
 		return r
 	}
-	for s := Signal(0); s < NumSignals; s++ {
-		if r.Present[s] {
-			r.Contribution[s] = c.Weights[s] * r.Normalized[s] / wsum
-		}
-	}
 	r.Pressure = clamp01(acc / wsum)
 	return r
+}
+
+// Contributions is each signal's share of r.Pressure under c, the
+// config r was scored with: weight × normalised score / the sum of the
+// present signals' weights. They sum to r.Pressure; all are 0 when no
+// present signal has weight (r.Pressure is then NeutralPressure).
+func (c Config) Contributions(r Result) (out [NumSignals]float64) {
+	var wsum float64
+	for s := Signal(0); s < NumSignals; s++ {
+		if r.Present[s] {
+			wsum += c.Weights[s]
+		}
+	}
+	if wsum <= 0 {
+		return out
+	}
+	for s := Signal(0); s < NumSignals; s++ {
+		if r.Present[s] {
+			out[s] = c.Weights[s] * r.Normalized[s] / wsum
+		}
+	}
+	return out
 }
 
 func clamp01(v float64) float64 {

@@ -68,10 +68,13 @@ func TestScoreTable(t *testing.T) {
 			}
 			n := 0
 			var sum float64
+			contrib := cfg.Contributions(r)
 			for s := Signal(0); s < NumSignals; s++ {
 				if r.Present[s] {
 					n++
-					sum += r.Contribution[s]
+					sum += contrib[s]
+				} else if contrib[s] != 0 {
+					t.Errorf("absent %s contributes %v", s, contrib[s])
 				}
 			}
 			if n != tc.wantPresent {
