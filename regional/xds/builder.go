@@ -127,6 +127,10 @@ type modelEntry struct {
 	parts map[endpointKey]*endpointParts
 	gen   uint64
 	pos   [][]*endpointParts
+	// posSpare is the pos of the build before the latest: the next build
+	// writes its pos there while it reads the latest's (no allocation per
+	// build; only this entry's builds touch either).
+	posSpare [][]*endpointParts
 	// walk follows, within the locality partsAt is walking, where the
 	// previous build's endpoint of the current position stands.
 	walk shiftWalk
@@ -882,7 +886,7 @@ func (b *Builder) buildLoadAssignment(name string, m *canonModel, e *modelEntry)
 		return nil, wrap(err)
 	}
 	localities := make([]*endpoint.LocalityLbEndpoints, len(m.localities))
-	pos := make([][]*endpointParts, len(m.localities))
+	pos := slices.Grow(e.posSpare[:0], len(m.localities))[:len(m.localities)]
 	for i := range m.localities {
 		l := &m.localities[i]
 		ll := &endpoint.LocalityLbEndpoints{
@@ -897,7 +901,7 @@ func (b *Builder) buildLoadAssignment(name string, m *canonModel, e *modelEntry)
 			return nil, wrap(err)
 		}
 		lbs := make([]*endpoint.LbEndpoint, len(l.Endpoints))
-		pos[i] = make([]*endpointParts, len(l.Endpoints))
+		pos[i] = slices.Grow(pos[i][:0], len(l.Endpoints))[:len(l.Endpoints)]
 		for j := range l.Endpoints {
 			p, first, err := e.partsAt(i, j, &l.Endpoints[j])
 			if err != nil {
@@ -913,7 +917,7 @@ func (b *Builder) buildLoadAssignment(name string, m *canonModel, e *modelEntry)
 		localities[i] = ll
 	}
 	cla.Endpoints = localities
-	e.pos = pos
+	e.pos, e.posSpare = pos, e.pos
 	if len(e.parts) > used {
 		for k, p := range e.parts {
 			if p.gen != e.gen {
