@@ -159,6 +159,9 @@ type Registry struct {
 	heldLosses  map[string]heldLoss      // stream losses that overtook the heartbeat they name (streamloss.go)
 	routes      *RouteTable              // cross-region routing in force
 	routesNew   bool                     // routes (or retry budgets) changed since the last push
+	// slotsNew: a cell's slot changed in what it publishes
+	// (cycle.SamePublished) since the last push.
+	slotsNew bool
 	sentIngress map[string]string        // the remote regions' ingress in the last offered state (residency sets)
 	sets        func(string) []cycle.Set // residency sets per model; nil: none
 	budgets     map[string]float64       // retry budget per model (retrybudget.go)
@@ -758,14 +761,23 @@ func (r *Registry) annotate(views []*CellView, cells []cycle.Cell, known []bool,
 			// The slot this cell had (made of old): its parsed endpoint
 			// is reused when the endpoint did not change.
 			var slot cycle.Slot
+			prev := &r.slots[r.slotOf[i]]
 			if old != nil {
-				slot = cycle.SlotAfter(views[i], &r.slots[r.slotOf[i]], old.Endpoint)
+				slot = cycle.SlotAfter(views[i], prev, old.Endpoint)
 			} else {
 				slot = cycle.SlotOf(views[i])
 			}
+			r.slotsNew = r.slotsNew || !cycle.SamePublished(&slot, prev)
 			moved = moved || slot.Addr != r.slotAddr[i]
 			r.slots[r.slotOf[i]], r.slotAddr[i] = slot, slot.Addr
 			r.changed = append(r.changed, i)
+		} else if old != nil && !r.slotsNew {
+			// The order changed (cells came or went): the slots are
+			// remade below, so a cell's change is found from its views.
+			// A new cell's entry to the load balancer is the
+			// projection's push.
+			was, is := cycle.SlotOf(old), cycle.SlotOf(views[i])
+			r.slotsNew = !cycle.SamePublished(&was, &is)
 		}
 		if fresh {
 			c.pubIn = c.viewIn
@@ -860,7 +872,7 @@ func (r *Registry) noteRemovals(weights []projection.Weight) {
 // (cycle.Drifted, looked at most every cycle.PlacementRepush) or the warm
 // start's hold ends, and records what it offered.
 func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
-	push = push || r.routesNew
+	push = push || r.routesNew || r.slotsNew
 	var rtts map[string]time.Duration
 	if push || now.Sub(r.lastOffer) >= cycle.PlacementRepush {
 		if r.regionRTT != nil {
@@ -872,7 +884,7 @@ func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
 	// (warmstart.go); the cycle that ends the hold pushes.
 	hold, release := r.warmCycle(now, views)
 	if hold {
-		return // routesNew stays set: the release pushes the routes too
+		return // routesNew and slotsNew stay set: the release pushes them too
 	}
 	if !push && !release {
 		return
@@ -880,7 +892,7 @@ func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
 	if release && rtts == nil && r.regionRTT != nil {
 		rtts = r.regionRTT()
 	}
-	r.routesNew = false
+	r.routesNew, r.slotsNew = false, false
 	params := r.stateParams(rtts, r.demandSlices(now))
 	r.sentIngress = params.Ingress
 	params.Reuse = cycle.Offer{State: r.pub.takeSpent()}

@@ -135,6 +135,18 @@ func AddrOrder(a, b *Slot) int {
 // SlotOf is v's Slot.
 func SlotOf(v *CellView) Slot { return SlotAfter(v, nil, "") }
 
+// SamePublished reports whether a and b put the same into an offered
+// state, the round trip aside (Place and RTTOK: Drifted decides when a
+// round trip is worth a push). A cell whose slot changed otherwise (its
+// endpoint's address, weight, health, probe budget or capability:
+// max_model_len, max_num_seqs, prefill rate) needs a push even when its
+// weight did not move: a data plane that keeps the old max_model_len
+// sends the cell prompts it refuses.
+func SamePublished(a, b *Slot) bool {
+	return a.Model == b.Model && a.Known == b.Known && a.Published == b.Published && a.In == b.In &&
+		a.Endpoint == b.Endpoint && a.Addr == b.Addr
+}
+
 // SlotAfter is v's Slot, given prev, the Slot of the cell's view whose
 // endpoint was prevEndpoint (nil: none). When v's endpoint is the same,
 // its parsed forms are taken from prev rather than parsed again: a cell
