@@ -150,18 +150,16 @@ type Registry struct {
 	// changed lists the positions in r.order of the cells whose slot was
 	// remade since the last offer (all of them when allChanged): the
 	// offer sets their cell.offered.
-	changed    []int
-	allChanged bool
-	sentPlace  cycle.Placement     // round trips in the last offered state
-	lastOffer  time.Time           // when the last state was offered
-	mass       massExpiry          // a mass TTL expiry being held (massexpiry.go)
-	index      map[string]int      // id → position in ids, shared by views
-	heldLosses map[string]heldLoss // stream losses that overtook the heartbeat they name (streamloss.go)
-	routes     *RouteTable         // cross-region routing in force
-	routesNew  bool                // routes (or retry budgets) changed since the last push
-	// slotsNew: a cell's slot changed in what it publishes
-	// (cycle.SamePublished) since the last push.
-	slotsNew    bool
+	changed     []int
+	allChanged  bool
+	sentPlace   cycle.Placement          // round trips in the last offered state
+	lastOffer   time.Time                // when the last state was offered
+	mass        massExpiry               // a mass TTL expiry being held (massexpiry.go)
+	index       map[string]int           // id → position in ids, shared by views
+	heldLosses  map[string]heldLoss      // stream losses that overtook the heartbeat they name (streamloss.go)
+	routes      *RouteTable              // cross-region routing in force
+	routesNew   bool                     // routes (or retry budgets) changed since the last push
+	slotsNew    bool                     // a cell's slot changed in what it publishes (cycle.SamePublished) since the last push
 	sentIngress map[string]string        // the remote regions' ingress in the last offered state (residency sets)
 	sets        func(string) []cycle.Set // residency sets per model; nil: none
 	budgets     map[string]float64       // retry budget per model (retrybudget.go)
