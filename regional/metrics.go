@@ -18,6 +18,8 @@ type metrics struct {
 	suspects           prometheus.Counter
 	massExpiries       prometheus.Counter
 	ttlHeld            prometheus.Gauge
+	ttlFailures        prometheus.Counter
+	ingestLag          prometheus.Gauge
 	rejected           *prometheus.CounterVec
 	streams            prometheus.Gauge
 	transitions        *prometheus.CounterVec
@@ -50,11 +52,12 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{}
 	m.addCellMetrics()
+	m.addLivenessMetrics()
 	m.addRoutingMetrics()
 	if reg == nil {
 		return m, nil
 	}
-	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.retryBudget, m.slicesFolded, m.residencyUnseen, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.streamLoss, m.penaltyTrips, m.penaltyKept, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.massExpiries, m.ttlHeld, m.signalsClamped); err != nil {
+	if err := promreg.Register(reg, m.capacityRejected, m.capacityRPS, m.retryBudget, m.slicesFolded, m.residencyUnseen, m.capacityConfidence, m.heartbeats, m.rejected, m.streams, m.transitions, m.refusedTransitions, m.unknownCells, m.projection, m.failover, m.streamLoss, m.penaltyTrips, m.penaltyKept, m.probes, m.plans, m.planEpoch, m.routeSource, m.reports, m.planPeerRefused, m.skewed, m.suspects, m.massExpiries, m.ttlHeld, m.ttlFailures, m.ingestLag, m.signalsClamped); err != nil {
 		return nil, fmt.Errorf("regional: register metrics: %w", err)
 	}
 	return m, nil
@@ -70,18 +73,6 @@ func (m *metrics) addCellMetrics() {
 	m.skewed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "isobar_regional_clock_skewed_heartbeats_total",
 		Help: "Heartbeats whose sent_at was further from this controller's clock than the skew bound (accepted; liveness uses the receive time).",
-	})
-	m.suspects = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "isobar_regional_suspect_cells_total",
-		Help: "Cells made suspect (weight 0) because their heartbeat stream broke without a Terminated report.",
-	})
-	m.massExpiries = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "isobar_regional_mass_ttl_expiries_total",
-		Help: "Times most live cells passed their TTL at once and the controller held them rather than failing them (Config.MassExpiry).",
-	})
-	m.ttlHeld = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "isobar_regional_ttl_held_cells",
-		Help: "Live cells past their TTL that the last sweep held rather than failed, a mass expiry being in progress (0: none).",
 	})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "isobar_regional_heartbeats_rejected_total",
@@ -138,6 +129,31 @@ func (m *metrics) addCellMetrics() {
 
 // addRoutingMetrics builds the instruments of cross-region routing:
 // plans, the route source, data-plane reports and capacity estimates.
+// addLivenessMetrics makes the metrics of how cells are judged missing:
+// broken streams, TTL failures, mass expiries and the read lag.
+func (m *metrics) addLivenessMetrics() {
+	m.suspects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_suspect_cells_total",
+		Help: "Cells made suspect (weight 0) because their heartbeat stream broke without a Terminated report.",
+	})
+	m.massExpiries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_mass_ttl_expiries_total",
+		Help: "Times most live cells passed their TTL at once and the controller held them rather than failing them (Config.MassExpiry).",
+	})
+	m.ttlHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "isobar_regional_ttl_held_cells",
+		Help: "Live cells past their TTL that the last sweep held rather than failed, a mass expiry being in progress (0: none).",
+	})
+	m.ttlFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "isobar_regional_ttl_failures_total",
+		Help: "Live cells failed because no heartbeat of theirs was read for their TTL (widened by isobar_regional_ingest_lag_seconds).",
+	})
+	m.ingestLag = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "isobar_regional_ingest_lag_seconds",
+		Help: "This controller's read lag over the last heartbeat interval: the 90th percentile of how much later than its cell's usual delay (receive time minus sent_at) a heartbeat was read. The TTL is widened by it, at most by the mass expiry hold (--mass-expiry-hold).",
+	})
+}
+
 func (m *metrics) addRoutingMetrics() {
 	m.plans = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "isobar_regional_plans_total",

@@ -93,6 +93,12 @@ type cell struct {
 	// endpointKey: a cell repeats its endpoint in every heartbeat, and
 	// the key's parse and print were a quarter of folding one.
 	epRaw, epKey string
+	// baselineDelay is the cell's least recent delay, receive time minus
+	// sent_at (delayKnown once one heartbeat carried sent_at): what the
+	// controller's read lag is measured from (ingestlag.go).
+	baselineDelay time.Duration
+	delayKnown    bool
+	lagInterval   uint64 // the read lag's interval this cell last spoke in, +1
 }
 
 // viewIn is everything of a cell its view is made of: a cycle compares
@@ -155,6 +161,7 @@ type Registry struct {
 	sentPlace   cycle.Placement          // round trips in the last offered state
 	lastOffer   time.Time                // when the last state was offered
 	mass        massExpiry               // a mass TTL expiry being held (massexpiry.go)
+	lag         ingestLag                // this controller's read lag (ingestlag.go)
 	index       map[string]int           // id → position in ids, shared by views
 	heldLosses  map[string]heldLoss      // stream losses that overtook the heartbeat they name (streamloss.go)
 	routes      *RouteTable              // cross-region routing in force
@@ -388,11 +395,24 @@ func (r *Registry) loop(ctx context.Context, ticker clockwork.Ticker) {
 				r.cycle(r.clock.Now())
 			}
 		case <-ticker.Chan():
-			now := r.clock.Now()
-			r.sweep(now)
-			r.cycle(now)
+			r.tick()
 		}
 	}
+}
+
+// tick is the loop's periodic turn: what was received before it is
+// applied, then the sweep and the cycle run. A cell whose heartbeat waits
+// in the inbox is not missing (a loop held up by a long cycle finds many
+// there, and select may take the tick first); the stream losses come
+// first, as everywhere, and the cycle after the sweep projects them.
+func (r *Registry) tick() {
+	r.takeLosses()
+	for range len(r.inbox) { // the loop is the only receiver
+		r.apply(<-r.inbox)
+	}
+	now := r.clock.Now()
+	r.sweep(now)
+	r.cycle(now)
 }
 
 // apply folds one message into the registry and reports whether the
@@ -474,8 +494,10 @@ func (r *Registry) foldHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) bool
 	if r.byEndpoint[c.epKey] != c.id {
 		changed = r.claimEndpoint(c, hb.GetEndpoint())
 	}
+	fresh := c.hb == nil || c.hb.GetIncarnation() != hb.GetIncarnation()
 	c.hb, c.lastSeen = hb, now // liveness runs on the receive time, never sent_at
 	r.noteSkew(now, c, hb)
+	r.noteDelay(c, fresh)
 	if c.suspect {
 		// Restored: back in the load balancer at the next cycle.
 		c.suspect = false
@@ -607,7 +629,9 @@ func (r *Registry) transition(now time.Time, c *cell, next lifecycle.State, reas
 // sweep fails cells whose heartbeats stopped, unless so many stopped at
 // once that it holds them (holdMassExpiry), and forgets long-dead ones.
 func (r *Registry) sweep(now time.Time) {
-	ttl := r.cfg.TTL()
+	// Widened by this controller's read lag (ingestlag.go), for the held
+	// losses too: the heartbeat a loss waits for may be in the backlog.
+	ttl := r.cfg.TTL() + r.lagAllowance(now)
 	r.sweepHeldLosses(now, ttl)
 	var expired []*cell
 	live := 0
@@ -630,6 +654,7 @@ func (r *Registry) sweep(now time.Time) {
 	if r.holdMassExpiry(now, len(expired), live) {
 		return
 	}
+	r.metrics.ttlFailures.Add(float64(len(expired)))
 	for _, c := range expired {
 		next, _ := lifecycle.Next(c.state, lifecycle.TTLExpired, c.drain)
 		r.transition(now, c, next, fmt.Sprintf("no heartbeat for %v (TTL %v)", now.Sub(c.lastSeen).Round(time.Millisecond), ttl))

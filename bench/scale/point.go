@@ -420,6 +420,8 @@ type snapshot struct {
 	cpu                  time.Duration
 	heartbeats           float64
 	probes               float64
+	ttlFailed            float64
+	lagMax               float64 // the greatest read lag among the controllers, seconds
 	projSum, projCount   float64
 	buildSum, buildCount float64
 	summaryCount         []int
@@ -434,6 +436,8 @@ func (p *point) snapshot(ctx context.Context) (snapshot, error) {
 	for _, r := range p.regions {
 		s.heartbeats += r.tap.read(metricHeartbeats).value
 		s.probes += r.tap.read(metricProbes).value
+		s.ttlFailed += r.tap.read(metricTTLFailed).value
+		s.lagMax = max(s.lagMax, r.tap.read(metricIngestLag).value)
 		pr, b := r.tap.read(metricProjection), r.tap.read(metricXDSBuild)
 		s.projSum, s.projCount = s.projSum+pr.sum, s.projCount+pr.count
 		s.buildSum, s.buildCount = s.buildSum+b.sum, s.buildCount+b.count
@@ -500,6 +504,8 @@ func (p *point) windowRates(f *Figures, a, b snapshot) {
 	}
 	f.LivePushesPerS = (b.buildCount - a.buildCount) / secs
 	f.ProbesPerS = (b.probes - a.probes) / secs
+	f.TTLFailuresPerS = (b.ttlFailed - a.ttlFailed) / secs
+	f.IngestLagMaxMs = 1000 * b.lagMax
 	if n := b.fleet.heartbeats - a.fleet.heartbeats; n > 0 {
 		f.HeartbeatBytes = float64(b.fleet.bytes-a.fleet.bytes) / float64(n)
 	}

@@ -112,6 +112,15 @@ type Figures struct {
 	// ProbesPerS are the controllers' RTT probes of their cells per
 	// second (isobar_regional_probes_total, every result).
 	ProbesPerS float64 `json:"probes_per_s"`
+	// TTLFailuresPerS are live cells failed by their TTL per second over
+	// the window (isobar_regional_ttl_failures_total): cells whose
+	// heartbeats the controllers read too late, since no cell stops
+	// sending in the window. IngestLagMaxMs is the greatest read lag
+	// among the controllers at the window's end
+	// (isobar_regional_ingest_lag_seconds: how late a controller reads
+	// heartbeats, which widens its TTL).
+	TTLFailuresPerS float64 `json:"ttl_failures_per_s"`
+	IngestLagMaxMs  float64 `json:"ingest_lag_max_ms"`
 	// HeartbeatBytes is the mean marshalled heartbeat.
 	HeartbeatBytes float64 `json:"heartbeat_bytes"`
 	// SummaryBytesPerRegion is the mean marshalled summary (hierarchical).

@@ -22,9 +22,11 @@ const (
 	metricFailover   = "isobar_regional_failover_seconds"
 	metricStreamLoss = "isobar_regional_stream_loss_seconds"
 	metricProbes     = "isobar_regional_probes_total"
+	metricTTLFailed  = "isobar_regional_ttl_failures_total"
+	metricIngestLag  = "isobar_regional_ingest_lag_seconds"
 )
 
-var tapped = []string{metricHeartbeats, metricProjection, metricXDSBuild, metricFailover, metricStreamLoss, metricProbes}
+var tapped = []string{metricHeartbeats, metricProjection, metricXDSBuild, metricFailover, metricStreamLoss, metricProbes, metricTTLFailed, metricIngestLag}
 
 // metricTap is a prometheus.Registerer that keeps the collectors of the few
 // metrics a point reads and registers nothing: no registry gathers the
@@ -64,7 +66,7 @@ func (t *metricTap) MustRegister(cs ...prometheus.Collector) {
 // Unregister forgets nothing (nothing is registered).
 func (t *metricTap) Unregister(prometheus.Collector) bool { return true }
 
-// sample is a counter's value, or a histogram's sum and count.
+// sample is a counter's or gauge's value, or a histogram's sum and count.
 type sample struct{ value, sum, count float64 }
 
 func (t *metricTap) read(name string) sample {
@@ -85,6 +87,8 @@ func (t *metricTap) read(name string) sample {
 		switch {
 		case pb.Counter != nil:
 			s.value += pb.GetCounter().GetValue()
+		case pb.Gauge != nil:
+			s.value += pb.GetGauge().GetValue()
 		case pb.Histogram != nil:
 			s.sum += pb.GetHistogram().GetSampleSum()
 			s.count += float64(pb.GetHistogram().GetSampleCount())

@@ -75,6 +75,12 @@ When every cell is Ready, and after a short warm-up, it measures over
   silent_to_removed_p50_ms/p99  --silent-deaths times, a cell stops sending
                                 while its stream stays open (a hung agent):
                                 the TTL path, timed the same way
+  ttl_failures_per_s            cells the controllers failed by TTL per
+                                second over the window, where no cell stops
+                                sending: heartbeats read too late; beside
+                                ingest_lag_max_ms, the greatest read lag
+                                (isobar_regional_ingest_lag_seconds) at the
+                                window's end
 
 Points this machine cannot hold are skipped with the reason in the report,
 never dropped: fewer cells than regions, more cells than --max-cells, or
