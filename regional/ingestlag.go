@@ -56,8 +56,8 @@ const (
 )
 
 // ingestLag is the controller's read lag: the excess delays of the
-// heartbeats applied since since, and the TTL allowance in force (registry
-// goroutine only).
+// heartbeats applied since since, and the last whole interval's quantile
+// of them (registry goroutine only).
 type ingestLag struct {
 	samples []time.Duration
 	seen    int // cells that offered an excess since since (samples keeps at most ingestLagSamples)

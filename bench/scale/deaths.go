@@ -73,18 +73,23 @@ func field(ds []deathTime, f func(deathTime) float64) []float64 {
 // breakDown sets the wire breakdown of the broken-stream deaths: kill →
 // response written by the controller (sent), → read by the client
 // (received), and the client's decode and apply (removed − received).
-// Each is left nil without deaths, and a death a wire log could not
-// trace is left out of that figure. For each death sent ≤ received ≤
-// removed, so the quantiles keep that order when every death is traced.
+// All three are over the same deaths, those the logs traced in full
+// (DeathsTraced), so that their quantiles keep the order sent ≤ received
+// that each death has; each is left nil when none is. A death traced to
+// the read only (its write logged after the client read it, or out of
+// the log's room) is left out of all three: the fastest deaths are the
+// likeliest so, and leaving them out of sent alone put sent's P50 above
+// received's. The kill lag is over every death.
 func (f *Figures) breakDown(ds []deathTime) {
 	q := func(xs []float64) (p50, p99 *float64) {
-		xs = slices.DeleteFunc(xs, math.IsNaN)
 		if len(xs) == 0 {
 			return nil, nil
 		}
 		return ptr(quantileNaN(xs, 0.5)), ptr(quantileNaN(xs, 0.99))
 	}
-	sent := slices.DeleteFunc(field(ds, func(d deathTime) float64 { return d.sent }), math.IsNaN)
+	traced := slices.DeleteFunc(slices.Clone(ds), func(d deathTime) bool { return math.IsNaN(d.received) || math.IsNaN(d.sent) })
+	f.DeathsTraced = len(traced)
+	sent := field(traced, func(d deathTime) float64 { return d.sent })
 	f.DeathToSentP50Ms, f.DeathToSentP99Ms = q(sent)
 	if len(sent) > 0 {
 		var sum float64
@@ -93,9 +98,10 @@ func (f *Figures) breakDown(ds []deathTime) {
 		}
 		f.DeathToSentMeanMs = ptr(sum / float64(len(sent)))
 	}
-	f.DeathToReceivedP50Ms, f.DeathToReceivedP99Ms = q(field(ds, func(d deathTime) float64 { return d.received }))
-	f.ClientApplyP50Ms, f.ClientApplyP99Ms = q(field(ds, func(d deathTime) float64 { return d.removed - d.received }))
-	f.KillLagP50Ms, f.KillLagP99Ms = q(field(ds, func(d deathTime) float64 { return d.lag }))
+	f.DeathToReceivedP50Ms, f.DeathToReceivedP99Ms = q(field(traced, func(d deathTime) float64 { return d.received }))
+	f.ClientApplyP50Ms, f.ClientApplyP99Ms = q(field(traced, func(d deathTime) float64 { return d.removed - d.received }))
+	lags := slices.DeleteFunc(field(ds, func(d deathTime) float64 { return d.lag }), math.IsNaN)
+	f.KillLagP50Ms, f.KillLagP99Ms = q(lags)
 }
 
 // victimsPerRound is how many of a region's n cells one round of deaths

@@ -160,7 +160,9 @@ type Figures struct {
 	// in flight per type).
 	// Over delta xDS several responses can be in flight: sent is then the
 	// last written before the client's read, possibly a later response
-	// than the one read. nil without deaths.
+	// than the one read. All are over the DeathsTraced deaths that the
+	// wire logs traced in full; nil when none is.
+	DeathsTraced         int      `json:"deaths_traced"`
 	DeathToSentP50Ms     *float64 `json:"death_to_sent_p50_ms"`
 	DeathToSentP99Ms     *float64 `json:"death_to_sent_p99_ms"`
 	DeathToSentMeanMs    *float64 `json:"death_to_sent_mean_ms"`

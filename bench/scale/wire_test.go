@@ -129,6 +129,15 @@ func TestRemovalTimesTraceTheWire(t *testing.T) {
 	if got := rm.times(earlyRcv, snt); len(got) != 1 || !math.IsNaN(got[0].received) || !math.IsNaN(got[0].sent) {
 		t.Errorf("times with only a read before the death = %+v, want received and sent NaN", got)
 	}
+	// A death traced to the read only (the write it came in logged after
+	// the read) is left out of the whole breakdown, not out of sent alone:
+	// the figures are over the same deaths and keep their order.
+	f = Figures{}
+	f.breakDown([]deathTime{{removed: 300, received: 250, sent: 245, lag: 20}, {removed: 12, received: 10, sent: math.NaN(), lag: 5}})
+	if f.DeathsTraced != 1 || *f.DeathToSentP50Ms != 245 || *f.DeathToReceivedP50Ms != 250 || *f.ClientApplyP50Ms != 50 || *f.KillLagP50Ms != 5 {
+		t.Errorf("partly traced: %d traced, breakdown %v %v %v, kill lag %v; want 1, 245, 250, 50 and the lag over both deaths (P50 5)",
+			f.DeathsTraced, *f.DeathToSentP50Ms, *f.DeathToReceivedP50Ms, *f.ClientApplyP50Ms, *f.KillLagP50Ms)
+	}
 	f = Figures{}
 	f.breakDown(rm.times(nil, nil))
 	if f.DeathToSentP50Ms != nil || f.DeathToReceivedP50Ms != nil || f.ClientApplyP50Ms != nil || f.DeathToSentMeanMs != nil {
