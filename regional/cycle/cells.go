@@ -3,6 +3,7 @@ package cycle
 import (
 	"slices"
 
+	"github.com/isobar-mesh/isobar/internal/keepwrite"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
 	"github.com/isobar-mesh/isobar/regional/score"
@@ -117,7 +118,7 @@ func MapKnown(scorer score.Config, cells []Cell, known func(i int) *score.Result
 		if i == 0 || c.Model != run {
 			run, runMax = c.Model, longest[c.Model]
 		}
-		pcells[i] = projectionCell(c, &results[i], runMax)
+		keepwrite.Set(&pcells[i], projectionCell(c, &results[i], runMax)) // mostly the same as last cycle's
 	}
 	return pcells, results
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/isobar-mesh/isobar/internal/keepwrite"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/xds"
 	"github.com/isobar-mesh/isobar/xdscontract"
@@ -292,7 +293,7 @@ func (b *stateBuilder) addLocal(slots []Slot) {
 		if l == nil || s.Model != lastModel {
 			lastModel, l = s.Model, b.localityOf(s.Model, localRTT, len(slots))
 		}
-		l.Endpoints = append(l.Endpoints, s.Endpoint)
+		l.Endpoints = keepwrite.Append(l.Endpoints, s.Endpoint) // a spent state's buffer: mostly the same endpoints
 		if a, ok := apart[s.Endpoint.CellID]; ok {
 			a = b.p.Sent.Held(s.Endpoint.CellID, a)
 			ep := &l.Endpoints[len(l.Endpoints)-1]

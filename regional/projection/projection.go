@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/isobar-mesh/isobar/internal/keepwrite"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 )
 
@@ -316,8 +317,10 @@ func New(cfg Config) (*Projector, error) {
 func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	var d Decision
 	prevW := p.weights // the last projection's weights, overwritten in place below
-	d.Weights = slices.Grow(p.weights[:0], len(cells))
-	d.Same = slices.Grow(p.same[:0], len(cells))
+	// The buffers keep last cycle's elements: only what changed is
+	// written (keepwrite).
+	d.Weights = slices.Grow(p.weights[:0], len(cells))[:len(cells)]
+	d.Same = slices.Grow(p.same[:0], len(cells))[:len(cells)]
 	p.gen++
 	p.resolve(cells)
 	targets, urgentReason, driftReason := p.evaluate(now, cells, &d)
@@ -337,10 +340,11 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	}
 	for i, c := range cells {
 		w := p.weight(p.states[i], c, targets[i], d.Push)
-		// prevW[i] is read before the append writes over it; a Weight
-		// carries its cell's ID, so an equal one is the same cell's.
-		d.Same = append(d.Same, i < len(prevW) && prevW[i] == w)
-		d.Weights = append(d.Weights, w)
+		// prevW[i] is read before d.Weights[i] (the same element, unless
+		// the buffer grew) is written; a Weight carries its cell's ID, so
+		// an equal one is the same cell's.
+		d.Same[i] = i < len(prevW) && prevW[i] == w
+		keepwrite.Set(&d.Weights[i], w)
 	}
 	p.weights, p.same = d.Weights, d.Same
 	return d
@@ -349,7 +353,7 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 // resolve sets p.states to the state of each of cells (made for a cell
 // seen for the first time), marked seen in this generation.
 func (p *Projector) resolve(cells []Cell) {
-	p.prev, p.states = p.states, p.prev[:0]
+	p.prev, p.states = p.states, slices.Grow(p.prev[:0], len(cells))[:len(cells)]
 	p.fresh = 0
 	for i := range cells {
 		id := cells[i].ID
@@ -364,7 +368,7 @@ func (p *Projector) resolve(cells []Cell) {
 			p.fresh++ // the first time this cell is seen in this projection
 		}
 		st.gen = p.gen
-		p.states = append(p.states, st)
+		keepwrite.Set(&p.states[i], st) // mostly the state it held two generations ago
 	}
 }
 
@@ -372,7 +376,7 @@ func (p *Projector) resolve(cells []Cell) {
 // new trips in d; it returns the targets in the order of cells and the
 // first reason for an urgent push and for a drift push ("" when none).
 func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets []target, urgentReason, driftReason string) {
-	targets = p.targets[:0]
+	targets = slices.Grow(p.targets[:0], len(cells))[:len(cells)] // last cycle's, written where changed
 	held, ready := p.pools(cells)
 	var pl *poolLoad // c's pool: cells of one pool mostly come in runs
 	for i, c := range cells {
@@ -401,7 +405,7 @@ func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets 
 			}
 		}
 		t := p.target(now, st, c)
-		targets = append(targets, t)
+		keepwrite.Set(&targets[i], t)
 		switch {
 		case (st.published == 0) != (t.weight == 0):
 			if urgentReason == "" {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+
+	"github.com/isobar-mesh/isobar/internal/keepwrite"
 )
 
 // canonicalizeFrom is canonicalizeModel of m for a model whose last
@@ -121,7 +123,9 @@ func (f *fromWalk) locality(li int) bool {
 	parsed := slices.Grow(buf[:0], len(in))[:len(in)]
 	for j := range in {
 		if x := sc.matched[j]; x >= 0 {
-			l.Endpoints[j], parsed[j] = oldCanon[x], oldParsed[x]
+			// The spare's buffers mostly hold these already (keepwrite).
+			keepwrite.Set(&l.Endpoints[j], oldCanon[x])
+			keepwrite.Set(&parsed[j], oldParsed[x])
 			continue
 		}
 		var named bool

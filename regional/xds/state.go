@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/isobar-mesh/isobar/internal/keepwrite"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
 
@@ -315,7 +316,11 @@ func localitiesEqual(a, b []Locality) bool {
 func copyLocalities(in []Locality, spare []Locality) []Locality {
 	out := make([]Locality, len(in))
 	for i, l := range in {
-		l.Endpoints = append(spareEndpoints(spare, i), l.Endpoints...)
+		buf := spareEndpoints(spare, i)
+		for _, e := range l.Endpoints {
+			buf = keepwrite.Append(buf, e) // mostly what the spare holds (keepwrite)
+		}
+		l.Endpoints = buf
 		out[i] = l
 	}
 	return out
