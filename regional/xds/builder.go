@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/isobar-mesh/isobar/internal/keepwrite"
 	"github.com/isobar-mesh/isobar/reqclass"
 	"github.com/isobar-mesh/isobar/xdscontract"
 )
@@ -910,7 +911,7 @@ func (b *Builder) buildLoadAssignment(name string, m *canonModel, e *modelEntry)
 			if first {
 				used++
 			}
-			pos[i][j] = p
+			keepwrite.Set(&pos[i][j], p) // the build before last's: mostly the same parts
 			lbs[j] = p.lb
 		}
 		ll.LbEndpoints = lbs
@@ -919,13 +920,33 @@ func (b *Builder) buildLoadAssignment(name string, m *canonModel, e *modelEntry)
 	cla.Endpoints = localities
 	e.pos, e.posSpare = pos, e.pos
 	if len(e.parts) > used {
-		for k, p := range e.parts {
+		e.forgetUnused(used)
+	}
+	return cla, nil
+}
+
+// forgetUnused drops the parts this build did not use, of which it used
+// used. After a build the map holds exactly the parts that build used, so
+// the unused ones are found among the previous build's positions (now
+// posSpare), which costs a slice, not a walk of a map of 10,000 entries;
+// the walk stays for what that misses (parts made by a build that then
+// failed).
+func (e *modelEntry) forgetUnused(used int) {
+	for _, ps := range e.posSpare {
+		for _, p := range ps {
 			if p.gen != e.gen {
-				delete(e.parts, k)
+				delete(e.parts, p.key)
 			}
 		}
 	}
-	return cla, nil
+	if len(e.parts) == used {
+		return
+	}
+	for k, p := range e.parts {
+		if p.gen != e.gen {
+			delete(e.parts, k)
+		}
+	}
 }
 
 // partsAt returns the parts of endpoint j of locality i: those of
@@ -954,19 +975,24 @@ func (e *modelEntry) partsAt(i, j int, ep *Endpoint) (p *endpointParts, first bo
 	if ep.Degraded {
 		health = core.HealthStatus_DEGRADED
 	}
+	// The messages are stored only when they changed (keepwrite): most
+	// endpoints keep theirs from build to build.
 	want := lbAs{ep.Weight, health}
-	if p.lb, err = p.lbEndpoint(p.lb, p.lbAs, want); err != nil {
+	lb, err := p.lbEndpoint(p.lb, p.lbAs, want)
+	if err != nil {
 		return nil, false, err
 	}
+	keepwrite.Set(&p.lb, lb)
 	p.lbAs = want
 	if cw := ep.ClassWeight; cw != 0 && cw != ep.Weight {
 		want.weight = cw
-		if p.classLB, err = p.lbEndpoint(p.classLB, p.classAs, want); err != nil {
+		if lb, err = p.lbEndpoint(p.classLB, p.classAs, want); err != nil {
 			return nil, false, err
 		}
+		keepwrite.Set(&p.classLB, lb)
 		p.classAs = want
 	} else {
-		p.classLB = nil
+		keepwrite.Set(&p.classLB, nil)
 	}
 	return p, first, nil
 }

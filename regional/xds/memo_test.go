@@ -65,6 +65,9 @@ func TestMemoisedBuildEqualsFresh(t *testing.T) {
 		if kind := differs(got, want); kind != "" {
 			t.Fatalf("step %d: the memoised builder's %s resources differ from a fresh builder's", step, kind)
 		}
+		if n, used := partsKept(memo.models["m"]); n != used {
+			t.Fatalf("step %d: the endpoint memo keeps %d parts, the last build used %d", step, n, used)
+		}
 		// The caller reuses its buffers: nothing the Builder kept may
 		// change with them.
 		for _, l := range st.Models[0].Localities {
@@ -73,6 +76,24 @@ func TestMemoisedBuildEqualsFresh(t *testing.T) {
 			}
 		}
 	}
+}
+
+// partsKept returns how many endpoint parts e and its residency sets'
+// entries keep, and how many distinct ones their last builds used: after
+// a build they must be equal (forgetUnused), or the memo grows with churn.
+func partsKept(e *modelEntry) (kept, used int) {
+	seen := map[*endpointParts]bool{}
+	for _, ps := range e.pos {
+		for _, p := range ps {
+			seen[p] = true
+		}
+	}
+	kept, used = len(e.parts), len(seen)
+	for _, pe := range e.pins {
+		k, u := partsKept(pe)
+		kept, used = kept+k, used+u
+	}
+	return kept, used
 }
 
 // differs names the node kind ("envoy", "grpc") whose resources differ
