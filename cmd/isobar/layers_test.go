@@ -59,6 +59,7 @@ func TestLayers(t *testing.T) {
 		"regional/cycle": true,
 		"regional/score": true, "regional/lifecycle": true, "regional/projection": true, "regional/capacity": true,
 		"optimize": true, "summary": true, "xdscontract": true, "internal/quantile": true, "internal/truncate": true, "internal/backoff": true,
+		"internal/keepwrite": true,
 	}
 	// pureMay lists what a pure package may import despite ioImports:
 	// regional/cycle parses endpoint addresses with net.SplitHostPort, a
@@ -116,7 +117,8 @@ func TestLayers(t *testing.T) {
 	// included: each owns one small mechanism the repository has once
 	// (backoff, quantile, truncate), and depends on nothing of ours
 	// (forbiddenDeps).
-	shared := []string{module + "/internal/backoff", module + "/internal/quantile", module + "/internal/truncate", module + "/internal/grpcbounds", module + "/internal/promreg"}
+	shared := []string{module + "/internal/backoff", module + "/internal/quantile", module + "/internal/truncate", module + "/internal/grpcbounds", module + "/internal/promreg",
+		module + "/internal/keepwrite"}
 	// allowed[a] lists packages of ours a may import despite its rules:
 	// election loads its etcd client certificate with certs' reloading key
 	// pair (one rotation mechanism; certs depends only on truncate).
@@ -146,6 +148,9 @@ func TestLayers(t *testing.T) {
 		"internal/grpcbounds": {module},
 		// promreg is the one metric-registration idiom (all or an error).
 		"internal/promreg": {module},
+		// keepwrite is the one write-only-what-changed idiom of the
+		// cycle's buffers.
+		"internal/keepwrite": {module},
 	}
 	under := func(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
 	for _, p := range pkgs {
