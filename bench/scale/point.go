@@ -428,12 +428,57 @@ type snapshot struct {
 	summaryBytes         []int64
 	fleet                fleetStats
 	fleetAt              time.Time
+	// marks is each cell's last applied heartbeat in its registry's view
+	// (IngestAlignedFraction), rejected the heartbeats refused so far.
+	marks    map[string]heartbeatMark
+	rejected float64
+}
+
+// heartbeatMark is the last heartbeat a registry applied of a cell: its
+// incarnation, sequence and sent_at.
+type heartbeatMark struct {
+	incarnation string
+	sequence    uint64
+	sentAt      time.Time
+}
+
+// marks adds the last applied heartbeat of each of r's cells that carried
+// sent_at, from its registry's view, to m.
+func (r *region) marks(m map[string]heartbeatMark) {
+	for _, c := range r.ctrl.Registry().View().Cells {
+		if c.ClockSkewKnown {
+			m[c.ID] = heartbeatMark{c.Incarnation, c.Sequence, c.LastSeen.Add(c.ClockSkew)}
+		}
+	}
+}
+
+// alignedIngest is IngestAlignedFraction between a and b at interval: the
+// heartbeats the cells numbered between their two marks, less the
+// refused, over what they should have sent between the marks' sent_at.
+// Cells that restarted, or lack a mark in either, are left out.
+func alignedIngest(a, b snapshot, interval time.Duration) *float64 {
+	var numbered float64
+	var span time.Duration
+	for id, m := range b.marks {
+		was, ok := a.marks[id]
+		if !ok || was.incarnation != m.incarnation || m.sequence < was.sequence {
+			continue
+		}
+		numbered += float64(m.sequence - was.sequence)
+		span += m.sentAt.Sub(was.sentAt)
+	}
+	if span <= 0 {
+		return nil
+	}
+	return ptr((numbered - (b.rejected - a.rejected)) / (span.Seconds() / interval.Seconds()))
 }
 
 func (p *point) snapshot(ctx context.Context) (snapshot, error) {
-	s := snapshot{at: p.clock.Now()}
+	s := snapshot{at: p.clock.Now(), marks: make(map[string]heartbeatMark, p.spec.cells)}
 	s.cpu, _ = cpuTime()
 	for _, r := range p.regions {
+		r.marks(s.marks)
+		s.rejected += r.tap.read(metricRejected).value
 		s.heartbeats += r.tap.read(metricHeartbeats).value
 		s.probes += r.tap.read(metricProbes).value
 		s.ttlFailed += r.tap.read(metricTTLFailed).value
@@ -489,6 +534,7 @@ func (p *point) windowRates(f *Figures, a, b snapshot) {
 	fleetSecs := b.fleetAt.Sub(a.fleetAt).Seconds()
 	f.SentHeartbeatsPerS = float64(b.fleet.heartbeats-a.fleet.heartbeats) / fleetSecs
 	f.IngestFraction = f.IngestHeartbeatsPerS / f.OfferedHeartbeatsPerS
+	f.IngestAlignedFraction = alignedIngest(a, b, p.cfg.HeartbeatInterval)
 	if _, ok := cpuTime(); ok {
 		f.CPUSPerS = (b.cpu - a.cpu).Seconds() / secs
 		f.CPUSPerSPer1kCells = f.CPUSPerS / (cells / 1000)

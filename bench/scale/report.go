@@ -82,6 +82,17 @@ type Figures struct {
 	// IngestFraction is ingest / offered (the target is ≥ 0.99).
 	SentHeartbeatsPerS float64 `json:"sent_heartbeats_per_s"`
 	IngestFraction     float64 `json:"ingest_fraction"`
+	// IngestAlignedFraction is ingest over the span the accepted
+	// heartbeats were sent in, not the span they were read in: per cell,
+	// the heartbeats it numbered between the last one the controller had
+	// applied at the window's start and at its end, less those refused,
+	// over what the cell should have sent between those two heartbeats'
+	// sent_at (the span / the interval). IngestFraction counts what was
+	// read in the window, so a controller reading 100 ms later at the
+	// window's end than at its start shows 0.5 % less on a 20 s window
+	// (and 0.5 % more the other way); this one does not move with the
+	// read lag. Null when no cell carried sent_at in both views.
+	IngestAlignedFraction *float64 `json:"ingest_aligned_fraction"`
 	// CellProcs is the number of child processes that held the cells (0:
 	// they ran in this process).
 	CellProcs int `json:"cell_procs"`
@@ -254,7 +265,7 @@ func writeRow(w io.Writer, p Point) {
 	}
 	fmt.Fprintf(w, "| %d | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 		p.Cells, p.Regions, p.Topology, p.CellsPerController, procs,
-		num(f.OfferedHeartbeatsPerS, 0), num(f.SentHeartbeatsPerS, 0), num(f.IngestHeartbeatsPerS, 0), num(100*f.IngestFraction, 1),
+		num(f.OfferedHeartbeatsPerS, 0), num(f.SentHeartbeatsPerS, 0), num(f.IngestHeartbeatsPerS, 0), num(100*f.IngestFraction, 1)+" ("+pct(f.IngestAlignedFraction)+")",
 		num(f.CPUSPerS, 3), num(f.CPUSPerSPer1kCells, 3), opt(f.SenderCPUSPerS, 3),
 		num(f.RSSPer1kCellsMiB, 1), num(f.GoroutinesPerCell, 2), num(f.CycleP50Ms, 3), num(f.CycleP99Ms, 3), opt(f.CycleCPUP50Ms, 3),
 		opt(f.SummaryBytesPerRegion, 0), num(f.GlobalInboundBytesPerS, 0), opt(f.SolveMs, 3),
@@ -277,7 +288,7 @@ func WriteMarkdown(w io.Writer, rep *Report) {
 	if rep.Interrupted {
 		fmt.Fprintf(w, "**Interrupted**: the points after the interruption are marked skipped.\n\n")
 	}
-	fmt.Fprintln(w, "| cells | regions | topology | cells/ctrl | cell procs | offered hb/s | sent hb/s | ingest hb/s | ingest % | ctrl CPU s/s | ctrl CPU s/s per 1k cells | sender CPU s/s | ctrl RSS MiB per 1k cells | goroutines per cell | cycle P50 ms | cycle P99 ms | cycle CPU P50 ms | summary B/region | global inbound B/s | solve ms | broken→removed P50 ms | P99 ms | silent→removed P50 ms | P99 ms | note |")
+	fmt.Fprintln(w, "| cells | regions | topology | cells/ctrl | cell procs | offered hb/s | sent hb/s | ingest hb/s | ingest % (aligned %) | ctrl CPU s/s | ctrl CPU s/s per 1k cells | sender CPU s/s | ctrl RSS MiB per 1k cells | goroutines per cell | cycle P50 ms | cycle P99 ms | cycle CPU P50 ms | summary B/region | global inbound B/s | solve ms | broken→removed P50 ms | P99 ms | silent→removed P50 ms | P99 ms | note |")
 	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, p := range rep.Points {
 		writeRow(w, p)
@@ -298,6 +309,14 @@ func num(v float64, prec int) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.*f", prec, v)
+}
+
+// pct is v as a percentage to 0.1, or — when absent.
+func pct(v *float64) string {
+	if v == nil {
+		return "—"
+	}
+	return num(100**v, 1)
 }
 
 func opt(v *float64, prec int) string {

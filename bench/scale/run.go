@@ -118,8 +118,8 @@ func progress(deps Deps, p Point) {
 		return
 	}
 	f := p.Figures
-	fmt.Fprintf(deps.Progress, "%s ingest %.0f of %.0f hb/s (%.1f %%), ctrl cpu %.3f s/s/1k, sender cpu %s s/s, cycle p50 %.2f ms p99 %.2f ms, inbound %.0f B/s, death p50 %.0f ms p99 %.0f ms (controller's share %s ms, loss's wait %s ms, sent mean %s; sent p50 %s, received p50 %s, client apply p50 %s ms; kill lag p50 %s p99 %s ms), silent p50 %s ms p99 %s ms",
-		head, f.IngestHeartbeatsPerS, f.OfferedHeartbeatsPerS, 100*f.IngestFraction, f.CPUSPerSPer1kCells, opt(f.SenderCPUSPerS, 3),
+	fmt.Fprintf(deps.Progress, "%s ingest %.0f of %.0f hb/s (%.1f %%, aligned %s %%), ctrl cpu %.3f s/s/1k, sender cpu %s s/s, cycle p50 %.2f ms p99 %.2f ms, inbound %.0f B/s, death p50 %.0f ms p99 %.0f ms (controller's share %s ms, loss's wait %s ms, sent mean %s; sent p50 %s, received p50 %s, client apply p50 %s ms; kill lag p50 %s p99 %s ms), silent p50 %s ms p99 %s ms",
+		head, f.IngestHeartbeatsPerS, f.OfferedHeartbeatsPerS, 100*f.IngestFraction, pct(f.IngestAlignedFraction), f.CPUSPerSPer1kCells, opt(f.SenderCPUSPerS, 3),
 		f.CycleP50Ms, f.CycleP99Ms, f.GlobalInboundBytesPerS, f.DeathToRemovedP50Ms, f.DeathToRemovedP99Ms,
 		opt(f.LiveFailoverMeanMs, 1), opt(f.LiveStreamLossMeanMs, 1), opt(f.DeathToSentMeanMs, 0), opt(f.DeathToSentP50Ms, 0), opt(f.DeathToReceivedP50Ms, 0), opt(f.ClientApplyP50Ms, 0), opt(f.KillLagP50Ms, 0), opt(f.KillLagP99Ms, 0), opt(f.SilentToRemovedP50Ms, 0), opt(f.SilentToRemovedP99Ms, 0))
 	if p.Error != "" {

@@ -167,6 +167,9 @@ func checkFigures(t *testing.T, p Point) {
 	if f.IngestHeartbeatsPerS < 0.5*f.OfferedHeartbeatsPerS || f.IngestHeartbeatsPerS > 1.5*f.OfferedHeartbeatsPerS {
 		t.Errorf("ingest %.1f hb/s, offered %.1f", f.IngestHeartbeatsPerS, f.OfferedHeartbeatsPerS)
 	}
+	if a := f.IngestAlignedFraction; a == nil || *a < 0.5 || *a > 1.5 {
+		t.Errorf("aligned ingest %v, want within half of the offered", a)
+	}
 	if f.StreamErrors != 0 || f.NotReadyAfterWindow != 0 {
 		t.Errorf("%d stream errors, %d cells not Ready", f.StreamErrors, f.NotReadyAfterWindow)
 	}

@@ -24,9 +24,10 @@ const (
 	metricProbes     = "isobar_regional_probes_total"
 	metricTTLFailed  = "isobar_regional_ttl_failures_total"
 	metricIngestLag  = "isobar_regional_ingest_lag_seconds"
+	metricRejected   = "isobar_regional_heartbeats_rejected_total"
 )
 
-var tapped = []string{metricHeartbeats, metricProjection, metricXDSBuild, metricFailover, metricStreamLoss, metricProbes, metricTTLFailed, metricIngestLag}
+var tapped = []string{metricHeartbeats, metricProjection, metricXDSBuild, metricFailover, metricStreamLoss, metricProbes, metricTTLFailed, metricIngestLag, metricRejected}
 
 // metricTap is a prometheus.Registerer that keeps the collectors of the few
 // metrics a point reads and registers nothing: no registry gathers the
