@@ -46,6 +46,13 @@ When every cell is Ready, and after a short warm-up, it measures over
   ingest_heartbeats_per_s       heartbeats the controllers accepted per
                                 second, beside the offered (cells/interval)
                                 and ingest_fraction (target >= 0.99)
+  ingest_aligned_fraction       the same by when the heartbeats were sent:
+                                per cell, those numbered between the last
+                                applied at the window's start and at its
+                                end, less the refused, over what the cell
+                                should have sent between their sent_at; the
+                                controllers' read lag at the window's edges
+                                moves ingest_fraction, not this
   cpu_s_per_s_per_1k_cells      this process's CPU (getrusage) per second
                                 per 1,000 cells: the controllers'; the
                                 senders' is sender_cpu_s_per_s (with
