@@ -340,11 +340,15 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	}
 	for i, c := range cells {
 		w := p.weight(p.states[i], c, targets[i], d.Push)
-		// prevW[i] is read before d.Weights[i] (the same element, unless
-		// the buffer grew) is written; a Weight carries its cell's ID, so
-		// an equal one is the same cell's.
-		d.Same[i] = i < len(prevW) && prevW[i] == w
-		keepwrite.Set(&d.Weights[i], w)
+		// prevW[i] is d.Weights[i] unless the buffer grew; a Weight
+		// carries its cell's ID, so an equal one is the same cell's. The
+		// comparison that sets Same also spares writing an equal weight
+		// over itself (keepwrite's reason).
+		same := i < len(prevW) && prevW[i] == w
+		d.Same[i] = same
+		if !same || &d.Weights[i] != &prevW[i] {
+			d.Weights[i] = w
+		}
 	}
 	p.weights, p.same = d.Weights, d.Same
 	return d
