@@ -33,13 +33,7 @@ type derate struct {
 
 // update advances the derate to now and reports whether it is active.
 func (d *derate) update(now time.Time, cfg DerateConfig, c Cell) bool {
-	on, why := false, ""
-	switch {
-	case c.HardwareFault:
-		on, why = true, "hardware fault reported"
-	case c.ThermalOK && c.Thermal >= cfg.On:
-		on, why = true, "thermal/power throttling (thermal score at or above the derate threshold)"
-	}
+	on, why := cfg.call(c)
 	switch {
 	case on:
 		d.active, d.lastOn, d.why = true, now, why
@@ -51,3 +45,17 @@ func (d *derate) update(now time.Time, cfg DerateConfig, c Cell) bool {
 	}
 	return d.active
 }
+
+// call reports whether c's signals call for a derate now, and why; calls
+// is the first of the two.
+func (cfg DerateConfig) call(c Cell) (on bool, why string) {
+	switch {
+	case c.HardwareFault:
+		return true, "hardware fault reported"
+	case c.ThermalOK && c.Thermal >= cfg.On:
+		return true, "thermal/power throttling (thermal score at or above the derate threshold)"
+	}
+	return false, ""
+}
+
+func (cfg DerateConfig) calls(c Cell) bool { on, _ := cfg.call(c); return on }

@@ -75,6 +75,13 @@
 // penalty or a derate change is pushed at once; any other band change at
 // most once per MinInterval.
 //
+// # Cost
+//
+// A projection evaluates every cell that is not settled (settled.go): one
+// with nothing in its state that moves with time and its target published
+// keeps its target and weight while the inputs that could move them stay
+// the same, so a cycle in which most cells' load moved costs what changed.
+//
 // # Concurrency
 //
 // A Projector holds the weights last published and each cell's penalty,

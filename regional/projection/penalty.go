@@ -123,18 +123,23 @@ func (p *penalty) update(now time.Time, cfg PenaltyConfig, c Cell, allowTrip boo
 // evidence reports whether c's window holds enough requests to judge its
 // error rate: MinRequests for a clear cell, a single one on a penalised
 // cell (a single failing probe is evidence).
-func (p *penalty) evidence(cfg PenaltyConfig, c Cell) bool {
+func (p *penalty) evidence(cfg PenaltyConfig, c Cell) bool { return cfg.evidence(p.phase, c) }
+
+// bad reports whether c's error rate, on enough evidence, is above the
+// threshold.
+func (p *penalty) bad(cfg PenaltyConfig, c Cell) bool { return cfg.bad(p.phase, c) }
+
+// evidence and bad are penalty's for a cell in phase.
+func (cfg PenaltyConfig) evidence(phase penaltyPhase, c Cell) bool {
 	need := cfg.MinRequests
-	if p.phase != phaseClear {
+	if phase != phaseClear {
 		need = min(need, 1)
 	}
 	return c.ErrorOK && c.ErrorRequests >= need && c.ErrorRequests > 0
 }
 
-// bad reports whether c's error rate, on enough evidence, is above the
-// threshold.
-func (p *penalty) bad(cfg PenaltyConfig, c Cell) bool {
-	return p.evidence(cfg, c) && c.ErrorRate > cfg.ErrorThreshold
+func (cfg PenaltyConfig) bad(phase penaltyPhase, c Cell) bool {
+	return cfg.evidence(phase, c) && c.ErrorRate > cfg.ErrorThreshold
 }
 
 // lift ends the penalty at now whatever the cell's error rate (its pool

@@ -280,6 +280,25 @@ type Projector struct {
 	// first time in it (resolve): when the states held are exactly those,
 	// none is left to forget.
 	fresh int
+	// settled[i] is what the cell at position i was projected from when
+	// the projection that last wrote the entry (gen) left it settled
+	// (settledAfter); skip[i] says the current projection keeps that
+	// cell's target and weight (skippable). noSkip turns skipping off: the
+	// tests project the same inputs both ways and compare.
+	settled []settled
+	skip    []bool
+	noSkip  bool
+}
+
+// settled is one position's entry in Projector.settled: the cell there
+// and the inputs its target and weight came from, besides those that
+// cannot move a settled cell's (Pressure, Utilisation, an error rate
+// below the threshold).
+type settled struct {
+	id           string
+	gen          uint64 // the projection that settled it; 0: not settled
+	state        lifecycle.State
+	speed, share float64
 }
 
 type cellState struct {
@@ -317,12 +336,14 @@ func New(cfg Config) (*Projector, error) {
 func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	var d Decision
 	prevW := p.weights // the last projection's weights, overwritten in place below
-	// The buffers keep last cycle's elements: only what changed is
-	// written (keepwrite).
-	d.Weights = slices.Grow(p.weights[:0], len(cells))[:len(cells)]
-	d.Same = slices.Grow(p.same[:0], len(cells))[:len(cells)]
+	// The buffers keep last cycle's elements (resized): only what changed
+	// is written (keepwrite), and a settled cell keeps its weight
+	// (markSkips).
+	d.Weights = resized(p.weights, len(cells))
+	d.Same = resized(p.same, len(cells))
 	p.gen++
 	p.resolve(cells)
+	p.markSkips(cells)
 	targets, urgentReason, driftReason := p.evaluate(now, cells, &d)
 	p.targets = targets
 	if r := p.forgetRemoved(); urgentReason == "" {
@@ -339,7 +360,14 @@ func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 		p.lastPush, p.pushed = now, true
 	}
 	for i, c := range cells {
+		if p.skip[i] {
+			// Settled with the same inputs: its weight is the one last
+			// projection gave it, which the buffer holds (markSkips).
+			d.Same[i], p.settled[i].gen = true, p.gen
+			continue
+		}
 		w := p.weight(p.states[i], c, targets[i], d.Push)
+		p.settled[i] = p.settledAfter(p.states[i], c, targets[i])
 		// prevW[i] is d.Weights[i] unless the buffer grew; a Weight
 		// carries its cell's ID, so an equal one is the same cell's. The
 		// comparison that sets Same also spares writing an equal weight
@@ -380,13 +408,17 @@ func (p *Projector) resolve(cells []Cell) {
 // new trips in d; it returns the targets in the order of cells and the
 // first reason for an urgent push and for a drift push ("" when none).
 func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets []target, urgentReason, driftReason string) {
-	targets = slices.Grow(p.targets[:0], len(cells))[:len(cells)] // last cycle's, written where changed
+	targets = resized(p.targets, len(cells)) // last cycle's, written where changed
 	held, ready := p.pools(cells)
 	var pl *poolLoad // c's pool: cells of one pool mostly come in runs
+	plName := ""
 	for i, c := range cells {
+		if p.skip[i] {
+			continue // settled, and its inputs the same: target unchanged (markSkips)
+		}
 		st := p.states[i]
-		if pl == nil || c.Pool != cells[i-1].Pool {
-			pl = p.pool[c.Pool]
+		if pl == nil || c.Pool != plName {
+			pl, plName = p.pool[c.Pool], c.Pool
 		}
 		capOK, kept := p.capacityGate(now, st, c, pl, &held)
 		st.kept = kept
