@@ -135,6 +135,9 @@ type modelEntry struct {
 	// walk follows, within the locality partsAt is walking, where the
 	// previous build's endpoint of the current position stands.
 	walk shiftWalk
+	// spans sums up each locality of the latest build for the Envoy-only
+	// clusters' filters (localitySpan), in a buffer each build reuses.
+	spans []localitySpan
 }
 
 // endpointKey is an endpoint's identity: everything but its weight and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -530,5 +531,55 @@ func TestClassClustersOutliveTheirEndpoints(t *testing.T) {
 	// A class no endpoint ever fitted still has no cluster.
 	if c := xdscontract.LocalClassClusterName("m", 131072); clusterByName(&res.Envoy, c) != nil {
 		t.Errorf("%s never had an endpoint, yet is present", c)
+	}
+}
+
+// A locality's span gives every filter the count of endpoints it keeps,
+// as reading each endpoint does (subFilter.keep): through random
+// localities of declared, undeclared and mixed max_model_len, local and
+// remote, and every filter of the default classes and beyond.
+func TestSpanKeepsWhatKeepKeeps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 14))
+	lens := []uint32{0, 2048, 4096, 8192, 32768, 131072}
+	classes := []uint32{0, 1, 4096, 8192, 8193, 32768, 131072, 200000}
+	partial := 0
+	for range 2000 {
+		l := Locality{Region: []string{"r1", "r2"}[rng.IntN(2)]}
+		pos := make([]*endpointParts, rng.IntN(6))
+		for j := range pos {
+			l.Endpoints = append(l.Endpoints, Endpoint{MaxModelLen: lens[rng.IntN(len(lens))]})
+			pos[j] = &endpointParts{}
+			if rng.IntN(4) == 0 {
+				pos[j].classLB = &endpoint.LbEndpoint{}
+			}
+		}
+		s := spanOf(&l, pos)
+		wantClassLB := false
+		for j := range pos {
+			wantClassLB = wantClassLB || pos[j].classLB != nil
+		}
+		if s.classLB != wantClassLB {
+			t.Fatalf("%+v: span classLB %v, want %v", l, s.classLB, wantClassLB)
+		}
+		for _, local := range []bool{false, true} {
+			for _, class := range classes {
+				f := subFilter{local: local, class: class}
+				want := 0
+				for j := range l.Endpoints {
+					if f.keep("r1", &l, &l.Endpoints[j]) {
+						want++
+					}
+				}
+				if got := f.kept("r1", &l, s); got != want {
+					t.Fatalf("%+v, filter %+v: kept %d, want %d", l, f, got, want)
+				}
+				if want > 0 && want < len(l.Endpoints) {
+					partial++
+				}
+			}
+		}
+	}
+	if partial < 100 {
+		t.Errorf("only %d partly kept localities: the test hardly reaches the per-endpoint count", partial)
 	}
 }
