@@ -16,6 +16,8 @@
 // write.
 package keepwrite
 
+import "slices"
+
 // Set stores v at *dst unless *dst already equals v, and reports whether
 // it stored.
 func Set[T comparable](dst *T, v T) bool {
@@ -37,4 +39,15 @@ func Append[S ~[]E, E comparable](s S, v E) S {
 		return s
 	}
 	return append(s, v)
+}
+
+// Resize returns s with length n and its first min(len(s), n) elements,
+// growing it (slices.Grow keeps its elements) when it has not the room:
+// a cycle that finds in its buffer what it wrote at a position last time
+// can keep it there.
+func Resize[S ~[]E, E any](s S, n int) S {
+	if n <= len(s) {
+		return s[:n]
+	}
+	return slices.Grow(s, n-len(s))[:n]
 }

@@ -35,3 +35,18 @@ func TestAppendReusesWhatTheBufferHeld(t *testing.T) {
 		t.Fatalf("Append within capacity did not write the shared array: %v", buf)
 	}
 }
+
+func TestResizeKeepsTheElements(t *testing.T) {
+	s := []pair{{"a", 1}, {"b", 2}, {"c", 3}}
+	short := Resize(s, 2)
+	if len(short) != 2 || short[1] != (pair{"b", 2}) {
+		t.Fatalf("Resize to 2 = %v", short)
+	}
+	long := Resize(s[:2:2], 5) // no room: grown
+	if len(long) != 5 || long[0] != (pair{"a", 1}) || long[1] != (pair{"b", 2}) || long[2] != (pair{}) {
+		t.Fatalf("Resize of a full slice to 5 = %v, want its two elements then zeros", long)
+	}
+	if back := Resize(short, 3); back[2] != (pair{"c", 3}) {
+		t.Fatalf("Resize within the capacity = %v, want what the array held", back)
+	}
+}

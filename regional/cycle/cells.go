@@ -1,8 +1,6 @@
 package cycle
 
 import (
-	"slices"
-
 	"github.com/isobar-mesh/isobar/internal/keepwrite"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 	"github.com/isobar-mesh/isobar/regional/projection"
@@ -82,9 +80,14 @@ func Map(scorer score.Config, cells []Cell) ([]projection.Cell, []score.Result) 
 // which is used instead of scoring it again (score.Config.Score is a pure function of
 // its input): the registry passes the scores of the cells whose heartbeat,
 // probe and data plane window did not change since the last cycle. The
-// results are written into pcells and results when they have the room
-// (their contents are overwritten), so that a caller that cycles reuses
-// them.
+// results are written into pcells and results (resized keeping their
+// elements, keepwrite.Resize), so that a caller that cycles reuses them.
+//
+// A known score that is results[i] itself says more: cells[i] is the cell
+// the last call (into the same buffers) mapped at i, from the same input
+// but for its Utilisation, so pcells[i] still holds its mapping. Unless its
+// Utilisation or its ContextShare (its model's longest context may have
+// moved) differs, the cell is not mapped again.
 func MapKnown(scorer score.Config, cells []Cell, known func(i int) *score.Result,
 	pcells []projection.Cell, results []score.Result) ([]projection.Cell, []score.Result) {
 	// Cells of one model mostly come in runs: a run's longest is folded
@@ -102,25 +105,37 @@ func MapKnown(scorer score.Config, cells []Cell, known func(i int) *score.Result
 	if len(cells) > 0 {
 		longest[run] = max(longest[run], runMax)
 	}
-	pcells = slices.Grow(pcells[:0], len(cells))[:len(cells)]
-	results = slices.Grow(results[:0], len(cells))[:len(cells)]
+	pcells = keepwrite.Resize(pcells, len(cells))
+	results = keepwrite.Resize(results, len(cells))
 	for i := range cells {
 		c := &cells[i]
 		var res *score.Result
 		if known != nil {
 			res = known(i)
 		}
-		if res == nil {
-			results[i] = scorer.Score(ScoreInput(*c))
-		} else if res != &results[i] {
-			results[i] = *res
-		}
 		if i == 0 || c.Model != run {
 			run, runMax = c.Model, longest[c.Model]
+		}
+		switch {
+		case res == nil:
+			results[i] = scorer.Score(ScoreInput(*c))
+		case res != &results[i]:
+			results[i] = *res
+		case pcells[i].Utilisation == c.Utilisation && pcells[i].ContextShare == contextShare(c, runMax):
+			continue // mapped by the last call, from the same input
 		}
 		keepwrite.Set(&pcells[i], projectionCell(c, &results[i], runMax)) // mostly the same as last cycle's
 	}
 	return pcells, results
+}
+
+// contextShare is c's declared context over its model's longest, 0 when
+// it declares none.
+func contextShare(c *Cell, longest uint32) float64 {
+	if c.MaxModelLen == 0 {
+		return 0
+	}
+	return float64(c.MaxModelLen) / float64(longest)
 }
 
 // projectionCell is c as the projection takes it, scored res, its model's
@@ -131,10 +146,7 @@ func projectionCell(c *Cell, res *score.Result, longest uint32) projection.Cell 
 		state = lifecycle.Failed // never in the load balancer
 	}
 	pc := projection.Cell{ID: c.ID, State: state, Pressure: res.Pressure, Pool: c.Model, Utilisation: c.Utilisation,
-		Thermal: res.Normalized[score.Thermal], ThermalOK: res.Present[score.Thermal]}
-	if c.MaxModelLen > 0 {
-		pc.ContextShare = float64(c.MaxModelLen) / float64(longest)
-	}
+		Thermal: res.Normalized[score.Thermal], ThermalOK: res.Present[score.Thermal], ContextShare: contextShare(c, longest)}
 	if c.Reading.AppOK && c.Reading.ErrorRate.OK {
 		pc.ErrorRate, pc.ErrorOK = c.Reading.ErrorRate.V, true
 		pc.ErrorRequests = c.EngineRequests

@@ -1,6 +1,8 @@
 package cycle
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -104,4 +106,83 @@ func ptrs(vals []CellView) []*CellView {
 		out[i] = &vals[i]
 	}
 	return out
+}
+
+// MapKnown into the buffers of its last call, told which cells are the
+// ones it mapped there from the same input (their score being results[i]
+// itself), maps every cell as Map does afresh: through random steps of
+// cells changing, pools' utilisation moving, a model's longest context
+// coming and going, and the order changing (no score is then the
+// buffer's own).
+func TestMapKnownKeepsWhatItMapped(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 12))
+	scorer := score.DefaultConfig()
+	n := 40
+	cells := make([]Cell, n)
+	newCell := func(i int) Cell {
+		q := float64(rng.IntN(20))
+		longest := uint32(8192)
+		if rng.IntN(30) == 0 {
+			longest = 65536 // rare: the model's longest comes and goes
+		}
+		return Cell{ID: fmt.Sprintf("c%02d", i), Model: []string{"m", "n"}[i%2], MaxModelLen: []uint32{0, 4096, longest}[rng.IntN(3)],
+			State: lifecycle.Ready, Reading: score.Reading{AppOK: true, QueueDepth: score.Some(q), ErrorRate: score.Some(rng.Float64() / 10)},
+			EngineRequests: float64(rng.IntN(100)), DataPlane: ErrorWindow{Rate: rng.Float64() / 5, Requests: 9, OK: rng.IntN(2) == 0}}
+	}
+	for i := range cells {
+		cells[i] = newCell(i)
+	}
+	var pcells []projection.Cell
+	var results []score.Result
+	skipped := 0
+	for step := range 300 {
+		sameOrder := step > 0 && rng.IntN(10) > 0
+		if !sameOrder {
+			rng.Shuffle(n, func(i, j int) { cells[i], cells[j] = cells[j], cells[i] })
+		}
+		changed := make([]bool, n)
+		for i := range cells {
+			if rng.IntN(5) == 0 {
+				id, model := cells[i].ID, cells[i].Model
+				cells[i] = newCell(0)
+				cells[i].ID, cells[i].Model = id, model
+				changed[i] = true
+			}
+		}
+		util := map[string]float64{"m": float64(rng.IntN(3)) / 2, "n": 0.5}
+		for i := range cells {
+			cells[i].Utilisation = util[cells[i].Model]
+		}
+		want, wantRes := Map(scorer, cells)
+		kept := make([]score.Result, n) // a copy where the order moved, as the registry's published scores
+		copy(kept, wantRes)
+		pcells, results = MapKnown(scorer, cells, func(i int) *score.Result {
+			switch {
+			case changed[i]:
+				return nil
+			case sameOrder:
+				if pcells[i] == projectionCell(&cells[i], &results[i], longestOf(cells, cells[i].Model)) {
+					skipped++
+				}
+				return &results[i]
+			}
+			return &kept[i]
+		}, pcells, results)
+		if !reflect.DeepEqual(pcells, want) || !reflect.DeepEqual(results, wantRes) {
+			t.Fatalf("step %d: mapping into the last call's buffers differs from mapping afresh", step)
+		}
+	}
+	if skipped < 3000 {
+		t.Errorf("%d cells found as they were mapped: the test hardly exercises that", skipped)
+	}
+}
+
+func longestOf(cells []Cell, model string) uint32 {
+	n := uint32(0)
+	for _, c := range cells {
+		if c.Model == model {
+			n = max(n, c.MaxModelLen)
+		}
+	}
+	return n
 }

@@ -336,11 +336,11 @@ func New(cfg Config) (*Projector, error) {
 func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	var d Decision
 	prevW := p.weights // the last projection's weights, overwritten in place below
-	// The buffers keep last cycle's elements (resized): only what changed
+	// The buffers keep last cycle's elements (keepwrite.Resize): only what changed
 	// is written (keepwrite), and a settled cell keeps its weight
 	// (markSkips).
-	d.Weights = resized(p.weights, len(cells))
-	d.Same = resized(p.same, len(cells))
+	d.Weights = keepwrite.Resize(p.weights, len(cells))
+	d.Same = keepwrite.Resize(p.same, len(cells))
 	p.gen++
 	p.resolve(cells)
 	p.markSkips(cells)
@@ -408,7 +408,7 @@ func (p *Projector) resolve(cells []Cell) {
 // new trips in d; it returns the targets in the order of cells and the
 // first reason for an urgent push and for a drift push ("" when none).
 func (p *Projector) evaluate(now time.Time, cells []Cell, d *Decision) (targets []target, urgentReason, driftReason string) {
-	targets = resized(p.targets, len(cells)) // last cycle's, written where changed
+	targets = keepwrite.Resize(p.targets, len(cells)) // last cycle's, written where changed
 	held, ready := p.pools(cells)
 	var pl *poolLoad // c's pool: cells of one pool mostly come in runs
 	plName := ""

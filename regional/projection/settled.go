@@ -1,8 +1,7 @@
 package projection
 
 import (
-	"slices"
-
+	"github.com/isobar-mesh/isobar/internal/keepwrite"
 	"github.com/isobar-mesh/isobar/regional/lifecycle"
 )
 
@@ -23,24 +22,16 @@ import (
 // TestSkippingChangesNothing projects random sequences both ways.
 
 // markSkips sets p.skip[i] for each of cells that keeps its target and
-// weight (skippable). The target and weight buffers are resized, so each
-// position the last projection wrote still holds what it wrote there.
+// weight (skippable). The target and weight buffers are resized keeping
+// their elements (keepwrite.Resize), so each position the last
+// projection wrote still holds what it wrote there.
 func (p *Projector) markSkips(cells []Cell) {
 	n := len(cells)
-	p.skip = resized(p.skip, n)
-	p.settled = resized(p.settled, n)
+	p.skip = keepwrite.Resize(p.skip, n)
+	p.settled = keepwrite.Resize(p.settled, n)
 	for i := range cells {
 		p.skip[i] = !p.noSkip && p.skippable(&p.settled[i], &cells[i])
 	}
-}
-
-// resized is s with length n and its first min(len(s), n) elements (the
-// rest are whatever its array held, or zero where it grew).
-func resized[S ~[]E, E any](s S, n int) S {
-	if n <= len(s) {
-		return s[:n]
-	}
-	return slices.Grow(s, n-len(s))[:n]
 }
 
 // skippable reports whether c, at the position of s, was settled after
