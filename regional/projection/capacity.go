@@ -25,6 +25,8 @@ type poolLoad struct {
 
 // pools counts the Ready cells and the penalised ones, region-wide (the
 // count cap MaxHeldPercent compares the two) and per pool, into p.pool.
+// It runs after markSkips: a cell skipped is settled, so not penalised,
+// and its state is not read.
 func (p *Projector) pools(cells []Cell) (held, ready int) {
 	clear(p.pool)
 	var pl *poolLoad
@@ -36,7 +38,7 @@ func (p *Projector) pools(cells []Cell) (held, ready int) {
 			}
 		}
 		pl.u = max(pl.u, c.Utilisation)
-		penalised := p.states[i].pen.phase != phaseClear
+		penalised := !p.skip[i] && p.states[i].pen.phase != phaseClear // a skipped cell is settled: clear
 		if penalised {
 			held++
 		}
