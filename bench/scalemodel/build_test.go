@@ -2,6 +2,7 @@ package scalemodel
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,14 +105,13 @@ func TestAMDModelOnItsMeasured10kPoints(t *testing.T) {
 
 // TestFrozenModelOnItsMeasured10kPoints checks the frozen constants
 // against the 10,000-cell points of the runs they were fitted on
-// (testdata/xeon-scale.json, the 10–10,000-cell points that did not
-// saturate the machine): at one controller of 10,000 cells, flat and
-// hierarchical, in both runs, the cycle's cost (its CPU time), the
-// controllers' CPU and the global inbound are each within Tolerance.
-// The points of 10 and 100 controllers are compared too, and reported by
-// the command, but not held here: the same cells per controller cost 15–30
-// % more CPU in a process that holds 10,000 cells than in one that holds
-// 1,000 (docs/scale-model.md).
+// (testdata/xeon-scale.json): at every point, flat and 1, 10 and 100
+// controllers, in both runs, the controllers' CPU and the global inbound
+// are within Tolerance. The cycle's cost (its CPU time) moved up to 1.4×
+// between the two runs at the same point (18.97 and 24.45 ms, flat), the
+// machine's speed moving by the minute (docs/scale-model.md): no one
+// constant is within Tolerance of both, and the model's is held within
+// the two runs' range widened by Tolerance.
 func TestFrozenModelOnItsMeasured10kPoints(t *testing.T) {
 	rep, err := ReadReport("testdata/xeon-scale.json")
 	if err != nil {
@@ -124,23 +124,37 @@ func TestFrozenModelOnItsMeasured10kPoints(t *testing.T) {
 	if len(cs) != 8 {
 		t.Fatalf("%d comparisons, want 8 (two runs of 4)", len(cs))
 	}
-	one := 0
+	type span struct{ lo, hi, model float64 }
+	cycle := map[string]*span{} // per point: the runs' measured range and the model
 	for _, c := range cs {
-		if c.Regions != 1 {
-			continue
-		}
-		one++
 		gated := 0
 		for _, k := range c.Checks {
-			if k.Gated {
-				gated++
+			if !k.Gated {
+				continue
+			}
+			gated++
+			if k.Figure == figCycleCPU {
+				key := fmt.Sprintf("%d %s", c.Regions, c.Topology)
+				if cycle[key] == nil {
+					cycle[key] = &span{lo: k.Measured, hi: k.Measured}
+				}
+				cycle[key].lo, cycle[key].hi, cycle[key].model = min(cycle[key].lo, k.Measured), max(cycle[key].hi, k.Measured), k.Model
+				continue
+			}
+			if !k.Pass() {
+				t.Errorf("%d regions %s: %s measured %.4g, model %.4g: beyond %.0f %%", c.Regions, c.Topology, k.Figure, k.Measured, k.Model, Tolerance*100)
 			}
 		}
-		if gated != 3 || !c.Pass() {
-			t.Errorf("%d regions %s: %d gated checks, pass %v: %+v", c.Regions, c.Topology, gated, c.Pass(), c.Checks)
+		if gated != 3 {
+			t.Errorf("%d regions %s: %d gated checks, want 3", c.Regions, c.Topology, gated)
 		}
 	}
-	if one != 4 {
-		t.Errorf("%d comparisons at one controller, want 4", one)
+	if len(cycle) != 4 {
+		t.Fatalf("cycle costs at %d points, want 4", len(cycle))
+	}
+	for key, s := range cycle {
+		if s.model < s.lo*(1-Tolerance) || s.model > s.hi*(1+Tolerance) {
+			t.Errorf("%s: the cycle's cost %.4g ms is beyond the runs' %.4g–%.4g ms widened by %.0f %%", key, s.model, s.lo, s.hi, Tolerance*100)
+		}
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"github.com/isobar-mesh/isobar/bench/scale"
 )
 
+// figCycleCPU names the cycle's cost among a Comparison's checks.
+const figCycleCPU = "cycle CPU P50 ms (full push: its cost)"
+
 // Tolerance is how far the model may be from a measured point on the
 // figures the issue names (cycle cost, ingest CPU, global intake).
 const Tolerance = 0.15
@@ -89,7 +92,7 @@ func Validate(p Params, rep *scale.Report, cells, nearest int, seed uint64) ([]C
 		costed := f.CycleCPUP50Ms != nil && !math.IsNaN(r.FullCycleCPUMs)
 		checks := []Check{}
 		if costed {
-			checks = append(checks, Check{Figure: "cycle CPU P50 ms (full push: its cost)", Measured: *f.CycleCPUP50Ms, Model: r.FullCycleCPUMs, Gated: true})
+			checks = append(checks, Check{Figure: figCycleCPU, Measured: *f.CycleCPUP50Ms, Model: r.FullCycleCPUMs, Gated: true})
 		}
 		out = append(out, Comparison{Cells: pt.Cells, Regions: pt.Regions, Topology: pt.Topology, Saturated: r.Saturated, Checks: append(checks,
 			Check{Figure: "cycle P50 ms (full push, wall)", Measured: f.CycleP50Ms, Model: r.FullCycleP50Ms, Gated: !costed},
