@@ -115,12 +115,13 @@ func (f *regFixture) send(hb *isobarpb.CellHeartbeat) {
 		f.seq[hb.CellId]++
 		hb.Sequence = f.seq[hb.CellId]
 	}
+	id, seq := hb.CellId, hb.Sequence // the registry owns hb once it took it
 	if err := f.reg.SubmitOrBlock(context.Background(), hb); err != nil {
 		f.t.Fatal(err)
 	}
 	f.waitView(func(v *View) bool {
-		c, ok := v.Cell(hb.CellId)
-		return ok && c.Sequence == hb.Sequence
+		c, ok := v.Cell(id)
+		return ok && c.Sequence == seq
 	})
 }
 
