@@ -336,9 +336,9 @@ func New(cfg Config) (*Projector, error) {
 func (p *Projector) Project(now time.Time, cells []Cell) Decision {
 	var d Decision
 	prevW := p.weights // the last projection's weights, overwritten in place below
-	// The buffers keep last cycle's elements (keepwrite.Resize): only what changed
-	// is written (keepwrite), and a settled cell keeps its weight
-	// (markSkips).
+	// The buffers keep last cycle's elements (keepwrite.Resize): only
+	// what changed is written (keepwrite.Set's reason), and a settled
+	// cell keeps its weight (markSkips).
 	d.Weights = keepwrite.Resize(p.weights, len(cells))
 	d.Same = keepwrite.Resize(p.same, len(cells))
 	p.gen++
