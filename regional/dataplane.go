@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/isobar-mesh/isobar/proto/isobarpb"
+	"github.com/isobar-mesh/isobar/regional/cycle"
 	"github.com/isobar-mesh/isobar/summary"
 )
 
@@ -183,7 +184,8 @@ func (r *Registry) applyReport(now time.Time, rep *isobarpb.DataPlaneReport) {
 	window := r.cfg.DataPlaneWindow
 	for _, e := range rep.GetEndpoints() {
 		id := e.GetCellId()
-		if _, ok := r.cells[id]; !ok {
+		c := r.cells[id]
+		if c == nil {
 			if len(id) < 7 || id[:7] != "region/" {
 				r.metrics.unknownCells.Inc()
 			}
@@ -195,6 +197,7 @@ func (r *Registry) applyReport(now time.Time, rep *isobarpb.DataPlaneReport) {
 			r.dpCells[id] = w
 		}
 		w.add(dpSample{at: now, span: span, requests: float64(e.GetRequests()), errors: float64(e.GetErrors())}, window)
+		r.touch(c) // its error window moved
 	}
 	for _, d := range rep.GetDemand() {
 		key := rep.GetNode() + "\x00" + d.GetModel()
@@ -211,17 +214,27 @@ func (r *Registry) applyReport(now time.Time, rep *isobarpb.DataPlaneReport) {
 }
 
 // dataPlaneErrors returns the cell's error rate as the data plane saw it
-// over the window, and the number of requests behind it.
-func (r *Registry) dataPlaneErrors(now time.Time, id string) (rate, requests float64, ok bool) {
+// over the window, with the number of requests behind it, and when it
+// changes next unless a report comes first: when its oldest sample leaves
+// the window (zero with no requests in the window).
+func (r *Registry) dataPlaneErrors(now time.Time, id string) (cycle.ErrorWindow, time.Time) {
 	w := r.dpCells[id]
 	if w == nil {
-		return 0, 0, false
+		return cycle.ErrorWindow{}, time.Time{}
 	}
-	req, errs, _ := w.totals(now, r.cfg.DataPlaneWindow)
+	window := r.cfg.DataPlaneWindow
+	req, errs, _ := w.totals(now, window)
 	if req == 0 {
-		return 0, 0, false
+		return cycle.ErrorWindow{}, time.Time{}
 	}
-	return math.Min(1, errs/req), req, true
+	var oldest time.Time
+	for _, s := range w.samples { // in the order they came
+		if now.Sub(s.at) <= window {
+			oldest = s.at
+			break
+		}
+	}
+	return cycle.ErrorWindow{Rate: math.Min(1, errs/req), Requests: req, OK: true}, oldest.Add(window)
 }
 
 // demand returns the ingress demand per model (requests/s) over the window,

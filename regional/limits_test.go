@@ -49,6 +49,7 @@ func newFixtureWith(t *testing.T, mut func(*Config), mutReg func(*Registry)) *re
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg.auditAll = true // every untouched cell compared every cycle (touched.go)
 	mutReg(reg)
 	if err := reg.Start(context.Background()); err != nil {
 		t.Fatal(err)

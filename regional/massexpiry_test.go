@@ -37,6 +37,7 @@ func newMassRegistry(t *testing.T, n int, mass MassExpiryConfig) *massRegistry {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.auditAll = true
 	mr := &massRegistry{t: t, r: r, clock: clock}
 	mr.beat(mr.ids(0, n)...)
 	return mr

@@ -82,6 +82,10 @@ type cell struct {
 	pubDP cycle.ErrorWindow
 
 	pubCell cycle.Cell
+	// touched: viewIn may have changed since the last cycle read it
+	// (touched.go); pos is the cell's position in Registry.order.
+	touched bool
+	pos     int
 	// clamped: the last heartbeat carried signals beyond their bounds.
 	clamped bool
 	// leftLBAt is when the cell stopped being eligible for traffic; the
@@ -160,6 +164,7 @@ type Registry struct {
 	allChanged  bool
 	sentPlace   cycle.Placement          // round trips in the last offered state
 	lastOffer   time.Time                // when the last state was offered
+	driftLooked time.Time                // when offerIfDue last looked for a drift (cycle.Drifted)
 	mass        massExpiry               // a mass TTL expiry being held (massexpiry.go)
 	lag         ingestLag                // this controller's read lag (ingestlag.go)
 	index       map[string]int           // id → position in ids, shared by views
@@ -175,6 +180,12 @@ type Registry struct {
 	cycleCells  []cycle.Cell             // the cycle's input buffer, reused (cellViews)
 	cycleKnown  []bool                   // which of cycleCells' scores still hold, reused
 	cycleFresh  []bool                   // which cells got a new view this cycle (cellViews), reused
+	touched     []*cell                  // the cells touched since the last cycle (touched.go)
+	lastViews   []*CellView              // the last cycle's views, in the order of order
+	dpAt        []dpWatch                // the cells whose data-plane errors were not empty last cycle (touched.go)
+	dpSpare     []dpWatch                // dpAt's other buffer
+	auditNext   int                      // where the next cycle's rolling comparison starts (touched.go)
+	auditAll    bool                     // compare every untouched cell each cycle, and panic on a miss (tests)
 	// slots holds each cell's cycle.Slot, of its published view, in
 	// address order (cycle.AddrOrder); slotOf[i] is the slot of r.order[i]
 	// (slotAddr[i] its address, read in order to find one that moved);
@@ -426,8 +437,9 @@ func (r *Registry) apply(m message) bool {
 		return r.applyHeartbeat(now, m.hb)
 	case m.probes != nil:
 		for _, p := range m.probes {
-			if c := r.cells[p.id]; c != nil {
+			if c := r.cells[p.id]; c != nil && (c.rtt != p.rtt || c.jitter != p.jitter || c.rttOK != p.ok) {
 				c.rtt, c.jitter, c.rttOK = p.rtt, p.jitter, p.ok
+				r.touch(c)
 			}
 		}
 		return false
@@ -484,6 +496,7 @@ func (r *Registry) foldHeartbeat(now time.Time, hb *isobarpb.CellHeartbeat) bool
 		r.cells[c.id] = c
 		r.idsDirty = true
 	}
+	r.touch(c) // a new heartbeat: a new view
 	r.boundSignals(c, hb)
 	shareStrings(hb, c.hb, c.id, r.models)
 	// Claim the endpoint whenever c does not hold it: a new or moved
@@ -607,6 +620,7 @@ func (r *Registry) applyDrain(now time.Time, req *drainRequest) error {
 		return err
 	}
 	c.drain = req.drain
+	r.touch(c)
 	r.transition(now, c, next, "operator "+ev.String())
 	return nil
 }
@@ -626,6 +640,7 @@ func (r *Registry) transition(now time.Time, c *cell, next lifecycle.State, reas
 		c.suspect = false
 	}
 	c.state, c.stateSince, c.reason = next, now, reason
+	r.touch(c)
 	return true
 }
 
@@ -718,7 +733,9 @@ func (r *Registry) refreshIDs() {
 	r.order = r.order[:0]
 	for i, id := range r.ids {
 		r.index[id] = i
-		r.order = append(r.order, r.cells[id])
+		c := r.cells[id]
+		c.pos = i
+		r.order = append(r.order, c)
 	}
 }
 
@@ -728,33 +745,48 @@ func (r *Registry) refreshIDs() {
 // made of keeps that view (shared, not copied) and its mapping input; its
 // score holds too when the data plane's error window is also unchanged.
 // So a cycle builds views and scores only for the cells that changed.
+//
+// In the same order as the last cycle, only the cells touched since then
+// (touched.go), and those with a data-plane window now or then, are read:
+// every other cell keeps its view, input and score without a look.
 func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Cell, known []bool, kept bool) {
 	n := len(r.order)
 	views = make([]*CellView, n) // published with the cycle's View
 	cells = slices.Grow(r.cycleCells[:0], n)[:n]
 	known = slices.Grow(r.cycleKnown[:0], n)[:n]
 	fresh := slices.Grow(r.cycleFresh[:0], n)[:n]
+	r.cycleCells, r.cycleKnown, r.cycleFresh = cells, known, fresh
 	// In the same order as last cycle, cells[i] still holds the cell's
 	// last input (its pubCell) and r.scores[i] its score: only what
 	// changed is written.
 	kept = r.cellsGen == r.orderGen
 	r.cellsGen = r.orderGen
+	last := r.dpAt
+	r.dpAt, r.dpSpare = r.dpSpare[:0], last
+	if kept && len(r.lastViews) == n {
+		copy(views, r.lastViews)
+		clear(fresh)
+		for i := range known {
+			known[i] = true
+		}
+		r.compareUntouched()
+		r.keepWatches(now, last)
+		for _, c := range r.touched {
+			r.readCell(now, c.pos, c, views, cells, known, fresh, kept)
+		}
+	} else {
+		for i, c := range r.order {
+			r.readCell(now, i, c, views, cells, known, fresh, kept)
+		}
+	}
+	for _, c := range r.touched {
+		c.touched = false
+	}
+	r.touched = r.touched[:0]
+	r.lastViews = views // annotate writes the cycle's views in it
 	var model string
 	var util float64
-	for i, c := range r.order {
-		dpRate, dpReq, dpOK := r.dataPlaneErrors(now, c.id)
-		dp := cycle.ErrorWindow{Rate: dpRate, Requests: dpReq, OK: dpOK}
-		if c.pub != nil && c.viewIn == c.pubIn {
-			views[i] = c.pub
-			if !kept {
-				cells[i] = c.pubCell
-			}
-			known[i], fresh[i] = c.pubDP == dp, false
-			cells[i].DataPlane = dp
-		} else {
-			v := c.view()
-			views[i], cells[i], known[i], fresh[i] = &v, cycle.FromView(v, dp), false, true
-		}
+	for i := range cells {
 		// cells[i] (one contiguous slice) rather than views[i] (one
 		// allocation per cell, a cache miss each at 10,000 cells).
 		if m := cells[i].Model; i == 0 || m != model {
@@ -762,8 +794,27 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 		}
 		cells[i].Utilisation = util
 	}
-	r.cycleCells, r.cycleKnown, r.cycleFresh = cells, known, fresh
 	return views, cells, known, kept
+}
+
+// readCell sets the cycle's view, mapping input and known and fresh flags
+// of c, at position i (cellViews).
+func (r *Registry) readCell(now time.Time, i int, c *cell, views []*CellView, cells []cycle.Cell, known, fresh []bool, kept bool) {
+	dp, until := r.dataPlaneErrors(now, c.id)
+	if dp != (cycle.ErrorWindow{}) {
+		r.dpAt = append(r.dpAt, dpWatch{pos: i, until: until})
+	}
+	if c.pub != nil && c.viewIn == c.pubIn {
+		views[i] = c.pub
+		if !kept {
+			cells[i] = c.pubCell
+		}
+		known[i], fresh[i] = c.pubDP == dp, false
+		cells[i].DataPlane = dp
+		return
+	}
+	v := c.view()
+	views[i], cells[i], known[i], fresh[i] = &v, cycle.FromView(v, dp), false, true
 }
 
 // annotate sets each of views (the cycle's, in id order) to its cell's
@@ -898,16 +949,25 @@ func (r *Registry) noteRemovals(weights []projection.Weight) {
 
 // offerIfDue offers a new state to the publisher when the projection
 // asks for one (push), the routes changed, a round trip drifted
-// (cycle.Drifted, looked at most every cycle.PlacementRepush) or the warm
-// start's hold ends, and records what it offered.
+// (cycle.Drifted) or the warm start's hold ends, and records what it
+// offered. Drifted, a look at every view, is looked at most every
+// cycle.PlacementRepush, and not before that long after the last offer: a
+// drift is pushed within PlacementRepush of it, or of the last offer.
+// (Looked at every cycle once the last offer was that old, as it was
+// before, it took a seventh of a live cycle at 10,000 cells, where pushes
+// come one in twenty seconds.)
 func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
 	push = push || r.routesNew || r.slotsNew
 	var rtts map[string]time.Duration
-	if push || now.Sub(r.lastOffer) >= cycle.PlacementRepush {
+	look := !push && now.Sub(r.lastOffer) >= cycle.PlacementRepush && now.Sub(r.driftLooked) >= cycle.PlacementRepush
+	if push || look {
 		if r.regionRTT != nil {
 			rtts = r.regionRTT()
 		}
-		push = push || cycle.Drifted(r.sentPlace, views, rtts)
+	}
+	if look {
+		r.driftLooked = now
+		push = cycle.Drifted(r.sentPlace, views, rtts)
 	}
 	// A starting controller holds every push until its cells are back
 	// (warmstart.go); the cycle that ends the hold pushes.

@@ -272,6 +272,26 @@ func TestRegistryDrain(t *testing.T) {
 	}
 }
 
+// An operator's drain of a cell its agent is draining already changes no
+// state, only the flag; the next cycle shows the flag all the same.
+func TestRegistryDrainOfADrainingCell(t *testing.T) {
+	f := newRegFixture(t)
+	f.send(heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_READY, 0))
+	f.send(heartbeat("a", "127.0.0.1:1001", isobarpb.LifecycleState_LIFECYCLE_STATE_DRAINING, 0))
+	if c, _ := f.reg.View().Cell("a"); c.State != lifecycle.Draining || c.OperatorDrain {
+		t.Fatalf("before the drain: %s drain=%v, want draining by its agent", c.State, c.OperatorDrain)
+	}
+	for _, drain := range []bool{true, false} {
+		if err := f.reg.SetDrain(context.Background(), "a", drain); err != nil {
+			t.Fatal(err)
+		}
+		f.tick()
+		if c, _ := f.reg.View().Cell("a"); c.OperatorDrain != drain {
+			t.Errorf("a cycle after SetDrain(%v): the view shows the operator's drain %v", drain, c.OperatorDrain)
+		}
+	}
+}
+
 func TestRegistryEndpointConflict(t *testing.T) {
 	f := newRegFixture(t)
 	ready := isobarpb.LifecycleState_LIFECYCLE_STATE_READY

@@ -68,6 +68,7 @@ func TestCycleSlotsFollowTheViews(t *testing.T) {
 			case k < 7:
 				if c := cb.r.cells[id]; c != nil {
 					c.suspect = !c.suspect
+					cb.r.touch(c)
 				}
 				continue
 			case k < 10:

@@ -56,6 +56,7 @@ func (r *Registry) applyStreamLoss(now time.Time, l *streamLoss) bool {
 		return false
 	}
 	c.suspect = true
+	r.touch(c)
 	if c.state.Serving() || c.state == lifecycle.Draining {
 		c.leftLBAt = now
 	}

@@ -149,6 +149,7 @@ func bareRegistry(t *testing.T, h slog.Handler) (*Registry, *clockwork.FakeClock
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.auditAll = true
 	return r, clk
 }
 

@@ -45,6 +45,7 @@ func TestCycleSharesUnchangedViews(t *testing.T) {
 	// the old one stays as it was.
 	cb.clock.Advance(cb.cfg.Projection.MinInterval)
 	cb.r.cells[cb.hbs[2].CellId].suspect = true
+	cb.r.touch(cb.r.cells[cb.hbs[2].CellId])
 	cb.r.cycle(cb.clock.Now())
 	third := cb.r.View()
 	if third.Cells[2] == second.Cells[2] || third.Cells[2].Weight.Published != 0 || second.Cells[2].Weight.Published == 0 {
