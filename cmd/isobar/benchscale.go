@@ -19,6 +19,7 @@ type benchScaleFlags struct {
 	quiet      bool
 	inProcess  bool
 	cpuProfile string
+	memProfile string
 	// cellCPUProfile: each cell process profiles itself into this path
 	// with its sequence number appended (.1, .2, ...).
 	cellCPUProfile string
@@ -135,6 +136,7 @@ func newBenchScaleCmd(ro *rootOpts) *cobra.Command {
 	fl.StringSliceVar(&cfg.Topologies, "topology", []string{scale.Flat, scale.Hierarchical}, "topologies to run: flat, hierarchical or both")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the controllers, the timing xDS client; not the cell processes) over the whole run to this file, for go tool pprof")
+	fl.StringVar(&f.memProfile, "memprofile", "", "write this process's allocation profile (every allocation sampled since it started, and what is live) at the end of the run to this file, for go tool pprof")
 	fl.StringVar(&f.cellCPUProfile, "cell-cpuprofile", "", "each cell process writes a CPU profile of itself (the senders, the probe sink) over its life to this path with .1, .2, ... appended in the order the processes start (a point starts its own), for go tool pprof")
 	cmd.AddCommand(newBenchScaleCellsCmd(ro))
 	return cmd
@@ -224,6 +226,11 @@ func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchSc
 		defer stop()
 	}
 	rep, runErr := scale.Run(cmd.Context(), cfg, deps)
+	if f.memProfile != "" {
+		if err := writeAllocProfile(f.memProfile); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("--memprofile: %w", err))
+		}
+	}
 	if errors.Is(runErr, scale.ErrInvalidConfig) {
 		return usageError{runErr}
 	}
@@ -236,6 +243,19 @@ func runBenchScale(cmd *cobra.Command, ro *rootOpts, cfg scale.Config, f benchSc
 	scale.WriteMarkdown(ro.stdout, rep)
 	fmt.Fprintf(ro.stderr, "wrote %s, %s and %d charts\n", filepath.Join(f.out, "scale.json"), filepath.Join(f.out, "scale.md"), len(scale.ChartFiles()))
 	return runErr
+}
+
+// writeAllocProfile writes this process's allocation profile to path.
+func writeAllocProfile(path string) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(out, 0); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // startCPUProfile profiles this process into path until the returned stop
