@@ -14,7 +14,9 @@
 //     drain requests. Stream losses have a lane of their own, taken before
 //     the heartbeats queued ahead of them (streamloss.go). After a
 //     successful submit the registry owns the message; the sender must not
-//     touch it again.
+//     touch it again. Each write the loop makes to what a cell's view is
+//     made of touches the cell, and a cycle reads only the touched cells
+//     (touched.go).
 //   - The registry publishes an immutable *View through an atomic pointer
 //     after every cycle; the debug endpoint, the metrics collector, the
 //     prober and the heartbeat streams (for commands) read it without locks.

@@ -747,7 +747,7 @@ func (r *Registry) refreshIDs() {
 // So a cycle builds views and scores only for the cells that changed.
 //
 // In the same order as the last cycle, only the cells touched since then
-// (touched.go), and those with a data-plane window now or then, are read:
+// and those whose data-plane errors moved with time (touched.go) are read:
 // every other cell keeps its view, input and score without a look.
 func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Cell, known []bool, kept bool) {
 	n := len(r.order)
@@ -952,7 +952,8 @@ func (r *Registry) noteRemovals(weights []projection.Weight) {
 // (cycle.Drifted) or the warm start's hold ends, and records what it
 // offered. Drifted, a look at every view, is looked at most every
 // cycle.PlacementRepush, and not before that long after the last offer: a
-// drift is pushed within PlacementRepush of it, or of the last offer.
+// drift is pushed within PlacementRepush of it or of the last offer,
+// whichever is later.
 // (Looked at every cycle once the last offer was that old, as it was
 // before, it took a seventh of a live cycle at 10,000 cells, where pushes
 // come one in twenty seconds.)
