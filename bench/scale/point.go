@@ -196,10 +196,11 @@ func runPoint(ctx context.Context, cfg Config, deps Deps, spec pointSpec) (*Figu
 		f.SolveMs, f.SolveP99Ms = ptr(quantileNaN(st, 0.5)), ptr(quantileNaN(st, 0.99))
 	}
 	if startErr == nil {
-		// The cycle's timing (and the solve's) left hundreds of megabytes
-		// of garbage at 10,000 cells (full pushes on a server of its
-		// own): collected here, not in the deaths' marks, which it made
-		// come every second instead of every five.
+		// The cycle's timing (and the solve's) leaves a few hundred
+		// megabytes of garbage at 10,000 cells (full pushes on a server
+		// of its own): collected here rather than by a mark within the
+		// deaths' first second or two (gctrace: two collections in the
+		// deaths without this, one with it, in two runs of each).
 		runtime.GC()
 		err = p.timeAllDeaths(ctx, f)
 	} else {
