@@ -779,10 +779,7 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 			r.readCell(now, i, c, views, cells, known, fresh, kept)
 		}
 	}
-	for _, c := range r.touched {
-		c.touched = false
-	}
-	r.touched = r.touched[:0]
+	r.touched = r.touched[:0] // each read cleared its cell's flag
 	r.lastViews = views // annotate writes the cycle's views in it
 	var model string
 	var util float64
@@ -800,6 +797,7 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 // readCell sets the cycle's view, mapping input and known and fresh flags
 // of c, at position i (cellViews).
 func (r *Registry) readCell(now time.Time, i int, c *cell, views []*CellView, cells []cycle.Cell, known, fresh []bool, kept bool) {
+	c.touched = false
 	dp, until := r.dataPlaneErrors(now, c.id)
 	if dp != (cycle.ErrorWindow{}) {
 		r.dpAt = append(r.dpAt, dpWatch{pos: i, until: until})
