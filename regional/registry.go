@@ -780,7 +780,7 @@ func (r *Registry) cellViews(now time.Time) (views []*CellView, cells []cycle.Ce
 		}
 	}
 	r.touched = r.touched[:0] // each read cleared its cell's flag
-	r.lastViews = views // annotate writes the cycle's views in it
+	r.lastViews = views       // annotate writes the cycle's views in it
 	var model string
 	var util float64
 	for i := range cells {

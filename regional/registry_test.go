@@ -246,8 +246,10 @@ func TestRegistryDrain(t *testing.T) {
 		t.Fatalf("after drain: %s drain=%v", c.State, c.OperatorDrain)
 	}
 	// The weight ramps to zero over DrainRamp (the agent keeps heartbeating)
-	// and the endpoint is removed.
-	drainStart := f.clock.Now()
+	// and the endpoint is removed. The ramp runs from the drain's
+	// transition, whose cycle ran at once; the heartbeat above may have
+	// waited a tick for its own.
+	drainStart := c.StateSince
 	var last uint32 = 100
 	for step := 0; ; step++ {
 		if step > 200 {
