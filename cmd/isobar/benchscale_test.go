@@ -60,18 +60,21 @@ func TestBenchScaleHelp(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"--out", "--cells", "--regions", "--window", "--deaths", "--seed", "hierarchical", "flat",
-		"death_to_removed", "RLIMIT_NOFILE", "scale.json", "--cell-procs", "--silent-deaths", "--in-process", "silent_to_removed"} {
+		"death_to_removed", "RLIMIT_NOFILE", "scale.json", "--cell-procs", "--silent-deaths", "--in-process", "silent_to_removed", "--memprofile"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q", want)
 		}
 	}
 }
 
-// TestBenchScaleTiny runs the command on a tiny fleet and checks the files.
+// TestBenchScaleTiny runs the command on a tiny fleet and checks the files,
+// the allocation profile among them (not the CPU profile: a test binary
+// run with -cpuprofile holds the one CPU profiler).
 func TestBenchScaleTiny(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
+	memProf := filepath.Join(t.TempDir(), "mem.prof")
 	out, errOut, err := runBenchScaleCmd(t, "--out", dir, "--cells", "4", "--regions", "1,2,8", "--window", "200ms",
-		"--deaths", "2", "--silent-deaths", "1", "--cycles", "5", "--in-process")
+		"--deaths", "2", "--silent-deaths", "1", "--cycles", "5", "--in-process", "--memprofile", memProf)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
@@ -116,6 +119,18 @@ func TestBenchScaleTiny(t *testing.T) {
 		if err != nil || len(b) == 0 {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	// pprof's format: gzipped protobuf.
+	if b, err := os.ReadFile(memProf); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("--memprofile: %d bytes (%v), want a gzipped profile", len(b), err)
+	}
+}
+
+// An allocation profile that cannot be written is an error naming the path.
+func TestWriteAllocProfileError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "mem.prof")
+	if err := writeAllocProfile(path); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("writeAllocProfile(%s) = %v, want an error naming it", path, err)
 	}
 }
 
