@@ -63,7 +63,11 @@ func (p *prober) run(ctx context.Context) {
 }
 
 // probeTarget is a live cell to probe: its id and endpoint.
-type probeTarget struct{ id, ep string }
+// probeTarget is a live cell to probe; est is its estimate (set by due).
+type probeTarget struct {
+	id, ep string
+	est    *probeEstimate
+}
 
 func (p *prober) round(ctx context.Context) {
 	v := p.view()
@@ -71,7 +75,7 @@ func (p *prober) round(ctx context.Context) {
 	var all []probeTarget
 	for _, c := range v.Cells {
 		if c.State.Live() && c.Endpoint != "" {
-			all = append(all, probeTarget{c.ID, c.Endpoint})
+			all = append(all, probeTarget{id: c.ID, ep: c.Endpoint})
 		}
 	}
 	// Dial in a new order each round: the dials of one round share the
@@ -106,7 +110,7 @@ func (p *prober) round(ctx context.Context) {
 	_ = g.Wait()
 	res := make([]probeResult, 0, len(targets))
 	for i, tg := range targets {
-		e := p.est[tg.id]
+		e := tg.est
 		e.last = p.rounds
 		if oks[i] {
 			p.metrics.probes.WithLabelValues("ok").Inc()
@@ -188,27 +192,37 @@ func (p *prober) cadence(e score.RTTEstimate, sample time.Duration) uint64 {
 // whose cadence has come (never probed, or every rounds since the last),
 // at most p.max of them, the ones probed longest ago first (never-probed
 // first; ties in all's random order). It keeps an estimate for each live
-// cell and drops those of cells no longer live.
+// cell and drops those of cells no longer live. Each target carries its
+// estimate: at 10,000 cells, looking it up by id in each of the sort's
+// comparisons was most of a round's bookkeeping.
 func (p *prober) due(all []probeTarget) []probeTarget {
-	live := make(map[string]struct{}, len(all))
-	for _, tg := range all {
-		live[tg.id] = struct{}{}
-		if p.est[tg.id] == nil {
-			p.est[tg.id] = &probeEstimate{}
+	for i := range all {
+		e := p.est[all[i].id]
+		if e == nil {
+			e = &probeEstimate{}
+			p.est[all[i].id] = e
 		}
+		all[i].est = e
 	}
-	for id := range p.est {
-		if _, ok := live[id]; !ok {
-			delete(p.est, id)
+	// Every live cell (all's ids are distinct) has an estimate now: any
+	// more are of cells no longer live.
+	if len(p.est) > len(all) {
+		live := make(map[string]struct{}, len(all))
+		for _, tg := range all {
+			live[tg.id] = struct{}{}
+		}
+		for id := range p.est {
+			if _, ok := live[id]; !ok {
+				delete(p.est, id)
+			}
 		}
 	}
 	all = slices.DeleteFunc(all, func(tg probeTarget) bool {
-		e := p.est[tg.id]
-		return e.last != 0 && p.rounds-e.last < max(e.every, 1)
+		return tg.est.last != 0 && p.rounds-tg.est.last < max(tg.est.every, 1)
 	})
 	if p.max <= 0 || len(all) <= p.max {
 		return all
 	}
-	slices.SortStableFunc(all, func(a, b probeTarget) int { return cmp.Compare(p.est[a.id].last, p.est[b.id].last) })
+	slices.SortStableFunc(all, func(a, b probeTarget) int { return cmp.Compare(a.est.last, b.est.last) })
 	return all[:p.max]
 }
