@@ -62,8 +62,8 @@ func (p *prober) run(ctx context.Context) {
 	}
 }
 
-// probeTarget is a live cell to probe: its id and endpoint.
-// probeTarget is a live cell to probe; est is its estimate (set by due).
+// probeTarget is a live cell to probe: its id and endpoint, and its
+// estimate (set by due).
 type probeTarget struct {
 	id, ep string
 	est    *probeEstimate

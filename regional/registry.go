@@ -953,8 +953,8 @@ func (r *Registry) noteRemovals(weights []projection.Weight) {
 // drift is pushed within PlacementRepush of it or of the last offer,
 // whichever is later.
 // (Looked at every cycle once the last offer was that old, as it was
-// before, it took a seventh of a live cycle at 10,000 cells, where pushes
-// come one in twenty seconds.)
+// before, it took about a ninth of a live cycle's CPU at 10,000 cells,
+// where pushes come one in twenty seconds.)
 func (r *Registry) offerIfDue(now time.Time, views []*CellView, push bool) {
 	push = push || r.routesNew || r.slotsNew
 	var rtts map[string]time.Duration
